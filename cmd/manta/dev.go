@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
+
+	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/operator"
+)
+
+// devService is something `manta dev` runs in-process beside the operator (the REST API server).
+type devService struct {
+	name  string
+	start func(ctx context.Context, cfg *rest.Config, ready chan<- string) error
+}
+
+// devServices is filled by the files that add in-process services.
+var devServices []devService
+
+func newDevCommand() *cobra.Command {
+	var (
+		nodes      int
+		nodeCPU    string
+		nodeMemory string
+		maxPods    int
+		kubeconfig string
+		opOpts     operator.Options
+	)
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Start a local simulated Kubernetes with Manta's CRDs, operator and API server running",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			abs, err := filepath.Abs(kubeconfig)
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			c, err := devcluster.Start(ctx, devcluster.Options{
+				Nodes: nodes, NodeCPU: nodeCPU, NodeMemory: nodeMemory, NodeMaxPods: maxPods,
+				KubeconfigPath: abs,
+				Logf:           func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) },
+			})
+			if err != nil {
+				return err
+			}
+			defer func() {
+				fmt.Fprintln(cmd.ErrOrStderr(), "manta dev: stopping")
+				_ = c.Stop()
+			}()
+
+			g, gctx := errgroup.WithContext(ctx)
+			cfg := c.RESTConfig()
+			mgr, err := operator.NewManager(cfg, opOpts)
+			if err != nil {
+				return err
+			}
+			if err := operator.Setup(mgr, opOpts); err != nil {
+				return err
+			}
+			g.Go(func() error { return mgr.Start(gctx) })
+			var notes []string
+			for _, s := range devServices {
+				ready := make(chan string, 1)
+				g.Go(func() error { return s.start(gctx, c.RESTConfig(), ready) })
+				select {
+				case note := <-ready:
+					notes = append(notes, note)
+				case <-gctx.Done():
+					return g.Wait()
+				}
+			}
+			if !mgr.GetCache().WaitForCacheSync(gctx) {
+				return errors.Join(errors.New("operator caches did not sync"), g.Wait())
+			}
+
+			fmt.Fprintln(out, "manta dev: ready")
+			fmt.Fprintf(out, "  %d fake nodes, up in %s; component logs in %s\n", nodes, time.Since(start).Round(time.Millisecond), filepath.Join(c.Dir(), "logs"))
+			fmt.Fprintf(out, "  export KUBECONFIG=%s\n", abs)
+			fmt.Fprintln(out, "  kubectl apply -f config/samples/raycluster.yaml   # kubectl is in bin/ after `make tools`")
+			fmt.Fprintln(out, "  kubectl get rayclusters,pods")
+			for _, n := range notes {
+				fmt.Fprintln(out, " ", n)
+			}
+			fmt.Fprintln(out, "  press Ctrl-C to stop")
+			err = g.Wait()
+			if ctx.Err() != nil {
+				return nil // interrupted: a clean shutdown
+			}
+			return err
+		},
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&nodes, "nodes", 3, "number of fake nodes")
+	fs.StringVar(&nodeCPU, "node-cpu", "32", "CPU capacity of each fake node")
+	fs.StringVar(&nodeMemory, "node-memory", "128Gi", "memory capacity of each fake node")
+	fs.IntVar(&maxPods, "node-max-pods", 110, "pod capacity of each fake node")
+	fs.StringVar(&kubeconfig, "kubeconfig", ".manta/dev/kubeconfig", "where to write the admin kubeconfig")
+	addOperatorFlags(fs, &opOpts)
+	opOpts.MetricsAddr = "0"
+	return cmd
+}

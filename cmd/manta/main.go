@@ -1,0 +1,52 @@
+// Command manta runs Manta: the Ray operator, the REST API server, and the local dev cluster.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/manta-dev/manta/internal/version"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "manta:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	zapOpts := zap.Options{Development: false}
+	root := &cobra.Command{
+		Use:           "manta",
+		Short:         "Ray on Kubernetes: operator, REST API server and local dev cluster",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+		},
+	}
+	root.AddCommand(newOperatorCommand(), newDevCommand(), newVersionCommand())
+	root.AddCommand(extraCommands()...)
+	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print Manta's version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "manta", version.Version)
+		},
+	}
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/manta-dev/manta/internal/operator"
+)
+
+func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
+	fs.BoolVar(&o.UseKubernetesProxy, "use-kubernetes-proxy", false, "reach Ray heads through the Kubernetes API server's services/proxy and pods/proxy subresources")
+	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "cluster DNS domain used to reach Ray head services directly")
+	fs.StringVar(&o.DefaultPodTemplate, "default-pod-template", "", "core/v1 PodTemplate <namespace>/<name> merged under every Ray head and worker pod")
+	fs.StringVar(&o.PullerImage, "puller-image", "ghcr.io/manta-dev/manta:latest", "Manta's own image, from which ImagePullJob puller pods copy their binary")
+	fs.IntVar(&o.ReconcileConcurrency, "reconcile-concurrency", 4, "concurrent reconciles per controller")
+	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "namespaces to watch (default: all)")
+}
+
+func newOperatorCommand() *cobra.Command {
+	var o operator.Options
+	cmd := &cobra.Command{
+		Use:   "operator",
+		Short: "Run the RayCluster, RayJob, RayService and ImagePullJob controllers",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := ctrl.GetConfig()
+			if err != nil {
+				return err
+			}
+			return operator.Run(cmd.Context(), cfg, o)
+		},
+	}
+	fs := cmd.Flags()
+	addOperatorFlags(fs, &o)
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of the metrics endpoint (0 disables it)")
+	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", ":8082", "address of the health probes")
+	fs.BoolVar(&o.LeaderElection, "enable-leader-election", true, "elect a leader so only one replica reconciles")
+	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease")
+	return cmd
+}

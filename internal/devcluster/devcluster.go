@@ -1,0 +1,503 @@
+// Package devcluster starts and stops Manta's local simulated Kubernetes: etcd, kube-apiserver, kube-scheduler,
+// kube-controller-manager and kwok with fake nodes, all bound to 127.0.0.1, with Manta's CRDs installed. It is the
+// one place that starts the simulated cluster: `manta dev`, the end-to-end tests and the benchmarks all use it.
+package devcluster
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+//go:embed stages.yaml
+var defaultStages []byte
+
+// DefaultStages returns the kwok Stage documents the dev cluster always loads.
+func DefaultStages() []byte { return append([]byte(nil), defaultStages...) }
+
+// NodePool describes a set of identical fake nodes.
+type NodePool struct {
+	// Name prefixes the node names: <name>-0, <name>-1, ...
+	Name  string
+	Count int
+	// CPU, Memory and Pods are the node's capacity; empty means 32 CPUs, 128Gi and 110 pods.
+	CPU, Memory string
+	Pods        int
+	// Extra adds capacity for other resources, such as nvidia.com/gpu or google.com/tpu.
+	Extra  map[string]string
+	Labels map[string]string
+	Taints []corev1.Taint
+	// Images are reported in the node's status.images, as a kubelet does for images it has pulled.
+	Images []string
+}
+
+// Options configure a dev cluster. The zero value starts one node pool of 3 nodes.
+type Options struct {
+	// Nodes is the size of the default node pool, used when Pools is empty.
+	Nodes int
+	// NodeCPU, NodeMemory and NodeMaxPods shape the default node pool.
+	NodeCPU, NodeMemory string
+	NodeMaxPods         int
+	// Pools replaces the default node pool.
+	Pools []NodePool
+	// Dir holds the cluster's files (certificates, etcd data, kubeconfig, logs); empty means a new temp dir,
+	// removed on Stop. A given Dir is left in place.
+	Dir string
+	// BinDir holds etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok; empty means <repo>/bin.
+	BinDir string
+	// CRDDirs are installed after the API server is up; empty means <repo>/config/crd.
+	CRDDirs []string
+	// ExtraStages are more kwok Stage documents (YAML), for tests that need pods to fail or exit.
+	ExtraStages [][]byte
+	// KubeconfigPath, when set, also writes the admin kubeconfig there.
+	KubeconfigPath string
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Cluster is a running dev cluster.
+type Cluster struct {
+	opts       Options
+	dir        string
+	removeDir  bool
+	Kubeconfig string // path of the admin kubeconfig
+	Server     string // https://127.0.0.1:<port>
+	config     *rest.Config
+	procs      []*process
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start brings up a dev cluster and returns when the API server answers, the CRDs are established and every fake
+// node is Ready. On error, everything started so far is stopped.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	root, err := RepoRoot()
+	if err != nil && (opts.BinDir == "" || opts.CRDDirs == nil) {
+		return nil, err
+	}
+	if opts.BinDir == "" {
+		opts.BinDir = filepath.Join(root, "bin")
+	}
+	if opts.CRDDirs == nil {
+		opts.CRDDirs = []string{filepath.Join(root, "config", "crd")}
+	}
+	if len(opts.Pools) == 0 {
+		n := opts.Nodes
+		if n == 0 {
+			n = 3
+		}
+		opts.Pools = []NodePool{{Name: "kwok-node", Count: n, CPU: opts.NodeCPU, Memory: opts.NodeMemory, Pods: opts.NodeMaxPods}}
+	}
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok"} {
+		if _, err := os.Stat(filepath.Join(opts.BinDir, name)); err != nil {
+			return nil, fmt.Errorf("devcluster: %s not found in %s (run `make tools`): %w", name, opts.BinDir, err)
+		}
+	}
+
+	c = &Cluster{opts: opts, dir: opts.Dir}
+	if c.dir == "" {
+		// Short paths: etcd and the components put sockets and files here.
+		c.dir, err = os.MkdirTemp("", "manta-dev-")
+		if err != nil {
+			return nil, err
+		}
+		c.removeDir = true
+	} else if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+			c = nil
+		}
+	}()
+	start := time.Now()
+	if err := c.startControlPlane(ctx); err != nil {
+		return nil, err
+	}
+	opts.Logf("devcluster: control plane up in %s", time.Since(start).Round(time.Millisecond))
+	if err := c.installCRDs(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.startKwok(ctx); err != nil {
+		return nil, err
+	}
+	for _, p := range opts.Pools {
+		if err := c.AddNodes(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.WaitForNodesReady(ctx); err != nil {
+		return nil, err
+	}
+	opts.Logf("devcluster: ready in %s", time.Since(start).Round(time.Millisecond))
+	return c, nil
+}
+
+// RESTConfig returns a copy of the admin client configuration.
+func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.config) }
+
+// Dir is where the cluster keeps its files and component logs.
+func (c *Cluster) Dir() string { return c.dir }
+
+// Stop stops every process the cluster started, in reverse order, and removes the temp dir it created. It is safe
+// to call more than once.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		var errs []error
+		for i := len(c.procs) - 1; i >= 0; i-- {
+			if err := c.procs[i].stop(10 * time.Second); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if c.removeDir {
+			errs = append(errs, os.RemoveAll(c.dir))
+		}
+		c.stopErr = errors.Join(errs...)
+	})
+	return c.stopErr
+}
+
+func (c *Cluster) startControlPlane(ctx context.Context) error {
+	pki, err := writePKI(c.dir)
+	if err != nil {
+		return err
+	}
+	ports, err := FreePorts(5)
+	if err != nil {
+		return err
+	}
+	etcdClient, etcdPeer, apiPort, schedPort, kcmPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+	c.Server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
+	if err := c.run(ctx, "etcd",
+		"--name=manta-dev",
+		"--data-dir="+filepath.Join(c.dir, "etcd"),
+		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=manta-dev="+peerURL,
+		"--listen-metrics-urls=", // no extra listener
+		"--unsafe-no-fsync=true",
+		"--quota-backend-bytes=8589934592",
+		"--log-level=warn",
+	); err != nil {
+		return err
+	}
+
+	if err := c.run(ctx, "kube-apiserver",
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1",
+		"--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(apiPort),
+		"--tls-cert-file="+pki.servingCert, "--tls-private-key-file="+pki.servingKey,
+		"--client-ca-file="+pki.caCert,
+		"--token-auth-file="+pki.tokenFile,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file="+pki.saPub,
+		"--service-account-signing-key-file="+pki.saKey,
+		"--api-audiences=https://kubernetes.default.svc.cluster.local",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--allow-privileged=true",
+		"--max-requests-inflight=1000",
+		"--max-mutating-requests-inflight=500",
+		"--profiling=false",
+		"--v=0",
+	); err != nil {
+		return err
+	}
+
+	c.config = &rest.Config{
+		Host:            c.Server,
+		BearerToken:     pki.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: pki.caPEM},
+		QPS:             500,
+		Burst:           1000,
+	}
+	c.Kubeconfig = filepath.Join(c.dir, "kubeconfig")
+	if err := writeKubeconfig(c.Kubeconfig, c.Server, pki.caPEM, pki.adminToken); err != nil {
+		return err
+	}
+	if c.opts.KubeconfigPath != "" {
+		if err := os.MkdirAll(filepath.Dir(c.opts.KubeconfigPath), 0o755); err != nil {
+			return err
+		}
+		if err := writeKubeconfig(c.opts.KubeconfigPath, c.Server, pki.caPEM, pki.adminToken); err != nil {
+			return err
+		}
+	}
+	if err := c.waitHealthy(ctx, "/readyz", 60*time.Second); err != nil {
+		return fmt.Errorf("kube-apiserver did not become ready: %w (log: %s)", err, c.logPath("kube-apiserver"))
+	}
+
+	if err := c.run(ctx, "kube-scheduler",
+		"--kubeconfig="+c.Kubeconfig,
+		"--authentication-kubeconfig="+c.Kubeconfig,
+		"--authorization-kubeconfig="+c.Kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(schedPort),
+		"--leader-elect=false",
+		"--kube-api-qps=500", "--kube-api-burst=1000",
+		"--v=0",
+	); err != nil {
+		return err
+	}
+	return c.run(ctx, "kube-controller-manager",
+		"--kubeconfig="+c.Kubeconfig,
+		"--authentication-kubeconfig="+c.Kubeconfig,
+		"--authorization-kubeconfig="+c.Kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(kcmPort),
+		"--leader-elect=false",
+		"--service-account-private-key-file="+pki.saKey,
+		"--root-ca-file="+pki.caCert,
+		"--use-service-account-credentials=false",
+		"--cluster-name=manta-dev",
+		"--kube-api-qps=500", "--kube-api-burst=1000",
+		// Fake nodes have no kubelet; keep them from being marked unreachable between kwok heartbeats.
+		"--node-monitor-grace-period=2m",
+		"--v=0",
+	)
+}
+
+func (c *Cluster) startKwok(ctx context.Context) error {
+	docs := [][]byte{defaultStages}
+	docs = append(docs, c.opts.ExtraStages...)
+	cfg := filepath.Join(c.dir, "kwok.yaml")
+	var b strings.Builder
+	for i, d := range docs {
+		if i > 0 {
+			b.WriteString("\n---\n")
+		}
+		b.Write(d)
+	}
+	if err := os.WriteFile(cfg, []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	ports, err := FreePorts(1)
+	if err != nil {
+		return err
+	}
+	return c.run(ctx, "kwok",
+		"--kubeconfig="+c.Kubeconfig,
+		"--config="+cfg,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector="+FakeNodeAnnotation+"=fake",
+		"--cidr=10.128.0.1/10",
+		"--node-ip=10.127.0.1",
+		"--server-address=127.0.0.1:"+strconv.Itoa(ports[0]),
+	)
+}
+
+// FakeNodeAnnotation marks the nodes kwok manages.
+const FakeNodeAnnotation = "kwok.x-k8s.io/node"
+
+// AddNodes creates a pool of fake nodes (they become Ready shortly after; see WaitForNodesReady).
+func (c *Cluster) AddNodes(ctx context.Context, p NodePool) error {
+	cs, err := kubernetes.NewForConfig(c.config)
+	if err != nil {
+		return err
+	}
+	errs := make(chan error, p.Count)
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for i := 0; i < p.Count; i++ {
+		node, err := buildNode(p, i)
+		if err != nil {
+			return err
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := cs.CoreV1().Nodes().Create(ctx, node, createOpts); err != nil {
+				errs <- fmt.Errorf("create node %s: %w", node.Name, err)
+				return
+			}
+			if len(node.Status.Images) > 0 || len(node.Status.Capacity) > 0 {
+				created, err := cs.CoreV1().Nodes().Get(ctx, node.Name, getOpts)
+				if err != nil {
+					errs <- err
+					return
+				}
+				created.Status = node.Status
+				if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, created, updateOpts); err != nil {
+					errs <- fmt.Errorf("set status of node %s: %w", node.Name, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+func buildNode(p NodePool, i int) (*corev1.Node, error) {
+	name := p.Name
+	if name == "" {
+		name = "kwok-node"
+	}
+	name = fmt.Sprintf("%s-%d", name, i)
+	quantity := func(s, def string) (resource.Quantity, error) {
+		if s == "" {
+			s = def
+		}
+		return resource.ParseQuantity(s)
+	}
+	capacity := corev1.ResourceList{}
+	cpu, err := quantity(p.CPU, "32")
+	if err != nil {
+		return nil, fmt.Errorf("node pool %q: cpu: %w", p.Name, err)
+	}
+	mem, err := quantity(p.Memory, "128Gi")
+	if err != nil {
+		return nil, fmt.Errorf("node pool %q: memory: %w", p.Name, err)
+	}
+	pods := p.Pods
+	if pods == 0 {
+		pods = 110
+	}
+	capacity[corev1.ResourceCPU] = cpu
+	capacity[corev1.ResourceMemory] = mem
+	capacity[corev1.ResourcePods] = *resource.NewQuantity(int64(pods), resource.DecimalSI)
+	capacity[corev1.ResourceEphemeralStorage] = resource.MustParse("1Ti")
+	for k, v := range p.Extra {
+		q, err := resource.ParseQuantity(v)
+		if err != nil {
+			return nil, fmt.Errorf("node pool %q: %s: %w", p.Name, k, err)
+		}
+		capacity[corev1.ResourceName(k)] = q
+	}
+	labels := map[string]string{
+		"kubernetes.io/hostname": name,
+		"kubernetes.io/os":       "linux",
+		"kubernetes.io/arch":     "amd64",
+		"type":                   "kwok",
+	}
+	for k, v := range p.Labels {
+		labels[k] = v
+	}
+	node := &corev1.Node{}
+	node.Name = name
+	node.Labels = labels
+	node.Annotations = map[string]string{FakeNodeAnnotation: "fake", "node.alpha.kubernetes.io/ttl": "0"}
+	node.Spec.Taints = p.Taints
+	node.Status.Capacity = capacity
+	node.Status.Allocatable = capacity.DeepCopy()
+	for _, img := range p.Images {
+		node.Status.Images = append(node.Status.Images, corev1.ContainerImage{Names: []string{img}, SizeBytes: 1 << 30})
+	}
+	return node, nil
+}
+
+// WaitForNodesReady waits until every node of the cluster is Ready.
+func (c *Cluster) WaitForNodesReady(ctx context.Context) error {
+	cs, err := kubernetes.NewForConfig(c.config)
+	if err != nil {
+		return err
+	}
+	want := 0
+	for _, p := range c.opts.Pools {
+		want += p.Count
+	}
+	return poll(ctx, 120*time.Second, func() (bool, error) {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, listOpts)
+		if err != nil {
+			return false, nil
+		}
+		ready := 0
+		for _, n := range nodes.Items {
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		return ready >= want && ready == len(nodes.Items), nil
+	})
+}
+
+func (c *Cluster) installCRDs(ctx context.Context) error {
+	var dirs []string
+	for _, d := range c.opts.CRDDirs {
+		if _, err := os.Stat(d); err == nil {
+			dirs = append(dirs, d)
+		}
+	}
+	if len(dirs) == 0 {
+		return nil
+	}
+	crds, err := envtest.InstallCRDs(c.config, envtest.CRDInstallOptions{Paths: dirs, ErrorIfPathMissing: false})
+	if err != nil {
+		return fmt.Errorf("install CRDs: %w", err)
+	}
+	names := make([]string, 0, len(crds))
+	for _, crd := range crds {
+		names = append(names, crd.Name)
+	}
+	c.opts.Logf("devcluster: installed CRDs %s", strings.Join(names, ", "))
+	return nil
+}
+
+// FreePorts returns n distinct free TCP ports on 127.0.0.1.
+func FreePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// RepoRoot finds the directory holding Manta's go.mod, from the working directory upwards.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module github.com/manta-dev/manta\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("devcluster: Manta's go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}

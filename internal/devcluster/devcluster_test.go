@@ -1,0 +1,179 @@
+package devcluster
+
+import (
+	"context"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// TestDevClusterSmoke checks that the simulated cluster behaves like a cluster: fake nodes are Ready, a
+// Deployment's pods are scheduled and become Running/Ready, a Job completes, and deleting an owner
+// garbage-collects its dependents. Then Stop leaves no process and no directory behind.
+func TestDevClusterSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const nodes = 5
+	c, err := Start(ctx, Options{Nodes: nodes, NodeCPU: "8", NodeMemory: "32Gi", NodeMaxPods: 50, Logf: t.Logf})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	cs := kubernetes.NewForConfigOrDie(c.RESTConfig())
+
+	t.Run("nodes ready with the asked shape", func(t *testing.T) {
+		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) != nodes {
+			t.Fatalf("got %d nodes, want %d", len(list.Items), nodes)
+		}
+		for _, n := range list.Items {
+			if got := n.Status.Allocatable.Cpu().String(); got != "8" {
+				t.Errorf("node %s allocatable cpu = %s, want 8", n.Name, got)
+			}
+			if got := n.Status.Allocatable.Pods().Value(); got != 50 {
+				t.Errorf("node %s allocatable pods = %d, want 50", n.Name, got)
+			}
+		}
+	})
+
+	ns := "smoke"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The ServiceAccount admission plugin needs the namespace's default ServiceAccount.
+	waitFor(t, ctx, "default service account", func() bool {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	})
+
+	t.Run("deployment pods running and ready", func(t *testing.T) {
+		labels := map[string]string{"app": "web"}
+		dep := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](4),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}},
+				},
+			},
+		}
+		if _, err := cs.AppsV1().Deployments(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, "4 pods Running and Ready on nodes", func() bool {
+			pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+			if err != nil || len(pods.Items) != 4 {
+				return false
+			}
+			for _, p := range pods.Items {
+				if p.Spec.NodeName == "" || p.Status.Phase != corev1.PodRunning || !podReady(&p) || p.Status.PodIP == "" {
+					return false
+				}
+			}
+			return true
+		})
+		waitFor(t, ctx, "deployment available", func() bool {
+			d, err := cs.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+			return err == nil && d.Status.AvailableReplicas == 4
+		})
+	})
+
+	t.Run("job completes", func(t *testing.T) {
+		job := &batchv1.Job{
+			ObjectMeta: metav1.ObjectMeta{Name: "once", Namespace: ns},
+			Spec: batchv1.JobSpec{
+				Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever,
+					Containers:    []corev1.Container{{Name: "c", Image: "busybox"}},
+				}},
+			},
+		}
+		if _, err := cs.BatchV1().Jobs(ns).Create(ctx, job, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, "job succeeded", func() bool {
+			j, err := cs.BatchV1().Jobs(ns).Get(ctx, "once", metav1.GetOptions{})
+			return err == nil && j.Status.Succeeded == 1 && j.Status.CompletionTime != nil
+		})
+	})
+
+	t.Run("deleting an owner garbage-collects dependents", func(t *testing.T) {
+		owner, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dep := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Name: "dependent",
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID,
+			}},
+		}}
+		if _, err := cs.CoreV1().ConfigMaps(ns).Create(ctx, dep, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.AppsV1().Deployments(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.CoreV1().ConfigMaps(ns).Delete(ctx, owner.Name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, ctx, "dependent config map collected", func() bool {
+			_, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, "dependent", metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		})
+		waitFor(t, ctx, "deployment's replica set and pods collected", func() bool {
+			rs, err1 := cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+			pods, err2 := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+			return err1 == nil && err2 == nil && len(rs.Items) == 0 && len(pods.Items) == 0
+		})
+	})
+
+	t.Run("stop leaves nothing behind", func(t *testing.T) {
+		dir := c.Dir()
+		var pids []int
+		for _, p := range c.procs {
+			pids = append(pids, p.cmd.Process.Pid)
+		}
+		if err := c.Stop(); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, 0); err == nil {
+				t.Errorf("process %d still alive after Stop", pid)
+			}
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("dir %s still exists after Stop (err=%v)", dir, err)
+		}
+	})
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	if err := poll(ctx, 90*time.Second, func() (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}

@@ -1,0 +1,139 @@
+// Package operator wires Manta's controllers into one controller-runtime manager. `manta operator` runs it
+// against a real cluster; `manta dev` runs it in-process against the dev cluster.
+package operator
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Options are the operator's settings; flags in cmd/manta map onto them one to one.
+type Options struct {
+	MetricsAddr         string
+	HealthProbeAddr     string
+	LeaderElection      bool
+	LeaderElectionNS    string
+	WatchNamespaces     []string
+	ReconcileConcurrency int
+	// UseKubernetesProxy makes the operator reach Ray heads through the API server's services/proxy and
+	// pods/proxy subresources instead of connecting to pods directly.
+	UseKubernetesProxy bool
+	// ClusterDomain is used for direct connections: <svc>.<ns>.svc.<ClusterDomain>.
+	ClusterDomain string
+	// DefaultPodTemplate names a core/v1 PodTemplate (<namespace>/<name>) merged under every Ray pod.
+	DefaultPodTemplate string
+	// PullerImage is Manta's own image, from which ImagePullJob puller pods copy their tiny binary.
+	PullerImage string
+}
+
+// NodeTypeLabel is the label every Ray pod carries; the operator caches only pods with it.
+const NodeTypeLabel = "ray.io/node-type"
+
+// Scheme holds the types the operator reads and writes.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	for _, add := range schemeAdders {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// NewManager builds the manager with the cache scoped to what the controllers need: pods are cached only when
+// they carry ray.io/node-type (or are image pullers), so the operator's memory follows Ray pods, not the cluster.
+func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	scheme, err := Scheme()
+	if err != nil {
+		return nil, err
+	}
+	podSel, err := cachedPodSelector()
+	if err != nil {
+		return nil, err
+	}
+	cacheOpts := cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: podSel},
+		},
+	}
+	if len(opts.WatchNamespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range opts.WatchNamespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	metricsAddr := opts.MetricsAddr
+	if metricsAddr == "" {
+		metricsAddr = "0"
+	}
+	return ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  opts.HealthProbeAddr,
+		LeaderElection:          opts.LeaderElection,
+		LeaderElectionID:        "manta-operator-leader",
+		LeaderElectionNamespace: opts.LeaderElectionNS,
+	})
+}
+
+// cachedPodSelector selects Ray pods and Manta's image-puller pods.
+func cachedPodSelector() (labels.Selector, error) {
+	// A label selector cannot OR two keys, so the puller pods also carry ray.io/node-type=image-puller.
+	req, err := labels.NewRequirement(NodeTypeLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	return labels.NewSelector().Add(*req), nil
+}
+
+// Run starts the operator and blocks until ctx is done.
+func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
+	mgr, err := NewManager(cfg, opts)
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := Setup(mgr, opts); err != nil {
+		return err
+	}
+	if opts.HealthProbeAddr != "" && opts.HealthProbeAddr != "0" {
+		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+			return err
+		}
+		if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+			return err
+		}
+	}
+	return mgr.Start(ctx)
+}
+
+// Setup registers every controller with the manager.
+func Setup(mgr ctrl.Manager, opts Options) error {
+	for _, s := range setups {
+		if err := s(mgr, opts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// schemeAdders and setups list the API groups and controllers the operator runs; see controllers.go.
+var (
+	schemeAdders []func(*runtime.Scheme) error
+	setups       []func(ctrl.Manager, Options) error
+)
