@@ -1,0 +1,16 @@
+// Package ray is the operator's client for a Ray head's HTTP endpoints: the dashboard's Jobs API, the Serve REST
+// API, the dashboard's GCS health check, and the Serve HTTP proxy's health check.
+//
+// Requests reach the head through a Transport: either directly (http://<head-svc>.<ns>.svc.<domain>:<port>, or
+// the head pod's IP for Serve health) or through the Kubernetes API server's service and pod proxy subresources,
+// for operators that cannot reach pods. A Factory picks the transport from Options.UseKubernetesProxy.
+//
+// Every call takes a context and is bounded by the client's timeout. Failures are reported with typed errors that
+// controllers can act on with errors.Is: ErrNotFound, ErrAlreadySubmitted, ErrUnavailable (retry later),
+// ErrMalformedResponse; *APIError carries the HTTP status and body.
+package ray
+
+// The Kubernetes proxy transport needs the proxy subresources. DELETE /api/jobs/<id> through the service proxy is
+// authorised as the "delete" verb, so services/proxy needs it too.
+// +kubebuilder:rbac:groups="",resources=services/proxy,verbs=get;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods/proxy,verbs=get;create;update;patch

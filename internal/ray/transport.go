@@ -1,0 +1,158 @@
+package ray
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"k8s.io/client-go/rest"
+)
+
+// Transport sends requests to one Ray HTTP endpoint (the dashboard, or a Serve HTTP proxy).
+// path is the path on that endpoint, e.g. "/api/jobs/"; query may be nil.
+// A non-nil error means no usable HTTP answer came from Ray: such errors match ErrUnavailable.
+type Transport interface {
+	Do(ctx context.Context, method, path string, query url.Values, body io.Reader, header http.Header) (*http.Response, error)
+	// Endpoint describes where requests go, for messages.
+	Endpoint() string
+}
+
+// DirectTransport talks HTTP straight to base, e.g. http://ray-head-svc.default.svc.cluster.local:8265.
+type DirectTransport struct {
+	base   *url.URL
+	client *http.Client
+}
+
+// NewDirectTransport returns a transport to base. client may be nil (a default client without overall timeout;
+// callers bound requests with contexts).
+func NewDirectTransport(base string, client *http.Client) (*DirectTransport, error) {
+	u, err := url.Parse(strings.TrimSuffix(base, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("ray endpoint %q: %w", base, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("ray endpoint %q: want http(s)://host:port", base)
+	}
+	if client == nil {
+		client = &http.Client{}
+	}
+	return &DirectTransport{base: u, client: client}, nil
+}
+
+func (t *DirectTransport) Endpoint() string { return t.base.String() }
+
+func (t *DirectTransport) Do(ctx context.Context, method, path string, query url.Values, body io.Reader, header http.Header) (*http.Response, error) {
+	u := join(t.base, path, query)
+	resp, err := send(ctx, t.client, method, u, body, header)
+	if err != nil {
+		return nil, &transportError{method: method, url: u, cause: err}
+	}
+	return resp, nil
+}
+
+// ProxyTransport reaches a Ray endpoint through a Kubernetes API server proxy subresource:
+// <server>/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy or .../pods/<pod>:<port>/proxy.
+type ProxyTransport struct {
+	base   *url.URL
+	client *http.Client
+}
+
+// Kubernetes object names are DNS labels/subdomains, so the path segments need no escaping.
+
+// ServiceProxyPath is the API server path that proxies to port (a port name or number) of a Service.
+func ServiceProxyPath(namespace, service, port string) string {
+	return "/api/v1/namespaces/" + namespace + "/services/" + service + ":" + port + "/proxy"
+}
+
+// PodProxyPath is the API server path that proxies to port of a Pod.
+func PodProxyPath(namespace, pod, port string) string {
+	return "/api/v1/namespaces/" + namespace + "/pods/" + pod + ":" + port + "/proxy"
+}
+
+// NewProxyTransport returns a transport through the API server described by cfg to proxyPath (see
+// ServiceProxyPath, PodProxyPath). client must carry cfg's credentials (rest.HTTPClientFor(cfg)); it is shared
+// between transports so connections are reused.
+func NewProxyTransport(cfg *rest.Config, client *http.Client, proxyPath string) (*ProxyTransport, error) {
+	server, _, err := rest.DefaultServerUrlFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes proxy: %w", err)
+	}
+	base := *server
+	base.Path = strings.TrimSuffix(base.Path, "/") + proxyPath
+	base.RawPath = ""
+	if client == nil {
+		if client, err = rest.HTTPClientFor(cfg); err != nil {
+			return nil, fmt.Errorf("kubernetes proxy: %w", err)
+		}
+	}
+	return &ProxyTransport{base: &base, client: client}, nil
+}
+
+func (t *ProxyTransport) Endpoint() string { return t.base.String() }
+
+func (t *ProxyTransport) Do(ctx context.Context, method, path string, query url.Values, body io.Reader, header http.Header) (*http.Response, error) {
+	u := join(t.base, path, query)
+	resp, err := send(ctx, t.client, method, u, body, header)
+	if err != nil {
+		return nil, &transportError{method: method, url: u, cause: err}
+	}
+	if resp.StatusCode < 400 {
+		return resp, nil
+	}
+	// The API server answers for itself with a metav1.Status when it cannot proxy (no such Service or Pod, no
+	// endpoint, upstream unreachable, forbidden). Ray never answers with one. Such an answer must not be mistaken
+	// for Ray's own 404 ("job does not exist"): it means Ray cannot be reached.
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	_ = resp.Body.Close()
+	if msg, ok := apiServerStatus(resp.Header, raw); ok {
+		return nil, &APIError{Method: method, URL: u, StatusCode: resp.StatusCode, Body: msg, FromProxy: true, kind: ErrUnavailable}
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(raw))
+	return resp, nil
+}
+
+// apiServerStatus reports whether body is a metav1.Status written by the API server, and its message.
+func apiServerStatus(h http.Header, body []byte) (string, bool) {
+	if !strings.HasPrefix(h.Get("Content-Type"), "application/json") {
+		return "", false
+	}
+	var st struct {
+		Kind       string `json:"kind"`
+		APIVersion string `json:"apiVersion"`
+		Message    string `json:"message"`
+		Reason     string `json:"reason"`
+	}
+	if json.Unmarshal(body, &st) != nil || st.Kind != "Status" || st.APIVersion != "v1" {
+		return "", false
+	}
+	return strings.TrimSpace(st.Reason + ": " + st.Message), true
+}
+
+func join(base *url.URL, path string, query url.Values) string {
+	u := *base
+	u.Path = strings.TrimSuffix(base.Path, "/") + "/" + strings.TrimPrefix(path, "/")
+	u.RawPath = ""
+	u.RawQuery = ""
+	if len(query) > 0 {
+		u.RawQuery = query.Encode()
+	}
+	return u.String()
+}
+
+func send(ctx context.Context, c *http.Client, method, u string, body io.Reader, header http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	return c.Do(req)
+}
