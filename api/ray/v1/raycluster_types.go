@@ -17,7 +17,7 @@ const (
 )
 
 // RayClusterSpec is the desired state of a Ray cluster: one head group and any number of worker groups.
-// +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy)",message="the managedBy field is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy)",message="the managedBy field is immutable",fieldPath=".managedBy"
 type RayClusterSpec struct {
 	// UpgradeStrategy says what happens to the pods when the spec changes. Only for standalone RayClusters: a
 	// RayJob or RayService manages the upgrades of the clusters it owns.

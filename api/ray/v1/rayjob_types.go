@@ -138,7 +138,7 @@ type SubmitterConfig struct {
 
 // RayJobSpec is the desired state of a RayJob.
 // +kubebuilder:validation:XValidation:rule="!has(self.rayClusterSpec) || !has(self.rayClusterSpec.upgradeStrategy)",message="upgradeStrategy cannot be set on a RayCluster owned by a RayJob",fieldPath=".rayClusterSpec.upgradeStrategy"
-// +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy)",message="the managedBy field is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy)",message="the managedBy field is immutable",fieldPath=".managedBy"
 type RayJobSpec struct {
 	// ActiveDeadlineSeconds bounds the job's running time; the RayJob fails after it.
 	// +optional

@@ -44,7 +44,7 @@ type ClusterUpgradeOptions struct {
 
 // RayServiceSpec is the desired state of a RayService.
 // +kubebuilder:validation:XValidation:rule="!has(self.rayClusterConfig) || !has(self.rayClusterConfig.upgradeStrategy)",message="upgradeStrategy cannot be set on a RayCluster owned by a RayService",fieldPath=".rayClusterConfig.upgradeStrategy"
-// +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy)",message="the managedBy field is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.managedBy) == has(oldSelf.managedBy)",message="the managedBy field is immutable",fieldPath=".managedBy"
 type RayServiceSpec struct {
 	// RayClusterDeletionDelaySeconds is how long an old cluster lives after traffic left it (60 when unset).
 	// +kubebuilder:validation:Minimum=0

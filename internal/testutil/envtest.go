@@ -1,0 +1,126 @@
+// Package testutil holds helpers shared by Manta's tests.
+package testutil
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+)
+
+// ModulePath is the Go module path of the repository; RepoRoot looks for the go.mod that declares it.
+const ModulePath = "github.com/manta-dev/manta"
+
+// RepoRoot returns the root of the Manta repository: the nearest directory holding the go.mod of module
+// ModulePath, searched upwards from the working directory and then from this source file. Other go.mod files on
+// the way (hack/tools/...) are skipped.
+func RepoRoot() (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
+	for _, start := range starts {
+		for dir := start; ; dir = filepath.Dir(dir) {
+			if isModuleRoot(dir) {
+				return dir, nil
+			}
+			if filepath.Dir(dir) == dir {
+				break
+			}
+		}
+	}
+	return "", fmt.Errorf("no go.mod of module %s above %v", ModulePath, starts)
+}
+
+func isModuleRoot(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "module ") {
+			return strings.Trim(strings.TrimSpace(strings.TrimPrefix(line, "module ")), `"`) == ModulePath
+		}
+	}
+	return false
+}
+
+// MustRepoRoot is RepoRoot for tests: it fails the test when the root cannot be found.
+func MustRepoRoot(t testing.TB) string {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// Scheme returns a scheme with the built-in Kubernetes types and all of Manta's API groups.
+func Scheme() (*kruntime.Scheme, error) {
+	s := kruntime.NewScheme()
+	for _, add := range []func(*kruntime.Scheme) error{
+		clientgoscheme.AddToScheme,
+		rayv1.AddToScheme,
+		mantav1alpha1.AddToScheme,
+	} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// StartEnvtest starts a kube-apiserver and etcd (envtest) with Manta's CRDs from config/crd installed, and returns
+// its rest.Config and a client with Manta's scheme. The control plane is stopped when the test ends.
+// The binaries come from $KUBEBUILDER_ASSETS, or <repo>/bin when that is unset.
+func StartEnvtest(t testing.TB) (*rest.Config, client.Client) {
+	t.Helper()
+	root := MustRepoRoot(t)
+	scheme, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd")},
+		ErrorIfCRDPathMissing: true,
+		Scheme:                scheme,
+	}
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		env.BinaryAssetsDirectory = filepath.Join(root, "bin")
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		// A failed start can leave etcd or kube-apiserver running.
+		stopErr := env.Stop()
+		t.Fatalf("starting envtest (binaries from KUBEBUILDER_ASSETS or %s): %v", filepath.Join(root, "bin"), errors.Join(err, stopErr))
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stopping envtest: %v", err)
+		}
+	})
+	// envtest has waited for the CRDs to be served, so the client's REST mapper finds them.
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, cl
+}
