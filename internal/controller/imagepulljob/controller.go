@@ -1,0 +1,354 @@
+package imagepulljob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+)
+
+// Options configure the ImagePullJob controller.
+type Options struct {
+	// PullerImage is Manta's own image, which holds the puller binary. Default DefaultPullerImage.
+	PullerImage string
+	// PullerBinaryPath is the puller binary inside PullerImage. Default DefaultPullerBinaryPath.
+	PullerBinaryPath string
+	// RetryBackoff is the pause before the first retry on a node; it doubles per attempt up to 5 minutes.
+	// Default 10s.
+	RetryBackoff time.Duration
+	// PodSelectorResync is how often jobs with spec.podSelector re-read the pods they follow (those pods are not
+	// watched, to keep the cache to puller pods). Default 30s.
+	PodSelectorResync time.Duration
+	// MaxConcurrentReconciles defaults to 4.
+	MaxConcurrentReconciles int
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Reconciler reconciles ImagePullJobs.
+type Reconciler struct {
+	client    client.Client
+	apiReader client.Reader
+	// cache holds only puller pods (label selector) and trimmed Nodes, whatever the manager's cache holds.
+	cache    cache.Cache
+	recorder events.EventRecorder
+	opts     Options
+	exp      *expectations
+}
+
+// NewReconciler builds the controller from the manager's client, config and scheme. Register it with
+// SetupWithManager.
+func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
+	if opts.RetryBackoff <= 0 {
+		opts.RetryBackoff = defaultRetryBackoff
+	}
+	if opts.PodSelectorResync <= 0 {
+		opts.PodSelectorResync = defaultSelectorResync
+	}
+	if opts.MaxConcurrentReconciles <= 0 {
+		opts.MaxConcurrentReconciles = 4
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	c, err := newPullerCache(mgr)
+	if err != nil {
+		return nil, err
+	}
+	return &Reconciler{
+		client:    mgr.GetClient(),
+		apiReader: mgr.GetAPIReader(),
+		cache:     c,
+		recorder:  mgr.GetEventRecorder("imagepulljob-controller"),
+		opts:      opts,
+		exp:       newExpectations(),
+	}, nil
+}
+
+func newPullerCache(mgr ctrl.Manager) (cache.Cache, error) {
+	puller, err := labels.NewRequirement(LabelImagePuller, selection.Exists, nil)
+	if err != nil {
+		return nil, err
+	}
+	return cache.New(mgr.GetConfig(), cache.Options{
+		Scheme: mgr.GetScheme(),
+		Mapper: mgr.GetRESTMapper(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:  {Label: labels.NewSelector().Add(*puller), Transform: cache.TransformStripManagedFields()},
+			&corev1.Node{}: {Transform: trimNode},
+		},
+	})
+}
+
+// trimNode keeps what node selection reads, so a large cluster's Nodes cost little memory.
+func trimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	out := &corev1.Node{
+		TypeMeta: n.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels,
+			CreationTimestamp: n.CreationTimestamp, DeletionTimestamp: n.DeletionTimestamp,
+		},
+		Spec: corev1.NodeSpec{Taints: n.Spec.Taints, Unschedulable: n.Spec.Unschedulable},
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	for _, img := range n.Status.Images {
+		out.Status.Images = append(out.Status.Images, corev1.ContainerImage{Names: img.Names})
+	}
+	return out, nil
+}
+
+// SetupWithManager registers the controller, its pod and node cache, and its watches.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.Add(r.cache); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("imagepulljob").
+		For(&mantav1alpha1.ImagePullJob{}, builder.WithPredicates(predicate.Funcs{
+			// Our own status writes come back as updates; they are needed (pods are deleted once their node's
+			// outcome is stored), so only deletions are filtered out.
+			DeleteFunc: func(e event.DeleteEvent) bool {
+				r.exp.forget(e.Object.GetUID())
+				return false
+			},
+		})).
+		WatchesRawSource(source.Kind(r.cache, &corev1.Pod{},
+			handler.TypedEnqueueRequestForOwner[*corev1.Pod](mgr.GetScheme(), mgr.GetRESTMapper(), &mantav1alpha1.ImagePullJob{}, handler.OnlyControllerOwner()))).
+		WatchesRawSource(source.Kind(r.cache, &corev1.Node{},
+			handler.TypedEnqueueRequestsFromMapFunc(r.jobsForNode), nodeChanged())).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).
+		Complete(r)
+}
+
+// nodeChanged passes node events that can change a job's node set or an IfNotPresent decision; heartbeats do not.
+func nodeChanged() predicate.TypedPredicate[*corev1.Node] {
+	return predicate.TypedFuncs[*corev1.Node]{
+		UpdateFunc: func(e event.TypedUpdateEvent[*corev1.Node]) bool {
+			o, n := e.ObjectOld, e.ObjectNew
+			return !equality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+				!equality.Semantic.DeepEqual(o.Spec.Taints, n.Spec.Taints) ||
+				!equality.Semantic.DeepEqual(o.Status.Images, n.Status.Images) ||
+				nodeReady(o) != nodeReady(n) ||
+				(o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil)
+		},
+	}
+}
+
+// jobsForNode enqueues every unfinished job: any of them may select the node.
+func (r *Reconciler) jobsForNode(ctx context.Context, _ *corev1.Node) []reconcile.Request {
+	var jobs mantav1alpha1.ImagePullJobList
+	if err := r.client.List(ctx, &jobs); err != nil {
+		log.FromContext(ctx).Error(err, "listing ImagePullJobs for a node event")
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range jobs.Items {
+		if jobs.Items[i].Status.CompletionTime == nil {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&jobs.Items[i])})
+		}
+	}
+	return out
+}
+
+// +kubebuilder:rbac:groups=manta.dev,resources=imagepulljobs,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=manta.dev,resources=imagepulljobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
+// Reconcile reads the job, its puller pods and the nodes, computes the plan, writes the pod differences, then
+// writes status once if it changed.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx)
+	job := &mantav1alpha1.ImagePullJob{}
+	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if job.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	now := r.opts.Now()
+
+	if expiry, ok := ttlExpiry(job); ok && !now.Before(expiry) {
+		logger.V(1).Info("deleting finished ImagePullJob after ttlSecondsAfterFinished", "imagePullJob", klog.KObj(job))
+		uid := job.UID
+		err := r.client.Delete(ctx, job, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	var pods corev1.PodList
+	if err := r.cache.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{LabelJobUID: string(job.UID)}); err != nil {
+		return ctrl.Result{}, err
+	}
+	var nodes corev1.NodeList
+	if err := r.cache.List(ctx, &nodes); err != nil {
+		return ctrl.Result{}, err
+	}
+	var selectorPods []corev1.Pod
+	if job.Spec.PodSelector != nil && job.Status.CompletionTime == nil {
+		sel, err := metav1.LabelSelectorAsSelector(job.Spec.PodSelector)
+		if err != nil {
+			return ctrl.Result{}, r.reportInvalid(ctx, job, fmt.Sprintf("spec.podSelector is invalid: %v", err))
+		}
+		var list corev1.PodList
+		if err := r.apiReader.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+			return ctrl.Result{}, err
+		}
+		selectorPods = list.Items
+	}
+
+	p, err := computePlan(observed{
+		job:             job,
+		nodes:           nodes.Items,
+		pods:            pods.Items,
+		pendingCreates:  r.exp.observe(job.UID, pods.Items, now),
+		podSelectorPods: selectorPods,
+		now:             now,
+		retryBase:       r.opts.RetryBackoff,
+		podOptions:      PodOptions{PullerImage: r.opts.PullerImage, PullerBinaryPath: r.opts.PullerBinaryPath},
+	})
+	if err != nil {
+		return ctrl.Result{}, r.reportInvalid(ctx, job, fmt.Sprintf("spec.selector is invalid: %v", err))
+	}
+
+	podErr := errors.Join(r.deletePods(ctx, job, p.delete), r.createPods(ctx, job, p.create, now, &p.status))
+
+	if !equality.Semantic.DeepEqual(job.Status, p.status) {
+		job.Status = p.status
+		if err := r.client.Status().Update(ctx, job); err != nil {
+			return ctrl.Result{}, errors.Join(podErr, err)
+		}
+		r.emitEvents(job, p)
+	}
+	if podErr != nil {
+		return ctrl.Result{}, podErr
+	}
+
+	result := ctrl.Result{RequeueAfter: p.requeueAfter}
+	if expiry, ok := ttlExpiry(job); ok {
+		result.RequeueAfter = max(expiry.Sub(now), time.Second)
+	}
+	if job.Spec.PodSelector != nil && job.Status.CompletionTime == nil &&
+		(result.RequeueAfter == 0 || result.RequeueAfter > r.opts.PodSelectorResync) {
+		result.RequeueAfter = r.opts.PodSelectorResync
+	}
+	return result, nil
+}
+
+// reportInvalid records a spec problem the schema cannot catch (e.g. a malformed label selector value).
+func (r *Reconciler) reportInvalid(ctx context.Context, job *mantav1alpha1.ImagePullJob, msg string) error {
+	if job.Status.Message == msg {
+		return nil
+	}
+	job.Status.Message = msg
+	job.Status.ObservedGeneration = job.Generation
+	if err := r.client.Status().Update(ctx, job); err != nil {
+		return err
+	}
+	r.recorder.Eventf(job, nil, corev1.EventTypeWarning, "InvalidSpec", "Validate", msg)
+	return nil
+}
+
+func (r *Reconciler) deletePods(ctx context.Context, job *mantav1alpha1.ImagePullJob, pods []*corev1.Pod) error {
+	var todo []*corev1.Pod
+	for _, p := range pods {
+		if r.exp.shouldDelete(job.UID, p.UID) {
+			todo = append(todo, p)
+		}
+	}
+	errs := make([]error, len(todo))
+	workqueue.ParallelizeUntil(ctx, createParallelism, len(todo), func(i int) {
+		p := todo[i]
+		uid := p.UID
+		// Grace 0: a puller holds no state, and the slot should free at once.
+		err := r.client.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			r.exp.deleteFailed(job.UID, p.UID)
+			errs[i] = fmt.Errorf("deleting pod %s: %w", p.Name, err)
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// createPods creates the planned pods in parallel (bounded) and records them as expected. A pod that could not be
+// created is taken out of status.active.
+func (r *Reconciler) createPods(ctx context.Context, job *mantav1alpha1.ImagePullJob, pods []*corev1.Pod, now time.Time, st *mantav1alpha1.ImagePullJobStatus) error {
+	errs := make([]error, len(pods))
+	var mu sync.Mutex
+	workqueue.ParallelizeUntil(ctx, createParallelism, len(pods), func(i int) {
+		p := pods[i]
+		err := r.client.Create(ctx, p)
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			errs[i] = fmt.Errorf("creating pod %s on node %s: %w", p.Name, p.Spec.NodeName, err)
+			if podAttempt(p) == 1 {
+				mu.Lock()
+				st.Active--
+				mu.Unlock()
+			}
+			return
+		}
+		r.exp.created(job.UID, pendingPod{name: p.Name, node: p.Spec.NodeName, attempt: podAttempt(p), created: now})
+	})
+	return errors.Join(errs...)
+}
+
+// emitEvents runs after the status write succeeded, so events never describe a state that was not stored.
+func (r *Reconciler) emitEvents(job *mantav1alpha1.ImagePullJob, p plan) {
+	if n := len(p.newlyFailed); n > 0 && !(p.completed && job.Status.Message == MessageDeadlineExceeded) {
+		var parts []string
+		for i, f := range p.newlyFailed {
+			if i == 5 {
+				parts = append(parts, fmt.Sprintf("and %d more", n-5))
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%s (%s)", f.Name, f.Reason))
+		}
+		r.recorder.Eventf(job, nil, corev1.EventTypeWarning, "PullFailed", "Pull",
+			"image %s could not be pulled on %d node(s): %s", job.Spec.Image, n, strings.Join(parts, ", "))
+	}
+	if p.completed {
+		if job.Status.Message == MessageDeadlineExceeded {
+			r.recorder.Eventf(job, nil, corev1.EventTypeWarning, ReasonDeadlineExceeded, "Complete",
+				"job exceeded activeDeadlineSeconds: %d of %d nodes have the image", job.Status.Succeeded, job.Status.Desired)
+		} else {
+			r.recorder.Eventf(job, nil, corev1.EventTypeNormal, ReasonCompleted, "Complete",
+				"%d of %d nodes have the image, %d failed", job.Status.Succeeded, job.Status.Desired, job.Status.Failed)
+		}
+	}
+}
+
+var _ reconcile.Reconciler = &Reconciler{}

@@ -1,0 +1,178 @@
+package imagepulljob
+
+import (
+	"regexp"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+)
+
+// imageRefPattern is the grammar of github.com/distribution/reference (without IPv6 hosts). The CRD checks the same
+// pattern with CEL; ValidImage lets callers (the prepull reconciler, the REST API) check before creating a job.
+var imageRefPattern = regexp.MustCompile(`^(([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])([.]([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(:[0-9]+)?/)?[a-z0-9]+(([._]|__|[-]+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|[-]+)[a-z0-9]+)*)*(:[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$`)
+
+// ValidImage reports whether ref is an image reference the CRD accepts.
+func ValidImage(ref string) bool {
+	return len(ref) > 0 && len(ref) <= 512 && imageRefPattern.MatchString(ref)
+}
+
+// imageKey is a normalized image reference: the repository with its registry made explicit, and either a tag or
+// a digest. Kubelets report node images in normalized form ("docker.io/library/busybox:1.36"), users write short
+// forms ("busybox:1.36").
+type imageKey struct {
+	repo, tag, digest string
+}
+
+func parseImage(ref string) imageKey {
+	var k imageKey
+	if i := strings.Index(ref, "@"); i >= 0 {
+		ref, k.digest = ref[:i], ref[i+1:]
+	}
+	if i := strings.LastIndex(ref, ":"); i >= 0 && !strings.Contains(ref[i:], "/") {
+		ref, k.tag = ref[:i], ref[i+1:]
+	}
+	first, rest, found := strings.Cut(ref, "/")
+	switch {
+	case !found:
+		ref = "docker.io/library/" + ref
+	case !strings.ContainsAny(first, ".:") && first != "localhost":
+		ref = "docker.io/" + ref
+	case first == "index.docker.io":
+		ref = "docker.io/" + rest
+	}
+	if strings.HasPrefix(ref, "docker.io/") && !strings.Contains(strings.TrimPrefix(ref, "docker.io/"), "/") {
+		ref = "docker.io/library/" + strings.TrimPrefix(ref, "docker.io/")
+	}
+	if k.tag == "" && k.digest == "" {
+		k.tag = "latest"
+	}
+	k.repo = ref
+	return k
+}
+
+// nodeHasImage reports whether the node lists image in status.images. A reference with a digest matches only that
+// digest; a tag matches the same repository and tag.
+func nodeHasImage(node *corev1.Node, image string) bool {
+	want := parseImage(image)
+	for _, img := range node.Status.Images {
+		for _, name := range img.Names {
+			got := parseImage(name)
+			if got.repo != want.repo {
+				continue
+			}
+			if want.digest != "" {
+				if got.digest == want.digest {
+					return true
+				}
+				continue
+			}
+			if got.tag == want.tag {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// effectiveTolerations are the tolerations of the puller pods: every taint is tolerated unless the job says
+// otherwise (tainted GPU nodes are the ones that need large images most).
+func effectiveTolerations(job *mantav1alpha1.ImagePullJob) []corev1.Toleration {
+	if job.Spec.Tolerations == nil {
+		return []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	}
+	return job.Spec.Tolerations
+}
+
+// toleratesNode reports whether pods with these tolerations may run on the node: every NoSchedule and NoExecute
+// taint must be tolerated. PreferNoSchedule taints are ignored, as the scheduler does.
+func toleratesNode(tolerations []corev1.Toleration, node *corev1.Node) bool {
+	for i := range node.Spec.Taints {
+		taint := &node.Spec.Taints[i]
+		if taint.Effect == corev1.TaintEffectPreferNoSchedule {
+			continue
+		}
+		tolerated := false
+		for j := range tolerations {
+			if tolerations[j].ToleratesTaint(klog.Background(), taint, false) {
+				tolerated = true
+				break
+			}
+		}
+		if !tolerated {
+			return false
+		}
+	}
+	return true
+}
+
+func nodeReady(node *corev1.Node) bool {
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// eligibleNode says whether a puller pod can run on the node now: Ready, not being deleted, Linux (the puller
+// binary is a Linux executable), and with every hard taint tolerated.
+func eligibleNode(node *corev1.Node, tolerations []corev1.Toleration) bool {
+	if node.DeletionTimestamp != nil || !nodeReady(node) {
+		return false
+	}
+	if os, ok := node.Labels[corev1.LabelOSStable]; ok && os != "linux" {
+		return false
+	}
+	return toleratesNode(tolerations, node)
+}
+
+// SelectNodes returns the sorted names of the eligible nodes the job targets: the nodes named in spec.selector, or
+// matching its label selector, or running pods matched by spec.podSelector (podSelectorPods are the pods of the job's
+// namespace), or every node.
+func SelectNodes(job *mantav1alpha1.ImagePullJob, nodes []corev1.Node, podSelectorPods []corev1.Pod) ([]string, error) {
+	tolerations := effectiveTolerations(job)
+	var match func(*corev1.Node) bool
+	switch sel := job.Spec.Selector; {
+	case job.Spec.PodSelector != nil:
+		s, err := metav1.LabelSelectorAsSelector(job.Spec.PodSelector)
+		if err != nil {
+			return nil, err
+		}
+		hosts := sets.New[string]()
+		for i := range podSelectorPods {
+			p := &podSelectorPods[i]
+			if p.Spec.NodeName == "" || p.DeletionTimestamp != nil || p.Labels[LabelImagePuller] != "" ||
+				p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || !s.Matches(labels.Set(p.Labels)) {
+				continue
+			}
+			hosts.Insert(p.Spec.NodeName)
+		}
+		match = func(n *corev1.Node) bool { return hosts.Has(n.Name) }
+	case sel != nil && len(sel.Names) > 0:
+		names := sets.New(sel.Names...)
+		match = func(n *corev1.Node) bool { return names.Has(n.Name) }
+	case sel != nil:
+		s, err := metav1.LabelSelectorAsSelector(&sel.LabelSelector)
+		if err != nil {
+			return nil, err
+		}
+		match = func(n *corev1.Node) bool { return s.Matches(labels.Set(n.Labels)) }
+	default:
+		match = func(*corev1.Node) bool { return true }
+	}
+	var out []string
+	for i := range nodes {
+		if match(&nodes[i]) && eligibleNode(&nodes[i], tolerations) {
+			out = append(out, nodes[i].Name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
