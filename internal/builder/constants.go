@@ -1,0 +1,82 @@
+// Package builder turns a RayCluster spec into the objects the operator creates: head and worker pods, Services,
+// the autoscaler's ServiceAccount/Role/RoleBinding, the `ray start` command, the template hash. Every function here
+// is pure: no client, no clock, no randomness, so the controllers stay thin and the builders are table-tested.
+package builder
+
+// Label keys on Ray pods and Services (kuberay-compat.md §2). Real clients select on these.
+const (
+	LabelIsRayNode    = "ray.io/is-ray-node"
+	LabelCluster      = "ray.io/cluster"
+	LabelNodeType     = "ray.io/node-type"
+	LabelGroup        = "ray.io/group"
+	LabelIdentifier   = "ray.io/identifier"
+	LabelServe        = "ray.io/serve"
+	LabelAppName      = "app.kubernetes.io/name"
+	LabelCreatedBy    = "app.kubernetes.io/created-by"
+	LabelOriginCRD    = "ray.io/originated-from-crd"
+	LabelOriginCRName = "ray.io/originated-from-cr-name"
+	// LabelSchedulerName selects a KubeRay batch-scheduler plugin (volcano, yunikorn, kai-scheduler).
+	LabelSchedulerName = "ray.io/scheduler-name"
+
+	AppNameValue   = "kuberay"
+	CreatedByValue = "kuberay-operator"
+
+	NodeTypeHead   = "head"
+	NodeTypeWorker = "worker"
+	HeadGroupName  = "headgroup"
+)
+
+// Annotation keys.
+const (
+	// AnnotationPodTemplateHash is stamped on every pod: the hash of the user's spec the pod was built from.
+	AnnotationPodTemplateHash = "ray.io/pod-template-hash"
+	AnnotationFTEnabled       = "ray.io/ft-enabled"
+	// AnnotationOverwriteContainerCmd set to "true" keeps the user's command untouched.
+	AnnotationOverwriteContainerCmd = "ray.io/overwrite-container-cmd"
+	// AnnotationEnableServeService set to "true" on a RayCluster asks for <cluster>-serve-svc.
+	AnnotationEnableServeService = "ray.io/enable-serve-service"
+	// AnnotationGangScheduling asks a batch scheduler for gang scheduling.
+	AnnotationGangScheduling = "ray.io/gang-scheduling-enabled"
+	// AnnotationExternalStorageNamespace belongs to GCS fault tolerance.
+	AnnotationExternalStorageNamespace = "ray.io/external-storage-namespace"
+)
+
+// Default ports and port names (kuberay-compat.md §2–3).
+const (
+	DefaultGCSPort            = 6379
+	DefaultDashboardPort      = 8265
+	DefaultClientPort         = 10001
+	DefaultServePort          = 8000
+	DefaultMetricsPort        = 8080
+	DefaultDashboardAgentPort = 52365
+
+	GCSPortName       = "gcs-server"
+	DashboardPortName = "dashboard"
+	ClientPortName    = "client"
+	ServePortName     = "serve"
+	MetricsPortName   = "metrics"
+)
+
+// Container and volume names the builders add.
+const (
+	RayContainerIndex        = 0
+	AutoscalerContainerName  = "autoscaler"
+	WaitGCSInitContainerName = "wait-gcs-ready"
+	SharedMemVolumeName      = "shared-mem"
+	SharedMemMountPath       = "/dev/shm"
+	RayLogsVolumeName        = "ray-logs"
+	RayLogsMountPath         = "/tmp/ray"
+)
+
+// Values written into the pods' environment.
+const (
+	OperatorVersion = "manta"
+	CRDVersion      = "v1"
+)
+
+// Kinds that may own a RayCluster.
+const (
+	KindRayCluster = "RayCluster"
+	KindRayJob     = "RayJob"
+	KindRayService = "RayService"
+)

@@ -1,0 +1,86 @@
+package builder
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+)
+
+// maxNameLen is the limit of a DNS-1123 label (Service names, label values).
+const maxNameLen = 63
+
+// generatedSuffixLen is what the API server appends to a generateName.
+const generatedSuffixLen = 5
+
+// fitName returns name unchanged when it fits max characters, else a prefix of it plus a short hash of the whole
+// name, so two long names that share a prefix still differ.
+func fitName(name string, max int) string {
+	if len(name) <= max {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	h := hex.EncodeToString(sum[:])[:8]
+	prefix := strings.TrimRight(name[:max-len(h)-1], "-.")
+	return prefix + "-" + h
+}
+
+// sanitize lower-cases s and replaces what a DNS-1123 label cannot hold with '-'.
+func sanitize(s string) string {
+	b := []byte(strings.ToLower(s))
+	for i, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			b[i] = '-'
+		}
+	}
+	return strings.Trim(string(b), "-")
+}
+
+// generateNamePrefix makes a generateName that leaves room for the API server's random suffix.
+func generateNamePrefix(base string) string {
+	return fitName(sanitize(base), maxNameLen-generatedSuffixLen-1) + "-"
+}
+
+// HeadPodGenerateName is the generateName of the head pod: <cluster>-head-.
+func HeadPodGenerateName(c *rayv1.RayCluster) string { return generateNamePrefix(c.Name + "-head") }
+
+// WorkerPodGenerateName is the generateName of a worker pod: <cluster>-<group>-worker-.
+func WorkerPodGenerateName(c *rayv1.RayCluster, group string) string {
+	return generateNamePrefix(c.Name + "-" + group + "-worker")
+}
+
+// HeadServiceName is <cluster>-head-svc, or the name the user gave headGroupSpec.headService.
+func HeadServiceName(c *rayv1.RayCluster) string {
+	if hs := c.Spec.HeadGroupSpec.HeadService; hs != nil && hs.Name != "" {
+		return hs.Name
+	}
+	return fitName(c.Name+"-head-svc", maxNameLen)
+}
+
+// ServeServiceName is <cluster>-serve-svc.
+func ServeServiceName(c *rayv1.RayCluster) string { return fitName(c.Name+"-serve-svc", maxNameLen) }
+
+// HeadlessWorkerServiceName is <cluster>-headless, the Service multi-host worker groups resolve each other by.
+func HeadlessWorkerServiceName(c *rayv1.RayCluster) string {
+	return fitName(c.Name+"-headless", maxNameLen)
+}
+
+// AutoscalerServiceAccountName is the head template's serviceAccountName, or the cluster's name.
+func AutoscalerServiceAccountName(c *rayv1.RayCluster) string {
+	if sa := c.Spec.HeadGroupSpec.Template.Spec.ServiceAccountName; sa != "" {
+		return sa
+	}
+	return fitName(c.Name, maxNameLen)
+}
+
+// AutoscalerRoleName names the Role and RoleBinding of the autoscaler: the cluster's name.
+func AutoscalerRoleName(c *rayv1.RayCluster) string { return fitName(c.Name, maxNameLen) }
+
+// HeadServiceFQDN is <head-svc>.<ns>.svc.<domain>.
+func HeadServiceFQDN(c *rayv1.RayCluster, domain string) string {
+	if domain == "" {
+		domain = "cluster.local"
+	}
+	return HeadServiceName(c) + "." + c.Namespace + ".svc." + domain
+}

@@ -1,0 +1,418 @@
+package builder
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+)
+
+// PodOptions are the inputs of a pod that do not come from the RayCluster.
+type PodOptions struct {
+	// ClusterDomain is the DNS domain of Services; empty means cluster.local.
+	ClusterDomain string
+	// DefaultTemplate is merged under the user's template (see MergePodTemplate); nil means none.
+	DefaultTemplate *corev1.PodTemplateSpec
+	// TemplateHash is stamped on the pod as ray.io/pod-template-hash; see TemplateHash.
+	TemplateHash string
+}
+
+// HeadPod builds the head pod of c from the user's head template.
+func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
+	h := &c.Spec.HeadGroupSpec
+	pod := podFromTemplate(c, h.Template, o, NodeTypeHead, HeadGroupName, HeadPodGenerateName(c))
+	if pod == nil {
+		return nil
+	}
+	pod.Annotations[AnnotationFTEnabled] = "false"
+	if originCRD(c) == KindRayService {
+		pod.Labels[LabelServe] = "false"
+	}
+	ray := &pod.Spec.Containers[RayContainerIndex]
+	port := headPort(c)
+	autoscaling := AutoscalingEnabled(c)
+
+	startCmd := RayStartCommand(StartParams{
+		Head: true, Params: h.RayStartParams, Resources: ray.Resources, Overrides: h.Resources, Labels: h.Labels,
+		NoMonitor: autoscaling,
+	})
+	setRayContainer(ray, pod, startCmd)
+	setEnv(ray, "RAY_PORT", strconv.Itoa(port))
+	setEnv(ray, "RAY_ADDRESS", "127.0.0.1:"+strconv.Itoa(port))
+	setEnv(ray, "RAY_USAGE_STATS_EXTRA_TAGS", "kuberay_version="+OperatorVersion+";kuberay_crd="+originCRDOr(c, KindRayCluster))
+	if v := autoscalerVersion(c); v == rayv1.AutoscalerVersionV2 {
+		setEnv(ray, "RAY_enable_autoscaler_v2", "true")
+	} else if v == rayv1.AutoscalerVersionV1 {
+		setEnv(ray, "RAY_enable_autoscaler_v2", "false")
+	}
+	setProbes(ray, c.Spec.RayVersion, true, false)
+	if autoscaling {
+		addRayLogsVolume(pod)
+		pod.Spec.Containers = append(pod.Spec.Containers, AutoscalerContainer(c, ray.Image))
+		pod.Spec.ServiceAccountName = AutoscalerServiceAccountName(c)
+	}
+	return pod
+}
+
+// WorkerPod builds one worker pod of group g of c from the user's worker template.
+func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *corev1.Pod {
+	pod := podFromTemplate(c, g.Template, o, NodeTypeWorker, g.GroupName, WorkerPodGenerateName(c, g.GroupName))
+	if pod == nil {
+		return nil
+	}
+	if originCRD(c) == KindRayService {
+		pod.Labels[LabelServe] = "true"
+	}
+	ray := &pod.Spec.Containers[RayContainerIndex]
+	port := headPort(c)
+	fqdn := HeadServiceFQDN(c, o.ClusterDomain)
+	addr := fqdn + ":" + strconv.Itoa(port)
+
+	startCmd := RayStartCommand(StartParams{
+		Params: g.RayStartParams, Resources: ray.Resources, Overrides: g.Resources, Labels: g.Labels, HeadAddress: addr,
+	})
+	setRayContainer(ray, pod, startCmd)
+	setEnv(ray, "FQ_RAY_IP", fqdn)
+	setEnv(ray, "RAY_IP", HeadServiceName(c))
+	setEnv(ray, "RAY_PORT", strconv.Itoa(port))
+	setEnv(ray, "RAY_ADDRESS", addr)
+	setProbes(ray, c.Spec.RayVersion, false, originCRD(c) == KindRayService)
+	if AutoscalingEnabled(c) {
+		addRayLogsVolume(pod)
+	}
+	pod.Spec.InitContainers = append(pod.Spec.InitContainers, waitGCSContainer(ray, fqdn, addr))
+	return pod
+}
+
+// podFromTemplate does what head and worker pods share: merge the default template, copy the user's template
+// whole, then add the labels, annotations, owner, env, ports, command and /dev/shm KubeRay adds.
+func podFromTemplate(c *rayv1.RayCluster, tmpl corev1.PodTemplateSpec, o PodOptions, nodeType, group, generateName string) *corev1.Pod {
+	t := tmpl.DeepCopy()
+	if o.DefaultTemplate != nil {
+		merged, err := MergePodTemplate(o.DefaultTemplate, t)
+		if err == nil {
+			t = merged
+		}
+	}
+	if len(t.Spec.Containers) == 0 {
+		return nil
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName:    generateName,
+			Namespace:       c.Namespace,
+			Labels:          podLabels(c, t.Labels, nodeType, group),
+			Annotations:     map[string]string{},
+			OwnerReferences: []metav1.OwnerReference{*OwnerReference(c)},
+		},
+		Spec: t.Spec,
+	}
+	for k, v := range t.Annotations {
+		pod.Annotations[k] = v
+	}
+	if v := c.Annotations[AnnotationOverwriteContainerCmd]; v != "" {
+		pod.Annotations[AnnotationOverwriteContainerCmd] = v
+	}
+	if o.TemplateHash != "" {
+		pod.Annotations[AnnotationPodTemplateHash] = o.TemplateHash
+	}
+	if autoscalerVersion(c) == rayv1.AutoscalerVersionV2 && pod.Spec.RestartPolicy == "" {
+		// Autoscaler v2 replaces dead Ray nodes itself; a restarted container would rejoin as a stranger.
+		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	}
+	addSharedMemory(pod, c, group)
+	return pod
+}
+
+// OwnerReference makes c the controller of an object, so garbage collection removes it with c.
+func OwnerReference(c *rayv1.RayCluster) *metav1.OwnerReference {
+	return metav1.NewControllerRef(c, rayv1.GroupVersion.WithKind(KindRayCluster))
+}
+
+// podLabels are KubeRay's labels; the template's labels are kept but cannot override the three the operator and
+// its clients select on.
+func podLabels(c *rayv1.RayCluster, tmpl map[string]string, nodeType, group string) map[string]string {
+	identifier := c.Name + "-" + nodeType
+	l := map[string]string{
+		LabelIsRayNode:  "yes",
+		LabelIdentifier: fitName(identifier, maxNameLen),
+		LabelAppName:    AppNameValue,
+		LabelCreatedBy:  CreatedByValue,
+	}
+	for k, v := range tmpl {
+		l[k] = v
+	}
+	l[LabelCluster] = c.Name
+	l[LabelNodeType] = nodeType
+	l[LabelGroup] = validLabelValue(group)
+	return l
+}
+
+// validLabelValue keeps a group name usable as a label value (group names are not constrained by the CRD).
+func validLabelValue(v string) string {
+	if len(validation.IsValidLabelValue(v)) == 0 {
+		return v
+	}
+	return fitName(sanitize(v), maxNameLen)
+}
+
+// SelectorLabels select the pods of one node type of c.
+func SelectorLabels(c *rayv1.RayCluster, nodeType string) map[string]string {
+	return map[string]string{
+		LabelCluster:    c.Name,
+		LabelNodeType:   nodeType,
+		LabelIdentifier: fitName(c.Name+"-"+nodeType, maxNameLen),
+		LabelAppName:    AppNameValue,
+		LabelCreatedBy:  CreatedByValue,
+	}
+}
+
+// setRayContainer applies what head and worker Ray containers share.
+func setRayContainer(ray *corev1.Container, pod *corev1.Pod, startCmd string) {
+	if !keepsUserCommand(ray, pod.Annotations) {
+		ray.Command, ray.Args = ContainerCommand(ray, startCmd)
+	}
+	if !hasPort(ray, MetricsPortName, DefaultMetricsPort) {
+		ray.Ports = append(ray.Ports, corev1.ContainerPort{Name: MetricsPortName, ContainerPort: DefaultMetricsPort, Protocol: corev1.ProtocolTCP})
+	}
+	setEnv(ray, "KUBERAY_GEN_RAY_START_CMD", startCmd)
+	setEnvFrom(ray, "RAY_CLUSTER_NAME", "metadata.labels['"+LabelCluster+"']")
+	setEnvFrom(ray, "RAY_CLUSTER_NAMESPACE", "metadata.namespace")
+	setEnvFrom(ray, "RAY_CLOUD_INSTANCE_ID", "metadata.name")
+	setEnvFrom(ray, "RAY_NODE_TYPE_NAME", "metadata.labels['"+LabelGroup+"']")
+	setEnv(ray, "RAY_USAGE_STATS_KUBERAY_IN_USE", "1")
+	setEnv(ray, "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE", "1")
+}
+
+func hasPort(c *corev1.Container, name string, port int32) bool {
+	for _, p := range c.Ports {
+		if p.Name == name || p.ContainerPort == port {
+			return true
+		}
+	}
+	return false
+}
+
+// setEnv adds an env var unless the user already set one with that name: the user's template wins.
+func setEnv(c *corev1.Container, name, value string) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return
+		}
+	}
+	c.Env = append(c.Env, corev1.EnvVar{Name: name, Value: value})
+}
+
+func setEnvFrom(c *corev1.Container, name, fieldPath string) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return
+		}
+	}
+	c.Env = append(c.Env, corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: fieldPath},
+	}})
+}
+
+// headPort is the GCS port: rayStartParams port, or 6379.
+func headPort(c *rayv1.RayCluster) int {
+	if p, err := strconv.Atoi(c.Spec.HeadGroupSpec.RayStartParams["port"]); err == nil && p > 0 {
+		return p
+	}
+	return DefaultGCSPort
+}
+
+// addSharedMemory mounts a memory-backed emptyDir at /dev/shm sized to the Ray container's memory, unless Ray was
+// told to put its object store elsewhere or the user mounted something there.
+func addSharedMemory(pod *corev1.Pod, c *rayv1.RayCluster, group string) {
+	params := c.Spec.HeadGroupSpec.RayStartParams
+	if group != HeadGroupName {
+		for i := range c.Spec.WorkerGroupSpecs {
+			if c.Spec.WorkerGroupSpecs[i].GroupName == group {
+				params = c.Spec.WorkerGroupSpecs[i].RayStartParams
+			}
+		}
+	}
+	if _, ok := params["plasma-directory"]; ok {
+		return
+	}
+	ray := &pod.Spec.Containers[RayContainerIndex]
+	for _, m := range ray.VolumeMounts {
+		if m.MountPath == SharedMemMountPath {
+			return
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == SharedMemVolumeName {
+			return
+		}
+	}
+	size := ray.Resources.Limits.Memory()
+	if size.IsZero() {
+		size = ray.Resources.Requests.Memory()
+	}
+	ed := &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}
+	if !size.IsZero() {
+		ed.SizeLimit = ptr.To(size.DeepCopy())
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: SharedMemVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: ed}})
+	ray.VolumeMounts = append(ray.VolumeMounts, corev1.VolumeMount{Name: SharedMemVolumeName, MountPath: SharedMemMountPath})
+}
+
+// addRayLogsVolume shares /tmp/ray between the Ray container and the autoscaler, which reads Ray's logs.
+func addRayLogsVolume(pod *corev1.Pod) {
+	ray := &pod.Spec.Containers[RayContainerIndex]
+	for _, m := range ray.VolumeMounts {
+		if m.MountPath == RayLogsMountPath {
+			return
+		}
+	}
+	hasVolume := false
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == RayLogsVolumeName {
+			hasVolume = true
+		}
+	}
+	if !hasVolume {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: RayLogsVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	}
+	ray.VolumeMounts = append(ray.VolumeMounts, corev1.VolumeMount{Name: RayLogsVolumeName, MountPath: RayLogsMountPath})
+}
+
+// setProbes adds liveness and readiness probes the user did not set (kuberay-compat.md §3).
+func setProbes(ray *corev1.Container, rayVersion string, head, serveWorker bool) {
+	timeout := int32(2)
+	if head {
+		timeout = 5
+	}
+	handler := func(readiness bool) corev1.ProbeHandler {
+		if versionAtLeast(rayVersion, 2, 53, 0) && !(readiness && serveWorker) {
+			return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/api/healthz", Port: intstr.FromInt32(DefaultDashboardAgentPort)}}
+		}
+		checks := []string{fmt.Sprintf("wget --tries 1 -T 2 -q -O- http://localhost:%d/api/local_raylet_healthz | grep success", DefaultDashboardAgentPort)}
+		if head {
+			checks = append(checks, fmt.Sprintf("wget --tries 1 -T 10 -q -O- http://localhost:%d/api/gcs_healthz | grep success", DefaultDashboardPort))
+		}
+		if readiness && serveWorker {
+			checks = append(checks, fmt.Sprintf("wget --tries 1 -T 2 -q -O- http://localhost:%d/-/healthz | grep success", servePort(ray)))
+		}
+		return corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"bash", "-c", strings.Join(checks, " && ")}}}
+	}
+	if ray.LivenessProbe == nil {
+		ray.LivenessProbe = &corev1.Probe{ProbeHandler: handler(false), InitialDelaySeconds: 30, TimeoutSeconds: timeout, PeriodSeconds: 5, SuccessThreshold: 1, FailureThreshold: 120}
+	}
+	if ray.ReadinessProbe == nil {
+		failures := int32(10)
+		if serveWorker {
+			failures = 1
+		}
+		ray.ReadinessProbe = &corev1.Probe{ProbeHandler: handler(true), InitialDelaySeconds: 10, TimeoutSeconds: timeout, PeriodSeconds: 5, SuccessThreshold: 1, FailureThreshold: failures}
+	}
+}
+
+func servePort(c *corev1.Container) int32 {
+	for _, p := range c.Ports {
+		if p.Name == ServePortName {
+			return p.ContainerPort
+		}
+	}
+	return DefaultServePort
+}
+
+// versionAtLeast compares a Ray version such as "2.53.0"; an empty or unparsable version is old.
+func versionAtLeast(v string, major, minor, patch int) bool {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	nums := [3]int{}
+	for i := range parts {
+		digits := parts[i]
+		if j := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); j >= 0 {
+			digits = digits[:j]
+		}
+		n, err := strconv.Atoi(digits)
+		if err != nil {
+			return false
+		}
+		nums[i] = n
+	}
+	want := [3]int{major, minor, patch}
+	for i := range nums {
+		if nums[i] != want[i] {
+			return nums[i] > want[i]
+		}
+	}
+	return true
+}
+
+// waitGCSContainer holds a worker back until the head's GCS answers, so Ray does not burn its connect retries.
+func waitGCSContainer(ray *corev1.Container, fqdn, addr string) corev1.Container {
+	script := fmt.Sprintf(`SECONDS=0
+while true; do
+  if ray health-check --address %s > /dev/null 2>&1; then echo "GCS is ready."; break; fi
+  echo "$SECONDS seconds elapsed: waiting for the GCS at %s"
+  sleep 5
+done`, addr, addr)
+	q := func(s string) resource.Quantity { return resource.MustParse(s) }
+	c := corev1.Container{
+		Name:            WaitGCSInitContainerName,
+		Image:           ray.Image,
+		ImagePullPolicy: ray.ImagePullPolicy,
+		Command:         []string{"/bin/bash", "-lc", "--"},
+		Args:            []string{script},
+		Env:             append([]corev1.EnvVar(nil), ray.Env...),
+		VolumeMounts:    append([]corev1.VolumeMount(nil), ray.VolumeMounts...),
+		SecurityContext: ray.SecurityContext.DeepCopy(),
+		Resources: corev1.ResourceRequirements{
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: q("200m"), corev1.ResourceMemory: q("256Mi")},
+			Requests: corev1.ResourceList{corev1.ResourceCPU: q("200m"), corev1.ResourceMemory: q("256Mi")},
+		},
+	}
+	setEnv(&c, "FQ_RAY_IP", fqdn)
+	setEnv(&c, "RAY_IP", strings.SplitN(fqdn, ".", 2)[0])
+	return c
+}
+
+// AutoscalingEnabled says whether the autoscaler sidecar runs.
+func AutoscalingEnabled(c *rayv1.RayCluster) bool {
+	return ptr.Deref(c.Spec.EnableInTreeAutoscaling, false)
+}
+
+// autoscalerVersion is the explicitly requested autoscaler version (options, or RAY_enable_autoscaler_v2 in the
+// head's Ray container), "" when Ray decides.
+func autoscalerVersion(c *rayv1.RayCluster) rayv1.AutoscalerVersion {
+	if !AutoscalingEnabled(c) {
+		return ""
+	}
+	if o := c.Spec.AutoscalerOptions; o != nil && o.Version != nil {
+		return *o.Version
+	}
+	if cs := c.Spec.HeadGroupSpec.Template.Spec.Containers; len(cs) > 0 {
+		for _, e := range cs[RayContainerIndex].Env {
+			if e.Name == "RAY_enable_autoscaler_v2" {
+				switch strings.ToLower(e.Value) {
+				case "1", "true":
+					return rayv1.AutoscalerVersionV2
+				case "0", "false":
+					return rayv1.AutoscalerVersionV1
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func originCRD(c *rayv1.RayCluster) string { return c.Labels[LabelOriginCRD] }
+
+func originCRDOr(c *rayv1.RayCluster, def string) string {
+	if o := originCRD(c); o != "" {
+		return o
+	}
+	return def
+}
