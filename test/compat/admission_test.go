@@ -112,6 +112,12 @@ func testSamplesApply(t *testing.T, dyn dynamic.Interface, ns string) {
 	if len(files) == 0 {
 		t.Fatalf("no samples in %s", dir)
 	}
+	// Manta's own samples too.
+	own, err := filepath.Glob(filepath.Join(testutil.MustRepoRoot(t), "config", "samples", "*.yaml"))
+	if err != nil || len(own) == 0 {
+		t.Fatalf("no samples in config/samples: %v", err)
+	}
+	files = append(files, own...)
 	applied := 0
 	for _, file := range files {
 		data, err := os.ReadFile(file)

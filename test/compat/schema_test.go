@@ -27,6 +27,14 @@ var addedEnums = map[string][]string{
 	"ray.io_rayservices.yaml .spec.upgradeStrategy.type": {"NewCluster", "NewClusterWithIncrementalUpgrade", "None"},
 }
 
+// groupNameLists are the worker group lists that Manta makes list-maps keyed by groupName, so that group names are
+// unique (KubeRay's are atomic lists and the operator checks uniqueness later).
+var groupNameLists = []string{
+	"ray.io_rayclusters.yaml .spec.workerGroupSpecs",
+	"ray.io_rayjobs.yaml .spec.rayClusterSpec.workerGroupSpecs",
+	"ray.io_rayservices.yaml .spec.rayClusterConfig.workerGroupSpecs",
+}
+
 // coreFields name the fields whose schema comes from Kubernetes types (corev1, networkingv1, metav1). Their enums
 // and defaults follow the Kubernetes version and are not compared; their field paths and types are.
 var coreFields = []string{
@@ -127,6 +135,14 @@ func compareSchemas(file string, kuberay, manta *apiextensionsv1.JSONSchemaProps
 		if k.XEmbeddedResource != m.XEmbeddedResource {
 			bad(path, "x-kubernetes-embedded-resource %v, KubeRay has %v", m.XEmbeddedResource, k.XEmbeddedResource)
 		}
+		if k.XMapType != nil && !reflect.DeepEqual(k.XMapType, m.XMapType) {
+			bad(path, "x-kubernetes-map-type differs from KubeRay's %q", *k.XMapType)
+		}
+		if !reflect.DeepEqual(k.XListType, m.XListType) || !reflect.DeepEqual(k.XListMapKeys, m.XListMapKeys) {
+			if !slices.Contains(groupNameLists, file+" "+path) {
+				bad(path, "list type %v %v, KubeRay has %v %v", ptrString(m.XListType), m.XListMapKeys, ptrString(k.XListType), k.XListMapKeys)
+			}
+		}
 		if k.Nullable != m.Nullable {
 			bad(path, "nullable %v, KubeRay has %v", m.Nullable, k.Nullable)
 		}
@@ -187,6 +203,13 @@ func quoted(values []string) []string {
 		out = append(out, strconv.Quote(v))
 	}
 	return out
+}
+
+func ptrString(p *string) string {
+	if p == nil {
+		return "<none>"
+	}
+	return *p
 }
 
 func jsonValue(j *apiextensionsv1.JSON) string {
