@@ -6,6 +6,7 @@ package devcluster
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -85,7 +87,7 @@ type Cluster struct {
 
 // Start brings up a dev cluster and returns when the API server answers, the CRDs are established and every fake
 // node is Ready. On error, everything started so far is stopped.
-func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
@@ -112,7 +114,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		}
 	}
 
-	c = &Cluster{opts: opts, dir: opts.Dir}
+	c := &Cluster{opts: opts, dir: opts.Dir}
 	if c.dir == "" {
 		// Short paths: etcd and the components put sockets and files here.
 		c.dir, err = os.MkdirTemp("", "manta-dev-")
@@ -126,7 +128,6 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	defer func() {
 		if err != nil {
 			_ = c.Stop()
-			c = nil
 		}
 	}()
 	start := time.Now()
@@ -208,6 +209,8 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
+		// Loopback cannot back the kubernetes Service's endpoints; nothing in the dev cluster needs them.
+		"--endpoint-reconciler-type=none",
 		"--secure-port="+strconv.Itoa(apiPort),
 		"--tls-cert-file="+pki.servingCert, "--tls-private-key-file="+pki.servingKey,
 		"--client-ca-file="+pki.caCert,
@@ -331,20 +334,25 @@ func (c *Cluster) AddNodes(ctx context.Context, p NodePool) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if _, err := cs.CoreV1().Nodes().Create(ctx, node, createOpts); err != nil {
+			created, err := cs.CoreV1().Nodes().Create(ctx, node, createOpts)
+			if err != nil {
 				errs <- fmt.Errorf("create node %s: %w", node.Name, err)
 				return
 			}
-			if len(node.Status.Images) > 0 || len(node.Status.Capacity) > 0 {
-				created, err := cs.CoreV1().Nodes().Get(ctx, node.Name, getOpts)
-				if err != nil {
-					errs <- err
-					return
-				}
-				created.Status = node.Status
-				if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, created, updateOpts); err != nil {
-					errs <- fmt.Errorf("set status of node %s: %w", node.Name, err)
-				}
+			// The API server may drop status on create, and kwok writes status concurrently: a merge patch of
+			// just the fields we own cannot conflict with it.
+			if equality.Semantic.DeepEqual(created.Status.Capacity, node.Status.Capacity) && len(node.Status.Images) == len(created.Status.Images) {
+				return
+			}
+			patch, err := json.Marshal(map[string]any{"status": map[string]any{
+				"capacity": node.Status.Capacity, "allocatable": node.Status.Allocatable, "images": node.Status.Images,
+			}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			if _, err := cs.CoreV1().Nodes().PatchStatus(ctx, node.Name, patch); err != nil {
+				errs <- fmt.Errorf("set status of node %s: %w", node.Name, err)
 			}
 		}()
 	}

@@ -22,9 +22,9 @@ import (
 
 type pki struct {
 	caCert, servingCert, servingKey string
-	saKey, saPub, tokenFile          string
-	caPEM                            []byte
-	adminToken                       string
+	saKey, saPub, tokenFile         string
+	caPEM                           []byte
+	adminToken                      string
 }
 
 // writePKI creates a CA, the API server's serving certificate for 127.0.0.1/localhost, the service-account signing

@@ -18,8 +18,6 @@ import (
 
 var (
 	createOpts = metav1.CreateOptions{}
-	updateOpts = metav1.UpdateOptions{}
-	getOpts    = metav1.GetOptions{}
 	listOpts   = metav1.ListOptions{}
 )
 

@@ -21,11 +21,11 @@ import (
 
 // Options are the operator's settings; flags in cmd/manta map onto them one to one.
 type Options struct {
-	MetricsAddr         string
-	HealthProbeAddr     string
-	LeaderElection      bool
-	LeaderElectionNS    string
-	WatchNamespaces     []string
+	MetricsAddr          string
+	HealthProbeAddr      string
+	LeaderElection       bool
+	LeaderElectionNS     string
+	WatchNamespaces      []string
 	ReconcileConcurrency int
 	// UseKubernetesProxy makes the operator reach Ray heads through the API server's services/proxy and
 	// pods/proxy subresources instead of connecting to pods directly.
