@@ -23,7 +23,7 @@ ray: ## Create bin/ray-venv with the pinned Ray (no-op when up to date).
 .PHONY: generate
 generate: tools ## Generate deepcopy, CRDs and RBAC from markers.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
-	$(CONTROLLER_GEN) crd:maxDescLen=0 paths=./api/... output:crd:artifacts:config=config/crd
+	$(CONTROLLER_GEN) crd:maxDescLen=0,generateEmbeddedObjectMeta=true paths=./api/... output:crd:artifacts:config=config/crd
 	$(CONTROLLER_GEN) rbac:roleName=manta-operator paths=./internal/... output:rbac:artifacts:config=config/rbac
 
 .PHONY: verify
