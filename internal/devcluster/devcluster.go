@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -117,11 +118,15 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	c := &Cluster{opts: opts, dir: opts.Dir}
 	if c.dir == "" {
 		// Short paths: etcd and the components put sockets and files here.
-		c.dir, err = os.MkdirTemp("", "manta-dev-")
+		sweepStaleDirs()
+		c.dir, err = os.MkdirTemp("", tempPrefix)
 		if err != nil {
 			return nil, err
 		}
 		c.removeDir = true
+		if err := os.WriteFile(filepath.Join(c.dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			return nil, err
+		}
 	} else if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -470,6 +475,30 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 	}
 	c.opts.Logf("devcluster: installed CRDs %s", strings.Join(names, ", "))
 	return nil
+}
+
+const (
+	tempPrefix = "manta-dev-"
+	ownerFile  = "owner.pid"
+)
+
+// sweepStaleDirs removes the temp dirs of dev clusters whose process is gone: a process killed outright cannot
+// clean up after itself (its components die with it, see run), so the next cluster does it.
+func sweepStaleDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempPrefix+"*"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(d, ownerFile))
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || pid <= 0 {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // FreePorts returns n distinct free TCP ports on 127.0.0.1.

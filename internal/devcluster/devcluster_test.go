@@ -3,6 +3,7 @@ package devcluster
 import (
 	"context"
 	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -175,5 +176,33 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 	t.Helper()
 	if err := poll(ctx, 90*time.Second, func() (bool, error) { return cond(), nil }); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+// TestSweepStaleDirs checks that a dev cluster dir left by a process that was killed is removed by the next Start,
+// and that a live owner's dir is kept.
+func TestSweepStaleDirs(t *testing.T) {
+	dead, err := os.MkdirTemp("", tempPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, err := os.MkdirTemp("", tempPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(live); _ = os.RemoveAll(dead) })
+	// A pid far above the default pid_max stands for a process that is gone.
+	if err := os.WriteFile(dead+"/"+ownerFile, []byte("2147483646"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(live+"/"+ownerFile, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sweepStaleDirs()
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("stale dir %s was not removed", dead)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("live dir %s was removed: %v", live, err)
 	}
 }
