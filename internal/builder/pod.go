@@ -416,3 +416,6 @@ func originCRDOr(c *rayv1.RayCluster, def string) string {
 	}
 	return def
 }
+
+// GroupLabelValue is the value of ray.io/group on the pods of a worker group.
+func GroupLabelValue(group string) string { return validLabelValue(group) }

@@ -1,6 +1,21 @@
 package operator
 
+import (
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/raycluster"
+)
+
 // The API groups and controllers the operator runs. Each controller package exposes a constructor and
 // SetupWithManager; this is the one list that wires them in.
 func init() {
+	schemeAdders = append(schemeAdders, rayv1.AddToScheme)
+	setups = append(setups, func(mgr ctrl.Manager, o Options) error {
+		return raycluster.NewReconciler(mgr, raycluster.Options{
+			DefaultPodTemplate:      o.DefaultPodTemplate,
+			ClusterDomain:           o.ClusterDomain,
+			MaxConcurrentReconciles: o.ReconcileConcurrency,
+		}).SetupWithManager(mgr)
+	})
 }

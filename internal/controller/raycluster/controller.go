@@ -1,0 +1,298 @@
+// Package raycluster is the RayCluster controller: it keeps a head pod, the worker pods of every group and the
+// head Service in line with a ray.io/v1 RayCluster, and reports what it sees in the status. The objects it writes
+// are built by internal/builder; this package only reads, diffs, writes and reports.
+package raycluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+)
+
+// Options configure the controller.
+type Options struct {
+	// DefaultPodTemplate names a core/v1 PodTemplate (<namespace>/<name>) merged under every Ray pod.
+	DefaultPodTemplate string
+	// ClusterDomain is the Services' DNS domain; empty means cluster.local.
+	ClusterDomain string
+	// MaxConcurrentReconciles is how many RayClusters reconcile at once (1 when zero).
+	MaxConcurrentReconciles int
+	// MaxParallelWrites caps the pods created or deleted at once for one cluster (50 when zero).
+	MaxParallelWrites int
+	// ResyncPeriod is how often a settled cluster is looked at again (5 minutes when zero).
+	ResyncPeriod time.Duration
+}
+
+// Reconciler reconciles RayClusters.
+type Reconciler struct {
+	client   client.Client
+	recorder events.EventRecorder
+	opts     Options
+	exp      *expectations
+}
+
+// NewReconciler builds the controller from the manager's cached client and event recorder.
+func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
+	if opts.MaxParallelWrites <= 0 {
+		opts.MaxParallelWrites = 50
+	}
+	if opts.ResyncPeriod <= 0 {
+		opts.ResyncPeriod = 5 * time.Minute
+	}
+	return &Reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations()}
+}
+
+// SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
+// the pods and Services they own.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&rayv1.RayCluster{}, ctrlbuilder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Owns(&corev1.Pod{}).
+		Owns(&corev1.Service{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
+		Named("raycluster").
+		Complete(r)
+}
+
+// +kubebuilder:rbac:groups=ray.io,resources=rayclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=ray.io,resources=rayclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ray.io,resources=rayclusters/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;update;patch;delete;deletecollection
+// +kubebuilder:rbac:groups="",resources=pods/resize,verbs=patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=podtemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// event is recorded after the status write, so that what the events say has been persisted.
+type event struct {
+	typ, reason, action, note string
+}
+
+// run is the state of one reconcile.
+type run struct {
+	c      *rayv1.RayCluster
+	key    types.NamespacedName
+	obs    observed
+	events []event
+	result ctrl.Result
+}
+
+func (r *run) eventf(typ, reason, action, format string, args ...any) {
+	r.events = append(r.events, event{typ, reason, action, fmt.Sprintf(format, args...)})
+}
+
+func (r *run) requeueAfter(d time.Duration) {
+	if r.result.RequeueAfter == 0 || d < r.result.RequeueAfter {
+		r.result.RequeueAfter = d
+	}
+}
+
+// Reconcile is thin: read, skip what is not ours, reconcile, write the status once, then the events.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	c := &rayv1.RayCluster{}
+	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.exp.forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if c.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	if m := ptr.Deref(c.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
+		return ctrl.Result{}, nil
+	}
+	run := &run{c: c, key: req.NamespacedName}
+	run.result.RequeueAfter = r.opts.ResyncPeriod
+	oldStatus := c.Status.DeepCopy()
+	recErr := r.reconcile(ctx, run)
+	run.obs.reconcileOK = recErr == nil
+
+	now := metav1.Now()
+	newStatus := computeStatus(c, run.obs, now)
+	if !statusEqual(oldStatus, &newStatus) {
+		newStatus.LastUpdateTime = &now
+		c.Status = newStatus
+		if err := r.client.Status().Update(ctx, c); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{Requeue: true}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("update status: %w", err)
+		}
+	}
+	for _, e := range run.events {
+		r.recorder.Eventf(c, nil, e.typ, e.reason, e.action, "%s", e.note)
+	}
+	if recErr != nil {
+		return ctrl.Result{}, recErr
+	}
+	return run.result, nil
+}
+
+func statusEqual(a, b *rayv1.RayClusterStatus) bool {
+	a, b = a.DeepCopy(), b.DeepCopy()
+	a.LastUpdateTime, b.LastUpdateTime = nil, nil
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+// reconcile makes the cluster's objects match the spec and fills run.obs for the status.
+func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
+	c := run.c
+	if f := validate(c); f != nil {
+		run.obs.invalid = f
+		if !conditionMessageIs(c, ConditionInvalidSpec, f.message) {
+			run.eventf(corev1.EventTypeWarning, ConditionInvalidSpec, "Validate", "%s", f.message)
+		}
+		return nil
+	}
+	run.obs.unsupported = builder.UnsupportedFields(c)
+	if len(run.obs.unsupported) > 0 && !conditionMessageIs(c, ConditionUnsupportedFeature, builder.UnsupportedMessage(run.obs.unsupported)) {
+		run.eventf(corev1.EventTypeWarning, ConditionUnsupportedFeature, "Validate", "%s", builder.UnsupportedMessage(run.obs.unsupported))
+	}
+	defTmpl := r.defaultTemplate(ctx, run)
+
+	if err := r.reconcileServices(ctx, run); err != nil {
+		return err
+	}
+	return r.reconcilePods(ctx, run, defTmpl)
+}
+
+// validate finds what stops the cluster from being reconciled at all.
+func validate(c *rayv1.RayCluster) *failure {
+	if c.Spec.UpgradeStrategy != nil && c.Spec.UpgradeStrategy.Type != nil {
+		if owner := parentKind(c); owner != "" {
+			return &failure{ReasonUpgradeStrategyNotAllowed, fmt.Sprintf("upgradeStrategy cannot be set when RayCluster is created by %s", owner)}
+		}
+	}
+	if len(c.Spec.HeadGroupSpec.Template.Spec.Containers) == 0 {
+		return &failure{ReasonInvalidSpec, "spec.headGroupSpec.template.spec.containers: the head needs at least one container"}
+	}
+	for i, g := range c.Spec.WorkerGroupSpecs {
+		if len(g.Template.Spec.Containers) == 0 {
+			return &failure{ReasonInvalidSpec, fmt.Sprintf("spec.workerGroupSpecs[%d].template.spec.containers: worker group %q needs at least one container", i, g.GroupName)}
+		}
+	}
+	return nil
+}
+
+// parentKind is RayJob or RayService when one of them created the cluster.
+func parentKind(c *rayv1.RayCluster) string {
+	for _, o := range c.OwnerReferences {
+		if o.APIVersion == rayv1.GroupVersion.String() && (o.Kind == builder.KindRayJob || o.Kind == builder.KindRayService) {
+			return o.Kind
+		}
+	}
+	if k := c.Labels[builder.LabelOriginCRD]; k == builder.KindRayJob || k == builder.KindRayService {
+		return k
+	}
+	return ""
+}
+
+func conditionMessageIs(c *rayv1.RayCluster, t, msg string) bool {
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == t {
+			return cond.Status == metav1.ConditionTrue && cond.Message == msg
+		}
+	}
+	return false
+}
+
+// defaultTemplate reads the operator's default PodTemplate. A missing or invalid one is reported, and the pods are
+// built from the user's template alone.
+func (r *Reconciler) defaultTemplate(ctx context.Context, run *run) *corev1.PodTemplateSpec {
+	ref := r.opts.DefaultPodTemplate
+	if ref == "" {
+		return nil
+	}
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok {
+		ns, name = run.c.Namespace, ref
+	}
+	var f *failure
+	tmpl := &corev1.PodTemplate{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, tmpl); err != nil {
+		f = &failure{ReasonDefaultTemplateNotFound, fmt.Sprintf("default PodTemplate %s/%s: %v", ns, name, err)}
+	} else if err := builder.ValidateDefaultPodTemplate(tmpl); err != nil {
+		f = &failure{ReasonDefaultTemplateInvalid, fmt.Sprintf("default PodTemplate %s/%s is invalid: %v", ns, name, err)}
+	}
+	if f != nil {
+		run.obs.templateErr = f
+		if !conditionMessageIs(run.c, ConditionDefaultPodTemplateFailure, f.message) {
+			run.eventf(corev1.EventTypeWarning, f.reason, "GetDefaultPodTemplate", "%s", f.message)
+		}
+		return nil
+	}
+	return &tmpl.Template
+}
+
+// reconcileServices creates the head Service and, when asked for, the serve and headless worker Services. They are
+// only created, never rewritten: users and other controllers annotate them.
+func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
+	c := run.c
+	want := []*corev1.Service{builder.HeadService(c)}
+	if builder.WantsServeService(c) {
+		want = append(want, builder.ServeService(c))
+	}
+	if builder.WantsHeadlessWorkerService(c) {
+		want = append(want, builder.HeadlessWorkerService(c))
+	}
+	for i, svc := range want {
+		existing := &corev1.Service{}
+		err := r.client.Get(ctx, client.ObjectKeyFromObject(svc), existing)
+		switch {
+		case err == nil:
+		case apierrors.IsNotFound(err):
+			if err := r.client.Create(ctx, svc); err != nil && !apierrors.IsAlreadyExists(err) {
+				run.eventf(corev1.EventTypeWarning, "FailedCreateService", "Create", "failed to create Service %s: %v", svc.Name, err)
+				return fmt.Errorf("create service %s: %w", svc.Name, err)
+			}
+			run.eventf(corev1.EventTypeNormal, "CreatedService", "Create", "created Service %s", svc.Name)
+			existing = svc
+		default:
+			return fmt.Errorf("get service %s: %w", svc.Name, err)
+		}
+		if i == 0 {
+			run.obs.headService = existing
+		}
+	}
+	return nil
+}
+
+// ensureAutoscalerRBAC creates the head's ServiceAccount, Role and RoleBinding if they are missing. It runs only
+// before a head pod is created, so a settled cluster costs no writes.
+func (r *Reconciler) ensureAutoscalerRBAC(ctx context.Context, run *run) error {
+	c := run.c
+	objs := []client.Object{builder.AutoscalerServiceAccount(c), builder.AutoscalerRole(c), builder.AutoscalerRoleBinding(c)}
+	for _, o := range objs {
+		if err := r.client.Create(ctx, o); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
+		}
+		log.FromContext(ctx).V(1).Info("created autoscaler RBAC object", "kind", fmt.Sprintf("%T", o), "name", o.GetName())
+	}
+	return nil
+}

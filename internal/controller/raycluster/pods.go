@@ -1,0 +1,375 @@
+package raycluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+)
+
+// reconcilePods creates and deletes the cluster's pods. Order matters: suspend, then Recreate, then adoption,
+// then the head, then each worker group.
+func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev1.PodTemplateSpec) error {
+	c := run.c
+	list := &corev1.PodList{}
+	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{builder.LabelCluster: c.Name}); err != nil {
+		return fmt.Errorf("list pods: %w", err)
+	}
+	var pods []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil && metaOwnedBy(&p, c) {
+			pods = append(pods, p)
+		}
+	}
+	run.obs.pods = pods
+	if !r.exp.satisfied(run.key, list.Items) {
+		// The cache has not caught up with our own writes: acting now could duplicate pods.
+		run.requeueAfter(time.Second)
+		return nil
+	}
+
+	if ptr.Deref(c.Spec.Suspend, false) {
+		if len(pods) == 0 {
+			return nil
+		}
+		return r.deleteAll(ctx, run, pods, "the cluster is suspended")
+	}
+
+	hash := builder.TemplateHash(&c.Spec)
+	if recreate(c) {
+		for i := range pods {
+			if h := pods[i].Annotations[builder.AnnotationPodTemplateHash]; h != "" && h != hash {
+				return r.deleteAll(ctx, run, pods, "the pod templates changed and upgradeStrategy is Recreate")
+			}
+		}
+	}
+	if err := r.adopt(ctx, run, hash); err != nil {
+		return err
+	}
+
+	opts := builder.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hash}
+	var errs []error
+	if err := r.reconcileHead(ctx, run, opts); err != nil {
+		errs = append(errs, err)
+	}
+	groups := map[string]bool{}
+	for i := range c.Spec.WorkerGroupSpecs {
+		g := &c.Spec.WorkerGroupSpecs[i]
+		groups[g.GroupName] = true
+		if err := r.reconcileGroup(ctx, run, g, opts); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Workers of groups that are no longer in the spec.
+	var orphans []corev1.Pod
+	for _, p := range run.obs.pods {
+		if p.Labels[builder.LabelNodeType] == builder.NodeTypeWorker && !groups[p.Labels[builder.LabelGroup]] {
+			orphans = append(orphans, p)
+		}
+	}
+	if len(orphans) > 0 {
+		if err := r.deletePods(ctx, run, orphans, rayv1.FailedDeleteWorkerPod, "their worker group was removed"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := r.clearWorkersToDelete(ctx, run); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func recreate(c *rayv1.RayCluster) bool {
+	u := c.Spec.UpgradeStrategy
+	return u != nil && ptr.Deref(u.Type, "") == rayv1.RayClusterRecreate
+}
+
+// metaOwnedBy keeps pods that belong to another object of the same name out (a RayCluster deleted and created
+// again while its old pods terminate).
+func metaOwnedBy(p *corev1.Pod, c *rayv1.RayCluster) bool {
+	for _, o := range p.OwnerReferences {
+		if o.Kind == builder.KindRayCluster && o.UID != c.UID {
+			return false
+		}
+	}
+	return true
+}
+
+// adopt stamps the template hash on pods that lack it (pods of a cluster taken over from another operator), so
+// that a later template change is detected and the takeover itself recreates nothing.
+func (r *Reconciler) adopt(ctx context.Context, run *run, hash string) error {
+	var errs []error
+	for i := range run.obs.pods {
+		p := &run.obs.pods[i]
+		if p.Annotations[builder.AnnotationPodTemplateHash] != "" {
+			continue
+		}
+		patch := client.MergeFrom(p.DeepCopy())
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[builder.AnnotationPodTemplateHash] = hash
+		if err := r.client.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("stamp pod %s: %w", p.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// deleteAll deletes every pod of the cluster (suspend, Recreate).
+func (r *Reconciler) deleteAll(ctx context.Context, run *run, pods []corev1.Pod, why string) error {
+	err := r.deletePods(ctx, run, pods, rayv1.FailedDeleteAllPods, why)
+	run.obs.pods = nil
+	return err
+}
+
+// shouldReplace says whether a pod is gone for good and must be replaced: it finished, or its Ray container
+// terminated and will not be restarted.
+func shouldReplace(p *corev1.Pod) bool {
+	switch p.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		return true
+	}
+	if p.Spec.RestartPolicy != corev1.RestartPolicyNever || len(p.Spec.Containers) == 0 {
+		return false
+	}
+	ray := p.Spec.Containers[builder.RayContainerIndex].Name
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == ray && cs.State.Terminated != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.PodOptions) error {
+	c := run.c
+	var heads, dead []corev1.Pod
+	for _, p := range run.obs.pods {
+		if p.Labels[builder.LabelNodeType] != builder.NodeTypeHead {
+			continue
+		}
+		if shouldReplace(&p) {
+			dead = append(dead, p)
+		} else {
+			heads = append(heads, p)
+		}
+	}
+	if len(heads) > 1 {
+		// Keep the oldest head; a second one can only come from an outside write.
+		slices.SortFunc(heads, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+		dead = append(dead, heads[1:]...)
+	}
+	if len(dead) > 0 {
+		if err := r.deletePods(ctx, run, dead, rayv1.FailedDeleteHeadPod, "the head pod terminated"); err != nil {
+			return err
+		}
+	}
+	if len(heads) > 0 {
+		return nil
+	}
+	if builder.AutoscalingEnabled(c) {
+		if err := r.ensureAutoscalerRBAC(ctx, run); err != nil {
+			run.obs.failure = &failure{rayv1.FailedCreateHeadPod, err.Error()}
+			run.eventf(corev1.EventTypeWarning, rayv1.FailedCreateHeadPod, "Create", "failed to create the autoscaler's RBAC: %v", err)
+			return err
+		}
+	}
+	pod := builder.HeadPod(c, opts)
+	if err := r.client.Create(ctx, pod); err != nil {
+		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, err.Error()}
+		run.eventf(corev1.EventTypeWarning, rayv1.FailedCreateHeadPod, "Create", "failed to create the head pod: %v", err)
+		return fmt.Errorf("create head pod: %w", err)
+	}
+	r.exp.expectCreate(run.key, pod.Name)
+	run.eventf(corev1.EventTypeNormal, "CreatedHeadPod", "Create", "created head pod %s", pod.Name)
+	return nil
+}
+
+func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts builder.PodOptions) error {
+	c := run.c
+	toDelete := map[string]bool{}
+	for _, n := range g.ScaleStrategy.WorkersToDelete {
+		toDelete[n] = true
+	}
+	var alive, dead, named []corev1.Pod
+	for _, p := range run.obs.pods {
+		if p.Labels[builder.LabelNodeType] != builder.NodeTypeWorker || p.Labels[builder.LabelGroup] != groupLabel(g) {
+			continue
+		}
+		switch {
+		case toDelete[p.Name]:
+			named = append(named, p)
+		case shouldReplace(&p):
+			dead = append(dead, p)
+		default:
+			alive = append(alive, p)
+		}
+	}
+	var errs []error
+	if len(named) > 0 {
+		if err := r.deletePods(ctx, run, named, rayv1.FailedDeleteWorkerPod, "the autoscaler asked for it (workersToDelete)"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(dead) > 0 {
+		if err := r.deletePods(ctx, run, dead, rayv1.FailedDeleteWorkerPod, "the pod terminated"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	want := groupPods(c, g)
+	switch diff := want - len(alive); {
+	case diff > 0:
+		if err := r.createWorkers(ctx, run, g, opts, diff); err != nil {
+			errs = append(errs, err)
+		}
+	case diff < 0 && !builder.AutoscalingEnabled(c):
+		// Without the autoscaler nobody names the pods to remove: take the least useful first (not ready, then
+		// the newest). With the autoscaler, only workersToDelete removes pods, as in KubeRay.
+		slices.SortStableFunc(alive, func(a, b corev1.Pod) int {
+			if ra, rb := podRunningAndReady(&a), podRunningAndReady(&b); ra != rb {
+				if ra {
+					return 1
+				}
+				return -1
+			}
+			return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
+		})
+		if err := r.deletePods(ctx, run, alive[:-diff], rayv1.FailedDeleteWorkerPod, "the group scaled down"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// groupLabel is the value of ray.io/group on the group's pods.
+func groupLabel(g *rayv1.WorkerGroupSpec) string { return builder.GroupLabelValue(g.GroupName) }
+
+// createWorkers creates n worker pods in batches that double from 1 up to MaxParallelWrites, like the Job
+// controller's slow start: a quota or admission error costs one failed request, not hundreds.
+func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts builder.PodOptions, n int) error {
+	created := 0
+	var errs []error
+	for batch := 1; created < n && len(errs) == 0; batch = min(batch*2, r.opts.MaxParallelWrites) {
+		size := min(batch, n-created)
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range size {
+			wg.Go(func() {
+				pod := builder.WorkerPod(run.c, g, opts)
+				err := r.client.Create(ctx, pod)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, err)
+					return
+				}
+				r.exp.expectCreate(run.key, pod.Name)
+				created++
+			})
+		}
+		wg.Wait()
+	}
+	if created > 0 {
+		run.eventf(corev1.EventTypeNormal, "CreatedWorkerPods", "Create", "created %d worker pods in group %s", created, g.GroupName)
+	}
+	if err := errors.Join(errs...); err != nil {
+		run.obs.failure = &failure{rayv1.FailedCreateWorkerPod, err.Error()}
+		run.eventf(corev1.EventTypeWarning, rayv1.FailedCreateWorkerPod, "Create", "failed to create worker pods in group %s: %v", g.GroupName, err)
+		return fmt.Errorf("create workers of group %s: %w", g.GroupName, err)
+	}
+	return nil
+}
+
+// deletePods deletes pods in parallel (bounded) and removes them from what the status counts.
+func (r *Reconciler) deletePods(ctx context.Context, run *run, pods []corev1.Pod, failReason, why string) error {
+	var mu sync.Mutex
+	var errs []error
+	deleted := map[string]bool{}
+	sem := make(chan struct{}, r.opts.MaxParallelWrites)
+	var wg sync.WaitGroup
+	for i := range pods {
+		p := &pods[i]
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := r.client.Delete(ctx, p, client.Preconditions{UID: &p.UID})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+				return
+			}
+			r.exp.expectDelete(run.key, p.Name)
+			deleted[p.Name] = true
+		})
+	}
+	wg.Wait()
+	run.obs.pods = slices.DeleteFunc(run.obs.pods, func(p corev1.Pod) bool { return deleted[p.Name] })
+	if len(deleted) > 0 {
+		names := make([]string, 0, len(deleted))
+		for n := range deleted {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		if len(names) > 10 {
+			names = append(names[:10], fmt.Sprintf("and %d more", len(deleted)-10))
+		}
+		run.eventf(corev1.EventTypeNormal, "DeletedPods", "Delete", "deleted %d pods because %s: %v", len(deleted), why, names)
+		log.FromContext(ctx).V(1).Info("deleted pods", "count", len(deleted), "why", why)
+	}
+	if err := errors.Join(errs...); err != nil {
+		run.obs.failure = &failure{failReason, err.Error()}
+		run.eventf(corev1.EventTypeWarning, failReason, "Delete", "failed to delete pods: %v", err)
+		return fmt.Errorf("delete pods: %w", err)
+	}
+	return nil
+}
+
+// clearWorkersToDelete empties scaleStrategy.workersToDelete once the named pods are gone, as KubeRay does. The
+// patch carries the resourceVersion, so a concurrent autoscaler write is never overwritten.
+func (r *Reconciler) clearWorkersToDelete(ctx context.Context, run *run) error {
+	c := run.c
+	alive := map[string]bool{}
+	for _, p := range run.obs.pods {
+		alive[p.Name] = true
+	}
+	orig := c.DeepCopy()
+	changed := false
+	for i := range c.Spec.WorkerGroupSpecs {
+		g := &c.Spec.WorkerGroupSpecs[i]
+		if len(g.ScaleStrategy.WorkersToDelete) == 0 {
+			continue
+		}
+		if slices.ContainsFunc(g.ScaleStrategy.WorkersToDelete, func(n string) bool { return alive[n] }) {
+			continue
+		}
+		g.ScaleStrategy.WorkersToDelete = nil
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	status := c.Status.DeepCopy()
+	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		*c = *orig
+		if apierrors.IsConflict(err) {
+			run.requeueAfter(time.Second)
+			return nil
+		}
+		return fmt.Errorf("clear workersToDelete: %w", err)
+	}
+	// The status is written from what this reconcile saw, on top of the patched object.
+	c.Status = *status
+	return nil
+}
