@@ -7,6 +7,8 @@ venv="$root/bin/ray-venv"
 # ray[serve] brings the HTTP proxy dependencies (fastapi, uvicorn, starlette) that Serve needs;
 # ray[default] brings the dashboard and the Jobs API.
 ray_spec='ray[default,serve]==2.52.0'
+# Ray 2.52's Serve reads FieldDescriptor.label, which protobuf 7 removed.
+extra_pins=('protobuf>=4.25,<7')
 python=${PYTHON:-python3}
 
 stamp="$venv/.manta-stamp"
@@ -26,6 +28,6 @@ fi
 rm -rf "$venv"
 "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$ray_spec"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$ray_spec" "${extra_pins[@]}"
 "$venv/bin/ray" --version >&2
 echo "$want" >"$stamp"
