@@ -1,0 +1,558 @@
+package raycluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+const defaultsNS = "manta-system"
+
+// env is one envtest control plane with the controller running, shared by the subtests (each in its namespace).
+type env struct {
+	cl  client.Client
+	nsN atomic.Int32
+}
+
+func TestController(t *testing.T) {
+	cfg, cl := testutil.StartEnvtest(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	mustCreate(t, cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: defaultsNS}})
+	mustCreate(t, cl, &corev1.PodTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: defaultsNS, Name: "defaults"},
+		Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"defaulted": "yes"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{
+				{Name: "default", Image: "placeholder", Env: []corev1.EnvVar{{Name: "FROM_DEFAULT", Value: "1"}}},
+				{Name: "primary", Image: "placeholder", Env: []corev1.EnvVar{{Name: "FROM_PRIMARY", Value: "1"}}},
+			}},
+		},
+	})
+
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := labels.NewRequirement(builder.LabelNodeType, selection.Exists, nil)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache:   cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.NewSelector().Add(*req)}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := NewReconciler(mgr, Options{DefaultPodTemplate: defaultsNS + "/defaults", MaxConcurrentReconciles: 4}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	e := &env{cl: cl}
+
+	t.Run("group", func(t *testing.T) {
+		for name, fn := range map[string]func(*testing.T, *env){
+			"CreateAndReady":          testCreateAndReady,
+			"ScaleUpDown":             testScaleUpDown,
+			"WorkersToDelete":         testWorkersToDelete,
+			"FailedPodReplaced":       testFailedPodReplaced,
+			"SuspendResume":           testSuspendResume,
+			"RecreateOnImageChange":   testRecreate,
+			"NoRecreateWithoutPolicy": testNoRecreateWithoutPolicy,
+			"AdoptUnstampedPods":      testAdopt,
+			"RefusedUnderRayJob":      testRefusedUnderRayJob,
+			"UnsupportedFeature":      testUnsupported,
+			"ServeAndHeadlessService": testServeAndHeadless,
+		} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				fn(t, e)
+			})
+		}
+	})
+	t.Run("MissingDefaultTemplate", func(t *testing.T) { testMissingDefaultTemplate(t, e) })
+}
+
+func (e *env) namespace(t *testing.T) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d-%s", e.nsN.Add(1), strings.ToLower(strings.ReplaceAll(t.Name()[strings.LastIndex(t.Name(), "/")+1:], "_", "-")))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	mustCreate(t, e.cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	return name
+}
+
+func mustCreate(t *testing.T, cl client.Client, o client.Object) {
+	t.Helper()
+	if err := cl.Create(context.Background(), o); err != nil {
+		t.Fatalf("create %T %s: %v", o, o.GetName(), err)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, msg := cond()
+		if ok {
+			return
+		}
+		last = msg
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s: %s", what, last)
+}
+
+func (e *env) pods(t *testing.T, rc *rayv1.RayCluster, extra ...string) []corev1.Pod {
+	t.Helper()
+	sel := client.MatchingLabels{builder.LabelCluster: rc.Name}
+	if len(extra) == 2 {
+		sel[extra[0]] = extra[1]
+	}
+	list := &corev1.PodList{}
+	if err := e.cl.List(context.Background(), list, client.InNamespace(rc.Namespace), sel); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (e *env) get(t *testing.T, rc *rayv1.RayCluster) *rayv1.RayCluster {
+	t.Helper()
+	got := &rayv1.RayCluster{}
+	if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rc), got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// waitPods waits for n pods of rc (head + workers) and returns them.
+func (e *env) waitPods(t *testing.T, rc *rayv1.RayCluster, n int) []corev1.Pod {
+	t.Helper()
+	var pods []corev1.Pod
+	eventually(t, fmt.Sprintf("%d pods", n), func() (bool, string) {
+		pods = e.pods(t, rc)
+		return len(pods) == n, fmt.Sprintf("%d pods", len(pods))
+	})
+	// Give the controller a moment to over-create if it were going to.
+	time.Sleep(300 * time.Millisecond)
+	if pods = e.pods(t, rc); len(pods) != n {
+		t.Fatalf("%d pods, want %d", len(pods), n)
+	}
+	return pods
+}
+
+// setReady plays the kubelet: every pod of rc becomes Running and Ready with an IP.
+func (e *env) setReady(t *testing.T, rc *rayv1.RayCluster) {
+	t.Helper()
+	for i, p := range e.pods(t, rc) {
+		if podRunningAndReady(&p) {
+			continue
+		}
+		setPhase(t, e.cl, &p, corev1.PodRunning, true, fmt.Sprintf("10.0.%d.%d", i/200, i%200+1))
+	}
+}
+
+func setPhase(t *testing.T, cl client.Client, p *corev1.Pod, phase corev1.PodPhase, ready bool, ip string) {
+	t.Helper()
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	p.Status.Phase = phase
+	p.Status.PodIP = ip
+	if ip != "" {
+		p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: metav1.Now()}}
+	if err := cl.Status().Update(context.Background(), p); err != nil {
+		t.Fatalf("set pod %s %s: %v", p.Name, phase, err)
+	}
+}
+
+func (e *env) waitState(t *testing.T, rc *rayv1.RayCluster, state rayv1.ClusterState) *rayv1.RayCluster {
+	t.Helper()
+	var got *rayv1.RayCluster
+	eventually(t, "state "+string(state), func() (bool, string) {
+		got = e.get(t, rc)
+		return got.Status.State == state, fmt.Sprintf("state %q status %+v", got.Status.State, got.Status.Conditions)
+	})
+	return got
+}
+
+func (e *env) update(t *testing.T, rc *rayv1.RayCluster, mutate func(*rayv1.RayCluster)) {
+	t.Helper()
+	eventually(t, "update", func() (bool, string) {
+		got := e.get(t, rc)
+		mutate(got)
+		err := e.cl.Update(context.Background(), got)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+func uids(pods []corev1.Pod) map[types.UID]bool {
+	m := map[types.UID]bool{}
+	for _, p := range pods {
+		m[p.UID] = true
+	}
+	return m
+}
+
+func testCreateAndReady(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 3).Obj()
+	mustCreate(t, e.cl, rc)
+	pods := e.waitPods(t, rc, 4)
+	for _, p := range pods {
+		if p.Labels["defaulted"] != "yes" || len(p.OwnerReferences) != 1 || p.Annotations[builder.AnnotationPodTemplateHash] == "" {
+			t.Errorf("pod %s: labels %v owners %v annotations %v", p.Name, p.Labels, p.OwnerReferences, p.Annotations)
+		}
+		env := map[string]bool{}
+		for _, v := range p.Spec.Containers[0].Env {
+			env[v.Name] = true
+		}
+		if !env["FROM_DEFAULT"] || !env["FROM_PRIMARY"] || !env["KUBERAY_GEN_RAY_START_CMD"] {
+			t.Errorf("pod %s env %v", p.Name, env)
+		}
+	}
+	svc := &corev1.Service{}
+	if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rc-head-svc"}, svc); err != nil {
+		t.Fatalf("head service: %v", err)
+	}
+	got := e.get(t, rc)
+	if got.Status.State == rayv1.Ready || meta.IsStatusConditionTrue(got.Status.Conditions, string(rayv1.HeadPodReady)) {
+		t.Errorf("ready before the pods are: %+v", got.Status)
+	}
+	e.setReady(t, rc)
+	got = e.waitState(t, rc, rayv1.Ready)
+	s := got.Status
+	if s.DesiredWorkerReplicas != 3 || s.ReadyWorkerReplicas != 3 || s.AvailableWorkerReplicas != 3 || s.MinWorkerReplicas != 0 || s.MaxWorkerReplicas != 10 {
+		t.Errorf("replicas: %+v", s)
+	}
+	if s.DesiredCPU.String() != "4" || s.DesiredMemory.String() != "5Gi" {
+		t.Errorf("desired cpu %s memory %s", s.DesiredCPU.String(), s.DesiredMemory.String())
+	}
+	if s.Head.PodName == "" || s.Head.PodIP == "" || s.Head.ServiceIP != s.Head.PodIP || s.Head.ServiceName != "rc-head-svc" {
+		t.Errorf("head: %+v", s.Head)
+	}
+	if s.Endpoints["dashboard"] != "8265" || s.Endpoints["client"] != "10001" {
+		t.Errorf("endpoints: %v", s.Endpoints)
+	}
+	for _, ct := range []rayv1.RayClusterConditionType{rayv1.RayClusterProvisioned, rayv1.HeadPodReady} {
+		if !meta.IsStatusConditionTrue(s.Conditions, string(ct)) {
+			t.Errorf("condition %s not true: %+v", ct, s.Conditions)
+		}
+	}
+	if s.ObservedGeneration != got.Generation {
+		t.Errorf("observedGeneration %d, generation %d", s.ObservedGeneration, got.Generation)
+	}
+	// Settled: no more status writes.
+	rv := got.ResourceVersion
+	time.Sleep(time.Second)
+	if again := e.get(t, rc); again.ResourceVersion != rv {
+		t.Errorf("status rewritten on a settled cluster: %+v", again.Status)
+	}
+}
+
+func testScaleUpDown(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Obj()
+	mustCreate(t, e.cl, rc)
+	e.waitPods(t, rc, 3)
+	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](6) })
+	e.waitPods(t, rc, 7)
+	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](1) })
+	e.waitPods(t, rc, 2)
+	// Replicas above maxReplicas are clamped.
+	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](50) })
+	e.waitPods(t, rc, 11)
+}
+
+func testWorkersToDelete(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 3).Autoscaling().Obj()
+	mustCreate(t, e.cl, rc)
+	e.waitPods(t, rc, 4)
+	for _, o := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
+		if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rc"}, o); err != nil {
+			t.Errorf("autoscaler %T: %v", o, err)
+		}
+	}
+	workers := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeWorker)
+	victim := workers[1].Name
+	// What the autoscaler does: lower replicas and name the pod.
+	e.update(t, rc, func(c *rayv1.RayCluster) {
+		c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](2)
+		c.Spec.WorkerGroupSpecs[0].ScaleStrategy.WorkersToDelete = []string{victim}
+	})
+	pods := e.waitPods(t, rc, 3)
+	for _, p := range pods {
+		if p.Name == victim {
+			t.Errorf("pod %s named in workersToDelete still exists", victim)
+		}
+	}
+	eventually(t, "workersToDelete cleared", func() (bool, string) {
+		w := e.get(t, rc).Spec.WorkerGroupSpecs[0].ScaleStrategy.WorkersToDelete
+		return len(w) == 0, fmt.Sprint(w)
+	})
+	// With the autoscaler on, surplus pods are not deleted at random.
+	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](1) })
+	time.Sleep(time.Second)
+	if n := len(e.pods(t, rc)); n != 3 {
+		t.Errorf("%d pods after lowering replicas under the autoscaler, want 3", n)
+	}
+}
+
+func testFailedPodReplaced(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Obj()
+	mustCreate(t, e.cl, rc)
+	pods := e.waitPods(t, rc, 3)
+	var victim corev1.Pod
+	for _, p := range pods {
+		if p.Labels[builder.LabelNodeType] == builder.NodeTypeWorker {
+			victim = p
+		}
+	}
+	setPhase(t, e.cl, &victim, corev1.PodFailed, false, "")
+	eventually(t, "failed pod replaced", func() (bool, string) {
+		pods := e.pods(t, rc)
+		return len(pods) == 3 && !uids(pods)[victim.UID], fmt.Sprintf("%d pods", len(pods))
+	})
+	// The head too, with restartPolicy Never and a terminated Ray container.
+	head := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)[0]
+	if err := e.cl.Delete(context.Background(), &head); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "head recreated", func() (bool, string) {
+		h := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)
+		return len(h) == 1 && h[0].UID != head.UID, fmt.Sprintf("%d heads", len(h))
+	})
+}
+
+func testSuspendResume(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Obj()
+	mustCreate(t, e.cl, rc)
+	e.waitPods(t, rc, 3)
+	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) })
+	e.waitPods(t, rc, 0)
+	got := e.waitState(t, rc, rayv1.Suspended)
+	if !meta.IsStatusConditionTrue(got.Status.Conditions, string(rayv1.RayClusterSuspended)) {
+		t.Errorf("conditions: %+v", got.Status.Conditions)
+	}
+	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(false) })
+	e.waitPods(t, rc, 3)
+	e.setReady(t, rc)
+	got = e.waitState(t, rc, rayv1.Ready)
+	if meta.FindStatusCondition(got.Status.Conditions, string(rayv1.RayClusterSuspended)) != nil {
+		t.Errorf("suspended condition left: %+v", got.Status.Conditions)
+	}
+}
+
+func testRecreate(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Recreate().Obj()
+	mustCreate(t, e.cl, rc)
+	before := uids(e.waitPods(t, rc, 3))
+
+	// Replicas and tolerations do not recreate.
+	e.update(t, rc, func(c *rayv1.RayCluster) {
+		c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](3)
+		c.Spec.WorkerGroupSpecs[0].Template.Spec.Tolerations = []corev1.Toleration{{Key: "kueue", Operator: corev1.TolerationOpExists}}
+		c.Spec.HeadGroupSpec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "kueue", Operator: corev1.TolerationOpExists}}
+	})
+	pods := e.waitPods(t, rc, 4)
+	kept := 0
+	for _, p := range pods {
+		if before[p.UID] {
+			kept++
+		}
+	}
+	if kept != 3 {
+		t.Fatalf("replicas/tolerations change recreated pods: kept %d of 3", kept)
+	}
+	before = uids(pods)
+
+	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "rayproject/ray:2.53.0" })
+	eventually(t, "all pods recreated", func() (bool, string) {
+		pods := e.pods(t, rc)
+		for _, p := range pods {
+			if before[p.UID] {
+				return false, "old pod " + p.Name + " still there"
+			}
+		}
+		return len(pods) == 4, fmt.Sprintf("%d pods", len(pods))
+	})
+	for _, p := range e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeWorker) {
+		if p.Spec.Containers[0].Image != "rayproject/ray:2.53.0" {
+			t.Errorf("pod %s image %s", p.Name, p.Spec.Containers[0].Image)
+		}
+	}
+}
+
+func testNoRecreateWithoutPolicy(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
+	mustCreate(t, e.cl, rc)
+	before := uids(e.waitPods(t, rc, 2))
+	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "other" })
+	time.Sleep(time.Second)
+	for _, p := range e.pods(t, rc) {
+		if !before[p.UID] {
+			t.Errorf("pod %s recreated without upgradeStrategy", p.Name)
+		}
+	}
+}
+
+func testAdopt(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Recreate().Obj()
+	mustCreate(t, e.cl, rc)
+	pods := e.waitPods(t, rc, 3)
+	before := uids(pods)
+	// A cluster taken over from another operator: the pods carry no template hash.
+	for i := range pods {
+		p := &pods[i]
+		patch := client.MergeFrom(p.DeepCopy())
+		delete(p.Annotations, builder.AnnotationPodTemplateHash)
+		if err := e.cl.Patch(context.Background(), p, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "pods stamped", func() (bool, string) {
+		for _, p := range e.pods(t, rc) {
+			if p.Annotations[builder.AnnotationPodTemplateHash] == "" {
+				return false, p.Name + " unstamped"
+			}
+		}
+		return true, ""
+	})
+	for _, p := range e.pods(t, rc) {
+		if !before[p.UID] {
+			t.Errorf("adoption recreated pod %s", p.Name)
+		}
+	}
+}
+
+func testRefusedUnderRayJob(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Recreate().Label(builder.LabelOriginCRD, "RayJob").Obj()
+	mustCreate(t, e.cl, rc)
+	eventually(t, "InvalidRayClusterSpec", func() (bool, string) {
+		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionInvalidSpec)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "RayJob"), fmt.Sprintf("%+v", c)
+	})
+	time.Sleep(500 * time.Millisecond)
+	if n := len(e.pods(t, rc)); n != 0 {
+		t.Errorf("%d pods created for a refused cluster", n)
+	}
+	waitEvent(t, e, ns, ConditionInvalidSpec)
+}
+
+func testUnsupported(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
+	rc.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "redis:6379"}
+	rc.Spec.NetworkPolicy = &rayv1.NetworkPolicyConfig{Mode: rayv1.NetworkPolicyDenyAll}
+	mustCreate(t, e.cl, rc)
+	e.waitPods(t, rc, 2)
+	e.setReady(t, rc)
+	got := e.waitState(t, rc, rayv1.Ready)
+	c := meta.FindStatusCondition(got.Status.Conditions, ConditionUnsupportedFeature)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.gcsFaultToleranceOptions, spec.networkPolicy" {
+		t.Errorf("UnsupportedFeature condition: %+v", c)
+	}
+	waitEvent(t, e, ns, ConditionUnsupportedFeature)
+}
+
+func testServeAndHeadless(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("tpu", 1).Obj()
+	rc.Annotations = map[string]string{builder.AnnotationEnableServeService: "true"}
+	rc.Spec.WorkerGroupSpecs[0].NumOfHosts = 4
+	mustCreate(t, e.cl, rc)
+	e.waitPods(t, rc, 5)
+	for _, name := range []string{"rc-head-svc", "rc-serve-svc", "rc-headless"} {
+		if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &corev1.Service{}); err != nil {
+			t.Errorf("service %s: %v", name, err)
+		}
+	}
+}
+
+func waitEvent(t *testing.T, e *env, ns, reason string) {
+	t.Helper()
+	eventually(t, "event "+reason, func() (bool, string) {
+		list := &corev1.EventList{}
+		if err := e.cl.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		for _, ev := range list.Items {
+			if ev.Reason == reason {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events", len(list.Items))
+	})
+}
+
+// A missing default PodTemplate is a condition and an event; the pods are still built from the user's template.
+func testMissingDefaultTemplate(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Obj()
+	rc.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") // keep the running controller away
+	mustCreate(t, e.cl, rc)
+	rec := events.NewFakeRecorder(10)
+	r := &Reconciler{client: e.cl, recorder: rec, opts: Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10}, exp: newExpectations()}
+	// Reconcile bypasses the managedBy skip by calling the inner steps the way Reconcile does.
+	run := &run{c: e.get(t, rc), key: client.ObjectKeyFromObject(rc)}
+	if err := r.reconcile(context.Background(), run); err != nil {
+		t.Fatal(err)
+	}
+	if run.obs.templateErr == nil || run.obs.templateErr.reason != ReasonDefaultTemplateNotFound {
+		t.Fatalf("templateErr %+v", run.obs.templateErr)
+	}
+	st := computeStatus(run.c, run.obs, metav1.Now())
+	if c := meta.FindStatusCondition(st.Conditions, ConditionDefaultPodTemplateFailure); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("condition: %+v", st.Conditions)
+	}
+	if len(run.events) == 0 || run.events[0].reason != ReasonDefaultTemplateNotFound {
+		t.Errorf("events: %+v", run.events)
+	}
+	eventually(t, "head pod without defaults", func() (bool, string) {
+		h := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)
+		return len(h) == 1 && h[0].Labels["defaulted"] == "", fmt.Sprintf("%d heads", len(h))
+	})
+}
