@@ -406,7 +406,9 @@ func testRecreate(t *testing.T, e *env) {
 	}
 	before = uids(pods)
 
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "rayproject/ray:2.53.0" })
+	e.update(t, rc, func(c *rayv1.RayCluster) {
+		c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "rayproject/ray:2.53.0"
+	})
 	eventually(t, "all pods recreated", func() (bool, string) {
 		pods := e.pods(t, rc)
 		for _, p := range pods {
