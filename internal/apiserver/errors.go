@@ -1,0 +1,122 @@
+package apiserver
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// gRPC status codes used in error bodies; KubeRay's v1 clients read "code" as a gRPC code.
+const (
+	codeInvalidArgument    = 3
+	codeNotFound           = 5
+	codeAlreadyExists      = 6
+	codePermissionDenied   = 7
+	codeFailedPrecondition = 9
+	codeAborted            = 10
+	codeUnimplemented      = 12
+	codeInternal           = 13
+	codeUnavailable        = 14
+	codeUnauthenticated    = 16
+)
+
+// FieldViolation names one bad field of a request and why it is bad.
+type FieldViolation struct {
+	Field  string `json:"field" api:"required" doc:"JSON path of the offending field, e.g. clusterSpec.headGroupSpec.imagePullPolicy"`
+	Reason string `json:"reason" api:"required" doc:"what is wrong with it"`
+}
+
+// Status is the body of every error answer: the shape of grpc-gateway's error (google.rpc.Status) with details
+// that name fields.
+type Status struct {
+	Code    int              `json:"code" api:"required" doc:"gRPC status code (3 InvalidArgument, 5 NotFound, 6 AlreadyExists, 7 PermissionDenied, 9 FailedPrecondition, 10 Aborted, 12 Unimplemented, 13 Internal, 14 Unavailable, 16 Unauthenticated)"`
+	Message string           `json:"message" api:"required"`
+	Details []FieldViolation `json:"details,omitempty"`
+}
+
+// apiError is an error with the HTTP status and body to answer with.
+type apiError struct {
+	httpStatus int
+	Status
+}
+
+func (e *apiError) Error() string { return e.Message }
+
+func newError(httpStatus, code int, format string, args ...any) *apiError {
+	return &apiError{httpStatus: httpStatus, Status: Status{Code: code, Message: fmt.Sprintf(format, args...)}}
+}
+
+// invalid is a 400 naming the given fields; the message lists them so clients that only print "message" still
+// show which field is wrong.
+func invalid(vs ...FieldViolation) *apiError {
+	return fieldError(http.StatusBadRequest, codeInvalidArgument, vs)
+}
+
+func fieldError(httpStatus, code int, vs []FieldViolation) *apiError {
+	parts := make([]string, 0, len(vs))
+	for _, v := range vs {
+		parts = append(parts, v.Field+": "+v.Reason)
+	}
+	return &apiError{httpStatus: httpStatus, Status: Status{Code: code, Message: "invalid request: " + strings.Join(parts, "; "), Details: vs}}
+}
+
+func notFound(format string, args ...any) *apiError {
+	return newError(http.StatusNotFound, codeNotFound, format, args...)
+}
+
+// fromKubernetes maps an error from the Kubernetes API server to an answer. what names the object, e.g.
+// `cluster "a" in namespace "b"`.
+func fromKubernetes(err error, what string) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return notFound("%s not found", what)
+	case apierrors.IsAlreadyExists(err):
+		return newError(http.StatusConflict, codeAlreadyExists, "%s already exists", what)
+	case apierrors.IsConflict(err):
+		return newError(http.StatusConflict, codeAborted, "%s was changed concurrently: %s", what, statusMessage(err))
+	case apierrors.IsInvalid(err):
+		// Admission (CRD schema, CEL) refused the object: pass its field causes on.
+		var vs []FieldViolation
+		var se apierrors.APIStatus
+		if errors.As(err, &se) && se.Status().Details != nil {
+			for _, c := range se.Status().Details.Causes {
+				vs = append(vs, FieldViolation{Field: c.Field, Reason: c.Message})
+			}
+		}
+		if len(vs) == 0 {
+			vs = []FieldViolation{{Field: "", Reason: statusMessage(err)}}
+		}
+		e := fieldError(http.StatusUnprocessableEntity, codeInvalidArgument, vs)
+		e.Message = fmt.Sprintf("%s was refused by Kubernetes: %s", what, statusMessage(err))
+		return e
+	case apierrors.IsBadRequest(err):
+		return newError(http.StatusBadRequest, codeInvalidArgument, "%s: %s", what, statusMessage(err))
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		return fieldError(http.StatusBadRequest, codeInvalidArgument, []FieldViolation{{Field: "continue", Reason: "the continue token has expired; list again from the start"}})
+	case apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err):
+		return newError(http.StatusServiceUnavailable, codeUnavailable, "kubernetes is busy, retry later: %s", statusMessage(err))
+	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
+		// The server's own identity lacks a permission: a deployment problem, not the caller's.
+		return newError(http.StatusInternalServerError, codeInternal, "the API server's service account may not do this (%s); check its RBAC", statusMessage(err))
+	default:
+		return newError(http.StatusInternalServerError, codeInternal, "%s: %v", what, err)
+	}
+}
+
+func statusMessage(err error) string {
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		if m := se.Status().Message; m != "" {
+			return m
+		}
+		return string(se.Status().Reason)
+	}
+	return err.Error()
+}

@@ -1,0 +1,238 @@
+package apiserver
+
+import (
+	"net/http"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/manta-dev/manta/internal/version"
+)
+
+// OpenAPI returns the OpenAPI 3 document of the API, generated from the route table and the model types, so it
+// cannot drift from what the server accepts and answers.
+func OpenAPI() map[string]any {
+	g := &schemaGen{schemas: map[string]any{}}
+	paths := map[string]any{}
+	for _, rt := range routes() {
+		item, _ := paths[rt.pattern].(map[string]any)
+		if item == nil {
+			item = map[string]any{}
+			paths[rt.pattern] = item
+		}
+		item[strings.ToLower(rt.method)] = g.operation(rt)
+	}
+	text := func(op, summary string) map[string]any {
+		return map[string]any{"get": map[string]any{
+			"operationId": op, "summary": summary, "tags": []string{"Server"}, "security": []any{},
+			"responses": map[string]any{"200": map[string]any{
+				"description": "OK",
+				"content":     map[string]any{"text/plain": map[string]any{"schema": map[string]any{"type": "string"}}},
+			}},
+		}}
+	}
+	paths["/healthz"] = text("Healthz", "Liveness: answers ok while the server runs.")
+	paths["/metrics"] = text("Metrics", "Prometheus metrics.")
+	paths["/openapi.json"] = map[string]any{"get": map[string]any{
+		"operationId": "OpenAPI", "summary": "This document.", "tags": []string{"Server"}, "security": []any{},
+		"responses": map[string]any{"200": map[string]any{
+			"description": "OK",
+			"content":     map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "object"}}},
+		}},
+	}}
+	g.ref(reflect.TypeFor[Status]())
+	return map[string]any{
+		"openapi": "3.0.3",
+		"info": map[string]any{
+			"title":   "Manta API",
+			"version": version.Version,
+			"description": "Ray on Kubernetes. Paths and JSON shapes of KubeRay's API server v1, plus image pull jobs. " +
+				"Authenticate with a Kubernetes bearer token; each operation is authorised with the RBAC permission behind it. " +
+				"Errors are a Status naming the offending fields.",
+		},
+		"paths": paths,
+		"components": map[string]any{
+			"schemas": g.schemas,
+			"securitySchemes": map[string]any{
+				"bearer": map[string]any{"type": "http", "scheme": "bearer", "description": "a Kubernetes bearer token (e.g. kubectl create token <serviceaccount>)"},
+			},
+		},
+		"security": []any{map[string]any{"bearer": []any{}}},
+	}
+}
+
+var errorDescriptions = map[int]string{
+	400: "The request is invalid; details name the fields.",
+	401: "No bearer token, or Kubernetes does not accept it.",
+	403: "RBAC does not allow the caller this operation.",
+	404: "The object does not exist (or is not managed by this API).",
+	409: "The object already exists or was changed concurrently.",
+	413: "The body is too large.",
+	415: "The body is not JSON.",
+	422: "The request names something that does not exist (e.g. a compute template), or Kubernetes refused the object.",
+	500: "Internal error.",
+	502: "The Ray dashboard failed.",
+	503: "Kubernetes or the Ray dashboard is unavailable; retry later.",
+}
+
+func (g *schemaGen) operation(rt *route) map[string]any {
+	op := map[string]any{
+		"operationId": rt.op,
+		"summary":     rt.summary,
+		"tags":        []string{rt.tag},
+	}
+	var params []any
+	for _, p := range pathParams(rt.pattern) {
+		schema := map[string]any{"type": "string", "pattern": dns1123LabelPattern, "maxLength": 63}
+		if p == "submissionid" {
+			schema = map[string]any{"type": "string", "pattern": submissionID.String()}
+		}
+		params = append(params, map[string]any{"name": p, "in": "path", "required": true, "schema": schema})
+	}
+	if rt.paging != "" {
+		params = append(params,
+			map[string]any{"name": "limit", "in": "query", "description": "maximum number of items to return; 0 returns all", "schema": map[string]any{"type": "integer", "minimum": 0, "format": "int64"}},
+			map[string]any{"name": "continue", "in": "query", "description": "the continue token of the previous page", "schema": map[string]any{"type": "string"}})
+	}
+	if rt.paging == pagingPage {
+		params = append(params,
+			map[string]any{"name": "pageSize", "in": "query", "description": "v1 name of limit", "schema": map[string]any{"type": "integer", "minimum": 0, "format": "int32"}},
+			map[string]any{"name": "pageToken", "in": "query", "description": "v1 name of continue", "schema": map[string]any{"type": "string"}})
+	}
+	if len(params) > 0 {
+		op["parameters"] = params
+	}
+	if rt.body != nil {
+		op["requestBody"] = map[string]any{
+			"required": true,
+			"content":  map[string]any{"application/json": map[string]any{"schema": g.ref(reflect.TypeOf(rt.body))}},
+		}
+	}
+	responses := map[string]any{
+		"200": map[string]any{
+			"description": "OK",
+			"content":     map[string]any{"application/json": map[string]any{"schema": g.ref(reflect.TypeOf(rt.resp))}},
+		},
+	}
+	codes := append(slices.Clone(rt.errs), 401, 403, 500, 503)
+	if rt.method == http.MethodDelete {
+		codes = append(codes, 400)
+	}
+	for _, c := range codes {
+		responses[strconv.Itoa(c)] = errorResponse(errorDescriptions[c])
+	}
+	responses["default"] = errorResponse("Any other error.")
+	op["responses"] = responses
+	return op
+}
+
+func errorResponse(desc string) map[string]any {
+	return map[string]any{
+		"description": desc,
+		"content":     map[string]any{"application/json": map[string]any{"schema": map[string]any{"$ref": "#/components/schemas/Status"}}},
+	}
+}
+
+const dns1123LabelPattern = `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+
+type schemaGen struct {
+	schemas map[string]any
+}
+
+// ref returns a schema for t, defining named structs under components/schemas.
+func (g *schemaGen) ref(t reflect.Type) map[string]any {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Implements(enumType) {
+		names := reflect.Zero(t).Interface().(enum).enumNames()
+		nums := make([]int, len(names))
+		for i := range nums {
+			nums[i] = i
+		}
+		return map[string]any{
+			"description": "one of " + strings.Join(names, ", ") + "; answered as its number, accepted as number or name",
+			"anyOf": []any{
+				map[string]any{"type": "integer", "enum": nums},
+				map[string]any{"type": "string", "enum": names},
+			},
+		}
+	}
+	if t == timeType {
+		return map[string]any{"type": "string", "format": "date-time"}
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		name := t.Name()
+		if _, ok := g.schemas[name]; !ok {
+			g.schemas[name] = map[string]any{} // placeholder for recursion
+			g.schemas[name] = g.object(t)
+		}
+		return map[string]any{"$ref": "#/components/schemas/" + name}
+	case reflect.Map:
+		return map[string]any{"type": "object", "additionalProperties": g.ref(t.Elem())}
+	case reflect.Slice:
+		return map[string]any{"type": "array", "items": g.ref(t.Elem())}
+	case reflect.String:
+		return map[string]any{"type": "string"}
+	case reflect.Bool:
+		return map[string]any{"type": "boolean"}
+	case reflect.Int32:
+		return map[string]any{"type": "integer", "format": "int32"}
+	case reflect.Int64:
+		return map[string]any{"type": "integer", "format": "int64"}
+	case reflect.Uint32:
+		return map[string]any{"type": "integer", "format": "int64", "minimum": 0, "maximum": 4294967295}
+	case reflect.Uint64:
+		return map[string]any{"type": "integer", "minimum": 0}
+	case reflect.Float32:
+		return map[string]any{"type": "number", "format": "float"}
+	case reflect.Float64:
+		return map[string]any{"type": "number", "format": "double"}
+	}
+	return map[string]any{}
+}
+
+func (g *schemaGen) object(t reflect.Type) map[string]any {
+	props := map[string]any{}
+	var required []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		name, opts, _ := strings.Cut(tag, ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		var s map[string]any
+		if strings.Contains(opts, "string") && (f.Type.Kind() == reflect.Uint64 || f.Type.Kind() == reflect.Int64) {
+			s = map[string]any{"type": "string", "pattern": "^[0-9]+$"}
+		} else {
+			s = g.ref(f.Type)
+		}
+		apiOpts := strings.Split(f.Tag.Get("api"), ",")
+		if slices.Contains(apiOpts, "name") {
+			s = map[string]any{"type": "string", "pattern": dns1123LabelPattern, "maxLength": 63}
+		}
+		doc := f.Tag.Get("doc")
+		if _, isRef := s["$ref"]; isRef && (doc != "" || slices.Contains(apiOpts, "readonly")) {
+			// OpenAPI 3.0 ignores siblings of $ref; wrap it.
+			s = map[string]any{"allOf": []any{s}}
+		}
+		if doc != "" {
+			s["description"] = doc
+		}
+		if slices.Contains(apiOpts, "readonly") {
+			s["readOnly"] = true
+		}
+		if slices.Contains(apiOpts, "required") {
+			required = append(required, name)
+		}
+		props[name] = s
+	}
+	out := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	if len(required) > 0 {
+		out["required"] = required
+	}
+	return out
+}

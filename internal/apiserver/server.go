@@ -1,0 +1,410 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/ray"
+)
+
+// Server timeouts. Requests are small and every handler makes a few Kubernetes or Ray calls, each bounded by the
+// request context, so a minute is generous; slow clients cannot hold connections open.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 60 * time.Second
+	idleTimeout       = 120 * time.Second
+	shutdownTimeout   = 15 * time.Second
+	maxHeaderBytes    = 64 << 10
+)
+
+// Options configure a Server.
+type Options struct {
+	// Auth is AuthKubernetes (default) or AuthNone.
+	Auth AuthMode
+	// UseKubernetesProxy reaches Ray dashboards through the API server's services/proxy.
+	UseKubernetesProxy bool
+	// ClusterDomain is the cluster DNS domain for direct dashboard URLs; default cluster.local.
+	ClusterDomain string
+	// Log receives request logs; default discards.
+	Log logr.Logger
+	// Dashboard, when set, replaces how job submission endpoints reach a cluster's Ray dashboard.
+	Dashboard DashboardFunc
+}
+
+// Dashboard is what job submission endpoints need from a Ray head; *ray.DashboardClient implements it.
+type Dashboard interface {
+	SubmitJob(ctx context.Context, req ray.JobSubmitRequest) (string, error)
+	GetJob(ctx context.Context, id string) (*ray.JobInfo, error)
+	ListJobs(ctx context.Context) ([]ray.JobInfo, error)
+	GetJobLogs(ctx context.Context, id string) (string, error)
+	StopJob(ctx context.Context, id string) (bool, error)
+	DeleteJob(ctx context.Context, id string) (bool, error)
+}
+
+// DashboardFunc returns a client for the dashboard of a cluster whose head Service is svc (nil when missing).
+type DashboardFunc func(ctx context.Context, rc *rayv1.RayCluster, svc *corev1.Service) (Dashboard, error)
+
+// Server serves the REST API.
+type Server struct {
+	opts     Options
+	c        client.Client
+	auth     *kubeAuth
+	handler  http.Handler
+	registry *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+// Scheme holds every type the server reads and writes.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = rayv1.AddToScheme(s)
+	_ = mantav1alpha1.AddToScheme(s)
+	return s
+}
+
+// New builds a server that talks to Kubernetes with cfg. Reads are not cached: every list is a paginated read
+// from the API server, so limit/continue behave as in Kubernetes.
+func New(cfg *rest.Config, opts Options) (*Server, error) {
+	if opts.Auth == "" {
+		opts.Auth = AuthKubernetes
+	}
+	if opts.Auth != AuthKubernetes && opts.Auth != AuthNone {
+		return nil, fmt.Errorf("auth mode %q: must be kubernetes or none", opts.Auth)
+	}
+	if opts.Log.GetSink() == nil {
+		opts.Log = logr.Discard()
+	}
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	if opts.Dashboard == nil {
+		f, err := ray.NewFactory(ray.Options{UseKubernetesProxy: opts.UseKubernetesProxy, RESTConfig: cfg, ClusterDomain: opts.ClusterDomain})
+		if err != nil {
+			return nil, err
+		}
+		opts.Dashboard = factoryDashboard(c, f)
+	}
+	s := &Server{opts: opts, c: c, registry: prometheus.NewRegistry()}
+	if opts.Auth == AuthKubernetes {
+		s.auth = &kubeAuth{c: c}
+	}
+	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "manta_apiserver_requests_total", Help: "REST API requests by operation and HTTP status code.",
+	}, []string{"operation", "code"})
+	s.duration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "manta_apiserver_request_duration_seconds", Help: "REST API request latency by operation.",
+		Buckets: prometheus.DefBuckets,
+	}, []string{"operation"})
+	s.registry.MustRegister(s.requests, s.duration, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.handler = s.buildMux()
+	return s, nil
+}
+
+// factoryDashboard reaches the head through internal/ray, with the cluster's Ray auth token when it has one.
+func factoryDashboard(c client.Client, f *ray.Factory) DashboardFunc {
+	return func(ctx context.Context, rc *rayv1.RayCluster, svc *corev1.Service) (Dashboard, error) {
+		t := ray.Target{Namespace: rc.Namespace, HeadServiceName: headServiceName(rc), DashboardPort: ray.DashboardPort(svc)}
+		if o := rc.Spec.AuthOptions; o != nil && o.Mode == rayv1.AuthModeToken {
+			name := rc.Name
+			if o.SecretName != nil && *o.SecretName != "" {
+				name = *o.SecretName
+			}
+			var sec corev1.Secret
+			if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: name}, &sec); err != nil {
+				return nil, fmt.Errorf("ray auth token secret %q: %w", name, err)
+			}
+			t.AuthToken = string(sec.Data["auth_token"])
+		}
+		return f.Dashboard(t)
+	}
+}
+
+func headServiceName(rc *rayv1.RayCluster) string {
+	if n := rc.Status.Head.ServiceName; n != "" {
+		return n
+	}
+	if hs := rc.Spec.HeadGroupSpec.HeadService; hs != nil && hs.Name != "" {
+		return hs.Name
+	}
+	return rc.Name + "-head-svc"
+}
+
+// Handler is the server's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Serve serves on ln until ctx is done, then shuts down gracefully: in-flight requests get shutdownTimeout.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// ListenAndServe listens on addr and serves until ctx is done.
+func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return s.Serve(ctx, ln)
+}
+
+// statusRecorder remembers the status code for logs and metrics.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.code == 0 {
+		r.code = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+type ctxKey int
+
+const (
+	keyOp ctxKey = iota
+	keyUser
+)
+
+// requestInfo is filled in by inner handlers for the outer logging and metrics wrapper.
+type requestInfo struct {
+	op   string
+	user string
+}
+
+func info(r *http.Request) *requestInfo {
+	if i, ok := r.Context().Value(keyOp).(*requestInfo); ok {
+		return i
+	}
+	return &requestInfo{}
+}
+
+// observe logs each request (method, path, status, duration, operation and caller; never headers, bodies or
+// query strings, which may carry tokens) and records metrics with bounded labels.
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ri := &requestInfo{op: "unmatched"}
+		r = r.WithContext(context.WithValue(r.Context(), keyOp, ri))
+		rec := &statusRecorder{ResponseWriter: w}
+		defer func() {
+			if p := recover(); p != nil {
+				s.opts.Log.Error(fmt.Errorf("panic: %v", p), "handler panicked", "operation", ri.op, "stack", string(debug.Stack()))
+				if rec.code == 0 {
+					writeError(rec, newError(http.StatusInternalServerError, codeInternal, "internal error"))
+				}
+			}
+			code := rec.code
+			if code == 0 {
+				code = http.StatusOK
+			}
+			d := time.Since(start)
+			s.requests.WithLabelValues(ri.op, strconv.Itoa(code)).Inc()
+			s.duration.WithLabelValues(ri.op).Observe(d.Seconds())
+			s.opts.Log.Info("request", "method", r.Method, "path", r.URL.Path, "status", code,
+				"duration", d.Round(time.Microsecond).String(), "operation", ri.op, "user", ri.user)
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, e *apiError) {
+	if e.httpStatus == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="manta"`)
+	}
+	writeJSON(w, e.httpStatus, e.Status)
+}
+
+// buildMux routes every path of the route table to a dispatcher that picks the operation by method, so wrong
+// methods get a JSON 405 with Allow, and unknown paths a JSON 404.
+func (s *Server) buildMux() http.Handler {
+	mux := http.NewServeMux()
+	byPattern := map[string][]*route{}
+	var patterns []string
+	for _, rt := range routes() {
+		if _, ok := byPattern[rt.pattern]; !ok {
+			patterns = append(patterns, rt.pattern)
+		}
+		byPattern[rt.pattern] = append(byPattern[rt.pattern], rt)
+	}
+	for _, p := range patterns {
+		rs := byPattern[p]
+		mux.Handle(p, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.dispatch(w, r, rs) }))
+	}
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		info(r).op = "healthz"
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			methodNotAllowed(w, []string{http.MethodGet, http.MethodHead})
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	metrics := promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		info(r).op = "metrics"
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, []string{http.MethodGet})
+			return
+		}
+		metrics.ServeHTTP(w, r)
+	})
+	doc, _ := json.Marshal(OpenAPI())
+	mux.HandleFunc("/openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		info(r).op = "openapi"
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, []string{http.MethodGet})
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(doc)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, notFound("no such path: %s", r.URL.Path))
+	})
+	return s.observe(mux)
+}
+
+func methodNotAllowed(w http.ResponseWriter, allowed []string) {
+	w.Header().Set("Allow", strings.Join(allowed, ", "))
+	writeError(w, newError(http.StatusMethodNotAllowed, codeUnimplemented, "method not allowed; use %s", strings.Join(allowed, ", ")))
+}
+
+// dispatch runs one operation: method, authentication, path parameters, body rules, authorisation, handler.
+func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rs []*route) {
+	var rt *route
+	var allowed []string
+	for _, c := range rs {
+		allowed = append(allowed, c.method)
+		if c.method == r.Method {
+			rt = c
+		}
+	}
+	if rt == nil {
+		slices.Sort(allowed)
+		methodNotAllowed(w, allowed)
+		return
+	}
+	ri := info(r)
+	ri.op = rt.op
+	var user *userInfo
+	if s.auth != nil {
+		u, e := s.auth.authenticate(r.Context(), r)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		user, ri.user = u, u.Name
+	}
+	if e := checkPathParams(r, rt.pattern); e != nil {
+		writeError(w, e)
+		return
+	}
+	if rt.body == nil && r.Method == http.MethodDelete && (r.ContentLength != 0 || len(r.TransferEncoding) > 0) {
+		writeError(w, invalid(FieldViolation{Field: "body", Reason: "DELETE takes no body; the object is named by the path"}))
+		return
+	}
+	if s.auth != nil {
+		if e := s.auth.authorize(r.Context(), user, rt.access(r)); e != nil {
+			writeError(w, e)
+			return
+		}
+	}
+	out, e := rt.handle(s, w, r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// checkPathParams refuses path parameters that cannot name a Kubernetes object before anything reaches
+// Kubernetes.
+func checkPathParams(r *http.Request, pattern string) *apiError {
+	var v violations
+	for _, p := range pathParams(pattern) {
+		val := r.PathValue(p)
+		if p == "submissionid" {
+			if !submissionID.MatchString(val) {
+				v.add(p, "must be 1-128 letters, digits, '_', '.', ':' or '-'")
+			}
+			continue
+		}
+		v.name(p, val)
+	}
+	if len(v) > 0 {
+		return invalid(v...)
+	}
+	return nil
+}
+
+func pathParams(pattern string) []string {
+	var out []string
+	for _, seg := range strings.Split(pattern, "/") {
+		if strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") {
+			out = append(out, strings.Trim(seg, "{}"))
+		}
+	}
+	return out
+}
