@@ -1,0 +1,128 @@
+package bench
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/operator"
+)
+
+// KubeRay v1.1.1's clusterloader2 result for 100 RayClusters (10 namespaces x 10, 1 head + 3 workers each) on GKE;
+// reference/kuberay-compat.md section 8.
+const (
+	kuberay100CreateS = 1.06
+	kuberay100WaitS   = 83.5
+	kuberay100TotalS  = 135.2
+)
+
+// clusterResult is what one batch of RayClusters cost, from the first create to the last cluster seen ready.
+type clusterResult struct {
+	clusters, podsPerCluster int
+	create, total            time.Duration
+	latencies                []time.Duration // per cluster, from its create to first seen ready
+	calls                    callCounts
+	reconciles               float64
+}
+
+// createClustersAndWait creates the clusters (up to 10 creates in flight, like clusterloader2 at 100 qps), waits
+// until all are ready and measures what it took and what the operator asked of the API server.
+func (e *env) createClustersAndWait(b *testing.B, op *operatorRun, run string, clusters []client.Object, podsPerCluster int, timeout time.Duration) clusterResult {
+	b.Helper()
+	before, rec0 := op.calls.snapshot(), reconciles("raycluster")
+	start := time.Now()
+	created := e.createAll(b, 10, clusters)
+	createDone := time.Now()
+	readyAt := e.waitClustersReady(b, run, len(clusters), timeout)
+	r := clusterResult{
+		clusters: len(clusters), podsPerCluster: podsPerCluster,
+		create: createDone.Sub(start), calls: op.calls.since(before),
+	}
+	for i, o := range clusters {
+		at := readyAt[o.GetNamespace()+"/"+o.GetName()]
+		r.latencies = append(r.latencies, at.Sub(created[i]))
+		r.total = max(r.total, at.Sub(start))
+	}
+	r.reconciles = reconciles("raycluster") - rec0
+	return r
+}
+
+func (r clusterResult) report(b *testing.B) {
+	p50, p90, p99, maxS := percentiles(r.latencies)
+	n := float64(r.clusters)
+	b.ReportMetric(secs(r.create), "create-s")
+	b.ReportMetric(secs(r.total-r.create), "wait-ready-s")
+	b.ReportMetric(secs(r.total), "total-s")
+	b.ReportMetric(p50, "p50-cluster-ready-s")
+	b.ReportMetric(p99, "p99-cluster-ready-s")
+	b.ReportMetric(float64(r.calls.writes())/n, "writes/cluster")
+	b.ReportMetric(float64(r.calls.total())/n, "requests/cluster")
+	b.ReportMetric(r.reconciles/n, "reconciles/cluster")
+	b.Logf("%d RayClusters x %d pods: created in %.2fs, all ready %.2fs after the first create (wait-ready step %.2fs)",
+		r.clusters, r.podsPerCluster, secs(r.create), secs(r.total), secs(r.total-r.create))
+	b.Logf("  per cluster, create -> ready: p50 %.2fs  p90 %.2fs  p99 %.2fs  max %.2fs", p50, p90, p99, maxS)
+	b.Logf("  operator: %d requests, %d writes (%.1f writes, %.1f requests, %.1f reconciles per cluster):\n%s",
+		r.calls.total(), r.calls.writes(), float64(r.calls.writes())/n, float64(r.calls.total())/n, r.reconciles/n, r.calls)
+}
+
+// BenchmarkRayClusterThroughput creates 100 RayClusters (1 head + 3 workers) across 10 namespaces, the shape of
+// KubeRay's 100-raycluster clusterloader2 test, and measures the create step and the wait until every cluster's
+// status.state is ready.
+func BenchmarkRayClusterThroughput(b *testing.B) {
+	const namespaces, perNamespace, workers = 10, 10, 3
+	// 400 pods of 1 CPU each on 20 nodes of 32 CPUs.
+	e := startEnv(b, 30*time.Minute, devcluster.Options{Nodes: 20, NodeCPU: "32", NodeMemory: "128Gi", NodeMaxPods: 110})
+	var nsNames []string
+	for i := range namespaces {
+		nsNames = append(nsNames, fmt.Sprintf("bench-tp-%d", i))
+	}
+	e.createNamespaces(b, nsNames...)
+	op := e.startOperator(b, operator.Options{})
+
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run := fmt.Sprintf("throughput-%d", i)
+		var clusters []client.Object
+		for _, ns := range nsNames {
+			for j := range perNamespace {
+				clusters = append(clusters, rayCluster(ns, fmt.Sprintf("rc-%d-%d", i, j), run, workers))
+			}
+		}
+		r := e.createClustersAndWait(b, op, run, clusters, 1+workers, 15*time.Minute)
+		b.StopTimer()
+		r.report(b)
+		b.Logf("  KubeRay v1.1.1, 100-raycluster on GKE (clusterloader2): create %.2fs, wait-ready %.1fs, overall %.1fs "+
+			"(real nodes and image pulls; here kwok nodes make pods Ready in ~0.5s, so this measures the operator and the control plane)",
+			kuberay100CreateS, kuberay100WaitS, kuberay100TotalS)
+		b.StartTimer()
+	}
+}
+
+// BenchmarkRayClusterLarge measures one RayCluster with 100 workers, then one with 500, from create to ready.
+func BenchmarkRayClusterLarge(b *testing.B) {
+	// 602 pods of 1 CPU each on 24 nodes of 32 CPUs.
+	e := startEnv(b, 30*time.Minute, devcluster.Options{Nodes: 24, NodeCPU: "32", NodeMemory: "128Gi", NodeMaxPods: 110})
+	const ns = "bench-large"
+	e.createNamespaces(b, ns)
+	op := e.startOperator(b, operator.Options{})
+	for _, workers := range []int{100, 500} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				run := fmt.Sprintf("large-%d-%d", workers, i)
+				c := rayCluster(ns, run, run, int32(workers))
+				r := e.createClustersAndWait(b, op, run, []client.Object{c}, 1+workers, 10*time.Minute)
+				b.StopTimer()
+				b.ReportMetric(secs(r.total), "ready-s")
+				b.ReportMetric(float64(r.calls.writes()), "writes")
+				b.ReportMetric(float64(r.calls.total()), "requests")
+				b.ReportMetric(r.reconciles, "reconciles")
+				b.Logf("1 RayCluster with %d workers: ready %.2fs after create (%.0f pods/s); operator: %d requests, %d writes, %.0f reconciles:\n%s",
+					workers, secs(r.total), float64(1+workers)/secs(r.total), r.calls.total(), r.calls.writes(), r.reconciles, r.calls)
+				b.StartTimer()
+			}
+		})
+	}
+}
