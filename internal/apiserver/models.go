@@ -304,7 +304,7 @@ type ImagePullJob struct {
 	ImagePullPolicy         string              `json:"imagePullPolicy,omitempty" doc:"Always or IfNotPresent (default)"`
 	PullSecrets             []string            `json:"pullSecrets,omitempty"`
 	NodeNames               []string            `json:"nodeNames,omitempty" doc:"pull only on these nodes"`
-	NodeSelector            map[string]string   `json:"nodeSelector,omitempty" doc:"pull only on nodes with these labels"`
+	NodeSelector            map[string]string   `json:"nodeSelector,omitempty" doc:"pull only on nodes with these labels (not with nodeNames)"`
 	Parallelism             int32               `json:"parallelism,omitempty" doc:"nodes pulled at once; default 1"`
 	TimeoutSeconds          int32               `json:"timeoutSeconds,omitempty" doc:"per-node pull timeout"`
 	BackoffLimit            int32               `json:"backoffLimit,omitempty" doc:"retries per node"`

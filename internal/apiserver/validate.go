@@ -496,6 +496,9 @@ func validateImagePullJob(j *ImagePullJob, pathNS string) violations {
 		}
 	}
 	v.labels("nodeSelector", j.NodeSelector)
+	if len(j.NodeNames) > 0 && len(j.NodeSelector) > 0 {
+		v.add("nodeSelector", "must not be set together with nodeNames")
+	}
 	v.nonNegative("parallelism", int64(j.Parallelism))
 	v.nonNegative("timeoutSeconds", int64(j.TimeoutSeconds))
 	v.nonNegative("backoffLimit", int64(j.BackoffLimit))

@@ -1,0 +1,854 @@
+package apiserver
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+// TestAPIServer runs every envtest-backed test against one control plane: handler tests for each endpoint and
+// validation rule, auth with real tokens, and Schemathesis against the live server.
+func TestAPIServer(t *testing.T) {
+	cfg, k := testutil.StartEnvtest(t)
+	e := newTestEnv(t, cfg, k)
+	t.Run("ComputeTemplates", e.testComputeTemplates)
+	t.Run("Clusters", e.testClusters)
+	t.Run("ClusterValidation", e.testClusterValidation)
+	t.Run("Pagination", e.testPagination)
+	t.Run("Jobs", e.testJobs)
+	t.Run("Services", e.testServices)
+	t.Run("ImagePullJobs", e.testImagePullJobs)
+	t.Run("JobSubmissions", e.testJobSubmissions)
+	t.Run("Requests", e.testRequests)
+	t.Run("Auth", e.testAuth)
+	t.Run("Schemathesis", e.testSchemathesis)
+}
+
+func template(ns, name string) ComputeTemplate {
+	return ComputeTemplate{Name: name, Namespace: ns, CPU: 2, Memory: 4}
+}
+
+func cluster(ns, name string) Cluster {
+	return Cluster{
+		Name: name, Namespace: ns, User: "alice", Version: "2.52.0",
+		ClusterSpec: &ClusterSpec{
+			HeadGroupSpec: &HeadGroupSpec{ComputeTemplate: "small", RayStartParams: map[string]string{"dashboard-host": "0.0.0.0"}},
+			WorkerGroupSpec: []WorkerGroupSpec{{
+				GroupName: "workers", ComputeTemplate: "small", Replicas: 1, MinReplicas: 0, MaxReplicas: 3,
+				RayStartParams: map[string]string{"num-cpus": "2"},
+			}},
+		},
+	}
+}
+
+func (e *testEnv) testComputeTemplates(t *testing.T) {
+	ns := e.namespace(t)
+	base := "/apis/v1/namespaces/" + ns + "/compute_templates"
+	tpl := ComputeTemplate{
+		Name: "gpu", Namespace: ns, CPU: 8, Memory: 32, GPU: 1, GPUAccelerator: "nvidia.com/gpu",
+		ExtendedResources: map[string]uint32{"vpc.amazonaws.com/efa": 2},
+		Tolerations:       []PodToleration{{Key: "ray.io/node-type", Operator: "Equal", Value: "worker", Effect: "NoSchedule"}},
+	}
+	var got ComputeTemplate
+	mustOK(t, e.do(t, "POST", base, tpl), &got)
+	want := tpl
+	want.MemoryUnit = "Gi"
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("created template (-want +got):\n%s", d)
+	}
+	// Stored the way KubeRay stores it.
+	var cm corev1.ConfigMap
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "gpu"}, &cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Labels[labelConfigType] != "compute-template" || cm.Labels[labelComputeTemplate] != "gpu" {
+		t.Errorf("labels: %v", cm.Labels)
+	}
+	for k, v := range map[string]string{"name": "gpu", "namespace": ns, "cpu": "8", "memory": "32", "memory_unit": "Gi", "gpu": "1", "gpu_accelerator": "nvidia.com/gpu", "extended_resources": `{"vpc.amazonaws.com/efa":2}`} {
+		if cm.Data[k] != v {
+			t.Errorf("data[%s] = %q, want %q", k, cm.Data[k], v)
+		}
+	}
+	mustOK(t, e.do(t, "GET", base+"/gpu", nil), &got)
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("got template (-want +got):\n%s", d)
+	}
+	mustFail(t, e.do(t, "POST", base, tpl), 409, codeAlreadyExists, "")
+	var list ListComputeTemplatesResponse
+	mustOK(t, e.do(t, "GET", base, nil), &list)
+	if len(list.ComputeTemplates) != 1 {
+		t.Errorf("list: %+v", list)
+	}
+	mustOK(t, e.do(t, "GET", "/apis/v1/compute_templates", nil), &list)
+	found := false
+	for _, c := range list.ComputeTemplates {
+		found = found || (c.Namespace == ns && c.Name == "gpu")
+	}
+	if !found {
+		t.Errorf("list across namespaces misses %s/gpu", ns)
+	}
+	// A ConfigMap that is not a template is not one.
+	plain := &corev1.ConfigMap{}
+	plain.Name, plain.Namespace = "plain", ns
+	if err := e.k.Create(context.Background(), plain); err != nil {
+		t.Fatal(err)
+	}
+	mustFail(t, e.do(t, "GET", base+"/plain", nil), 404, codeNotFound, "")
+	mustFail(t, e.do(t, "DELETE", base+"/plain", nil), 404, codeNotFound, "")
+	mustOK(t, e.do(t, "DELETE", base+"/gpu", nil), nil)
+	mustFail(t, e.do(t, "GET", base+"/gpu", nil), 404, codeNotFound, "")
+	mustFail(t, e.do(t, "DELETE", base+"/gpu", nil), 404, codeNotFound, "")
+
+	// Every validation rule names its field.
+	for _, tc := range []struct {
+		field  string
+		mutate func(*ComputeTemplate)
+	}{
+		{"name", func(c *ComputeTemplate) { c.Name = "" }},
+		{"name", func(c *ComputeTemplate) { c.Name = "Not_A_Name" }},
+		{"namespace", func(c *ComputeTemplate) { c.Namespace = "" }},
+		{"namespace", func(c *ComputeTemplate) { c.Namespace = "other" }},
+		{"cpu", func(c *ComputeTemplate) { c.CPU = 0 }},
+		{"memory", func(c *ComputeTemplate) { c.Memory = 0 }},
+		{"memoryUnit", func(c *ComputeTemplate) { c.MemoryUnit = "GB" }},
+		{"gpuAccelerator", func(c *ComputeTemplate) { c.GPUAccelerator = "bad accelerator" }},
+		{"extendedResources.bad key", func(c *ComputeTemplate) { c.ExtendedResources = map[string]uint32{"bad key": 1} }},
+		{"extendedResources.cpu", func(c *ComputeTemplate) { c.ExtendedResources = map[string]uint32{"cpu": 1} }},
+		{"tolerations[0].operator", func(c *ComputeTemplate) { c.Tolerations = []PodToleration{{Key: "k", Operator: "Like", Effect: "NoSchedule"}} }},
+		{"tolerations[0].key", func(c *ComputeTemplate) { c.Tolerations = []PodToleration{{Operator: "Equal", Effect: "NoSchedule"}} }},
+		{"tolerations[0].value", func(c *ComputeTemplate) {
+			c.Tolerations = []PodToleration{{Key: "k", Operator: "Exists", Value: "v", Effect: "NoSchedule"}}
+		}},
+		{"tolerations[0].effect", func(c *ComputeTemplate) { c.Tolerations = []PodToleration{{Key: "k", Operator: "Exists", Effect: "Sometimes"}} }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			c := template(ns, "bad")
+			tc.mutate(&c)
+			mustFail(t, e.do(t, "POST", base, c), 400, codeInvalidArgument, tc.field)
+		})
+	}
+	// Wrong JSON types and unknown fields name the field too.
+	for field, body := range map[string]string{
+		"cpu":      `{"name":"x","namespace":"` + ns + `","cpu":-1,"memory":1}`,
+		"memory":   `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":"lots"}`,
+		"colour":   `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":1,"colour":"red"}`,
+		"Name":     `{"Name":"x","namespace":"` + ns + `","cpu":1,"memory":1}`,
+		"gpu":      `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":1,"gpu":4294967296}`,
+		"body":     `{"name":"x"} {"more":1}`,
+		"tolerations[0].key": `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":1,"tolerations":[{"key":1,"operator":"Exists","effect":"NoSchedule"}]}`,
+	} {
+		t.Run("json/"+field, func(t *testing.T) {
+			mustFail(t, e.do(t, "POST", base, body), 400, codeInvalidArgument, field)
+		})
+	}
+}
+
+func (e *testEnv) testClusters(t *testing.T) {
+	ns := e.namespace(t)
+	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
+	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", ComputeTemplate{
+		Name: "big", Namespace: ns, CPU: 16, Memory: 512, MemoryUnit: "Mi", GPU: 2,
+		Tolerations: []PodToleration{{Key: "gpu", Operator: "Exists", Effect: "NoSchedule"}},
+	}), nil)
+	base := "/apis/v1/namespaces/" + ns + "/clusters"
+	c := cluster(ns, "demo")
+	c.Environment = 2
+	c.Annotations = map[string]string{annotationEnableServe: "true"}
+	c.Envs = &EnvironmentVariables{Values: map[string]string{"SHARED": "1"}}
+	c.ClusterSpec.EnableInTreeAutoscaling = true
+	c.ClusterSpec.HeadServiceAnnotations = map[string]string{"example.com/lb": "internal"}
+	c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{IdleTimeoutSeconds: 30, UpscalingMode: "Conservative", ImagePullPolicy: "IfNotPresent", CPU: "500m", Memory: "512Mi",
+		Envs: &EnvironmentVariables{Values: map[string]string{"AUTOSCALER_LOG": "debug"}}, Volumes: []Volume{{Name: "data", MountPath: "/data"}}}
+	h := c.ClusterSpec.HeadGroupSpec
+	h.Image, h.ImagePullPolicy, h.ServiceType, h.EnableIngress = "rayproject/ray:2.52.0-py311", "Always", "NodePort", true
+	h.ServiceAccount, h.ImagePullSecret = "ray-head", "regcred"
+	h.Labels, h.Annotations = map[string]string{"team": "ml"}, map[string]string{"example.com/owner": "alice"}
+	h.Environment = &EnvironmentVariables{
+		Values: map[string]string{"HEAD_ONLY": "yes"},
+		ValuesFrom: map[string]EnvValueFrom{
+			"FROM_CM":     {Source: EnvFromConfigMap, Name: "cm", Key: "k"},
+			"FROM_SECRET": {Source: EnvFromSecret, Name: "sec", Key: "token"},
+			"CPU_LIMIT":   {Source: EnvFromResourceField, Name: "ray-head", Key: "limits.cpu"},
+			"POD_IP":      {Source: EnvFromField, Name: "status.podIP"},
+		},
+	}
+	h.SecurityContext = &SecurityContext{Privileged: ptrBool(false), Capabilities: &Capabilities{Add: []string{"SYS_PTRACE"}, Drop: []string{"NET_RAW"}}}
+	h.Volumes = []Volume{
+		{Name: "data", MountPath: "/data", VolumeType: VolumePVC, Source: "claim", ReadOnly: true},
+		{Name: "host", MountPath: "/host", VolumeType: VolumeHostPath, Source: "/var/log", HostPathType: HostPathFile, MountPropagationMode: PropagationHostToContainer},
+		{Name: "scratch", MountPath: "/scratch", VolumeType: VolumeEphemeral, StorageClassName: "fast", AccessMode: AccessRWX, Storage: "10Gi"},
+		{Name: "conf", MountPath: "/conf", VolumeType: VolumeConfigMap, Source: "conf", Items: map[string]string{"a": "a.yaml"}},
+		{Name: "creds", MountPath: "/creds", VolumeType: VolumeSecret, Source: "creds"},
+		{Name: "shm", MountPath: "/dev/shm", VolumeType: VolumeEmptyDir, Storage: "1Gi"},
+	}
+	w := &c.ClusterSpec.WorkerGroupSpec[0]
+	w.ComputeTemplate, w.ImagePullPolicy = "big", "Never"
+	c.ClusterSpec.WorkerGroupSpec = append(c.ClusterSpec.WorkerGroupSpec, WorkerGroupSpec{
+		GroupName: "cpu", ComputeTemplate: "small", Replicas: 2, MinReplicas: 2, MaxReplicas: 2,
+	})
+
+	var got Cluster
+	mustOK(t, e.do(t, "POST", base, c), &got)
+	if got.CreatedAt == nil {
+		t.Error("createdAt is not set")
+	}
+	// The answer is the cluster as stored: compare the input fields (environment variables of the cluster move
+	// into each group's, as they are merged into the Ray container's env).
+	in := c
+	in.Envs = nil
+	in.ClusterSpec.HeadGroupSpec.Environment.Values["SHARED"] = "1"
+	in.ClusterSpec.WorkerGroupSpec[0].Environment = &EnvironmentVariables{Values: map[string]string{"SHARED": "1"}}
+	in.ClusterSpec.WorkerGroupSpec[1].Environment = &EnvironmentVariables{Values: map[string]string{"SHARED": "1"}}
+	in.ClusterSpec.WorkerGroupSpec[0].Image = "rayproject/ray:2.52.0"
+	in.ClusterSpec.WorkerGroupSpec[1].Image = "rayproject/ray:2.52.0"
+	got.CreatedAt = nil
+	if d := cmp.Diff(in, got); d != "" {
+		t.Errorf("created cluster (-want +got):\n%s", d)
+	}
+
+	var rc rayv1.RayCluster
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "demo"}, &rc); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{labelClusterName: "demo", labelUser: "alice", labelVersion: "2.52.0", labelEnvironment: "STAGING",
+		labelAppName: "kuberay", labelManagedBy: "kuberay-apiserver"} {
+		if rc.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, rc.Labels[k], v)
+		}
+	}
+	head := rc.Spec.HeadGroupSpec.Template
+	hc := head.Spec.Containers[0]
+	if hc.Name != "ray-head" || hc.Image != "rayproject/ray:2.52.0-py311" || hc.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("head container: %s %s %s", hc.Name, hc.Image, hc.ImagePullPolicy)
+	}
+	if head.Annotations[annotationTemplate] != "small" || head.Annotations[annotationImage] != hc.Image {
+		t.Errorf("head annotations: %v", head.Annotations)
+	}
+	if q := hc.Resources.Limits[corev1.ResourceCPU]; q.Cmp(resource.MustParse("2")) != 0 {
+		t.Errorf("head cpu limit %s", q.String())
+	}
+	if q := hc.Resources.Requests[corev1.ResourceMemory]; q.Cmp(resource.MustParse("4Gi")) != 0 {
+		t.Errorf("head memory request %s", q.String())
+	}
+	ports := map[string]int32{}
+	for _, p := range hc.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if d := cmp.Diff(map[string]int32{"redis": 6379, "head": 10001, "dashboard": 8265, "metrics": 8080, "dashboard-agent": 52365, "serve": 8000}, ports); d != "" {
+		t.Errorf("head ports (-want +got):\n%s", d)
+	}
+	wc := rc.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0]
+	if wc.Name != "ray-worker" || wc.ImagePullPolicy != corev1.PullNever {
+		t.Errorf("worker container %s %s", wc.Name, wc.ImagePullPolicy)
+	}
+	if q := wc.Resources.Limits["nvidia.com/gpu"]; q.Cmp(resource.MustParse("2")) != 0 {
+		t.Errorf("worker gpu %s", q.String())
+	}
+	if q := wc.Resources.Limits[corev1.ResourceMemory]; q.Cmp(resource.MustParse("512Mi")) != 0 {
+		t.Errorf("worker memory %s", q.String())
+	}
+	if tol := rc.Spec.WorkerGroupSpecs[0].Template.Spec.Tolerations; len(tol) != 1 || tol[0].Key != "gpu" {
+		t.Errorf("worker tolerations %v", tol)
+	}
+	if *rc.Spec.WorkerGroupSpecs[0].MaxReplicas != 3 || rc.Spec.AutoscalerOptions == nil || *rc.Spec.AutoscalerOptions.IdleTimeoutSeconds != 30 {
+		t.Errorf("worker/autoscaler spec: %+v %+v", rc.Spec.WorkerGroupSpecs[0], rc.Spec.AutoscalerOptions)
+	}
+
+	mustOK(t, e.do(t, "GET", base+"/demo", nil), &got)
+	if got.ClusterSpec == nil || got.User != "alice" {
+		t.Errorf("get: %+v", got)
+	}
+	// State comes from the RayCluster's status.
+	rc.Status.State = rayv1.Ready
+	rc.Status.Endpoints = map[string]string{"dashboard": "8265"}
+	if err := e.k.Status().Update(context.Background(), &rc); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, e.do(t, "GET", base+"/demo", nil), &got)
+	if got.ClusterState != "ready" || got.ServiceEndpoint["dashboard"] != "8265" {
+		t.Errorf("state %q endpoints %v", got.ClusterState, got.ServiceEndpoint)
+	}
+	mustFail(t, e.do(t, "POST", base, c), 409, codeAlreadyExists, "")
+
+	var list ListClustersResponse
+	mustOK(t, e.do(t, "GET", base, nil), &list)
+	if len(list.Clusters) != 1 || list.Clusters[0].Name != "demo" {
+		t.Errorf("list: %+v", list)
+	}
+	mustOK(t, e.do(t, "GET", "/apis/v1/clusters", nil), &list)
+	if len(list.Clusters) == 0 {
+		t.Error("list across namespaces is empty")
+	}
+	// RayClusters not created through this API are not listed, got or deleted.
+	foreign := rc.DeepCopy()
+	foreign.ObjectMeta = rc.ObjectMeta
+	foreign.ResourceVersion, foreign.UID, foreign.Name, foreign.Labels = "", "", "foreign", nil
+	foreign.Status = rayv1.RayClusterStatus{}
+	if err := e.k.Create(context.Background(), foreign); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, e.do(t, "GET", base, nil), &list)
+	if len(list.Clusters) != 1 {
+		t.Errorf("foreign cluster listed: %+v", list)
+	}
+	mustFail(t, e.do(t, "GET", base+"/foreign", nil), 404, codeNotFound, "")
+	mustFail(t, e.do(t, "DELETE", base+"/foreign", nil), 404, codeNotFound, "")
+
+	mustOK(t, e.do(t, "DELETE", base+"/demo", nil), nil)
+	mustFail(t, e.do(t, "DELETE", base+"/demo", nil), 404, codeNotFound, "")
+	mustFail(t, e.do(t, "GET", base+"/nope", nil), 404, codeNotFound, "")
+}
+
+func ptrBool(b bool) *bool { return &b }
+
+// testClusterValidation checks every rule of the cluster spec, each naming its field.
+func (e *testEnv) testClusterValidation(t *testing.T) {
+	ns := e.namespace(t)
+	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
+	base := "/apis/v1/namespaces/" + ns + "/clusters"
+	for _, tc := range []struct {
+		field  string
+		mutate func(*Cluster)
+	}{
+		{"name", func(c *Cluster) { c.Name = "" }},
+		{"name", func(c *Cluster) { c.Name = "UPPER" }},
+		{"name", func(c *Cluster) { c.Name = strings.Repeat("a", 64) }},
+		{"namespace", func(c *Cluster) { c.Namespace = "" }},
+		{"namespace", func(c *Cluster) { c.Namespace = "elsewhere" }},
+		{"user", func(c *Cluster) { c.User = "" }},
+		{"version", func(c *Cluster) { c.Version = "2.52 beta" }},
+		{"annotations.bad key!", func(c *Cluster) { c.Annotations = map[string]string{"bad key!": "x"} }},
+		{"envs.values.1BAD", func(c *Cluster) { c.Envs = &EnvironmentVariables{Values: map[string]string{"1BAD": "x"}} }},
+		{"clusterSpec", func(c *Cluster) { c.ClusterSpec = nil }},
+		{"clusterSpec.headGroupSpec", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec = nil }},
+		{"clusterSpec.headGroupSpec.computeTemplate", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.ComputeTemplate = "" }},
+		{"clusterSpec.headGroupSpec.rayStartParams", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.RayStartParams = nil }},
+		{"clusterSpec.headGroupSpec.rayStartParams.--port", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.RayStartParams["--port"] = "1" }},
+		{"clusterSpec.headGroupSpec.imagePullPolicy", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.ImagePullPolicy = "Sometimes" }},
+		{"clusterSpec.headGroupSpec.imagePullPolicy", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.ImagePullPolicy = "always" }},
+		{"clusterSpec.headGroupSpec.image", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.Image = "ray project" }},
+		{"clusterSpec.headGroupSpec.serviceType", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.ServiceType = "Public" }},
+		{"clusterSpec.headGroupSpec.serviceAccount", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.ServiceAccount = "Bad_SA" }},
+		{"clusterSpec.headGroupSpec.imagePullSecret", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.ImagePullSecret = "bad secret" }},
+		{"clusterSpec.headGroupSpec.labels.team", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.Labels = map[string]string{"team": "has spaces"} }},
+		{"clusterSpec.headGroupSpec.annotations.-x", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.Annotations = map[string]string{"-x": "1"} }},
+		{"clusterSpec.headGroupSpec.environment.valuesFrom.V.key", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Environment = &EnvironmentVariables{ValuesFrom: map[string]EnvValueFrom{"V": {Source: EnvFromSecret, Name: "s"}}}
+		}},
+		{"clusterSpec.headGroupSpec.environment.valuesFrom.V.name", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Environment = &EnvironmentVariables{ValuesFrom: map[string]EnvValueFrom{"V": {Source: EnvFromField}}}
+		}},
+		{"clusterSpec.headGroupSpec.environment.valuesFrom.V", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Environment = &EnvironmentVariables{Values: map[string]string{"V": "1"}, ValuesFrom: map[string]EnvValueFrom{"V": {Source: EnvFromField, Name: "status.podIP"}}}
+		}},
+		{"clusterSpec.headGroupSpec.securityContext.capabilities.add[0]", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.SecurityContext = &SecurityContext{Capabilities: &Capabilities{Add: []string{" "}}}
+		}},
+		{"clusterSpec.headGroupSpec.volumes[0].name", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.Volumes = []Volume{{MountPath: "/d", Source: "c"}} }},
+		{"clusterSpec.headGroupSpec.volumes[1].name", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Volumes = []Volume{{Name: "a", MountPath: "/a", Source: "c"}, {Name: "a", MountPath: "/b", Source: "c"}}
+		}},
+		{"clusterSpec.headGroupSpec.volumes[1].mountPath", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Volumes = []Volume{{Name: "a", MountPath: "/a", Source: "c"}, {Name: "b", MountPath: "/a", Source: "c"}}
+		}},
+		{"clusterSpec.headGroupSpec.volumes[0].mountPath", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.Volumes = []Volume{{Name: "a", Source: "c"}} }},
+		{"clusterSpec.headGroupSpec.volumes[0].mountPath", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Volumes = []Volume{{Name: "a", MountPath: "relative", Source: "c"}}
+		}},
+		{"clusterSpec.headGroupSpec.volumes[0].source", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.Volumes = []Volume{{Name: "a", MountPath: "/a"}} }},
+		{"clusterSpec.headGroupSpec.volumes[0].source", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Volumes = []Volume{{Name: "a", MountPath: "/a", VolumeType: VolumeHostPath, Source: "rel"}}
+		}},
+		{"clusterSpec.headGroupSpec.volumes[0].source", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Volumes = []Volume{{Name: "a", MountPath: "/a", VolumeType: VolumeSecret}}
+		}},
+		{"clusterSpec.headGroupSpec.volumes[0].storage", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Volumes = []Volume{{Name: "a", MountPath: "/a", VolumeType: VolumeEphemeral}}
+		}},
+		{"clusterSpec.headGroupSpec.volumes[0].storage", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Volumes = []Volume{{Name: "a", MountPath: "/a", VolumeType: VolumeEmptyDir, Storage: "lots"}}
+		}},
+		{"clusterSpec.headGroupSpec.volumes[0].items", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Volumes = []Volume{{Name: "a", MountPath: "/a", Source: "c", Items: map[string]string{"k": "p"}}}
+		}},
+		{"clusterSpec.headGroupSpec.volumes[0].items.k", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Volumes = []Volume{{Name: "a", MountPath: "/a", VolumeType: VolumeConfigMap, Source: "c", Items: map[string]string{"k": "../etc"}}}
+		}},
+		{"clusterSpec.workerGroupSpec[0].groupName", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].GroupName = "" }},
+		{"clusterSpec.workerGroupSpec[1].groupName", func(c *Cluster) {
+			c.ClusterSpec.WorkerGroupSpec = append(c.ClusterSpec.WorkerGroupSpec, c.ClusterSpec.WorkerGroupSpec[0])
+		}},
+		{"clusterSpec.workerGroupSpec[0].computeTemplate", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].ComputeTemplate = "" }},
+		{"clusterSpec.workerGroupSpec[0].maxReplicas", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].MaxReplicas = 0 }},
+		{"clusterSpec.workerGroupSpec[0].minReplicas", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].MinReplicas = 4 }},
+		{"clusterSpec.workerGroupSpec[0].minReplicas", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].MinReplicas = -1 }},
+		{"clusterSpec.workerGroupSpec[0].replicas", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].Replicas = 5 }},
+		{"clusterSpec.workerGroupSpec[0].imagePullPolicy", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].ImagePullPolicy = "Sometimes" }},
+		{"clusterSpec.workerGroupSpec[0].image", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].Image = "-bad" }},
+		{"clusterSpec.workerGroupSpec[0].volumes[0].name", func(c *Cluster) {
+			c.ClusterSpec.WorkerGroupSpec[0].Volumes = []Volume{{Name: "Bad_Name", MountPath: "/a", Source: "c"}}
+		}},
+		{"clusterSpec.workerGroupSpec[0].environment.values.A=B", func(c *Cluster) {
+			c.ClusterSpec.WorkerGroupSpec[0].Environment = &EnvironmentVariables{Values: map[string]string{"A=B": "1"}}
+		}},
+		{"clusterSpec.workerGroupSpec[0].labels.a/b/c", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].Labels = map[string]string{"a/b/c": "x"} }},
+		{"clusterSpec.workerGroupSpec[0].serviceAccount", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].ServiceAccount = "-sa" }},
+		{"clusterSpec.autoscalerOptions.imagePullPolicy", func(c *Cluster) { c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{ImagePullPolicy: "Daily"} }},
+		{"clusterSpec.autoscalerOptions.upscalingMode", func(c *Cluster) { c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{UpscalingMode: "Fast"} }},
+		{"clusterSpec.autoscalerOptions.cpu", func(c *Cluster) { c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{CPU: "half"} }},
+		{"clusterSpec.autoscalerOptions.memory", func(c *Cluster) { c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{Memory: "-1Gi"} }},
+		{"clusterSpec.autoscalerOptions.idleTimeoutSeconds", func(c *Cluster) { c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{IdleTimeoutSeconds: -1} }},
+		{"clusterSpec.autoscalerOptions.image", func(c *Cluster) { c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{Image: "a b"} }},
+		{"clusterSpec.autoscalerOptions.envs.values.=", func(c *Cluster) {
+			c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{Envs: &EnvironmentVariables{Values: map[string]string{"=": "1"}}}
+		}},
+		{"clusterSpec.autoscalerOptions.volumes[0].mountPath", func(c *Cluster) {
+			c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{Volumes: []Volume{{Name: "a"}}}
+		}},
+		{"clusterSpec.headServiceAnnotations.bad key", func(c *Cluster) { c.ClusterSpec.HeadServiceAnnotations = map[string]string{"bad key": "1"} }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			c := cluster(ns, "bad")
+			tc.mutate(&c)
+			mustFail(t, e.do(t, "POST", base, c), 400, codeInvalidArgument, tc.field)
+		})
+	}
+	// JSON-level rules: enums by number or name, unknown fields, types.
+	for field, body := range map[string]string{
+		"environment":                         `{"name":"x","namespace":"` + ns + `","user":"u","environment":"MARS"}`,
+		"clusterSpec.headGroupSpec.volumes[0].volumeType": `{"name":"x","namespace":"` + ns + `","user":"u","clusterSpec":{"headGroupSpec":{"computeTemplate":"small","rayStartParams":{"a":"b"},"volumes":[{"name":"v","mountPath":"/v","volumeType":9}]}}}`,
+		"clusterSpec.headGroupSpec.enableIngress":         `{"name":"x","namespace":"` + ns + `","user":"u","clusterSpec":{"headGroupSpec":{"computeTemplate":"small","rayStartParams":{"a":"b"},"enableIngress":"yes"}}}`,
+		"clusterSpec.workerGroupSpec[0].replicas":         `{"name":"x","namespace":"` + ns + `","user":"u","clusterSpec":{"headGroupSpec":{"computeTemplate":"small","rayStartParams":{"a":"b"}},"workerGroupSpec":[{"groupName":"g","computeTemplate":"small","maxReplicas":2,"replicas":1.5}]}}`,
+		"clusterSpec.workerGroupSpec[0].colour":           `{"name":"x","namespace":"` + ns + `","user":"u","clusterSpec":{"headGroupSpec":{"computeTemplate":"small","rayStartParams":{"a":"b"}},"workerGroupSpec":[{"groupName":"g","computeTemplate":"small","maxReplicas":2,"colour":"red"}]}}`,
+		"clusterSpec.headGroupSpec.rayStartParams.a":      `{"name":"x","namespace":"` + ns + `","user":"u","clusterSpec":{"headGroupSpec":{"computeTemplate":"small","rayStartParams":{"a":1}}}}`,
+		"createdAt": `{"name":"x","namespace":"` + ns + `","user":"u","createdAt":"yesterday"}`,
+	} {
+		t.Run("json/"+field, func(t *testing.T) {
+			mustFail(t, e.do(t, "POST", base, body), 400, codeInvalidArgument, field)
+		})
+	}
+	// Enums are accepted by name as well as number.
+	byName := `{"name":"named","namespace":"` + ns + `","user":"u","environment":"PRODUCTION","clusterSpec":{"headGroupSpec":{"computeTemplate":"small","rayStartParams":{"a":"b"},"volumes":[{"name":"v","mountPath":"/v","volumeType":"EMPTY_DIR"}]}}}`
+	var got Cluster
+	mustOK(t, e.do(t, "POST", base, byName), &got)
+	if got.Environment != 3 || got.ClusterSpec.HeadGroupSpec.Volumes[0].VolumeType != VolumeEmptyDir {
+		t.Errorf("enums by name: %+v", got)
+	}
+	if !strings.Contains(string(e.do(t, "GET", base+"/named", nil).body), `"environment":3`) {
+		t.Error("enums are not answered as numbers")
+	}
+	// A compute template that does not exist is named (422), at every place it is used.
+	c := cluster(ns, "missing")
+	c.ClusterSpec.HeadGroupSpec.ComputeTemplate = "nope"
+	c.ClusterSpec.WorkerGroupSpec[0].ComputeTemplate = "nope"
+	s := mustFail(t, e.do(t, "POST", base, c), 422, codeFailedPrecondition, "clusterSpec.headGroupSpec.computeTemplate")
+	if len(s.Details) != 2 || s.Details[1].Field != "clusterSpec.workerGroupSpec[0].computeTemplate" {
+		t.Errorf("details: %+v", s.Details)
+	}
+	// Many errors at once are all reported.
+	c = cluster(ns, "")
+	c.User = ""
+	c.ClusterSpec.HeadGroupSpec.ImagePullPolicy = "x"
+	if s := mustFail(t, e.do(t, "POST", base, c), 400, codeInvalidArgument, "user"); len(s.Details) != 3 {
+		t.Errorf("want 3 details, got %+v", s.Details)
+	}
+}
+
+func (e *testEnv) testPagination(t *testing.T) {
+	ns := e.namespace(t)
+	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
+	for _, n := range []string{"a", "b", "c"} {
+		mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/clusters", cluster(ns, n)), nil)
+		mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "t"+n)), nil)
+	}
+	var names []string
+	cont := ""
+	for range 5 {
+		var page ListClustersResponse
+		mustOK(t, e.do(t, "GET", "/apis/v1/namespaces/"+ns+"/clusters?limit=2&continue="+cont, nil), &page)
+		if len(page.Clusters) > 2 {
+			t.Fatalf("page of %d", len(page.Clusters))
+		}
+		for _, c := range page.Clusters {
+			names = append(names, c.Name)
+		}
+		if cont = page.Continue; cont == "" {
+			break
+		}
+	}
+	if d := cmp.Diff([]string{"a", "b", "c"}, names); d != "" {
+		t.Errorf("paged names (-want +got):\n%s", d)
+	}
+	var tl ListComputeTemplatesResponse
+	mustOK(t, e.do(t, "GET", "/apis/v1/namespaces/"+ns+"/compute_templates?limit=3", nil), &tl)
+	if len(tl.ComputeTemplates) != 3 || tl.Continue == "" {
+		t.Errorf("template page: %d items, continue %q", len(tl.ComputeTemplates), tl.Continue)
+	}
+	mustFail(t, e.do(t, "GET", "/apis/v1/clusters?limit=-1", nil), 400, codeInvalidArgument, "limit")
+	mustFail(t, e.do(t, "GET", "/apis/v1/services?pageSize=x", nil), 400, codeInvalidArgument, "pageSize")
+	mustFail(t, e.do(t, "GET", "/apis/v1/namespaces/"+ns+"/clusters?limit=1&continue=garbage", nil), 400, codeInvalidArgument, "")
+}
+
+func job(ns, name string) RayJob {
+	c := cluster(ns, name)
+	return RayJob{Name: name, Namespace: ns, User: "bob", Version: "2.52.0", Entrypoint: "python -c 'print(1)'", ClusterSpec: c.ClusterSpec}
+}
+
+func (e *testEnv) testJobs(t *testing.T) {
+	ns := e.namespace(t)
+	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
+	base := "/apis/v1/namespaces/" + ns + "/jobs"
+	j := job(ns, "train")
+	j.Metadata = map[string]string{"owner": "bob"}
+	j.RuntimeEnv = "pip:\n  - requests\n"
+	j.ShutdownAfterJobFinishes = true
+	j.TTLSecondsAfterFinished = 60
+	j.ActiveDeadlineSeconds = 3600
+	j.EntrypointNumCpus = 1
+	j.EntrypointResources = `{"custom": 1}`
+	j.JobSubmitter = &RayJobSubmitter{Image: "rayproject/ray:2.52.0", CPU: "500m"}
+	var got RayJob
+	mustOK(t, e.do(t, "POST", base, j), &got)
+	var rj rayv1.RayJob
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "train"}, &rj); err != nil {
+		t.Fatal(err)
+	}
+	if rj.Spec.Entrypoint != j.Entrypoint || rj.Spec.RuntimeEnvYAML != j.RuntimeEnv || rj.Spec.RayClusterSpec == nil ||
+		*rj.Spec.ActiveDeadlineSeconds != 3600 || rj.Spec.SubmitterPodTemplate.Spec.Containers[0].Image != "rayproject/ray:2.52.0" {
+		t.Errorf("stored job: %+v", rj.Spec)
+	}
+	if got.JobSubmitter == nil || got.JobSubmitter.Memory != "1Gi" || got.JobSubmitter.CPU != "500m" {
+		t.Errorf("submitter: %+v", got.JobSubmitter)
+	}
+	rj.Status.JobStatus, rj.Status.JobDeploymentStatus, rj.Status.RayClusterName = rayv1.JobStatusRunning, rayv1.JobDeploymentStatusRunning, "train-abcde"
+	if err := e.k.Status().Update(context.Background(), &rj); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, e.do(t, "GET", base+"/train", nil), &got)
+	if got.JobStatus != "RUNNING" || got.JobDeploymentStatus != "Running" || got.RayClusterName != "train-abcde" {
+		t.Errorf("status: %+v", got)
+	}
+	// A job on an existing cluster needs no cluster spec or compute template.
+	sel := RayJob{Name: "onexisting", Namespace: ns, User: "bob", Entrypoint: "echo hi", ClusterSelector: map[string]string{"ray.io/cluster": "demo"}}
+	mustOK(t, e.do(t, "POST", base, sel), &got)
+	var list ListRayJobsResponse
+	mustOK(t, e.do(t, "GET", base, nil), &list)
+	if len(list.Jobs) != 2 {
+		t.Errorf("list: %d", len(list.Jobs))
+	}
+	mustOK(t, e.do(t, "GET", "/apis/v1/jobs?limit=1", nil), &list)
+	if len(list.Jobs) != 1 || list.Continue == "" {
+		t.Errorf("list all page: %d %q", len(list.Jobs), list.Continue)
+	}
+	mustFail(t, e.do(t, "POST", base, j), 409, codeAlreadyExists, "")
+	mustOK(t, e.do(t, "DELETE", base+"/train", nil), nil)
+	mustFail(t, e.do(t, "GET", base+"/train", nil), 404, codeNotFound, "")
+
+	for _, tc := range []struct {
+		field  string
+		mutate func(*RayJob)
+	}{
+		{"name", func(j *RayJob) { j.Name = "" }},
+		{"namespace", func(j *RayJob) { j.Namespace = "x" }},
+		{"user", func(j *RayJob) { j.User = "" }},
+		{"entrypoint", func(j *RayJob) { j.Entrypoint = " " }},
+		{"version", func(j *RayJob) { j.Version = "a:b" }},
+		{"clusterSpec", func(j *RayJob) { j.ClusterSpec = nil }},
+		{"clusterSpec", func(j *RayJob) { j.ClusterSelector = map[string]string{"a": "b"} }},
+		{"clusterSelector.a b", func(j *RayJob) { j.ClusterSpec, j.ClusterSelector = nil, map[string]string{"a b": "c"} }},
+		{"clusterSpec.headGroupSpec.imagePullPolicy", func(j *RayJob) { j.ClusterSpec.HeadGroupSpec.ImagePullPolicy = "Nope" }},
+		{"runtimeEnv", func(j *RayJob) { j.RuntimeEnv = "- a list" }},
+		{"entrypointResources", func(j *RayJob) { j.EntrypointResources = "gpu=1" }},
+		{"entrypointNumCpus", func(j *RayJob) { j.EntrypointNumCpus = -1 }},
+		{"entrypointNumGpus", func(j *RayJob) { j.EntrypointNumGpus = -1 }},
+		{"activeDeadlineSeconds", func(j *RayJob) { j.ActiveDeadlineSeconds = -1 }},
+		{"ttlSecondsAfterFinished", func(j *RayJob) { j.TTLSecondsAfterFinished = -1 }},
+		{"jobSubmitter.image", func(j *RayJob) { j.JobSubmitter = &RayJobSubmitter{} }},
+		{"jobSubmitter.cpu", func(j *RayJob) { j.JobSubmitter = &RayJobSubmitter{Image: "i", CPU: "one"} }},
+		{"jobSubmitter.memory", func(j *RayJob) { j.JobSubmitter = &RayJobSubmitter{Image: "i", Memory: "1 GB"} }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			j := job(ns, "bad")
+			tc.mutate(&j)
+			mustFail(t, e.do(t, "POST", base, j), 400, codeInvalidArgument, tc.field)
+		})
+	}
+	j = job(ns, "missing")
+	j.ClusterSpec.WorkerGroupSpec[0].ComputeTemplate = "nope"
+	mustFail(t, e.do(t, "POST", base, j), 422, codeFailedPrecondition, "clusterSpec.workerGroupSpec[0].computeTemplate")
+}
+
+func service(ns, name string) RayService {
+	c := cluster(ns, name)
+	return RayService{Name: name, Namespace: ns, User: "carol", Version: "2.52.0",
+		ServeConfigV2: "applications:\n  - name: app\n    import_path: app:deployment\n", ClusterSpec: c.ClusterSpec}
+}
+
+func (e *testEnv) testServices(t *testing.T) {
+	ns := e.namespace(t)
+	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
+	base := "/apis/v1/namespaces/" + ns + "/services"
+	s := service(ns, "serve")
+	s.ServiceUnhealthySecondThreshold = 90
+	var got RayService
+	mustOK(t, e.do(t, "POST", base, s), &got)
+	if got.ServeConfigV2 != s.ServeConfigV2 || got.ServiceUnhealthySecondThreshold != 90 || got.ClusterSpec == nil {
+		t.Errorf("created: %+v", got)
+	}
+	var rs rayv1.RayService
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "serve"}, &rs); err != nil {
+		t.Fatal(err)
+	}
+	rs.Status.ActiveServiceStatus = rayv1.RayServiceStatus{
+		RayClusterName:   "serve-x1",
+		RayClusterStatus: rayv1.RayClusterStatus{State: rayv1.Ready},
+		Applications: map[string]rayv1.AppStatus{"app": {Status: "RUNNING", Deployments: map[string]rayv1.ServeDeploymentStatus{"d": {Status: "HEALTHY"}}}},
+	}
+	if err := e.k.Status().Update(context.Background(), &rs); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, e.do(t, "GET", base+"/serve", nil), &got)
+	want := &RayServiceStatus{RayClusterName: "serve-x1", RayClusterState: "ready", ServeApplicationStatus: []ServeApplicationStatus{
+		{Name: "app", Status: "RUNNING", ServeDeploymentStatus: []ServeDeploymentStatus{{DeploymentName: "d", Status: "HEALTHY"}}}}}
+	if d := cmp.Diff(want, got.RayServiceStatus); d != "" {
+		t.Errorf("status (-want +got):\n%s", d)
+	}
+	// Update replaces the spec.
+	s.ServeConfigV2 = "applications: []\n"
+	s.ClusterSpec.WorkerGroupSpec[0].Replicas = 2
+	mustOK(t, e.do(t, "PUT", base+"/serve", s), &got)
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "serve"}, &rs); err != nil {
+		t.Fatal(err)
+	}
+	if rs.Spec.ServeConfigV2 != "applications: []\n" || *rs.Spec.RayClusterSpec.WorkerGroupSpecs[0].Replicas != 2 {
+		t.Errorf("updated spec: %+v", rs.Spec)
+	}
+	mustFail(t, e.do(t, "PUT", base+"/other", service(ns, "serve")), 400, codeInvalidArgument, "name")
+	mustFail(t, e.do(t, "PUT", base+"/ghost", service(ns, "ghost")), 404, codeNotFound, "")
+
+	var list ListRayServicesResponse
+	mustOK(t, e.do(t, "GET", base+"?pageSize=1", nil), &list)
+	if len(list.Services) != 1 || list.TotalSize != 1 {
+		t.Errorf("list: %+v", list)
+	}
+	mustOK(t, e.do(t, "GET", "/apis/v1/services", nil), &list)
+	if len(list.Services) == 0 {
+		t.Error("list all is empty")
+	}
+	mustFail(t, e.do(t, "POST", base, service(ns, "serve")), 409, codeAlreadyExists, "")
+	mustOK(t, e.do(t, "DELETE", base+"/serve", nil), nil)
+	mustFail(t, e.do(t, "GET", base+"/serve", nil), 404, codeNotFound, "")
+
+	for _, tc := range []struct {
+		field  string
+		mutate func(*RayService)
+	}{
+		{"name", func(s *RayService) { s.Name = "a.b" }},
+		{"namespace", func(s *RayService) { s.Namespace = "" }},
+		{"user", func(s *RayService) { s.User = "" }},
+		{"version", func(s *RayService) { s.Version = "x y" }},
+		{"serveConfigV2", func(s *RayService) { s.ServeConfigV2 = "" }},
+		{"serveConfigV2", func(s *RayService) { s.ServeConfigV2 = "[unclosed" }},
+		{"serviceUnhealthySecondThreshold", func(s *RayService) { s.ServiceUnhealthySecondThreshold = -5 }},
+		{"deploymentUnhealthySecondThreshold", func(s *RayService) { s.DeploymentUnhealthySecondThreshold = -5 }},
+		{"clusterSpec", func(s *RayService) { s.ClusterSpec = nil }},
+		{"clusterSpec.workerGroupSpec[0].maxReplicas", func(s *RayService) { s.ClusterSpec.WorkerGroupSpec[0].MaxReplicas = -1 }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			s := service(ns, "bad")
+			tc.mutate(&s)
+			mustFail(t, e.do(t, "POST", base, s), 400, codeInvalidArgument, tc.field)
+		})
+	}
+	s = service(ns, "missing")
+	s.ClusterSpec.HeadGroupSpec.ComputeTemplate = "nope"
+	mustFail(t, e.do(t, "POST", base, s), 422, codeFailedPrecondition, "clusterSpec.headGroupSpec.computeTemplate")
+}
+
+func (e *testEnv) testImagePullJobs(t *testing.T) {
+	ns := e.namespace(t)
+	base := "/apis/v1/namespaces/" + ns + "/image_pull_jobs"
+	j := ImagePullJob{Name: "prepull", Namespace: ns, Image: "rayproject/ray:2.52.0", ImagePullPolicy: "Always",
+		PullSecrets: []string{"regcred"}, NodeSelector: map[string]string{"pool": "gpu"},
+		Parallelism: 2, TimeoutSeconds: 300, BackoffLimit: 1, CompletionPolicy: "Always", ActiveDeadlineSeconds: 600, TTLSecondsAfterFinished: 60,
+		Tolerations: []PodToleration{{Key: "gpu", Operator: "Exists", Effect: "NoSchedule"}}}
+	var got ImagePullJob
+	mustOK(t, e.do(t, "POST", base, j), &got)
+	got.CreatedAt, got.Status = nil, nil
+	if d := cmp.Diff(j, got); d != "" {
+		t.Errorf("created (-want +got):\n%s", d)
+	}
+	var o mantav1alpha1.ImagePullJob
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "prepull"}, &o); err != nil {
+		t.Fatal(err)
+	}
+	if o.Spec.Image != j.Image || o.Spec.Selector.MatchLabels["pool"] != "gpu" || *o.Spec.PullPolicy.TimeoutSeconds != 300 {
+		t.Errorf("stored: %+v", o.Spec)
+	}
+	o.Status.Desired, o.Status.Succeeded = 3, 1
+	o.Status.FailedNodes = []mantav1alpha1.FailedNode{{Name: "node-2", Reason: "ErrImagePull"}}
+	if err := e.k.Status().Update(context.Background(), &o); err != nil {
+		t.Fatal(err)
+	}
+	mustOK(t, e.do(t, "GET", base+"/prepull", nil), &got)
+	if got.Status == nil || got.Status.Desired != 3 || got.Status.Succeeded != 1 || len(got.Status.FailedNodes) != 1 {
+		t.Errorf("status: %+v", got.Status)
+	}
+	var list ListImagePullJobsResponse
+	mustOK(t, e.do(t, "GET", base, nil), &list)
+	mustOK(t, e.do(t, "GET", "/apis/v1/image_pull_jobs", nil), &list)
+	if len(list.ImagePullJobs) == 0 {
+		t.Error("empty list")
+	}
+	mustFail(t, e.do(t, "POST", base, j), 409, codeAlreadyExists, "")
+	mustOK(t, e.do(t, "DELETE", base+"/prepull", nil), nil)
+	mustFail(t, e.do(t, "GET", base+"/prepull", nil), 404, codeNotFound, "")
+	for _, tc := range []struct {
+		field  string
+		mutate func(*ImagePullJob)
+	}{
+		{"name", func(j *ImagePullJob) { j.Name = "" }},
+		{"namespace", func(j *ImagePullJob) { j.Namespace = "other" }},
+		{"image", func(j *ImagePullJob) { j.Image = "" }},
+		{"image", func(j *ImagePullJob) { j.Image = "has space" }},
+		{"imagePullPolicy", func(j *ImagePullJob) { j.ImagePullPolicy = "Never" }},
+		{"pullSecrets[0]", func(j *ImagePullJob) { j.PullSecrets = []string{""} }},
+		{"nodeNames[0]", func(j *ImagePullJob) { j.NodeNames = []string{"Bad Node"} }},
+		{"nodeSelector.a b", func(j *ImagePullJob) { j.NodeSelector = map[string]string{"a b": "c"} }},
+		{"nodeSelector", func(j *ImagePullJob) { j.NodeSelector, j.NodeNames = map[string]string{"a": "b"}, []string{"n"} }},
+		{"parallelism", func(j *ImagePullJob) { j.Parallelism = -1 }},
+		{"timeoutSeconds", func(j *ImagePullJob) { j.TimeoutSeconds = -1 }},
+		{"backoffLimit", func(j *ImagePullJob) { j.BackoffLimit = -1 }},
+		{"completionPolicy", func(j *ImagePullJob) { j.CompletionPolicy = "Sometimes" }},
+		{"completionPolicy", func(j *ImagePullJob) { j.CompletionPolicy, j.TTLSecondsAfterFinished = "Never", 5 }},
+		{"activeDeadlineSeconds", func(j *ImagePullJob) { j.ActiveDeadlineSeconds = -1 }},
+		{"ttlSecondsAfterFinished", func(j *ImagePullJob) { j.TTLSecondsAfterFinished = -1 }},
+		{"tolerations[0].effect", func(j *ImagePullJob) { j.Tolerations = []PodToleration{{Operator: "Exists"}} }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			j := ImagePullJob{Name: "bad", Namespace: ns, Image: "busybox"}
+			tc.mutate(&j)
+			mustFail(t, e.do(t, "POST", base, j), 400, codeInvalidArgument, tc.field)
+		})
+	}
+}
+
+func (e *testEnv) testJobSubmissions(t *testing.T) {
+	ns := e.namespace(t)
+	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
+	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/clusters", cluster(ns, "live")), nil)
+	base := "/apis/v1/namespaces/" + ns + "/jobsubmissions/live"
+	sub := RayJobSubmission{Entrypoint: "python job.py", SubmissionID: "sub-1", Metadata: map[string]string{"a": "b"},
+		RuntimeEnv: "env_vars:\n  X: \"1\"\n", EntrypointNumCpus: 1, EntrypointResources: map[string]string{"custom": "0.5"}}
+	var reply SubmitRayJobReply
+	mustOK(t, e.do(t, "POST", base, sub), &reply)
+	if reply.SubmissionID != "sub-1" {
+		t.Errorf("reply %+v", reply)
+	}
+	mustFail(t, e.do(t, "POST", base, sub), 409, codeAlreadyExists, "")
+	var info JobSubmissionInfo
+	r := e.do(t, "GET", base+"/sub-1", nil)
+	mustOK(t, r, &info)
+	if info.Status != "RUNNING" || info.Entrypoint != "python job.py" || info.StartTime != 1700000000000 || info.RuntimeEnv["env_vars"] != `{"X":"1"}` {
+		t.Errorf("info %+v", info)
+	}
+	if !strings.Contains(string(r.body), `"startTime":"1700000000000"`) {
+		t.Errorf("uint64 times are not strings as in proto3 JSON: %s", r.body)
+	}
+	var logs GetJobLogReply
+	mustOK(t, e.do(t, "GET", base+"/log/sub-1", nil), &logs)
+	if logs.Log != "hello from python job.py\n" {
+		t.Errorf("log %q", logs.Log)
+	}
+	var list ListJobSubmissionInfo
+	mustOK(t, e.do(t, "GET", base, nil), &list)
+	if len(list.Submissions) != 1 {
+		t.Errorf("list %+v", list)
+	}
+	mustFail(t, e.do(t, "DELETE", base+"/sub-1", nil), 400, codeFailedPrecondition, "") // still running
+	mustOK(t, e.do(t, "POST", base+"/sub-1", nil), nil)                                   // stop
+	mustOK(t, e.do(t, "DELETE", base+"/sub-1", nil), nil)
+	mustFail(t, e.do(t, "GET", base+"/sub-1", nil), 404, codeNotFound, "")
+	mustFail(t, e.do(t, "GET", base+"/log/sub-1", nil), 404, codeNotFound, "")
+	mustFail(t, e.do(t, "POST", base+"/sub-1", nil), 404, codeNotFound, "")
+	mustFail(t, e.do(t, "GET", "/apis/v1/namespaces/"+ns+"/jobsubmissions/ghost", nil), 404, codeNotFound, "")
+	// Without a submission ID Ray picks one.
+	mustOK(t, e.do(t, "POST", base, RayJobSubmission{Entrypoint: "echo"}), &reply)
+	if !strings.HasPrefix(reply.SubmissionID, "raysubmit_") {
+		t.Errorf("generated id %q", reply.SubmissionID)
+	}
+	// An unreachable dashboard is a 503.
+	var rc rayv1.RayCluster
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "live"}, &rc); err != nil {
+		t.Fatal(err)
+	}
+	rc.Status.Head.ServiceName = "unreachable"
+	if err := e.k.Status().Update(context.Background(), &rc); err != nil {
+		t.Fatal(err)
+	}
+	mustFail(t, e.do(t, "GET", base, nil), 503, codeUnavailable, "")
+
+	for _, tc := range []struct {
+		field  string
+		mutate func(*RayJobSubmission)
+	}{
+		{"entrypoint", func(s *RayJobSubmission) { s.Entrypoint = "" }},
+		{"submissionId", func(s *RayJobSubmission) { s.SubmissionID = "has space" }},
+		{"runtimeEnv", func(s *RayJobSubmission) { s.RuntimeEnv = "just a string" }},
+		{"entrypointNumCpus", func(s *RayJobSubmission) { s.EntrypointNumCpus = -1 }},
+		{"entrypointNumGpus", func(s *RayJobSubmission) { s.EntrypointNumGpus = -1 }},
+		{"entrypointResources.custom", func(s *RayJobSubmission) { s.EntrypointResources = map[string]string{"custom": "lots"} }},
+	} {
+		t.Run(tc.field, func(t *testing.T) {
+			s := RayJobSubmission{Entrypoint: "echo"}
+			tc.mutate(&s)
+			mustFail(t, e.do(t, "POST", base, s), 400, codeInvalidArgument, tc.field)
+		})
+	}
+	mustFail(t, e.do(t, "GET", base+"/bad%20id", nil), 400, codeInvalidArgument, "submissionid")
+}
+
+// testRequests covers what every endpoint shares: paths, methods, bodies, health, metrics, the document.
+func (e *testEnv) testRequests(t *testing.T) {
+	ns := e.namespace(t)
+	base := "/apis/v1/namespaces/" + ns + "/clusters"
+	mustFail(t, e.do(t, "GET", "/apis/v1/nothing", nil), 404, codeNotFound, "")
+	r := e.do(t, "PATCH", base, nil)
+	mustFail(t, r, 405, codeUnimplemented, "")
+	mustFail(t, e.do(t, "DELETE", base+"/x", `{"name":"x"}`), 400, codeInvalidArgument, "body")
+	mustFail(t, e.do(t, "POST", base, ""), 400, codeInvalidArgument, "body")
+	mustFail(t, e.do(t, "POST", base, "[1,2]"), 400, codeInvalidArgument, "body")
+	mustFail(t, e.do(t, "POST", base, "{"), 400, codeInvalidArgument, "body")
+	mustFail(t, e.do(t, "POST", base, `{"name":"`+strings.Repeat("a", maxBodyBytes)+`"}`), 413, codeInvalidArgument, "")
+	mustFail(t, e.do(t, "GET", "/apis/v1/namespaces/Bad_NS/clusters", nil), 400, codeInvalidArgument, "namespace")
+	mustFail(t, e.do(t, "GET", base+"/Bad_Name", nil), 400, codeInvalidArgument, "name")
+	req, _ := http.NewRequest("POST", e.open.URL+base, strings.NewReader("name=x"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 415 {
+		t.Errorf("form body: %d", res.StatusCode)
+	}
+	if r := e.do(t, "GET", "/healthz", nil); r.code != 200 || string(r.body) != "ok\n" {
+		t.Errorf("healthz %d %q", r.code, r.body)
+	}
+	if r := e.do(t, "GET", "/metrics", nil); r.code != 200 || !strings.Contains(string(r.body), `manta_apiserver_requests_total{code="404",operation="GetCluster"}`) {
+		t.Errorf("metrics %d: missing request counter", r.code)
+	}
+	if r := e.do(t, "GET", "/openapi.json", nil); r.code != 200 || !strings.Contains(string(r.body), `"openapi":"3.0.3"`) {
+		t.Errorf("openapi %d", r.code)
+	}
+}
