@@ -95,7 +95,9 @@ func effectiveTolerations(job *mantav1alpha1.ImagePullJob) []corev1.Toleration {
 func toleratesNode(tolerations []corev1.Toleration, node *corev1.Node) bool {
 	for i := range node.Spec.Taints {
 		taint := &node.Spec.Taints[i]
-		if taint.Effect == corev1.TaintEffectPreferNoSchedule {
+		// The node lifecycle controller's not-ready/unreachable taints are transient and follow the Ready
+		// condition, which callers check; they must not make nodes flap in and out of a job.
+		if taint.Effect == corev1.TaintEffectPreferNoSchedule || taint.Key == corev1.TaintNodeNotReady || taint.Key == corev1.TaintNodeUnreachable {
 			continue
 		}
 		tolerated := false

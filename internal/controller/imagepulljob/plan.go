@@ -158,6 +158,16 @@ func computePlan(o observed) (plan, error) {
 		}
 	}
 
+	// A slot is taken by every node that has a puller pod in the cache or a create in flight, finished or not, so no
+	// more than parallelism puller pods exist per job (a retry briefly overlaps its predecessor on the same node).
+	slots := sets.New[string]()
+	for i := range o.pods {
+		slots.Insert(o.pods[i].Spec.NodeName)
+	}
+	for _, pc := range o.pendingCreates {
+		slots.Insert(pc.node)
+	}
+
 	timeout := time.Duration(timeoutSeconds(job)) * time.Second
 	limit := backoffLimit(job)
 	var waiting []string
@@ -231,7 +241,7 @@ func computePlan(o observed) (plan, error) {
 			p.newlyFailed = append(p.newlyFailed, f)
 		}
 		waiting, active = nil, 0
-	} else if free := parallelism(job) - active; free > 0 {
+	} else if free := parallelism(job) - int32(slots.Len()); free > 0 {
 		n := min(int(free), len(waiting))
 		for _, node := range waiting[:n] {
 			p.create = append(p.create, BuildPullerPod(job, node, 1, o.podOptions))

@@ -1,0 +1,564 @@
+package imagepulljob
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+// env is one envtest control plane with the controller running, shared by the subtests of TestEnvtest; each
+// subtest works in its own namespace and on its own nodes.
+type env struct {
+	cl      client.Client
+	cfg     *rest.Config
+	writes  *writeCounter
+	kubelet *fakeKubelet
+}
+
+// writeCounter counts the controller's API writes (every request that is not a read).
+type writeCounter struct {
+	next http.RoundTripper
+	n    atomic.Int64
+}
+
+func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodGet {
+		w.n.Add(1)
+	}
+	return w.next.RoundTrip(req)
+}
+
+func startEnv(t *testing.T) *env {
+	if os.Getenv("MANTA_TEST_LOG") != "" {
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(-2))))
+	} else {
+		ctrl.SetLogger(logr.Discard())
+	}
+	cfg, cl := testutil.StartEnvtest(t)
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgrCfg := rest.CopyConfig(cfg)
+	wc := &writeCounter{}
+	mgrCfg.QPS, mgrCfg.Burst = 500, 1000
+	mgrCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { wc.next = rt; return wc }
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReconciler(mgr, Options{RetryBackoff: 200 * time.Millisecond, PodSelectorResync: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	p := NewPrepullReconciler(mgr, r, PrepullOptions{})
+	if err := p.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	k := &fakeKubelet{cl: cl, maxActive: map[types.UID]int{}, seen: map[types.UID]map[string]int{}}
+	go k.run(ctx)
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return &env{cl: cl, cfg: cfg, writes: wc, kubelet: k}
+}
+
+// fakeKubelet plays the nodes' kubelets: a puller pod whose image contains "does-not-exist" waits in ErrImagePull,
+// one whose image contains "stuck" stays Pending, others run and then exit 0. It records, per job, the most nodes
+// that had a pod pulling at once and every pod it saw per node.
+type fakeKubelet struct {
+	cl        client.Client
+	mu        sync.Mutex
+	maxActive map[types.UID]int
+	seen      map[types.UID]map[string]int // job -> node -> pods seen
+	seenPods  sets.Set[string]
+}
+
+func (k *fakeKubelet) run(ctx context.Context) {
+	k.seenPods = sets.New[string]()
+	for ctx.Err() == nil {
+		k.tick(ctx)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (k *fakeKubelet) tick(ctx context.Context) {
+	var pods corev1.PodList
+	if err := k.cl.List(ctx, &pods, client.HasLabels{LabelImagePuller}); err != nil {
+		return
+	}
+	active := map[types.UID]sets.Set[string]{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		job := types.UID(p.Labels[LabelJobUID])
+		k.mu.Lock()
+		if !k.seenPods.Has(p.Namespace + "/" + p.Name) {
+			k.seenPods.Insert(p.Namespace + "/" + p.Name)
+			if k.seen[job] == nil {
+				k.seen[job] = map[string]int{}
+			}
+			k.seen[job][p.Spec.NodeName]++
+		}
+		k.mu.Unlock()
+		if active[job] == nil {
+			active[job] = sets.New[string]()
+		}
+		active[job].Insert(p.Spec.NodeName) // every existing pod counts, finished or not
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded {
+			continue
+		}
+		image := p.Spec.Containers[0].Image
+		switch {
+		case len(p.Status.ContainerStatuses) == 0 && strings.Contains(image, "does-not-exist"):
+			p.Status.Phase = corev1.PodPending
+			{
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: PullerContainerName, Image: image, State: corev1.ContainerState{
+					Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: fmt.Sprintf("failed to resolve reference %q: %s: not found", image, image)}}}}
+			}
+		case (p.Status.Phase == corev1.PodPending || p.Status.Phase == "") && !strings.Contains(image, "does-not-exist") && !strings.Contains(image, "stuck"):
+			p.Status.Phase = corev1.PodRunning
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: PullerContainerName, Image: image, Ready: true,
+				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
+		case p.Status.Phase == corev1.PodRunning:
+			p.Status.Phase = corev1.PodSucceeded
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: PullerContainerName, Image: image,
+				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}}
+		default:
+			continue
+		}
+		_ = k.cl.Status().Update(ctx, p) // a conflict or a deleted pod is retried on the next tick
+	}
+	k.mu.Lock()
+	for job, nodes := range active {
+		k.maxActive[job] = max(k.maxActive[job], nodes.Len())
+	}
+	k.mu.Unlock()
+}
+
+func (k *fakeKubelet) stats(job types.UID) (maxActive int, podsPerNode map[string]int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := map[string]int{}
+	for n, c := range k.seen[job] {
+		out[n] = c
+	}
+	return k.maxActive[job], out
+}
+
+func (e *env) namespace(t *testing.T) string {
+	t.Helper()
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", " ", "-").Replace(t.Name()))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	name = strings.Trim(name, "-") + fmt.Sprintf("-%d", time.Now().UnixNano()%100000)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := e.cl.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: name}}
+	if err := e.cl.Create(context.Background(), sa); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// addNode creates a Ready node that reports images in status.images, as a kubelet does.
+func (e *env) addNode(t *testing.T, name string, labels map[string]string, images ...string) {
+	t.Helper()
+	ctx := context.Background()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	if err := e.cl.Create(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if len(images) > 0 {
+		n.Status.Images = []corev1.ContainerImage{{Names: images, SizeBytes: 1 << 30}}
+	}
+	if err := e.cl.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	// envtest runs no node lifecycle controller to lift the not-ready taint the API server put on the new node.
+	n.Spec.Taints = nil
+	if err := e.cl.Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) waitJob(t *testing.T, key client.ObjectKey, timeout time.Duration, what string, cond func(*mantav1alpha1.ImagePullJob) bool) *mantav1alpha1.ImagePullJob {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	job := &mantav1alpha1.ImagePullJob{}
+	for {
+		err := e.cl.Get(context.Background(), key, job)
+		if err == nil && cond(job) {
+			return job
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s: err=%v status=%+v", what, err, job.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func completed(j *mantav1alpha1.ImagePullJob) bool { return j.Status.CompletionTime != nil }
+
+func (e *env) pullerPods(t *testing.T, ns string) int {
+	t.Helper()
+	var pods corev1.PodList
+	if err := e.cl.List(context.Background(), &pods, client.InNamespace(ns), client.HasLabels{LabelImagePuller}); err != nil {
+		t.Fatal(err)
+	}
+	return len(pods.Items)
+}
+
+func (e *env) waitNoPullerPods(t *testing.T, ns string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for e.pullerPods(t, ns) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("puller pods in %s were not cleaned up", ns)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func newJob(ns, name, image string) *mantav1alpha1.ImagePullJob {
+	return &mantav1alpha1.ImagePullJob{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       mantav1alpha1.ImagePullJobSpec{Image: image},
+	}
+}
+
+func TestEnvtest(t *testing.T) {
+	e := startEnv(t)
+	// 12 nodes of pool "p1", 4 of which already have the image.
+	for i := range 12 {
+		var images []string
+		if i%3 == 0 {
+			images = []string{"docker.io/example/app:v1", "docker.io/example/app@sha256:0123456789abcdef0123456789abcdef"}
+		}
+		e.addNode(t, fmt.Sprintf("p1-%02d", i), map[string]string{"pool": "p1"}, images...)
+	}
+	for i := range 3 {
+		e.addNode(t, fmt.Sprintf("f-%d", i), map[string]string{"pool": "fail"})
+	}
+
+	t.Run("defaults are applied by the schema", func(t *testing.T) { testDefaults(t, e) })
+	t.Run("CEL refuses invalid specs naming the field", func(t *testing.T) { testValidation(t, e) })
+	t.Run("IfNotPresent skips nodes that have the image, parallelism is never exceeded", func(t *testing.T) {
+		testPolicy(t, e, mantav1alpha1.PullIfNotPresent, 8)
+	})
+	t.Run("Always pulls on every node", func(t *testing.T) { testPolicy(t, e, mantav1alpha1.PullAlways, 12) })
+	t.Run("failing node is retried backoffLimit times then listed", func(t *testing.T) { testFailingNode(t, e) })
+	t.Run("deadline fails the nodes not done", func(t *testing.T) { testDeadline(t, e) })
+	t.Run("TTL deletes the finished job", func(t *testing.T) { testTTL(t, e) })
+	t.Run("Never picks up a node added later", func(t *testing.T) { testNever(t, e) })
+	t.Run("podSelector follows the nodes of matching pods", func(t *testing.T) { testPodSelector(t, e) })
+	t.Run("RayCluster prepull creates one job per image on the nodes its groups can use", func(t *testing.T) { testPrepull(t, e) })
+}
+
+func testDefaults(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	job := newJob(ns, "defaults", "example/app:v1")
+	job.Spec.Parallelism = ptr.To[int32](0) // paused: nothing runs
+	if err := e.cl.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	s := job.Spec
+	if s.ImagePullPolicy != mantav1alpha1.PullIfNotPresent || s.PullPolicy == nil || *s.PullPolicy.TimeoutSeconds != 600 ||
+		*s.PullPolicy.BackoffLimit != 3 || s.CompletionPolicy.Type != mantav1alpha1.CompleteAlways {
+		t.Fatalf("defaults not applied: %+v", s)
+	}
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), 10*time.Second, "status of a paused job", func(j *mantav1alpha1.ImagePullJob) bool {
+		return j.Status.Desired == 15 && j.Status.StartTime != nil
+	})
+	// The 4 nodes that report the image count as succeeded without a pod; the rest wait.
+	if got.Status.Active != 0 || got.Status.Succeeded != 4 || got.Status.Message != "job is running, progress 26.7%" || e.pullerPods(t, ns) != 0 {
+		t.Fatalf("paused job: %+v", got.Status)
+	}
+}
+
+func testValidation(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	cases := map[string]struct {
+		mutate func(*mantav1alpha1.ImagePullJob)
+		field  string
+	}{
+		"invalid image":        {func(j *mantav1alpha1.ImagePullJob) { j.Spec.Image = "Not A/Valid:image:ref" }, "spec.image"},
+		"empty image":          {func(j *mantav1alpha1.ImagePullJob) { j.Spec.Image = "" }, "spec.image"},
+		"unknown pull policy":  {func(j *mantav1alpha1.ImagePullJob) { j.Spec.ImagePullPolicy = "Never" }, "spec.imagePullPolicy"},
+		"negative parallelism": {func(j *mantav1alpha1.ImagePullJob) { j.Spec.Parallelism = ptr.To[int32](-1) }, "spec.parallelism"},
+		"names and labels": {func(j *mantav1alpha1.ImagePullJob) {
+			j.Spec.Selector = &mantav1alpha1.ImagePullJobNodeSelector{Names: []string{"a"}, LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}
+		}, "spec.selector.names"},
+		"duplicate names": {func(j *mantav1alpha1.ImagePullJob) {
+			j.Spec.Selector = &mantav1alpha1.ImagePullJobNodeSelector{Names: []string{"a", "a"}}
+		}, "spec.selector.names"},
+		"selector and podSelector": {func(j *mantav1alpha1.ImagePullJob) {
+			j.Spec.Selector = &mantav1alpha1.ImagePullJobNodeSelector{Names: []string{"a"}}
+			j.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}
+		}, "spec.podSelector"},
+		"deadline with Never": {func(j *mantav1alpha1.ImagePullJob) {
+			j.Spec.CompletionPolicy = mantav1alpha1.CompletionPolicy{Type: mantav1alpha1.CompleteNever, ActiveDeadlineSeconds: ptr.To[int64](1000)}
+		}, "spec.completionPolicy.activeDeadlineSeconds"},
+		"ttl with Never": {func(j *mantav1alpha1.ImagePullJob) {
+			j.Spec.CompletionPolicy = mantav1alpha1.CompletionPolicy{Type: mantav1alpha1.CompleteNever, TTLSecondsAfterFinished: ptr.To[int32](10)}
+		}, "spec.completionPolicy.ttlSecondsAfterFinished"},
+		"unknown completion type": {func(j *mantav1alpha1.ImagePullJob) { j.Spec.CompletionPolicy.Type = "Sometimes" }, "spec.completionPolicy.type"},
+		"deadline shorter than the default timeout": {func(j *mantav1alpha1.ImagePullJob) {
+			j.Spec.CompletionPolicy.ActiveDeadlineSeconds = ptr.To[int64](599)
+		}, "spec.completionPolicy.activeDeadlineSeconds"},
+		"deadline shorter than timeoutSeconds": {func(j *mantav1alpha1.ImagePullJob) {
+			j.Spec.PullPolicy = &mantav1alpha1.PullPolicy{TimeoutSeconds: ptr.To[int32](100)}
+			j.Spec.CompletionPolicy.ActiveDeadlineSeconds = ptr.To[int64](99)
+		}, "spec.completionPolicy.activeDeadlineSeconds"},
+		"zero timeout": {func(j *mantav1alpha1.ImagePullJob) {
+			j.Spec.PullPolicy = &mantav1alpha1.PullPolicy{TimeoutSeconds: ptr.To[int32](0)}
+		}, "spec.pullPolicy.timeoutSeconds"},
+		"negative backoff": {func(j *mantav1alpha1.ImagePullJob) {
+			j.Spec.PullPolicy = &mantav1alpha1.PullPolicy{BackoffLimit: ptr.To[int32](-1)}
+		}, "spec.pullPolicy.backoffLimit"},
+		"negative ttl": {func(j *mantav1alpha1.ImagePullJob) {
+			j.Spec.CompletionPolicy.TTLSecondsAfterFinished = ptr.To[int32](-1)
+		}, "spec.completionPolicy.ttlSecondsAfterFinished"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			j := newJob(ns, "invalid", "example/app:v1")
+			tc.mutate(j)
+			err := e.cl.Create(context.Background(), j)
+			if err == nil {
+				_ = e.cl.Delete(context.Background(), j)
+				t.Fatalf("accepted %+v", j.Spec)
+			}
+			if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("error does not name %s: %v", tc.field, err)
+			}
+		})
+	}
+	t.Run("valid combinations are accepted", func(t *testing.T) {
+		ok := []func(*mantav1alpha1.ImagePullJob){
+			func(j *mantav1alpha1.ImagePullJob) {
+				j.Spec.PullPolicy = &mantav1alpha1.PullPolicy{TimeoutSeconds: ptr.To[int32](60)}
+				j.Spec.CompletionPolicy = mantav1alpha1.CompletionPolicy{ActiveDeadlineSeconds: ptr.To[int64](60), TTLSecondsAfterFinished: ptr.To[int32](0)}
+			},
+			func(j *mantav1alpha1.ImagePullJob) {
+				j.Spec.Image = "registry.example.com:5000/team/app@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+				j.Spec.CompletionPolicy.Type = mantav1alpha1.CompleteNever
+				j.Spec.Selector = &mantav1alpha1.ImagePullJobNodeSelector{LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "none"}}}
+			},
+		}
+		for i, mutate := range ok {
+			j := newJob(ns, fmt.Sprintf("valid-%d", i), "example/app:v1")
+			j.Spec.Parallelism = ptr.To[int32](0)
+			mutate(j)
+			if err := e.cl.Create(context.Background(), j); err != nil {
+				t.Fatalf("case %d refused: %v", i, err)
+			}
+		}
+		// image is immutable
+		j := &mantav1alpha1.ImagePullJob{}
+		if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "valid-0"}, j); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(j.DeepCopy())
+		j.Spec.Image = "example/app:v2"
+		if err := e.cl.Patch(context.Background(), j, patch); err == nil || !strings.Contains(err.Error(), "spec.image") {
+			t.Fatalf("changing spec.image: %v", err)
+		}
+	})
+}
+
+func testPolicy(t *testing.T, e *env, policy mantav1alpha1.ImagePullPolicy, wantPods int) {
+	ns := e.namespace(t)
+	job := newJob(ns, "app", "example/app:v1")
+	job.Spec.ImagePullPolicy = policy
+	job.Spec.Parallelism = ptr.To[int32](3)
+	job.Spec.Selector = &mantav1alpha1.ImagePullJobNodeSelector{LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "p1"}}}
+	before := e.writes.n.Load()
+	if err := e.cl.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), 60*time.Second, "completion", completed)
+	if got.Status.Desired != 12 || got.Status.Succeeded != 12 || got.Status.Failed != 0 || got.Status.Message != MessageCompleted {
+		t.Fatalf("status: %+v", got.Status)
+	}
+	e.waitNoPullerPods(t, ns)
+	maxActive, perNode := e.kubelet.stats(got.UID)
+	if maxActive > 3 {
+		t.Errorf("%d nodes pulled at once, parallelism 3", maxActive)
+	}
+	if maxActive < 2 {
+		t.Errorf("at most %d node pulled at once: parallelism 3 is not used", maxActive)
+	}
+	pods := 0
+	for node, n := range perNode {
+		if n != 1 {
+			t.Errorf("node %s got %d puller pods", node, n)
+		}
+		pods += n
+	}
+	if pods != wantPods {
+		t.Errorf("%d puller pods, want %d", pods, wantPods)
+	}
+	t.Logf("%s: %d pods, %d API writes by the controller (incl. events)", policy, pods, e.writes.n.Load()-before)
+}
+
+func testFailingNode(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	job := newJob(ns, "missing", "registry.invalid/does-not-exist:v1")
+	job.Spec.Parallelism = ptr.To[int32](3)
+	job.Spec.PullPolicy = &mantav1alpha1.PullPolicy{BackoffLimit: ptr.To[int32](2)}
+	job.Spec.Selector = &mantav1alpha1.ImagePullJobNodeSelector{Names: []string{"f-0", "f-1"}}
+	if err := e.cl.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), 60*time.Second, "completion", completed)
+	if got.Status.Failed != 2 || got.Status.Succeeded != 0 || len(got.Status.FailedNodes) != 2 {
+		t.Fatalf("status: %+v", got.Status)
+	}
+	for _, f := range got.Status.FailedNodes {
+		if f.Reason != ReasonImageNotFound || f.Attempts != 3 || !strings.Contains(f.Message, "not found") {
+			t.Errorf("failed node %+v, want reason ImageNotFound after 3 attempts", f)
+		}
+	}
+	_, perNode := e.kubelet.stats(got.UID)
+	for _, n := range []string{"f-0", "f-1"} {
+		if perNode[n] != 3 {
+			t.Errorf("node %s got %d attempts, want 1 + backoffLimit 2", n, perNode[n])
+		}
+	}
+	e.waitNoPullerPods(t, ns)
+}
+
+func testDeadline(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	job := newJob(ns, "slow", "example/stuck:v1")
+	job.Spec.Parallelism = ptr.To[int32](1)
+	job.Spec.PullPolicy = &mantav1alpha1.PullPolicy{TimeoutSeconds: ptr.To[int32](3)}
+	job.Spec.CompletionPolicy.ActiveDeadlineSeconds = ptr.To[int64](3)
+	job.Spec.Selector = &mantav1alpha1.ImagePullJobNodeSelector{LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "fail"}}}
+	if err := e.cl.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), 30*time.Second, "completion", completed)
+	if got.Status.Message != MessageDeadlineExceeded || got.Status.Failed != 3 || got.Status.Desired != 3 {
+		t.Fatalf("status: %+v", got.Status)
+	}
+	for _, f := range got.Status.FailedNodes {
+		if f.Reason != ReasonDeadlineExceeded {
+			t.Errorf("failed node %+v", f)
+		}
+	}
+	if d := got.Status.CompletionTime.Sub(got.Status.StartTime.Time); d < 3*time.Second || d > 6*time.Second {
+		t.Errorf("completed %s after start, deadline 3s", d)
+	}
+	e.waitNoPullerPods(t, ns)
+}
+
+func testTTL(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	job := newJob(ns, "ttl", "example/app:v2")
+	job.Spec.Selector = &mantav1alpha1.ImagePullJobNodeSelector{Names: []string{"p1-01"}}
+	job.Spec.CompletionPolicy.TTLSecondsAfterFinished = ptr.To[int32](2)
+	if err := e.cl.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), 30*time.Second, "completion", completed)
+	doneAt := time.Now()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(job), &mantav1alpha1.ImagePullJob{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job not deleted after ttlSecondsAfterFinished (status %+v)", got.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if d := time.Since(doneAt); d < time.Second {
+		t.Errorf("deleted %s after completion, ttl 2s", d)
+	}
+}
+
+func testNever(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.addNode(t, "late-0", map[string]string{"pool": "late"})
+	job := newJob(ns, "forever", "example/app:v3")
+	job.Spec.CompletionPolicy.Type = mantav1alpha1.CompleteNever
+	job.Spec.Selector = &mantav1alpha1.ImagePullJobNodeSelector{LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "late"}}}
+	if err := e.cl.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(job)
+	e.waitJob(t, key, 30*time.Second, "first node", func(j *mantav1alpha1.ImagePullJob) bool { return j.Status.Succeeded == 1 })
+	e.addNode(t, "late-1", map[string]string{"pool": "late"})
+	got := e.waitJob(t, key, 30*time.Second, "the node added later", func(j *mantav1alpha1.ImagePullJob) bool {
+		return j.Status.Succeeded == 2 && j.Status.Desired == 2
+	})
+	if got.Status.CompletionTime != nil || got.Status.Message != "job is running, progress 100.0%" {
+		t.Fatalf("Never job: %+v", got.Status)
+	}
+	e.waitNoPullerPods(t, ns)
+}
+
+func testPodSelector(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	for i, node := range []string{"p1-02", "p1-05"} {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%d", i), Namespace: ns, Labels: map[string]string{"app": "ray"}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "example/app:v1"}}}}
+		if err := e.cl.Create(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	job := newJob(ns, "follow", "example/sidecar:v1")
+	job.Spec.Parallelism = ptr.To[int32](5)
+	job.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"app": "ray"}}
+	if err := e.cl.Create(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), 30*time.Second, "completion", completed)
+	if diff := sets.New(got.Status.SucceededNodes...); !diff.Equal(sets.New("p1-02", "p1-05")) {
+		t.Fatalf("succeeded nodes %v", got.Status.SucceededNodes)
+	}
+}

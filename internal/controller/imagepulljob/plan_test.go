@@ -1,0 +1,455 @@
+package imagepulljob
+
+import (
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+)
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func TestSelectNodes(t *testing.T) {
+	all := nodes(
+		makeNode("a").label("pool", "gpu").taint("nvidia.com/gpu", corev1.TaintEffectNoSchedule),
+		makeNode("b").label("pool", "cpu"),
+		makeNode("c").label("pool", "cpu").notReady(),
+		makeNode("d").label("pool", "cpu").label(corev1.LabelOSStable, "windows"),
+		makeNode("e").label("pool", "cpu").taint("soft", corev1.TaintEffectPreferNoSchedule),
+	)
+	podOn := func(name, node string, l map[string]string, phase corev1.PodPhase) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: l},
+			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase}}
+	}
+	app := map[string]string{"app": "ray"}
+	cases := map[string]struct {
+		job  *mantav1alpha1.ImagePullJob
+		pods []corev1.Pod
+		want []string
+	}{
+		"unset selector: every eligible node, tainted ones too": {job: makeJob("j").obj(), want: []string{"a", "b", "e"}},
+		"names":          {job: makeJob("j").names("b", "c", "zz").obj(), want: []string{"b"}},
+		"label selector": {job: makeJob("j").matchLabels(map[string]string{"pool": "gpu"}).obj(), want: []string{"a"}},
+		"explicit tolerations exclude untolerated NoSchedule taints": {
+			job: makeJob("j").tolerations(corev1.Toleration{Key: "other", Operator: corev1.TolerationOpExists}).obj(), want: []string{"b", "e"}},
+		"explicit empty tolerations": {job: makeJob("j").tolerations().obj(), want: []string{"b", "e"}},
+		"gpu toleration": {
+			job: makeJob("j").tolerations(corev1.Toleration{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}).obj(), want: []string{"a", "b", "e"}},
+		"podSelector: nodes of running matching pods": {
+			job: func() *mantav1alpha1.ImagePullJob {
+				j := makeJob("j").obj()
+				j.Spec.PodSelector = &metav1.LabelSelector{MatchLabels: app}
+				return j
+			}(),
+			pods: []corev1.Pod{
+				podOn("p1", "b", app, corev1.PodRunning),
+				podOn("p2", "e", app, corev1.PodSucceeded),
+				podOn("p3", "a", map[string]string{"app": "other"}, corev1.PodRunning),
+				podOn("p4", "", app, corev1.PodPending),
+				podOn("p5", "a", app, corev1.PodPending),
+			},
+			want: []string{"a", "b"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := SelectNodes(tc.job, all, tc.pods)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("nodes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestNodeHasImage(t *testing.T) {
+	node := makeNode("n").images(
+		"docker.io/rayproject/ray:2.9.0",
+		"docker.io/rayproject/ray@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+	).images("docker.io/library/busybox:latest").images("registry.example.com:5000/team/app:v1").obj()
+	cases := map[string]bool{
+		"rayproject/ray:2.9.0":                  true,
+		"docker.io/rayproject/ray:2.9.0":        true,
+		"index.docker.io/rayproject/ray:2.9.0":  true,
+		"rayproject/ray:2.10.0":                 false,
+		"rayproject/ray":                        false,
+		"busybox":                               true,
+		"busybox:latest":                        true,
+		"library/busybox":                       true,
+		"registry.example.com:5000/team/app:v1": true,
+		"registry.example.com/team/app:v1":      false,
+		"rayproject/ray@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef":       true,
+		"rayproject/ray:2.9.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef": true,
+		"rayproject/ray@sha256:ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff":       false,
+	}
+	for image, want := range cases {
+		if got := nodeHasImage(&node, image); got != want {
+			t.Errorf("nodeHasImage(%q) = %v, want %v", image, got, want)
+		}
+	}
+}
+
+func TestValidImage(t *testing.T) {
+	for _, ok := range []string{"busybox", "rayproject/ray:2.9.0", "localhost:5000/a/b:c", "a.b.c/d-e/f__g:1.0-rc",
+		"rayproject/ray@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"} {
+		if !ValidImage(ok) {
+			t.Errorf("ValidImage(%q) = false", ok)
+		}
+	}
+	for _, bad := range []string{"", "Ray:latest", "ray:", "ray:-x", "-ray", "ray@sha256:xyz", "a//b", "ray tag", "ray:latest:latest"} {
+		if ValidImage(bad) {
+			t.Errorf("ValidImage(%q) = true", bad)
+		}
+	}
+}
+
+func TestClassifyAttempt(t *testing.T) {
+	job := makeJob("j").obj()
+	timeout := 10 * time.Minute
+	cases := map[string]struct {
+		pod                   corev1.Pod
+		now                   time.Time
+		want                  attemptResult
+		wantReason, wantInMsg string
+	}{
+		"pending":              {pod: pullerPod(job, "n", 1, t0, nil), now: t0.Add(time.Minute), want: attemptRunning},
+		"running means pulled": {pod: pullerPod(job, "n", 1, t0, running), now: t0, want: attemptSucceeded},
+		"succeeded":            {pod: pullerPod(job, "n", 1, t0, succeededPod), now: t0, want: attemptSucceeded},
+		"not found": {pod: pullerPod(job, "n", 1, t0, waiting("ErrImagePull", `failed to resolve reference "x": x: not found`)),
+			now: t0, want: attemptFailed, wantReason: ReasonImageNotFound, wantInMsg: "not found"},
+		"unauthorized": {pod: pullerPod(job, "n", 1, t0, waiting("ErrImagePull", "unexpected status: 401 Unauthorized")),
+			now: t0, want: attemptFailed, wantReason: ReasonUnauthorized},
+		"backoff": {pod: pullerPod(job, "n", 1, t0, waiting("ImagePullBackOff", "Back-off pulling image")),
+			now: t0, want: attemptFailed, wantReason: "ErrImagePull"},
+		"invalid name": {pod: pullerPod(job, "n", 1, t0, waiting("InvalidImageName", "bad")),
+			now: t0, want: attemptFailed, wantReason: "InvalidImageName"},
+		"create error after the pull counts as pulled": {pod: pullerPod(job, "n", 1, t0, waiting("CreateContainerError", "exec format error")),
+			now: t0, want: attemptSucceeded},
+		"timeout": {pod: pullerPod(job, "n", 1, t0, waiting("ContainerCreating", "")), now: t0.Add(timeout),
+			want: attemptFailed, wantReason: ReasonTimeout, wantInMsg: "ContainerCreating"},
+		"kubelet deadline": {pod: pullerPod(job, "n", 1, t0, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed; p.Status.Reason = "DeadlineExceeded" }),
+			now: t0, want: attemptFailed, wantReason: ReasonTimeout},
+		"evicted": {pod: pullerPod(job, "n", 1, t0, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed; p.Status.Reason = "Evicted" }),
+			now: t0, want: attemptFailed, wantReason: "Evicted"},
+		"failed after the container ran counts as pulled": {pod: pullerPod(job, "n", 1, t0, func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: PullerContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}}
+		}), now: t0, want: attemptSucceeded},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, reason, msg := classifyAttempt(&tc.pod, tc.now, timeout)
+			if got != tc.want || reason != tc.wantReason {
+				t.Fatalf("got (%v, %q, %q), want (%v, %q)", got, reason, msg, tc.want, tc.wantReason)
+			}
+			if tc.wantInMsg != "" && !contains(msg, tc.wantInMsg) {
+				t.Errorf("message %q does not mention %q", msg, tc.wantInMsg)
+			}
+		})
+	}
+}
+
+func contains(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
+}
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestStatusMessage(t *testing.T) {
+	cases := []struct {
+		st       mantav1alpha1.ImagePullJobStatus
+		deadline bool
+		want     string
+	}{
+		{mantav1alpha1.ImagePullJobStatus{Desired: 5, Succeeded: 1, Failed: 1}, false, "job is running, progress 40.0%"},
+		{mantav1alpha1.ImagePullJobStatus{Desired: 3, Succeeded: 1}, false, "job is running, progress 33.3%"},
+		{mantav1alpha1.ImagePullJobStatus{}, false, "job is running, no progress"},
+		{mantav1alpha1.ImagePullJobStatus{Desired: 2, Succeeded: 2, CompletionTime: &metav1.Time{}}, false, "job has completed"},
+		{mantav1alpha1.ImagePullJobStatus{Desired: 2, CompletionTime: &metav1.Time{}}, true, "job exceeds activeDeadlineSeconds"},
+	}
+	for _, tc := range cases {
+		if got := StatusMessage(&tc.st, tc.deadline); got != tc.want {
+			t.Errorf("StatusMessage(%+v) = %q, want %q", tc.st, got, tc.want)
+		}
+	}
+}
+
+func TestRetryBackoff(t *testing.T) {
+	base := 10 * time.Second
+	want := []time.Duration{10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second, 160 * time.Second, 5 * time.Minute, 5 * time.Minute}
+	for i, w := range want {
+		if got := retryBackoff(base, int32(i+1)); got != w {
+			t.Errorf("retryBackoff(attempt %d) = %s, want %s", i+1, got, w)
+		}
+	}
+}
+
+func TestTTLExpiry(t *testing.T) {
+	j := makeJob("j").obj()
+	if _, ok := ttlExpiry(j); ok {
+		t.Fatal("active job has no TTL expiry")
+	}
+	j.Status.CompletionTime = &metav1.Time{Time: t0}
+	if _, ok := ttlExpiry(j); ok {
+		t.Fatal("no ttlSecondsAfterFinished: kept")
+	}
+	j.Spec.CompletionPolicy.TTLSecondsAfterFinished = ptr.To[int32](30)
+	if got, ok := ttlExpiry(j); !ok || !got.Equal(t0.Add(30*time.Second)) {
+		t.Fatalf("expiry = %v %v", got, ok)
+	}
+}
+
+func TestPodName(t *testing.T) {
+	long := "a-very-long-image-pull-job-name-that-goes-on-and-on-and-on-and-on"
+	n := PodName(long, "node-1", 3)
+	if len(n) > 63 {
+		t.Errorf("pod name %q is %d characters", n, len(n))
+	}
+	if PodName(long, "node-1", 3) != n || PodName(long, "node-2", 3) == n || PodName(long+"x", "node-1", 3) == n {
+		t.Error("pod names must be deterministic and differ per job and node")
+	}
+}
+
+func TestBuildPullerPod(t *testing.T) {
+	job := makeJob("j").always().obj()
+	job.Spec.PullSecrets = []string{"regcred"}
+	job.Spec.PriorityClassName = "low"
+	p := BuildPullerPod(job, "node-1", 2, PodOptions{PullerImage: "example.com/manta:v1"})
+	c, ic := p.Spec.Containers[0], p.Spec.InitContainers[0]
+	checks := map[string]bool{
+		"pinned to the node":           p.Spec.NodeName == "node-1",
+		"target image":                 c.Image == job.Spec.Image && c.ImagePullPolicy == corev1.PullAlways,
+		"puller command":               cmp.Equal(c.Command, []string{"/manta-puller/puller"}) && len(c.Args) == 0,
+		"init copies the binary":       ic.Image == "example.com/manta:v1" && cmp.Equal(ic.Command, []string{"/puller", "install", "/manta-puller/puller"}),
+		"no token":                     !*p.Spec.AutomountServiceAccountToken,
+		"non-root fixed user":          *p.Spec.SecurityContext.RunAsNonRoot && *p.Spec.SecurityContext.RunAsUser == 65534,
+		"tolerate all":                 cmp.Equal(p.Spec.Tolerations, []corev1.Toleration{{Operator: corev1.TolerationOpExists}}),
+		"restart never":                p.Spec.RestartPolicy == corev1.RestartPolicyNever,
+		"pull secrets":                 len(p.Spec.ImagePullSecrets) == 1 && p.Spec.ImagePullSecrets[0].Name == "regcred",
+		"priority class":               p.Spec.PriorityClassName == "low",
+		"labels":                       p.Labels[LabelImagePuller] == "true" && p.Labels[LabelJobUID] == string(job.UID),
+		"attempt":                      p.Annotations[AnnotationAttempt] == "2",
+		"owner":                        p.OwnerReferences[0].UID == job.UID && *p.OwnerReferences[0].Controller,
+		"tiny resources":               c.Resources.Requests.Cpu().MilliValue() == 10,
+		"kubelet enforces the timeout": *p.Spec.ActiveDeadlineSeconds == 600,
+	}
+	for what, ok := range checks {
+		if !ok {
+			t.Errorf("%s: not as expected", what)
+		}
+	}
+}
+
+// podsOf names the nodes of planned pods with their attempt.
+func podsOf(ps []*corev1.Pod) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, fmt.Sprintf("%s#%d", p.Spec.NodeName, podAttempt(p)))
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestComputePlan(t *testing.T) {
+	five := nodes(makeNode("n1"), makeNode("n2").images("rayproject/ray:2.9.0"), makeNode("n3"), makeNode("n4"), makeNode("n5"))
+	type want struct {
+		create, delete                     []string
+		desired, active, succeeded, failed int32
+		failedNodes                        []mantav1alpha1.FailedNode
+		complete                           bool
+		message                            string
+	}
+	cases := map[string]struct {
+		job     *mantav1alpha1.ImagePullJob
+		nodes   []corev1.Node
+		pods    func(*mantav1alpha1.ImagePullJob) []corev1.Pod
+		pending []pendingPod
+		now     time.Time
+		want    want
+	}{
+		"IfNotPresent: node with the image succeeds without a pod; parallelism 2 starts two": {
+			job: makeJob("j").parallelism(2).obj(), nodes: five, now: t0,
+			want: want{create: []string{"n1#1", "n3#1"}, desired: 5, active: 2, succeeded: 1, message: "job is running, progress 20.0%"},
+		},
+		"Always: every node pulls": {
+			job: makeJob("j").always().parallelism(10).obj(), nodes: five, now: t0,
+			want: want{create: []string{"n1#1", "n2#1", "n3#1", "n4#1", "n5#1"}, desired: 5, active: 5, message: "job is running, progress 0.0%"},
+		},
+		"parallelism 0 pauses": {
+			job: makeJob("j").always().parallelism(0).obj(), nodes: five, now: t0,
+			want: want{desired: 5, message: "job is running, progress 0.0%"},
+		},
+		"running pods hold their slots": {
+			job: makeJob("j").always().parallelism(2).started(t0).obj(), nodes: five, now: t0.Add(time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, nil)}
+			},
+			pending: []pendingPod{{name: "x", node: "n2", attempt: 1, created: t0}},
+			want:    want{desired: 5, active: 2, message: "job is running, progress 0.0%"},
+		},
+		"finished pod: recorded first; it keeps its slot until it is gone": {
+			job: makeJob("j").always().parallelism(1).started(t0).obj(), nodes: five, now: t0.Add(time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, succeededPod)}
+			},
+			want: want{desired: 5, succeeded: 1, message: "job is running, progress 20.0%"},
+		},
+		"recorded node: its pod is deleted": {
+			job: makeJob("j").always().parallelism(1).started(t0).succeededNodes("n1").obj(), nodes: five, now: t0.Add(time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, succeededPod), pullerPod(j, "n2", 1, t0, nil)}
+			},
+			want: want{delete: []string{"n1#1"}, desired: 5, active: 1, succeeded: 1, message: "job is running, progress 20.0%"},
+		},
+		"failed attempt waits for its backoff": {
+			job: makeJob("j").always().started(t0).obj(), nodes: five, now: t0.Add(5 * time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, waiting("ErrImagePull", "not found"))}
+			},
+			want: want{desired: 5, active: 1, message: "job is running, progress 0.0%"},
+		},
+		"failed attempt is retried after its backoff": {
+			job: makeJob("j").always().started(t0).obj(), nodes: five, now: t0.Add(11 * time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, waiting("ErrImagePull", "not found"))}
+			},
+			want: want{create: []string{"n1#2"}, desired: 5, active: 1, message: "job is running, progress 0.0%"},
+		},
+		"older attempt is deleted once the newer is visible": {
+			job: makeJob("j").always().started(t0).obj(), nodes: five, now: t0.Add(11 * time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, waiting("ErrImagePull", "not found")), pullerPod(j, "n1", 2, t0.Add(11*time.Second), nil)}
+			},
+			want: want{delete: []string{"n1#1"}, desired: 5, active: 1, message: "job is running, progress 0.0%"},
+		},
+		"last attempt failed: node fails with the reason": {
+			job: makeJob("j").always().backoffLimit(2).started(t0).names("n1").obj(), nodes: five, now: t0.Add(time.Hour),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 3, t0, waiting("ErrImagePull", "x: not found"))}
+			},
+			want: want{desired: 1, failed: 1, complete: true, message: "job has completed",
+				failedNodes: []mantav1alpha1.FailedNode{{Name: "n1", Reason: ReasonImageNotFound, Message: "x: not found", Attempts: 3}}},
+		},
+		"deadline: the rest fail": {
+			job: makeJob("j").always().deadline(600).started(t0).succeededNodes("n1").obj(), nodes: five, now: t0.Add(600 * time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n2", 1, t0, nil)}
+			},
+			want: want{desired: 5, succeeded: 1, failed: 4, complete: true, message: "job exceeds activeDeadlineSeconds",
+				failedNodes: []mantav1alpha1.FailedNode{
+					{Name: "n2", Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded, Attempts: 1},
+					{Name: "n3", Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded},
+					{Name: "n4", Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded},
+					{Name: "n5", Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded},
+				}},
+		},
+		"Never: all done stays active": {
+			job: makeJob("j").never().started(t0).succeededNodes("n1", "n3", "n4", "n5").obj(), nodes: five, now: t0,
+			want: want{desired: 5, succeeded: 5, message: "job is running, progress 100.0%"},
+		},
+		"Never: records of deleted nodes are dropped, a new node is pulled": {
+			job: makeJob("j").never().started(t0).succeededNodes("gone", "n1").obj(), nodes: nodes(makeNode("n1"), makeNode("new")), now: t0,
+			want: want{create: []string{"new#1"}, desired: 2, active: 1, succeeded: 1, message: "job is running, progress 50.0%"},
+		},
+		"Always with no nodes completes": {
+			job: makeJob("j").obj(), now: t0,
+			want: want{complete: true, message: "job has completed"},
+		},
+		"pods on nodes no longer selected are deleted": {
+			job: makeJob("j").always().names("n1").started(t0).obj(), nodes: five, now: t0,
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, nil), pullerPod(j, "n3", 1, t0, nil)}
+			},
+			want: want{delete: []string{"n3#1"}, desired: 1, active: 1, message: "job is running, progress 0.0%"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var pods []corev1.Pod
+			if tc.pods != nil {
+				pods = tc.pods(tc.job)
+			}
+			p, err := computePlan(observed{job: tc.job, nodes: tc.nodes, pods: pods, pendingCreates: tc.pending, now: tc.now, retryBase: 10 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := p.status
+			got := want{create: podsOf(p.create), delete: podsOf(p.delete), desired: st.Desired, active: st.Active,
+				succeeded: st.Succeeded, failed: st.Failed, failedNodes: st.FailedNodes, complete: st.CompletionTime != nil, message: st.Message}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
+				t.Errorf("plan (-want +got):\n%s", diff)
+			}
+			if got.complete != p.completed {
+				t.Errorf("completed flag %v, completionTime set %v", p.completed, got.complete)
+			}
+		})
+	}
+}
+
+// TestComputePlanParallelismInvariant drives many nodes through random-free rounds: pods finish in creation order,
+// and no round ever has more than parallelism nodes pulling.
+func TestComputePlanParallelismInvariant(t *testing.T) {
+	var ns []*nodeWrapper
+	for i := range 100 {
+		ns = append(ns, makeNode(fmt.Sprintf("n%03d", i)))
+	}
+	all := nodes(ns...)
+	job := makeJob("j").always().parallelism(7).obj()
+	var pods []corev1.Pod
+	now := t0
+	for round := 0; round < 100; round++ {
+		p, err := computePlan(observed{job: job, nodes: all, pods: pods, now: now, retryBase: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deleted := map[string]bool{}
+		for _, d := range p.delete {
+			deleted[d.Name] = true
+		}
+		var next []corev1.Pod
+		for _, pod := range pods {
+			if !deleted[pod.Name] {
+				pod.Status.Phase = corev1.PodSucceeded // every pod finishes by the next round
+				next = append(next, pod)
+			}
+		}
+		for _, c := range p.create {
+			c.CreationTimestamp = metav1.Time{Time: now}
+			next = append(next, *c)
+		}
+		pulling := 0
+		for _, pod := range next {
+			if pod.Status.Phase != corev1.PodSucceeded {
+				pulling++
+			}
+		}
+		if pulling > 7 || p.status.Active > 7 {
+			t.Fatalf("round %d: %d pods pulling, status.active %d, parallelism 7", round, pulling, p.status.Active)
+		}
+		pods = next
+		job.Status = p.status
+		now = now.Add(time.Second)
+		if p.completed {
+			if job.Status.Succeeded != 100 {
+				t.Fatalf("completed with %d succeeded", job.Status.Succeeded)
+			}
+			return
+		}
+	}
+	t.Fatal("job did not complete in 100 rounds")
+}
