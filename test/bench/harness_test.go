@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -70,7 +71,7 @@ func startEnv(b *testing.B, timeout time.Duration, opts devcluster.Options) *env
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	b.Cleanup(cancel)
-	if opts.Logf == nil {
+	if opts.Logf == nil && os.Getenv("MANTA_BENCH_LOG") != "" {
 		opts.Logf = b.Logf
 	}
 	start := time.Now()
@@ -165,9 +166,17 @@ func (e *env) startOperator(b *testing.B, opts operator.Options) *operatorRun {
 	b.Cleanup(stop)
 	syncCtx, syncCancel := context.WithTimeout(ctx, time.Minute)
 	defer syncCancel()
+	// The controllers start their informers once the manager runs them; wait for the RayCluster controller's, so
+	// that start-up requests are over before a scenario starts counting.
+	for _, obj := range []client.Object{&rayv1.RayCluster{}, &corev1.Pod{}, &corev1.Service{}} {
+		if _, err := mgr.GetCache().GetInformer(syncCtx, obj, cache.BlockUntilSynced(true)); err != nil {
+			b.Fatalf("operator cache for %T: %v", obj, err)
+		}
+	}
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
 		b.Fatal("operator caches did not sync within a minute")
 	}
+	e.sleep(time.Second)
 	return &operatorRun{mgr: mgr, calls: calls, stop: stop}
 }
 
@@ -340,6 +349,44 @@ func (e *env) waitClustersReady(b *testing.B, run string, n int, timeout time.Du
 	return readyAt
 }
 
+// podTimeline says when the last of a set of pods was created, scheduled and Ready, as offsets from start, read
+// from the pods' own timestamps (whole seconds): it splits a time-to-ready into the operator's part (creating the
+// pods) and the scheduler's and the fake kubelets' parts.
+type podTimeline struct {
+	pods                      int
+	created, scheduled, ready time.Duration
+}
+
+func (e *env) podTimeline(b *testing.B, start time.Time, namespaces []string, opts ...client.ListOption) podTimeline {
+	b.Helper()
+	t := podTimeline{}
+	from := start.Truncate(time.Second)
+	for _, ns := range namespaces {
+		var pods corev1.PodList
+		if err := e.cl.List(e.ctx, &pods, append([]client.ListOption{client.InNamespace(ns)}, opts...)...); err != nil {
+			b.Fatalf("list pods: %v", err)
+		}
+		for _, p := range pods.Items {
+			t.pods++
+			t.created = max(t.created, p.CreationTimestamp.Sub(from))
+			for _, c := range p.Status.Conditions {
+				switch c.Type {
+				case corev1.PodScheduled:
+					t.scheduled = max(t.scheduled, c.LastTransitionTime.Sub(from))
+				case corev1.PodReady:
+					t.ready = max(t.ready, c.LastTransitionTime.Sub(from))
+				}
+			}
+		}
+	}
+	return t
+}
+
+func (t podTimeline) String() string {
+	return fmt.Sprintf("%d pods: last created at +%.0fs, last scheduled at +%.0fs, last Ready at +%.0fs (pod timestamps, whole seconds)",
+		t.pods, secs(t.created), secs(t.scheduled), secs(t.ready))
+}
+
 // heap is the Go heap in use after two garbage collections.
 func heap() runtime.MemStats {
 	runtime.GC()
@@ -366,6 +413,16 @@ func rssMiB() float64 {
 		}
 	}
 	return 0
+}
+
+// detailf prints lines that do not fit the benchmark's log (testing keeps only its first 10 lines) to stdout,
+// each prefixed with the benchmark's name.
+func detailf(b *testing.B, format string, args ...any) {
+	var sb strings.Builder
+	for _, line := range strings.Split(fmt.Sprintf(format, args...), "\n") {
+		fmt.Fprintf(&sb, "%s: %s\n", b.Name(), line)
+	}
+	fmt.Fprint(os.Stdout, "\n"+sb.String())
 }
 
 // percentiles of durations, in seconds: p50, p90, p99, max.

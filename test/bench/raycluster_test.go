@@ -26,6 +26,7 @@ type clusterResult struct {
 	latencies                []time.Duration // per cluster, from its create to first seen ready
 	calls                    callCounts
 	reconciles               float64
+	pods                     podTimeline
 }
 
 // createClustersAndWait creates the clusters (up to 10 creates in flight, like clusterloader2 at 100 qps), waits
@@ -47,6 +48,19 @@ func (e *env) createClustersAndWait(b *testing.B, op *operatorRun, run string, c
 		r.total = max(r.total, at.Sub(start))
 	}
 	r.reconciles = reconciles("raycluster") - rec0
+	namespaces := map[string]bool{}
+	var nsList []string
+	for _, o := range clusters {
+		if !namespaces[o.GetNamespace()] {
+			namespaces[o.GetNamespace()] = true
+			nsList = append(nsList, o.GetNamespace())
+		}
+	}
+	if len(clusters) == 1 {
+		r.pods = e.podTimeline(b, start, nsList, client.MatchingLabels{"ray.io/cluster": clusters[0].GetName()})
+	} else {
+		r.pods = e.podTimeline(b, start, nsList, client.HasLabels{"ray.io/cluster"})
+	}
 	return r
 }
 
@@ -64,8 +78,10 @@ func (r clusterResult) report(b *testing.B) {
 	b.Logf("%d RayClusters x %d pods: created in %.2fs, all ready %.2fs after the first create (wait-ready step %.2fs)",
 		r.clusters, r.podsPerCluster, secs(r.create), secs(r.total), secs(r.total-r.create))
 	b.Logf("  per cluster, create -> ready: p50 %.2fs  p90 %.2fs  p99 %.2fs  max %.2fs", p50, p90, p99, maxS)
-	b.Logf("  operator: %d requests, %d writes (%.1f writes, %.1f requests, %.1f reconciles per cluster):\n%s",
-		r.calls.total(), r.calls.writes(), float64(r.calls.writes())/n, float64(r.calls.total())/n, r.reconciles/n, r.calls)
+	b.Logf("  operator: %d requests (%.0f/s), %d writes; per cluster %.1f writes, %.1f requests, %.1f reconciles",
+		r.calls.total(), float64(r.calls.total())/secs(r.total), r.calls.writes(), float64(r.calls.writes())/n, float64(r.calls.total())/n, r.reconciles/n)
+	b.Logf("  %s", r.pods)
+	detailf(b, "operator API requests from the first create until all ready:\n%s", r.calls)
 }
 
 // BenchmarkRayClusterThroughput creates 100 RayClusters (1 head + 3 workers) across 10 namespaces, the shape of
@@ -119,8 +135,10 @@ func BenchmarkRayClusterLarge(b *testing.B) {
 				b.ReportMetric(float64(r.calls.writes()), "writes")
 				b.ReportMetric(float64(r.calls.total()), "requests")
 				b.ReportMetric(r.reconciles, "reconciles")
-				b.Logf("1 RayCluster with %d workers: ready %.2fs after create (%.0f pods/s); operator: %d requests, %d writes, %.0f reconciles:\n%s",
-					workers, secs(r.total), float64(1+workers)/secs(r.total), r.calls.total(), r.calls.writes(), r.reconciles, r.calls)
+				b.Logf("1 RayCluster with %d workers: ready %.2fs after create (%.0f pods/s); operator: %d requests, %d writes, %.0f reconciles",
+					workers, secs(r.total), float64(1+workers)/secs(r.total), r.calls.total(), r.calls.writes(), r.reconciles)
+				b.Logf("  %s", r.pods)
+				detailf(b, "operator API requests from create until ready:\n%s", r.calls)
 				b.StartTimer()
 			}
 		})

@@ -1,0 +1,76 @@
+package bench
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/operator"
+)
+
+// steadyWindow is how long the API calls benchmark watches a settled operator.
+const steadyWindow = 30 * time.Second
+
+// BenchmarkOperatorAPICalls counts the operator's requests to the API server, by verb and resource: at start-up,
+// from creating 10 RayClusters (1 head + 3 workers) until all are ready, and in a steady state where nothing
+// changes for 30 s, which should cost no writes at all.
+func BenchmarkOperatorAPICalls(b *testing.B) {
+	const clusters, workers = 10, 3
+	e := startEnv(b, 15*time.Minute, devcluster.Options{Nodes: 4, NodeCPU: "32", NodeMemory: "128Gi", NodeMaxPods: 110})
+	const ns = "bench-calls"
+	e.createNamespaces(b, ns)
+	op := e.startOperator(b, operator.Options{})
+	startup := op.calls.snapshot()
+	b.Logf("operator start-up until caches synced: %d requests, %d writes", startup.total(), startup.writes())
+	detailf(b, "operator API requests at start-up:\n%s", startup)
+
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		run := fmt.Sprintf("calls-%d", i)
+		var objs []client.Object
+		for j := range clusters {
+			objs = append(objs, rayCluster(ns, fmt.Sprintf("rc-%d-%d", i, j), run, workers))
+		}
+		r := e.createClustersAndWait(b, op, run, objs, 1+workers, 5*time.Minute)
+
+		b.StopTimer()
+		// Writes that land just after the last cluster turned ready (a late status or event) belong to the
+		// reconcile-to-ready phase, not to the steady state: give them a few seconds.
+		settleFrom := op.calls.snapshot()
+		e.sleep(5 * time.Second)
+		settle := op.calls.since(settleFrom)
+		steadyFrom, rec0 := op.calls.snapshot(), reconciles("raycluster")
+		e.sleep(steadyWindow)
+		steady := op.calls.since(steadyFrom)
+		steadyReconciles := reconciles("raycluster") - rec0
+
+		n := float64(clusters)
+		b.ReportMetric(float64(r.calls.writes())/n, "writes/cluster")
+		b.ReportMetric(float64(r.calls.total())/n, "requests/cluster")
+		b.ReportMetric(r.reconciles/n, "reconciles/cluster")
+		b.ReportMetric(float64(steady.writes()), "steady-writes")
+		b.ReportMetric(float64(steady.total()), "steady-requests")
+		b.Logf("%d RayClusters x %d pods, create -> all ready in %.2fs: %d requests, %d writes, %.0f reconciles", clusters, 1+workers,
+			secs(r.total), r.calls.total(), r.calls.writes(), r.reconciles)
+		b.Logf("  per cluster: %.1f writes (%.1f pod creates, %.1f status updates, %.1f events), %.1f requests, %.1f reconciles",
+			float64(r.calls.writes())/n, float64(r.calls.count("create", "pods"))/n,
+			float64(r.calls.count("", "rayclusters.ray.io/status"))/n, float64(r.calls.count("", "events"))/n,
+			float64(r.calls.total())/n, r.reconciles/n)
+		b.Logf("  in the %s after ready: %d requests, %d writes", 5*time.Second, settle.total(), settle.writes())
+		b.Logf("  steady state, %s with no changes: %d requests, %d writes, %.0f reconciles", steadyWindow, steady.total(), steady.writes(), steadyReconciles)
+		detailf(b, "operator API requests from the first create until all ready:\n%s", r.calls)
+		if settle.total() > 0 {
+			detailf(b, "operator API requests in the %s after ready:\n%s", 5*time.Second, settle)
+		}
+		if steady.total() > 0 {
+			detailf(b, "operator API requests in the steady state:\n%s", steady)
+		}
+		if steady.writes() > 0 {
+			b.Errorf("the operator wrote %d times in %s with nothing changing; want 0:\n%s", steady.writes(), steadyWindow, steady)
+		}
+		b.StartTimer()
+	}
+}
