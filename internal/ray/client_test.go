@@ -28,7 +28,7 @@ func newTestClient(t *testing.T, h http.HandlerFunc, opts ...ClientOption) *Dash
 	return NewDashboardClient(tr, opts...)
 }
 
-// rayAlreadyExists is Ray 2.52's answer to a repeated submission_id (status 400, a traceback in plain text).
+// rayAlreadyExists is the end of Ray 2.52's answer to a repeated submission_id (status 500, a traceback in plain text).
 const rayAlreadyExists = `Traceback (most recent call last):
   File "/ray/dashboard/modules/job/job_head.py", line 385, in submit_job
 ValueError: Job with submission_id job-1 already exists. Please use a different submission_id.`
@@ -94,12 +94,14 @@ func TestErrorClassification(t *testing.T) {
 		want    []error
 		notWant []error
 	}{
-		{"already submitted 400 (ray 2.52)", 400, rayAlreadyExists, []error{ErrAlreadySubmitted}, []error{ErrUnavailable, ErrNotFound}},
-		{"already submitted 500 (older ray)", 500, rayAlreadyExists, []error{ErrAlreadySubmitted}, []error{ErrUnavailable}},
+		{"already submitted 500 (ray 2.52)", 500, rayAlreadyExists, []error{ErrAlreadySubmitted}, []error{ErrUnavailable, ErrNotFound}},
+		{"already submitted 400", 400, rayAlreadyExists, []error{ErrAlreadySubmitted}, []error{ErrUnavailable, ErrNotFound}},
 		{"not found", 404, "Job nope does not exist", []error{ErrNotFound}, []error{ErrUnavailable, ErrAlreadySubmitted}},
 		{"internal error", 500, "No available agent to submit job, please try again later.", []error{ErrUnavailable}, []error{ErrAlreadySubmitted}},
 		{"bad gateway", 502, "", []error{ErrUnavailable}, nil},
 		{"service unavailable", 503, "", []error{ErrUnavailable}, nil},
+		{"missing token", 401, "Unauthorized: Missing authentication token", []error{ErrUnauthorized}, []error{ErrUnavailable}},
+		{"wrong token", 403, "Forbidden: Invalid authentication token", []error{ErrUnauthorized}, []error{ErrUnavailable}},
 		{"bad request", 400, "entrypoint: field required", nil, []error{ErrUnavailable, ErrNotFound, ErrAlreadySubmitted}},
 	}
 	for _, tc := range cases {

@@ -7,7 +7,7 @@
 //
 // Every call takes a context and is bounded by the client's timeout. Failures are reported with typed errors that
 // controllers can act on with errors.Is: ErrNotFound, ErrAlreadySubmitted, ErrUnavailable (retry later),
-// ErrMalformedResponse; *APIError carries the HTTP status and body.
+// ErrUnauthorized, ErrMalformedResponse; *APIError carries the HTTP status and body.
 package ray
 
 // The Kubernetes proxy transport needs the proxy subresources. DELETE /api/jobs/<id> through the service proxy is

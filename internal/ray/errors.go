@@ -13,6 +13,8 @@ var (
 	ErrAlreadySubmitted = errors.New("submission_id already submitted")
 	// ErrUnavailable: the Ray head (or the path to it) could not answer now; the call may succeed later.
 	ErrUnavailable = errors.New("ray head unavailable")
+	// ErrUnauthorized: the head uses token authentication and the token is missing (401) or wrong (403).
+	ErrUnauthorized = errors.New("unauthorized")
 	// ErrMalformedResponse: the head answered with a body this client cannot decode.
 	ErrMalformedResponse = errors.New("malformed response")
 )
@@ -78,10 +80,13 @@ func (e *decodeError) Unwrap() []error { return []error{ErrMalformedResponse, e.
 func classify(status int, body string) error {
 	switch {
 	case isAlreadySubmitted(body):
-		// Ray 2.52 answers 400 (the job agent raises ValueError); older releases answered 500. Both carry this text.
+		// Ray 2.52 answers 500 with a traceback ending in this text (measured in test/ray); the head's own
+		// validation path answers 400 for a ValueError, so accept the text whatever the status.
 		return ErrAlreadySubmitted
 	case status == 404:
 		return ErrNotFound
+	case status == 401 || status == 403:
+		return ErrUnauthorized
 	case status >= 500 || status == 408 || status == 429:
 		return ErrUnavailable
 	}

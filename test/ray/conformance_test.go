@@ -125,6 +125,10 @@ func testJobSucceeded(t *testing.T, s suite) {
 	if !errors.Is(err, ray.ErrAlreadySubmitted) {
 		t.Fatalf("resubmit: %v, want ErrAlreadySubmitted", err)
 	}
+	var apiErr *ray.APIError
+	if errors.As(err, &apiErr) {
+		t.Logf("Ray answered a repeated submission_id with %d", apiErr.StatusCode)
+	}
 	again, err := c.GetJob(t.Context(), id)
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,9 @@
 package ray_test
 
 import (
-	"testing"
 	"time"
+
+	"testing"
 
 	"github.com/manta-dev/manta/internal/ray"
 )
@@ -17,7 +18,10 @@ func TestDirect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The shared test machine is slow; a job submission starts a Python process on the head.
-	opt := ray.WithTimeout(30 * time.Second)
+	opt := ray.WithTimeout(defaultCallTimeout)
 	runConformance(t, suite{name: "direct", dashboard: ray.NewDashboardClient(dash, opt), serve: ray.NewServeProxyClient(serve, opt)})
 }
+
+// defaultCallTimeout bounds each call in the suites: the test machine is small and shared, and the head's first
+// answers (a job submission starts a Python process) can take seconds.
+const defaultCallTimeout = 30 * time.Second

@@ -34,7 +34,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if head, err = startRayHead(rayBin, nil); err != nil {
+	if head, err = startRayHead(rayBin, ""); err != nil {
 		fmt.Fprintln(os.Stderr, "starting the Ray head:", err)
 		return 1
 	}

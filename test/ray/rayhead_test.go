@@ -25,6 +25,7 @@ type rayHead struct {
 	DashboardPort int
 	ServePort     int
 	GCSPort       int
+	authToken     string
 }
 
 // repoRoot walks up from the working directory to the directory holding go.mod.
@@ -83,7 +84,8 @@ func freePorts(n int) ([]int, error) {
 }
 
 // startRayHead starts the head and waits until the dashboard's GCS health check and Jobs API answer.
-func startRayHead(rayBin string, extraEnv []string) (*rayHead, error) {
+// A non-empty authToken turns on Ray's token authentication (RAY_AUTH_MODE=token).
+func startRayHead(rayBin, authToken string) (*rayHead, error) {
 	// Ray puts unix sockets under the temp dir; keep the path short (sun_path is 108 bytes).
 	tempDir, err := os.MkdirTemp("/tmp", "mrt")
 	if err != nil {
@@ -94,7 +96,7 @@ func startRayHead(rayBin string, extraEnv []string) (*rayHead, error) {
 		return nil, err
 	}
 	h := &rayHead{tempDir: tempDir, logFile: filepath.Join(tempDir, "ray-start.log"), done: make(chan struct{}),
-		GCSPort: ports[0], DashboardPort: ports[1], ServePort: ports[2]}
+		GCSPort: ports[0], DashboardPort: ports[1], ServePort: ports[2], authToken: authToken}
 	args := []string{"start", "--head", "--block",
 		"--node-ip-address=127.0.0.1",
 		"--port=" + strconv.Itoa(ports[0]),
@@ -127,7 +129,9 @@ func startRayHead(rayBin string, extraEnv []string) (*rayHead, error) {
 		"PYTHONUNBUFFERED=1",
 		"RAY_memory_monitor_refresh_ms=0", // the test machine is shared: do not let Ray kill workers for memory
 	)
-	cmd.Env = append(cmd.Env, extraEnv...)
+	if authToken != "" {
+		cmd.Env = append(cmd.Env, "RAY_AUTH_MODE=token", "RAY_AUTH_TOKEN="+authToken)
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	// Own process group, so teardown reaches every Ray process; SIGTERM if the test binary dies abruptly.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
@@ -151,7 +155,14 @@ func (h *rayHead) waitReady(timeout time.Duration) error {
 	defer cancel()
 	c := &http.Client{Timeout: 2 * time.Second}
 	ready := func(path string) bool {
-		resp, err := c.Get(h.DashboardURL() + path)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.DashboardURL()+path, nil)
+		if err != nil {
+			return false
+		}
+		if h.authToken != "" {
+			req.Header.Set("x-ray-authorization", "Bearer "+h.authToken)
+		}
+		resp, err := c.Do(req)
 		if err != nil {
 			return false
 		}

@@ -1,0 +1,203 @@
+package ray_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+const ipCmd = "/usr/sbin/ip"
+
+// netnsPrefix names this suite's network namespaces; the creating process's PID follows, so a later run can
+// remove namespaces left behind by a run that was killed.
+const netnsPrefix = "manta-raytest-"
+
+// podNet is a network namespace joined to the host by a veth pair: HostIP on the host end, PodIP inside.
+// The API server refuses to proxy to loopback, so the Ray head is published on PodIP.
+type podNet struct {
+	Name, HostIf  string
+	HostIP, PodIP string
+}
+
+func ip(args ...string) error {
+	out, err := exec.Command(ipCmd, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// removeStaleNetns deletes namespaces of earlier runs whose process is gone.
+func removeStaleNetns() {
+	out, err := exec.Command(ipCmd, "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		pid, ok := strings.CutPrefix(name, netnsPrefix)
+		if !ok {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			continue
+		}
+		_ = ip("netns", "del", name)
+		_ = ip("link", "del", "mrt"+pid+"h")
+	}
+}
+
+// newPodNet creates the namespace and veth pair in a random /30 of 10.251.0.0/16, a test-only range, and removes
+// them when the test ends.
+func newPodNet(t *testing.T) *podNet {
+	t.Helper()
+	removeStaleNetns()
+	pid := strconv.Itoa(os.Getpid())
+	n := &podNet{Name: netnsPrefix + pid, HostIf: "mrt" + pid + "h"}
+	if len(n.HostIf) > 15 {
+		n.HostIf = n.HostIf[:14] + "h"
+	}
+	peer := strings.TrimSuffix(n.HostIf, "h") + "p"
+	for range 20 {
+		third, fourth := rand.IntN(256), rand.IntN(64)*4
+		n.HostIP = fmt.Sprintf("10.251.%d.%d", third, fourth+1)
+		n.PodIP = fmt.Sprintf("10.251.%d.%d", third, fourth+2)
+		if out, _ := exec.Command(ipCmd, "-4", "addr", "show", "to", fmt.Sprintf("10.251.%d.%d/30", third, fourth)).Output(); len(bytes.TrimSpace(out)) == 0 {
+			break
+		}
+	}
+	t.Cleanup(func() {
+		_ = ip("netns", "del", n.Name)
+		_ = ip("link", "del", n.HostIf) // gone with the namespace already, normally
+	})
+	steps := [][]string{
+		{"netns", "add", n.Name},
+		{"link", "add", n.HostIf, "type", "veth", "peer", "name", peer, "netns", n.Name},
+		{"addr", "add", n.HostIP + "/30", "dev", n.HostIf},
+		{"link", "set", n.HostIf, "up"},
+		{"-n", n.Name, "addr", "add", n.PodIP + "/30", "dev", peer},
+		{"-n", n.Name, "link", "set", peer, "up"},
+		{"-n", n.Name, "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if err := ip(s...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+// listen opens a TCP listener inside the namespace. A socket stays in the namespace it was created in, so only
+// the creating thread has to switch namespaces; the rest of the process stays on the host.
+func (n *podNet) listen(addr string) (net.Listener, error) {
+	runtime.LockOSThread()
+	self, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer func() { _ = self.Close() }()
+	target, err := os.Open("/var/run/netns/" + n.Name)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return nil, err
+	}
+	defer func() { _ = target.Close() }()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return nil, fmt.Errorf("setns %s: %w", n.Name, err)
+	}
+	l, lerr := net.Listen("tcp", addr)
+	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
+		// The thread is stuck in the other namespace: keep it locked so the runtime discards it.
+		if l != nil {
+			_ = l.Close()
+		}
+		return nil, fmt.Errorf("setns back: %w", err)
+	}
+	runtime.UnlockOSThread()
+	return l, lerr
+}
+
+// forward accepts on podIP:port inside the namespace and relays each connection to target (the Ray head on
+// host loopback) until the test ends.
+func (n *podNet) forward(t *testing.T, port int, target string) {
+	t.Helper()
+	l, err := n.listen(net.JoinHostPort(n.PodIP, strconv.Itoa(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conns := map[net.Conn]struct{}{}
+	track := func(c net.Conn, add bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if add {
+			conns[c] = struct{}{}
+		} else {
+			delete(conns, c)
+		}
+	}
+	t.Cleanup(func() {
+		_ = l.Close()
+		mu.Lock()
+		for c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					t.Logf("forwarder %s: %v", l.Addr(), err)
+				}
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := net.Dial("tcp", target)
+				if err != nil {
+					_ = in.Close()
+					return
+				}
+				track(in, true)
+				track(out, true)
+				var pipes sync.WaitGroup
+				pipes.Add(2)
+				relay := func(dst, src net.Conn) {
+					defer pipes.Done()
+					_, _ = io.Copy(dst, src)
+					if tc, ok := dst.(*net.TCPConn); ok {
+						_ = tc.CloseWrite()
+					}
+				}
+				go relay(out, in)
+				go relay(in, out)
+				pipes.Wait()
+				_ = in.Close()
+				_ = out.Close()
+				track(in, false)
+				track(out, false)
+			}()
+		}
+	}()
+}
