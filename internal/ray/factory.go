@@ -47,7 +47,7 @@ type Options struct {
 	ClusterDomain string
 	// Timeout bounds each call; default DefaultDirectTimeout, or DefaultProxyTimeout through the proxy.
 	Timeout time.Duration
-	// HTTPClient is used by the direct transport; default a client with sensible dial limits.
+	// HTTPClient is used by the direct transport; default a shared client that ignores HTTP(S)_PROXY.
 	HTTPClient *http.Client
 }
 
@@ -91,13 +91,6 @@ func NewFactory(opts Options) (*Factory, error) {
 		if f.opts.Timeout <= 0 {
 			f.opts.Timeout = DefaultProxyTimeout
 		}
-	} else if f.opts.HTTPClient == nil {
-		f.opts.HTTPClient = &http.Client{Transport: &http.Transport{
-			Proxy:               nil, // in-cluster addresses; never through HTTP_PROXY
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConnsPerHost: 4,
-			IdleConnTimeout:     90 * time.Second,
-		}}
 	}
 	if f.opts.Timeout <= 0 {
 		f.opts.Timeout = DefaultDirectTimeout

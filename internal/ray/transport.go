@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
@@ -28,8 +30,8 @@ type DirectTransport struct {
 	client *http.Client
 }
 
-// NewDirectTransport returns a transport to base. client may be nil (a default client without overall timeout;
-// callers bound requests with contexts).
+// NewDirectTransport returns a transport to base. client may be nil: then a shared client that never goes through
+// an HTTP(S)_PROXY from the environment (the head is an in-cluster address); calls are bounded by contexts.
 func NewDirectTransport(base string, client *http.Client) (*DirectTransport, error) {
 	u, err := url.Parse(strings.TrimSuffix(base, "/"))
 	if err != nil {
@@ -39,7 +41,7 @@ func NewDirectTransport(base string, client *http.Client) (*DirectTransport, err
 		return nil, fmt.Errorf("ray endpoint %q: want http(s)://host:port", base)
 	}
 	if client == nil {
-		client = &http.Client{}
+		client = defaultDirectClient
 	}
 	return &DirectTransport{base: u, client: client}, nil
 }
@@ -54,6 +56,13 @@ func (t *DirectTransport) Do(ctx context.Context, method, path string, query url
 	}
 	return resp, nil
 }
+
+var defaultDirectClient = &http.Client{Transport: &http.Transport{
+	Proxy:               nil,
+	DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+	MaxIdleConnsPerHost: 4,
+	IdleConnTimeout:     90 * time.Second,
+}}
 
 // ProxyTransport reaches a Ray endpoint through a Kubernetes API server proxy subresource:
 // <server>/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy or .../pods/<pod>:<port>/proxy.
