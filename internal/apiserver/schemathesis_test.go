@@ -50,8 +50,8 @@ func (e *testEnv) testSchemathesis(t *testing.T) {
 	cmd := exec.CommandContext(ctx, st, "run", e.guarded.URL+"/openapi.json",
 		"--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_headers_conformance,response_schema_conformance,unsupported_method",
 		"--phases", "examples,coverage,fuzzing",
-		"--max-examples", "25",
-		"--workers", "2",
+		"--max-examples", "15",
+		"--workers", "1", // Python 3.11's ast is not thread-safe; hypothesis trips on it with more workers
 		"--seed", "1",
 		"--request-timeout", "20",
 		"--header", "Authorization: Bearer "+token,
@@ -65,7 +65,7 @@ func (e *testEnv) testSchemathesis(t *testing.T) {
 	err = cmd.Run()
 	t.Logf("schemathesis took %s", time.Since(start).Round(time.Second))
 	if err != nil {
-		t.Fatalf("schemathesis found problems (%v):\n%s", err, strings.ReplaceAll(buf.String(), token, "<token>"))
+		t.Fatalf("schemathesis found problems (%v):\n%s", err, tail(strings.ReplaceAll(buf.String(), token, "<token>"), 300))
 	}
 	t.Logf("schemathesis:\n%s", tail(buf.String(), 25))
 }
