@@ -1,0 +1,93 @@
+// Package e2e holds end-to-end tests on the dev cluster (internal/devcluster): real etcd, kube-apiserver,
+// scheduler, controller-manager and kwok fake nodes, with Manta's operator running in-process.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/operator"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+// shared is the one dev cluster of the package, started by the first test that asks for it and stopped by
+// TestMain, so every e2e test pays the start-up once.
+var shared struct {
+	once    sync.Once
+	cluster *devcluster.Cluster
+	client  client.Client
+	cancel  context.CancelFunc
+	err     error
+}
+
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	code := m.Run()
+	if shared.cancel != nil {
+		shared.cancel()
+	}
+	if shared.cluster != nil {
+		if err := shared.cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the dev cluster:", err)
+		}
+	}
+	os.Exit(code)
+}
+
+// devCluster returns the package's dev cluster, with the operator running in-process. Its fake nodes are shaped
+// for the KubeRay samples (see samplePools) plus a general pool.
+func devCluster(t *testing.T) (*devcluster.Cluster, client.Client) {
+	t.Helper()
+	shared.once.Do(func() {
+		pools, err := samplePools()
+		if err != nil {
+			shared.err = err
+			return
+		}
+		start := time.Now()
+		ctx, cancel := context.WithCancel(context.Background())
+		shared.cancel = cancel
+		c, err := devcluster.Start(ctx, devcluster.Options{Pools: pools, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
+		if err != nil {
+			shared.err = fmt.Errorf("start dev cluster: %w", err)
+			return
+		}
+		shared.cluster = c
+		mgr, err := operator.NewManager(c.RESTConfig(), operator.Options{ReconcileConcurrency: 8})
+		if err != nil {
+			shared.err = fmt.Errorf("operator manager: %w", err)
+			return
+		}
+		if err := operator.Setup(mgr, operator.Options{ReconcileConcurrency: 8}); err != nil {
+			shared.err = fmt.Errorf("operator setup: %w", err)
+			return
+		}
+		go func() {
+			if err := mgr.Start(ctx); err != nil {
+				fmt.Fprintln(os.Stderr, "operator stopped:", err)
+			}
+		}()
+		scheme, err := testutil.Scheme()
+		if err != nil {
+			shared.err = err
+			return
+		}
+		cfg := c.RESTConfig()
+		cfg.QPS, cfg.Burst = 200, 400
+		shared.client, shared.err = client.New(cfg, client.Options{Scheme: scheme})
+		fmt.Fprintf(os.Stderr, "e2e: dev cluster and operator up in %s\n", time.Since(start).Round(time.Millisecond))
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.cluster, shared.client
+}
