@@ -43,6 +43,7 @@ func (w *apiWrites) RoundTrip(req *http.Request) (*http.Response, error) {
 // the puller stages (imagepulljob.KwokStages): puller pods are scheduled, run and exit on the fake nodes, and pulls of
 // "does-not-exist" images fail with ErrImagePull. It has its own cluster because it needs those nodes and stages.
 func TestImagePullJobOnDevCluster(t *testing.T) {
+	ctrl.SetLogger(logr.Discard())
 	nodes := 1000
 	if v := os.Getenv("MANTA_E2E_IMAGEPULL_NODES"); v != "" {
 		fmt.Sscan(v, &nodes)
@@ -86,7 +87,6 @@ func TestImagePullJobOnDevCluster(t *testing.T) {
 	mgrCfg := c.RESTConfig()
 	mgrCfg.QPS, mgrCfg.Burst = 200, 400
 	mgrCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { writes.next = rt; return writes }
-	ctrl.SetLogger(logr.Discard())
 	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
 		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},

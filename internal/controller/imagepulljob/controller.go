@@ -215,7 +215,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, err
 	}
 	var nodes corev1.NodeList
-	if err := r.cache.List(ctx, &nodes); err != nil {
+	// The planner only reads nodes; skipping the copy matters with thousands of them.
+	if err := r.cache.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	var selectorPods []corev1.Pod
@@ -250,6 +251,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !equality.Semantic.DeepEqual(job.Status, p.status) {
 		job.Status = p.status
 		if err := r.client.Status().Update(ctx, job); err != nil {
+			if apierrors.IsConflict(err) && podErr == nil {
+				// A stale cache: the update event of the newer object brings us back; this is a fallback.
+				return ctrl.Result{RequeueAfter: time.Second}, nil
+			}
 			return ctrl.Result{}, errors.Join(podErr, err)
 		}
 		r.emitEvents(job, p)
