@@ -84,7 +84,7 @@ func startEnv(b *testing.B, timeout time.Duration, opts devcluster.Options) *env
 			b.Logf("stop dev cluster: %v", err)
 		}
 	})
-	b.Logf("dev cluster with %d nodes up in %s", nodeCount(opts), time.Since(start).Round(time.Millisecond))
+	progressf(b, "dev cluster with %d nodes up in %s", nodeCount(opts), time.Since(start).Round(time.Millisecond))
 	admin := c.RESTConfig()
 	scheme, err := operator.Scheme()
 	if err != nil {
@@ -235,7 +235,7 @@ func waitFor(b *testing.B, ctx context.Context, what string, timeout, interval t
 			return time.Since(start)
 		}
 		if time.Since(lastLog) >= 15*time.Second {
-			b.Logf("  waiting for %s (%s): %s", what, time.Since(start).Round(time.Second), progress)
+			progressf(b, "waiting for %s (%s): %s", what, time.Since(start).Round(time.Second), progress)
 			lastLog = time.Now()
 		}
 		select {
@@ -413,6 +413,11 @@ func rssMiB() float64 {
 		}
 	}
 	return 0
+}
+
+// progressf prints a progress line to stdout as it happens (a benchmark's log is printed only at its end).
+func progressf(b *testing.B, format string, args ...any) {
+	fmt.Fprintf(os.Stdout, "%s %s: %s\n", time.Now().Format("15:04:05"), b.Name(), fmt.Sprintf(format, args...))
 }
 
 // detailf prints lines that do not fit the benchmark's log (testing keeps only its first 10 lines) to stdout,
