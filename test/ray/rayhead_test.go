@@ -84,8 +84,18 @@ func freePorts(n int) ([]int, error) {
 }
 
 // startRayHead starts the head and waits until the dashboard's GCS health check and Jobs API answer.
-// A non-empty authToken turns on Ray's token authentication (RAY_AUTH_MODE=token).
+// A non-empty authToken turns on Ray's token authentication (RAY_AUTH_MODE=token). A failed start is tried once
+// more with fresh ports: the free ports are only reserved until Ray binds them, and other tests run alongside.
 func startRayHead(rayBin, authToken string) (*rayHead, error) {
+	h, err := startRayHeadOnce(rayBin, authToken)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "ray head did not start, trying again: %v\n", err)
+		h, err = startRayHeadOnce(rayBin, authToken)
+	}
+	return h, err
+}
+
+func startRayHeadOnce(rayBin, authToken string) (*rayHead, error) {
 	// Ray puts unix sockets under the temp dir; keep the path short (sun_path is 108 bytes).
 	tempDir, err := os.MkdirTemp("/tmp", "mrt")
 	if err != nil {
@@ -128,6 +138,10 @@ func startRayHead(rayBin, authToken string) (*rayHead, error) {
 		"RAY_USAGE_STATS_ENABLED=0",
 		"PYTHONUNBUFFERED=1",
 		"RAY_memory_monitor_refresh_ms=0", // the test machine is shared: do not let Ray kill workers for memory
+		// On a loaded 2-core machine the dashboard's module subprocesses can take longer than the default 30 s
+		// (seen: "Module MetricsHead failed to start. Timeout after 30.0 seconds").
+		"RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT=240",
+		"RAY_DASHBOARD_STARTUP_TIMEOUT_S=300",
 	)
 	if authToken != "" {
 		cmd.Env = append(cmd.Env, "RAY_AUTH_MODE=token", "RAY_AUTH_TOKEN="+authToken)
@@ -140,7 +154,7 @@ func startRayHead(rayBin, authToken string) (*rayHead, error) {
 	}
 	h.cmd = cmd
 	go func() { _ = cmd.Wait(); close(h.done) }()
-	if err := h.waitReady(3 * time.Minute); err != nil {
+	if err := h.waitReady(5 * time.Minute); err != nil {
 		h.Stop()
 		return nil, err
 	}
