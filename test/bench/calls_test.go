@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 )
 
 // call is one kind of API request: a Kubernetes verb and the resource it acts on ("pods", "rayclusters.ray.io/status").
@@ -20,15 +21,30 @@ type callCounts map[call]int
 type apiCounter struct {
 	mu     sync.Mutex
 	counts callCounts
+	// perSecond counts requests by the Unix second they were sent in, to tell when the client-side rate limit
+	// (operatorQPS) was what bounded the operator.
+	perSecond map[int64]int
 }
 
-func newAPICounter() *apiCounter { return &apiCounter{counts: callCounts{}} }
+func newAPICounter() *apiCounter { return &apiCounter{counts: callCounts{}, perSecond: map[int64]int{}} }
+
+// peakRate is the most requests sent in one whole second between from and to.
+func (c *apiCounter) peakRate(from, to time.Time) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	peak := 0
+	for s := from.Unix(); s <= to.Unix(); s++ {
+		peak = max(peak, c.perSecond[s])
+	}
+	return peak
+}
 
 func (c *apiCounter) wrap(next http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
 		k := classify(req.Method, req.URL.Path, req.URL.Query().Get("watch") == "true")
 		c.mu.Lock()
 		c.counts[k]++
+		c.perSecond[time.Now().Unix()]++
 		c.mu.Unlock()
 		return next.RoundTrip(req)
 	})

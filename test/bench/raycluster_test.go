@@ -27,6 +27,7 @@ type clusterResult struct {
 	calls                    callCounts
 	reconciles               float64
 	pods                     podTimeline
+	peakRate                 int // most operator requests in one second
 }
 
 // createClustersAndWait creates the clusters (up to 10 creates in flight, like clusterloader2 at 100 qps), waits
@@ -48,6 +49,7 @@ func (e *env) createClustersAndWait(b *testing.B, op *operatorRun, run string, c
 		r.total = max(r.total, at.Sub(start))
 	}
 	r.reconciles = reconciles("raycluster") - rec0
+	r.peakRate = op.calls.peakRate(start, start.Add(r.total))
 	namespaces := map[string]bool{}
 	var nsList []string
 	for _, o := range clusters {
@@ -78,8 +80,8 @@ func (r clusterResult) report(b *testing.B) {
 	b.Logf("%d RayClusters x %d pods: created in %.2fs, all ready %.2fs after the first create (wait-ready step %.2fs)",
 		r.clusters, r.podsPerCluster, secs(r.create), secs(r.total), secs(r.total-r.create))
 	b.Logf("  per cluster, create -> ready: p50 %.2fs  p90 %.2fs  p99 %.2fs  max %.2fs", p50, p90, p99, maxS)
-	b.Logf("  operator: %d requests (%.0f/s), %d writes; per cluster %.1f writes, %.1f requests, %.1f reconciles",
-		r.calls.total(), float64(r.calls.total())/secs(r.total), r.calls.writes(), float64(r.calls.writes())/n, float64(r.calls.total())/n, r.reconciles/n)
+	b.Logf("  operator: %d requests (%.0f/s, peak %d/s at a client limit of %d/s), %d writes; per cluster %.1f writes, %.1f requests, %.1f reconciles",
+		r.calls.total(), float64(r.calls.total())/secs(r.total), r.peakRate, operatorQPS, r.calls.writes(), float64(r.calls.writes())/n, float64(r.calls.total())/n, r.reconciles/n)
 	b.Logf("  %s", r.pods)
 	detailf(b, "operator API requests from the first create until all ready:\n%s", r.calls)
 }
@@ -135,8 +137,8 @@ func BenchmarkRayClusterLarge(b *testing.B) {
 				b.ReportMetric(float64(r.calls.writes()), "writes")
 				b.ReportMetric(float64(r.calls.total()), "requests")
 				b.ReportMetric(r.reconciles, "reconciles")
-				b.Logf("1 RayCluster with %d workers: ready %.2fs after create (%.0f pods/s); operator: %d requests, %d writes, %.0f reconciles",
-					workers, secs(r.total), float64(1+workers)/secs(r.total), r.calls.total(), r.calls.writes(), r.reconciles)
+				b.Logf("1 RayCluster with %d workers: ready %.2fs after create (%.0f pods/s); operator: %d requests (peak %d/s), %d writes, %.0f reconciles",
+					workers, secs(r.total), float64(1+workers)/secs(r.total), r.calls.total(), r.peakRate, r.calls.writes(), r.reconciles)
 				b.Logf("  %s", r.pods)
 				detailf(b, "operator API requests from create until ready:\n%s", r.calls)
 				b.StartTimer()
