@@ -26,7 +26,9 @@ type apiCounter struct {
 	perSecond map[int64]int
 }
 
-func newAPICounter() *apiCounter { return &apiCounter{counts: callCounts{}, perSecond: map[int64]int{}} }
+func newAPICounter() *apiCounter {
+	return &apiCounter{counts: callCounts{}, perSecond: map[int64]int{}}
+}
 
 // peakRate is the most requests sent in one whole second between from and to.
 func (c *apiCounter) peakRate(from, to time.Time) int {
