@@ -82,6 +82,7 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 	s.DesiredWorkerReplicas, s.MinWorkerReplicas, s.MaxWorkerReplicas = desired, minR, maxR
 	s.DesiredCPU, s.DesiredMemory, s.DesiredGPU, s.DesiredTPU = desiredResources(c)
 
+	suspend := ptr.Deref(c.Spec.Suspend, false)
 	var head *corev1.Pod
 	var ready, available int32
 	allReady := true
@@ -143,8 +144,7 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 		setCond(string(rayv1.HeadPodReady), metav1.ConditionFalse, reason, msg)
 	}
 
-	suspend := ptr.Deref(c.Spec.Suspend, false)
-	allUp := o.reconcileOK && head != nil && len(o.pods) == int(desired)+1 && allReady
+	allUp := !suspend && o.reconcileOK && head != nil && len(o.pods) == int(desired)+1 && allReady
 	if !meta.IsStatusConditionTrue(s.Conditions, string(rayv1.RayClusterProvisioned)) {
 		if allUp {
 			setCond(string(rayv1.RayClusterProvisioned), metav1.ConditionTrue, rayv1.AllPodRunningAndReadyFirstTime, "all Ray pods are running and ready")

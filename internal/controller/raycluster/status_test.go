@@ -1,0 +1,152 @@
+package raycluster
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+func pod(nodeType string, phase corev1.PodPhase, ready bool) corev1.Pod {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: nodeType, Labels: map[string]string{builder.LabelNodeType: nodeType}},
+		Status:     corev1.PodStatus{Phase: phase, PodIP: "10.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
+	}
+}
+
+func condStatus(s rayv1.RayClusterStatus) map[string]string {
+	m := map[string]string{}
+	for _, c := range s.Conditions {
+		m[c.Type] = string(c.Status) + "/" + c.Reason
+	}
+	return m
+}
+
+func TestComputeStatus(t *testing.T) {
+	now := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	base := testutil.MakeRayCluster("ns", "rc").Workers("small", 2).Obj()
+	headless := builder.HeadService(base)
+	tests := []struct {
+		name      string
+		mutate    func(*rayv1.RayCluster)
+		obs       observed
+		wantState rayv1.ClusterState
+		wantConds map[string]string
+		check     func(*testing.T, rayv1.RayClusterStatus)
+	}{{
+		name:      "no pods yet",
+		obs:       observed{reconcileOK: true, headService: headless},
+		wantConds: map[string]string{"HeadPodReady": "False/HeadPodNotFound", "RayClusterProvisioned": "False/RayClusterPodsProvisioning"},
+	}, {
+		name: "all ready",
+		obs: observed{reconcileOK: true, headService: headless, pods: []corev1.Pod{
+			pod("head", corev1.PodRunning, true), pod("worker", corev1.PodRunning, true), pod("worker", corev1.PodRunning, true)}},
+		wantState: rayv1.Ready,
+		wantConds: map[string]string{"HeadPodReady": "True/HeadPodRunningAndReady", "RayClusterProvisioned": "True/AllPodRunningAndReadyFirstTime"},
+		check: func(t *testing.T, s rayv1.RayClusterStatus) {
+			if s.ReadyWorkerReplicas != 2 || s.AvailableWorkerReplicas != 2 || s.Head.ServiceIP != "10.0.0.1" || s.Endpoints["dashboard"] != "8265" {
+				t.Errorf("status %+v", s)
+			}
+		},
+	}, {
+		name: "a worker not ready, and a create failed",
+		obs: observed{reconcileOK: false, headService: headless, failure: &failure{rayv1.FailedCreateWorkerPod, "quota"}, pods: []corev1.Pod{
+			pod("head", corev1.PodRunning, true), pod("worker", corev1.PodRunning, true), pod("worker", corev1.PodPending, false)}},
+		wantConds: map[string]string{"HeadPodReady": "True/HeadPodRunningAndReady", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "ReplicaFailure": "True/FailedCreateWorkerPod"},
+	}, {
+		name:      "suspending",
+		mutate:    func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) },
+		obs:       observed{reconcileOK: true, pods: []corev1.Pod{pod("head", corev1.PodRunning, true)}},
+		wantConds: map[string]string{"HeadPodReady": "True/HeadPodRunningAndReady", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "RayClusterSuspending": "True/RayClusterSuspending", "RayClusterSuspended": "False/RayClusterSuspending"},
+	}, {
+		name:      "suspended",
+		mutate:    func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) },
+		obs:       observed{reconcileOK: true},
+		wantState: rayv1.Suspended,
+		wantConds: map[string]string{"HeadPodReady": "False/HeadPodNotFound", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "RayClusterSuspending": "False/RayClusterSuspended", "RayClusterSuspended": "True/RayClusterSuspended"},
+		check: func(t *testing.T, s rayv1.RayClusterStatus) {
+			if s.DesiredWorkerReplicas != 0 || !s.DesiredCPU.IsZero() {
+				t.Errorf("suspended cluster wants %d workers, %s CPU", s.DesiredWorkerReplicas, s.DesiredCPU.String())
+			}
+		},
+	}, {
+		name: "unsupported and invalid",
+		mutate: func(c *rayv1.RayCluster) {
+			c.Labels = map[string]string{builder.LabelOriginCRD: "RayService"}
+		},
+		obs:       observed{unsupported: []string{"spec.tlsOptions"}, invalid: &failure{ReasonUpgradeStrategyNotAllowed, "no"}},
+		wantConds: map[string]string{"UnsupportedFeature": "True/UnsupportedFields", "InvalidRayClusterSpec": "True/UpgradeStrategyNotAllowed"},
+	}, {
+		name: "replica counts: clamp, hosts, saturation",
+		mutate: func(c *rayv1.RayCluster) {
+			g := &c.Spec.WorkerGroupSpecs[0]
+			g.Replicas, g.MinReplicas, g.MaxReplicas, g.NumOfHosts = ptr.To[int32](50), ptr.To[int32](1), ptr.To[int32](3), 4
+			c.Spec.WorkerGroupSpecs = append(c.Spec.WorkerGroupSpecs, rayv1.WorkerGroupSpec{GroupName: "unbounded",
+				MinReplicas: ptr.To[int32](0), MaxReplicas: ptr.To[int32](math.MaxInt32), NumOfHosts: 2,
+				Template: testutil.RayPodTemplate("w", "1", "1Gi")})
+		},
+		obs:       observed{reconcileOK: true},
+		wantConds: map[string]string{"HeadPodReady": "False/HeadPodNotFound", "RayClusterProvisioned": "False/RayClusterPodsProvisioning"},
+		check: func(t *testing.T, s rayv1.RayClusterStatus) {
+			if s.DesiredWorkerReplicas != 12 || s.MinWorkerReplicas != 4 || s.MaxWorkerReplicas != math.MaxInt32 {
+				t.Errorf("desired %d min %d max %d", s.DesiredWorkerReplicas, s.MinWorkerReplicas, s.MaxWorkerReplicas)
+			}
+			if s.DesiredCPU.String() != "13" || s.DesiredMemory.String() != "14Gi" {
+				t.Errorf("cpu %s memory %s", s.DesiredCPU.String(), s.DesiredMemory.String())
+			}
+		},
+	}}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := base.DeepCopy()
+			c.Generation = 3
+			if tc.mutate != nil {
+				tc.mutate(c)
+			}
+			s := computeStatus(c, tc.obs, now)
+			if s.State != tc.wantState {
+				t.Errorf("state %q, want %q", s.State, tc.wantState)
+			}
+			if diff := cmp.Diff(tc.wantConds, condStatus(s)); diff != "" {
+				t.Errorf("conditions (-want +got):\n%s", diff)
+			}
+			if s.ObservedGeneration != 3 {
+				t.Errorf("observedGeneration %d", s.ObservedGeneration)
+			}
+			if tc.check != nil {
+				tc.check(t, s)
+			}
+		})
+	}
+}
+
+// Once provisioned, a cluster stays provisioned, and a recomputed status of a settled cluster is unchanged.
+func TestComputeStatusStable(t *testing.T) {
+	c := testutil.MakeRayCluster("ns", "rc").Obj()
+	obs := observed{reconcileOK: true, pods: []corev1.Pod{pod("head", corev1.PodRunning, true)}}
+	first := computeStatus(c, obs, metav1.NewTime(time.Unix(100, 0)))
+	c.Status = first
+	second := computeStatus(c, obs, metav1.NewTime(time.Unix(200, 0)))
+	if !statusEqual(&first, &second) {
+		t.Errorf("status changed without a change: %s", cmp.Diff(first, second))
+	}
+	c.Status = second
+	obs.pods = nil
+	third := computeStatus(c, obs, metav1.NewTime(time.Unix(300, 0)))
+	if !meta.IsStatusConditionTrue(third.Conditions, string(rayv1.RayClusterProvisioned)) || third.State != rayv1.Ready {
+		t.Errorf("provisioned/ready not sticky: %+v", third)
+	}
+}
