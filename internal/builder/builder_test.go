@@ -564,3 +564,23 @@ func TestUnsupportedFields(t *testing.T) {
 		})
 	}
 }
+
+func TestWorkerPodForReplica(t *testing.T) {
+	c := cluster()
+	g := &c.Spec.WorkerGroupSpecs[0]
+	single := WorkerPodForReplica(c, g, PodOptions{}, Replica{Index: 3})
+	if diff := cmp.Diff("3", single.Labels[LabelReplicaIndex]); diff != "" || single.Labels[LabelReplicaName] != "" {
+		t.Errorf("single-host labels %v", single.Labels)
+	}
+	g.NumOfHosts = 4
+	multi := WorkerPodForReplica(c, g, PodOptions{}, Replica{Index: 1, Name: ReplicaName("Small_Group", "abcde"), HostIndex: 2})
+	want := map[string]string{LabelReplicaIndex: "1", LabelReplicaName: "small-group-abcde", LabelHostIndex: "2"}
+	for k, v := range want {
+		if multi.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, multi.Labels[k], v)
+		}
+	}
+	if n := ReplicaName(strings.Repeat("g", 80), "abcde"); len(n) > 63 {
+		t.Errorf("replica name %q too long", n)
+	}
+}

@@ -15,6 +15,12 @@ const (
 	LabelCreatedBy    = "app.kubernetes.io/created-by"
 	LabelOriginCRD    = "ray.io/originated-from-crd"
 	LabelOriginCRName = "ray.io/originated-from-cr-name"
+	// LabelReplicaIndex numbers the replicas of a worker group (0, 1, ...; the lowest free index is reused).
+	LabelReplicaIndex = "ray.io/worker-group-replica-index"
+	// LabelReplicaName groups the numOfHosts pods of one multi-host replica.
+	LabelReplicaName = "ray.io/worker-group-replica-name"
+	// LabelHostIndex is a pod's host number within its multi-host replica.
+	LabelHostIndex = "ray.io/replica-host-index"
 	// LabelSchedulerName selects a KubeRay batch-scheduler plugin (volcano, yunikorn, kai-scheduler).
 	LabelSchedulerName = "ray.io/scheduler-name"
 

@@ -417,5 +417,33 @@ func originCRDOr(c *rayv1.RayCluster, def string) string {
 	return def
 }
 
+// Replica places a worker pod in its group: the replica's index and, for multi-host groups, the replica's name
+// and the pod's host index.
+type Replica struct {
+	Index     int
+	Name      string
+	HostIndex int
+}
+
+// WorkerPodForReplica is WorkerPod with the replica labels KubeRay's multi-host indexing sets, so the hosts of a
+// TPU slice can find each other and the autoscaler can tell replicas apart.
+func WorkerPodForReplica(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions, r Replica) *corev1.Pod {
+	pod := WorkerPod(c, g, o)
+	if pod == nil {
+		return nil
+	}
+	pod.Labels[LabelReplicaIndex] = strconv.Itoa(r.Index)
+	if g.NumOfHosts > 1 {
+		pod.Labels[LabelReplicaName] = validLabelValue(r.Name)
+		pod.Labels[LabelHostIndex] = strconv.Itoa(r.HostIndex)
+	}
+	return pod
+}
+
+// ReplicaName names a multi-host replica: <group>-<suffix>, fit for a label value.
+func ReplicaName(group, suffix string) string {
+	return fitName(sanitize(group), maxNameLen-len(suffix)-1) + "-" + suffix
+}
+
 // GroupLabelValue is the value of ray.io/group on the pods of a worker group.
 func GroupLabelValue(group string) string { return validLabelValue(group) }

@@ -88,6 +88,7 @@ func TestController(t *testing.T) {
 			"RefusedUnderRayJob":      testRefusedUnderRayJob,
 			"UnsupportedFeature":      testUnsupported,
 			"ServeAndHeadlessService": testServeAndHeadless,
+			"MultiHostReplicas":       testMultiHost,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -556,5 +557,52 @@ func testMissingDefaultTemplate(t *testing.T, e *env) {
 	eventually(t, "head pod without defaults", func() (bool, string) {
 		h := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)
 		return len(h) == 1 && h[0].Labels["defaulted"] == "", fmt.Sprintf("%d heads", len(h))
+	})
+}
+
+// A multi-host replica is numOfHosts pods with one replica name; when one host fails the whole replica is
+// replaced, and replica indices stay unique.
+func testMultiHost(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("tpu", 2).Obj()
+	rc.Spec.WorkerGroupSpecs[0].NumOfHosts = 2
+	mustCreate(t, e.cl, rc)
+	e.waitPods(t, rc, 5)
+	byReplica := func() map[string][]corev1.Pod {
+		m := map[string][]corev1.Pod{}
+		for _, p := range e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeWorker) {
+			m[p.Labels[builder.LabelReplicaName]] = append(m[p.Labels[builder.LabelReplicaName]], p)
+		}
+		return m
+	}
+	reps := byReplica()
+	if len(reps) != 2 {
+		t.Fatalf("replicas: %v", reps)
+	}
+	indices := map[string]bool{}
+	for name, pods := range reps {
+		if len(pods) != 2 || pods[0].Labels[builder.LabelHostIndex] == pods[1].Labels[builder.LabelHostIndex] ||
+			pods[0].Labels[builder.LabelReplicaIndex] != pods[1].Labels[builder.LabelReplicaIndex] {
+			t.Errorf("replica %s: %d pods, labels %v / %v", name, len(pods), pods[0].Labels, pods[len(pods)-1].Labels)
+		}
+		indices[pods[0].Labels[builder.LabelReplicaIndex]] = true
+	}
+	if !indices["0"] || !indices["1"] {
+		t.Errorf("replica indices %v", indices)
+	}
+	var victim string
+	for name, pods := range reps {
+		victim = name
+		setPhase(t, e.cl, &pods[0], corev1.PodFailed, false, "")
+		break
+	}
+	eventually(t, "whole replica replaced", func() (bool, string) {
+		now := byReplica()
+		_, still := now[victim]
+		n := 0
+		for _, pods := range now {
+			n += len(pods)
+		}
+		return !still && len(now) == 2 && n == 4, fmt.Sprintf("%d replicas, %d pods, old present %v", len(now), n, still)
 	})
 }

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -202,54 +204,119 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 	for _, n := range g.ScaleStrategy.WorkersToDelete {
 		toDelete[n] = true
 	}
-	var alive, dead, named []corev1.Pod
+	// A replica is numOfHosts pods that live and die together: pods of a multi-host replica share
+	// ray.io/worker-group-replica-name; every other pod is a replica of its own.
+	multiHost := hosts(g) > 1
+	replicas := map[string][]corev1.Pod{}
+	var order []string
 	for _, p := range run.obs.pods {
 		if p.Labels[builder.LabelNodeType] != builder.NodeTypeWorker || p.Labels[builder.LabelGroup] != groupLabel(g) {
 			continue
 		}
+		key := p.Name
+		if name := p.Labels[builder.LabelReplicaName]; multiHost && name != "" {
+			key = name
+		}
+		if _, ok := replicas[key]; !ok {
+			order = append(order, key)
+		}
+		replicas[key] = append(replicas[key], p)
+	}
+	var named, dead, alive [][]corev1.Pod
+	for _, key := range order {
+		pods := replicas[key]
 		switch {
-		case toDelete[p.Name]:
-			named = append(named, p)
-		case shouldReplace(&p):
-			dead = append(dead, p)
+		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return toDelete[p.Name] }):
+			named = append(named, pods)
+		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return shouldReplace(&p) }):
+			dead = append(dead, pods)
 		default:
-			alive = append(alive, p)
+			alive = append(alive, pods)
 		}
 	}
 	var errs []error
 	if len(named) > 0 {
-		if err := r.deletePods(ctx, run, named, rayv1.FailedDeleteWorkerPod, "the autoscaler asked for it (workersToDelete)"); err != nil {
+		if err := r.deletePods(ctx, run, slices.Concat(named...), rayv1.FailedDeleteWorkerPod, "the autoscaler asked for it (workersToDelete)"); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if len(dead) > 0 {
-		if err := r.deletePods(ctx, run, dead, rayv1.FailedDeleteWorkerPod, "the pod terminated"); err != nil {
+		if err := r.deletePods(ctx, run, slices.Concat(dead...), rayv1.FailedDeleteWorkerPod, "the pod (or a host of its replica) terminated"); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	want := groupPods(c, g)
+
+	used := map[int]bool{}
+	for _, pods := range alive {
+		if i, err := strconv.Atoi(pods[0].Labels[builder.LabelReplicaIndex]); err == nil {
+			used[i] = true
+		}
+	}
+	nextIndex := func() int {
+		for i := 0; ; i++ {
+			if !used[i] {
+				used[i] = true
+				return i
+			}
+		}
+	}
+	var create []builder.Replica
+	// Complete the multi-host replicas that lost a host before a reconcile saw it terminate.
+	if multiHost {
+		for _, pods := range alive {
+			have := map[string]bool{}
+			for _, p := range pods {
+				have[p.Labels[builder.LabelHostIndex]] = true
+			}
+			idx, _ := strconv.Atoi(pods[0].Labels[builder.LabelReplicaIndex])
+			for h := range int(hosts(g)) {
+				if !have[strconv.Itoa(h)] && pods[0].Labels[builder.LabelReplicaName] != "" {
+					create = append(create, builder.Replica{Index: idx, Name: pods[0].Labels[builder.LabelReplicaName], HostIndex: h})
+				}
+			}
+		}
+	}
+	want := int(groupReplicas(c, g))
 	switch diff := want - len(alive); {
 	case diff > 0:
-		if err := r.createWorkers(ctx, run, g, opts, diff); err != nil {
-			errs = append(errs, err)
+		for range diff {
+			rep := builder.Replica{Index: nextIndex(), Name: builder.ReplicaName(g.GroupName, utilrand.String(5))}
+			for h := range int(hosts(g)) {
+				rep.HostIndex = h
+				create = append(create, rep)
+			}
 		}
 	case diff < 0 && !builder.AutoscalingEnabled(c):
-		// Without the autoscaler nobody names the pods to remove: take the least useful first (not ready, then
-		// the newest). With the autoscaler, only workersToDelete removes pods, as in KubeRay.
-		slices.SortStableFunc(alive, func(a, b corev1.Pod) int {
-			if ra, rb := podRunningAndReady(&a), podRunningAndReady(&b); ra != rb {
+		// Without the autoscaler nobody names the pods to remove: take the least useful replicas first (not
+		// ready, then the newest). With the autoscaler, only workersToDelete removes pods, as in KubeRay.
+		slices.SortStableFunc(alive, func(a, b []corev1.Pod) int {
+			if ra, rb := replicaReady(a), replicaReady(b); ra != rb {
 				if ra {
 					return 1
 				}
 				return -1
 			}
-			return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
+			return b[0].CreationTimestamp.Compare(a[0].CreationTimestamp.Time)
 		})
-		if err := r.deletePods(ctx, run, alive[:-diff], rayv1.FailedDeleteWorkerPod, "the group scaled down"); err != nil {
+		if err := r.deletePods(ctx, run, slices.Concat(alive[:-diff]...), rayv1.FailedDeleteWorkerPod, "the group scaled down"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(create) > 0 {
+		if err := r.createWorkers(ctx, run, g, opts, create); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func replicaReady(pods []corev1.Pod) bool {
+	for i := range pods {
+		if !podRunningAndReady(&pods[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // groupLabel is the value of ray.io/group on the group's pods.
@@ -257,16 +324,19 @@ func groupLabel(g *rayv1.WorkerGroupSpec) string { return builder.GroupLabelValu
 
 // createWorkers creates n worker pods in batches that double from 1 up to MaxParallelWrites, like the Job
 // controller's slow start: a quota or admission error costs one failed request, not hundreds.
-func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts builder.PodOptions, n int) error {
-	created := 0
+func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts builder.PodOptions, replicas []builder.Replica) error {
+	n := len(replicas)
+	created, next := 0, 0
 	var errs []error
 	for batch := 1; created < n && len(errs) == 0; batch = min(batch*2, r.opts.MaxParallelWrites) {
 		size := min(batch, n-created)
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		for range size {
+			rep := replicas[next]
+			next++
 			wg.Go(func() {
-				pod := builder.WorkerPod(run.c, g, opts)
+				pod := builder.WorkerPodForReplica(run.c, g, opts, rep)
 				err := r.client.Create(ctx, pod)
 				mu.Lock()
 				defer mu.Unlock()
