@@ -246,6 +246,37 @@ func TestJobCalls(t *testing.T) {
 	}
 }
 
+func TestJobIDIsEscaped(t *testing.T) {
+	for _, proxy := range []bool{false, true} {
+		var got string
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got = r.URL.EscapedPath()
+			_, _ = io.WriteString(w, `{"logs":""}`)
+		}))
+		var tr Transport
+		var err error
+		if proxy {
+			tr, err = NewProxyTransport(&rest.Config{Host: srv.URL}, nil, ServiceProxyPath("ns", "svc", "dashboard"))
+		} else {
+			tr, err = NewDirectTransport(srv.URL, nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := NewDashboardClient(tr).GetJobLogs(context.Background(), "a b/c%"); err != nil {
+			t.Fatal(err)
+		}
+		want := "/api/jobs/a%20b%2Fc%25/logs"
+		if proxy {
+			want = "/api/v1/namespaces/ns/services/svc:dashboard/proxy" + want
+		}
+		if got != want {
+			t.Errorf("proxy=%v: path %q, want %q", proxy, got, want)
+		}
+		srv.Close()
+	}
+}
+
 func TestServe(t *testing.T) {
 	var put []byte
 	var query string

@@ -16,7 +16,7 @@ import (
 )
 
 // Transport sends requests to one Ray HTTP endpoint (the dashboard, or a Serve HTTP proxy).
-// path is the path on that endpoint, e.g. "/api/jobs/"; query may be nil.
+// path is the escaped path on that endpoint, e.g. "/api/jobs/"; query may be nil.
 // A non-nil error means no usable HTTP answer came from Ray: such errors match ErrUnavailable.
 type Transport interface {
 	Do(ctx context.Context, method, path string, query url.Values, body io.Reader, header http.Header) (*http.Response, error)
@@ -142,10 +142,15 @@ func apiServerStatus(h http.Header, body []byte) (string, bool) {
 	return strings.TrimSpace(st.Reason + ": " + st.Message), true
 }
 
+// join appends path, already escaped (callers escape IDs with url.PathEscape), to base.
 func join(base *url.URL, path string, query url.Values) string {
 	u := *base
-	u.Path = strings.TrimSuffix(base.Path, "/") + "/" + strings.TrimPrefix(path, "/")
-	u.RawPath = ""
+	raw := strings.TrimSuffix(base.EscapedPath(), "/") + "/" + strings.TrimPrefix(path, "/")
+	if p, err := url.PathUnescape(raw); err == nil {
+		u.Path, u.RawPath = p, raw
+	} else {
+		u.Path, u.RawPath = raw, ""
+	}
 	u.RawQuery = ""
 	if len(query) > 0 {
 		u.RawQuery = query.Encode()
