@@ -46,11 +46,16 @@ func BenchmarkImagePullJob(b *testing.B) {
 		before, rec0 := op.calls.snapshot(), reconciles("imagepulljob")
 		e.createAll(b, 1, []client.Object{job})
 		var last mantav1alpha1.ImagePullJob
+		var activeSum, polls int // how full the parallelism was kept, sampled at each poll
 		took := waitFor(b, e.ctx, "the ImagePullJob to complete", 20*time.Minute, 250*time.Millisecond, func(ctx context.Context) (bool, string, error) {
 			if err := e.cl.Get(ctx, client.ObjectKeyFromObject(job), &last); err != nil {
 				return false, "", nil
 			}
 			s := last.Status
+			if s.CompletionTime == nil {
+				activeSum += int(s.Active)
+				polls++
+			}
 			return s.CompletionTime != nil, fmt.Sprintf("desired %d, active %d, succeeded %d, failed %d: %s",
 				s.Desired, s.Active, s.Succeeded, s.Failed, s.Message), nil
 		})
@@ -64,8 +69,10 @@ func BenchmarkImagePullJob(b *testing.B) {
 		b.ReportMetric(float64(calls.writes())/nodes, "writes/node")
 		b.ReportMetric(float64(calls.count("update", "imagepulljobs.manta.dev/status")+calls.count("patch", "imagepulljobs.manta.dev/status")), "status-writes")
 		b.ReportMetric(recs, "reconciles")
-		b.Logf("ImagePullJob over %d nodes, parallelism %d: complete in %.1fs (%.0f nodes/s); desired %d, succeeded %d, failed %d; %q",
-			nodes, parallelism, secs(took), float64(s.Succeeded)/secs(took), s.Desired, s.Succeeded, s.Failed, s.Message)
+		meanActive := float64(activeSum) / float64(max(polls, 1))
+		b.ReportMetric(meanActive, "mean-active")
+		b.Logf("ImagePullJob over %d nodes, parallelism %d: complete in %.1fs (%.0f nodes/s, %.1f nodes pulling on average); desired %d, succeeded %d, failed %d; %q",
+			nodes, parallelism, secs(took), float64(s.Succeeded)/secs(took), meanActive, s.Desired, s.Succeeded, s.Failed, s.Message)
 		b.Logf("  operator: %d requests, %d writes (%.2f per node): %d pod creates, %d pod deletes, %d job status writes; %.0f reconciles",
 			calls.total(), calls.writes(), float64(calls.writes())/nodes, calls.count("create", "pods"),
 			calls.count("delete", "pods")+calls.count("deletecollection", "pods"),
