@@ -41,6 +41,9 @@ type Options struct {
 // NodeTypeLabel is the label every Ray pod carries; the operator caches only pods with it.
 const NodeTypeLabel = "ray.io/node-type"
 
+// ClusterLabel is on every object the RayCluster controller creates.
+const ClusterLabel = "ray.io/cluster"
+
 // Scheme holds the types the operator reads and writes.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
@@ -56,7 +59,7 @@ func Scheme() (*runtime.Scheme, error) {
 }
 
 // NewManager builds the manager with the cache scoped to what the controllers need: pods are cached only when
-// they carry ray.io/node-type (or are image pullers), so the operator's memory follows Ray pods, not the cluster.
+// they carry ray.io/node-type and Services when they carry ray.io/cluster, so the operator's memory follows Ray pods, not the cluster.
 func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	scheme, err := Scheme()
 	if err != nil {
@@ -66,9 +69,15 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	svcSel, err := existsSelector(ClusterLabel)
+	if err != nil {
+		return nil, err
+	}
 	cacheOpts := cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: podSel},
+			// The operator reads only the Services it made, which all carry ray.io/cluster.
+			&corev1.Service{}: {Label: svcSel},
 		},
 	}
 	if len(opts.WatchNamespaces) > 0 {
@@ -92,10 +101,13 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	})
 }
 
-// cachedPodSelector selects Ray pods and Manta's image-puller pods.
+// cachedPodSelector selects Ray pods. (The ImagePullJob controller keeps its puller pods in a cache of its own.)
 func cachedPodSelector() (labels.Selector, error) {
-	// A label selector cannot OR two keys, so the puller pods also carry ray.io/node-type=image-puller.
-	req, err := labels.NewRequirement(NodeTypeLabel, selection.Exists, nil)
+	return existsSelector(NodeTypeLabel)
+}
+
+func existsSelector(key string) (labels.Selector, error) {
+	req, err := labels.NewRequirement(key, selection.Exists, nil)
 	if err != nil {
 		return nil, err
 	}
