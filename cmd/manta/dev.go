@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 
+	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/operator"
 )
@@ -48,6 +49,8 @@ func newDevCommand() *cobra.Command {
 			c, err := devcluster.Start(ctx, devcluster.Options{
 				Nodes: nodes, NodeCPU: nodeCPU, NodeMemory: nodeMemory, NodeMaxPods: maxPods,
 				KubeconfigPath: abs,
+				// Puller pods exit on fake nodes (and pulls of images named *does-not-exist* fail) as on real ones.
+				ExtraStages: [][]byte{imagepulljob.KwokStages},
 				Logf:           func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) },
 			})
 			if err != nil {

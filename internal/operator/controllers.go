@@ -3,19 +3,36 @@ package operator
 import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 )
 
 // The API groups and controllers the operator runs. Each controller package exposes a constructor and
 // SetupWithManager; this is the one list that wires them in.
 func init() {
-	schemeAdders = append(schemeAdders, rayv1.AddToScheme)
-	setups = append(setups, func(mgr ctrl.Manager, o Options) error {
-		return raycluster.NewReconciler(mgr, raycluster.Options{
-			DefaultPodTemplate:      o.DefaultPodTemplate,
-			ClusterDomain:           o.ClusterDomain,
-			MaxConcurrentReconciles: o.ReconcileConcurrency,
-		}).SetupWithManager(mgr)
-	})
+	schemeAdders = append(schemeAdders, rayv1.AddToScheme, mantav1alpha1.AddToScheme)
+	setups = append(setups,
+		func(mgr ctrl.Manager, o Options) error {
+			return raycluster.NewReconciler(mgr, raycluster.Options{
+				DefaultPodTemplate:      o.DefaultPodTemplate,
+				ClusterDomain:           o.ClusterDomain,
+				MaxConcurrentReconciles: o.ReconcileConcurrency,
+			}).SetupWithManager(mgr)
+		},
+		func(mgr ctrl.Manager, o Options) error {
+			r, err := imagepulljob.NewReconciler(mgr, imagepulljob.Options{
+				PullerImage:             o.PullerImage,
+				MaxConcurrentReconciles: o.ReconcileConcurrency,
+			})
+			if err != nil {
+				return err
+			}
+			if err := r.SetupWithManager(mgr); err != nil {
+				return err
+			}
+			return imagepulljob.NewPrepullReconciler(mgr, r, imagepulljob.PrepullOptions{}).SetupWithManager(mgr)
+		},
+	)
 }
