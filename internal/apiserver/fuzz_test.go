@@ -1,0 +1,108 @@
+package apiserver
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// FuzzDecodeValidate feeds arbitrary bodies to the decoding, validation and conversion of every request model.
+// Whatever comes in, the answer is either accepted or a 4xx that names a field; nothing panics and nothing is a
+// 5xx. The seed corpus runs in go test.
+func FuzzDecodeValidate(f *testing.F) {
+	seeds := []any{
+		template("ns", "small"),
+		cluster("ns", "demo"),
+		job("ns", "train"),
+		service("ns", "serve"),
+		RayJobSubmission{Entrypoint: "echo", EntrypointResources: map[string]string{"a": "1"}},
+		ImagePullJob{Name: "p", Namespace: "ns", Image: "busybox", NodeNames: []string{"n"}},
+	}
+	for i, s := range seeds {
+		raw, _ := json.Marshal(s)
+		f.Add(uint8(i), raw)
+	}
+	for _, raw := range []string{``, `null`, `[]`, `{"name":1}`, `{"clusterSpec":{"headGroupSpec":null}}`,
+		`{"clusterSpec":{"workerGroupSpec":[null,{}]}}`, `{"environment":"DEV","envs":{"valuesFrom":{"A":{"source":7}}}}`,
+		`{"cpu":1e400}`, `{"memory":-0}`, `{"a":` + "\"\\ud800\"" + `}`, `{"volumes":[{"volumeType":"EPHEMERAL","storage":"1Gi"}]}`} {
+		for i := range seeds {
+			f.Add(uint8(i), []byte(raw))
+		}
+	}
+	f.Fuzz(func(t *testing.T, kind uint8, raw []byte) {
+		var e *apiError
+		switch kind % 6 {
+		case 0:
+			var v ComputeTemplate
+			if e = decodeJSON(raw, &v); e == nil {
+				if vs := validateComputeTemplate(&v, "ns"); len(vs) > 0 {
+					e = invalid(vs...)
+				} else {
+					_ = templateFromConfigMap(templateToConfigMap(&v))
+				}
+			}
+		case 1:
+			var v Cluster
+			if e = decodeJSON(raw, &v); e == nil {
+				if vs := validateCluster(&v, "ns"); len(vs) > 0 {
+					e = invalid(vs...)
+				} else {
+					rc := clusterToRay(&v, fakeTemplates(v.ClusterSpec))
+					_ = clusterFromRay(rc)
+				}
+			}
+		case 2:
+			var v RayJob
+			if e = decodeJSON(raw, &v); e == nil {
+				if vs := validateJob(&v, "ns"); len(vs) > 0 {
+					e = invalid(vs...)
+				} else {
+					_ = jobFromRay(jobToRay(&v, fakeTemplates(v.ClusterSpec)))
+				}
+			}
+		case 3:
+			var v RayService
+			if e = decodeJSON(raw, &v); e == nil {
+				if vs := validateService(&v, "ns", ""); len(vs) > 0 {
+					e = invalid(vs...)
+				} else {
+					_ = serviceFromRay(serviceToRay(&v, fakeTemplates(v.ClusterSpec)))
+				}
+			}
+		case 4:
+			var v RayJobSubmission
+			if e = decodeJSON(raw, &v); e == nil {
+				if vs := validateSubmission(&v); len(vs) > 0 {
+					e = invalid(vs...)
+				}
+			}
+		case 5:
+			var v ImagePullJob
+			if e = decodeJSON(raw, &v); e == nil {
+				if vs := validateImagePullJob(&v, "ns"); len(vs) > 0 {
+					e = invalid(vs...)
+				} else {
+					_ = imagePullJobFromK8s(imagePullJobToK8s(&v))
+				}
+			}
+		}
+		if e == nil {
+			return
+		}
+		if e.httpStatus < 400 || e.httpStatus >= 500 {
+			t.Fatalf("status %d for %q: %s", e.httpStatus, raw, e.Message)
+		}
+		if len(e.Details) == 0 || e.Message == "" {
+			t.Fatalf("error without a named field for %q: %+v", raw, e.Status)
+		}
+	})
+}
+
+// fakeTemplates stands in for the compute templates a valid spec names (the handler reads them from Kubernetes).
+func fakeTemplates(s *ClusterSpec) templates {
+	ts := templates{}
+	for _, ref := range templateNames(s, "clusterSpec") {
+		ts[ref.Reason] = &ComputeTemplate{Name: ref.Reason, CPU: 1, Memory: 1, GPU: 1, ExtendedResources: map[string]uint32{"x.io/y": 1},
+			Tolerations: []PodToleration{{Key: "k", Operator: "Exists", Effect: "NoSchedule"}}}
+	}
+	return ts
+}
