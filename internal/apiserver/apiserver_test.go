@@ -124,12 +124,16 @@ func (e *testEnv) testComputeTemplates(t *testing.T) {
 		{"gpuAccelerator", func(c *ComputeTemplate) { c.GPUAccelerator = "bad accelerator" }},
 		{"extendedResources.bad key", func(c *ComputeTemplate) { c.ExtendedResources = map[string]uint32{"bad key": 1} }},
 		{"extendedResources.cpu", func(c *ComputeTemplate) { c.ExtendedResources = map[string]uint32{"cpu": 1} }},
-		{"tolerations[0].operator", func(c *ComputeTemplate) { c.Tolerations = []PodToleration{{Key: "k", Operator: "Like", Effect: "NoSchedule"}} }},
+		{"tolerations[0].operator", func(c *ComputeTemplate) {
+			c.Tolerations = []PodToleration{{Key: "k", Operator: "Like", Effect: "NoSchedule"}}
+		}},
 		{"tolerations[0].key", func(c *ComputeTemplate) { c.Tolerations = []PodToleration{{Operator: "Equal", Effect: "NoSchedule"}} }},
 		{"tolerations[0].value", func(c *ComputeTemplate) {
 			c.Tolerations = []PodToleration{{Key: "k", Operator: "Exists", Value: "v", Effect: "NoSchedule"}}
 		}},
-		{"tolerations[0].effect", func(c *ComputeTemplate) { c.Tolerations = []PodToleration{{Key: "k", Operator: "Exists", Effect: "Sometimes"}} }},
+		{"tolerations[0].effect", func(c *ComputeTemplate) {
+			c.Tolerations = []PodToleration{{Key: "k", Operator: "Exists", Effect: "Sometimes"}}
+		}},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
 			c := template(ns, "bad")
@@ -139,12 +143,12 @@ func (e *testEnv) testComputeTemplates(t *testing.T) {
 	}
 	// Wrong JSON types and unknown fields name the field too.
 	for field, body := range map[string]string{
-		"cpu":      `{"name":"x","namespace":"` + ns + `","cpu":-1,"memory":1}`,
-		"memory":   `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":"lots"}`,
-		"colour":   `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":1,"colour":"red"}`,
-		"Name":     `{"Name":"x","namespace":"` + ns + `","cpu":1,"memory":1}`,
-		"gpu":      `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":1,"gpu":4294967296}`,
-		"body":     `{"name":"x"} {"more":1}`,
+		"cpu":                `{"name":"x","namespace":"` + ns + `","cpu":-1,"memory":1}`,
+		"memory":             `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":"lots"}`,
+		"colour":             `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":1,"colour":"red"}`,
+		"Name":               `{"Name":"x","namespace":"` + ns + `","cpu":1,"memory":1}`,
+		"gpu":                `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":1,"gpu":4294967296}`,
+		"body":               `{"name":"x"} {"more":1}`,
 		"tolerations[0].key": `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":1,"tolerations":[{"key":1,"operator":"Exists","effect":"NoSchedule"}]}`,
 	} {
 		t.Run("json/"+field, func(t *testing.T) {
@@ -425,7 +429,7 @@ func (e *testEnv) testClusterValidation(t *testing.T) {
 	}
 	// JSON-level rules: enums by number or name, unknown fields, types.
 	for field, body := range map[string]string{
-		"environment":                         `{"name":"x","namespace":"` + ns + `","user":"u","environment":"MARS"}`,
+		"environment": `{"name":"x","namespace":"` + ns + `","user":"u","environment":"MARS"}`,
 		"clusterSpec.headGroupSpec.volumes[0].volumeType": `{"name":"x","namespace":"` + ns + `","user":"u","clusterSpec":{"headGroupSpec":{"computeTemplate":"small","rayStartParams":{"a":"b"},"volumes":[{"name":"v","mountPath":"/v","volumeType":9}]}}}`,
 		"clusterSpec.headGroupSpec.enableIngress":         `{"name":"x","namespace":"` + ns + `","user":"u","clusterSpec":{"headGroupSpec":{"computeTemplate":"small","rayStartParams":{"a":"b"},"enableIngress":"yes"}}}`,
 		"clusterSpec.workerGroupSpec[0].replicas":         `{"name":"x","namespace":"` + ns + `","user":"u","clusterSpec":{"headGroupSpec":{"computeTemplate":"small","rayStartParams":{"a":"b"}},"workerGroupSpec":[{"groupName":"g","computeTemplate":"small","maxReplicas":2,"replicas":1.5}]}}`,
@@ -612,7 +616,7 @@ func (e *testEnv) testServices(t *testing.T) {
 	rs.Status.ActiveServiceStatus = rayv1.RayServiceStatus{
 		RayClusterName:   "serve-x1",
 		RayClusterStatus: rayv1.RayClusterStatus{State: rayv1.Ready},
-		Applications: map[string]rayv1.AppStatus{"app": {Status: "RUNNING", Deployments: map[string]rayv1.ServeDeploymentStatus{"d": {Status: "HEALTHY"}}}},
+		Applications:     map[string]rayv1.AppStatus{"app": {Status: "RUNNING", Deployments: map[string]rayv1.ServeDeploymentStatus{"d": {Status: "HEALTHY"}}}},
 	}
 	if err := e.k.Status().Update(context.Background(), &rs); err != nil {
 		t.Fatal(err)
@@ -776,7 +780,7 @@ func (e *testEnv) testJobSubmissions(t *testing.T) {
 		t.Errorf("list %+v", list)
 	}
 	mustFail(t, e.do(t, "DELETE", base+"/sub-1", nil), 400, codeFailedPrecondition, "") // still running
-	mustOK(t, e.do(t, "POST", base+"/sub-1", nil), nil)                                   // stop
+	mustOK(t, e.do(t, "POST", base+"/sub-1", nil), nil)                                 // stop
 	mustOK(t, e.do(t, "DELETE", base+"/sub-1", nil), nil)
 	mustFail(t, e.do(t, "GET", base+"/sub-1", nil), 404, codeNotFound, "")
 	mustFail(t, e.do(t, "GET", base+"/log/sub-1", nil), 404, codeNotFound, "")
