@@ -24,7 +24,8 @@ ray: ## Create bin/ray-venv with the pinned Ray (no-op when up to date).
 generate: tools ## Generate deepcopy, CRDs and RBAC from markers.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd:maxDescLen=0,generateEmbeddedObjectMeta=true paths=./api/... output:crd:artifacts:config=config/crd
-	$(CONTROLLER_GEN) rbac:roleName=manta-operator paths=./internal/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=manta-operator paths=./internal/controller/... paths=./internal/ray/... output:rbac:artifacts:config=config/rbac/operator
+	$(CONTROLLER_GEN) rbac:roleName=manta-apiserver paths=./internal/apiserver/... paths=./internal/ray/... output:rbac:artifacts:config=config/rbac/apiserver
 
 .PHONY: verify
 verify: generate ## Fail when generated files drift from the markers.

@@ -51,7 +51,7 @@ func newDevCommand() *cobra.Command {
 				KubeconfigPath: abs,
 				// Puller pods exit on fake nodes (and pulls of images named *does-not-exist* fail) as on real ones.
 				ExtraStages: [][]byte{imagepulljob.KwokStages},
-				Logf:           func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) },
+				Logf:        func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) },
 			})
 			if err != nil {
 				return err

@@ -203,4 +203,3 @@ func TestImagePullJobOnDevCluster(t *testing.T) {
 			nodes, took.Round(time.Millisecond), w, float64(w)/float64(nodes), maxPods)
 	})
 }
-
