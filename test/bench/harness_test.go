@@ -346,7 +346,9 @@ func rayCluster(ns, name, run string, workers int32) *rayv1.RayCluster {
 func (e *env) waitClustersReady(b *testing.B, run string, n int, timeout time.Duration) map[string]time.Time {
 	b.Helper()
 	readyAt := map[string]time.Time{}
-	waitFor(b, e.ctx, fmt.Sprintf("%d RayClusters ready", n), timeout, 200*time.Millisecond, func(ctx context.Context) (bool, string, error) {
+	// Listing many RayClusters is work for a small API server; poll less often the more there are.
+	interval := max(200*time.Millisecond, time.Duration(n)*time.Millisecond)
+	waitFor(b, e.ctx, fmt.Sprintf("%d RayClusters ready", n), timeout, interval, func(ctx context.Context) (bool, string, error) {
 		var list rayv1.RayClusterList
 		if err := e.cl.List(ctx, &list, client.MatchingLabels{benchLabel: run}); err != nil {
 			return false, "", nil // the API server may be busy; try again
