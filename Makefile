@@ -31,6 +31,8 @@ generate: tools ## Generate deepcopy, CRDs and RBAC from markers.
 verify: generate ## Fail when generated files drift from the markers.
 	@git diff --exit-code -- api config || { echo "generated files are out of date: run make generate and commit" >&2; exit 1; }
 	@test -z "$$(git status --porcelain -- api config)" || { git status --porcelain -- api config; echo "untracked generated files: run make generate and commit" >&2; exit 1; }
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting" >&2; exit 1; }
+	@go mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy" >&2; exit 1; }
 	go vet ./...
 
 .PHONY: build
