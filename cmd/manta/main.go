@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	goflag "flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -35,6 +36,9 @@ func newRootCommand() *cobra.Command {
 			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 		},
 	}
+	logFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
+	zapOpts.BindFlags(logFlags)
+	root.PersistentFlags().AddGoFlagSet(logFlags)
 	root.AddCommand(newOperatorCommand(), newDevCommand(), newVersionCommand())
 	root.AddCommand(extraCommands()...)
 	return root

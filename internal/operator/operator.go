@@ -34,6 +34,9 @@ type Options struct {
 	ClusterDomain string
 	// DefaultPodTemplate names a core/v1 PodTemplate (<namespace>/<name>) merged under every Ray pod.
 	DefaultPodTemplate string
+	// QPS and Burst limit the operator's requests to the API server (0 keeps the rest.Config's own).
+	QPS   float32
+	Burst int
 	// PullerImage is Manta's own image, from which ImagePullJob puller pods copy their tiny binary.
 	PullerImage string
 }
@@ -61,6 +64,13 @@ func Scheme() (*runtime.Scheme, error) {
 // NewManager builds the manager with the cache scoped to what the controllers need: pods are cached only when
 // they carry ray.io/node-type and Services when they carry ray.io/cluster, so the operator's memory follows Ray pods, not the cluster.
 func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	cfg = rest.CopyConfig(cfg)
+	if opts.QPS > 0 {
+		cfg.QPS = opts.QPS
+	}
+	if opts.Burst > 0 {
+		cfg.Burst = opts.Burst
+	}
 	scheme, err := Scheme()
 	if err != nil {
 		return nil, err

@@ -72,7 +72,6 @@ func startEnv(b *testing.B, timeout time.Duration, opts devcluster.Options) *env
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	b.Cleanup(cancel)
-	opts.ExtraStages = append(opts.ExtraStages, kwokConfig)
 	if dir := os.Getenv("MANTA_BENCH_DIR"); dir != "" && opts.Dir == "" {
 		// Keep the cluster's files and component logs.
 		opts.Dir = filepath.Join(dir, b.Name())
@@ -103,16 +102,6 @@ func startEnv(b *testing.B, timeout time.Duration, opts devcluster.Options) *env
 	}
 	return &env{ctx: ctx, cluster: c, admin: admin, cl: cl, cs: kubernetes.NewForConfigOrDie(admin)}
 }
-
-// kwokConfig raises kwok's pod-stage parallelism from its default of 4 workers, which otherwise paces how fast
-// hundreds of pods turn Ready and so hides the operator's own time. kwok reads its configuration and its Stages
-// from the same multi-document file, which is where the dev cluster puts ExtraStages.
-var kwokConfig = []byte(`apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokConfiguration
-options:
-  podPlayStageParallelism: 32
-  nodePlayStageParallelism: 16
-`)
 
 func nodeCount(o devcluster.Options) int {
 	if len(o.Pools) == 0 {
