@@ -167,6 +167,25 @@ type FailedNode struct {
 	Attempts int32 `json:"attempts,omitempty"`
 }
 
+// RetryingNode is a node whose last attempt failed and that gets another one. The failed attempt is recorded here
+// before its puller pod is deleted, and the next attempt starts only once that pod is gone, so a node never has two
+// puller pods and the attempt count survives the pods.
+type RetryingNode struct {
+	// Name of the node.
+	Name string `json:"name"`
+	// Attempts is how many attempts failed on the node so far; the next puller pod is attempt attempts+1.
+	// +kubebuilder:validation:Minimum=1
+	Attempts int32 `json:"attempts"`
+	// Reason of the last failed attempt: ImageNotFound, Unauthorized, ErrImagePull, Timeout, ...
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message is the last error reported for the node, shortened.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// NextAttemptAfter is the earliest time the next attempt may start (the retry backoff).
+	NextAttemptAfter metav1.Time `json:"nextAttemptAfter"`
+}
+
 // ImagePullJobStatus is the observed state of an ImagePullJob.
 type ImagePullJobStatus struct {
 	// ObservedGeneration is the generation of the spec this status describes.
@@ -199,6 +218,13 @@ type ImagePullJobStatus struct {
 	// +listMapKey=name
 	// +optional
 	FailedNodes []FailedNode `json:"failedNodes,omitempty"`
+
+	// RetryingNodes lists the nodes whose last attempt failed and that wait for their next attempt. A node leaves the
+	// list when it succeeds or is listed in failedNodes.
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	RetryingNodes []RetryingNode `json:"retryingNodes,omitempty"`
 
 	// SucceededNodes lists the nodes that have the image, so they are not pulled again while the job runs.
 	// +listType=set

@@ -16,11 +16,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -37,6 +40,72 @@ type env struct {
 	cfg     *rest.Config
 	writes  *writeCounter
 	kubelet *fakeKubelet
+	pods    *podWatcher
+}
+
+// podWatcher follows every puller pod with a watch and records, per job, the most puller pods that existed at once
+// (a pod exists from its ADDED to its DELETED event, so terminating pods count). Watch events come in the API
+// server's order, so no overlap is missed, however short.
+type podWatcher struct {
+	mu       sync.Mutex
+	existing map[types.UID]sets.Set[types.UID] // job -> pods
+	max      map[types.UID]int
+}
+
+func startPodWatcher(t *testing.T, ctx context.Context, cfg *rest.Config) *podWatcher {
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultLabelSelector: labels.SelectorFromSet(labels.Set{LabelImagePuller: "true"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &podWatcher{existing: map[types.UID]sets.Set[types.UID]{}, max: map[types.UID]int{}}
+	inf, err := c.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	update := func(obj any, add bool) {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		job := types.UID(p.Labels[LabelJobUID])
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.existing[job] == nil {
+			w.existing[job] = sets.New[types.UID]()
+		}
+		if add {
+			w.existing[job].Insert(p.UID)
+			w.max[job] = max(w.max[job], w.existing[job].Len())
+		} else {
+			w.existing[job].Delete(p.UID)
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { update(obj, true) },
+		UpdateFunc: func(_, obj any) { update(obj, true) },
+		DeleteFunc: func(obj any) { update(obj, false) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("pod watcher did not sync")
+	}
+	return w
+}
+
+// maxPods is the most puller pods of the job that existed at once.
+func (w *podWatcher) maxPods(job types.UID) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.max[job]
 }
 
 // writeCounter counts the controller's API writes (every request that is not a read).
@@ -92,13 +161,14 @@ func startEnv(t *testing.T) *env {
 	go func() { done <- mgr.Start(ctx) }()
 	k := &fakeKubelet{cl: cl, maxActive: map[types.UID]int{}, seen: map[types.UID]map[string]int{}}
 	go k.run(ctx)
+	pw := startPodWatcher(t, ctx, cfg)
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("manager: %v", err)
 		}
 	})
-	return &env{cl: cl, cfg: cfg, writes: wc, kubelet: k}
+	return &env{cl: cl, cfg: cfg, writes: wc, kubelet: k, pods: pw}
 }
 
 // fakeKubelet plays the nodes' kubelets: a puller pod whose image contains "does-not-exist" waits in ErrImagePull,
@@ -430,6 +500,9 @@ func testPolicy(t *testing.T, e *env, policy mantav1alpha1.ImagePullPolicy, want
 	if maxActive < 2 {
 		t.Errorf("at most %d node pulled at once: parallelism 3 is not used", maxActive)
 	}
+	if n := e.pods.maxPods(got.UID); n > 3 {
+		t.Errorf("%d puller pods existed at once (terminating included), parallelism 3", n)
+	}
 	pods := 0
 	for node, n := range perNode {
 		if n != 1 {
@@ -446,15 +519,27 @@ func testPolicy(t *testing.T, e *env, policy mantav1alpha1.ImagePullPolicy, want
 func testFailingNode(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	job := newJob(ns, "missing", "registry.invalid/does-not-exist:v1")
-	job.Spec.Parallelism = ptr.To[int32](3)
+	job.Spec.Parallelism = ptr.To[int32](2)
 	job.Spec.PullPolicy = &mantav1alpha1.PullPolicy{BackoffLimit: ptr.To[int32](2)}
-	job.Spec.Selector = &mantav1alpha1.ImagePullJobNodeSelector{Names: []string{"f-0", "f-1"}}
+	failing := []string{"f-0", "f-1", "f-2"}
+	job.Spec.Selector = &mantav1alpha1.ImagePullJobNodeSelector{Names: failing}
 	if err := e.cl.Create(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 60*time.Second, "completion", completed)
-	if got.Status.Failed != 2 || got.Status.Succeeded != 0 || len(got.Status.FailedNodes) != 2 {
+	sawRetrying := false
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), 60*time.Second, "completion", func(j *mantav1alpha1.ImagePullJob) bool {
+		for _, r := range j.Status.RetryingNodes {
+			if r.Attempts >= 1 && r.Reason == ReasonImageNotFound && !r.NextAttemptAfter.IsZero() {
+				sawRetrying = true
+			}
+		}
+		return completed(j)
+	})
+	if got.Status.Failed != 3 || got.Status.Succeeded != 0 || len(got.Status.FailedNodes) != 3 || len(got.Status.RetryingNodes) != 0 {
 		t.Fatalf("status: %+v", got.Status)
+	}
+	if !sawRetrying {
+		t.Error("status.retryingNodes never showed a failed attempt waiting for its retry")
 	}
 	for _, f := range got.Status.FailedNodes {
 		if f.Reason != ReasonImageNotFound || f.Attempts != 3 || !strings.Contains(f.Message, "not found") {
@@ -462,12 +547,20 @@ func testFailingNode(t *testing.T, e *env) {
 		}
 	}
 	_, perNode := e.kubelet.stats(got.UID)
-	for _, n := range []string{"f-0", "f-1"} {
+	for _, n := range failing {
 		if perNode[n] != 3 {
 			t.Errorf("node %s got %d attempts, want 1 + backoffLimit 2", n, perNode[n])
 		}
 	}
 	e.waitNoPullerPods(t, ns)
+	maxPods := e.pods.maxPods(got.UID)
+	if maxPods > 2 {
+		t.Errorf("%d puller pods existed at once (terminating included), parallelism 2", maxPods)
+	}
+	if maxPods < 2 {
+		t.Errorf("at most %d puller pod existed at once: parallelism 2 is not used", maxPods)
+	}
+	t.Logf("3 failing nodes, 3 attempts each, parallelism 2: at most %d puller pods at once", maxPods)
 }
 
 func testDeadline(t *testing.T, e *env) {

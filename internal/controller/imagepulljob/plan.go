@@ -68,19 +68,17 @@ func (p *plan) requeueIn(d time.Duration) {
 	}
 }
 
-// nodeAttempt is the newest attempt on a node, from the cache or from a pending create.
-type nodeAttempt struct {
-	pod     *corev1.Pod // nil for a pending create
-	attempt int32
-	created time.Time
-}
-
 // computePlan is the whole ImagePullJob state machine as a pure function. Its rules:
 //   - A node's outcome is recorded in status (succeededNodes / failedNodes) before its pod is deleted, and a pod is
 //     deleted only once the observed status already holds the record. A stale cache therefore never loses an
 //     outcome nor pulls a node twice.
-//   - A retry creates attempt k+1 before attempt k is deleted, so the attempt count lives on the pods.
-//   - At most parallelism nodes are Pulling; new pods go to Waiting nodes in name order.
+//   - A failed attempt that gets a retry is recorded the same way, in status.retryingNodes (attempt count, reason,
+//     when the next attempt may start). Its pod is deleted once the observed status holds that record, and the next
+//     attempt is created only once no pod of the node is left in the cache (terminating ones included), so the
+//     attempt count lives in status and a node never has two puller pods.
+//   - No more than parallelism puller pods exist per job: every pod in the cache counts, terminating or not, and so
+//     does every create the cache does not show yet. No more than parallelism nodes are Pulling (a node with a pod,
+//     a create in flight, or a retry record); retries go first, then new pods go to Waiting nodes in name order.
 func computePlan(o observed) (plan, error) {
 	job := o.job
 	old := job.Status
@@ -95,9 +93,12 @@ func computePlan(o observed) (plan, error) {
 	if old.CompletionTime != nil {
 		// Finished: only clean up and wait for the TTL.
 		for i := range o.pods {
-			p.delete = append(p.delete, &o.pods[i])
+			if o.pods[i].DeletionTimestamp == nil {
+				p.delete = append(p.delete, &o.pods[i])
+			}
 		}
 		st.Active = 0
+		st.RetryingNodes = nil
 		return p, nil
 	}
 
@@ -128,93 +129,120 @@ func computePlan(o observed) (plan, error) {
 	for n := range failed {
 		universe.Insert(n)
 	}
+	// Retry records of nodes no longer selected (or gone) are dropped with their pods.
+	retrying := map[string]mantav1alpha1.RetryingNode{}
+	for _, r := range old.RetryingNodes {
+		if universe.Has(r.Name) {
+			retrying[r.Name] = r
+		}
+	}
 
-	// Group pods by node; keep the newest attempt, delete older ones once a newer one is visible.
-	latest := map[string]nodeAttempt{}
-	podsByNode := map[string][]*corev1.Pod{}
+	// Every pod in the cache exists, terminating or not, and so does every create the cache does not show yet.
+	podCount := len(o.pods) + len(o.pendingCreates)
+	nodesWithPods := sets.New[string]()
+	live := map[string][]*corev1.Pod{}
 	for i := range o.pods {
 		pod := &o.pods[i]
+		nodesWithPods.Insert(pod.Spec.NodeName)
 		if pod.DeletionTimestamp != nil {
 			continue
 		}
-		podsByNode[pod.Spec.NodeName] = append(podsByNode[pod.Spec.NodeName], pod)
-	}
-	for node, pods := range podsByNode {
-		if !universe.Has(node) {
-			p.delete = append(p.delete, pods...)
+		if !universe.Has(pod.Spec.NodeName) {
+			p.delete = append(p.delete, pod)
 			continue
 		}
-		sort.Slice(pods, func(i, j int) bool { return podAttempt(pods[i]) < podAttempt(pods[j]) })
-		newest := pods[len(pods)-1]
-		latest[node] = nodeAttempt{pod: newest, attempt: podAttempt(newest), created: newest.CreationTimestamp.Time}
-		p.delete = append(p.delete, pods[:len(pods)-1]...)
+		live[pod.Spec.NodeName] = append(live[pod.Spec.NodeName], pod)
 	}
+	pending := map[string]pendingPod{}
 	for _, pc := range o.pendingCreates {
-		if cur, ok := latest[pc.node]; (!ok || pc.attempt > cur.attempt) && universe.Has(pc.node) {
-			if ok && cur.pod != nil {
-				p.delete = append(p.delete, cur.pod)
-			}
-			latest[pc.node] = nodeAttempt{attempt: pc.attempt, created: pc.created}
+		if cur, ok := pending[pc.node]; !ok || pc.attempt > cur.attempt {
+			pending[pc.node] = pc
 		}
-	}
-
-	// A slot is taken by every node that has a puller pod in the cache or a create in flight, finished or not, so no
-	// more than parallelism puller pods exist per job (a retry briefly overlaps its predecessor on the same node).
-	slots := sets.New[string]()
-	for i := range o.pods {
-		slots.Insert(o.pods[i].Spec.NodeName)
-	}
-	for _, pc := range o.pendingCreates {
-		slots.Insert(pc.node)
 	}
 
 	timeout := time.Duration(timeoutSeconds(job)) * time.Second
 	limit := backoffLimit(job)
-	var waiting []string
+	var startable, retryReady []string
+	waiting := 0 // nodes not started yet
 	var active int32
+	lastAttempt := map[string]int32{}
 	for _, node := range sets.List(universe) {
-		a, hasPod := latest[node]
+		pods := live[node]
+		sort.Slice(pods, func(i, j int) bool { return podAttempt(pods[i]) < podAttempt(pods[j]) })
 		if succeeded.Has(node) || failed[node].Name != "" {
-			if hasPod && a.pod != nil {
-				p.delete = append(p.delete, a.pod)
-			}
+			delete(retrying, node)
+			p.delete = append(p.delete, pods...)
 			continue
 		}
-		if !hasPod {
-			if job.Spec.ImagePullPolicy != mantav1alpha1.PullAlways && nodeHasImage(nodesByName[node], job.Spec.Image) {
+		r, isRetrying := retrying[node]
+		lastAttempt[node] = r.Attempts
+		// Pods of attempts recorded as failed go: the observed status holds their outcome. Of the others the newest
+		// is the current attempt (older unrecorded ones are leftovers and go too).
+		var cur *corev1.Pod
+		for _, pod := range pods {
+			if podAttempt(pod) <= r.Attempts {
+				p.delete = append(p.delete, pod)
+				continue
+			}
+			if cur != nil {
+				p.delete = append(p.delete, cur)
+			}
+			cur = pod
+			lastAttempt[node] = podAttempt(pod)
+		}
+		if pc, ok := pending[node]; ok && pc.attempt > r.Attempts && (cur == nil || pc.attempt > podAttempt(cur)) {
+			// Created, not yet in the cache.
+			lastAttempt[node] = pc.attempt
+			active++
+			p.requeueIn(timeout - o.now.Sub(pc.created))
+			continue
+		}
+		if cur != nil {
+			a := podAttempt(cur)
+			result, reason, message := classifyAttempt(cur, o.now, timeout)
+			switch result {
+			case attemptSucceeded:
 				succeeded.Insert(node)
-				continue
+				delete(retrying, node)
+			case attemptRunning:
+				active++
+				p.requeueIn(timeout - o.now.Sub(cur.CreationTimestamp.Time))
+			case attemptFailed:
+				if a > limit {
+					f := mantav1alpha1.FailedNode{Name: node, Reason: reason, Message: message, Attempts: a}
+					failed[node] = f
+					delete(retrying, node)
+					p.newlyFailed = append(p.newlyFailed, f)
+					continue
+				}
+				// Recorded now; the pod is deleted once the observed status holds the record (the status write
+				// brings the next reconcile), and the next attempt starts once the pod is gone.
+				retrying[node] = mantav1alpha1.RetryingNode{Name: node, Attempts: a, Reason: reason, Message: message,
+					NextAttemptAfter: metav1.Time{Time: ceilSecond(cur.CreationTimestamp.Add(retryBackoff(o.retryBase, a)))}}
+				active++
 			}
-			waiting = append(waiting, node)
 			continue
 		}
-		if a.pod == nil { // created, not yet in the cache
-			active++
-			p.requeueIn(timeout - o.now.Sub(a.created))
-			continue
-		}
-		result, reason, message := classifyAttempt(a.pod, o.now, timeout)
-		switch result {
-		case attemptSucceeded:
+		if job.Spec.ImagePullPolicy != mantav1alpha1.PullAlways && nodeHasImage(nodesByName[node], job.Spec.Image) {
 			succeeded.Insert(node)
-		case attemptRunning:
+			delete(retrying, node)
+			continue
+		}
+		if isRetrying {
 			active++
-			p.requeueIn(timeout - o.now.Sub(a.created))
-		case attemptFailed:
-			if a.attempt > limit {
-				f := mantav1alpha1.FailedNode{Name: node, Reason: reason, Message: message, Attempts: a.attempt}
-				failed[node] = f
-				p.newlyFailed = append(p.newlyFailed, f)
+			if nodesWithPods.Has(node) {
+				continue // the failed attempt's pod still exists; its deletion brings the next reconcile
+			}
+			if o.now.Before(r.NextAttemptAfter.Time) {
+				p.requeueIn(r.NextAttemptAfter.Sub(o.now))
 				continue
 			}
-			active++
-			retryAt := a.created.Add(retryBackoff(o.retryBase, a.attempt))
-			if o.now.Before(retryAt) {
-				p.requeueIn(retryAt.Sub(o.now))
-				continue
-			}
-			p.create = append(p.create, BuildPullerPod(job, node, a.attempt+1, o.podOptions))
-			p.requeueIn(timeout)
+			retryReady = append(retryReady, node)
+			continue
+		}
+		waiting++
+		if !nodesWithPods.Has(node) {
+			startable = append(startable, node)
 		}
 	}
 
@@ -231,26 +259,50 @@ func computePlan(o observed) (plan, error) {
 
 	if deadlinePassed {
 		// Every node not done fails; their pods go away on the next reconcile, once the records are stored.
-		p.create = nil
 		for _, node := range sets.List(universe) {
 			if succeeded.Has(node) || failed[node].Name != "" {
 				continue
 			}
-			f := mantav1alpha1.FailedNode{Name: node, Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded, Attempts: latest[node].attempt}
+			f := mantav1alpha1.FailedNode{Name: node, Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded, Attempts: lastAttempt[node]}
 			failed[node] = f
 			p.newlyFailed = append(p.newlyFailed, f)
 		}
-		waiting, active = nil, 0
-	} else if free := parallelism(job) - int32(slots.Len()); free > 0 {
-		n := min(int(free), len(waiting))
-		for _, node := range waiting[:n] {
-			p.create = append(p.create, BuildPullerPod(job, node, 1, o.podOptions))
+		retrying = map[string]mantav1alpha1.RetryingNode{}
+		waiting, active = 0, 0
+	} else {
+		par := int(parallelism(job))
+		// Retries first: their nodes already hold a parallelism slot.
+		for _, node := range retryReady {
+			if podCount >= par {
+				break // a pod deletion brings the next reconcile
+			}
+			p.create = append(p.create, BuildPullerPod(job, node, retrying[node].Attempts+1, o.podOptions))
+			podCount++
 			p.requeueIn(timeout)
 		}
-		active += int32(n)
-		waiting = waiting[n:]
+		// A slot is taken by every node that has a puller pod in the cache (finished or not), a create in flight or a
+		// retry record.
+		busy := nodesWithPods.Clone()
+		for n := range pending {
+			busy.Insert(n)
+		}
+		for n := range retrying {
+			busy.Insert(n)
+		}
+		if n := min(par-busy.Len(), par-podCount, len(startable)); n > 0 {
+			for _, node := range startable[:n] {
+				p.create = append(p.create, BuildPullerPod(job, node, 1, o.podOptions))
+				p.requeueIn(timeout)
+			}
+			active += int32(n)
+			waiting -= n
+		}
 	}
 
+	st.RetryingNodes = nil
+	for _, n := range sets.List(sets.KeySet(retrying)) {
+		st.RetryingNodes = append(st.RetryingNodes, retrying[n])
+	}
 	st.SucceededNodes = sets.List(succeeded)
 	st.FailedNodes = make([]mantav1alpha1.FailedNode, 0, len(failed))
 	for _, n := range sets.List(sets.KeySet(failed)) {
@@ -267,7 +319,7 @@ func computePlan(o observed) (plan, error) {
 	st.Failed = int32(len(failed))
 	st.Active = active
 
-	if cp.Type != mantav1alpha1.CompleteNever && (deadlinePassed || (active == 0 && len(waiting) == 0)) {
+	if cp.Type != mantav1alpha1.CompleteNever && (deadlinePassed || (active == 0 && waiting == 0)) {
 		st.CompletionTime = &metav1.Time{Time: o.now}
 		st.Active = 0
 		p.completed = true
@@ -296,6 +348,15 @@ func StatusMessage(st *mantav1alpha1.ImagePullJobStatus, deadlineExceeded bool) 
 		return MessageNoProgress
 	}
 	return fmt.Sprintf("job is running, progress %.1f%%", 100*float64(st.Succeeded+st.Failed)/float64(st.Desired))
+}
+
+// ceilSecond rounds t up to a whole second: status times are stored with second precision, and rounding up keeps
+// the retry backoff and the stored record equal to what was computed.
+func ceilSecond(t time.Time) time.Time {
+	if r := t.Truncate(time.Second); !r.Equal(t) {
+		return r.Add(time.Second)
+	}
+	return t
 }
 
 // ttlExpiry returns when a finished job is to be deleted; ok is false when it is kept.

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
@@ -265,10 +266,20 @@ func podsOf(ps []*corev1.Pod) []string {
 	return out
 }
 
+// retryingOf formats retry records as "node#attempts reason until +backoff from t0".
+func retryingOf(rs []mantav1alpha1.RetryingNode, base time.Time) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, fmt.Sprintf("%s#%d %s until +%s", r.Name, r.Attempts, r.Reason, r.NextAttemptAfter.Sub(base)))
+	}
+	return out
+}
+
 func TestComputePlan(t *testing.T) {
 	five := nodes(makeNode("n1"), makeNode("n2").images("rayproject/ray:2.9.0"), makeNode("n3"), makeNode("n4"), makeNode("n5"))
 	type want struct {
 		create, delete                     []string
+		retrying                           []string
 		desired, active, succeeded, failed int32
 		failedNodes                        []mantav1alpha1.FailedNode
 		complete                           bool
@@ -316,21 +327,73 @@ func TestComputePlan(t *testing.T) {
 			},
 			want: want{delete: []string{"n1#1"}, desired: 5, active: 1, succeeded: 1, message: "job is running, progress 20.0%"},
 		},
-		"failed attempt waits for its backoff": {
+		"failed attempt: recorded in status first, its pod stays until the record is stored": {
 			job: makeJob("j").always().started(t0).obj(), nodes: five, now: t0.Add(5 * time.Second),
 			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
 				return []corev1.Pod{pullerPod(j, "n1", 1, t0, waiting("ErrImagePull", "not found"))}
 			},
-			want: want{desired: 5, active: 1, message: "job is running, progress 0.0%"},
+			want: want{desired: 5, active: 1, retrying: []string{"n1#1 ImageNotFound until +10s"}, message: "job is running, progress 0.0%"},
 		},
-		"failed attempt is retried after its backoff": {
-			job: makeJob("j").always().started(t0).obj(), nodes: five, now: t0.Add(11 * time.Second),
+		"recorded failed attempt: its pod is deleted, no retry while it exists": {
+			job: makeJob("j").always().started(t0).retrying("n1", 1, t0.Add(10*time.Second)).obj(), nodes: five, now: t0.Add(11 * time.Second),
 			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
 				return []corev1.Pod{pullerPod(j, "n1", 1, t0, waiting("ErrImagePull", "not found"))}
 			},
-			want: want{create: []string{"n1#2"}, desired: 5, active: 1, message: "job is running, progress 0.0%"},
+			want: want{delete: []string{"n1#1"}, desired: 5, active: 1, retrying: []string{"n1#1 ImageNotFound until +10s"}, message: "job is running, progress 0.0%"},
 		},
-		"older attempt is deleted once the newer is visible": {
+		"recorded failed attempt: no retry while its pod is terminating": {
+			job: makeJob("j").always().started(t0).retrying("n1", 1, t0.Add(10*time.Second)).obj(), nodes: five, now: t0.Add(11 * time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, terminating)}
+			},
+			want: want{desired: 5, active: 1, retrying: []string{"n1#1 ImageNotFound until +10s"}, message: "job is running, progress 0.0%"},
+		},
+		"pod gone: the retry waits for its backoff": {
+			job: makeJob("j").always().started(t0).retrying("n1", 1, t0.Add(10*time.Second)).obj(), nodes: five, now: t0.Add(5 * time.Second),
+			want: want{desired: 5, active: 1, retrying: []string{"n1#1 ImageNotFound until +10s"}, message: "job is running, progress 0.0%"},
+		},
+		"pod gone, backoff passed: the next attempt is created": {
+			job: makeJob("j").always().started(t0).retrying("n1", 1, t0.Add(10*time.Second)).obj(), nodes: five, now: t0.Add(10 * time.Second),
+			want: want{create: []string{"n1#2"}, desired: 5, active: 1, retrying: []string{"n1#1 ImageNotFound until +10s"}, message: "job is running, progress 0.0%"},
+		},
+		"next attempt in flight: nothing more": {
+			job: makeJob("j").always().started(t0).retrying("n1", 1, t0.Add(10*time.Second)).obj(), nodes: five, now: t0.Add(11 * time.Second),
+			pending: []pendingPod{{name: "x", node: "n1", attempt: 2, created: t0.Add(10 * time.Second)}},
+			want:    want{desired: 5, active: 1, retrying: []string{"n1#1 ImageNotFound until +10s"}, message: "job is running, progress 0.0%"},
+		},
+		"second failure updates the record": {
+			job: makeJob("j").always().started(t0).retrying("n1", 1, t0.Add(10*time.Second)).obj(), nodes: five, now: t0.Add(21 * time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 2, t0.Add(10*time.Second), waiting("ErrImagePull", "unexpected status: 401 Unauthorized"))}
+			},
+			want: want{desired: 5, active: 1, retrying: []string{"n1#2 Unauthorized until +30s"}, message: "job is running, progress 0.0%"},
+		},
+		"retry succeeds: the record goes": {
+			job: makeJob("j").always().started(t0).retrying("n1", 1, t0.Add(10*time.Second)).obj(), nodes: five, now: t0.Add(21 * time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 2, t0.Add(10*time.Second), running)}
+			},
+			want: want{desired: 5, succeeded: 1, message: "job is running, progress 20.0%"},
+		},
+		"pods are bounded: retries wait while parallelism pods exist, terminating ones included": {
+			job:   makeJob("j").always().parallelism(2).started(t0).retrying("n1", 1, t0.Add(10*time.Second)).retrying("n2", 1, t0.Add(10*time.Second)).obj(),
+			nodes: five, now: t0.Add(11 * time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, terminating), pullerPod(j, "n3", 1, t0, succeededPod)}
+			},
+			want: want{desired: 5, active: 2, succeeded: 1,
+				retrying: []string{"n1#1 ImageNotFound until +10s", "n2#1 ImageNotFound until +10s"}, message: "job is running, progress 20.0%"},
+		},
+		"pods are bounded: a retry takes the one free pod slot, no new node starts": {
+			job:   makeJob("j").always().parallelism(2).started(t0).retrying("n1", 1, t0.Add(10*time.Second)).retrying("n2", 1, t0.Add(10*time.Second)).obj(),
+			nodes: five, now: t0.Add(11 * time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, terminating)}
+			},
+			want: want{create: []string{"n2#2"}, desired: 5, active: 2,
+				retrying: []string{"n1#1 ImageNotFound until +10s", "n2#1 ImageNotFound until +10s"}, message: "job is running, progress 0.0%"},
+		},
+		"leftover older attempt is deleted": {
 			job: makeJob("j").always().started(t0).obj(), nodes: five, now: t0.Add(11 * time.Second),
 			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
 				return []corev1.Pod{pullerPod(j, "n1", 1, t0, waiting("ErrImagePull", "not found")), pullerPod(j, "n1", 2, t0.Add(11*time.Second), nil)}
@@ -338,12 +401,24 @@ func TestComputePlan(t *testing.T) {
 			want: want{delete: []string{"n1#1"}, desired: 5, active: 1, message: "job is running, progress 0.0%"},
 		},
 		"last attempt failed: node fails with the reason": {
-			job: makeJob("j").always().backoffLimit(2).started(t0).names("n1").obj(), nodes: five, now: t0.Add(time.Hour),
+			job: makeJob("j").always().backoffLimit(2).started(t0).names("n1").retrying("n1", 2, t0.Add(30*time.Second)).obj(), nodes: five, now: t0.Add(time.Hour),
 			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
 				return []corev1.Pod{pullerPod(j, "n1", 3, t0, waiting("ErrImagePull", "x: not found"))}
 			},
 			want: want{desired: 1, failed: 1, complete: true, message: "job has completed",
 				failedNodes: []mantav1alpha1.FailedNode{{Name: "n1", Reason: ReasonImageNotFound, Message: "x: not found", Attempts: 3}}},
+		},
+		"deadline: a retrying node fails with its attempts": {
+			job: makeJob("j").always().deadline(600).started(t0).names("n1").retrying("n1", 2, t0.Add(700*time.Second)).obj(), nodes: five, now: t0.Add(600 * time.Second),
+			want: want{desired: 1, failed: 1, complete: true, message: "job exceeds activeDeadlineSeconds",
+				failedNodes: []mantav1alpha1.FailedNode{{Name: "n1", Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded, Attempts: 2}}},
+		},
+		"retry record of a node no longer selected is dropped with its pods": {
+			job: makeJob("j").always().names("n2").started(t0).retrying("n1", 1, t0).obj(), nodes: five, now: t0.Add(time.Second),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, waiting("ErrImagePull", "not found"))}
+			},
+			want: want{delete: []string{"n1#1"}, desired: 1, active: 0, message: "job is running, progress 0.0%"},
 		},
 		"deadline: the rest fail": {
 			job: makeJob("j").always().deadline(600).started(t0).succeededNodes("n1").obj(), nodes: five, now: t0.Add(600 * time.Second),
@@ -390,7 +465,7 @@ func TestComputePlan(t *testing.T) {
 			}
 			st := p.status
 			got := want{create: podsOf(p.create), delete: podsOf(p.delete), desired: st.Desired, active: st.Active,
-				succeeded: st.Succeeded, failed: st.Failed, failedNodes: st.FailedNodes, complete: st.CompletionTime != nil, message: st.Message}
+				succeeded: st.Succeeded, failed: st.Failed, failedNodes: st.FailedNodes, retrying: retryingOf(st.RetryingNodes, t0), complete: st.CompletionTime != nil, message: st.Message}
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}
@@ -452,4 +527,109 @@ func TestComputePlanParallelismInvariant(t *testing.T) {
 		}
 	}
 	t.Fatal("job did not complete in 100 rounds")
+}
+
+// TestComputePlanPodBoundDuringRetries drives a job whose pulls all fail through the real expectations, with a pod
+// cache two steps behind the API, a job cache that is sometimes one status write behind (so some status writes
+// conflict), and deleted pods that stay terminating for a step. It checks after every step that no more than
+// parallelism puller pods exist, terminating ones included, and that every node still gets exactly 1+backoffLimit
+// attempts and ends in failedNodes with the reason.
+func TestComputePlanPodBoundDuringRetries(t *testing.T) {
+	const par, limit = 2, 3
+	var ns []*nodeWrapper
+	for i := range 6 {
+		ns = append(ns, makeNode(fmt.Sprintf("n%d", i)))
+	}
+	all := nodes(ns...)
+	job := makeJob("j").always().parallelism(par).backoffLimit(limit).obj()
+	exp := newExpectations()
+
+	truth := map[string]corev1.Pod{} // what the API server holds
+	var podHistory [][]corev1.Pod    // truth at the end of each step; the cache reads two steps back
+	statuses := []mantav1alpha1.ImagePullJobStatus{job.Status}
+	lastRead := 0
+	created := map[string]int{} // node -> pods created
+	maxPods, conflicts := 0, 0
+	now := t0
+	for step := 0; step < 2000; step++ {
+		// The API server: pods deleted in an earlier step are gone; the kubelet fails every new pull.
+		for name, pod := range truth {
+			if pod.DeletionTimestamp != nil {
+				delete(truth, name)
+				continue
+			}
+			if len(pod.Status.ContainerStatuses) == 0 && step%2 == 0 {
+				waiting("ErrImagePull", "x: not found")(&pod)
+				truth[name] = pod
+			}
+		}
+		var cached []corev1.Pod
+		if len(podHistory) >= 2 {
+			cached = podHistory[len(podHistory)-2]
+		}
+		// The job cache is one write behind every third step, never older than what was read before.
+		read := len(statuses) - 1
+		if step%3 == 0 && read > 0 {
+			read--
+		}
+		read = max(read, lastRead)
+		lastRead = read
+		observedJob := job.DeepCopy()
+		observedJob.Status = *statuses[read].DeepCopy()
+
+		p, err := computePlan(observed{job: observedJob, nodes: all, pods: cached, pendingCreates: exp.observe(job.UID, cached, now),
+			now: now, retryBase: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range p.delete {
+			if pod, ok := truth[d.Name]; ok && pod.UID == d.UID && exp.shouldDelete(job.UID, d.UID) && pod.DeletionTimestamp == nil {
+				pod.DeletionTimestamp = &metav1.Time{Time: now}
+				truth[d.Name] = pod
+			}
+		}
+		for _, c := range p.create {
+			if _, exists := truth[c.Name]; !exists {
+				c.UID = types.UID(fmt.Sprintf("%s-%d", c.Name, step))
+				c.CreationTimestamp = metav1.Time{Time: now}
+				c.Status.Phase = corev1.PodPending
+				truth[c.Name] = *c
+				created[c.Spec.NodeName]++
+			}
+			exp.created(job.UID, pendingPod{name: c.Name, node: c.Spec.NodeName, attempt: podAttempt(c), created: now})
+			if len(truth) > par {
+				t.Fatalf("step %d: %d puller pods exist (terminating included), parallelism %d", step, len(truth), par)
+			}
+		}
+		maxPods = max(maxPods, len(truth))
+		if read == len(statuses)-1 {
+			statuses = append(statuses, *p.status.DeepCopy())
+		} else {
+			conflicts++
+		}
+		snapshot := make([]corev1.Pod, 0, len(truth))
+		for _, pod := range truth {
+			snapshot = append(snapshot, *pod.DeepCopy())
+		}
+		podHistory = append(podHistory, snapshot)
+		now = now.Add(500 * time.Millisecond)
+
+		st := statuses[len(statuses)-1]
+		if st.CompletionTime != nil && len(truth) == 0 {
+			if st.Failed != 6 || len(st.FailedNodes) != 6 || len(st.RetryingNodes) != 0 {
+				t.Fatalf("final status: %+v", st)
+			}
+			for _, f := range st.FailedNodes {
+				if f.Attempts != 1+limit || f.Reason != ReasonImageNotFound || created[f.Name] != 1+limit {
+					t.Errorf("node %s: %+v, %d pods created; want %d attempts", f.Name, f, created[f.Name], 1+limit)
+				}
+			}
+			if maxPods != par {
+				t.Errorf("at most %d pods at once: parallelism %d is not used", maxPods, par)
+			}
+			t.Logf("completed after %d steps, %d status writes conflicted, at most %d puller pods at once", step, conflicts, maxPods)
+			return
+		}
+	}
+	t.Fatalf("job did not complete: %+v", statuses[len(statuses)-1])
 }

@@ -68,6 +68,12 @@ func (w *jobWrapper) succeededNodes(n ...string) *jobWrapper {
 	return w
 }
 
+func (w *jobWrapper) retrying(node string, attempts int32, next time.Time) *jobWrapper {
+	w.Status.RetryingNodes = append(w.Status.RetryingNodes, mantav1alpha1.RetryingNode{Name: node, Attempts: attempts,
+		Reason: ReasonImageNotFound, Message: "not found", NextAttemptAfter: metav1.Time{Time: next}})
+	return w
+}
+
 // nodeWrapper builds Ready Linux nodes.
 type nodeWrapper struct{ corev1.Node }
 
@@ -114,6 +120,10 @@ func pullerPod(job *mantav1alpha1.ImagePullJob, node string, attempt int32, crea
 		fn(p)
 	}
 	return *p
+}
+
+func terminating(p *corev1.Pod) {
+	p.DeletionTimestamp = &metav1.Time{Time: p.CreationTimestamp.Add(time.Second)}
 }
 
 func running(p *corev1.Pod) {
