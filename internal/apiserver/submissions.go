@@ -45,6 +45,8 @@ func fromRay(err error, what string) *apiError {
 		return notFound("%s not found", what)
 	case errors.Is(err, ray.ErrAlreadySubmitted):
 		return newError(http.StatusConflict, codeAlreadyExists, "%s already exists", what)
+	case errors.Is(err, ray.ErrJobNotTerminal):
+		return newError(http.StatusBadRequest, codeFailedPrecondition, "%s has not finished; stop it first", what)
 	case errors.Is(err, ray.ErrUnavailable):
 		return newError(http.StatusServiceUnavailable, codeUnavailable, "the Ray dashboard is not reachable now, retry later: %v", err)
 	case errors.As(err, &ae) && ae.StatusCode == http.StatusBadRequest && !ae.FromProxy:

@@ -15,6 +15,8 @@ var (
 	ErrUnavailable = errors.New("ray head unavailable")
 	// ErrUnauthorized: the head uses token authentication and the token is missing (401) or wrong (403).
 	ErrUnauthorized = errors.New("unauthorized")
+	// ErrJobNotTerminal: Ray refused to delete a job that is still pending or running; stop it first.
+	ErrJobNotTerminal = errors.New("job is not in a terminal state")
 	// ErrMalformedResponse: the head answered with a body this client cannot decode.
 	ErrMalformedResponse = errors.New("malformed response")
 )
@@ -83,6 +85,10 @@ func classify(status int, body string) error {
 		// Ray 2.52 answers 500 with a traceback ending in this text (measured in test/ray); the head's own
 		// validation path answers 400 for a ValueError, so accept the text whatever the status.
 		return ErrAlreadySubmitted
+	case isNotTerminal(body):
+		// Ray 2.52 answers a DELETE of a running job with 500 and "RuntimeError: Attempted to delete job '<id>',
+		// but it is in a non-terminal state RUNNING." (measured in test/ray): a refusal, not an outage.
+		return ErrJobNotTerminal
 	case status == 404:
 		return ErrNotFound
 	case status == 401 || status == 403:
@@ -98,6 +104,11 @@ func classify(status int, body string) error {
 func isAlreadySubmitted(body string) bool {
 	return strings.Contains(body, "Please use a different submission_id") ||
 		(strings.Contains(body, "submission_id") && strings.Contains(body, "already exists"))
+}
+
+// isNotTerminal recognises Ray's refusal to delete a job that has not finished.
+func isNotTerminal(body string) bool {
+	return strings.Contains(body, "non-terminal state")
 }
 
 func truncate(s string, n int) string {

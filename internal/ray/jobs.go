@@ -159,8 +159,9 @@ func (c *DashboardClient) StopJob(ctx context.Context, id string) (bool, error) 
 	return out.Stopped, nil
 }
 
-// DeleteJob deletes a finished job's record and logs. Ray refuses (400) to delete a job that is not in a terminal
-// state. It reports whether Ray deleted it.
+// DeleteJob deletes a finished job's record and logs. Ray refuses to delete a job that is not in a terminal
+// state (Ray 2.52 answers 500 with "non-terminal state"); that matches ErrJobNotTerminal. It reports whether Ray
+// deleted it.
 func (c *DashboardClient) DeleteJob(ctx context.Context, id string) (bool, error) {
 	path := "/api/jobs/" + url.PathEscape(id)
 	raw, err := c.call(ctx, http.MethodDelete, path, nil, nil)
