@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
@@ -684,7 +686,7 @@ func (e *testEnv) testImagePullJobs(t *testing.T) {
 	base := "/apis/v1/namespaces/" + ns + "/image_pull_jobs"
 	j := ImagePullJob{Name: "prepull", Namespace: ns, Image: "rayproject/ray:2.52.0", ImagePullPolicy: "Always",
 		PullSecrets: []string{"regcred"}, NodeSelector: map[string]string{"pool": "gpu"},
-		Parallelism: 2, TimeoutSeconds: 300, BackoffLimit: 1, CompletionPolicy: "Always", ActiveDeadlineSeconds: 600, TTLSecondsAfterFinished: 60,
+		Parallelism: ptr.To[int32](2), TimeoutSeconds: 300, BackoffLimit: ptr.To[int32](1), CompletionPolicy: "Always", ActiveDeadlineSeconds: 600, TTLSecondsAfterFinished: 60,
 		Tolerations: []PodToleration{{Key: "gpu", Operator: "Exists", Effect: "NoSchedule"}}}
 	var got ImagePullJob
 	mustOK(t, e.do(t, "POST", base, j), &got)
@@ -716,6 +718,24 @@ func (e *testEnv) testImagePullJobs(t *testing.T) {
 	}
 	mustFail(t, e.do(t, "POST", base, j), 409, codeAlreadyExists, "")
 	mustOK(t, e.do(t, "DELETE", base+"/prepull", nil), nil)
+
+	// parallelism 0 pauses a job and backoffLimit 0 means no retry: both are kept, not replaced by the defaults.
+	paused := ImagePullJob{Name: "paused", Namespace: ns, Image: "busybox:1.36", Parallelism: ptr.To[int32](0), BackoffLimit: ptr.To[int32](0)}
+	mustOK(t, e.do(t, "POST", base, paused), &got)
+	if got.Parallelism == nil || *got.Parallelism != 0 || got.BackoffLimit == nil || *got.BackoffLimit != 0 {
+		t.Errorf("paused job answered parallelism %v backoffLimit %v", got.Parallelism, got.BackoffLimit)
+	}
+	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "paused"}, &o); err != nil {
+		t.Fatal(err)
+	}
+	if *o.Spec.Parallelism != 0 || *o.Spec.PullPolicy.BackoffLimit != 0 {
+		t.Errorf("paused job stored parallelism %d backoffLimit %d", *o.Spec.Parallelism, *o.Spec.PullPolicy.BackoffLimit)
+	}
+	// Omitted, they get the defaults.
+	mustOK(t, e.do(t, "POST", base, ImagePullJob{Name: "defaults", Namespace: ns, Image: "busybox:1.36"}), &got)
+	if got.Parallelism == nil || *got.Parallelism != 1 || got.BackoffLimit == nil || *got.BackoffLimit != 3 || got.TimeoutSeconds != 600 {
+		t.Errorf("defaults: parallelism %v backoffLimit %v timeoutSeconds %d", got.Parallelism, got.BackoffLimit, got.TimeoutSeconds)
+	}
 	mustFail(t, e.do(t, "GET", base+"/prepull", nil), 404, codeNotFound, "")
 	for _, tc := range []struct {
 		field  string
@@ -730,9 +750,20 @@ func (e *testEnv) testImagePullJobs(t *testing.T) {
 		{"nodeNames[0]", func(j *ImagePullJob) { j.NodeNames = []string{"Bad Node"} }},
 		{"nodeSelector.a b", func(j *ImagePullJob) { j.NodeSelector = map[string]string{"a b": "c"} }},
 		{"nodeSelector", func(j *ImagePullJob) { j.NodeSelector, j.NodeNames = map[string]string{"a": "b"}, []string{"n"} }},
-		{"parallelism", func(j *ImagePullJob) { j.Parallelism = -1 }},
+		{"parallelism", func(j *ImagePullJob) { j.Parallelism = ptr.To[int32](-1) }},
 		{"timeoutSeconds", func(j *ImagePullJob) { j.TimeoutSeconds = -1 }},
-		{"backoffLimit", func(j *ImagePullJob) { j.BackoffLimit = -1 }},
+		{"backoffLimit", func(j *ImagePullJob) { j.BackoffLimit = ptr.To[int32](-1) }},
+		{"backoffLimit", func(j *ImagePullJob) { j.BackoffLimit = ptr.To[int32](101) }},
+		// The CRD's image grammar: an upper-case repository is not an image reference.
+		{"image", func(j *ImagePullJob) { j.Image = "Upper/Case:v1" }},
+		// The deadline must leave time for one attempt (default timeoutSeconds 600).
+		{"activeDeadlineSeconds", func(j *ImagePullJob) { j.ActiveDeadlineSeconds = 60 }},
+		{"activeDeadlineSeconds", func(j *ImagePullJob) { j.TimeoutSeconds, j.ActiveDeadlineSeconds = 100, 99 }},
+		{"pullSecrets", func(j *ImagePullJob) {
+			for i := range 33 {
+				j.PullSecrets = append(j.PullSecrets, fmt.Sprintf("s%d", i))
+			}
+		}},
 		{"completionPolicy", func(j *ImagePullJob) { j.CompletionPolicy = "Sometimes" }},
 		{"completionPolicy", func(j *ImagePullJob) { j.CompletionPolicy, j.TTLSecondsAfterFinished = "Never", 5 }},
 		{"activeDeadlineSeconds", func(j *ImagePullJob) { j.ActiveDeadlineSeconds = -1 }},

@@ -179,16 +179,16 @@ func imagePullJobToK8s(j *ImagePullJob) *mantav1alpha1.ImagePullJob {
 			o.Spec.Selector.MatchLabels = maps.Clone(j.NodeSelector)
 		}
 	}
-	if j.Parallelism > 0 {
-		o.Spec.Parallelism = ptr.To(j.Parallelism)
+	if j.Parallelism != nil {
+		o.Spec.Parallelism = ptr.To(*j.Parallelism)
 	}
-	if j.TimeoutSeconds > 0 || j.BackoffLimit > 0 {
+	if j.TimeoutSeconds > 0 || j.BackoffLimit != nil {
 		o.Spec.PullPolicy = &mantav1alpha1.PullPolicy{}
 		if j.TimeoutSeconds > 0 {
 			o.Spec.PullPolicy.TimeoutSeconds = ptr.To(j.TimeoutSeconds)
 		}
-		if j.BackoffLimit > 0 {
-			o.Spec.PullPolicy.BackoffLimit = ptr.To(j.BackoffLimit)
+		if j.BackoffLimit != nil {
+			o.Spec.PullPolicy.BackoffLimit = ptr.To(*j.BackoffLimit)
 		}
 	}
 	if j.ActiveDeadlineSeconds > 0 {
@@ -211,7 +211,7 @@ func imagePullJobFromK8s(o *mantav1alpha1.ImagePullJob) ImagePullJob {
 		Name: o.Name, Namespace: o.Namespace, Image: s.Image,
 		ImagePullPolicy:         string(s.ImagePullPolicy),
 		PullSecrets:             slices.Clone(s.PullSecrets),
-		Parallelism:             ptr.Deref(s.Parallelism, 0),
+		Parallelism:             cloneInt32(s.Parallelism),
 		CompletionPolicy:        string(s.CompletionPolicy.Type),
 		CreatedAt:               timePtr(o.CreationTimestamp),
 		ActiveDeadlineSeconds:   ptr.Deref(s.CompletionPolicy.ActiveDeadlineSeconds, 0),
@@ -223,7 +223,7 @@ func imagePullJobFromK8s(o *mantav1alpha1.ImagePullJob) ImagePullJob {
 	}
 	if p := s.PullPolicy; p != nil {
 		j.TimeoutSeconds = ptr.Deref(p.TimeoutSeconds, 0)
-		j.BackoffLimit = ptr.Deref(p.BackoffLimit, 0)
+		j.BackoffLimit = cloneInt32(p.BackoffLimit)
 	}
 	for _, t := range s.Tolerations {
 		j.Tolerations = append(j.Tolerations, PodToleration{Key: t.Key, Operator: string(t.Operator), Value: t.Value, Effect: string(t.Effect)})
@@ -240,4 +240,11 @@ func imagePullJobFromK8s(o *mantav1alpha1.ImagePullJob) ImagePullJob {
 		j.Status.FailedNodes = append(j.Status.FailedNodes, FailedNode{Name: f.Name, Reason: f.Reason, Message: f.Message})
 	}
 	return j
+}
+
+func cloneInt32(p *int32) *int32 {
+	if p == nil {
+		return nil
+	}
+	return ptr.To(*p)
 }

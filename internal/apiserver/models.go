@@ -305,11 +305,11 @@ type ImagePullJob struct {
 	PullSecrets             []string            `json:"pullSecrets,omitempty"`
 	NodeNames               []string            `json:"nodeNames,omitempty" doc:"pull only on these nodes"`
 	NodeSelector            map[string]string   `json:"nodeSelector,omitempty" doc:"pull only on nodes with these labels (not with nodeNames)"`
-	Parallelism             int32               `json:"parallelism,omitempty" doc:"nodes pulled at once; default 1"`
-	TimeoutSeconds          int32               `json:"timeoutSeconds,omitempty" doc:"per-node pull timeout"`
-	BackoffLimit            int32               `json:"backoffLimit,omitempty" doc:"retries per node"`
+	Parallelism             *int32              `json:"parallelism,omitempty" doc:"nodes pulled at once; default 1, 0 pauses the job"`
+	TimeoutSeconds          int32               `json:"timeoutSeconds,omitempty" doc:"per-node pull timeout; default 600"`
+	BackoffLimit            *int32              `json:"backoffLimit,omitempty" doc:"retries per node, at most 100; default 3, 0 means none"`
 	CompletionPolicy        string              `json:"completionPolicy,omitempty" doc:"Always (default) or Never"`
-	ActiveDeadlineSeconds   int64               `json:"activeDeadlineSeconds,omitempty"`
+	ActiveDeadlineSeconds   int64               `json:"activeDeadlineSeconds,omitempty" doc:"only with completionPolicy Always; not shorter than timeoutSeconds"`
 	TTLSecondsAfterFinished int32               `json:"ttlSecondsAfterFinished,omitempty"`
 	Tolerations             []PodToleration     `json:"tolerations,omitempty"`
 	CreatedAt               *time.Time          `json:"createdAt,omitempty" api:"readonly"`

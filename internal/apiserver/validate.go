@@ -11,6 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 )
 
 // Validation of request bodies. Each function returns every violation it finds, naming fields by their JSON path,
@@ -451,6 +454,15 @@ func validateService(s *RayService, pathNS, pathName string) violations {
 	return v
 }
 
+// Limits of the ImagePullJob CRD, checked here so the caller gets a 400 naming the REST field rather than a 422
+// naming the CRD's.
+const (
+	maxPullSecrets  = 32
+	maxNodeNames    = 10000
+	maxTolerations  = 64
+	maxBackoffLimit = 100
+)
+
 var submissionID = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 
 func validateSubmission(s *RayJobSubmission) violations {
@@ -479,8 +491,18 @@ func validateImagePullJob(j *ImagePullJob, pathNS string) violations {
 	var v violations
 	v.name("name", j.Name)
 	v.namespace("namespace", j.Namespace, pathNS)
-	if v.required("image", j.Image) {
-		v.image("image", j.Image)
+	if v.required("image", j.Image) && !imagepulljob.ValidImage(j.Image) {
+		// The CRD's grammar (distribution/reference), so Kubernetes never refuses what passed here.
+		v.add("image", "must be a valid image reference of at most 512 characters, such as rayproject/ray:2.52.0 (lower-case repository)")
+	}
+	if len(j.PullSecrets) > maxPullSecrets {
+		v.add("pullSecrets", "must list at most %d secrets", maxPullSecrets)
+	}
+	if len(j.NodeNames) > maxNodeNames {
+		v.add("nodeNames", "must list at most %d nodes; use nodeSelector for more", maxNodeNames)
+	}
+	if len(j.Tolerations) > maxTolerations {
+		v.add("tolerations", "must list at most %d tolerations", maxTolerations)
 	}
 	v.oneOf("imagePullPolicy", j.ImagePullPolicy, "", "Always", "IfNotPresent")
 	for i, s := range j.PullSecrets {
@@ -499,11 +521,25 @@ func validateImagePullJob(j *ImagePullJob, pathNS string) violations {
 	if len(j.NodeNames) > 0 && len(j.NodeSelector) > 0 {
 		v.add("nodeSelector", "must not be set together with nodeNames")
 	}
-	v.nonNegative("parallelism", int64(j.Parallelism))
+	if j.Parallelism != nil {
+		v.nonNegative("parallelism", int64(*j.Parallelism))
+	}
 	v.nonNegative("timeoutSeconds", int64(j.TimeoutSeconds))
-	v.nonNegative("backoffLimit", int64(j.BackoffLimit))
+	if j.BackoffLimit != nil {
+		v.nonNegative("backoffLimit", int64(*j.BackoffLimit))
+		if *j.BackoffLimit > maxBackoffLimit {
+			v.add("backoffLimit", "must be at most %d", maxBackoffLimit)
+		}
+	}
 	v.oneOf("completionPolicy", j.CompletionPolicy, "", "Always", "Never")
 	v.nonNegative("activeDeadlineSeconds", j.ActiveDeadlineSeconds)
+	timeout := int64(j.TimeoutSeconds)
+	if timeout <= 0 {
+		timeout = int64(mantav1alpha1.DefaultTimeoutSeconds)
+	}
+	if j.ActiveDeadlineSeconds > 0 && j.ActiveDeadlineSeconds < timeout {
+		v.add("activeDeadlineSeconds", "must not be shorter than timeoutSeconds (%d)", timeout)
+	}
 	v.nonNegative("ttlSecondsAfterFinished", int64(j.TTLSecondsAfterFinished))
 	if j.CompletionPolicy == "Never" && (j.ActiveDeadlineSeconds > 0 || j.TTLSecondsAfterFinished > 0) {
 		v.add("completionPolicy", "Never cannot be combined with activeDeadlineSeconds or ttlSecondsAfterFinished")
