@@ -1,12 +1,15 @@
 package builder
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -175,4 +178,75 @@ func copyMap(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// UpdateService lays the fields Manta owns on a Service that already exists: its labels and annotations (only the
+// keys Manta sets; others' keys are kept), selector, ports, type and publishNotReadyAddresses. Everything else
+// (the allocated clusterIP and nodePorts, fields other controllers or users set) is left as it is. It returns the
+// updated copy and whether anything changed. recreate is true when the change cannot be made in place: a Service
+// cannot switch between headless and not, so it must be deleted and created again.
+func UpdateService(existing, desired *corev1.Service) (updated *corev1.Service, changed, recreate bool) {
+	if (existing.Spec.ClusterIP == corev1.ClusterIPNone) != (desired.Spec.ClusterIP == corev1.ClusterIPNone) {
+		return existing, true, true
+	}
+	out := existing.DeepCopy()
+	for k, v := range desired.Labels {
+		if out.Labels[k] != v {
+			if out.Labels == nil {
+				out.Labels = map[string]string{}
+			}
+			out.Labels[k] = v
+			changed = true
+		}
+	}
+	for k, v := range desired.Annotations {
+		if a, ok := out.Annotations[k]; !ok || a != v {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+			changed = true
+		}
+	}
+	if !maps.Equal(out.Spec.Selector, desired.Spec.Selector) {
+		out.Spec.Selector = copyMap(desired.Spec.Selector)
+		changed = true
+	}
+	typ := desired.Spec.Type
+	if typ == "" {
+		typ = corev1.ServiceTypeClusterIP
+	}
+	if out.Spec.Type != typ {
+		out.Spec.Type = typ
+		changed = true
+	}
+	if out.Spec.PublishNotReadyAddresses != desired.Spec.PublishNotReadyAddresses {
+		out.Spec.PublishNotReadyAddresses = desired.Spec.PublishNotReadyAddresses
+		changed = true
+	}
+	ports := make([]corev1.ServicePort, len(desired.Spec.Ports))
+	for i, p := range desired.Spec.Ports {
+		if p.Protocol == "" {
+			p.Protocol = corev1.ProtocolTCP
+		}
+		if p.TargetPort.IntVal == 0 && p.TargetPort.StrVal == "" {
+			// The API server defaults targetPort to port; say it here so an unchanged port is not a change.
+			p.TargetPort = intstr.FromInt32(p.Port)
+		}
+		if p.NodePort == 0 && typ != corev1.ServiceTypeClusterIP {
+			// Keep the node port the API server allocated, so clients that use it keep working.
+			for _, old := range existing.Spec.Ports {
+				if old.Name == p.Name || (old.Port == p.Port && old.Protocol == p.Protocol) {
+					p.NodePort = old.NodePort
+					break
+				}
+			}
+		}
+		ports[i] = p
+	}
+	if !equality.Semantic.DeepEqual(out.Spec.Ports, ports) {
+		out.Spec.Ports = ports
+		changed = true
+	}
+	return out, changed, false
 }

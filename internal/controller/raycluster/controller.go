@@ -247,8 +247,9 @@ func (r *Reconciler) defaultTemplate(ctx context.Context, run *run) *corev1.PodT
 	return &tmpl.Template
 }
 
-// reconcileServices creates the head Service and, when asked for, the serve and headless worker Services. They are
-// only created, never rewritten: users and other controllers annotate them.
+// reconcileServices creates the head Service and, when asked for, the serve and headless worker Services, and keeps
+// the fields Manta owns (ports, selector, type, its labels and annotations) in line with the spec. Only those fields
+// are patched: users and other controllers annotate the Services too.
 func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 	c := run.c
 	want := []*corev1.Service{builder.HeadService(c)}
@@ -263,8 +264,17 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 		err := r.client.Get(ctx, client.ObjectKeyFromObject(svc), existing)
 		switch {
 		case err == nil:
+			existing, err = r.updateService(ctx, run, existing, svc)
+			if err != nil {
+				return err
+			}
 		case apierrors.IsNotFound(err):
-			if err := r.client.Create(ctx, svc); err != nil && !apierrors.IsAlreadyExists(err) {
+			if err := r.client.Create(ctx, svc); err != nil {
+				if apierrors.IsAlreadyExists(err) {
+					// Not in the cache yet: the watch event brings it to the next reconcile.
+					existing = svc
+					break
+				}
 				run.eventf(corev1.EventTypeWarning, "FailedCreateService", "Create", "failed to create Service %s: %v", svc.Name, err)
 				return fmt.Errorf("create service %s: %w", svc.Name, err)
 			}
@@ -278,6 +288,34 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 		}
 	}
 	return nil
+}
+
+// updateService patches the fields Manta owns on an existing Service when the spec moved them. A Service that must
+// switch between headless and not cannot be changed in place: it is deleted and created again on a later reconcile.
+func (r *Reconciler) updateService(ctx context.Context, run *run, existing, desired *corev1.Service) (*corev1.Service, error) {
+	if !metav1.IsControlledBy(existing, run.c) {
+		// Someone else's Service under the name we want: not ours to rewrite.
+		return existing, nil
+	}
+	updated, changed, recreate := builder.UpdateService(existing, desired)
+	switch {
+	case !changed:
+		return existing, nil
+	case recreate:
+		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
+			run.eventf(corev1.EventTypeWarning, "FailedDeleteService", "Delete", "failed to delete Service %s to recreate it: %v", existing.Name, err)
+			return nil, fmt.Errorf("delete service %s: %w", existing.Name, err)
+		}
+		run.eventf(corev1.EventTypeNormal, "DeletedService", "Delete", "deleted Service %s to recreate it: it cannot switch between headless and not in place", existing.Name)
+		run.requeueAfter(time.Second)
+		return existing, nil
+	}
+	if err := r.client.Patch(ctx, updated, client.MergeFrom(existing)); err != nil {
+		run.eventf(corev1.EventTypeWarning, "FailedUpdateService", "Update", "failed to update Service %s: %v", existing.Name, err)
+		return nil, fmt.Errorf("update service %s: %w", existing.Name, err)
+	}
+	run.eventf(corev1.EventTypeNormal, "UpdatedService", "Update", "updated Service %s to match the spec", existing.Name)
+	return updated, nil
 }
 
 // ensureAutoscalerRBAC creates the head's ServiceAccount, Role and RoleBinding if they are missing. It runs only

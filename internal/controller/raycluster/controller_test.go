@@ -3,6 +3,7 @@ package raycluster
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -89,6 +90,7 @@ func TestController(t *testing.T) {
 			"UnsupportedFeature":      testUnsupported,
 			"ServeAndHeadlessService": testServeAndHeadless,
 			"MultiHostReplicas":       testMultiHost,
+			"ServicesFollowSpec":      testServicesFollowSpec,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -604,5 +606,71 @@ func testMultiHost(t *testing.T, e *env) {
 			n += len(pods)
 		}
 		return !still && len(now) == 2 && n == 4, fmt.Sprintf("%d replicas, %d pods, old present %v", len(now), n, still)
+	})
+}
+
+// The head and serve Services follow the spec: ports, headServiceAnnotations and the service type, without
+// dropping what others wrote on them and without rewriting them when nothing changed.
+func testServicesFollowSpec(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
+	rc.Annotations = map[string]string{builder.AnnotationEnableServeService: "true"}
+	mustCreate(t, e.cl, rc)
+	e.waitPods(t, rc, 2)
+	getSvc := func(name string) *corev1.Service {
+		svc := &corev1.Service{}
+		if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, svc); err != nil {
+			t.Fatalf("service %s: %v", name, err)
+		}
+		return svc
+	}
+	head := getSvc("rc-head-svc")
+	patch := client.MergeFrom(head.DeepCopy())
+	head.Annotations = map[string]string{"someone/else": "keep"}
+	if err := e.cl.Patch(context.Background(), head, patch); err != nil {
+		t.Fatal(err)
+	}
+
+	e.update(t, rc, func(c *rayv1.RayCluster) {
+		c.Spec.HeadServiceAnnotations = map[string]string{"prometheus.io/scrape": "true"}
+		c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Ports = []corev1.ContainerPort{
+			{Name: "gcs-server", ContainerPort: 6379}, {Name: "dashboard", ContainerPort: 8265},
+			{Name: "client", ContainerPort: 10001}, {Name: "serve", ContainerPort: 9000}, {Name: "extra", ContainerPort: 1234},
+		}
+	})
+	eventually(t, "head and serve Services updated", func() (bool, string) {
+		head, serve := getSvc("rc-head-svc"), getSvc("rc-serve-svc")
+		ports := map[string]int32{}
+		for _, p := range head.Spec.Ports {
+			ports[p.Name] = p.Port
+		}
+		ok := head.Annotations["prometheus.io/scrape"] == "true" && head.Annotations["someone/else"] == "keep" &&
+			ports["extra"] == 1234 && len(serve.Spec.Ports) == 1 && serve.Spec.Ports[0].Port == 9000
+		return ok, fmt.Sprintf("head annotations %v ports %v, serve ports %+v", head.Annotations, ports, serve.Spec.Ports)
+	})
+	waitEvent(t, e, ns, "UpdatedService")
+
+	// Settled: another reconcile does not write the Services again.
+	rvHead, rvServe := getSvc("rc-head-svc").ResourceVersion, getSvc("rc-serve-svc").ResourceVersion
+	e.update(t, rc, func(c *rayv1.RayCluster) { c.Labels = map[string]string{"poke": "1"} })
+	time.Sleep(time.Second)
+	if h, s := getSvc("rc-head-svc").ResourceVersion, getSvc("rc-serve-svc").ResourceVersion; h != rvHead || s != rvServe {
+		t.Errorf("settled Services rewritten: head %s -> %s, serve %s -> %s", rvHead, h, rvServe, s)
+	}
+
+	// A headless Service cannot become a NodePort one in place: it is recreated, and the endpoints follow.
+	oldUID := getSvc("rc-head-svc").UID
+	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.ServiceType = corev1.ServiceTypeNodePort })
+	eventually(t, "head Service recreated as NodePort", func() (bool, string) {
+		svc := &corev1.Service{}
+		if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rc-head-svc"}, svc); err != nil {
+			return false, err.Error()
+		}
+		return svc.UID != oldUID && svc.Spec.Type == corev1.ServiceTypeNodePort, fmt.Sprintf("type %s", svc.Spec.Type)
+	})
+	eventually(t, "endpoints are node ports", func() (bool, string) {
+		ep := e.get(t, rc).Status.Endpoints
+		n, _ := strconv.Atoi(ep["dashboard"])
+		return n >= 30000, fmt.Sprint(ep)
 	})
 }
