@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -75,6 +76,9 @@ func fromKubernetes(err error, what string) *apiError {
 		return ae
 	}
 	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		// The request's deadline passed (or the caller left) while Kubernetes was answering: not a server bug.
+		return newError(http.StatusServiceUnavailable, codeUnavailable, "%s: kubernetes did not answer in time, retry later", what)
 	case apierrors.IsNotFound(err):
 		return notFound("%s not found", what)
 	case apierrors.IsAlreadyExists(err):

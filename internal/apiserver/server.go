@@ -35,9 +35,15 @@ const (
 	readTimeout       = 30 * time.Second
 	writeTimeout      = 60 * time.Second
 	idleTimeout       = 120 * time.Second
-	shutdownTimeout   = 15 * time.Second
 	maxHeaderBytes    = 64 << 10
+	// requestTimeout bounds every handler's Kubernetes and Ray calls, shorter than writeTimeout so a slow backend
+	// gets a JSON 503 instead of a connection closed mid-answer.
+	requestTimeout = 50 * time.Second
 )
+
+// shutdownTimeout is how long in-flight requests get after the server is told to stop; then their connections are
+// closed, which cancels their contexts. A variable for tests.
+var shutdownTimeout = 15 * time.Second
 
 // Options configure a Server.
 type Options struct {
@@ -178,6 +184,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	err := srv.Shutdown(sctx)
+	if err != nil {
+		// Requests still running past the grace period: closing their connections cancels their contexts, so no
+		// handler outlives Serve.
+		err = errors.Join(fmt.Errorf("graceful shutdown: %w", err), srv.Close())
+	}
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
@@ -323,7 +334,16 @@ func (s *Server) buildMux() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no such path: %s", r.URL.Path))
 	})
-	return s.observe(mux)
+	return s.observe(withRequestTimeout(mux))
+}
+
+// withRequestTimeout gives every request a deadline.
+func withRequestTimeout(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
+		defer cancel()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
 }
 
 func methodNotAllowed(w http.ResponseWriter, allowed []string) {

@@ -1,0 +1,142 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// serveWith runs Serve with handler h on a loopback port and returns its URL and Serve's result.
+func serveWith(t *testing.T, ctx context.Context, h http.Handler) (string, <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{handler: h}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	return "http://" + ln.Addr().String(), done
+}
+
+// An in-flight request finishes after the server is told to stop, and Serve returns only then.
+func TestGracefulShutdownFinishesInFlightRequests(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	url, done := serveWith(t, ctx, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		close(started)
+		<-release
+		_, _ = io.WriteString(w, "finished")
+	}))
+	answer := make(chan string, 1)
+	go func() {
+		resp, err := http.Get(url)
+		if err != nil {
+			answer <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answer <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}()
+	<-started
+	stop()
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned with a request in flight: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	if got := <-answer; got != "200 finished" {
+		t.Fatalf("in-flight request answered %q", got)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return after the last request finished")
+	}
+}
+
+// A request still running when the grace period ends has its context cancelled: no handler outlives Serve.
+func TestShutdownCancelsRequestsPastTheGracePeriod(t *testing.T) {
+	old := shutdownTimeout
+	shutdownTimeout = 200 * time.Millisecond
+	defer func() { shutdownTimeout = old }()
+	started, cancelled := make(chan struct{}), make(chan struct{})
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	url, done := serveWith(t, ctx, http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		close(started)
+		select {
+		case <-r.Context().Done():
+			close(cancelled)
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	go func() {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-started
+	stop()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("Serve reported a clean shutdown although a request was cut off")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return after the grace period")
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the request's context was not cancelled after the grace period")
+	}
+}
+
+// Every request has a deadline, shorter than the server's write timeout.
+func TestRequestsHaveADeadline(t *testing.T) {
+	var left time.Duration
+	h := withRequestTimeout(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		if d, ok := r.Context().Deadline(); ok {
+			left = time.Until(d)
+		}
+	}))
+	req, _ := http.NewRequest(http.MethodGet, "/", nil)
+	h.ServeHTTP(&statusRecorder{ResponseWriter: discardWriter{}}, req)
+	if left <= 0 || left > requestTimeout || requestTimeout >= writeTimeout {
+		t.Fatalf("request deadline in %s (requestTimeout %s, writeTimeout %s)", left, requestTimeout, writeTimeout)
+	}
+}
+
+// A Kubernetes call cut off by the request's deadline is a 503 to retry, not a 500.
+func TestKubernetesTimeoutIsUnavailable(t *testing.T) {
+	for _, err := range []error{
+		fmt.Errorf(`Get "https://k8s/api": %w`, context.DeadlineExceeded),
+		fmt.Errorf("client rate limiter Wait returned an error: %w", context.Canceled),
+	} {
+		e := fromKubernetes(err, `cluster "a"`)
+		if e.httpStatus != http.StatusServiceUnavailable || e.Code != codeUnavailable {
+			t.Errorf("%v: got %d %d %q", err, e.httpStatus, e.Code, e.Message)
+		}
+	}
+	if e := fromKubernetes(errors.New("boom"), "x"); e.httpStatus != http.StatusInternalServerError {
+		t.Errorf("other errors: got %d", e.httpStatus)
+	}
+}
+
+type discardWriter struct{}
+
+func (discardWriter) Header() http.Header         { return http.Header{} }
+func (discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (discardWriter) WriteHeader(int)             {}
