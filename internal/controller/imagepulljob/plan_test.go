@@ -115,6 +115,12 @@ func TestValidImage(t *testing.T) {
 
 func TestClassifyAttempt(t *testing.T) {
 	job := makeJob("j").obj()
+	digestJob := makeJob("j").obj()
+	digestJob.Spec.Image = "example/app@sha256:4010af3c0b9e0d5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b6c7d8e9f"
+	tagJob := makeJob("j").obj()
+	tagJob.Spec.Image = "busybox:403"
+	notFoundJob := makeJob("j").obj()
+	notFoundJob.Spec.Image = "registry.example.com/notfound/app:v1"
 	timeout := 10 * time.Minute
 	cases := map[string]struct {
 		pod                   corev1.Pod
@@ -129,6 +135,19 @@ func TestClassifyAttempt(t *testing.T) {
 			now: t0, want: attemptFailed, wantReason: ReasonImageNotFound, wantInMsg: "not found"},
 		"unauthorized": {pod: pullerPod(job, "n", 1, t0, waiting("ErrImagePull", "unexpected status: 401 Unauthorized")),
 			now: t0, want: attemptFailed, wantReason: ReasonUnauthorized},
+		// The image's digest or tag contains "401": the message still says not found.
+		"not found, digest with 401": {pod: pullerPod(digestJob, "n", 1, t0, waiting("ErrImagePull",
+			`Failed to pull image "example/app@sha256:4010af3c0b9e0d5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b6c7d8e9f": rpc error: code = NotFound desc = failed to resolve reference "docker.io/example/app@sha256:4010af3c0b9e0d5f6a7b8c9d0e1f2a3b4c5d6e7f8a9b0c1d2e3f4a5b6c7d8e9f": not found`)),
+			now: t0, want: attemptFailed, wantReason: ReasonImageNotFound},
+		"not found, tag 403": {pod: pullerPod(tagJob, "n", 1, t0, waiting("ErrImagePull",
+			`failed to resolve reference "docker.io/library/busybox:403": docker.io/library/busybox:403: not found`)),
+			now: t0, want: attemptFailed, wantReason: ReasonImageNotFound},
+		"unauthorized, image named notfound": {pod: pullerPod(notFoundJob, "n", 1, t0, waiting("ErrImagePull",
+			`failed to resolve reference "registry.example.com/notfound/app:v1": pulling from host registry.example.com failed with status code [manifests v1]: 401 Unauthorized`)),
+			now: t0, want: attemptFailed, wantReason: ReasonUnauthorized},
+		"registry down, image named notfound": {pod: pullerPod(notFoundJob, "n", 1, t0, waiting("ErrImagePull",
+			`failed to pull image "registry.example.com/notfound/app:v1": dial tcp 10.0.0.1:443: connect: connection refused`)),
+			now: t0, want: attemptFailed, wantReason: "ErrImagePull"},
 		"backoff": {pod: pullerPod(job, "n", 1, t0, waiting("ImagePullBackOff", "Back-off pulling image")),
 			now: t0, want: attemptFailed, wantReason: "ErrImagePull"},
 		"invalid name": {pod: pullerPod(job, "n", 1, t0, waiting("InvalidImageName", "bad")),

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -215,7 +216,7 @@ func classifyAttempt(pod *corev1.Pod, now time.Time, timeout time.Duration) (res
 				return attemptSucceeded, "", ""
 			}
 			if pullErrorReasons[w.Reason] {
-				return attemptFailed, pullFailureReason(w.Reason, w.Message), shorten(w.Message)
+				return attemptFailed, pullFailureReason(w.Reason, w.Message, pullerImage(pod)), shorten(w.Message)
 			}
 		}
 	}
@@ -248,9 +249,21 @@ func podPendingHint(pod *corev1.Pod) string {
 	return "pending"
 }
 
-// pullFailureReason turns the kubelet's waiting reason and message into a short reason users can act on.
-func pullFailureReason(waitingReason, message string) string {
-	m := strings.ToLower(message)
+// pullerImage is the image the puller container pulls.
+func pullerImage(pod *corev1.Pod) string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == PullerContainerName {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+// pullFailureReason turns the kubelet's waiting reason and message into a short reason users can act on. The
+// kubelet's message quotes the image, whose name, tag or digest may contain "401", "403" or "notfound"; those are
+// removed before the message is read.
+func pullFailureReason(waitingReason, message, image string) string {
+	m := stripImageRefs(message, image)
 	switch {
 	case waitingReason == "InvalidImageName":
 		return waitingReason
@@ -263,6 +276,31 @@ func pullFailureReason(waitingReason, message string) string {
 		return "ErrImagePull"
 	}
 	return waitingReason
+}
+
+// stripImageRefs removes the image reference, as written and as the runtime normalizes it, from a kubelet message,
+// and lower-cases the rest.
+func stripImageRefs(message, image string) string {
+	m := strings.ToLower(message)
+	if image == "" {
+		return m
+	}
+	k := parseImage(image)
+	refs := []string{image, k.repo}
+	if k.tag != "" {
+		refs = append(refs, k.repo+":"+k.tag, strings.TrimPrefix(k.repo, "docker.io/library/")+":"+k.tag)
+	}
+	if k.digest != "" {
+		refs = append(refs, k.digest)
+	}
+	// Longest first, so a short form does not leave pieces of a longer one behind.
+	sort.Slice(refs, func(i, j int) bool { return len(refs[i]) > len(refs[j]) })
+	for _, r := range refs {
+		if r != "" {
+			m = strings.ReplaceAll(m, strings.ToLower(r), "<image>")
+		}
+	}
+	return m
 }
 
 func shorten(s string) string {
