@@ -91,6 +91,8 @@ func TestController(t *testing.T) {
 			"ServeAndHeadlessService": testServeAndHeadless,
 			"MultiHostReplicas":       testMultiHost,
 			"ServicesFollowSpec":      testServicesFollowSpec,
+			"RayContainerTerminated":  testRayContainerTerminated,
+			"ManagedByOtherSkipped":   testManagedByOther,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -673,4 +675,58 @@ func testServicesFollowSpec(t *testing.T, e *env) {
 		n, _ := strconv.Atoi(ep["dashboard"])
 		return n >= 30000, fmt.Sprint(ep)
 	})
+}
+
+// Under restartPolicy Never a pod whose Ray container terminated stays Running (its sidecars run on) but is dead
+// for Ray: head and workers are replaced.
+func testRayContainerTerminated(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
+	rc.Spec.HeadGroupSpec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	rc.Spec.WorkerGroupSpecs[0].Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	mustCreate(t, e.cl, rc)
+	pods := e.waitPods(t, rc, 2)
+	for i := range pods {
+		p := &pods[i]
+		p.Status.Phase = corev1.PodRunning
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{
+			Name: p.Spec.Containers[0].Name, Image: p.Spec.Containers[0].Image, ImageID: "x",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}},
+		}}
+		if err := e.cl.Status().Update(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := uids(pods)
+	eventually(t, "head and worker replaced", func() (bool, string) {
+		now := e.pods(t, rc)
+		for _, p := range now {
+			if old[p.UID] {
+				return false, "old pod " + p.Name + " still there"
+			}
+		}
+		return len(now) == 2, fmt.Sprintf("%d pods", len(now))
+	})
+}
+
+// A RayCluster managed by another controller (MultiKueue) is left alone: no pods, no Services, no status.
+func testManagedByOther(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
+	rc.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue")
+	mustCreate(t, e.cl, rc)
+	ours := testutil.MakeRayCluster(ns, "ours").Obj()
+	mustCreate(t, e.cl, ours)
+	// Once the controller has handled a cluster created after it, it has seen the other one too.
+	e.waitPods(t, ours, 1)
+	time.Sleep(500 * time.Millisecond)
+	if n := len(e.pods(t, rc)); n != 0 {
+		t.Errorf("%d pods created for a cluster managed by another controller", n)
+	}
+	if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rc-head-svc"}, &corev1.Service{}); err == nil {
+		t.Error("head Service created for a cluster managed by another controller")
+	}
+	if st := e.get(t, rc).Status; st.ObservedGeneration != 0 || len(st.Conditions) != 0 || st.State != "" {
+		t.Errorf("status written for a cluster managed by another controller: %+v", st)
+	}
 }
