@@ -34,9 +34,6 @@ func newAPIServerCommand() *cobra.Command {
 			log := ctrl.Log.WithName("apiserver")
 			opts.Auth = apiserver.AuthMode(auth)
 			opts.Log = log
-			if opts.Auth == apiserver.AuthNone {
-				log.Info("WARNING: --auth=none: every caller can do whatever this server's Kubernetes identity may do; serve on loopback only")
-			}
 			s, err := apiserver.New(cfg, opts)
 			if err != nil {
 				return err

@@ -118,6 +118,9 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 	s := &Server{opts: opts, c: c, registry: prometheus.NewRegistry()}
 	if opts.Auth == AuthKubernetes {
 		s.auth = &kubeAuth{c: c}
+	} else {
+		// Said by the server itself, so every embedding (manta apiserver, tests, tools) warns.
+		opts.Log.Info("WARNING: authentication is off (auth=none): every caller can do whatever this server's Kubernetes identity may do; serve on loopback only")
 	}
 	s.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "manta_apiserver_requests_total", Help: "REST API requests by operation and HTTP status code.",

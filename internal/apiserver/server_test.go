@@ -7,8 +7,15 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/funcr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 )
 
 // serveWith runs Serve with handler h on a loopback port and returns its URL and Serve's result.
@@ -140,3 +147,30 @@ type discardWriter struct{}
 func (discardWriter) Header() http.Header         { return http.Header{} }
 func (discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (discardWriter) WriteHeader(int)             {}
+
+// --auth=none is only taken when asked, and the server says so when it starts; the default is Kubernetes auth.
+func TestAuthNoneWarns(t *testing.T) {
+	cfg := &rest.Config{Host: "http://127.0.0.1:1"}
+	for _, tc := range []struct {
+		mode     AuthMode
+		wantWarn bool
+	}{{AuthNone, true}, {"", false}, {AuthKubernetes, false}} {
+		var logs strings.Builder
+		log := funcr.New(func(prefix, args string) { logs.WriteString(prefix + args + "\n") }, funcr.Options{})
+		s, err := New(cfg, Options{Auth: tc.mode, Log: log, Dashboard: func(context.Context, *rayv1.RayCluster, *corev1.Service) (Dashboard, error) {
+			return nil, errors.New("unused")
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if warned := strings.Contains(logs.String(), "WARNING: authentication is off"); warned != tc.wantWarn {
+			t.Errorf("auth %q: warned %v, logs:\n%s", tc.mode, warned, logs.String())
+		}
+		if (s.auth == nil) != (tc.mode == AuthNone) {
+			t.Errorf("auth %q: authenticating %v", tc.mode, s.auth != nil)
+		}
+	}
+	if _, err := New(cfg, Options{Auth: "off"}); err == nil {
+		t.Error("an unknown auth mode was accepted")
+	}
+}
