@@ -352,6 +352,15 @@ func TestGCSHealth(t *testing.T) {
 	if err := c.CheckGCSHealth(context.Background()); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v", err)
 	}
+	// Any failed check is unhealthy, whatever the status; the classification is kept.
+	status.Store(404)
+	if err := c.CheckGCSHealth(context.Background()); !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("404: err = %v", err)
+	}
+	status.Store(401)
+	if err := c.CheckGCSHealth(context.Background()); !errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrUnauthorized) {
+		t.Fatalf("401: err = %v", err)
+	}
 }
 
 func TestServeProxyHealth(t *testing.T) {
@@ -373,6 +382,10 @@ func TestServeProxyHealth(t *testing.T) {
 	status.Store(503)
 	if err := c.CheckHealth(context.Background()); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err = %v", err)
+	}
+	status.Store(404)
+	if err := c.CheckHealth(context.Background()); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("404: err = %v", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package ray
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -12,7 +13,7 @@ import (
 func (c *DashboardClient) CheckGCSHealth(ctx context.Context) error {
 	raw, err := c.call(ctx, http.MethodGet, "/api/gcs_healthz", nil, nil)
 	if err != nil {
-		return fmt.Errorf("gcs health: %w", err)
+		return fmt.Errorf("gcs health: %w", unhealthy(err))
 	}
 	if !strings.Contains(string(raw), "success") {
 		return fmt.Errorf("gcs health: %w: answered %q", ErrUnavailable, truncate(string(raw), 200))
@@ -40,9 +41,19 @@ func (c *ServeProxyClient) CheckHealth(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.timeout)
 	defer cancel()
 	if _, err := roundTrip(ctx, c.t, http.MethodGet, "/-/healthz", nil, nil, nil); err != nil {
-		return fmt.Errorf("serve proxy health: %w", err)
+		return fmt.Errorf("serve proxy health: %w", unhealthy(err))
 	}
 	return nil
+}
+
+// unhealthy makes every failed health check match ErrUnavailable, as callers are promised: a 404 (an older Ray
+// without the route, or another server on the port) or a 401 means unhealthy just as a 503 does. The original
+// classification still matches too (errors.Is(err, ErrUnauthorized)).
+func unhealthy(err error) error {
+	if errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // Get sends GET path to the proxy (an application route) and returns the body of a 2xx answer.
