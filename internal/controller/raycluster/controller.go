@@ -132,21 +132,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	now := metav1.Now()
 	newStatus := computeStatus(c, run.obs, now)
+	var statusErr error
 	if !statusEqual(oldStatus, &newStatus) {
 		newStatus.LastUpdateTime = &now
 		c.Status = newStatus
-		if err := r.client.Status().Update(ctx, c); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: time.Second}, nil
-			}
-			return ctrl.Result{}, fmt.Errorf("update status: %w", err)
-		}
+		statusErr = r.client.Status().Update(ctx, c)
 	}
+	// The events report pods and Services already written (or writes that failed), which a lost status write
+	// does not undo: they are recorded even when the status write fails, or nobody would hear of them.
 	for _, e := range run.events {
 		r.recorder.Eventf(c, nil, e.typ, e.reason, e.action, "%s", e.note)
 	}
-	if recErr != nil {
+	switch {
+	case recErr != nil:
 		return ctrl.Result{}, recErr
+	case apierrors.IsConflict(statusErr):
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	case statusErr != nil:
+		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
 	}
 	return run.result, nil
 }

@@ -3,13 +3,19 @@ package raycluster
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -122,5 +128,37 @@ func TestCreateWorkersBounded(t *testing.T) {
 	}
 	if rn.obs.failure == nil || rn.obs.failure.reason != "FailedCreateWorkerPod" {
 		t.Errorf("failure %+v", rn.obs.failure)
+	}
+}
+
+// A status write that loses a race (the autoscaler wrote the RayCluster meanwhile) does not swallow the events of
+// the pods and Services the reconcile did create.
+func TestEventsSurviveStatusConflict(t *testing.T) {
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := testutil.MakeRayCluster("ns", "rc").Workers("small", 1).Obj()
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(rc).WithStatusSubresource(rc).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+				return apierrors.NewConflict(schema.GroupResource{Group: "ray.io", Resource: "rayclusters"}, obj.GetName(), errors.New("changed"))
+			},
+		}).Build()
+	rec := events.NewFakeRecorder(20)
+	r := &Reconciler{client: cl, recorder: rec, opts: Options{MaxParallelWrites: 4, ResyncPeriod: time.Minute}, exp: newExpectations()}
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "rc"}})
+	if err != nil || res.RequeueAfter != time.Second {
+		t.Fatalf("Reconcile = %+v, %v; want a requeue after 1s", res, err)
+	}
+	close(rec.Events)
+	var got []string
+	for e := range rec.Events {
+		got = append(got, e)
+	}
+	for _, reason := range []string{"CreatedService", "CreatedHeadPod", "CreatedWorkerPods"} {
+		if !slices.ContainsFunc(got, func(e string) bool { return strings.Contains(e, reason) }) {
+			t.Errorf("no %s event in %q", reason, got)
+		}
 	}
 }
