@@ -1,6 +1,7 @@
 package builder
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -418,11 +419,15 @@ func TestNames(t *testing.T) {
 	}
 }
 
-func TestTemplateHash(t *testing.T) {
-	base := TemplateHash(&cluster().Spec)
-	if base != TemplateHash(&cluster().Spec) {
-		t.Fatal("hash not stable")
+func TestTemplateHashes(t *testing.T) {
+	base := Hashes(&cluster().Spec)
+	if !reflect.DeepEqual(base, Hashes(&cluster().Spec)) {
+		t.Fatal("hashes not stable")
 	}
+	if len(base.Workers) != len(cluster().Spec.WorkerGroupSpecs) || base.Head == "" {
+		t.Fatalf("want a head hash and one per worker group, got %+v", base)
+	}
+	// Changes that must recreate nothing: no group's hash moves.
 	same := map[string]func(*rayv1.RayCluster){
 		"replicas": func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](9) },
 		"min/max": func(c *rayv1.RayCluster) {
@@ -439,26 +444,74 @@ func TestTemplateHash(t *testing.T) {
 		"upgradeStrategy": func(c *rayv1.RayCluster) {
 			c.Spec.UpgradeStrategy = &rayv1.RayClusterUpgradeStrategy{Type: ptr.To(rayv1.RayClusterRecreate)}
 		},
-		"suspend": func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) },
+		"suspend":                  func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) },
+		"head service annotations": func(c *rayv1.RayCluster) { c.Spec.HeadServiceAnnotations = map[string]string{"a": "b"} },
+		"head service type":        func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.ServiceType = corev1.ServiceTypeNodePort },
 	}
 	for name, mutate := range same {
 		c := cluster()
 		mutate(c)
-		if got := TemplateHash(&c.Spec); got != base {
-			t.Errorf("%s changed the hash", name)
+		if got := Hashes(&c.Spec); !reflect.DeepEqual(got, base) {
+			t.Errorf("%s changed the hashes: %+v, was %+v", name, got, base)
 		}
 	}
-	differ := map[string]func(*rayv1.RayCluster){
-		"head image":   func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image = "new" },
-		"worker image": func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "new" },
-		"start params": func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.RayStartParams["num-cpus"] = "0" },
+
+	// Adding a group gives it a hash and leaves the others alone.
+	c := cluster()
+	extra := *c.Spec.WorkerGroupSpecs[0].DeepCopy()
+	extra.GroupName = "added"
+	c.Spec.WorkerGroupSpecs = append(c.Spec.WorkerGroupSpecs, extra)
+	got := Hashes(&c.Spec)
+	if got.Head != base.Head || got.Workers["added"] == "" {
+		t.Errorf("adding a group: head hash moved or no hash for the new group: %+v", got)
 	}
-	for name, mutate := range differ {
+	for g, h := range base.Workers {
+		if got.Workers[g] != h {
+			t.Errorf("adding a group moved the hash of group %s", g)
+		}
+	}
+
+	// Changes that must be seen, on the group they concern.
+	group := cluster().Spec.WorkerGroupSpecs[0].GroupName
+	differ := map[string]struct {
+		mutate      func(*rayv1.RayCluster)
+		head, group bool
+	}{
+		"head image":   {func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image = "new" }, true, false},
+		"head params":  {func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.RayStartParams["num-cpus"] = "0" }, true, false},
+		"autoscaling":  {func(c *rayv1.RayCluster) { c.Spec.EnableInTreeAutoscaling = ptr.To(true) }, true, false},
+		"worker image": {func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "new" }, false, true},
+		"worker env": {func(c *rayv1.RayCluster) {
+			c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Env = append(c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Env, corev1.EnvVar{Name: "X", Value: "1"})
+		}, false, true},
+		"worker params": {func(c *rayv1.RayCluster) {
+			c.Spec.WorkerGroupSpecs[0].RayStartParams = map[string]string{"num-gpus": "1"}
+		}, false, true},
+		"worker template label": {func(c *rayv1.RayCluster) {
+			c.Spec.WorkerGroupSpecs[0].Template.Labels = map[string]string{"team": "b"}
+		}, false, true},
+	}
+	for name, d := range differ {
 		c := cluster()
-		mutate(c)
-		if got := TemplateHash(&c.Spec); got == base {
-			t.Errorf("%s did not change the hash", name)
+		d.mutate(c)
+		got := Hashes(&c.Spec)
+		if (got.Head != base.Head) != d.head {
+			t.Errorf("%s: head hash changed = %v, want %v", name, got.Head != base.Head, d.head)
 		}
+		if (got.Workers[group] != base.Workers[group]) != d.group {
+			t.Errorf("%s: group hash changed = %v, want %v", name, got.Workers[group] != base.Workers[group], d.group)
+		}
+	}
+
+	// For picks the pod's own group; a worker of a removed group has none.
+	if h, ok := base.For(map[string]string{LabelNodeType: NodeTypeHead}); !ok || h != base.Head {
+		t.Errorf("For(head) = %q, %v", h, ok)
+	}
+	if h, ok := base.For(map[string]string{LabelNodeType: NodeTypeWorker, LabelGroup: group}); !ok || h != base.Workers[group] {
+		t.Errorf("For(worker) = %q, %v", h, ok)
+	}
+	if _, ok := base.For(map[string]string{LabelNodeType: NodeTypeWorker, LabelGroup: "gone"}); ok {
+		t.Error("For(worker of a removed group) reported a hash")
 	}
 }
 

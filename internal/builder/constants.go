@@ -34,7 +34,7 @@ const (
 
 // Annotation keys.
 const (
-	// AnnotationPodTemplateHash is stamped on every pod: the hash of the user's spec the pod was built from.
+	// AnnotationPodTemplateHash is stamped on every pod: the hash of its group's template it was built from (see Hashes).
 	AnnotationPodTemplateHash = "ray.io/pod-template-hash"
 	AnnotationFTEnabled       = "ray.io/ft-enabled"
 	// AnnotationOverwriteContainerCmd set to "true" keeps the user's command untouched.

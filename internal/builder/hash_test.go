@@ -2,12 +2,19 @@ package builder
 
 import "testing"
 
-// The hash of a fixed spec is pinned: a Manta release that changed it (a new hashed field, another encoding)
+// The hashes of a fixed spec are pinned: a Manta release that changed them (a new hashed field, another encoding)
 // would make every Recreate cluster see a template change and recreate all its pods on the operator upgrade.
-// Change the literal only together with a migration that does not recreate.
-func TestTemplateHashGolden(t *testing.T) {
-	const want = "bjn3ar8ivcc1ohq1hb6km1l59frpm9km"
-	if got := TemplateHash(&cluster().Spec); got != want {
-		t.Errorf("TemplateHash = %q, want %q: existing pods would be recreated by the operator upgrade", got, want)
+// Change the literals only together with a migration that does not recreate.
+func TestTemplateHashesGolden(t *testing.T) {
+	got := Hashes(&cluster().Spec)
+	const head = "k2ib3m52bp148genpnnoijot6uoolkk3"
+	if got.Head != head {
+		t.Errorf("head hash = %q, want %q: existing pods would be recreated by the operator upgrade", got.Head, head)
+	}
+	want := map[string]string{"small": "iuh64qit7flnml1u1oef7bfunf2msqjj"}
+	for g, h := range want {
+		if got.Workers[g] != h {
+			t.Errorf("hash of group %s = %q, want %q: existing pods would be recreated by the operator upgrade", g, got.Workers[g], h)
+		}
 	}
 }

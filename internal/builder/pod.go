@@ -21,7 +21,7 @@ type PodOptions struct {
 	ClusterDomain string
 	// DefaultTemplate is merged under the user's template (see MergePodTemplate); nil means none.
 	DefaultTemplate *corev1.PodTemplateSpec
-	// TemplateHash is stamped on the pod as ray.io/pod-template-hash; see TemplateHash.
+	// TemplateHash is stamped on the pod as ray.io/pod-template-hash: its group's hash, see Hashes.
 	TemplateHash string
 }
 

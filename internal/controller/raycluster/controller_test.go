@@ -411,6 +411,27 @@ func testRecreate(t *testing.T, e *env) {
 	}
 	before = uids(pods)
 
+	// Adding a worker group and annotating the head Service change no existing group's template: nothing is
+	// recreated, the new group's pod is just added.
+	e.update(t, rc, func(c *rayv1.RayCluster) {
+		extra := *c.Spec.WorkerGroupSpecs[0].DeepCopy()
+		extra.GroupName = "extra"
+		extra.Replicas = ptr.To[int32](1)
+		c.Spec.WorkerGroupSpecs = append(c.Spec.WorkerGroupSpecs, extra)
+		c.Spec.HeadServiceAnnotations = map[string]string{"example.com/team": "ray"}
+	})
+	pods = e.waitPods(t, rc, 5)
+	kept = 0
+	for _, p := range pods {
+		if before[p.UID] {
+			kept++
+		}
+	}
+	if kept != 4 {
+		t.Fatalf("adding a group / head Service annotations recreated pods: kept %d of 4", kept)
+	}
+	before = uids(pods)
+
 	e.update(t, rc, func(c *rayv1.RayCluster) {
 		c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "rayproject/ray:2.53.0"
 	})
@@ -421,9 +442,9 @@ func testRecreate(t *testing.T, e *env) {
 				return false, "old pod " + p.Name + " still there"
 			}
 		}
-		return len(pods) == 4, fmt.Sprintf("%d pods", len(pods))
+		return len(pods) == 5, fmt.Sprintf("%d pods", len(pods))
 	})
-	for _, p := range e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeWorker) {
+	for _, p := range e.pods(t, rc, builder.LabelGroup, "small") {
 		if p.Spec.Containers[0].Image != "rayproject/ray:2.53.0" {
 			t.Errorf("pod %s image %s", p.Name, p.Spec.Containers[0].Image)
 		}

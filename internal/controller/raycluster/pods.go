@@ -48,19 +48,20 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		return r.deleteAll(ctx, run, pods, "the cluster is suspended")
 	}
 
-	hash := builder.TemplateHash(&c.Spec)
+	hashes := builder.Hashes(&c.Spec)
 	if recreate(c) {
 		for i := range pods {
-			if h := pods[i].Annotations[builder.AnnotationPodTemplateHash]; h != "" && h != hash {
+			want, ok := hashes.For(pods[i].Labels)
+			if h := pods[i].Annotations[builder.AnnotationPodTemplateHash]; ok && h != "" && h != want {
 				return r.deleteAll(ctx, run, pods, "the pod templates changed and upgradeStrategy is Recreate")
 			}
 		}
 	}
-	if err := r.adopt(ctx, run, hash); err != nil {
+	if err := r.adopt(ctx, run, hashes); err != nil {
 		return err
 	}
 
-	opts := builder.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hash}
+	opts := builder.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hashes.Head}
 	var errs []error
 	if err := r.reconcileHead(ctx, run, opts); err != nil {
 		errs = append(errs, err)
@@ -69,6 +70,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	for i := range c.Spec.WorkerGroupSpecs {
 		g := &c.Spec.WorkerGroupSpecs[i]
 		groups[g.GroupName] = true
+		opts.TemplateHash = hashes.Workers[g.GroupName]
 		if err := r.reconcileGroup(ctx, run, g, opts); err != nil {
 			errs = append(errs, err)
 		}
@@ -109,11 +111,12 @@ func metaOwnedBy(p *corev1.Pod, c *rayv1.RayCluster) bool {
 
 // adopt stamps the template hash on pods that lack it (pods of a cluster taken over from another operator), so
 // that a later template change is detected and the takeover itself recreates nothing.
-func (r *Reconciler) adopt(ctx context.Context, run *run, hash string) error {
+func (r *Reconciler) adopt(ctx context.Context, run *run, hashes builder.TemplateHashes) error {
 	var errs []error
 	for i := range run.obs.pods {
 		p := &run.obs.pods[i]
-		if p.Annotations[builder.AnnotationPodTemplateHash] != "" {
+		hash, ok := hashes.For(p.Labels)
+		if !ok || p.Annotations[builder.AnnotationPodTemplateHash] != "" {
 			continue
 		}
 		patch := client.MergeFrom(p.DeepCopy())
