@@ -606,6 +606,13 @@ func TestUnsupportedFields(t *testing.T) {
 			c.Annotations = map[string]string{AnnotationFTEnabled: "true"}
 			c.Labels = map[string]string{LabelSchedulerName: "volcano"}
 		}, []string{"metadata.annotations[ray.io/ft-enabled]", "spec.networkPolicy", "spec.headGroupSpec.enableIngress", "metadata.labels[ray.io/scheduler-name]"}},
+		{"autoscaler options without autoscaling", func(c *rayv1.RayCluster) {
+			c.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{IdleTimeoutSeconds: ptr.To[int32](30)}
+		}, []string{"spec.autoscalerOptions (enableInTreeAutoscaling is not true)"}},
+		{"autoscaler options with autoscaling are used", func(c *rayv1.RayCluster) {
+			c.Spec.EnableInTreeAutoscaling = ptr.To(true)
+			c.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{IdleTimeoutSeconds: ptr.To[int32](30)}
+		}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -51,6 +51,10 @@ func UnsupportedFields(c *rayv1.RayCluster) []string {
 	if s.HeadGroupSpec.IngressOptions != nil {
 		out = append(out, "spec.headGroupSpec.ingressOptions")
 	}
+	// The autoscaler sidecar exists only with in-tree autoscaling; its options would otherwise be dropped silently.
+	if s.AutoscalerOptions != nil && !ptr.Deref(s.EnableInTreeAutoscaling, false) {
+		out = append(out, "spec.autoscalerOptions (enableInTreeAutoscaling is not true)")
+	}
 	for _, k := range batchSchedulerKeys {
 		if _, ok := c.Labels[k]; ok {
 			out = append(out, fmt.Sprintf("metadata.labels[%s]", k))
