@@ -256,11 +256,19 @@ func (r *Reconciler) defaultTemplate(ctx context.Context, run *run) *corev1.PodT
 func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 	c := run.c
 	want := []*corev1.Service{builder.HeadService(c)}
+	var unwanted []*corev1.Service
 	if builder.WantsServeService(c) {
 		want = append(want, builder.ServeService(c))
+	} else {
+		unwanted = append(unwanted, builder.ServeService(c))
 	}
 	if builder.WantsHeadlessWorkerService(c) {
 		want = append(want, builder.HeadlessWorkerService(c))
+	} else {
+		unwanted = append(unwanted, builder.HeadlessWorkerService(c))
+	}
+	if err := r.deleteUnwantedServices(ctx, run, unwanted); err != nil {
+		return err
 	}
 	for i, svc := range want {
 		existing := &corev1.Service{}
@@ -289,6 +297,29 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 		if i == 0 {
 			run.obs.headService = existing
 		}
+	}
+	return nil
+}
+
+// deleteUnwantedServices deletes the optional Services (serve, headless worker) the cluster made and no longer asks
+// for; a Service of that name that the cluster does not control is left alone.
+func (r *Reconciler) deleteUnwantedServices(ctx context.Context, run *run, unwanted []*corev1.Service) error {
+	for _, svc := range unwanted {
+		existing := &corev1.Service{}
+		if err := r.client.Get(ctx, client.ObjectKeyFromObject(svc), existing); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("get service %s: %w", svc.Name, err)
+		}
+		if !metav1.IsControlledBy(existing, run.c) || existing.DeletionTimestamp != nil {
+			continue
+		}
+		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
+			run.eventf(corev1.EventTypeWarning, "FailedDeleteService", "Delete", "failed to delete Service %s: %v", svc.Name, err)
+			return fmt.Errorf("delete service %s: %w", svc.Name, err)
+		}
+		run.eventf(corev1.EventTypeNormal, "DeletedService", "Delete", "deleted Service %s: the cluster no longer asks for it", svc.Name)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -696,6 +697,15 @@ func testServicesFollowSpec(t *testing.T, e *env) {
 		n, _ := strconv.Atoi(ep["dashboard"])
 		return n >= 30000, fmt.Sprint(ep)
 	})
+
+	// The serve Service goes when the cluster no longer asks for it; the head Service stays.
+	e.update(t, rc, func(c *rayv1.RayCluster) { delete(c.Annotations, builder.AnnotationEnableServeService) })
+	eventually(t, "serve Service deleted", func() (bool, string) {
+		err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rc-serve-svc"}, &corev1.Service{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	waitEvent(t, e, ns, "DeletedService")
+	getSvc("rc-head-svc")
 }
 
 // Under restartPolicy Never a pod whose Ray container terminated stays Running (its sidecars run on) but is dead
