@@ -12,9 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
@@ -39,6 +41,9 @@ type Options struct {
 	Burst int
 	// PullerImage is Manta's own image, from which ImagePullJob puller pods copy their tiny binary.
 	PullerImage string
+	// SkipNameValidation lets more than one operator run in one process, as tests do: controller-runtime otherwise
+	// refuses a second controller of the same name in a process.
+	SkipNameValidation bool
 }
 
 // NodeTypeLabel is the label every Ray pod carries; the operator caches only pods with it.
@@ -100,7 +105,12 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if metricsAddr == "" {
 		metricsAddr = "0"
 	}
+	var ctrlOpts config.Controller
+	if opts.SkipNameValidation {
+		ctrlOpts.SkipNameValidation = ptr.To(true)
+	}
 	return ctrl.NewManager(cfg, ctrl.Options{
+		Controller:              ctrlOpts,
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},

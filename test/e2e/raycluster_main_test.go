@@ -62,12 +62,14 @@ func devCluster(t *testing.T) (*devcluster.Cluster, client.Client) {
 			return
 		}
 		shared.cluster = c
-		mgr, err := operator.NewManager(c.RESTConfig(), operator.Options{ReconcileConcurrency: 8})
+		// TestGeneratedRBACIsSufficient runs an operator of its own in this process too.
+		opts := operator.Options{ReconcileConcurrency: 8, SkipNameValidation: true}
+		mgr, err := operator.NewManager(c.RESTConfig(), opts)
 		if err != nil {
 			shared.err = fmt.Errorf("operator manager: %w", err)
 			return
 		}
-		if err := operator.Setup(mgr, operator.Options{ReconcileConcurrency: 8}); err != nil {
+		if err := operator.Setup(mgr, opts); err != nil {
 			shared.err = fmt.Errorf("operator setup: %w", err)
 			return
 		}
