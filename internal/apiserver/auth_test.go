@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // serviceAccountToken creates a ServiceAccount and returns a real token for it (TokenRequest).
@@ -50,6 +52,18 @@ func (e *testEnv) grant(t *testing.T, ns, sa string, rules ...rbacv1.PolicyRule)
 	if err := e.k.Create(ctx, rb); err != nil {
 		t.Fatal(err)
 	}
+	e.waitRBAC(t, ns, sa, ns, rules...)
+}
+
+// waitRBAC waits until the authorizer applies a binding just created for ServiceAccount saNS/sa (it reads them
+// from an informer), so the next request is not refused on a loaded machine.
+func (e *testEnv) waitRBAC(t *testing.T, saNS, sa, ns string, rules ...rbacv1.PolicyRule) {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitRBAC(t, context.Background(), cs, "system:serviceaccount:"+saNS+":"+sa, ns, rules...)
 }
 
 func (e *testEnv) testAuth(t *testing.T) {

@@ -40,6 +40,7 @@ func (e *testEnv) testSchemathesis(t *testing.T) {
 	if err := e.k.Create(context.Background(), crb); err != nil {
 		t.Fatal(err)
 	}
+	e.waitRBAC(t, ns, "fuzzer", "", rbacv1.PolicyRule{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}})
 	// Something to find: a template and a cluster in a namespace the generated names may hit.
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/clusters", cluster(ns, "fuzzed")), nil)

@@ -118,6 +118,12 @@ func saConfig(t *testing.T, ctx context.Context, kc kubernetes.Interface, admin 
 	if _, err := kc.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The authorizer learns the binding from an informer: wait until it applies, or the first requests may be 403.
+	cr, err := kc.RbacV1().ClusterRoles().Get(ctx, role, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitRBAC(t, ctx, kc, "system:serviceaccount:"+ns+":"+name, "", cr.Rules...)
 	tr, err := kc.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
 	}, metav1.CreateOptions{})
@@ -248,7 +254,8 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 	}
 
 	// The operator with the manta-operator token.
-	opts := operator.Options{ReconcileConcurrency: 4}
+	// The package's shared cluster may run an operator in this process already.
+	opts := operator.Options{ReconcileConcurrency: 4, SkipNameValidation: true}
 	mgr, err := operator.NewManager(opCfg, opts)
 	if err != nil {
 		t.Fatal(err)
