@@ -254,7 +254,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 			return err
 		}
 	}
-	if err := c.waitHealthy(ctx, "/readyz", 60*time.Second); err != nil {
+	if err := c.waitHealthy(ctx, "/readyz", 3*time.Minute); err != nil {
 		return fmt.Errorf("kube-apiserver did not become ready: %w (log: %s)", err, c.logPath("kube-apiserver"))
 	}
 
@@ -447,7 +447,7 @@ func (c *Cluster) WaitForNodesReady(ctx context.Context) error {
 	for _, p := range c.opts.Pools {
 		want += p.Count
 	}
-	return poll(ctx, 120*time.Second, func() (bool, error) {
+	return poll(ctx, 5*time.Minute, func() (bool, error) {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, listOpts)
 		if err != nil {
 			return false, nil
@@ -474,7 +474,8 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 	if len(dirs) == 0 {
 		return nil
 	}
-	crds, err := envtest.InstallCRDs(c.config, envtest.CRDInstallOptions{Paths: dirs, ErrorIfPathMissing: false})
+	// envtest waits 10s by default for the CRDs to be served, too little on a loaded machine.
+	crds, err := envtest.InstallCRDs(c.config, envtest.CRDInstallOptions{Paths: dirs, ErrorIfPathMissing: false, MaxTime: 2 * time.Minute})
 	if err != nil {
 		return fmt.Errorf("install CRDs: %w", err)
 	}

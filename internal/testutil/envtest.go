@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -88,6 +89,13 @@ func Scheme() (*kruntime.Scheme, error) {
 	return s, nil
 }
 
+// EnvtestStartTimeout and EnvtestStopTimeout bound how long each envtest component (etcd, kube-apiserver) may
+// take to start and to stop.
+const (
+	EnvtestStartTimeout = 3 * time.Minute
+	EnvtestStopTimeout  = time.Minute
+)
+
 // StartEnvtest starts a kube-apiserver and etcd (envtest) with Manta's CRDs from config/crd installed, and returns
 // its rest.Config and a client with Manta's scheme. The control plane is stopped when the test ends.
 // The binaries come from $KUBEBUILDER_ASSETS, or <repo>/bin when that is unset.
@@ -102,6 +110,11 @@ func StartEnvtest(t testing.TB) (*rest.Config, client.Client) {
 		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd")},
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
+		// envtest's defaults (20s to start or stop each component, 10s for the CRDs to be served) are too short
+		// on a small machine running other tests alongside.
+		ControlPlaneStartTimeout: EnvtestStartTimeout,
+		ControlPlaneStopTimeout:  EnvtestStopTimeout,
+		CRDInstallOptions:        envtest.CRDInstallOptions{MaxTime: 2 * time.Minute},
 	}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		env.BinaryAssetsDirectory = filepath.Join(root, "bin")

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // TestKubernetesProxy runs the conformance suite through a real kube-apiserver's services/<svc>:dashboard/proxy
@@ -26,7 +27,8 @@ func TestKubernetesProxy(t *testing.T) {
 	pn.forward(t, head.DashboardPort, "127.0.0.1:"+strconv.Itoa(head.DashboardPort))
 	pn.forward(t, head.ServePort, "127.0.0.1:"+strconv.Itoa(head.ServePort))
 
-	env := &envtest.Environment{BinaryAssetsDirectory: filepath.Join(root, "bin")}
+	env := &envtest.Environment{BinaryAssetsDirectory: filepath.Join(root, "bin"),
+		ControlPlaneStartTimeout: testutil.EnvtestStartTimeout, ControlPlaneStopTimeout: testutil.EnvtestStopTimeout}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("starting kube-apiserver (binaries from make tools in bin/): %v", err)
