@@ -322,7 +322,7 @@ func (e *env) pullerPods(t *testing.T, ns string) int {
 
 func (e *env) waitNoPullerPods(t *testing.T, ns string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for e.pullerPods(t, ns) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("puller pods in %s were not cleaned up", ns)
@@ -378,7 +378,7 @@ func testDefaults(t *testing.T, e *env) {
 		*s.PullPolicy.BackoffLimit != 3 || s.CompletionPolicy.Type != mantav1alpha1.CompleteAlways {
 		t.Fatalf("defaults not applied: %+v", s)
 	}
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 10*time.Second, "status of a paused job", func(j *mantav1alpha1.ImagePullJob) bool {
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), time.Minute, "status of a paused job", func(j *mantav1alpha1.ImagePullJob) bool {
 		return j.Status.Desired == 15 && j.Status.StartTime != nil
 	})
 	// The 4 nodes that report the image count as succeeded without a pod; the rest wait.
@@ -488,7 +488,7 @@ func testPolicy(t *testing.T, e *env, policy mantav1alpha1.ImagePullPolicy, want
 	if err := e.cl.Create(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 60*time.Second, "completion", completed)
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", completed)
 	if got.Status.Desired != 12 || got.Status.Succeeded != 12 || got.Status.Failed != 0 || got.Status.Message != MessageCompleted {
 		t.Fatalf("status: %+v", got.Status)
 	}
@@ -527,7 +527,7 @@ func testFailingNode(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	sawRetrying := false
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 60*time.Second, "completion", func(j *mantav1alpha1.ImagePullJob) bool {
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", func(j *mantav1alpha1.ImagePullJob) bool {
 		for _, r := range j.Status.RetryingNodes {
 			if r.Attempts >= 1 && r.Reason == ReasonImageNotFound && !r.NextAttemptAfter.IsZero() {
 				sawRetrying = true
@@ -573,7 +573,7 @@ func testDeadline(t *testing.T, e *env) {
 	if err := e.cl.Create(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 30*time.Second, "completion", completed)
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", completed)
 	if got.Status.Message != MessageDeadlineExceeded || got.Status.Failed != 3 || got.Status.Desired != 3 {
 		t.Fatalf("status: %+v", got.Status)
 	}
@@ -582,7 +582,9 @@ func testDeadline(t *testing.T, e *env) {
 			t.Errorf("failed node %+v", f)
 		}
 	}
-	if d := got.Status.CompletionTime.Sub(got.Status.StartTime.Time); d < 3*time.Second || d > 6*time.Second {
+	// Not before the deadline; the upper bound leaves room for a slow reconcile on a loaded machine (the stuck pulls
+	// never finish, so only the deadline can have completed the job).
+	if d := got.Status.CompletionTime.Sub(got.Status.StartTime.Time); d < 3*time.Second || d > 20*time.Second {
 		t.Errorf("completed %s after start, deadline 3s", d)
 	}
 	e.waitNoPullerPods(t, ns)
@@ -596,9 +598,11 @@ func testTTL(t *testing.T, e *env) {
 	if err := e.cl.Create(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 30*time.Second, "completion", completed)
-	doneAt := time.Now()
-	deadline := time.Now().Add(15 * time.Second)
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", completed)
+	// Measured from the recorded completion, not from when this test saw it: under load the test may notice the
+	// completion late, and the deletion then seems early.
+	doneAt := got.Status.CompletionTime.Time
+	deadline := time.Now().Add(time.Minute)
 	for {
 		err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(job), &mantav1alpha1.ImagePullJob{})
 		if apierrors.IsNotFound(err) {
@@ -624,9 +628,9 @@ func testNever(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(job)
-	e.waitJob(t, key, 30*time.Second, "first node", func(j *mantav1alpha1.ImagePullJob) bool { return j.Status.Succeeded == 1 })
+	e.waitJob(t, key, 2*time.Minute, "first node", func(j *mantav1alpha1.ImagePullJob) bool { return j.Status.Succeeded == 1 })
 	e.addNode(t, "late-1", map[string]string{"pool": "late"})
-	got := e.waitJob(t, key, 30*time.Second, "the node added later", func(j *mantav1alpha1.ImagePullJob) bool {
+	got := e.waitJob(t, key, 2*time.Minute, "the node added later", func(j *mantav1alpha1.ImagePullJob) bool {
 		return j.Status.Succeeded == 2 && j.Status.Desired == 2
 	})
 	if got.Status.CompletionTime != nil || got.Status.Message != "job is running, progress 100.0%" {
@@ -650,7 +654,7 @@ func testPodSelector(t *testing.T, e *env) {
 	if err := e.cl.Create(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 30*time.Second, "completion", completed)
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", completed)
 	if diff := sets.New(got.Status.SucceededNodes...); !diff.Equal(sets.New("p1-02", "p1-05")) {
 		t.Fatalf("succeeded nodes %v", got.Status.SucceededNodes)
 	}

@@ -74,7 +74,7 @@ func testPrepull(t *testing.T, e *env) {
 	}
 	var got map[string][]string
 	var jobs []mantav1alpha1.ImagePullJob
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		jobs = e.ownedJobs(t, ns, cluster.UID)
 		got = map[string][]string{}
@@ -108,12 +108,12 @@ func testPrepull(t *testing.T, e *env) {
 		}
 	}
 	// The jobs run like any other: the ray image lands on both nodes.
-	e.waitJob(t, client.ObjectKey{Namespace: ns, Name: PrepullJobName(cluster.Name, "rayproject/ray:2.9.0")}, 30*time.Second, "prepull progress",
+	e.waitJob(t, client.ObjectKey{Namespace: ns, Name: PrepullJobName(cluster.Name, "rayproject/ray:2.9.0")}, 2*time.Minute, "prepull progress",
 		func(j *mantav1alpha1.ImagePullJob) bool { return j.Status.Succeeded == 2 })
 
 	// A node joining the zone-b pool is added to the jobs of the images that can land there.
 	e.addNode(t, "pp-2", map[string]string{"pool": "pp", "zone": "b"})
-	deadline = time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(2 * time.Minute)
 	for {
 		got = map[string][]string{}
 		for _, j := range e.ownedJobs(t, ns, cluster.UID) {
@@ -136,7 +136,7 @@ func testPrepull(t *testing.T, e *env) {
 	if err := e.cl.Update(ctx, cluster); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(20 * time.Second)
+	deadline = time.Now().Add(2 * time.Minute)
 	for len(e.ownedJobs(t, ns, cluster.UID)) > 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("prepull jobs not deleted after the annotation was removed")

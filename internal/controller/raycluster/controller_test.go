@@ -123,7 +123,8 @@ func mustCreate(t *testing.T, cl client.Client, o client.Object) {
 
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	// Generous: the subtests run in parallel on a shared control plane, on a small and busy machine.
+	deadline := time.Now().Add(2 * time.Minute)
 	last := ""
 	for time.Now().Before(deadline) {
 		ok, msg := cond()
