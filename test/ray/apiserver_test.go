@@ -119,7 +119,7 @@ func TestAPIServerJobSubmissions(t *testing.T) {
 		t.Fatal("submit without an id: empty submissionId in the reply")
 	}
 
-	got := api.waitStatus(base+"/"+okID, time.Minute, "SUCCEEDED")
+	got := api.waitStatus(base+"/"+okID, jobTimeout, "SUCCEEDED")
 	if got.Entrypoint == "" || !strings.Contains(got.Entrypoint, "hello from manta") {
 		t.Errorf("entrypoint %q", got.Entrypoint)
 	}
@@ -139,7 +139,7 @@ func TestAPIServerJobSubmissions(t *testing.T) {
 		t.Errorf("log %q, want it to contain %q", logs.Log, "hello from manta 42")
 	}
 
-	api.waitStatus(base+"/"+genReply.SubmissionID, time.Minute, "SUCCEEDED")
+	api.waitStatus(base+"/"+genReply.SubmissionID, jobTimeout, "SUCCEEDED")
 
 	var list apiserver.ListJobSubmissionInfo
 	api.do(http.MethodGet, base, nil, http.StatusOK, &list)
@@ -168,13 +168,13 @@ func TestAPIServerJobSubmissions(t *testing.T) {
 	api.do(http.MethodPost, base, apiserver.RayJobSubmission{
 		Entrypoint: `python -c "import time; print('long job started', flush=True); time.sleep(600)"`, SubmissionID: longID,
 	}, http.StatusOK, &reply)
-	api.waitStatus(base+"/"+longID, time.Minute, "RUNNING")
+	api.waitStatus(base+"/"+longID, jobTimeout, "RUNNING")
 	e = api.doError(http.MethodDelete, base+"/"+longID, nil, http.StatusBadRequest)
 	if e.Message == "" {
 		t.Errorf("delete while running: empty error message")
 	}
 	api.do(http.MethodPost, base+"/"+longID, nil, http.StatusOK, nil)
-	stopped := api.waitStatus(base+"/"+longID, time.Minute, "STOPPED")
+	stopped := api.waitStatus(base+"/"+longID, jobTimeout, "STOPPED")
 	if stopped.EndTime == 0 {
 		t.Errorf("stopped job has no endTime: %+v", stopped)
 	}
@@ -281,7 +281,23 @@ func (r *restClient) waitStatus(url string, timeout time.Duration, want string) 
 	deadline := time.Now().Add(timeout)
 	var last apiserver.JobSubmissionInfo
 	for {
-		r.do(http.MethodGet, url, nil, http.StatusOK, &last)
+		// A 503 (the head did not answer in time, as on a loaded machine) says to try again, as waitJob does.
+		code, h, raw := r.call(http.MethodGet, url, nil)
+		if code == http.StatusServiceUnavailable && time.Now().Before(deadline) {
+			r.t.Logf("GET %s: 503 %s; trying again", url, raw)
+			time.Sleep(time.Second)
+			continue
+		}
+		if code != http.StatusOK {
+			r.t.Fatalf("GET %s: %d %s, want 200", url, code, raw)
+		}
+		if ct := h.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+			r.t.Errorf("GET %s: Content-Type %q, want application/json", url, ct)
+		}
+		last = apiserver.JobSubmissionInfo{}
+		if err := json.Unmarshal(raw, &last); err != nil {
+			r.t.Fatalf("GET %s: decoding %s: %v", url, raw, err)
+		}
 		if last.Status == want {
 			return last
 		}

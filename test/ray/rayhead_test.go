@@ -239,8 +239,11 @@ func (h *rayHead) Stop() {
 	_ = os.RemoveAll(h.tempDir)
 }
 
-// killProcessesMentioning SIGKILLs processes whose command line contains s (Ray daemons that left the group).
-func killProcessesMentioning(s string) {
+// killProcessesMentioning SIGKILLs processes whose command line mentions dir, as an argument of its own or a path
+// under it (Ray daemons that left the group). A bare substring match would also hit the processes of another head
+// whose temp dir merely starts with dir (/tmp/mrt123 and /tmp/mrt1234), such as the other head of this package or
+// a test run alongside.
+func killProcessesMentioning(dir string) {
 	for range 3 {
 		entries, _ := os.ReadDir("/proc")
 		found := false
@@ -250,7 +253,8 @@ func killProcessesMentioning(s string) {
 				continue
 			}
 			cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-			if err != nil || !bytes.Contains(cmdline, []byte(s)) {
+			// Arguments end with NUL in /proc/<pid>/cmdline.
+			if err != nil || !(bytes.Contains(cmdline, []byte(dir+"/")) || bytes.Contains(cmdline, []byte(dir+"\x00"))) {
 				continue
 			}
 			found = true
