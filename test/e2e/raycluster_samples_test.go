@@ -136,13 +136,17 @@ func templates(rc *rayv1.RayCluster) []corev1.PodTemplateSpec {
 }
 
 // samplePools shapes fake nodes for the samples: one pool per distinct nodeSelector, with as many nodes as pods
-// select it, and a general pool. Every node offers GPUs and TPUs, large enough for one sample pod each.
+// select it, and a general pool. Every node offers GPUs, TPUs and any other extended resource the samples ask for,
+// enough for several sample pods each: the selector pools are not tainted, so the scheduler may also put pods
+// without a nodeSelector there (seen: a GPU pod took the only nvidia-b200 node's 8 GPUs, and the sample whose
+// worker selects that node and asks for 8 stayed Pending).
 func samplePools() ([]devcluster.NodePool, error) {
 	samples, err := loadSamples()
 	if err != nil {
 		return nil, err
 	}
-	extra := map[string]string{"ephemeral-storage": "10Ti", "nvidia.com/gpu": "8", "google.com/tpu": "8", "aws.amazon.com/neuroncore": "8"}
+	const perNode = "64"
+	extra := map[string]string{"ephemeral-storage": "10Ti", "nvidia.com/gpu": perNode, "google.com/tpu": perNode, "aws.amazon.com/neuroncore": perNode}
 	bySelector := map[string]map[string]string{}
 	count := map[string]int{}
 	for _, s := range samples {
@@ -159,7 +163,7 @@ func samplePools() ([]devcluster.NodePool, error) {
 			for _, c := range tmpl.Spec.Containers {
 				for name := range c.Resources.Limits {
 					if n := string(name); n != "cpu" && n != "memory" && n != "ephemeral-storage" && extra[n] == "" {
-						extra[n] = "8"
+						extra[n] = perNode
 					}
 				}
 			}
