@@ -136,8 +136,21 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}()
 	start := time.Now()
-	if err := c.startControlPlane(ctx); err != nil {
-		return nil, err
+	// FreePorts only reserves the ports until it returns; another process can take one before a component binds
+	// it. Start again on fresh ports then, as the Ray head in test/ray does.
+	for attempt := 1; ; attempt++ {
+		err := c.startControlPlane(ctx)
+		if err == nil {
+			break
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
+		}
+		opts.Logf("devcluster: a port was taken before the control plane bound it, starting again on other ports: %v", err)
+		c.stopProcesses()
+		if err := os.RemoveAll(filepath.Join(c.dir, "etcd")); err != nil {
+			return nil, err
+		}
 	}
 	opts.Logf("devcluster: control plane up in %s", time.Since(start).Round(time.Millisecond))
 	if err := c.installCRDs(ctx); err != nil {
@@ -168,12 +181,7 @@ func (c *Cluster) Dir() string { return c.dir }
 // to call more than once.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
-		var errs []error
-		for i := len(c.procs) - 1; i >= 0; i-- {
-			if err := c.procs[i].stop(10 * time.Second); err != nil {
-				errs = append(errs, err)
-			}
-		}
+		errs := []error{c.stopProcesses()}
 		if c.removeDir {
 			errs = append(errs, os.RemoveAll(c.dir))
 		}
@@ -182,16 +190,28 @@ func (c *Cluster) Stop() error {
 	return c.stopErr
 }
 
+// stopProcesses stops every process started so far, in reverse order, and forgets them.
+func (c *Cluster) stopProcesses() error {
+	var errs []error
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		if err := c.procs[i].stop(10 * time.Second); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.procs = nil
+	return errors.Join(errs...)
+}
+
 func (c *Cluster) startControlPlane(ctx context.Context) error {
 	pki, err := writePKI(c.dir)
 	if err != nil {
 		return err
 	}
-	ports, err := FreePorts(5)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return err
 	}
-	etcdClient, etcdPeer, apiPort, schedPort, kcmPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
 	c.Server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
 
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
@@ -263,7 +283,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--authentication-kubeconfig="+c.Kubeconfig,
 		"--authorization-kubeconfig="+c.Kubeconfig,
 		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(schedPort),
+		"--secure-port=0", // nothing reads its health endpoints; one port less to race for
 		"--leader-elect=false",
 		"--kube-api-qps=500", "--kube-api-burst=1000",
 		"--v=0",
@@ -275,7 +295,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--authentication-kubeconfig="+c.Kubeconfig,
 		"--authorization-kubeconfig="+c.Kubeconfig,
 		"--bind-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(kcmPort),
+		"--secure-port=0",
 		"--leader-elect=false",
 		"--service-account-private-key-file="+pki.saKey,
 		"--root-ca-file="+pki.caCert,
