@@ -404,6 +404,8 @@ func bindInstaller(t *testing.T, admin *rest.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The authorizer reads bindings from an informer: wait until this one applies, or the first applies are 403s.
+	testutil.WaitRBAC(t, context.Background(), kc, installer, "", rbacv1.PolicyRule{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}})
 }
 
 // applyOrder is the order in which kinds are applied: namespaces and definitions before what lives in them, roles
@@ -533,6 +535,15 @@ func checkPermissions(t *testing.T, root string, admin *rest.Config) {
 		"manta-operator":  generatedRole(t, root, "config/rbac/operator/role.yaml"),
 		"manta-apiserver": generatedRole(t, root, "config/rbac/apiserver/role.yaml"),
 	}
+	// The bindings were applied just now and the authorizer learns them from an informer: wait until each applies
+	// (its first rule, and the operator's leader election Role) before asking about every permission.
+	for sa, role := range roles {
+		if len(role.Rules) > 0 {
+			testutil.WaitRBAC(t, ctx, kc, "system:serviceaccount:"+namespace+":"+sa, "ray-jobs", role.Rules[0])
+		}
+	}
+	testutil.WaitRBAC(t, ctx, kc, "system:serviceaccount:"+namespace+":manta-operator", namespace,
+		rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"update"}})
 	for sa, role := range roles {
 		if len(role.Rules) == 0 {
 			t.Fatalf("generated ClusterRole %s has no rules", role.Name)
