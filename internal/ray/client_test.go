@@ -147,7 +147,8 @@ func TestTimeout(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want ErrUnavailable and DeadlineExceeded", err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	// The handler never answers by itself; the bound leaves room for a busy machine's scheduling delays.
+	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("timeout took %v", d)
 	}
 }

@@ -58,7 +58,7 @@ func TestKubernetesProxy(t *testing.T) {
 	}
 
 	// The API server learns EndpointSlices from an informer: wait until the proxy reaches Ray.
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		err := dash.CheckGCSHealth(t.Context())
 		if err == nil {
