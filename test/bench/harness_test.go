@@ -24,7 +24,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -148,11 +147,13 @@ func (e *env) startOperator(b *testing.B, opts operator.Options) *operatorRun {
 	cfg := e.cluster.RESTConfig()
 	cfg.QPS, cfg.Burst = operatorQPS, operatorBurst
 	cfg.Wrap(calls.wrap)
+	// Every benchmark in this process starts its own operator, so controller names repeat.
+	opts.SkipNameValidation = true
 	mgr, err := operator.NewManager(cfg, opts)
 	if err != nil {
 		b.Fatalf("operator manager: %v", err)
 	}
-	if err := operator.Setup(benchManager{mgr}, opts); err != nil {
+	if err := operator.Setup(mgr, opts); err != nil {
 		b.Fatalf("operator setup: %v", err)
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
@@ -184,17 +185,6 @@ func (e *env) startOperator(b *testing.B, opts operator.Options) *operatorRun {
 	}
 	e.sleep(time.Second)
 	return &operatorRun{mgr: mgr, calls: calls, stop: stop}
-}
-
-// benchManager lets every benchmark in this process start its own operator: controller-runtime refuses a second
-// controller with the same name in one process (for its metrics) unless name validation is skipped, and
-// operator.NewManager, rightly, does not skip it.
-type benchManager struct{ ctrl.Manager }
-
-func (m benchManager) GetControllerOptions() config.Controller {
-	o := m.Manager.GetControllerOptions()
-	o.SkipNameValidation = ptr.To(true)
-	return o
 }
 
 // reconciles is how many reconciles the named controller has finished in this process, from controller-runtime's
