@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,14 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -44,68 +37,6 @@ func (w *apiWrites) RoundTrip(req *http.Request) (*http.Response, error) {
 		w.n.Add(1)
 	}
 	return w.next.RoundTrip(req)
-}
-
-// pullerPodWatcher follows the puller pods with a watch and records, per job, the most that existed at once: a pod
-// exists from its ADDED to its DELETED event, so terminating pods count, and watch events come in the API server's
-// order, so no overlap is missed however short (polling could miss one).
-type pullerPodWatcher struct {
-	mu       sync.Mutex
-	existing map[types.UID]sets.Set[types.UID]
-	max      map[types.UID]int
-}
-
-func watchPullerPods(t *testing.T, ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) *pullerPodWatcher {
-	t.Helper()
-	c, err := cache.New(cfg, cache.Options{Scheme: scheme,
-		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{imagepulljob.LabelImagePuller: "true"})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	inf, err := c.GetInformer(ctx, &corev1.Pod{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &pullerPodWatcher{existing: map[types.UID]sets.Set[types.UID]{}, max: map[types.UID]int{}}
-	update := func(obj any, exists bool) {
-		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		p, ok := obj.(*corev1.Pod)
-		if !ok {
-			return
-		}
-		job := types.UID(p.Labels[imagepulljob.LabelJobUID])
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.existing[job] == nil {
-			w.existing[job] = sets.New[types.UID]()
-		}
-		if exists {
-			w.existing[job].Insert(p.UID)
-			w.max[job] = max(w.max[job], w.existing[job].Len())
-		} else {
-			w.existing[job].Delete(p.UID)
-		}
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { update(obj, true) },
-		UpdateFunc: func(_, obj any) { update(obj, true) },
-		DeleteFunc: func(obj any) { update(obj, false) },
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = c.Start(ctx) }()
-	if !c.WaitForCacheSync(ctx) {
-		t.Fatal("puller pod watch did not sync")
-	}
-	return w
-}
-
-func (w *pullerPodWatcher) maxPods(job types.UID) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.max[job]
 }
 
 // TestImagePullJobOnDevCluster runs the ImagePullJob controller against the dev cluster with 1,000 kwok nodes and
@@ -175,7 +106,7 @@ func TestImagePullJobOnDevCluster(t *testing.T) {
 			t.Errorf("manager: %v", err)
 		}
 	}()
-	podWatch := watchPullerPods(t, ctx, c.RESTConfig(), scheme)
+	podWatch := testutil.WatchPods(t, ctx, c.RESTConfig(), labels.Set{imagepulljob.LabelImagePuller: "true"}, imagepulljob.LabelJobUID)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "imagepull-e2e"}}
 	if err := cl.Create(ctx, ns); err != nil {
 		t.Fatal(err)
@@ -217,7 +148,7 @@ func TestImagePullJobOnDevCluster(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		return got, podWatch.maxPods(got.UID), took, w
+		return got, podWatch.Max(string(got.UID)), took, w
 	}
 
 	t.Run("failing pulls are retried then reported", func(t *testing.T) {

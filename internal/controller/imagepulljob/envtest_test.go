@@ -20,10 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/rest"
-	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -40,72 +38,7 @@ type env struct {
 	cfg     *rest.Config
 	writes  *writeCounter
 	kubelet *fakeKubelet
-	pods    *podWatcher
-}
-
-// podWatcher follows every puller pod with a watch and records, per job, the most puller pods that existed at once
-// (a pod exists from its ADDED to its DELETED event, so terminating pods count). Watch events come in the API
-// server's order, so no overlap is missed, however short.
-type podWatcher struct {
-	mu       sync.Mutex
-	existing map[types.UID]sets.Set[types.UID] // job -> pods
-	max      map[types.UID]int
-}
-
-func startPodWatcher(t *testing.T, ctx context.Context, cfg *rest.Config) *podWatcher {
-	scheme, err := testutil.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultLabelSelector: labels.SelectorFromSet(labels.Set{LabelImagePuller: "true"})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &podWatcher{existing: map[types.UID]sets.Set[types.UID]{}, max: map[types.UID]int{}}
-	inf, err := c.GetInformer(ctx, &corev1.Pod{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	update := func(obj any, add bool) {
-		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-			obj = d.Obj
-		}
-		p, ok := obj.(*corev1.Pod)
-		if !ok {
-			return
-		}
-		job := types.UID(p.Labels[LabelJobUID])
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if w.existing[job] == nil {
-			w.existing[job] = sets.New[types.UID]()
-		}
-		if add {
-			w.existing[job].Insert(p.UID)
-			w.max[job] = max(w.max[job], w.existing[job].Len())
-		} else {
-			w.existing[job].Delete(p.UID)
-		}
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { update(obj, true) },
-		UpdateFunc: func(_, obj any) { update(obj, true) },
-		DeleteFunc: func(obj any) { update(obj, false) },
-	}); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = c.Start(ctx) }()
-	if !c.WaitForCacheSync(ctx) {
-		t.Fatal("pod watcher did not sync")
-	}
-	return w
-}
-
-// maxPods is the most puller pods of the job that existed at once.
-func (w *podWatcher) maxPods(job types.UID) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.max[job]
+	pods    *testutil.PodWatcher
 }
 
 // writeCounter counts the controller's API writes (every request that is not a read).
@@ -161,7 +94,7 @@ func startEnv(t *testing.T) *env {
 	go func() { done <- mgr.Start(ctx) }()
 	k := &fakeKubelet{cl: cl, maxActive: map[types.UID]int{}, seen: map[types.UID]map[string]int{}}
 	go k.run(ctx)
-	pw := startPodWatcher(t, ctx, cfg)
+	pw := testutil.WatchPods(t, ctx, cfg, labels.Set{LabelImagePuller: "true"}, LabelJobUID)
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -500,7 +433,7 @@ func testPolicy(t *testing.T, e *env, policy mantav1alpha1.ImagePullPolicy, want
 	if maxActive < 2 {
 		t.Errorf("at most %d node pulled at once: parallelism 3 is not used", maxActive)
 	}
-	if n := e.pods.maxPods(got.UID); n > 3 {
+	if n := e.pods.Max(string(got.UID)); n > 3 {
 		t.Errorf("%d puller pods existed at once (terminating included), parallelism 3", n)
 	}
 	pods := 0
@@ -553,7 +486,7 @@ func testFailingNode(t *testing.T, e *env) {
 		}
 	}
 	e.waitNoPullerPods(t, ns)
-	maxPods := e.pods.maxPods(got.UID)
+	maxPods := e.pods.Max(string(got.UID))
 	if maxPods > 2 {
 		t.Errorf("%d puller pods existed at once (terminating included), parallelism 2", maxPods)
 	}
