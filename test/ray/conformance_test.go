@@ -300,12 +300,22 @@ applications:
 
 func testServe(t *testing.T, s suite) {
 	c := s.dashboard
-	if err := c.DeployServeConfigV2(t.Context(), serveConfig(s)); err != nil {
-		t.Fatal(err)
-	}
 	appName := "hello-" + s.name
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
+	// The first PUT starts Serve's controller inside the request and can outlast one call's timeout on a loaded
+	// machine; the PUT is idempotent, so it is retried while the head is unavailable, as a controller requeues.
+	for {
+		err := c.DeployServeConfigV2(ctx, serveConfig(s))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ray.ErrUnavailable) || ctx.Err() != nil {
+			t.Fatalf("deploy serve applications: %v", err)
+		}
+		t.Logf("deploy serve applications: %v; retrying", err)
+		time.Sleep(2 * time.Second)
+	}
 	var last *ray.ServeDetails
 	for {
 		d, err := c.GetServeDetails(ctx)
