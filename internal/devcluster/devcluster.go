@@ -4,6 +4,7 @@
 package devcluster
 
 import (
+	"bufio"
 	"context"
 	_ "embed"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -551,20 +553,44 @@ func FreePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// RepoRoot finds the directory holding Manta's go.mod, from the working directory upwards.
+// ModulePath is Manta's Go module path; RepoRoot looks for the go.mod that declares it.
+const ModulePath = "github.com/manta-dev/manta"
+
+// RepoRoot returns the root of the Manta repository: the nearest directory holding the go.mod of ModulePath,
+// searched upwards from the working directory and then from this source file. Other go.mod files on the way
+// (hack/tools/...) are skipped.
 func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		starts = append(starts, filepath.Dir(file))
+	}
+	for _, start := range starts {
+		for dir := start; ; dir = filepath.Dir(dir) {
+			if isModuleRoot(dir) {
+				return dir, nil
+			}
+			if filepath.Dir(dir) == dir {
+				break
+			}
+		}
+	}
+	return "", fmt.Errorf("devcluster: no go.mod of module %s above %v", ModulePath, starts)
+}
+
+func isModuleRoot(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "go.mod"))
 	if err != nil {
-		return "", err
+		return false
 	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module github.com/manta-dev/manta\n") {
-			return dir, nil
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "module ") {
+			return strings.Trim(strings.TrimSpace(strings.TrimPrefix(line, "module ")), `"`) == ModulePath
 		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("devcluster: Manta's go.mod not found above the working directory")
-		}
-		dir = parent
 	}
+	return false
 }

@@ -2,13 +2,9 @@
 package testutil
 
 import (
-	"bufio"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,49 +16,14 @@ import (
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/devcluster"
 )
 
 // ModulePath is the Go module path of the repository; RepoRoot looks for the go.mod that declares it.
-const ModulePath = "github.com/manta-dev/manta"
+const ModulePath = devcluster.ModulePath
 
-// RepoRoot returns the root of the Manta repository: the nearest directory holding the go.mod of module
-// ModulePath, searched upwards from the working directory and then from this source file. Other go.mod files on
-// the way (hack/tools/...) are skipped.
-func RepoRoot() (string, error) {
-	var starts []string
-	if wd, err := os.Getwd(); err == nil {
-		starts = append(starts, wd)
-	}
-	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
-		starts = append(starts, filepath.Dir(file))
-	}
-	for _, start := range starts {
-		for dir := start; ; dir = filepath.Dir(dir) {
-			if isModuleRoot(dir) {
-				return dir, nil
-			}
-			if filepath.Dir(dir) == dir {
-				break
-			}
-		}
-	}
-	return "", fmt.Errorf("no go.mod of module %s above %v", ModulePath, starts)
-}
-
-func isModuleRoot(dir string) bool {
-	f, err := os.Open(filepath.Join(dir, "go.mod"))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "module ") {
-			return strings.Trim(strings.TrimSpace(strings.TrimPrefix(line, "module ")), `"`) == ModulePath
-		}
-	}
-	return false
-}
+// RepoRoot returns the root of the Manta repository (see devcluster.RepoRoot).
+func RepoRoot() (string, error) { return devcluster.RepoRoot() }
 
 // MustRepoRoot is RepoRoot for tests: it fails the test when the root cannot be found.
 func MustRepoRoot(t testing.TB) string {

@@ -3,9 +3,7 @@ package ray_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/manta-dev/manta/internal/devcluster"
 )
 
 // rayHead is a `ray start --head --block` process on loopback, with its own temp dir and ports.
@@ -26,24 +26,6 @@ type rayHead struct {
 	ServePort     int
 	GCSPort       int
 	authToken     string
-}
-
-// repoRoot walks up from the working directory to the directory holding go.mod.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
 }
 
 // ensureRay returns the path of the pinned `ray` CLI, creating bin/ray-venv with hack/ray-venv.sh when needed
@@ -61,26 +43,6 @@ func ensureRay(root string) (string, error) {
 		return "", err
 	}
 	return ray, nil
-}
-
-// freePorts reserves n distinct loopback ports by listening on them all at once, then releases them.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // startRayHead starts the head and waits until the dashboard's GCS health check and Jobs API answer.
@@ -101,7 +63,7 @@ func startRayHeadOnce(rayBin, authToken string) (*rayHead, error) {
 	if err != nil {
 		return nil, err
 	}
-	ports, err := freePorts(10)
+	ports, err := devcluster.FreePorts(10)
 	if err != nil {
 		return nil, err
 	}
