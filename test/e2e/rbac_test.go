@@ -300,7 +300,7 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 			t.Fatal(err)
 		}
 
-		waitFor(t, 3*time.Minute, "autoscaled RayCluster ready", func() (bool, string) {
+		testutil.Eventually(t, 3*time.Minute, "autoscaled RayCluster ready", func() (bool, string) {
 			failFast(t)
 			got := &rayv1.RayCluster{}
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(rc), got); err != nil {
@@ -319,7 +319,7 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 			}
 		}
 
-		waitFor(t, 2*time.Minute, "ImagePullJob complete", func() (bool, string) {
+		testutil.Eventually(t, 2*time.Minute, "ImagePullJob complete", func() (bool, string) {
 			failFast(t)
 			got := &mantav1alpha1.ImagePullJob{}
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
@@ -329,7 +329,7 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 			return s.CompletionTime != nil && s.Desired == 2 && s.Succeeded == 2 && s.Failed == 0, fmt.Sprintf("%+v", s)
 		})
 
-		waitFor(t, 2*time.Minute, "prepull ImagePullJobs of the annotated RayCluster", func() (bool, string) {
+		testutil.Eventually(t, 2*time.Minute, "prepull ImagePullJobs of the annotated RayCluster", func() (bool, string) {
 			failFast(t)
 			got := &rayv1.RayCluster{}
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(pre), got); err != nil {
@@ -463,20 +463,4 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 
 	// A last look at the operator after the API server's clusters came and went.
 	checkDenied(t, "operator (manta-operator), after the API server's requests", opDenied, opSeen)
-}
-
-// waitFor polls cond every 250ms until it holds, failing the test with the last description after timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, last := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %s: %s", what, timeout, last)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
 }

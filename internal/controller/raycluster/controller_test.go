@@ -124,17 +124,7 @@ func mustCreate(t *testing.T, cl client.Client, o client.Object) {
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	// Generous: the subtests run in parallel on a shared control plane, on a small and busy machine.
-	deadline := time.Now().Add(2 * time.Minute)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, msg := cond()
-		if ok {
-			return
-		}
-		last = msg
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s: %s", what, last)
+	testutil.Eventually(t, 2*time.Minute, what, cond)
 }
 
 func (e *env) pods(t *testing.T, rc *rayv1.RayCluster, extra ...string) []corev1.Pod {
