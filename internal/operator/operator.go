@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/manta-dev/manta/internal/ray"
 )
 
 // Options are the operator's settings; flags in cmd/manta map onto them one to one.
@@ -44,6 +46,9 @@ type Options struct {
 	// SkipNameValidation lets more than one operator run in one process, as tests do: controller-runtime otherwise
 	// refuses a second controller of the same name in a process.
 	SkipNameValidation bool
+	// RayClients builds the clients every controller that talks to a Ray head uses (RayJob, RayService). Nil
+	// means one ray.Factory honouring UseKubernetesProxy and ClusterDomain; tests inject faulty clients here.
+	RayClients ray.ClientFactory
 }
 
 // NodeTypeLabel is the label every Ray pod carries; the operator caches only pods with it.
@@ -156,6 +161,13 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 
 // Setup registers every controller with the manager.
 func Setup(mgr ctrl.Manager, opts Options) error {
+	if opts.RayClients == nil {
+		f, err := ray.NewFactory(ray.Options{UseKubernetesProxy: opts.UseKubernetesProxy, RESTConfig: mgr.GetConfig(), ClusterDomain: opts.ClusterDomain})
+		if err != nil {
+			return fmt.Errorf("ray clients: %w", err)
+		}
+		opts.RayClients = f
+	}
 	for _, s := range setups {
 		if err := s(mgr, opts); err != nil {
 			return err
