@@ -84,3 +84,24 @@ func HeadServiceFQDN(c *rayv1.RayCluster, domain string) string {
 	}
 	return HeadServiceName(c) + "." + c.Namespace + ".svc." + domain
 }
+
+// childClusterBaseLen leaves room in a 63-character label value for "-" and the 5 random characters; KubeRay
+// truncates the parent's name the same way, so the cluster names users see look alike.
+const childClusterBaseLen = 50
+
+const randomAlphabet = "bcdfghjklmnpqrstvwxz2456789"
+
+// ChildClusterName is the name of a RayCluster created by a RayJob or RayService: <parent>-<5 random chars>, the
+// parent's name cut to leave room. The caller records it (status.rayClusterName) before creating the cluster, so
+// a retried reconcile reuses the recorded name instead of creating a second cluster.
+func ChildClusterName(parent string, rnd func(n int) int) string {
+	base := parent
+	if len(base) > childClusterBaseLen {
+		base = strings.TrimRight(base[:childClusterBaseLen], "-.")
+	}
+	b := make([]byte, generatedSuffixLen)
+	for i := range b {
+		b[i] = randomAlphabet[rnd(len(randomAlphabet))]
+	}
+	return base + "-" + string(b)
+}
