@@ -451,11 +451,19 @@ func (r *Reconciler) checkSubmitterAlive(ctx context.Context, run *run, cluster 
 			// Deleted under us (or not yet in the cache): make it again; its script does not resubmit.
 			return r.ensureSubmitter(ctx, run, cluster)
 		}
-		c := jobCondition(sub, batchv1.JobFailed)
-		if c == nil {
+		if c := jobCondition(sub, batchv1.JobFailed); c != nil {
+			failedAt, why = c.LastTransitionTime.Time, fmt.Sprintf("submitter Job %s failed: %s", sub.Name, c.Message)
+		} else if c := jobCondition(sub, batchv1.JobComplete); c != nil && j.Status.JobStatus == rayv1.JobStatusNew {
+			// It finished without Ray ever knowing the job: wait a grace period for Ray to show it, then give up.
+			if wait := r.opts.TransitionGracePeriod - run.now.Sub(c.LastTransitionTime.Time); wait > 0 {
+				run.requeueAfter(min(wait, r.opts.PollInterval))
+				return nil
+			}
+			r.fail(run, rayv1.SubmissionFailed, fmt.Sprintf("submitter Job %s completed but Ray does not know job %s", sub.Name, j.Status.JobId))
+			return nil
+		} else {
 			return nil
 		}
-		failedAt, why = c.LastTransitionTime.Time, fmt.Sprintf("submitter Job %s failed: %s", sub.Name, c.Message)
 	case rayv1.SidecarMode:
 		t, msg, err := r.sidecarFailure(ctx, cluster)
 		if err != nil || msg == "" {

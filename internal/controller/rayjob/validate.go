@@ -55,7 +55,7 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 	if s.RayClusterSpec != nil && len(s.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers) == 0 {
 		errs = append(errs, field.Required(spec.Child("rayClusterSpec", "headGroupSpec", "template", "spec", "containers"), "the head needs a container"))
 	}
-	if mode != rayv1.InteractiveMode && strings.TrimSpace(s.Entrypoint) == "" {
+	if mode != rayv1.InteractiveMode && strings.TrimSpace(s.Entrypoint) == "" && !ownSubmitterCommand(j) {
 		errs = append(errs, field.Required(spec.Child("entrypoint"), fmt.Sprintf("%s needs an entrypoint", mode)))
 	}
 	if mode == rayv1.InteractiveMode && ptr.Deref(s.BackoffLimit, 0) > 0 {
@@ -173,6 +173,14 @@ func entrypointResources(s string) (map[string]float64, error) {
 		}
 	}
 	return m, nil
+}
+
+// ownSubmitterCommand: a K8sJobMode submitter whose container brings its own command submits on its own terms
+// (KubeRay's light-weight submitter); the entrypoint is then in its arguments.
+func ownSubmitterCommand(j *rayv1.RayJob) bool {
+	t := j.Spec.SubmitterPodTemplate
+	return submissionMode(j) == rayv1.K8sJobMode && t != nil && len(t.Spec.Containers) > 0 &&
+		(len(t.Spec.Containers[0].Command) > 0 || len(t.Spec.Containers[0].Args) > 0)
 }
 
 // submissionMode is spec.submissionMode, K8sJobMode when empty (objects created before the default existed).
