@@ -78,6 +78,10 @@ func jobFromRay(rj *rayv1.RayJob) RayJob {
 		Message:               rj.Status.Message,
 		RayClusterName:        rj.Status.RayClusterName,
 	}
+	if rj.Status.JobId != "" {
+		// The submission ID the job runs under (generated when the request named none), as KubeRay reports it.
+		j.JobID = rj.Status.JobId
+	}
 	if rj.DeletionTimestamp != nil {
 		j.DeleteAt = timePtr(*rj.DeletionTimestamp)
 	}
