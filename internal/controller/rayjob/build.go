@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -182,7 +181,7 @@ func SubmitScript(j *rayv1.RayJob, address string) string {
 		submit = append(submit, "--entrypoint-num-gpus", formatFloat(j.Spec.EntrypointNumGpus))
 	}
 	if r, _ := entrypointResources(j.Spec.EntrypointResources); len(r) > 0 {
-		b, _ := json.Marshal(sortedMap(r))
+		b, _ := json.Marshal(r) // keys sorted: the script, and so the Job, is the same every time
 		submit = append(submit, "--entrypoint-resources", shellQuote(string(b)))
 	}
 	submit = append(submit, "--", j.Spec.Entrypoint)
@@ -192,20 +191,6 @@ func SubmitScript(j *rayv1.RayJob, address string) string {
 }
 
 func formatFloat(f float32) string { return strconv.FormatFloat(float64(f), 'f', -1, 32) }
-
-// sortedMap keeps json.Marshal's output stable (it sorts map keys already; this documents the intent).
-func sortedMap(m map[string]float64) map[string]float64 {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	out := make(map[string]float64, len(m))
-	for _, k := range keys {
-		out[k] = m[k]
-	}
-	return out
-}
 
 // shellQuote quotes s for a POSIX shell.
 func shellQuote(s string) string {
