@@ -3,9 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -37,42 +34,22 @@ type jobSample struct {
 }
 
 func loadJobSamples() ([]jobSample, error) {
-	dir, err := samplesDir()
-	if err != nil {
-		return nil, err
-	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil {
-		return nil, err
-	}
 	var out []jobSample
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
+	err := forEachSample(func(file, kind string, doc []byte) error {
+		if kind != "RayJob" {
+			return nil
 		}
-		for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
-			var head struct {
-				APIVersion string `json:"apiVersion"`
-				Kind       string `json:"kind"`
-			}
-			if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
-				return nil, fmt.Errorf("%s: %w", f, err)
-			}
-			if head.APIVersion != "ray.io/v1" || head.Kind != "RayJob" {
-				continue
-			}
-			j := &rayv1.RayJob{}
-			if err := yaml.UnmarshalStrict([]byte(doc), j); err != nil {
-				return nil, fmt.Errorf("%s: %w", f, err)
-			}
-			out = append(out, jobSample{file: filepath.Base(f), job: j})
+		j := &rayv1.RayJob{}
+		if err := yaml.UnmarshalStrict(doc, j); err != nil {
+			return err
 		}
+		out = append(out, jobSample{file: file, job: j})
+		return nil
+	})
+	if err == nil && len(out) == 0 {
+		err = fmt.Errorf("no RayJob samples")
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no RayJob samples in %s", dir)
-	}
-	return out, nil
+	return out, err
 }
 
 // TestRayJobSamples applies every KubeRay RayJob sample, each in its own namespace, all at once, and waits until

@@ -181,19 +181,7 @@ func runSubmitterAndWait(t *testing.T, cl client.Client, dash *ray.DashboardClie
 		}
 	}
 	got := waitRayJob(t, cl, j, "Complete", func(j *rayv1.RayJob) bool { return rayv1.IsJobDeploymentTerminal(j.Status.JobDeploymentStatus) })
-	jobs, err := dash.ListJobs(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, job := range jobs {
-		if job.SubmissionID == got.Status.JobId {
-			n++
-		}
-	}
-	if n != 1 {
-		t.Errorf("Ray has %d jobs with submission ID %s, want 1", n, got.Status.JobId)
-	}
+	expectOneSubmission(t, dash, got.Status.JobId)
 	if ptr.Deref(sub.Spec.BackoffLimit, 0) != 2 {
 		t.Errorf("submitter backoffLimit = %v, want 2", sub.Spec.BackoffLimit)
 	}

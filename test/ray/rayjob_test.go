@@ -208,18 +208,24 @@ func runRayJobs(t *testing.T, cl client.Client, dash *ray.DashboardClient, ns st
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})
 		waitJob(t, dash, got.Status.JobId, jobTimeout, ray.JobStatusStopped)
-		jobs, err := dash.ListJobs(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, job := range jobs {
-			if job.SubmissionID == got.Status.JobId {
-				n++
-			}
-		}
-		if n != 1 {
-			t.Errorf("Ray has %d jobs with submission ID %s, want 1", n, got.Status.JobId)
-		}
+		expectOneSubmission(t, dash, got.Status.JobId)
 	})
+}
+
+// expectOneSubmission checks that Ray holds exactly one job with the submission ID.
+func expectOneSubmission(t *testing.T, dash *ray.DashboardClient, id string) {
+	t.Helper()
+	jobs, err := dash.ListJobs(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, job := range jobs {
+		if job.SubmissionID == id {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("Ray has %d jobs with submission ID %s, want 1", n, id)
+	}
 }

@@ -288,21 +288,28 @@ func (r *Reconciler) ensureSubmitter(ctx context.Context, run *run, cluster *ray
 	return nil
 }
 
+// observe is the start of every step of a started job: a suspend request, the cluster's status mirrored, the
+// deadlines. stop says the step is over (the job is suspending or failed).
+func (r *Reconciler) observe(ctx context.Context, run *run) (*rayv1.RayCluster, bool, error) {
+	if suspendRequested(run) {
+		return nil, true, nil
+	}
+	cluster, err := r.getCluster(ctx, run.j)
+	if err != nil {
+		return nil, true, err
+	}
+	if cluster != nil {
+		run.j.Status.RayClusterStatus = *cluster.Status.DeepCopy()
+	}
+	return cluster, r.deadlines(ctx, run, cluster), nil
+}
+
 // waiting is InteractiveMode before the user names the job.
 func (r *Reconciler) waiting(ctx context.Context, run *run) error {
 	j := run.j
-	if suspendRequested(run) {
-		return nil
-	}
-	cluster, err := r.getCluster(ctx, j)
-	if err != nil {
+	_, stop, err := r.observe(ctx, run)
+	if stop || err != nil {
 		return err
-	}
-	if cluster != nil {
-		j.Status.RayClusterStatus = *cluster.Status.DeepCopy()
-	}
-	if r.deadlines(ctx, run, cluster) {
-		return nil
 	}
 	if j.Spec.JobId == "" {
 		return nil
@@ -318,18 +325,9 @@ func (r *Reconciler) waiting(ctx context.Context, run *run) error {
 func (r *Reconciler) running(ctx context.Context, run *run) error {
 	j := run.j
 	s := &j.Status
-	if suspendRequested(run) {
-		return nil
-	}
-	cluster, err := r.getCluster(ctx, j)
-	if err != nil {
+	cluster, stop, err := r.observe(ctx, run)
+	if stop || err != nil {
 		return err
-	}
-	if cluster != nil {
-		s.RayClusterStatus = *cluster.Status.DeepCopy()
-	}
-	if r.deadlines(ctx, run, cluster) {
-		return nil
 	}
 	run.requeueAfter(r.opts.PollInterval)
 	if cluster == nil {
