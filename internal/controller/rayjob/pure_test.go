@@ -33,7 +33,10 @@ func TestValidate(t *testing.T) {
 		{"long name", func(j *rayv1.RayJob) { j.Name = strings.Repeat("a", 48) }, "metadata.name"},
 		{"neither cluster nor selector", func(j *rayv1.RayJob) { j.Spec.RayClusterSpec = nil }, "spec.rayClusterSpec"},
 		{"both cluster and selector", func(j *rayv1.RayJob) { j.Spec.ClusterSelector = map[string]string{"ray.io/cluster": "c"} }, "spec.rayClusterSpec"},
-		{"selector without ray.io/cluster", func(j *rayv1.RayJob) { j.Spec.RayClusterSpec = nil; j.Spec.ClusterSelector = map[string]string{"app": "x"} }, "spec.clusterSelector[ray.io/cluster]"},
+		{"selector without ray.io/cluster", func(j *rayv1.RayJob) {
+			j.Spec.RayClusterSpec = nil
+			j.Spec.ClusterSelector = map[string]string{"app": "x"}
+		}, "spec.clusterSelector[ray.io/cluster]"},
 		{"selector with suspend", func(j *rayv1.RayJob) {
 			j.Spec.RayClusterSpec = nil
 			j.Spec.ClusterSelector = map[string]string{"ray.io/cluster": "c"}
@@ -55,7 +58,10 @@ func TestValidate(t *testing.T) {
 			j.Spec.SubmitterPodTemplate = &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "s", Command: []string{"/submitter"}}}}}
 		}, ""},
 		{"interactive needs no entrypoint", func(j *rayv1.RayJob) { j.Spec.SubmissionMode = rayv1.InteractiveMode; j.Spec.Entrypoint = "" }, ""},
-		{"interactive with backoffLimit", func(j *rayv1.RayJob) { j.Spec.SubmissionMode = rayv1.InteractiveMode; j.Spec.BackoffLimit = ptr.To[int32](2) }, "spec.backoffLimit"},
+		{"interactive with backoffLimit", func(j *rayv1.RayJob) {
+			j.Spec.SubmissionMode = rayv1.InteractiveMode
+			j.Spec.BackoffLimit = ptr.To[int32](2)
+		}, "spec.backoffLimit"},
 		{"submitter template in HTTPMode", func(j *rayv1.RayJob) {
 			j.Spec.SubmissionMode = rayv1.HTTPMode
 			j.Spec.SubmitterPodTemplate = &corev1.PodTemplateSpec{}
