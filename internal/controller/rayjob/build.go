@@ -41,7 +41,7 @@ func ClusterFor(j *rayv1.RayJob, name string) *rayv1.RayCluster {
 	maps.Copy(labels, originLabels(j))
 	spec := j.Spec.RayClusterSpec.DeepCopy()
 	if submissionMode(j) == rayv1.SidecarMode {
-		labels[LabelDisableProvisionedHeadRestart] = "true"
+		labels[builder.LabelDisableProvisionedHeadRestart] = "true"
 		head := &spec.HeadGroupSpec.Template.Spec
 		// The head runs once: a restarted head would have lost the job its sidecar submitted.
 		head.RestartPolicy = corev1.RestartPolicyNever

@@ -12,10 +12,6 @@ const (
 	// SubmitterContainerName is the container that submits the job (submitter Job, or head sidecar).
 	SubmitterContainerName = "ray-job-submitter"
 
-	// LabelDisableProvisionedHeadRestart on a SidecarMode cluster tells the RayCluster controller not to recreate
-	// a head pod that has run once: a new head would lose the job the sidecar submitted.
-	LabelDisableProvisionedHeadRestart = "ray.io/disable-provisioned-head-restart"
-
 	// MaxNameLength is KubeRay's limit on RayJob names (the cluster and Job names derive from it).
 	MaxNameLength = 47
 

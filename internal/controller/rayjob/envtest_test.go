@@ -460,7 +460,7 @@ func TestEnvtest(t *testing.T) {
 		c := e.readyCluster(t, j)
 		head := c.Spec.HeadGroupSpec.Template.Spec
 		if len(head.Containers) != 2 || head.Containers[1].Name != SubmitterContainerName || head.RestartPolicy != corev1.RestartPolicyNever ||
-			c.Labels[LabelDisableProvisionedHeadRestart] != "true" || !strings.Contains(strings.Join(head.Containers[1].Command, " "), "127.0.0.1:8265") {
+			c.Labels[builder.LabelDisableProvisionedHeadRestart] != "true" || !strings.Contains(strings.Join(head.Containers[1].Command, " "), "127.0.0.1:8265") {
 			t.Errorf("head template = %+v, labels %v", head, c.Labels)
 		}
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
