@@ -100,6 +100,11 @@ func (g *schemaGen) operation(rt *route) map[string]any {
 			map[string]any{"name": "pageSize", "in": "query", "description": "v1 name of limit", "schema": map[string]any{"type": "integer", "minimum": 0, "format": "int32"}},
 			map[string]any{"name": "pageToken", "in": "query", "description": "v1 name of continue", "schema": map[string]any{"type": "string"}})
 	}
+	if rt.body != nil {
+		params = append(params, map[string]any{"name": "fieldValidation", "in": "query",
+			"description": "what happens to unknown body fields: Warn (the server's default) accepts the request with one Warning header per unknown field; Strict refuses it with a 400 naming each. A server started with --field-validation=Strict stays Strict.",
+			"schema":      map[string]any{"type": "string", "enum": []string{string(FieldValidationWarn), string(FieldValidationStrict)}}})
+	}
 	if len(params) > 0 {
 		op["parameters"] = params
 	}
@@ -109,12 +114,17 @@ func (g *schemaGen) operation(rt *route) map[string]any {
 			"content":  map[string]any{"application/json": map[string]any{"schema": g.ref(reflect.TypeOf(rt.body))}},
 		}
 	}
-	responses := map[string]any{
-		"200": map[string]any{
-			"description": "OK",
-			"content":     map[string]any{"application/json": map[string]any{"schema": g.ref(reflect.TypeOf(rt.resp))}},
-		},
+	ok := map[string]any{
+		"description": "OK",
+		"content":     map[string]any{"application/json": map[string]any{"schema": g.ref(reflect.TypeOf(rt.resp))}},
 	}
+	if rt.body != nil {
+		ok["headers"] = map[string]any{"Warning": map[string]any{
+			"description": `one per unknown body field, as kube-apiserver: 299 - "unknown field \"clusterSpec.headGroupSpec.imagePullPolicies\""`,
+			"schema":      map[string]any{"type": "string"},
+		}}
+	}
+	responses := map[string]any{"200": ok}
 	codes := append(slices.Clone(rt.errs), 401, 403, 500, 503)
 	if rt.method == http.MethodDelete {
 		codes = append(codes, 400)
@@ -125,6 +135,17 @@ func (g *schemaGen) operation(rt *route) map[string]any {
 	responses["default"] = errorResponse("Any other error.")
 	op["responses"] = responses
 	return op
+}
+
+// withoutDoc is s without its description and readOnly, for reuse under another name.
+func withoutDoc(s map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range s {
+		if k != "description" {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func errorResponse(desc string) map[string]any {
@@ -179,19 +200,32 @@ func (g *schemaGen) ref(t reflect.Type) map[string]any {
 	case reflect.Bool:
 		return map[string]any{"type": "boolean"}
 	case reflect.Int32:
-		return map[string]any{"type": "integer", "format": "int32"}
+		return intSchema(map[string]any{"type": "integer", "format": "int32"}, `^-?[0-9]+$`)
 	case reflect.Int64:
-		return map[string]any{"type": "integer", "format": "int64"}
+		return intSchema(map[string]any{"type": "integer", "format": "int64"}, `^-?[0-9]+$`)
 	case reflect.Uint32:
-		return map[string]any{"type": "integer", "format": "int64", "minimum": 0, "maximum": 4294967295}
+		return intSchema(map[string]any{"type": "integer", "format": "int64", "minimum": 0, "maximum": 4294967295}, `^[0-9]+$`)
 	case reflect.Uint64:
-		return map[string]any{"type": "integer", "minimum": 0}
+		return intSchema(map[string]any{"type": "integer", "minimum": 0}, `^[0-9]+$`)
 	case reflect.Float32:
-		return map[string]any{"type": "number", "format": "float"}
+		return numberSchema("float")
 	case reflect.Float64:
-		return map[string]any{"type": "number", "format": "double"}
+		return numberSchema("double")
 	}
 	return map[string]any{}
+}
+
+// intSchema: protobuf's JSON mapping reads integers as numbers or strings; answers use numbers.
+func intSchema(num map[string]any, pattern string) map[string]any {
+	return map[string]any{"anyOf": []any{num, map[string]any{"type": "string", "pattern": pattern}},
+		"description": "an integer; accepted as a JSON number or a string holding one, answered as a number"}
+}
+
+func numberSchema(format string) map[string]any {
+	return map[string]any{"anyOf": []any{
+		map[string]any{"type": "number", "format": format},
+		map[string]any{"type": "string", "pattern": `^-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$`},
+	}, "description": "a number; accepted as a JSON number or a string holding one, answered as a number"}
 }
 
 func (g *schemaGen) object(t reflect.Type) map[string]any {
@@ -229,8 +263,14 @@ func (g *schemaGen) object(t reflect.Type) map[string]any {
 			required = append(required, name)
 		}
 		props[name] = s
+		if p := f.Tag.Get("proto"); p != "" {
+			// The proto field name is accepted on input for the same field; giving both is a 400.
+			props[p] = map[string]any{"allOf": []any{withoutDoc(s)}, "description": "proto field name of " + name + " (input only; the same field)"}
+		}
 	}
-	out := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	// Unknown fields are accepted with a Warning header, or refused under fieldValidation=Strict; so the schema
+	// does not forbid additional properties.
+	out := map[string]any{"type": "object", "properties": props}
 	if len(required) > 0 {
 		out["required"] = required
 	}
