@@ -42,14 +42,17 @@ func OpenAPI() map[string]any {
 		}},
 	}}
 	g.ref(reflect.TypeFor[Status]())
+	g.schemas["KubernetesStatus"] = kubernetesStatusSchema()
 	return map[string]any{
 		"openapi": "3.0.3",
 		"info": map[string]any{
 			"title":   "Manta API",
 			"version": version.Version,
-			"description": "Ray on Kubernetes. Paths and JSON shapes of KubeRay's API server v1, plus image pull jobs. " +
-				"Authenticate with a Kubernetes bearer token; each operation is authorised with the RBAC permission behind it. " +
-				"Errors are a Status naming the offending fields.",
+			"description": "Ray on Kubernetes. Paths and JSON shapes of KubeRay's API server v1 (protobuf's JSON mapping: JSON or proto field names, " +
+				"numbers as numbers or strings, enums by name or number), plus image pull jobs, and KubeRay's v2 resource API " +
+				"(/apis/ray.io/v1/..., passed to Kubernetes with the caller's own token). " +
+				"Authenticate with a Kubernetes token (Authorization: Bearer <token>, or Authorization: <token>); each v1 operation is authorised with the RBAC permission behind it. " +
+				"Errors are a google.rpc.Status whose BadRequest detail names the offending fields; v2 passes Kubernetes' Status on.",
 		},
 		"paths": paths,
 		"components": map[string]any{
@@ -77,6 +80,9 @@ var errorDescriptions = map[int]string{
 }
 
 func (g *schemaGen) operation(rt *route) map[string]any {
+	if rt.v2 {
+		return g.v2Operation(rt)
+	}
 	op := map[string]any{
 		"operationId": rt.op,
 		"summary":     rt.summary,
@@ -146,6 +152,84 @@ func withoutDoc(s map[string]any) map[string]any {
 		}
 	}
 	return out
+}
+
+// v2Operation describes a v2 operation: a Kubernetes request passed through, so bodies are Kubernetes objects
+// (the ray.io/v1 CRD schemas, served by Kubernetes) and errors are Kubernetes Status objects, or this server's
+// JSON errors for what it refuses itself.
+func (g *schemaGen) v2Operation(rt *route) map[string]any {
+	op := map[string]any{"operationId": rt.op, "summary": rt.summary, "tags": []string{rt.tag}}
+	var params []any
+	for _, p := range pathParams(rt.pattern) {
+		params = append(params, map[string]any{"name": p, "in": "path", "required": true,
+			"schema": map[string]any{"type": "string", "pattern": dns1123LabelPattern, "maxLength": 63}})
+	}
+	query := func(name, desc string) {
+		params = append(params, map[string]any{"name": name, "in": "query", "description": desc + " (passed to Kubernetes)", "schema": map[string]any{"type": "string"}})
+	}
+	list := strings.HasPrefix(rt.op, "V2List")
+	switch {
+	case list:
+		query("labelSelector", "label selector")
+		query("fieldSelector", "field selector")
+		query("continue", "the continue token of the previous page")
+		params = append(params, map[string]any{"name": "limit", "in": "query", "description": "page size (passed to Kubernetes)",
+			"schema": map[string]any{"type": "integer", "minimum": 0, "format": "int64"}})
+	case rt.method == http.MethodPost || rt.method == http.MethodPut || rt.method == http.MethodPatch:
+		query("fieldManager", "field manager")
+		params = append(params,
+			map[string]any{"name": "dryRun", "in": "query", "description": "All: validate and admit without persisting (passed to Kubernetes)", "schema": map[string]any{"type": "string", "enum": []string{"All"}}},
+			map[string]any{"name": "fieldValidation", "in": "query", "description": "Kubernetes' field validation: Ignore, Warn or Strict (passed to Kubernetes)", "schema": map[string]any{"type": "string", "enum": []string{"Ignore", "Warn", "Strict"}}})
+	case rt.method == http.MethodDelete:
+		params = append(params, map[string]any{"name": "propagationPolicy", "in": "query", "description": "Orphan, Background or Foreground (passed to Kubernetes)",
+			"schema": map[string]any{"type": "string", "enum": []string{"Orphan", "Background", "Foreground"}}})
+	}
+	op["parameters"] = params
+	object := map[string]any{"type": "object", "description": "a Kubernetes object or list; ray.io/v1 objects follow the CRD schema"}
+	if rt.body != nil {
+		mt := "application/json"
+		if rt.method == http.MethodPatch {
+			mt = "application/merge-patch+json"
+		}
+		op["requestBody"] = map[string]any{"required": true, "content": map[string]any{mt: map[string]any{"schema": object}}}
+	}
+	okResp := map[string]any{"description": "Kubernetes' answer", "content": map[string]any{"application/json": map[string]any{"schema": object}}}
+	responses := map[string]any{"200": okResp}
+	switch rt.method {
+	case http.MethodPost:
+		responses["201"] = okResp
+		responses["202"] = okResp
+	case http.MethodPut:
+		responses["201"] = okResp
+	case http.MethodDelete:
+		responses["202"] = okResp
+	}
+	either := map[string]any{"application/json": map[string]any{"schema": map[string]any{"anyOf": []any{
+		map[string]any{"$ref": "#/components/schemas/Status"},
+		map[string]any{"$ref": "#/components/schemas/KubernetesStatus"},
+	}}}}
+	for c, desc := range map[int]string{
+		400: "Refused by Kubernetes or by this server (e.g. watch).", 401: "No token, or Kubernetes does not accept it.",
+		403: "Kubernetes RBAC does not allow the caller this.", 404: "Not found.", 409: "Exists already or changed concurrently.",
+		413: "The body is too large.", 415: "Kubernetes does not accept the content type.", 422: "Refused by the CRD schema or its CEL rules; details.causes name the fields.",
+		500: "Internal error.", 502: "The Kubernetes API server could not be reached.", 503: "Kubernetes did not answer in time.",
+	} {
+		responses[strconv.Itoa(c)] = map[string]any{"description": desc, "content": either}
+	}
+	responses["default"] = map[string]any{"description": "Any other answer of Kubernetes.", "content": either}
+	op["responses"] = responses
+	return op
+}
+
+// kubernetesStatusSchema is Kubernetes' metav1.Status, the body of its error answers, which the v2 API passes on.
+func kubernetesStatusSchema() map[string]any {
+	str := map[string]any{"type": "string"}
+	return map[string]any{"type": "object", "description": "a Kubernetes Status (meta/v1)", "properties": map[string]any{
+		"kind": str, "apiVersion": str, "status": str, "message": str, "reason": str,
+		"code":     map[string]any{"type": "integer"},
+		"metadata": map[string]any{"type": "object"},
+		"details":  map[string]any{"type": "object", "description": "name, kind and causes[{field, reason, message}]"},
+	}}
 }
 
 func errorResponse(desc string) map[string]any {

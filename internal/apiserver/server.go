@@ -79,6 +79,7 @@ type DashboardFunc func(ctx context.Context, rc *rayv1.RayCluster, svc *corev1.S
 type Server struct {
 	opts     Options
 	c        client.Client
+	kube     *kubeProxy
 	auth     *kubeAuth
 	handler  http.Handler
 	registry *prometheus.Registry
@@ -124,7 +125,11 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 		}
 		opts.Dashboard = factoryDashboard(c, f)
 	}
-	s := &Server{opts: opts, c: c, registry: prometheus.NewRegistry()}
+	kube, err := newKubeProxy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, c: c, kube: kube, registry: prometheus.NewRegistry()}
 	if opts.Auth == AuthKubernetes {
 		s.auth = &kubeAuth{c: c}
 	} else {
@@ -393,6 +398,12 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rs []*route) {
 	}
 	if e := checkPathParams(r, rt.pattern); e != nil {
 		writeError(w, e)
+		return
+	}
+	if rt.proxy != nil {
+		if e := rt.proxy(s, w, r); e != nil {
+			writeError(w, e)
+		}
 		return
 	}
 	if rt.body != nil {
