@@ -117,7 +117,8 @@ func warning(text string) string {
 //   - each field by its JSON name or its proto field name (the proto tag; e.g. cluster_spec for clusterSpec);
 //     both at once is an error;
 //   - integers and floats as JSON numbers or strings ("2"), enums by name or number;
-//   - null as unset, for fields and map entries.
+//   - null as unset, for fields and map entries;
+//   - and, beyond the mapping, booleans as the strings "true" and "false", which KubeRay's Python client sends.
 //
 // Values of the wrong type and trailing data are refused naming the field. Unknown fields are returned (Warn) or
 // refused with the rest (Strict).
@@ -274,12 +275,15 @@ func (n *normalizer) value(t reflect.Type, v any, path string) any {
 		}
 		return s
 	case reflect.Bool:
-		b, ok := v.(bool)
-		if !ok {
-			n.violation(path, "must be true or false")
-			return nil
+		// Beyond protobuf's JSON mapping: KubeRay's Python client sends "enableIngress": "true".
+		switch v {
+		case true, "true":
+			return true
+		case false, "false":
+			return false
 		}
-		return b
+		n.violation(path, "must be true or false")
+		return nil
 	case reflect.Int32, reflect.Int64, reflect.Uint32, reflect.Uint64:
 		return n.integer(t.Kind(), v, path)
 	case reflect.Float32, reflect.Float64:

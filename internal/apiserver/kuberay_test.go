@@ -13,6 +13,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -86,6 +87,37 @@ func (e *testEnv) testKubeRayClients(t *testing.T) {
 				}
 				if rc.Labels[labelEnvironment] != "DEV" {
 					t.Errorf("environment label %q", rc.Labels[labelEnvironment])
+				}
+			}},
+		{name: "cluster from KubeRay's Python client", path: "/clusters",
+			// Its to_dict: JSON names with a few proto names, enums as numbers, enableIngress as a string.
+			body: func(n string) string {
+				return `{"name":"` + n + `","namespace":"` + ns + `","user":"u","version":"2.52.0","environment":0,"clusterSpec":{` +
+					`"headGroupSpec":{"computeTemplate":"small","rayStartParams":{"dashboard-host":"0.0.0.0"},"image":"rayproject/ray:2.52.0",` +
+					`"serviceType":"ClusterIP","enableIngress":"true","service_account":"ray-sa","image_pull_secret":"regcred",` +
+					`"volumes":[{"name":"logs","mountPath":"/var/log/ray","source":"/tmp/ray","volumeType":1,"hostPathType":0}]},` +
+					`"workerGroupSpec":[{"groupName":"workers","computeTemplate":"small","replicas":1,"minReplicas":0,"maxReplicas":2,` +
+					`"rayStartParams":{"node-ip-address":"$MY_POD_IP"},"service_account":"ray-sa","imagePullSecret":"regcred",` +
+					`"environment":{"values":{"A":"1"},"valuesFrom":{"IP":{"source":3,"key":"status.podIP"}}}}]}}`
+			}, code: 200,
+			check: func(t *testing.T, n string, r resp) {
+				var rc rayv1.RayCluster
+				if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: n}, &rc); err != nil {
+					t.Fatal(err)
+				}
+				h, w := rc.Spec.HeadGroupSpec, rc.Spec.WorkerGroupSpecs[0].Template.Spec
+				if h.EnableIngress == nil || !*h.EnableIngress || h.Template.Spec.ServiceAccountName != "ray-sa" || w.ServiceAccountName != "ray-sa" ||
+					len(w.ImagePullSecrets) != 1 || len(h.Template.Spec.Volumes) != 1 || h.Template.Spec.Volumes[0].HostPath == nil {
+					t.Errorf("stored: head %+v, worker %+v", h, w)
+				}
+				var ip *corev1.EnvVar
+				for i, e := range w.Containers[0].Env {
+					if e.Name == "IP" {
+						ip = &w.Containers[0].Env[i]
+					}
+				}
+				if ip == nil || ip.ValueFrom == nil || ip.ValueFrom.FieldRef == nil || ip.ValueFrom.FieldRef.FieldPath != "status.podIP" {
+					t.Errorf("FIELD env from key: %+v", ip)
 				}
 			}},
 		{name: "enums by number, null as unset", path: "/clusters",

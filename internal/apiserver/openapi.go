@@ -282,7 +282,8 @@ func (g *schemaGen) ref(t reflect.Type) map[string]any {
 	case reflect.String:
 		return map[string]any{"type": "string"}
 	case reflect.Bool:
-		return map[string]any{"type": "boolean"}
+		return map[string]any{"anyOf": []any{map[string]any{"type": "boolean"}, map[string]any{"type": "string", "enum": []string{"true", "false"}}},
+			"description": "a boolean; accepted as true/false or the strings \"true\"/\"false\", answered as a boolean"}
 	case reflect.Int32:
 		return intSchema(map[string]any{"type": "integer", "format": "int32"}, `^-?[0-9]+$`)
 	case reflect.Int64:
