@@ -58,8 +58,8 @@ func newKubeProxy(cfg *rest.Config) (*kubeProxy, error) {
 	return &kubeProxy{base: base, callerTransport: caller, ownTransport: own}, nil
 }
 
-// hopHeaders are request headers the proxy never forwards: credentials are set by the proxy, and impersonation is
-// not something a REST API caller can ask this server to do.
+// dropForwardedHeaders removes request headers the proxy never forwards: credentials are set by the proxy, and
+// impersonation is not something a REST API caller can ask this server to do.
 func dropForwardedHeaders(h http.Header) {
 	h.Del("Authorization")
 	h.Del("Cookie")
