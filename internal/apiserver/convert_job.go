@@ -78,9 +78,10 @@ func jobFromRay(rj *rayv1.RayJob) RayJob {
 		Message:               rj.Status.Message,
 		RayClusterName:        rj.Status.RayClusterName,
 	}
-	if rj.Status.JobId != "" {
-		// The submission ID the job runs under (generated when the request named none), as KubeRay reports it.
-		j.JobID = rj.Status.JobId
+	// The Ray job id as KubeRay's API server reports it: the one the RayJob controller submitted (status.jobId,
+	// generated when spec.jobId is empty); the requested one until then.
+	if id := rj.Status.JobId; id != "" {
+		j.JobID = id
 	}
 	if rj.DeletionTimestamp != nil {
 		j.DeleteAt = timePtr(*rj.DeletionTimestamp)
