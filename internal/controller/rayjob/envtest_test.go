@@ -38,12 +38,16 @@ type env struct {
 
 // startEnv runs the RayJob controller alone against a real kube-apiserver: the tests play the RayCluster
 // controller (they set a cluster's status) and Ray (fakeRay), so every transition can be driven.
-func startEnv(t *testing.T) *env {
+func TestMain(m *testing.M) {
 	if os.Getenv("MANTA_TEST_LOG") != "" {
 		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(-2))))
 	} else {
 		ctrl.SetLogger(logr.Discard())
 	}
+	os.Exit(m.Run())
+}
+
+func startEnv(t *testing.T) *env {
 	cfg, cl := testutil.StartEnvtest(t)
 	fr := newFakeRay()
 	scheme, err := testutil.Scheme()

@@ -1,0 +1,129 @@
+package rayjob
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+// startFlakyOperator runs the RayJob controller with a client whose status writes fail with a conflict about half
+// the time, as they do when another writer got there first. It returns a stop function.
+func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *fakeRay, conflicts *atomic.Int64) func() {
+	t.Helper()
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(rest.CopyConfig(cfg), ctrl.Options{
+		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		NewClient: func(c *rest.Config, o client.Options) (client.Client, error) {
+			cl, err := client.NewWithWatch(c, o)
+			if err != nil {
+				return nil, err
+			}
+			return interceptor.NewClient(cl, interceptor.Funcs{
+				SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
+					if _, ok := obj.(*rayv1.RayJob); ok && rand.IntN(2) == 0 {
+						conflicts.Add(1)
+						return apierrors.NewConflict(schema.GroupResource{Group: "ray.io", Resource: "rayjobs"}, obj.GetName(), fmt.Errorf("injected"))
+					}
+					return c.SubResource(sub).Update(ctx, obj, opts...)
+				},
+			}), nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewReconciler(mgr, fr, Options{PollInterval: 100 * time.Millisecond, MaxConcurrentReconciles: 2})
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}
+}
+
+// TestExactlyOnce: with half the status writes conflicting, a submit that times out after Ray accepted it, and
+// the operator stopped and started again at each step, every RayJob gets one cluster and one submission.
+func TestExactlyOnce(t *testing.T) {
+	cfg, cl := testutil.StartEnvtest(t)
+	e := &env{cl: cl, ray: newFakeRay()}
+	var conflicts atomic.Int64
+	stop := startFlakyOperator(t, cfg, e.ray, &conflicts)
+	defer func() { stop() }()
+	restart := func() {
+		stop()
+		stop = startFlakyOperator(t, cfg, e.ray, &conflicts)
+	}
+
+	ns := e.namespace(t)
+	const n = 5
+	jobs := make([]*rayv1.RayJob, n)
+	for i := range jobs {
+		jobs[i] = e.create(t, ns, fmt.Sprintf("once-%d", i), nil)
+	}
+	restart()
+	for i, j := range jobs {
+		got := e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
+		if i%2 == 0 {
+			e.ray.with(ns, got.Status.RayClusterName, func(h *fakeHead) { h.acceptThenTimeout = true })
+		}
+	}
+	restart()
+	for _, j := range jobs {
+		e.readyCluster(t, j)
+	}
+	for _, j := range jobs {
+		e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+	}
+	restart()
+	for _, j := range jobs {
+		got := e.get(t, j)
+		e.ray.with(ns, got.Status.RayClusterName, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+	}
+	for _, j := range jobs {
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
+	}
+	clusters := &rayv1.RayClusterList{}
+	if err := cl.List(context.Background(), clusters, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(clusters.Items) != n {
+		t.Errorf("%d RayClusters for %d RayJobs", len(clusters.Items), n)
+	}
+	for _, j := range jobs {
+		got := e.get(t, j)
+		reqs, nJobs, _ := e.requests(ns, got.Status.RayClusterName)
+		if reqs != 1 || nJobs != 1 || ptr.Deref(got.Status.Succeeded, 0) != 1 {
+			t.Errorf("%s: %d submit calls, %d jobs in Ray, succeeded %v; want 1, 1, 1", j.Name, reqs, nJobs, got.Status.Succeeded)
+		}
+	}
+	if conflicts.Load() == 0 {
+		t.Error("no conflict was injected")
+	}
+	t.Logf("%d status write conflicts injected, 3 operator restarts", conflicts.Load())
+}
