@@ -7,6 +7,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
+	"github.com/manta-dev/manta/internal/controller/rayservice"
 )
 
 // The API groups and controllers the operator runs. Each controller package exposes a constructor and
@@ -20,6 +21,16 @@ func init() {
 				ClusterDomain:           o.ClusterDomain,
 				MaxConcurrentReconciles: o.ReconcileConcurrency,
 			}).SetupWithManager(mgr)
+		},
+		func(mgr ctrl.Manager, o Options) error {
+			r, err := rayservice.NewReconciler(mgr, rayservice.Options{
+				RayClients:              o.RayClients,
+				MaxConcurrentReconciles: o.ReconcileConcurrency,
+			})
+			if err != nil {
+				return err
+			}
+			return r.SetupWithManager(mgr)
 		},
 		func(mgr ctrl.Manager, o Options) error {
 			r, err := imagepulljob.NewReconciler(mgr, imagepulljob.Options{
