@@ -28,7 +28,9 @@ const (
 )
 
 // RayServiceHeadServiceName is <rayservice>-head-svc.
-func RayServiceHeadServiceName(s *rayv1.RayService) string { return fitName(s.Name+"-head-svc", maxNameLen) }
+func RayServiceHeadServiceName(s *rayv1.RayService) string {
+	return fitName(s.Name+"-head-svc", maxNameLen)
+}
 
 // RayServiceServeServiceName is spec.serveService.metadata.name, or <rayservice>-serve-svc.
 func RayServiceServeServiceName(s *rayv1.RayService) string {
