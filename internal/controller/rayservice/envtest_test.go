@@ -442,9 +442,13 @@ func testUpgradeReplacedMidway(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rs := makeService(ns, "svc")
 	old := e.bringUp(t, rs)
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2" })
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2"
+	})
 	first := e.waitPending(t, rs, "")
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v3" })
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v3"
+	})
 	second := e.waitPending(t, rs, first)
 	eventually(t, "first pending cluster deleted", func() (bool, string) {
 		_, ok := e.cluster(t, ns, first)
@@ -460,9 +464,13 @@ func testUpgradeReplacedMidway(t *testing.T, e *env) {
 		t.Errorf("Services point at %q / %q, want %q", head, serve, second)
 	}
 	// Going back: a new spec equal to the active cluster's drops the pending one.
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v4" })
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v4"
+	})
 	third := e.waitPending(t, rs, second)
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v3" })
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v3"
+	})
 	eventually(t, "pending cluster dropped", func() (bool, string) {
 		got := e.get(t, rs)
 		_, ok := e.cluster(t, ns, third)
@@ -475,7 +483,9 @@ func testUnhealthyNeverGetsTraffic(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rs := makeService(ns, "svc")
 	old := e.bringUp(t, rs)
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2" })
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2"
+	})
 	pending := e.waitPending(t, rs, "")
 	e.ray.with(pending, func(h *fakeHead) { h.appStatus = "DEPLOYING" })
 	e.setReady(t, ns, pending, 2)
@@ -589,7 +599,9 @@ func testUpgradeStrategyNone(t *testing.T, e *env) {
 	rs := makeService(ns, "svc")
 	rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{Type: ptr.To(rayv1.RayServiceUpgradeNone)}
 	name := e.bringUp(t, rs)
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2" })
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2"
+	})
 	eventually(t, "change reported as not rolled out", func() (bool, string) {
 		got := e.get(t, rs)
 		u := cond(got, rayv1.UpgradeInProgress)
