@@ -1,8 +1,13 @@
 package rayservice
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,8 +18,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -113,6 +120,7 @@ func TestController(t *testing.T) {
 			"InvalidSpecReported":          testInvalidSpec,
 			"DeleteRemovesClusters":        testDelete,
 			"ManagedByOtherSkipped":        testManagedByOther,
+			"KubeRaySamples":               testKubeRaySamples,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -124,7 +132,7 @@ func TestController(t *testing.T) {
 
 func (e *env) namespace(t *testing.T) string {
 	t.Helper()
-	name := fmt.Sprintf("t%d-%s", e.nsN.Add(1), strings.ToLower(t.Name()[strings.LastIndex(t.Name(), "/")+1:]))
+	name := fmt.Sprintf("t%d-%s", e.nsN.Add(1), strings.NewReplacer(".", "-", "_", "-").Replace(strings.ToLower(t.Name()[strings.LastIndex(t.Name(), "/")+1:])))
 	if len(name) > 50 {
 		name = name[:50]
 	}
@@ -688,5 +696,94 @@ func testManagedByOther(t *testing.T, e *env) {
 	got := e.get(t, rs)
 	if len(got.Finalizers) != 0 || len(got.Status.Conditions) != 0 {
 		t.Errorf("a RayService managed by another controller was touched: finalizers %v, conditions %v", got.Finalizers, got.Status.Conditions)
+	}
+}
+
+// testKubeRaySamples applies every KubeRay RayService sample unchanged (strict field validation against Manta's CRD)
+// and requires each to bring up its cluster and become Ready, or to name the fields Manta does not support.
+func testKubeRaySamples(t *testing.T, e *env) {
+	dir := filepath.Join(testutil.MustRepoRoot(t), "..", "shared", "compat", "kuberay", "samples")
+	files, err := filepath.Glob(filepath.Join(dir, "ray-service.*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no RayService samples in %s", dir)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+			t.Parallel()
+			ns := e.namespace(t)
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var services []*unstructured.Unstructured
+			dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+			for {
+				u := &unstructured.Unstructured{}
+				if err := dec.Decode(&u.Object); err != nil {
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					t.Fatal(err)
+				}
+				if len(u.Object) == 0 {
+					continue
+				}
+				u.SetNamespace(ns)
+				if err := e.cl.Create(context.Background(), u, client.FieldValidation("Strict")); err != nil {
+					t.Fatalf("apply %s %s: %v", u.GetKind(), u.GetName(), err)
+				}
+				if u.GetKind() == "RayService" {
+					services = append(services, u)
+				}
+			}
+			if len(services) == 0 {
+				t.Fatal("no RayService in the sample")
+			}
+			for _, u := range services {
+				rs := &rayv1.RayService{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.GetName()}}
+				var unsupported string
+				eventually(t, "a cluster or a report of unsupported fields", func() (bool, string) {
+					got := e.get(t, rs)
+					if r := cond(got, rayv1.RayServiceReady); r.Reason == string(rayv1.RayServiceValidationFailed) {
+						unsupported = r.Message
+						return true, ""
+					}
+					name := got.Status.PendingServiceStatus.RayClusterName
+					if name == "" {
+						return false, "no pending cluster yet"
+					}
+					_, ok := e.cluster(t, ns, name)
+					return ok, "pending cluster " + name + " not created yet"
+				})
+				if unsupported != "" {
+					t.Logf("refused: %s", unsupported)
+					continue
+				}
+				name := e.get(t, rs).Status.PendingServiceStatus.RayClusterName
+				eventually(t, "cluster ready and the RayService Ready", func() (bool, string) {
+					for _, p := range e.pods(t, ns, name) {
+						if !podReady(&p) {
+							ip := fmt.Sprintf("10.2.%d.%d", e.ipN.Add(1)/250, e.ipN.Load()%250+1)
+							p.Status.Phase = corev1.PodRunning
+							p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+							p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+							if err := e.cl.Status().Update(context.Background(), &p); err != nil {
+								return false, err.Error()
+							}
+						}
+					}
+					c, _ := e.cluster(t, ns, name)
+					got := e.get(t, rs)
+					return c != nil && c.Status.State == rayv1.Ready && cond(got, rayv1.RayServiceReady).Status == metav1.ConditionTrue,
+						fmt.Sprintf("cluster state %q, Ready %+v", c.Status.State, cond(got, rayv1.RayServiceReady))
+				})
+				if u := cond(e.get(t, rs), ConditionUnsupportedFeature); u.Status == metav1.ConditionTrue {
+					t.Logf("serves, reporting: %s", u.Message)
+				}
+			}
+		})
 	}
 }
