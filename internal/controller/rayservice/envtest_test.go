@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,18 +16,21 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	sigyaml "sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
@@ -121,6 +125,7 @@ func TestController(t *testing.T) {
 			"DeleteRemovesClusters":        testDelete,
 			"ManagedByOtherSkipped":        testManagedByOther,
 			"KubeRaySamples":               testKubeRaySamples,
+			"ServeServiceFromSpec":         testServeServiceFromSpec,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -785,5 +790,63 @@ func testKubeRaySamples(t *testing.T, e *env) {
 				}
 			}
 		})
+	}
+}
+
+// testServeServiceFromSpec: the serve Service takes the name, type, ports, labels and annotations of serveService;
+// its selector stays Manta's.
+func testServeServiceFromSpec(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	rs.Spec.ServeService = &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "custom-serve", Labels: map[string]string{"team": "a"}, Annotations: map[string]string{"lb": "yes"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"ignored": "x"},
+			Ports: []corev1.ServicePort{{Name: "serve", Port: 9000, TargetPort: intstr.FromInt32(8000)}}},
+	}
+	name := e.bringUp(t, rs)
+	svc := &corev1.Service{}
+	if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "custom-serve"}, svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.Type != corev1.ServiceTypeNodePort || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 9000 || svc.Spec.Ports[0].NodePort == 0 {
+		t.Errorf("serve Service spec %+v", svc.Spec)
+	}
+	if svc.Labels["team"] != "a" || svc.Annotations["lb"] != "yes" || svc.Labels[builder.LabelOriginCRD] != "RayService" {
+		t.Errorf("serve Service labels %v annotations %v", svc.Labels, svc.Annotations)
+	}
+	if want := map[string]string{builder.LabelCluster: name, builder.LabelServe: "true"}; !maps.Equal(svc.Spec.Selector, want) {
+		t.Errorf("selector %v, want %v", svc.Spec.Selector, want)
+	}
+	if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "svc-serve-svc"}, &corev1.Service{}); !apierrors.IsNotFound(err) {
+		t.Errorf("default-named serve Service: %v", err)
+	}
+}
+
+// TestPrintColumnsAsKubeRay: `kubectl get rayservices` shows KubeRay's columns.
+func TestPrintColumnsAsKubeRay(t *testing.T) {
+	root := testutil.MustRepoRoot(t)
+	cols := func(path string) string {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := sigyaml.Unmarshal(raw, &crd); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, v := range crd.Spec.Versions {
+			if v.Name == "v1" {
+				for _, c := range v.AdditionalPrinterColumns {
+					out = append(out, fmt.Sprintf("%s|%s|%s|%d", c.Name, c.Type, c.JSONPath, c.Priority))
+				}
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	ours := cols(filepath.Join(root, "config", "crd", "ray.io_rayservices.yaml"))
+	theirs := cols(filepath.Join(root, "..", "shared", "compat", "kuberay", "crds", "ray.io_rayservices.yaml"))
+	if ours != theirs || ours == "" {
+		t.Errorf("print columns:\n%s\nKubeRay's:\n%s", ours, theirs)
 	}
 }
