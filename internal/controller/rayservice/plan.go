@@ -232,6 +232,11 @@ func computePlan(o observed) *plan {
 	case oldReady != nil && (oldReady.Reason == string(rayv1.NonZeroServeEndpoints) || oldReady.Reason == string(rayv1.ZeroServeEndpoints)):
 		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.ZeroServeEndpoints, "the Serve Service has no endpoints")
 	default:
+		if oldReady != nil && oldReady.Reason != string(rayv1.RayServiceInitializing) {
+			// Initializing starts now (after a fixed spec, a resume, a timed-out attempt): the initializing timeout
+			// is measured from the condition's transition time.
+			meta.RemoveStatusCondition(&st.Conditions, string(rayv1.RayServiceReady))
+		}
 		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceInitializing, "waiting for the Serve applications to be RUNNING and their proxies healthy")
 	}
 	switch {

@@ -161,9 +161,10 @@ func TestValidateNamesTheField(t *testing.T) {
 		"options": {func(rs *rayv1.RayService) {
 			rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{ClusterUpgradeOptions: &rayv1.ClusterUpgradeOptions{}}
 		}, "spec.upgradeStrategy.clusterUpgradeOptions"},
-		"no container":    {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers = nil }, "spec.rayClusterConfig.headGroupSpec"},
-		"timeout":         {func(rs *rayv1.RayService) { rs.Annotations = map[string]string{AnnotationInitializingTimeout: "soon"} }, "metadata.annotations[ray.io/initializing-timeout]"},
-		"cluster suspend": {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.Suspend = ptr.To(true) }, "spec.rayClusterConfig.suspend"},
+		"no container":      {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers = nil }, "spec.rayClusterConfig.headGroupSpec"},
+		"timeout":           {func(rs *rayv1.RayService) { rs.Annotations = map[string]string{AnnotationInitializingTimeout: "soon"} }, "metadata.annotations[ray.io/initializing-timeout]"},
+		"cluster suspend":   {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.Suspend = ptr.To(true) }, "spec.rayClusterConfig.suspend"},
+		"cluster managedBy": {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") }, "spec.rayClusterConfig.managedBy"},
 	} {
 		rs := planService()
 		tc.mutate(rs)
@@ -200,5 +201,17 @@ func TestInitializingTimeout(t *testing.T) {
 	r := meta.FindStatusCondition(p.status.Conditions, string(rayv1.RayServiceReady))
 	if r.Reason != string(rayv1.RayServiceInitializingTimeout) || len(p.deleteClusters) != 1 || p.status.PendingServiceStatus.RayClusterName != "" {
 		t.Fatalf("Ready %+v, deletes %d", r, len(p.deleteClusters))
+	}
+	// Terminal until the spec changes; then initializing starts over, timed from then.
+	rs.Status = p.status
+	p = computePlan(observed{rs: rs, now: t0.Add(time.Hour), newName: names("svc-b")})
+	if r := meta.FindStatusCondition(p.status.Conditions, string(rayv1.RayServiceReady)); r.Reason != string(rayv1.RayServiceInitializingTimeout) || p.status.PendingServiceStatus.RayClusterName != "" {
+		t.Fatalf("timed-out service restarted without a spec change: Ready %+v", r)
+	}
+	rs.Generation = 2
+	p = computePlan(observed{rs: rs, now: t0.Add(time.Hour), newName: names("svc-b")})
+	r = meta.FindStatusCondition(p.status.Conditions, string(rayv1.RayServiceReady))
+	if r.Reason != string(rayv1.RayServiceInitializing) || !r.LastTransitionTime.Time.Equal(t0.Add(time.Hour)) || p.status.PendingServiceStatus.RayClusterName != "svc-b" {
+		t.Fatalf("after a spec change: Ready %+v, pending %q", r, p.status.PendingServiceStatus.RayClusterName)
 	}
 }

@@ -37,6 +37,9 @@ func validate(rs *rayv1.RayService) string {
 	if spec.Suspend != nil && *spec.Suspend {
 		return "spec.rayClusterConfig.suspend: a RayService's cluster cannot be suspended on its own; use spec.suspend"
 	}
+	if m := spec.ManagedBy; m != nil && *m != rayv1.KubeRayController {
+		return fmt.Sprintf("spec.rayClusterConfig.managedBy: %q would leave the RayService's clusters to another controller; leave it unset", *m)
+	}
 	if len(spec.HeadGroupSpec.Template.Spec.Containers) == 0 {
 		return "spec.rayClusterConfig.headGroupSpec.template.spec.containers: the head needs at least one container"
 	}
