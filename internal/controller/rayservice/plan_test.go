@@ -161,9 +161,12 @@ func TestValidateNamesTheField(t *testing.T) {
 		"options": {func(rs *rayv1.RayService) {
 			rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{ClusterUpgradeOptions: &rayv1.ClusterUpgradeOptions{}}
 		}, "spec.upgradeStrategy.clusterUpgradeOptions"},
-		"no container":      {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers = nil }, "spec.rayClusterConfig.headGroupSpec"},
-		"timeout":           {func(rs *rayv1.RayService) { rs.Annotations = map[string]string{AnnotationInitializingTimeout: "soon"} }, "metadata.annotations[ray.io/initializing-timeout]"},
-		"cluster suspend":   {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.Suspend = ptr.To(true) }, "spec.rayClusterConfig.suspend"},
+		"no container":    {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers = nil }, "spec.rayClusterConfig.headGroupSpec"},
+		"timeout":         {func(rs *rayv1.RayService) { rs.Annotations = map[string]string{AnnotationInitializingTimeout: "soon"} }, "metadata.annotations[ray.io/initializing-timeout]"},
+		"cluster suspend": {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.Suspend = ptr.To(true) }, "spec.rayClusterConfig.suspend"},
+		"head service name": {func(rs *rayv1.RayService) {
+			rs.Spec.RayClusterSpec.HeadGroupSpec.HeadService = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "fixed"}}
+		}, "spec.rayClusterConfig.headGroupSpec.headService.metadata.name"},
 		"cluster managedBy": {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") }, "spec.rayClusterConfig.managedBy"},
 	} {
 		rs := planService()

@@ -40,6 +40,11 @@ func validate(rs *rayv1.RayService) string {
 	if m := spec.ManagedBy; m != nil && *m != rayv1.KubeRayController {
 		return fmt.Sprintf("spec.rayClusterConfig.managedBy: %q would leave the RayService's clusters to another controller; leave it unset", *m)
 	}
+	if hs := spec.HeadGroupSpec.HeadService; hs != nil && hs.Name != "" {
+		// Active and pending clusters would share one head Service, and the pending cluster's dashboard calls would
+		// reach the active cluster's head.
+		return "spec.rayClusterConfig.headGroupSpec.headService.metadata.name: a RayService's clusters each need their own head Service; leave the name unset (clients use <rayservice>-head-svc)"
+	}
 	if len(spec.HeadGroupSpec.Template.Spec.Containers) == 0 {
 		return "spec.rayClusterConfig.headGroupSpec.template.spec.containers: the head needs at least one container"
 	}
