@@ -486,6 +486,12 @@ func planOldClusters(o observed, p *plan, active, pending *clusterObs) {
 			p.requeueIn(deadline.Sub(o.now))
 			continue
 		}
+		if st := &o.rs.Status; c.Name == st.ActiveServiceStatus.RayClusterName || c.Name == st.PendingServiceStatus.RayClusterName {
+			// The recorded status still names it (this reconcile's status write may yet fail): delete it once the
+			// status that no longer names it is stored.
+			p.requeueIn(0)
+			continue
+		}
 		p.deleteClusters = append(p.deleteClusters, c)
 		p.eventf(corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted RayCluster %s: it stopped serving %s ago", c.Name, delay)
 	}
