@@ -218,3 +218,28 @@ func TestInitializingTimeout(t *testing.T) {
 		t.Fatalf("after a spec change: Ready %+v, pending %q", r, p.status.PendingServiceStatus.RayClusterName)
 	}
 }
+
+// With no deletion delay, the old cluster goes only after the status that stopped naming it is stored: a lost
+// status write must not leave the status naming a deleted cluster as active.
+func TestPlanZeroDelayDeletesAfterStatusStored(t *testing.T) {
+	rs := planService()
+	rs.Spec.RayClusterDeletionDelaySeconds = ptr.To[int32](0)
+	old := readyCluster(rs, "svc-old")
+	rs.Status.ActiveServiceStatus.RayClusterName = "svc-old"
+	rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:new"
+	rs.Status.PendingServiceStatus.RayClusterName = "svc-new"
+	pending := readyCluster(rs, "svc-new")
+	clusters := []rayv1.RayCluster{*old.cluster, *pending.cluster}
+	p := computePlan(observed{rs: rs, now: t0, active: old, pending: pending, clusters: clusters})
+	if p.status.ActiveServiceStatus.RayClusterName != "svc-new" {
+		t.Fatalf("not switched")
+	}
+	if len(p.deleteClusters) != 0 {
+		t.Fatalf("deleted %s in the reconcile that switched away from it", p.deleteClusters[0].Name)
+	}
+	rs.Status = p.status
+	p = computePlan(observed{rs: rs, now: t0, active: pending, clusters: clusters})
+	if len(p.deleteClusters) != 1 || p.deleteClusters[0].Name != "svc-old" {
+		t.Fatalf("deletes %v, want svc-old", p.deleteClusters)
+	}
+}
