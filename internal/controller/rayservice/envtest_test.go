@@ -126,6 +126,7 @@ func TestController(t *testing.T) {
 			"ManagedByOtherSkipped":        testManagedByOther,
 			"KubeRaySamples":               testKubeRaySamples,
 			"ServeServiceFromSpec":         testServeServiceFromSpec,
+			"RayUnavailableRetried":        testRayUnavailableRetried,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -848,5 +849,30 @@ func TestPrintColumnsAsKubeRay(t *testing.T) {
 	theirs := cols(filepath.Join(root, "..", "shared", "compat", "kuberay", "crds", "ray.io_rayservices.yaml"))
 	if ours != theirs || ours == "" {
 		t.Errorf("print columns:\n%s\nKubeRay's:\n%s", ours, theirs)
+	}
+}
+
+// testRayUnavailableRetried: a head that does not answer gets no traffic; the failed deploy is reported and retried.
+func testRayUnavailableRetried(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	if err := e.cl.Create(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	name := e.waitPending(t, rs, "")
+	e.ray.with(name, func(h *fakeHead) { h.down = true })
+	e.setReady(t, ns, name, 2)
+	eventually(t, "failed deploy reported", func() (bool, string) { return e.hasEvent(t, rs, EventFailedToUpdateServeApplications) })
+	got := e.get(t, rs)
+	if got.Status.ActiveServiceStatus.RayClusterName != "" || cond(got, rayv1.RayServiceReady).Status == metav1.ConditionTrue {
+		t.Fatalf("a cluster whose head does not answer became active: %+v", got.Status)
+	}
+	if head, serve := e.selectors(t, rs); head != "" || serve != "" {
+		t.Fatalf("Services created for a cluster that does not serve: %q / %q", head, serve)
+	}
+	e.ray.with(name, func(h *fakeHead) { h.down = false })
+	e.waitActive(t, rs, name)
+	if n, _ := e.ray.deploys(name); n != 1 {
+		t.Errorf("%d successful deploys, want 1", n)
 	}
 }
