@@ -127,6 +127,7 @@ func TestController(t *testing.T) {
 			"KubeRaySamples":               testKubeRaySamples,
 			"ServeServiceFromSpec":         testServeServiceFromSpec,
 			"RayUnavailableRetried":        testRayUnavailableRetried,
+			"LostApplicationsReapplied":    testLostApplicationsReapplied,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -531,8 +532,8 @@ func testHeadRestartReapplies(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rs := makeService(ns, "svc")
 	name := e.bringUp(t, rs)
-	// The head's Ray container restarts: without GCS fault tolerance Ray has lost the applications.
-	e.ray.with(name, func(h *fakeHead) { h.apps = nil })
+	// The head's Ray container restarts: without GCS fault tolerance Ray has lost the applications. The fake keeps
+	// reporting them, so the restart count is the only signal here (testLostApplicationsReapplied covers the other).
 	var head corev1.Pod
 	for _, p := range e.pods(t, ns, name) {
 		if p.Labels[builder.LabelNodeType] == builder.NodeTypeHead {
@@ -551,6 +552,22 @@ func testHeadRestartReapplies(t *testing.T, e *env) {
 		got := e.get(t, rs)
 		return len(got.Status.ActiveServiceStatus.Applications) == 2, fmt.Sprintf("%+v", got.Status.ActiveServiceStatus.Applications)
 	})
+}
+
+// testLostApplicationsReapplied: Ray reports no application (state lost without a visible restart): re-applied.
+func testLostApplicationsReapplied(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	name := e.bringUp(t, rs)
+	e.ray.with(name, func(h *fakeHead) { h.apps = nil })
+	eventually(t, "config re-applied", func() (bool, string) {
+		n, _ := e.ray.deploys(name)
+		return n == 2, fmt.Sprintf("%d deploys", n)
+	})
+	time.Sleep(time.Second)
+	if n, _ := e.ray.deploys(name); n != 2 {
+		t.Errorf("%d deploys once the applications are back, want 2", n)
+	}
 }
 
 func testProxyHealthDrivesServeLabel(t *testing.T, e *env) {

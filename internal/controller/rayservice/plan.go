@@ -110,8 +110,8 @@ func (p *plan) requeueIn(d time.Duration) {
 //     needs a new cluster (upgradeStrategy NewCluster, the default) or is not rolled out (None). A pending cluster
 //     whose spec is out of date is replaced; one that is no longer needed (the spec went back) is deleted.
 //   - A cluster no longer named in the status is deleted rayClusterDeletionDelaySeconds after it left.
-//   - The Serve config is sent only when its hash differs from the one recorded on the cluster, or the head it was
-//     applied to has restarted since.
+//   - The Serve config is sent only when its hash differs from the one recorded on the cluster, when the head it was
+//     applied to has restarted since, or when Ray reports none of its applications.
 func computePlan(o observed) *plan {
 	rs := o.rs
 	p := &plan{status: *rs.Status.DeepCopy()}
@@ -197,7 +197,10 @@ func computePlan(o observed) *plan {
 			continue
 		}
 		id := headID(c.head)
-		if c.cluster.Annotations[builder.AnnotationServeConfigHash] != configHash || c.cluster.Annotations[builder.AnnotationServeConfigHead] != id {
+		// Ray reporting no application at all for a config that has some means it lost them (a GCS restart the pod
+		// status does not show): the config is sent again. The PUT is declarative, so a spare one is harmless.
+		lost := c.details != nil && len(c.details.Applications) == 0 && len(configuredApps(rs.Spec.ServeConfigV2)) > 0
+		if lost || c.cluster.Annotations[builder.AnnotationServeConfigHash] != configHash || c.cluster.Annotations[builder.AnnotationServeConfigHead] != id {
 			p.apply = append(p.apply, serveApply{cluster: c.cluster, config: rs.Spec.ServeConfigV2, hash: configHash, headID: id})
 			appliedNow[c.cluster.Name] = true
 		}
