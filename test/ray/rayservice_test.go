@@ -244,6 +244,32 @@ func runRayService(t *testing.T, cfg *rest.Config, cl client.Client, f ray.Clien
 	}
 	waitBody("hello from manta (" + mode + "-v1)")
 
+	// The config is not sent again while nothing changes: Ray's last deploy time stays put across reconciles.
+	dash, err := f.DashboardFor(ray.Target{Namespace: ns, HeadServiceName: clusterName + "-head-svc", DashboardPort: int32(head.DashboardPort)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployedAt := func() float64 {
+		t.Helper()
+		d, err := dash.GetServeDetails(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Applications["hello-rs"].LastDeployedTimeS
+	}
+	before := deployedAt()
+	time.Sleep(6 * time.Second) // three reconciles at the default 2s interval
+	if after := deployedAt(); after != before || before == 0 {
+		t.Errorf("last_deployed_time_s moved from %v to %v with an unchanged config", before, after)
+	}
+	// And the measure sees a re-send: the same config PUT again moves it.
+	if err := dash.DeployServeConfigV2(ctx, get().Spec.ServeConfigV2); err != nil {
+		t.Fatal(err)
+	}
+	if after := deployedAt(); after == before {
+		t.Errorf("an identical PUT left last_deployed_time_s at %v: the check above proves nothing", after)
+	}
+
 	// A config change is applied in place and served.
 	testutil.Eventually(t, time.Minute, "update serveConfigV2", func() (bool, string) {
 		cur := get()
