@@ -44,9 +44,11 @@ type Options struct {
 
 // Reconciler reconciles RayServices.
 type Reconciler struct {
-	client   client.Client
-	recorder events.EventRecorder
-	opts     Options
+	client client.Client
+	// apiReader reads past the cache: Services are cached only when they carry ray.io/cluster.
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	opts      Options
 }
 
 // NewReconciler builds the controller from the manager's cached client and event recorder.
@@ -66,7 +68,7 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if opts.Rand == nil {
 		opts.Rand = rand.IntN
 	}
-	return &Reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("rayservice-controller"), opts: opts}, nil
+	return &Reconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("rayservice-controller"), opts: opts}, nil
 }
 
 // SetupWithManager watches RayServices, the RayClusters and Services they own, and the pods of their clusters (a

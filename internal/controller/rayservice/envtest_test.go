@@ -128,6 +128,7 @@ func TestController(t *testing.T) {
 			"ServeServiceFromSpec":         testServeServiceFromSpec,
 			"RayUnavailableRetried":        testRayUnavailableRetried,
 			"LostApplicationsReapplied":    testLostApplicationsReapplied,
+			"ForeignServiceNotTaken":       testForeignServiceNotTaken,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -891,5 +892,35 @@ func testRayUnavailableRetried(t *testing.T, e *env) {
 	e.waitActive(t, rs, name)
 	if n, _ := e.ray.deploys(name); n != 1 {
 		t.Errorf("%d successful deploys, want 1", n)
+	}
+}
+
+// testForeignServiceNotTaken: a Service of the serve Service's name that the RayService does not control is left
+// alone and reported.
+func testForeignServiceNotTaken(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	foreign := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc-serve-svc"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "mine"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	if err := e.cl.Create(context.Background(), foreign); err != nil {
+		t.Fatal(err)
+	}
+	rs := makeService(ns, "svc")
+	if err := e.cl.Create(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	name := e.waitPending(t, rs, "")
+	e.setReady(t, ns, name, 2)
+	eventually(t, "conflict reported", func() (bool, string) {
+		ok, msg := e.hasEvent(t, rs, EventFailedToCreateService)
+		return ok && strings.Contains(msg, "svc-serve-svc"), msg
+	})
+	got := &corev1.Service{}
+	if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(foreign), got); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got.Spec.Selector, foreign.Spec.Selector) || len(got.OwnerReferences) != 0 {
+		t.Errorf("foreign Service changed: selector %v owners %v", got.Spec.Selector, got.OwnerReferences)
 	}
 }

@@ -128,6 +128,15 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 		// The cache holds only Services labelled ray.io/cluster: a foreign one of that name makes the create fail.
 		if err := r.client.Create(ctx, desired); err != nil {
 			if apierrors.IsAlreadyExists(err) {
+				// Ours, not in the cache yet; or someone else's, which the cache does not hold: ask the API server.
+				live := &corev1.Service{}
+				if gerr := r.apiReader.Get(ctx, client.ObjectKeyFromObject(desired), live); gerr != nil {
+					return fmt.Errorf("get Service %s: %w", desired.Name, gerr)
+				}
+				if ref := metav1.GetControllerOf(live); ref == nil || ref.UID != metav1.GetControllerOf(desired).UID {
+					p.eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Service %s exists and is not controlled by this RayService; not changing it", desired.Name)
+					return fmt.Errorf("service %s exists and is not controlled by the RayService", desired.Name)
+				}
 				return nil
 			}
 			p.eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", desired.Name, err)
