@@ -18,9 +18,10 @@ func init() {
 
 func newAPIServerCommand() *cobra.Command {
 	var (
-		listen string
-		auth   string
-		opts   apiserver.Options
+		listen          string
+		auth            string
+		fieldValidation string
+		opts            apiserver.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "apiserver",
@@ -33,6 +34,7 @@ func newAPIServerCommand() *cobra.Command {
 			}
 			log := ctrl.Log.WithName("apiserver")
 			opts.Auth = apiserver.AuthMode(auth)
+			opts.FieldValidation = apiserver.FieldValidation(fieldValidation)
 			opts.Log = log
 			s, err := apiserver.New(cfg, opts)
 			if err != nil {
@@ -45,6 +47,7 @@ func newAPIServerCommand() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&listen, "listen", ":8888", "address to serve HTTP on")
 	fs.StringVar(&auth, "auth", string(apiserver.AuthKubernetes), "kubernetes: authenticate bearer tokens with TokenReview and authorise with SubjectAccessReview; none: no checks (development only)")
+	fs.StringVar(&fieldValidation, "field-validation", string(apiserver.FieldValidationWarn), "unknown fields in request bodies: Warn accepts the request with a Warning header per field (requests may ask for ?fieldValidation=Strict); Strict refuses them with a 400, for every request")
 	fs.BoolVar(&opts.UseKubernetesProxy, "use-kubernetes-proxy", false, "reach Ray dashboards through the Kubernetes API server's services/proxy")
 	fs.StringVar(&opts.ClusterDomain, "cluster-domain", "cluster.local", "cluster DNS domain used to reach Ray head services directly")
 	return cmd

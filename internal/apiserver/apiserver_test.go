@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,6 +34,8 @@ func TestAPIServer(t *testing.T) {
 	t.Run("ImagePullJobs", e.testImagePullJobs)
 	t.Run("JobSubmissions", e.testJobSubmissions)
 	t.Run("Requests", e.testRequests)
+	t.Run("KubeRayClients", e.testKubeRayClients)
+	t.Run("V2", e.testV2)
 	t.Run("Auth", e.testAuth)
 	t.Run("Schemathesis", e.testSchemathesis)
 }
@@ -143,7 +147,7 @@ func (e *testEnv) testComputeTemplates(t *testing.T) {
 			mustFail(t, e.do(t, "POST", base, c), 400, codeInvalidArgument, tc.field)
 		})
 	}
-	// Wrong JSON types and unknown fields name the field too.
+	// Wrong JSON types and (under Strict field validation) unknown fields name the field too.
 	for field, body := range map[string]string{
 		"cpu":                `{"name":"x","namespace":"` + ns + `","cpu":-1,"memory":1}`,
 		"memory":             `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":"lots"}`,
@@ -154,7 +158,7 @@ func (e *testEnv) testComputeTemplates(t *testing.T) {
 		"tolerations[0].key": `{"name":"x","namespace":"` + ns + `","cpu":1,"memory":1,"tolerations":[{"key":1,"operator":"Exists","effect":"NoSchedule"}]}`,
 	} {
 		t.Run("json/"+field, func(t *testing.T) {
-			mustFail(t, e.do(t, "POST", base, body), 400, codeInvalidArgument, field)
+			mustFail(t, e.do(t, "POST", base+"?fieldValidation=Strict", body), 400, codeInvalidArgument, field)
 		})
 	}
 }
@@ -185,7 +189,7 @@ func (e *testEnv) testClusters(t *testing.T) {
 			"FROM_CM":     {Source: EnvFromConfigMap, Name: "cm", Key: "k"},
 			"FROM_SECRET": {Source: EnvFromSecret, Name: "sec", Key: "token"},
 			"CPU_LIMIT":   {Source: EnvFromResourceField, Name: "ray-head", Key: "limits.cpu"},
-			"POD_IP":      {Source: EnvFromField, Name: "status.podIP"},
+			"POD_IP":      {Source: EnvFromField, Key: "status.podIP"},
 		},
 	}
 	h.SecurityContext = &SecurityContext{Privileged: ptrBool(false), Capabilities: &Capabilities{Add: []string{"SYS_PTRACE"}, Drop: []string{"NET_RAW"}}}
@@ -216,6 +220,7 @@ func (e *testEnv) testClusters(t *testing.T) {
 	in.ClusterSpec.WorkerGroupSpec[0].Environment = &EnvironmentVariables{Values: map[string]string{"SHARED": "1"}}
 	in.ClusterSpec.WorkerGroupSpec[1].Environment = &EnvironmentVariables{Values: map[string]string{"SHARED": "1"}}
 	in.ClusterSpec.WorkerGroupSpec[0].Image = "rayproject/ray:2.52.0"
+	in.ClusterSpec.WorkerGroupSpec[0].MinReplicas = 1 // KubeRay's rule: minReplicas 0 is stored as replicas
 	in.ClusterSpec.WorkerGroupSpec[1].Image = "rayproject/ray:2.52.0"
 	got.CreatedAt = nil
 	if d := cmp.Diff(in, got); d != "" {
@@ -352,10 +357,26 @@ func (e *testEnv) testClusterValidation(t *testing.T) {
 			c.ClusterSpec.HeadGroupSpec.Environment = &EnvironmentVariables{ValuesFrom: map[string]EnvValueFrom{"V": {Source: EnvFromSecret, Name: "s"}}}
 		}},
 		{"clusterSpec.headGroupSpec.environment.valuesFrom.V.name", func(c *Cluster) {
+			c.ClusterSpec.HeadGroupSpec.Environment = &EnvironmentVariables{ValuesFrom: map[string]EnvValueFrom{"V": {Source: EnvFromConfigMap, Key: "k"}}}
+		}},
+		{"clusterSpec.headGroupSpec.environment.valuesFrom.V.key", func(c *Cluster) {
 			c.ClusterSpec.HeadGroupSpec.Environment = &EnvironmentVariables{ValuesFrom: map[string]EnvValueFrom{"V": {Source: EnvFromField}}}
 		}},
+		{"clusterSpec.headGroupSpec.environment.valuesFrom.V.name", func(c *Cluster) {
+			// KubeRay reads a FIELD source's path from key; a path in name would be lost.
+			c.ClusterSpec.HeadGroupSpec.Environment = &EnvironmentVariables{ValuesFrom: map[string]EnvValueFrom{"V": {Source: EnvFromField, Name: "status.podIP", Key: "status.podIP"}}}
+		}},
 		{"clusterSpec.headGroupSpec.environment.valuesFrom.V", func(c *Cluster) {
-			c.ClusterSpec.HeadGroupSpec.Environment = &EnvironmentVariables{Values: map[string]string{"V": "1"}, ValuesFrom: map[string]EnvValueFrom{"V": {Source: EnvFromField, Name: "status.podIP"}}}
+			c.ClusterSpec.HeadGroupSpec.Environment = &EnvironmentVariables{Values: map[string]string{"V": "1"}, ValuesFrom: map[string]EnvValueFrom{"V": {Source: EnvFromField, Key: "status.podIP"}}}
+		}},
+		{"clusterSpec.autoscalerOptions.envs.valuesFrom.V.source", func(c *Cluster) {
+			c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{Envs: &EnvironmentVariables{ValuesFrom: map[string]EnvValueFrom{"V": {Source: EnvFromField, Name: "x"}}}}
+		}},
+		{"clusterSpec.autoscalerOptions.envs.valuesFrom.V.key", func(c *Cluster) {
+			c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{Envs: &EnvironmentVariables{ValuesFrom: map[string]EnvValueFrom{"V": {Source: EnvFromSecret, Name: "s", Key: "k"}}}}
+		}},
+		{"clusterSpec.autoscalerOptions.envs.valuesFrom.V.name", func(c *Cluster) {
+			c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{Envs: &EnvironmentVariables{ValuesFrom: map[string]EnvValueFrom{"V": {Source: EnvFromSecret}}}}
 		}},
 		{"clusterSpec.headGroupSpec.securityContext.capabilities.add[0]", func(c *Cluster) {
 			c.ClusterSpec.HeadGroupSpec.SecurityContext = &SecurityContext{Capabilities: &Capabilities{Add: []string{" "}}}
@@ -429,7 +450,7 @@ func (e *testEnv) testClusterValidation(t *testing.T) {
 			mustFail(t, e.do(t, "POST", base, c), 400, codeInvalidArgument, tc.field)
 		})
 	}
-	// JSON-level rules: enums by number or name, unknown fields, types.
+	// JSON-level rules: enums by number or name, unknown fields (under Strict), types.
 	for field, body := range map[string]string{
 		"environment": `{"name":"x","namespace":"` + ns + `","user":"u","environment":"MARS"}`,
 		"clusterSpec.headGroupSpec.volumes[0].volumeType": `{"name":"x","namespace":"` + ns + `","user":"u","clusterSpec":{"headGroupSpec":{"computeTemplate":"small","rayStartParams":{"a":"b"},"volumes":[{"name":"v","mountPath":"/v","volumeType":9}]}}}`,
@@ -440,7 +461,7 @@ func (e *testEnv) testClusterValidation(t *testing.T) {
 		"createdAt": `{"name":"x","namespace":"` + ns + `","user":"u","createdAt":"yesterday"}`,
 	} {
 		t.Run("json/"+field, func(t *testing.T) {
-			mustFail(t, e.do(t, "POST", base, body), 400, codeInvalidArgument, field)
+			mustFail(t, e.do(t, "POST", base+"?fieldValidation=Strict", body), 400, codeInvalidArgument, field)
 		})
 	}
 	// Enums are accepted by name as well as number.
@@ -458,15 +479,15 @@ func (e *testEnv) testClusterValidation(t *testing.T) {
 	c.ClusterSpec.HeadGroupSpec.ComputeTemplate = "nope"
 	c.ClusterSpec.WorkerGroupSpec[0].ComputeTemplate = "nope"
 	s := mustFail(t, e.do(t, "POST", base, c), 422, codeFailedPrecondition, "clusterSpec.headGroupSpec.computeTemplate")
-	if len(s.Details) != 2 || s.Details[1].Field != "clusterSpec.workerGroupSpec[0].computeTemplate" {
-		t.Errorf("details: %+v", s.Details)
+	if len(s.Violations()) != 2 || s.Violations()[1].Field != "clusterSpec.workerGroupSpec[0].computeTemplate" {
+		t.Errorf("details: %+v", s.Violations())
 	}
 	// Many errors at once are all reported.
 	c = cluster(ns, "")
 	c.User = ""
 	c.ClusterSpec.HeadGroupSpec.ImagePullPolicy = "x"
-	if s := mustFail(t, e.do(t, "POST", base, c), 400, codeInvalidArgument, "user"); len(s.Details) != 3 {
-		t.Errorf("want 3 details, got %+v", s.Details)
+	if s := mustFail(t, e.do(t, "POST", base, c), 400, codeInvalidArgument, "user"); len(s.Violations()) != 3 {
+		t.Errorf("want 3 details, got %+v", s.Violations())
 	}
 }
 
@@ -536,13 +557,26 @@ func (e *testEnv) testJobs(t *testing.T) {
 	if got.JobSubmitter == nil || got.JobSubmitter.Memory != "1Gi" || got.JobSubmitter.CPU != "500m" {
 		t.Errorf("submitter: %+v", got.JobSubmitter)
 	}
+	// Status, and the Ray job id the controller generated, come from the RayJob's status, as KubeRay reports them.
+	if got.JobID != "" {
+		t.Errorf("jobId before the controller set one: %q", got.JobID)
+	}
 	rj.Status.JobStatus, rj.Status.JobDeploymentStatus, rj.Status.RayClusterName = rayv1.JobStatusRunning, rayv1.JobDeploymentStatusRunning, "train-abcde"
+	rj.Status.JobId, rj.Status.Message = "train-x7k2p", "Job is currently running"
+	start := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	rj.Status.StartTime = &start
 	if err := e.k.Status().Update(context.Background(), &rj); err != nil {
 		t.Fatal(err)
 	}
 	mustOK(t, e.do(t, "GET", base+"/train", nil), &got)
-	if got.JobStatus != "RUNNING" || got.JobDeploymentStatus != "Running" || got.RayClusterName != "train-abcde" {
+	if got.JobStatus != "RUNNING" || got.JobDeploymentStatus != "Running" || got.RayClusterName != "train-abcde" ||
+		got.JobID != "train-x7k2p" || got.Message != "Job is currently running" || got.StartTime == nil || !got.StartTime.Equal(start.Time) {
 		t.Errorf("status: %+v", got)
+	}
+	var jl ListRayJobsResponse
+	mustOK(t, e.do(t, "GET", base, nil), &jl)
+	if len(jl.Jobs) != 1 || jl.Jobs[0].JobID != "train-x7k2p" {
+		t.Errorf("list does not report jobId from status: %+v", jl.Jobs)
 	}
 	// A job on an existing cluster needs no cluster spec or compute template.
 	sel := RayJob{Name: "onexisting", Namespace: ns, User: "bob", Entrypoint: "echo hi", ClusterSelector: map[string]string{"ray.io/cluster": "demo"}}
@@ -617,15 +651,31 @@ func (e *testEnv) testServices(t *testing.T) {
 	}
 	rs.Status.ActiveServiceStatus = rayv1.RayServiceStatus{
 		RayClusterName:   "serve-x1",
-		RayClusterStatus: rayv1.RayClusterStatus{State: rayv1.Ready},
+		RayClusterStatus: rayv1.RayClusterStatus{State: rayv1.Ready, Endpoints: map[string]string{"serve": "8000", "dashboard": "8265"}},
 		Applications:     map[string]rayv1.AppStatus{"app": {Status: "RUNNING", Deployments: map[string]rayv1.ServeDeploymentStatus{"d": {Status: "HEALTHY"}}}},
 	}
 	if err := e.k.Status().Update(context.Background(), &rs); err != nil {
 		t.Fatal(err)
 	}
+	// Events about the RayService are reported with its status, as KubeRay's server does.
+	ev := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "serve.1", Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{Kind: "RayService", Name: "serve", Namespace: ns, APIVersion: "ray.io/v1"},
+		Reason:         "Running", Message: "all applications are running", Type: corev1.EventTypeNormal, Count: 1,
+	}
+	if err := e.k.Create(context.Background(), ev); err != nil {
+		t.Fatal(err)
+	}
 	mustOK(t, e.do(t, "GET", base+"/serve", nil), &got)
-	want := &RayServiceStatus{RayClusterName: "serve-x1", RayClusterState: "ready", ServeApplicationStatus: []ServeApplicationStatus{
-		{Name: "app", Status: "RUNNING", ServeDeploymentStatus: []ServeDeploymentStatus{{DeploymentName: "d", Status: "HEALTHY"}}}}}
+	if got.RayServiceStatus != nil && len(got.RayServiceStatus.RayServiceEvents) == 1 {
+		got.RayServiceStatus.RayServiceEvents[0].CreatedAt, got.RayServiceStatus.RayServiceEvents[0].ID = nil, ""
+	}
+	want := &RayServiceStatus{RayClusterName: "serve-x1", RayClusterState: "ready",
+		ServiceEndpoint: map[string]string{"serve": "8000", "dashboard": "8265"},
+		ServeApplicationStatus: []ServeApplicationStatus{
+			{Name: "app", Status: "RUNNING", ServeDeploymentStatus: []ServeDeploymentStatus{{DeploymentName: "d", Status: "HEALTHY"}}}},
+		RayServiceEvents: []ClusterEvent{{Name: "serve.1", Reason: "Running", Message: "all applications are running", Type: "Normal", Count: 1}},
+	}
 	if d := cmp.Diff(want, got.RayServiceStatus); d != "" {
 		t.Errorf("status (-want +got):\n%s", d)
 	}

@@ -98,10 +98,15 @@ type kubeAuth struct {
 	allows ttlCache[bool]
 }
 
+// bearerToken reads the caller's token from "Authorization: Bearer <token>" or, as KubeRay's clients send it,
+// "Authorization: <token>". Any other scheme (Basic, ...) is not a token.
 func bearerToken(r *http.Request) (string, bool) {
-	h := r.Header.Get("Authorization")
+	h := strings.TrimSpace(r.Header.Get("Authorization"))
 	scheme, tok, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "bearer") {
+	if !ok {
+		return h, h != ""
+	}
+	if !strings.EqualFold(scheme, "bearer") {
 		return "", false
 	}
 	tok = strings.TrimSpace(tok)
@@ -112,7 +117,7 @@ func bearerToken(r *http.Request) (string, bool) {
 func (k *kubeAuth) authenticate(ctx context.Context, r *http.Request) (*userInfo, *apiError) {
 	tok, ok := bearerToken(r)
 	if !ok {
-		return nil, newError(http.StatusUnauthorized, codeUnauthenticated, "a Kubernetes bearer token is required: send \"Authorization: Bearer <token>\"")
+		return nil, newError(http.StatusUnauthorized, codeUnauthenticated, "a Kubernetes bearer token is required: send \"Authorization: Bearer <token>\" (or \"Authorization: <token>\")")
 	}
 	sum := sha256.Sum256([]byte(tok))
 	key := string(sum[:])

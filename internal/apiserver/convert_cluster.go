@@ -85,10 +85,16 @@ func clusterSpecToRay(s *ClusterSpec, version string, envs *EnvironmentVariables
 		spec.HeadGroupSpec.EnableIngress = ptr.To(true)
 	}
 	for _, w := range s.WorkerGroupSpec {
+		// KubeRay's API server stores minReplicas = replicas when minReplicas is 0 (unset in proto3), so a group
+		// created with only replicas is not scaled below it by the autoscaler.
+		minReplicas := w.MinReplicas
+		if minReplicas == 0 {
+			minReplicas = w.Replicas
+		}
 		spec.WorkerGroupSpecs = append(spec.WorkerGroupSpecs, rayv1.WorkerGroupSpec{
 			GroupName:      w.GroupName,
 			Replicas:       ptr.To(w.Replicas),
-			MinReplicas:    ptr.To(w.MinReplicas),
+			MinReplicas:    ptr.To(minReplicas),
 			MaxReplicas:    ptr.To(w.MaxReplicas),
 			RayStartParams: nonNilMap(w.RayStartParams),
 			Template: podTemplate(groupSettings{
@@ -103,7 +109,7 @@ func clusterSpecToRay(s *ClusterSpec, version string, envs *EnvironmentVariables
 		spec.EnableInTreeAutoscaling = ptr.To(true)
 	}
 	if a := s.AutoscalerOptions; a != nil {
-		o := &rayv1.AutoscalerOptions{Env: envToK8s(a.Envs)}
+		o := &rayv1.AutoscalerOptions{Env: envValuesToK8s(a.Envs), EnvFrom: envFromSources(a.Envs)}
 		if a.IdleTimeoutSeconds > 0 {
 			o.IdleTimeoutSeconds = ptr.To(a.IdleTimeoutSeconds)
 		}
@@ -188,10 +194,13 @@ func podTemplate(g groupSettings) corev1.PodTemplateSpec {
 		Name:            g.container,
 		Image:           image,
 		ImagePullPolicy: corev1.PullPolicy(g.pullPolicy),
-		Env:             envToK8s(g.env...),
+		Env:             withKubeRayEnv(g.container, envToK8s(g.env...)),
 		Ports:           g.ports,
 		Resources:       corev1.ResourceRequirements{Requests: rl, Limits: rl.DeepCopy()},
 		VolumeMounts:    mounts,
+	}
+	if g.container == workerContainerName {
+		c.Lifecycle = workerLifecycle()
 	}
 	if sc := g.securityContext; sc != nil {
 		c.SecurityContext = &corev1.SecurityContext{Privileged: sc.Privileged}
@@ -283,7 +292,7 @@ func clusterSpecFromRay(s *rayv1.RayClusterSpec) *ClusterSpec {
 			UpscalingMode:      string(ptr.Deref(a.UpscalingMode, "")),
 			Image:              ptr.Deref(a.Image, ""),
 			ImagePullPolicy:    string(ptr.Deref(a.ImagePullPolicy, "")),
-			Envs:               envFromK8s(a.Env),
+			Envs:               autoscalerEnvFromK8s(a.Env, a.EnvFrom),
 		}
 		if a.Resources != nil {
 			if q, ok := a.Resources.Limits[corev1.ResourceCPU]; ok {
@@ -334,7 +343,7 @@ func groupFromTemplate(pt *corev1.PodTemplateSpec) groupFields {
 	c := pt.Spec.Containers[0]
 	g.image = c.Image
 	g.pullPolicy = string(c.ImagePullPolicy)
-	g.env = envFromK8s(c.Env)
+	g.env = envFromK8s(withoutKubeRayEnv(c.Name, c.Env))
 	g.volumes = volumesFromK8s(pt.Spec.Volumes, c.VolumeMounts)
 	if sc := c.SecurityContext; sc != nil && (sc.Privileged != nil || sc.Capabilities != nil) {
 		g.securityContext = &SecurityContext{Privileged: sc.Privileged}
@@ -358,10 +367,10 @@ func templateNames(s *ClusterSpec, field string) []FieldViolation {
 	}
 	var out []FieldViolation
 	if s.HeadGroupSpec != nil {
-		out = append(out, FieldViolation{Field: field + ".headGroupSpec.computeTemplate", Reason: s.HeadGroupSpec.ComputeTemplate})
+		out = append(out, FieldViolation{Field: field + ".headGroupSpec.computeTemplate", Description: s.HeadGroupSpec.ComputeTemplate})
 	}
 	for i, w := range s.WorkerGroupSpec {
-		out = append(out, FieldViolation{Field: field + ".workerGroupSpec[" + itoa(i) + "].computeTemplate", Reason: w.ComputeTemplate})
+		out = append(out, FieldViolation{Field: field + ".workerGroupSpec[" + itoa(i) + "].computeTemplate", Description: w.ComputeTemplate})
 	}
 	return out
 }

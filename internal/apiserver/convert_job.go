@@ -78,6 +78,11 @@ func jobFromRay(rj *rayv1.RayJob) RayJob {
 		Message:               rj.Status.Message,
 		RayClusterName:        rj.Status.RayClusterName,
 	}
+	// The Ray job id as KubeRay's API server reports it: the one the RayJob controller submitted (status.jobId,
+	// generated when spec.jobId is empty); the requested one until then.
+	if id := rj.Status.JobId; id != "" {
+		j.JobID = id
+	}
 	if rj.DeletionTimestamp != nil {
 		j.DeleteAt = timePtr(*rj.DeletionTimestamp)
 	}

@@ -157,7 +157,8 @@ func envToK8s(sets ...*EnvironmentVariables) []corev1.EnvVar {
 			case EnvFromResourceField:
 				ev.ValueFrom.ResourceFieldRef = &corev1.ResourceFieldSelector{ContainerName: src.Name, Resource: src.Key}
 			case EnvFromField:
-				ev.ValueFrom.FieldRef = &corev1.ObjectFieldSelector{FieldPath: src.Name}
+				// KubeRay's API server takes a FIELD source's path from key.
+				ev.ValueFrom.FieldRef = &corev1.ObjectFieldSelector{FieldPath: src.Key}
 			}
 			vals[k] = ev
 		}
@@ -191,7 +192,7 @@ func envFromK8s(env []corev1.EnvVar) *EnvironmentVariables {
 		case f.ResourceFieldRef != nil:
 			src = EnvValueFrom{Source: EnvFromResourceField, Name: f.ResourceFieldRef.ContainerName, Key: f.ResourceFieldRef.Resource}
 		case f.FieldRef != nil:
-			src = EnvValueFrom{Source: EnvFromField, Name: f.FieldRef.FieldPath}
+			src = EnvValueFrom{Source: EnvFromField, Key: f.FieldRef.FieldPath}
 		default:
 			continue
 		}

@@ -24,18 +24,36 @@ const (
 	codeUnauthenticated    = 16
 )
 
-// FieldViolation names one bad field of a request and why it is bad.
+// FieldViolation names one bad field of a request and why it is bad: google.rpc.BadRequest.FieldViolation.
 type FieldViolation struct {
-	Field  string `json:"field" api:"required" doc:"JSON path of the offending field, e.g. clusterSpec.headGroupSpec.imagePullPolicy"`
-	Reason string `json:"reason" api:"required" doc:"what is wrong with it"`
+	Field       string `json:"field" api:"required" doc:"JSON path of the offending field, e.g. clusterSpec.headGroupSpec.imagePullPolicy"`
+	Description string `json:"description" api:"required" doc:"what is wrong with it"`
 }
 
-// Status is the body of every error answer: the shape of grpc-gateway's error (google.rpc.Status) with details
-// that name fields.
+// typeBadRequest is the Any type URL of google.rpc.BadRequest.
+const typeBadRequest = "type.googleapis.com/google.rpc.BadRequest"
+
+// BadRequest is a google.rpc.BadRequest packed in an Any, the one detail error answers carry.
+type BadRequest struct {
+	Type            string           `json:"@type" api:"required" doc:"always type.googleapis.com/google.rpc.BadRequest"`
+	FieldViolations []FieldViolation `json:"fieldViolations" api:"required"`
+}
+
+// Status is the body of every error answer: google.rpc.Status in protobuf's JSON mapping, as grpc-gateway (and so
+// KubeRay's API server) answers, decodable by protojson. Field errors are one BadRequest detail.
 type Status struct {
-	Code    int              `json:"code" api:"required" doc:"gRPC status code (3 InvalidArgument, 5 NotFound, 6 AlreadyExists, 7 PermissionDenied, 9 FailedPrecondition, 10 Aborted, 12 Unimplemented, 13 Internal, 14 Unavailable, 16 Unauthenticated)"`
-	Message string           `json:"message" api:"required"`
-	Details []FieldViolation `json:"details,omitempty"`
+	Code    int          `json:"code" api:"required" doc:"gRPC status code (3 InvalidArgument, 5 NotFound, 6 AlreadyExists, 7 PermissionDenied, 9 FailedPrecondition, 10 Aborted, 12 Unimplemented, 13 Internal, 14 Unavailable, 16 Unauthenticated)"`
+	Message string       `json:"message" api:"required"`
+	Details []BadRequest `json:"details,omitempty" doc:"google.protobuf.Any messages; field errors are a google.rpc.BadRequest"`
+}
+
+// Violations lists the field violations of every BadRequest detail.
+func (s Status) Violations() []FieldViolation {
+	var out []FieldViolation
+	for _, d := range s.Details {
+		out = append(out, d.FieldViolations...)
+	}
+	return out
 }
 
 // apiError is an error with the HTTP status and body to answer with.
@@ -59,9 +77,13 @@ func invalid(vs ...FieldViolation) *apiError {
 func fieldError(httpStatus, code int, vs []FieldViolation) *apiError {
 	parts := make([]string, 0, len(vs))
 	for _, v := range vs {
-		parts = append(parts, v.Field+": "+v.Reason)
+		parts = append(parts, v.Field+": "+v.Description)
 	}
-	return &apiError{httpStatus: httpStatus, Status: Status{Code: code, Message: "invalid request: " + strings.Join(parts, "; "), Details: vs}}
+	st := Status{Code: code, Message: "invalid request: " + strings.Join(parts, "; ")}
+	if len(vs) > 0 {
+		st.Details = []BadRequest{{Type: typeBadRequest, FieldViolations: vs}}
+	}
+	return &apiError{httpStatus: httpStatus, Status: st}
 }
 
 func notFound(format string, args ...any) *apiError {
@@ -91,11 +113,11 @@ func fromKubernetes(err error, what string) *apiError {
 		var se apierrors.APIStatus
 		if errors.As(err, &se) && se.Status().Details != nil {
 			for _, c := range se.Status().Details.Causes {
-				vs = append(vs, FieldViolation{Field: c.Field, Reason: c.Message})
+				vs = append(vs, FieldViolation{Field: c.Field, Description: c.Message})
 			}
 		}
 		if len(vs) == 0 {
-			vs = []FieldViolation{{Field: "", Reason: statusMessage(err)}}
+			vs = []FieldViolation{{Field: "", Description: statusMessage(err)}}
 		}
 		e := fieldError(http.StatusUnprocessableEntity, codeInvalidArgument, vs)
 		e.Message = fmt.Sprintf("%s was refused by Kubernetes: %s", what, statusMessage(err))
@@ -103,7 +125,7 @@ func fromKubernetes(err error, what string) *apiError {
 	case apierrors.IsBadRequest(err):
 		return newError(http.StatusBadRequest, codeInvalidArgument, "%s: %s", what, statusMessage(err))
 	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
-		return fieldError(http.StatusBadRequest, codeInvalidArgument, []FieldViolation{{Field: "continue", Reason: "the continue token has expired; list again from the start"}})
+		return fieldError(http.StatusBadRequest, codeInvalidArgument, []FieldViolation{{Field: "continue", Description: "the continue token has expired; list again from the start"}})
 	case apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err):
 		return newError(http.StatusServiceUnavailable, codeUnavailable, "kubernetes is busy, retry later: %s", statusMessage(err))
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):

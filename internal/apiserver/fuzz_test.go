@@ -20,6 +20,7 @@ func FuzzDecodeValidate(f *testing.F) {
 	for i, s := range seeds {
 		raw, _ := json.Marshal(s)
 		f.Add(uint8(i), raw)
+		f.Add(uint8(i)|0x80, raw)
 	}
 	for _, raw := range []string{``, `null`, `[]`, `{"name":1}`, `{"clusterSpec":{"headGroupSpec":null}}`,
 		`{"clusterSpec":{"workerGroupSpec":[null,{}]}}`, `{"environment":"DEV","envs":{"valuesFrom":{"A":{"source":7}}}}`,
@@ -29,6 +30,15 @@ func FuzzDecodeValidate(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, raw []byte) {
+		// The high bit picks the field validation mode, so both Warn and Strict are fuzzed.
+		mode := FieldValidationWarn
+		if kind&0x80 != 0 {
+			mode = FieldValidationStrict
+		}
+		decodeJSON := func(raw []byte, out any) *apiError {
+			_, e := decodeJSON(raw, out, mode)
+			return e
+		}
 		var e *apiError
 		switch kind % 6 {
 		case 0:
@@ -91,7 +101,7 @@ func FuzzDecodeValidate(f *testing.F) {
 		if e.httpStatus < 400 || e.httpStatus >= 500 {
 			t.Fatalf("status %d for %q: %s", e.httpStatus, raw, e.Message)
 		}
-		if len(e.Details) == 0 || e.Message == "" {
+		if len(e.Violations()) == 0 || e.Message == "" {
 			t.Fatalf("error without a named field for %q: %+v", raw, e.Status)
 		}
 	})
@@ -101,7 +111,7 @@ func FuzzDecodeValidate(f *testing.F) {
 func fakeTemplates(s *ClusterSpec) templates {
 	ts := templates{}
 	for _, ref := range templateNames(s, "clusterSpec") {
-		ts[ref.Reason] = &ComputeTemplate{Name: ref.Reason, CPU: 1, Memory: 1, GPU: 1, ExtendedResources: map[string]uint32{"x.io/y": 1},
+		ts[ref.Description] = &ComputeTemplate{Name: ref.Description, CPU: 1, Memory: 1, GPU: 1, ExtendedResources: map[string]uint32{"x.io/y": 1},
 			Tolerations: []PodToleration{{Key: "k", Operator: "Exists", Effect: "NoSchedule"}}}
 	}
 	return ts

@@ -50,7 +50,7 @@ func (s *Server) lookupTemplates(ctx context.Context, ns string, spec *ClusterSp
 	ts := templates{}
 	var missing []FieldViolation
 	for _, ref := range templateNames(spec, field) {
-		name := ref.Reason
+		name := ref.Description
 		if _, ok := ts[name]; ok {
 			continue
 		}
@@ -61,7 +61,7 @@ func (s *Server) lookupTemplates(ctx context.Context, ns string, spec *ClusterSp
 			t := templateFromConfigMap(&cm)
 			ts[name] = &t
 		case err == nil || apierrors.IsNotFound(err) || apierrors.IsBadRequest(err) || apierrors.IsInvalid(err):
-			missing = append(missing, FieldViolation{Field: ref.Field, Reason: fmt.Sprintf("compute template %q does not exist in namespace %q; create it first", name, ns)})
+			missing = append(missing, FieldViolation{Field: ref.Field, Description: fmt.Sprintf("compute template %q does not exist in namespace %q; create it first", name, ns)})
 		default:
 			return nil, fromKubernetes(err, fmt.Sprintf("compute template %q", name))
 		}
@@ -73,8 +73,8 @@ func (s *Server) lookupTemplates(ctx context.Context, ns string, spec *ClusterSp
 			seen[m.Field] = true
 		}
 		for _, ref := range templateNames(spec, field) {
-			if _, ok := ts[ref.Reason]; !ok && !seen[ref.Field] {
-				missing = append(missing, FieldViolation{Field: ref.Field, Reason: fmt.Sprintf("compute template %q does not exist in namespace %q; create it first", ref.Reason, ns)})
+			if _, ok := ts[ref.Description]; !ok && !seen[ref.Field] {
+				missing = append(missing, FieldViolation{Field: ref.Field, Description: fmt.Sprintf("compute template %q does not exist in namespace %q; create it first", ref.Description, ns)})
 			}
 		}
 		return nil, fieldError(http.StatusUnprocessableEntity, codeFailedPrecondition, missing)
@@ -155,16 +155,15 @@ func (s *Server) getCluster(_ http.ResponseWriter, r *http.Request) (any, *apiEr
 		return nil, e
 	}
 	c := clusterFromRay(&rc)
-	c.Events = s.clusterEvents(r.Context(), &rc)
+	c.Events = s.events(r.Context(), "RayCluster", rc.Namespace, rc.Name)
 	return c, nil
 }
 
-// clusterEvents lists the events about a cluster; events are a convenience, so failing to list them is not an
-// error.
-func (s *Server) clusterEvents(ctx context.Context, rc *rayv1.RayCluster) []ClusterEvent {
+// events lists the events about an object; events are a convenience, so failing to list them is not an error.
+func (s *Server) events(ctx context.Context, kind, ns, name string) []ClusterEvent {
 	var l corev1.EventList
-	err := s.c.List(ctx, &l, client.InNamespace(rc.Namespace),
-		client.MatchingFields{"involvedObject.name": rc.Name, "involvedObject.kind": "RayCluster"})
+	err := s.c.List(ctx, &l, client.InNamespace(ns),
+		client.MatchingFields{"involvedObject.name": name, "involvedObject.kind": kind})
 	if err != nil {
 		return nil
 	}
@@ -305,7 +304,14 @@ func (s *Server) getService(_ http.ResponseWriter, r *http.Request) (any, *apiEr
 	if e := s.getOwned(r, "service", &rs, func() bool { return isManaged(&rs) }); e != nil {
 		return nil, e
 	}
-	return serviceFromRay(&rs), nil
+	out := serviceFromRay(&rs)
+	if ev := s.events(r.Context(), "RayService", rs.Namespace, rs.Name); len(ev) > 0 {
+		if out.RayServiceStatus == nil {
+			out.RayServiceStatus = &RayServiceStatus{}
+		}
+		out.RayServiceStatus.RayServiceEvents = ev
+	}
+	return out, nil
 }
 
 func (s *Server) listServices(_ http.ResponseWriter, r *http.Request) (any, *apiError) {

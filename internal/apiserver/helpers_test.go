@@ -98,8 +98,9 @@ func (e *testEnv) namespace(t *testing.T) string {
 }
 
 type resp struct {
-	code int
-	body []byte
+	code   int
+	body   []byte
+	header http.Header
 }
 
 func (r resp) decode(t *testing.T, out any) {
@@ -118,6 +119,16 @@ func (r resp) status(t *testing.T) Status {
 
 // call sends a request; body may be nil, a string (sent raw) or a value (sent as JSON).
 func call(t *testing.T, base, method, path string, body any, token string) resp {
+	t.Helper()
+	h := http.Header{}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	return callWith(t, base, method, path, body, h)
+}
+
+// callWith is call with the request headers given.
+func callWith(t *testing.T, base, method, path string, body any, h http.Header) resp {
 	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -138,8 +149,8 @@ func call(t *testing.T, base, method, path string, body any, token string) resp 
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	for k, vs := range h {
+		req.Header[k] = vs
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -147,7 +158,7 @@ func call(t *testing.T, base, method, path string, body any, token string) resp 
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
-	return resp{code: res.StatusCode, body: raw}
+	return resp{code: res.StatusCode, body: raw, header: res.Header}
 }
 
 func (e *testEnv) do(t *testing.T, method, path string, body any) resp {
@@ -181,7 +192,7 @@ func mustFail(t *testing.T, r resp, httpStatus, code int, field string) Status {
 	}
 	if field != "" {
 		var fields []string
-		for _, d := range s.Details {
+		for _, d := range s.Violations() {
 			fields = append(fields, d.Field)
 		}
 		if !slices.Contains(fields, field) {

@@ -4,7 +4,8 @@ import "time"
 
 // The request and response bodies of the v1 API. JSON names and shapes follow KubeRay's API server v1
 // (proto3 JSON: camelCase, enums as numbers, zero values omitted). Struct tags drive the OpenAPI document and the
-// strict decoder: api:"required" (must be present and non-empty), api:"readonly" (output only, ignored on
+// decoder: proto:"..." (the proto field name, accepted on input like the JSON name, as protobuf's JSON mapping
+// does; absent when it equals the JSON name), api:"required" (must be present and non-empty), api:"readonly" (output only, ignored on
 // input), api:"name" (a DNS-1123 label), doc:"..." (description).
 
 // ComputeTemplate is a named amount of CPU, memory, GPUs and extended resources, with tolerations, that head and
@@ -15,10 +16,10 @@ type ComputeTemplate struct {
 	CPU               uint32            `json:"cpu" api:"required" doc:"number of CPUs (requests = limits); must be > 0"`
 	Memory            uint32            `json:"memory" api:"required" doc:"amount of memory in memoryUnit; must be > 0"`
 	GPU               uint32            `json:"gpu,omitempty" doc:"number of GPUs"`
-	GPUAccelerator    string            `json:"gpuAccelerator,omitempty" doc:"GPU resource name; default nvidia.com/gpu"`
+	GPUAccelerator    string            `json:"gpuAccelerator,omitempty" proto:"gpu_accelerator" doc:"GPU resource name; default nvidia.com/gpu"`
 	Tolerations       []PodToleration   `json:"tolerations,omitempty"`
-	ExtendedResources map[string]uint32 `json:"extendedResources,omitempty" doc:"extra resource names and amounts, e.g. vpc.amazonaws.com/efa"`
-	MemoryUnit        string            `json:"memoryUnit,omitempty" doc:"unit of memory: Ki, Mi, Gi or Ti (default Gi)"`
+	ExtendedResources map[string]uint32 `json:"extendedResources,omitempty" proto:"extended_resources" doc:"extra resource names and amounts, e.g. vpc.amazonaws.com/efa"`
+	MemoryUnit        string            `json:"memoryUnit,omitempty" proto:"memory_unit" doc:"unit of memory: Ki, Mi, Gi or Ti (default Gi)"`
 }
 
 // PodToleration is a toleration of a compute template.
@@ -42,20 +43,20 @@ type Cluster struct {
 	User            string                `json:"user" api:"required" doc:"the user who owns the cluster"`
 	Version         string                `json:"version,omitempty" doc:"Ray version; the default image is rayproject/ray:<version>"`
 	Environment     Environment           `json:"environment,omitempty"`
-	ClusterSpec     *ClusterSpec          `json:"clusterSpec,omitempty" api:"required" doc:"the head and worker groups"`
+	ClusterSpec     *ClusterSpec          `json:"clusterSpec,omitempty" proto:"cluster_spec" api:"required" doc:"the head and worker groups"`
 	Annotations     map[string]string     `json:"annotations,omitempty" doc:"annotations of the RayCluster"`
 	Envs            *EnvironmentVariables `json:"envs,omitempty" doc:"environment variables of every Ray container"`
-	CreatedAt       *time.Time            `json:"createdAt,omitempty" api:"readonly"`
-	DeletedAt       *time.Time            `json:"deletedAt,omitempty" api:"readonly"`
-	ClusterState    string                `json:"clusterState,omitempty" api:"readonly" doc:"the RayCluster's status.state, e.g. ready"`
+	CreatedAt       *time.Time            `json:"createdAt,omitempty" proto:"created_at" api:"readonly"`
+	DeletedAt       *time.Time            `json:"deletedAt,omitempty" proto:"deleted_at" api:"readonly"`
+	ClusterState    string                `json:"clusterState,omitempty" proto:"cluster_state" api:"readonly" doc:"the RayCluster's status.state, e.g. ready"`
 	Events          []ClusterEvent        `json:"events,omitempty" api:"readonly"`
-	ServiceEndpoint map[string]string     `json:"serviceEndpoint,omitempty" api:"readonly" doc:"head service ports by name"`
+	ServiceEndpoint map[string]string     `json:"serviceEndpoint,omitempty" proto:"service_endpoint" api:"readonly" doc:"head service ports by name"`
 }
 
 // ClusterSpec describes the groups of a cluster.
 type ClusterSpec struct {
-	HeadGroupSpec           *HeadGroupSpec     `json:"headGroupSpec,omitempty" api:"required"`
-	WorkerGroupSpec         []WorkerGroupSpec  `json:"workerGroupSpec,omitempty"`
+	HeadGroupSpec           *HeadGroupSpec     `json:"headGroupSpec,omitempty" proto:"head_group_spec" api:"required"`
+	WorkerGroupSpec         []WorkerGroupSpec  `json:"workerGroupSpec,omitempty" proto:"worker_group_spec"`
 	EnableInTreeAutoscaling bool               `json:"enableInTreeAutoscaling,omitempty"`
 	AutoscalerOptions       *AutoscalerOptions `json:"autoscalerOptions,omitempty"`
 	HeadServiceAnnotations  map[string]string  `json:"headServiceAnnotations,omitempty"`
@@ -63,38 +64,38 @@ type ClusterSpec struct {
 
 // HeadGroupSpec is the head group.
 type HeadGroupSpec struct {
-	ComputeTemplate string                `json:"computeTemplate" api:"required" doc:"name of a compute template in the cluster's namespace"`
+	ComputeTemplate string                `json:"computeTemplate" proto:"compute_template" api:"required" doc:"name of a compute template in the cluster's namespace"`
 	Image           string                `json:"image,omitempty"`
-	ServiceType     string                `json:"serviceType,omitempty" doc:"ClusterIP, NodePort or LoadBalancer"`
+	ServiceType     string                `json:"serviceType,omitempty" proto:"service_type" doc:"ClusterIP, NodePort or LoadBalancer"`
 	EnableIngress   bool                  `json:"enableIngress,omitempty"`
-	RayStartParams  map[string]string     `json:"rayStartParams" api:"required" doc:"ray start parameters; must not be empty"`
+	RayStartParams  map[string]string     `json:"rayStartParams" proto:"ray_start_params" api:"required" doc:"ray start parameters; must not be empty"`
 	Volumes         []Volume              `json:"volumes,omitempty"`
-	ServiceAccount  string                `json:"serviceAccount,omitempty"`
-	ImagePullSecret string                `json:"imagePullSecret,omitempty"`
+	ServiceAccount  string                `json:"serviceAccount,omitempty" proto:"service_account"`
+	ImagePullSecret string                `json:"imagePullSecret,omitempty" proto:"image_pull_secret"`
 	Environment     *EnvironmentVariables `json:"environment,omitempty"`
 	Annotations     map[string]string     `json:"annotations,omitempty" doc:"annotations of the head pod"`
 	Labels          map[string]string     `json:"labels,omitempty" doc:"labels of the head pod"`
 	ImagePullPolicy string                `json:"imagePullPolicy,omitempty" doc:"empty, Always, Never or IfNotPresent"`
-	SecurityContext *SecurityContext      `json:"securityContext,omitempty"`
+	SecurityContext *SecurityContext      `json:"securityContext,omitempty" proto:"security_context"`
 }
 
 // WorkerGroupSpec is one worker group.
 type WorkerGroupSpec struct {
-	GroupName       string                `json:"groupName" api:"required" doc:"group name, unique in the cluster"`
-	ComputeTemplate string                `json:"computeTemplate" api:"required" doc:"name of a compute template in the cluster's namespace"`
+	GroupName       string                `json:"groupName" proto:"group_name" api:"required" doc:"group name, unique in the cluster"`
+	ComputeTemplate string                `json:"computeTemplate" proto:"compute_template" api:"required" doc:"name of a compute template in the cluster's namespace"`
 	Image           string                `json:"image,omitempty"`
 	Replicas        int32                 `json:"replicas,omitempty" doc:"desired workers; between minReplicas and maxReplicas"`
-	MinReplicas     int32                 `json:"minReplicas,omitempty"`
-	MaxReplicas     int32                 `json:"maxReplicas" api:"required" doc:"maximum workers; must be > 0"`
-	RayStartParams  map[string]string     `json:"rayStartParams,omitempty"`
+	MinReplicas     int32                 `json:"minReplicas,omitempty" proto:"min_replicas"`
+	MaxReplicas     int32                 `json:"maxReplicas" proto:"max_replicas" api:"required" doc:"maximum workers; must be > 0"`
+	RayStartParams  map[string]string     `json:"rayStartParams,omitempty" proto:"ray_start_params"`
 	Volumes         []Volume              `json:"volumes,omitempty"`
-	ServiceAccount  string                `json:"serviceAccount,omitempty"`
-	ImagePullSecret string                `json:"imagePullSecret,omitempty"`
+	ServiceAccount  string                `json:"serviceAccount,omitempty" proto:"service_account"`
+	ImagePullSecret string                `json:"imagePullSecret,omitempty" proto:"image_pull_secret"`
 	Environment     *EnvironmentVariables `json:"environment,omitempty"`
 	Annotations     map[string]string     `json:"annotations,omitempty"`
 	Labels          map[string]string     `json:"labels,omitempty"`
 	ImagePullPolicy string                `json:"imagePullPolicy,omitempty" doc:"empty, Always, Never or IfNotPresent"`
-	SecurityContext *SecurityContext      `json:"securityContext,omitempty"`
+	SecurityContext *SecurityContext      `json:"securityContext,omitempty" proto:"security_context"`
 }
 
 // AutoscalerOptions configure the in-tree autoscaler sidecar.
@@ -118,8 +119,8 @@ type EnvironmentVariables struct {
 // EnvValueFrom takes an environment variable from a ConfigMap, Secret, resource field or pod field.
 type EnvValueFrom struct {
 	Source EnvSource `json:"source,omitempty"`
-	Name   string    `json:"name,omitempty" doc:"ConfigMap or Secret name, container name for a resource field, or field path"`
-	Key    string    `json:"key,omitempty" doc:"key in the ConfigMap or Secret, or resource name"`
+	Name   string    `json:"name,omitempty" doc:"ConfigMap or Secret name, or container name for a resource field; not used by FIELD"`
+	Key    string    `json:"key,omitempty" doc:"key in the ConfigMap or Secret, resource name (e.g. limits.cpu), or for FIELD the field path (e.g. status.podIP); not used in autoscalerOptions.envs, whose valuesFrom import a whole ConfigMap or Secret (envFrom)"`
 }
 
 // SecurityContext is the Ray container's security context.
@@ -136,13 +137,13 @@ type Capabilities struct {
 
 // Volume is a volume mounted into the Ray container.
 type Volume struct {
-	MountPath            string               `json:"mountPath,omitempty" doc:"required: absolute path in the container"`
-	VolumeType           VolumeType           `json:"volumeType,omitempty"`
+	MountPath            string               `json:"mountPath,omitempty" proto:"mount_path" doc:"required: absolute path in the container"`
+	VolumeType           VolumeType           `json:"volumeType,omitempty" proto:"volume_type"`
 	Name                 string               `json:"name,omitempty" doc:"required: volume name, unique in the group"`
 	Source               string               `json:"source,omitempty" doc:"claim name, host path, ConfigMap or Secret name"`
-	ReadOnly             bool                 `json:"readOnly,omitempty"`
-	HostPathType         HostPathType         `json:"hostPathType,omitempty"`
-	MountPropagationMode MountPropagationMode `json:"mountPropagationMode,omitempty"`
+	ReadOnly             bool                 `json:"readOnly,omitempty" proto:"read_only"`
+	HostPathType         HostPathType         `json:"hostPathType,omitempty" proto:"host_path_type"`
+	MountPropagationMode MountPropagationMode `json:"mountPropagationMode,omitempty" proto:"mount_propagation_mode"`
 	StorageClassName     string               `json:"storageClassName,omitempty" doc:"storage class of an ephemeral volume"`
 	AccessMode           AccessMode           `json:"accessMode,omitempty"`
 	Storage              string               `json:"storage,omitempty" doc:"size of an ephemeral (required) or emptyDir volume"`
@@ -153,9 +154,9 @@ type Volume struct {
 type ClusterEvent struct {
 	ID             string     `json:"id,omitempty"`
 	Name           string     `json:"name,omitempty"`
-	CreatedAt      *time.Time `json:"createdAt,omitempty"`
-	FirstTimestamp *time.Time `json:"firstTimestamp,omitempty"`
-	LastTimestamp  *time.Time `json:"lastTimestamp,omitempty"`
+	CreatedAt      *time.Time `json:"createdAt,omitempty" proto:"created_at"`
+	FirstTimestamp *time.Time `json:"firstTimestamp,omitempty" proto:"first_timestamp"`
+	LastTimestamp  *time.Time `json:"lastTimestamp,omitempty" proto:"last_timestamp"`
 	Reason         string     `json:"reason,omitempty"`
 	Message        string     `json:"message,omitempty"`
 	Type           string     `json:"type,omitempty"`
@@ -176,25 +177,25 @@ type RayJob struct {
 	Version                  string            `json:"version,omitempty" doc:"Ray version (image tag)"`
 	Entrypoint               string            `json:"entrypoint" api:"required"`
 	Metadata                 map[string]string `json:"metadata,omitempty"`
-	RuntimeEnv               string            `json:"runtimeEnv,omitempty" doc:"runtime environment as YAML"`
-	JobID                    string            `json:"jobId,omitempty"`
-	ShutdownAfterJobFinishes bool              `json:"shutdownAfterJobFinishes,omitempty"`
-	ClusterSelector          map[string]string `json:"clusterSelector,omitempty" doc:"labels of an existing cluster to run on; otherwise clusterSpec is required"`
-	ClusterSpec              *ClusterSpec      `json:"clusterSpec,omitempty"`
-	TTLSecondsAfterFinished  int32             `json:"ttlSecondsAfterFinished,omitempty"`
+	RuntimeEnv               string            `json:"runtimeEnv,omitempty" proto:"runtime_env" doc:"runtime environment as YAML"`
+	JobID                    string            `json:"jobId,omitempty" proto:"job_id"`
+	ShutdownAfterJobFinishes bool              `json:"shutdownAfterJobFinishes,omitempty" proto:"shutdown_after_job_finishes"`
+	ClusterSelector          map[string]string `json:"clusterSelector,omitempty" proto:"cluster_selector" doc:"labels of an existing cluster to run on; otherwise clusterSpec is required"`
+	ClusterSpec              *ClusterSpec      `json:"clusterSpec,omitempty" proto:"cluster_spec"`
+	TTLSecondsAfterFinished  int32             `json:"ttlSecondsAfterFinished,omitempty" proto:"ttl_seconds_after_finished"`
 	JobSubmitter             *RayJobSubmitter  `json:"jobSubmitter,omitempty"`
 	EntrypointNumCpus        float32           `json:"entrypointNumCpus,omitempty"`
 	EntrypointNumGpus        float32           `json:"entrypointNumGpus,omitempty"`
 	EntrypointResources      string            `json:"entrypointResources,omitempty" doc:"JSON object of custom resource amounts"`
 	ActiveDeadlineSeconds    int32             `json:"activeDeadlineSeconds,omitempty"`
-	CreatedAt                *time.Time        `json:"createdAt,omitempty" api:"readonly"`
-	DeleteAt                 *time.Time        `json:"deleteAt,omitempty" api:"readonly"`
-	JobStatus                string            `json:"jobStatus,omitempty" api:"readonly"`
-	JobDeploymentStatus      string            `json:"jobDeploymentStatus,omitempty" api:"readonly"`
+	CreatedAt                *time.Time        `json:"createdAt,omitempty" proto:"created_at" api:"readonly"`
+	DeleteAt                 *time.Time        `json:"deleteAt,omitempty" proto:"delete_at" api:"readonly"`
+	JobStatus                string            `json:"jobStatus,omitempty" proto:"job_status" api:"readonly"`
+	JobDeploymentStatus      string            `json:"jobDeploymentStatus,omitempty" proto:"job_deployment_status" api:"readonly"`
 	Message                  string            `json:"message,omitempty" api:"readonly"`
-	StartTime                *time.Time        `json:"startTime,omitempty" api:"readonly"`
-	EndTime                  *time.Time        `json:"endTime,omitempty" api:"readonly"`
-	RayClusterName           string            `json:"rayClusterName,omitempty" api:"readonly"`
+	StartTime                *time.Time        `json:"startTime,omitempty" proto:"start_time" api:"readonly"`
+	EndTime                  *time.Time        `json:"endTime,omitempty" proto:"end_time" api:"readonly"`
+	RayClusterName           string            `json:"rayClusterName,omitempty" proto:"ray_cluster_name" api:"readonly"`
 }
 
 // RayJobSubmitter configures the submitter pod of a job.
@@ -216,21 +217,22 @@ type RayService struct {
 	Namespace                          string            `json:"namespace" api:"required,name"`
 	User                               string            `json:"user" api:"required"`
 	Version                            string            `json:"version,omitempty"`
-	ServeConfigV2                      string            `json:"serveConfigV2" api:"required" doc:"Serve config (YAML)"`
-	ServiceUnhealthySecondThreshold    int32             `json:"serviceUnhealthySecondThreshold,omitempty"`
-	DeploymentUnhealthySecondThreshold int32             `json:"deploymentUnhealthySecondThreshold,omitempty"`
-	ClusterSpec                        *ClusterSpec      `json:"clusterSpec,omitempty" api:"required"`
-	RayServiceStatus                   *RayServiceStatus `json:"rayServiceStatus,omitempty" api:"readonly"`
-	CreatedAt                          *time.Time        `json:"createdAt,omitempty" api:"readonly"`
-	DeleteAt                           *time.Time        `json:"deleteAt,omitempty" api:"readonly"`
+	ServeConfigV2                      string            `json:"serveConfigV2" proto:"serve_config_V2" api:"required" doc:"Serve config (YAML)"`
+	ServiceUnhealthySecondThreshold    int32             `json:"serviceUnhealthySecondThreshold,omitempty" proto:"service_unhealthy_second_threshold"`
+	DeploymentUnhealthySecondThreshold int32             `json:"deploymentUnhealthySecondThreshold,omitempty" proto:"deployment_unhealthy_second_threshold"`
+	ClusterSpec                        *ClusterSpec      `json:"clusterSpec,omitempty" proto:"cluster_spec" api:"required"`
+	RayServiceStatus                   *RayServiceStatus `json:"rayServiceStatus,omitempty" proto:"ray_service_status" api:"readonly"`
+	CreatedAt                          *time.Time        `json:"createdAt,omitempty" proto:"created_at" api:"readonly"`
+	DeleteAt                           *time.Time        `json:"deleteAt,omitempty" proto:"delete_at" api:"readonly"`
 }
 
 // RayServiceStatus is the observed state of a service.
 type RayServiceStatus struct {
-	RayClusterName         string                   `json:"rayClusterName,omitempty"`
-	RayClusterState        string                   `json:"rayClusterState,omitempty"`
-	ServiceEndpoint        map[string]string        `json:"serviceEndpoint,omitempty"`
-	ServeApplicationStatus []ServeApplicationStatus `json:"serveApplicationStatus,omitempty"`
+	RayClusterName         string                   `json:"rayClusterName,omitempty" proto:"ray_cluster_name"`
+	RayClusterState        string                   `json:"rayClusterState,omitempty" proto:"ray_cluster_state"`
+	ServiceEndpoint        map[string]string        `json:"serviceEndpoint,omitempty" proto:"service_endpoint"`
+	ServeApplicationStatus []ServeApplicationStatus `json:"serveApplicationStatus,omitempty" proto:"serve_application_status"`
+	RayServiceEvents       []ClusterEvent           `json:"rayServiceEvents,omitempty" proto:"ray_service_events" doc:"Kubernetes events about the RayService (on get)"`
 }
 
 // ServeApplicationStatus is one Serve application.
@@ -238,12 +240,12 @@ type ServeApplicationStatus struct {
 	Name                  string                  `json:"name,omitempty"`
 	Status                string                  `json:"status,omitempty"`
 	Message               string                  `json:"message,omitempty"`
-	ServeDeploymentStatus []ServeDeploymentStatus `json:"serveDeploymentStatus,omitempty"`
+	ServeDeploymentStatus []ServeDeploymentStatus `json:"serveDeploymentStatus,omitempty" proto:"serve_deployment_status"`
 }
 
 // ServeDeploymentStatus is one Serve deployment.
 type ServeDeploymentStatus struct {
-	DeploymentName string `json:"deploymentName,omitempty"`
+	DeploymentName string `json:"deploymentName,omitempty" proto:"deployment_name"`
 	Status         string `json:"status,omitempty"`
 	Message        string `json:"message,omitempty"`
 }
@@ -259,12 +261,12 @@ type ListRayServicesResponse struct {
 // RayJobSubmission is a job submitted to a running cluster's Ray dashboard.
 type RayJobSubmission struct {
 	Entrypoint          string            `json:"entrypoint" api:"required"`
-	SubmissionID        string            `json:"submissionId,omitempty"`
+	SubmissionID        string            `json:"submissionId,omitempty" proto:"submission_id"`
 	Metadata            map[string]string `json:"metadata,omitempty"`
-	RuntimeEnv          string            `json:"runtimeEnv,omitempty" doc:"runtime environment as YAML"`
-	EntrypointNumCpus   float32           `json:"entrypointNumCpus,omitempty"`
-	EntrypointNumGpus   float32           `json:"entrypointNumGpus,omitempty"`
-	EntrypointResources map[string]string `json:"entrypointResources,omitempty" doc:"custom resource amounts (numbers as strings)"`
+	RuntimeEnv          string            `json:"runtimeEnv,omitempty" proto:"runtime_env" doc:"runtime environment as YAML"`
+	EntrypointNumCpus   float32           `json:"entrypointNumCpus,omitempty" proto:"entrypoint_num_cpus"`
+	EntrypointNumGpus   float32           `json:"entrypointNumGpus,omitempty" proto:"entrypoint_num_gpus"`
+	EntrypointResources map[string]string `json:"entrypointResources,omitempty" proto:"entrypoint_resources" doc:"custom resource amounts (numbers as strings)"`
 }
 
 // SubmitRayJobReply answers a submission.

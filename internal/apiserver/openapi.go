@@ -42,14 +42,17 @@ func OpenAPI() map[string]any {
 		}},
 	}}
 	g.ref(reflect.TypeFor[Status]())
+	g.schemas["KubernetesStatus"] = kubernetesStatusSchema()
 	return map[string]any{
 		"openapi": "3.0.3",
 		"info": map[string]any{
 			"title":   "Manta API",
 			"version": version.Version,
-			"description": "Ray on Kubernetes. Paths and JSON shapes of KubeRay's API server v1, plus image pull jobs. " +
-				"Authenticate with a Kubernetes bearer token; each operation is authorised with the RBAC permission behind it. " +
-				"Errors are a Status naming the offending fields.",
+			"description": "Ray on Kubernetes. Paths and JSON shapes of KubeRay's API server v1 (protobuf's JSON mapping: JSON or proto field names, " +
+				"numbers as numbers or strings, enums by name or number), plus image pull jobs, and KubeRay's v2 resource API " +
+				"(/apis/ray.io/v1/..., passed to Kubernetes with the caller's own token). " +
+				"Authenticate with a Kubernetes token (Authorization: Bearer <token>, or Authorization: <token>); each v1 operation is authorised with the RBAC permission behind it. " +
+				"Errors are a google.rpc.Status whose BadRequest detail names the offending fields; v2 passes Kubernetes' Status on.",
 		},
 		"paths": paths,
 		"components": map[string]any{
@@ -77,6 +80,9 @@ var errorDescriptions = map[int]string{
 }
 
 func (g *schemaGen) operation(rt *route) map[string]any {
+	if rt.v2 {
+		return g.v2Operation(rt)
+	}
 	op := map[string]any{
 		"operationId": rt.op,
 		"summary":     rt.summary,
@@ -100,6 +106,11 @@ func (g *schemaGen) operation(rt *route) map[string]any {
 			map[string]any{"name": "pageSize", "in": "query", "description": "v1 name of limit", "schema": map[string]any{"type": "integer", "minimum": 0, "format": "int32"}},
 			map[string]any{"name": "pageToken", "in": "query", "description": "v1 name of continue", "schema": map[string]any{"type": "string"}})
 	}
+	if rt.body != nil {
+		params = append(params, map[string]any{"name": "fieldValidation", "in": "query",
+			"description": "what happens to unknown body fields: Warn (the server's default) accepts the request with one Warning header per unknown field; Strict refuses it with a 400 naming each. A server started with --field-validation=Strict stays Strict.",
+			"schema":      map[string]any{"type": "string", "enum": []string{string(FieldValidationWarn), string(FieldValidationStrict)}}})
+	}
 	if len(params) > 0 {
 		op["parameters"] = params
 	}
@@ -109,12 +120,17 @@ func (g *schemaGen) operation(rt *route) map[string]any {
 			"content":  map[string]any{"application/json": map[string]any{"schema": g.ref(reflect.TypeOf(rt.body))}},
 		}
 	}
-	responses := map[string]any{
-		"200": map[string]any{
-			"description": "OK",
-			"content":     map[string]any{"application/json": map[string]any{"schema": g.ref(reflect.TypeOf(rt.resp))}},
-		},
+	ok := map[string]any{
+		"description": "OK",
+		"content":     map[string]any{"application/json": map[string]any{"schema": g.ref(reflect.TypeOf(rt.resp))}},
 	}
+	if rt.body != nil {
+		ok["headers"] = map[string]any{"Warning": map[string]any{
+			"description": `one per unknown body field, as kube-apiserver: 299 - "unknown field \"clusterSpec.headGroupSpec.imagePullPolicies\""`,
+			"schema":      map[string]any{"type": "string"},
+		}}
+	}
+	responses := map[string]any{"200": ok}
 	codes := append(slices.Clone(rt.errs), 401, 403, 500, 503)
 	if rt.method == http.MethodDelete {
 		codes = append(codes, 400)
@@ -125,6 +141,95 @@ func (g *schemaGen) operation(rt *route) map[string]any {
 	responses["default"] = errorResponse("Any other error.")
 	op["responses"] = responses
 	return op
+}
+
+// withoutDoc is s without its description and readOnly, for reuse under another name.
+func withoutDoc(s map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range s {
+		if k != "description" {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// v2Operation describes a v2 operation: a Kubernetes request passed through, so bodies are Kubernetes objects
+// (the ray.io/v1 CRD schemas, served by Kubernetes) and errors are Kubernetes Status objects, or this server's
+// JSON errors for what it refuses itself.
+func (g *schemaGen) v2Operation(rt *route) map[string]any {
+	op := map[string]any{"operationId": rt.op, "summary": rt.summary, "tags": []string{rt.tag}}
+	var params []any
+	for _, p := range pathParams(rt.pattern) {
+		params = append(params, map[string]any{"name": p, "in": "path", "required": true,
+			"schema": map[string]any{"type": "string", "pattern": dns1123LabelPattern, "maxLength": 63}})
+	}
+	query := func(name, desc string) {
+		params = append(params, map[string]any{"name": name, "in": "query", "description": desc + " (passed to Kubernetes)", "schema": map[string]any{"type": "string"}})
+	}
+	list := strings.HasPrefix(rt.op, "V2List")
+	switch {
+	case list:
+		query("labelSelector", "label selector")
+		query("fieldSelector", "field selector")
+		query("continue", "the continue token of the previous page")
+		params = append(params, map[string]any{"name": "limit", "in": "query", "description": "page size (passed to Kubernetes)",
+			"schema": map[string]any{"type": "integer", "minimum": 0, "format": "int64"}})
+	case rt.method == http.MethodPost || rt.method == http.MethodPut || rt.method == http.MethodPatch:
+		query("fieldManager", "field manager")
+		params = append(params,
+			map[string]any{"name": "dryRun", "in": "query", "description": "All: validate and admit without persisting (passed to Kubernetes)", "schema": map[string]any{"type": "string", "enum": []string{"All"}}},
+			map[string]any{"name": "fieldValidation", "in": "query", "description": "Kubernetes' field validation: Ignore, Warn or Strict (passed to Kubernetes)", "schema": map[string]any{"type": "string", "enum": []string{"Ignore", "Warn", "Strict"}}})
+	case rt.method == http.MethodDelete:
+		params = append(params, map[string]any{"name": "propagationPolicy", "in": "query", "description": "Orphan, Background or Foreground (passed to Kubernetes)",
+			"schema": map[string]any{"type": "string", "enum": []string{"Orphan", "Background", "Foreground"}}})
+	}
+	op["parameters"] = params
+	object := map[string]any{"type": "object", "description": "a Kubernetes object or list; ray.io/v1 objects follow the CRD schema"}
+	if rt.body != nil {
+		mt := "application/json"
+		if rt.method == http.MethodPatch {
+			mt = "application/merge-patch+json"
+		}
+		op["requestBody"] = map[string]any{"required": true, "content": map[string]any{mt: map[string]any{"schema": object}}}
+	}
+	okResp := map[string]any{"description": "Kubernetes' answer", "content": map[string]any{"application/json": map[string]any{"schema": object}}}
+	responses := map[string]any{"200": okResp}
+	switch rt.method {
+	case http.MethodPost:
+		responses["201"] = okResp
+		responses["202"] = okResp
+	case http.MethodPut:
+		responses["201"] = okResp
+	case http.MethodDelete:
+		responses["202"] = okResp
+	}
+	either := map[string]any{"application/json": map[string]any{"schema": map[string]any{"anyOf": []any{
+		map[string]any{"$ref": "#/components/schemas/Status"},
+		map[string]any{"$ref": "#/components/schemas/KubernetesStatus"},
+	}}}}
+	for c, desc := range map[int]string{
+		400: "Refused by Kubernetes or by this server (e.g. watch).", 401: "No token, or Kubernetes does not accept it.",
+		403: "Kubernetes RBAC does not allow the caller this.", 404: "Not found.", 409: "Exists already or changed concurrently.",
+		413: "The body is too large.", 415: "Kubernetes does not accept the content type.", 422: "Refused by the CRD schema or its CEL rules; details.causes name the fields.",
+		500: "Internal error.", 502: "The Kubernetes API server could not be reached.", 503: "Kubernetes did not answer in time.",
+	} {
+		responses[strconv.Itoa(c)] = map[string]any{"description": desc, "content": either}
+	}
+	responses["default"] = map[string]any{"description": "Any other answer of Kubernetes.", "content": either}
+	op["responses"] = responses
+	return op
+}
+
+// kubernetesStatusSchema is Kubernetes' metav1.Status, the body of its error answers, which the v2 API passes on.
+func kubernetesStatusSchema() map[string]any {
+	str := map[string]any{"type": "string"}
+	return map[string]any{"type": "object", "description": "a Kubernetes Status (meta/v1)", "properties": map[string]any{
+		"kind": str, "apiVersion": str, "status": str, "message": str, "reason": str,
+		"code":     map[string]any{"type": "integer"},
+		"metadata": map[string]any{"type": "object"},
+		"details":  map[string]any{"type": "object", "description": "name, kind and causes[{field, reason, message}]"},
+	}}
 }
 
 func errorResponse(desc string) map[string]any {
@@ -177,21 +282,35 @@ func (g *schemaGen) ref(t reflect.Type) map[string]any {
 	case reflect.String:
 		return map[string]any{"type": "string"}
 	case reflect.Bool:
-		return map[string]any{"type": "boolean"}
+		return map[string]any{"anyOf": []any{map[string]any{"type": "boolean"}, map[string]any{"type": "string", "enum": []string{"true", "false"}}},
+			"description": "a boolean; accepted as true/false or the strings \"true\"/\"false\", answered as a boolean"}
 	case reflect.Int32:
-		return map[string]any{"type": "integer", "format": "int32"}
+		return intSchema(map[string]any{"type": "integer", "format": "int32"}, `^-?[0-9]+$`)
 	case reflect.Int64:
-		return map[string]any{"type": "integer", "format": "int64"}
+		return intSchema(map[string]any{"type": "integer", "format": "int64"}, `^-?[0-9]+$`)
 	case reflect.Uint32:
-		return map[string]any{"type": "integer", "format": "int64", "minimum": 0, "maximum": 4294967295}
+		return intSchema(map[string]any{"type": "integer", "format": "int64", "minimum": 0, "maximum": 4294967295}, `^[0-9]+$`)
 	case reflect.Uint64:
-		return map[string]any{"type": "integer", "minimum": 0}
+		return intSchema(map[string]any{"type": "integer", "minimum": 0}, `^[0-9]+$`)
 	case reflect.Float32:
-		return map[string]any{"type": "number", "format": "float"}
+		return numberSchema("float")
 	case reflect.Float64:
-		return map[string]any{"type": "number", "format": "double"}
+		return numberSchema("double")
 	}
 	return map[string]any{}
+}
+
+// intSchema: protobuf's JSON mapping reads integers as numbers or strings; answers use numbers.
+func intSchema(num map[string]any, pattern string) map[string]any {
+	return map[string]any{"anyOf": []any{num, map[string]any{"type": "string", "pattern": pattern}},
+		"description": "an integer; accepted as a JSON number or a string holding one, answered as a number"}
+}
+
+func numberSchema(format string) map[string]any {
+	return map[string]any{"anyOf": []any{
+		map[string]any{"type": "number", "format": format},
+		map[string]any{"type": "string", "pattern": `^-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$`},
+	}, "description": "a number; accepted as a JSON number or a string holding one, answered as a number"}
 }
 
 func (g *schemaGen) object(t reflect.Type) map[string]any {
@@ -229,8 +348,14 @@ func (g *schemaGen) object(t reflect.Type) map[string]any {
 			required = append(required, name)
 		}
 		props[name] = s
+		if p := f.Tag.Get("proto"); p != "" {
+			// The proto field name is accepted on input for the same field; giving both is a 400.
+			props[p] = map[string]any{"allOf": []any{withoutDoc(s)}, "description": "proto field name of " + name + " (input only; the same field)"}
+		}
 	}
-	out := map[string]any{"type": "object", "properties": props, "additionalProperties": false}
+	// Unknown fields are accepted with a Warning header, or refused under fieldValidation=Strict; so the schema
+	// does not forbid additional properties.
+	out := map[string]any{"type": "object", "properties": props}
 	if len(required) > 0 {
 		out["required"] = required
 	}

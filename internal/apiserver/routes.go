@@ -19,9 +19,14 @@ type route struct {
 	// paging: "limit" (limit/continue) or "page" (v1 services: pageSize/pageToken and limit/continue).
 	paging string
 	// errs are the error statuses this operation answers with besides 401/403/500/503.
-	errs   []int
+	errs []int
+	// access is what this server asks SubjectAccessReview before handling; nil for v2 operations, which
+	// Kubernetes authorises itself with the caller's own token.
 	access func(r *http.Request) []access
 	handle func(s *Server, w http.ResponseWriter, r *http.Request) (any, *apiError)
+	// v2 marks the v2 resource API: proxy forwards the request to Kubernetes and writes Kubernetes' answer.
+	v2    bool
+	proxy func(s *Server, w http.ResponseWriter, r *http.Request) *apiError
 }
 
 const (
@@ -131,7 +136,7 @@ func routes() []*route {
 			summary: "Delete a finished submitted job.", resp: Empty{},
 			errs: []int{400, 404, 502}, access: submissionAccess("delete"), handle: (*Server).deleteSubmission},
 	)
-	return rs
+	return append(rs, v2Routes()...)
 }
 
 func opName(path string) string {

@@ -57,6 +57,9 @@ type Options struct {
 	Log logr.Logger
 	// Dashboard, when set, replaces how job submission endpoints reach a cluster's Ray dashboard.
 	Dashboard DashboardFunc
+	// FieldValidation is what happens to unknown fields of request bodies: Warn (default) or Strict. Requests can
+	// ask for Strict with ?fieldValidation=Strict; under Strict they cannot ask for Warn.
+	FieldValidation FieldValidation
 }
 
 // Dashboard is what job submission endpoints need from a Ray head; *ray.DashboardClient implements it.
@@ -76,6 +79,7 @@ type DashboardFunc func(ctx context.Context, rc *rayv1.RayCluster, svc *corev1.S
 type Server struct {
 	opts     Options
 	c        client.Client
+	kube     *kubeProxy
 	auth     *kubeAuth
 	handler  http.Handler
 	registry *prometheus.Registry
@@ -101,6 +105,12 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 	if opts.Auth != AuthKubernetes && opts.Auth != AuthNone {
 		return nil, fmt.Errorf("auth mode %q: must be kubernetes or none", opts.Auth)
 	}
+	if opts.FieldValidation == "" {
+		opts.FieldValidation = FieldValidationWarn
+	}
+	if _, ok := parseFieldValidation(string(opts.FieldValidation)); !ok {
+		return nil, fmt.Errorf("field validation %q: must be Warn or Strict", opts.FieldValidation)
+	}
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
 	}
@@ -115,7 +125,11 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 		}
 		opts.Dashboard = factoryDashboard(c, f)
 	}
-	s := &Server{opts: opts, c: c, registry: prometheus.NewRegistry()}
+	kube, err := newKubeProxy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, c: c, kube: kube, registry: prometheus.NewRegistry()}
 	if opts.Auth == AuthKubernetes {
 		s.auth = &kubeAuth{c: c}
 	} else {
@@ -238,6 +252,8 @@ const (
 type requestInfo struct {
 	op   string
 	user string
+	// fieldValidation is the request's mode for unknown body fields (set for operations that take a body).
+	fieldValidation FieldValidation
 }
 
 func info(r *http.Request) *requestInfo {
@@ -384,8 +400,22 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rs []*route) {
 		writeError(w, e)
 		return
 	}
+	if rt.proxy != nil {
+		if e := rt.proxy(s, w, r); e != nil {
+			writeError(w, e)
+		}
+		return
+	}
+	if rt.body != nil {
+		mode, e := requestFieldValidation(r, s.opts.FieldValidation)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		ri.fieldValidation = mode
+	}
 	if rt.body == nil && r.Method == http.MethodDelete && (r.ContentLength != 0 || len(r.TransferEncoding) > 0) {
-		writeError(w, invalid(FieldViolation{Field: "body", Reason: "DELETE takes no body; the object is named by the path"}))
+		writeError(w, invalid(FieldViolation{Field: "body", Description: "DELETE takes no body; the object is named by the path"}))
 		return
 	}
 	if s.auth != nil {

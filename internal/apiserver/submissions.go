@@ -73,7 +73,7 @@ func (s *Server) submitJob(w http.ResponseWriter, r *http.Request) (any, *apiErr
 	}
 	env, err := ray.RuntimeEnvFromYAML(sub.RuntimeEnv)
 	if err != nil {
-		return nil, invalid(FieldViolation{Field: "runtimeEnv", Reason: err.Error()})
+		return nil, invalid(FieldViolation{Field: "runtimeEnv", Description: err.Error()})
 	}
 	req.RuntimeEnv = env
 	if len(sub.EntrypointResources) > 0 {

@@ -23,7 +23,7 @@ import (
 type violations []FieldViolation
 
 func (v *violations) add(field, format string, args ...any) {
-	*v = append(*v, FieldViolation{Field: field, Reason: fmt.Sprintf(format, args...)})
+	*v = append(*v, FieldViolation{Field: field, Description: fmt.Sprintf(format, args...)})
 }
 
 func (v *violations) required(field, value string) bool {
@@ -271,7 +271,7 @@ func validateClusterSpec(s *ClusterSpec, field string) violations {
 		v.oneOf(af+".imagePullPolicy", a.ImagePullPolicy, pullPolicies...)
 		v.quantity(af+".cpu", a.CPU, false)
 		v.quantity(af+".memory", a.Memory, false)
-		v.env(af+".envs", a.Envs)
+		v.autoscalerEnv(af+".envs", a.Envs)
 		for i, vol := range a.Volumes {
 			f := fmt.Sprintf("%s.volumes[%d]", af, i)
 			v.name(f+".name", vol.Name)
@@ -308,9 +308,35 @@ func (v *violations) env(field string, e *EnvironmentVariables) {
 			v.add(f, "is also set in values")
 		}
 		src := e.ValuesFrom[k]
-		v.required(f+".name", src.Name)
-		if src.Source != EnvFromField {
-			v.required(f+".key", src.Key)
+		v.required(f+".key", src.Key)
+		if src.Source == EnvFromField {
+			if src.Name != "" {
+				v.add(f+".name", "is not used by a FIELD source; the field path goes in key")
+			}
+		} else {
+			v.required(f+".name", src.Name)
+		}
+	}
+}
+
+// autoscalerEnv checks autoscalerOptions.envs: its valuesFrom become envFrom entries, which import a whole
+// ConfigMap or Secret, so only those sources fit and key has no meaning.
+func (v *violations) autoscalerEnv(field string, e *EnvironmentVariables) {
+	if e == nil {
+		return
+	}
+	v.env(field, &EnvironmentVariables{Values: e.Values})
+	for _, k := range sortedKeys(e.ValuesFrom) {
+		f := field + ".valuesFrom." + k
+		src := e.ValuesFrom[k]
+		if src.Source != EnvFromConfigMap && src.Source != EnvFromSecret {
+			v.add(f+".source", "must be CONFIGMAP or SECRET: the autoscaler's valuesFrom import a whole ConfigMap or Secret (envFrom)")
+		}
+		if v.required(f+".name", src.Name) {
+			v.subdomain(f+".name", src.Name)
+		}
+		if src.Key != "" {
+			v.add(f+".key", "is not used: the autoscaler's valuesFrom import every key of the ConfigMap or Secret (envFrom)")
 		}
 	}
 }

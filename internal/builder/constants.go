@@ -21,6 +21,9 @@ const (
 	LabelReplicaName = "ray.io/worker-group-replica-name"
 	// LabelHostIndex is a pod's host number within its multi-host replica.
 	LabelHostIndex = "ray.io/replica-host-index"
+	// LabelDisableProvisionedHeadRestart set to "true" on a RayCluster (SidecarMode RayJobs set it): once the
+	// cluster has been provisioned, a head pod that terminates is not replaced.
+	LabelDisableProvisionedHeadRestart = "ray.io/disable-provisioned-head-restart"
 	// LabelSchedulerName selects a KubeRay batch-scheduler plugin (volcano, yunikorn, kai-scheduler).
 	LabelSchedulerName = "ray.io/scheduler-name"
 

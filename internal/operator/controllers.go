@@ -7,6 +7,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
+	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
 )
 
@@ -18,6 +19,12 @@ func init() {
 		func(mgr ctrl.Manager, o Options) error {
 			return raycluster.NewReconciler(mgr, raycluster.Options{
 				DefaultPodTemplate:      o.DefaultPodTemplate,
+				ClusterDomain:           o.ClusterDomain,
+				MaxConcurrentReconciles: o.ReconcileConcurrency,
+			}).SetupWithManager(mgr)
+		},
+		func(mgr ctrl.Manager, o Options) error {
+			return rayjob.NewReconciler(mgr, o.RayClients, rayjob.Options{
 				ClusterDomain:           o.ClusterDomain,
 				MaxConcurrentReconciles: o.ReconcileConcurrency,
 			}).SetupWithManager(mgr)

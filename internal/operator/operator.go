@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -98,6 +99,8 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			&corev1.Pod{}: {Label: podSel},
 			// The operator reads only the Services it made, which all carry ray.io/cluster.
 			&corev1.Service{}: {Label: svcSel},
+			// The only Jobs it reads are RayJob submitters, labelled created-by=kuberay-operator as KubeRay's are.
+			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/created-by": "kuberay-operator"})},
 		},
 	}
 	if len(opts.WatchNamespaces) > 0 {

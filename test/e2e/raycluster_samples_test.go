@@ -62,69 +62,80 @@ func samplesDir() (string, error) {
 // loadSamples reads every RayCluster in the samples, and the RayCluster spec inside every RayJob and RayService
 // (with the parent's name).
 func loadSamples() ([]sample, error) {
+	var out []sample
+	err := forEachSample(func(file, kind string, doc []byte) error {
+		rc := &rayv1.RayCluster{}
+		switch kind {
+		case "RayCluster":
+			if err := yaml.Unmarshal(doc, rc); err != nil {
+				return err
+			}
+		case "RayJob":
+			job := &rayv1.RayJob{}
+			if err := yaml.Unmarshal(doc, job); err != nil {
+				return err
+			}
+			if job.Spec.RayClusterSpec == nil {
+				return nil
+			}
+			rc.Name, rc.Spec = job.Name, *job.Spec.RayClusterSpec
+			if rc.Name == "" {
+				rc.Name = job.GenerateName + "sample"
+			}
+		case "RayService":
+			svc := &rayv1.RayService{}
+			if err := yaml.Unmarshal(doc, svc); err != nil {
+				return err
+			}
+			rc.Name, rc.Spec = svc.Name, svc.Spec.RayClusterSpec
+		default:
+			return nil
+		}
+		out = append(out, sample{file: file, kind: kind, cluster: rc})
+		return nil
+	})
+	return out, err
+}
+
+// forEachSample calls fn with every ray.io/v1 document of the KubeRay sample files: the file's base name, the
+// document's kind and its YAML.
+func forEachSample(fn func(file, kind string, doc []byte) error) error {
 	dir, err := samplesDir()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("no samples in %s", dir)
+		return fmt.Errorf("no samples in %s", dir)
 	}
-	var out []sample
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
 			if strings.TrimSpace(doc) == "" {
 				continue
 			}
 			var head struct {
-				APIVersion string            `json:"apiVersion"`
-				Kind       string            `json:"kind"`
-				Metadata   metav1.ObjectMeta `json:"metadata"`
+				APIVersion string `json:"apiVersion"`
+				Kind       string `json:"kind"`
 			}
 			if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
-				return nil, fmt.Errorf("%s: %w", f, err)
+				return fmt.Errorf("%s: %w", f, err)
 			}
 			if head.APIVersion != "ray.io/v1" {
 				continue
 			}
-			rc := &rayv1.RayCluster{}
-			switch head.Kind {
-			case "RayCluster":
-				if err := yaml.Unmarshal([]byte(doc), rc); err != nil {
-					return nil, fmt.Errorf("%s: %w", f, err)
-				}
-			case "RayJob":
-				job := &rayv1.RayJob{}
-				if err := yaml.Unmarshal([]byte(doc), job); err != nil {
-					return nil, fmt.Errorf("%s: %w", f, err)
-				}
-				if job.Spec.RayClusterSpec == nil {
-					continue
-				}
-				rc.Name, rc.Spec = job.Name, *job.Spec.RayClusterSpec
-				if rc.Name == "" {
-					rc.Name = job.GenerateName + "sample"
-				}
-			case "RayService":
-				svc := &rayv1.RayService{}
-				if err := yaml.Unmarshal([]byte(doc), svc); err != nil {
-					return nil, fmt.Errorf("%s: %w", f, err)
-				}
-				rc.Name, rc.Spec = svc.Name, svc.Spec.RayClusterSpec
-			default:
-				continue
+			if err := fn(filepath.Base(f), head.Kind, []byte(doc)); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
 			}
-			out = append(out, sample{file: filepath.Base(f), kind: head.Kind, cluster: rc})
 		}
 	}
-	return out, nil
+	return nil
 }
 
 func templates(rc *rayv1.RayCluster) []corev1.PodTemplateSpec {

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -22,6 +25,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	ctrllog.SetLogger(logr.Discard()) // the operator runs in-process in some tests
 	var err error
 	if root, err = testutil.RepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -94,6 +94,7 @@ func TestController(t *testing.T) {
 			"ServicesFollowSpec":      testServicesFollowSpec,
 			"RayContainerTerminated":  testRayContainerTerminated,
 			"ManagedByOtherSkipped":   testManagedByOther,
+			"HeadRestartDisabled":     testHeadRestartDisabled,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -750,5 +751,33 @@ func testManagedByOther(t *testing.T, e *env) {
 	}
 	if st := e.get(t, rc).Status; st.ObservedGeneration != 0 || len(st.Conditions) != 0 || st.State != "" {
 		t.Errorf("status written for a cluster managed by another controller: %+v", st)
+	}
+}
+
+// A cluster labelled ray.io/disable-provisioned-head-restart=true (a SidecarMode RayJob's) keeps its terminated
+// head once provisioned and makes no new one; before provisioning, a lost head is replaced as usual.
+func testHeadRestartDisabled(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
+	rc.Labels = map[string]string{builder.LabelDisableProvisionedHeadRestart: "true"}
+	rc.Spec.HeadGroupSpec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+	mustCreate(t, e.cl, rc)
+	e.waitPods(t, rc, 2)
+	e.setReady(t, rc)
+	e.waitState(t, rc, rayv1.Ready)
+	head := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)[0]
+	head.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: head.Spec.Containers[0].Name, Image: head.Spec.Containers[0].Image, ImageID: "x",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}},
+	}}
+	head.Status.Phase = corev1.PodFailed
+	if err := e.cl.Status().Update(context.Background(), &head); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, e, ns, "HeadPodNotRestarted")
+	time.Sleep(time.Second)
+	heads := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)
+	if len(heads) != 1 || heads[0].UID != head.UID {
+		t.Fatalf("heads after the head terminated = %d (want the terminated one kept, no new one)", len(heads))
 	}
 }

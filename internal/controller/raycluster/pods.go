@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -157,6 +158,12 @@ func shouldReplace(p *corev1.Pod) bool {
 	return false
 }
 
+// headRestartDisabled: see builder.LabelDisableProvisionedHeadRestart.
+func headRestartDisabled(c *rayv1.RayCluster) bool {
+	return c.Labels[builder.LabelDisableProvisionedHeadRestart] == "true" &&
+		meta.IsStatusConditionTrue(c.Status.Conditions, string(rayv1.RayClusterProvisioned))
+}
+
 func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.PodOptions) error {
 	c := run.c
 	var heads, dead []corev1.Pod
@@ -169,6 +176,14 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 		} else {
 			heads = append(heads, p)
 		}
+	}
+	if len(heads) == 0 && headRestartDisabled(c) {
+		// A SidecarMode RayJob's head runs once: a new head would have lost the job its sidecar submitted, and the
+		// sidecar would submit it again. The terminated head stays, for the RayJob to read why it ended.
+		if len(dead) > 0 {
+			run.eventf(corev1.EventTypeWarning, "HeadPodNotRestarted", "Reconcile", "head pod %s terminated; not replaced: the cluster is labelled %s=true", dead[0].Name, builder.LabelDisableProvisionedHeadRestart)
+		}
+		return nil
 	}
 	if len(heads) > 1 {
 		// Keep the oldest head; a second one can only come from an outside write.

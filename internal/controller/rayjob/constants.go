@@ -1,0 +1,50 @@
+// Package rayjob is the RayJob controller: it creates (or selects) a RayCluster, submits the Ray job in the chosen
+// submission mode, follows it to a terminal state through internal/ray, and cleans up as the spec says. Pure
+// functions (validate.go, build.go, state.go) decide; controller.go reads, writes and reports.
+package rayjob
+
+import "time"
+
+const (
+	// Finalizer stops the Ray job when the RayJob is deleted while the job still runs.
+	Finalizer = "ray.io/rayjob-finalizer"
+
+	// SubmitterContainerName is the container that submits the job (submitter Job, or head sidecar).
+	SubmitterContainerName = "ray-job-submitter"
+
+	// MaxNameLength is KubeRay's limit on RayJob names (the cluster and Job names derive from it).
+	MaxNameLength = 47
+
+	// DefaultSubmitterBackoffLimit is the submitter Job's backoffLimit when submitterConfig does not set one.
+	DefaultSubmitterBackoffLimit int32 = 2
+
+	// DefaultStatusCheckTimeout is how long the Ray job's status may stay unreadable before the RayJob fails
+	// (KubeRay's RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS default).
+	DefaultStatusCheckTimeout = 300 * time.Second
+	// DefaultTransitionGracePeriod is how long a K8sJobMode RayJob waits for its submitter once the Ray job is
+	// terminal, or for the Ray job once the submitter failed (KubeRay's default, 300 s).
+	DefaultTransitionGracePeriod = 300 * time.Second
+	// DefaultPollInterval is how often a running job is polled (KubeRay requeues RayJobs every 3 s).
+	DefaultPollInterval = 3 * time.Second
+)
+
+// Event reasons: stable, one per transition or action.
+const (
+	ReasonInvalidSpec         = "InvalidRayJobSpec"
+	ReasonCreatedCluster      = "CreatedRayCluster"
+	ReasonFailedCreateCluster = "FailedToCreateRayCluster"
+	ReasonDeletedCluster      = "DeletedRayCluster"
+	ReasonFailedDeleteCluster = "FailedToDeleteRayCluster"
+	ReasonSuspendedWorkers    = "SuspendedWorkerGroups"
+	ReasonCreatedSubmitter    = "CreatedRayJobSubmitter"
+	ReasonFailedSubmitter     = "FailedToCreateRayJobSubmitter"
+	ReasonDeletedSubmitter    = "DeletedRayJobSubmitter"
+	ReasonSubmittedJob        = "SubmittedRayJob"
+	ReasonFailedSubmitJob     = "FailedToSubmitRayJob"
+	ReasonStoppedJob          = "StoppedRayJob"
+	ReasonFailedStopJob       = "FailedToStopRayJob"
+	ReasonDeletedSelf         = "DeletedRayJob"
+	ReasonStatusChanged       = "JobDeploymentStatusChanged"
+	ReasonJobStatusChanged    = "JobStatusChanged"
+	ReasonStatusCheckFailed   = "RayJobStatusCheckFailed"
+)

@@ -1,0 +1,302 @@
+package rayjob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/ray"
+)
+
+// Options configure the controller.
+type Options struct {
+	// ClusterDomain is the Services' DNS domain (status.dashboardURL, the submitter's address); empty means cluster.local.
+	ClusterDomain string
+	// MaxConcurrentReconciles is how many RayJobs reconcile at once (1 when zero).
+	MaxConcurrentReconciles int
+	// StatusCheckTimeout, TransitionGracePeriod and PollInterval default to the Default* constants.
+	StatusCheckTimeout    time.Duration
+	TransitionGracePeriod time.Duration
+	PollInterval          time.Duration
+	// StopOnDeleteTimeout bounds how long deleting a RayJob waits for Ray to stop its job (30 s when zero); after
+	// it the finalizer goes anyway with a warning event, so an unreachable head cannot block deletion forever.
+	StopOnDeleteTimeout time.Duration
+	// Clock and Rand are injectable for tests.
+	Clock clock.Clock
+	Rand  func(n int) int
+}
+
+// Reconciler reconciles RayJobs.
+type Reconciler struct {
+	client   client.Client
+	recorder events.EventRecorder
+	rays     ray.ClientFactory
+	opts     Options
+}
+
+// NewReconciler builds the controller; rays reaches the heads (directly or through the API server's proxy).
+func NewReconciler(mgr ctrl.Manager, rays ray.ClientFactory, opts Options) *Reconciler {
+	if opts.StatusCheckTimeout <= 0 {
+		opts.StatusCheckTimeout = DefaultStatusCheckTimeout
+	}
+	if opts.TransitionGracePeriod <= 0 {
+		opts.TransitionGracePeriod = DefaultTransitionGracePeriod
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.StopOnDeleteTimeout <= 0 {
+		opts.StopOnDeleteTimeout = 30 * time.Second
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.IntN
+	}
+	return &Reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("rayjob-controller"), rays: rays, opts: opts}
+}
+
+// SetupWithManager watches RayJobs (not the status the controller writes itself), and the RayClusters and
+// submitter Jobs they own.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	deleting := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectNew.GetDeletionTimestamp() != nil && e.ObjectOld.GetDeletionTimestamp() == nil
+	}}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&rayv1.RayJob{}, ctrlbuilder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deleting))).
+		Owns(&rayv1.RayCluster{}).
+		Owns(&batchv1.Job{}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
+		Named("rayjob").
+		Complete(r)
+}
+
+// +kubebuilder:rbac:groups=ray.io,resources=rayjobs,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups=ray.io,resources=rayjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ray.io,resources=rayjobs/finalizers,verbs=update
+// +kubebuilder:rbac:groups=ray.io,resources=rayclusters,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+type eventRec struct{ typ, reason, action, note string }
+
+// run is the state of one reconcile.
+type run struct {
+	j      *rayv1.RayJob
+	now    time.Time
+	events []eventRec
+	result ctrl.Result
+}
+
+func (r *run) eventf(typ, reason, action, format string, args ...any) {
+	r.events = append(r.events, eventRec{typ, reason, action, fmt.Sprintf(format, args...)})
+}
+
+func (r *run) requeueAfter(d time.Duration) {
+	if d <= 0 {
+		d = time.Millisecond
+	}
+	if r.result.RequeueAfter == 0 || d < r.result.RequeueAfter {
+		r.result.RequeueAfter = d
+	}
+}
+
+// Reconcile is thin: read, skip what is not ours, reconcile, write the status once, then the events.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	j := &rayv1.RayJob{}
+	if err := r.client.Get(ctx, req.NamespacedName, j); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if m := ptr.Deref(j.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
+		return ctrl.Result{}, nil
+	}
+	if j.DeletionTimestamp != nil {
+		return r.finalize(ctx, j)
+	}
+	if !controllerutil.ContainsFinalizer(j, Finalizer) {
+		patch := client.MergeFromWithOptions(j.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(j, Finalizer)
+		if err := r.client.Patch(ctx, j, patch); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	run := &run{j: j, now: r.opts.Clock.Now()}
+	old := j.Status.DeepCopy()
+	recErr := r.reconcile(ctx, run)
+	j.Status.ObservedGeneration = j.Generation
+
+	var statusErr error
+	if !equality.Semantic.DeepEqual(old, &j.Status) {
+		if old.JobDeploymentStatus != j.Status.JobDeploymentStatus {
+			run.eventf(corev1.EventTypeNormal, ReasonStatusChanged, "Reconcile", "jobDeploymentStatus %q -> %q%s", old.JobDeploymentStatus, j.Status.JobDeploymentStatus, reasonSuffix(&j.Status))
+		}
+		if old.JobStatus != j.Status.JobStatus && j.Status.JobStatus != "" {
+			run.eventf(corev1.EventTypeNormal, ReasonJobStatusChanged, "Reconcile", "Ray job %s is %s", j.Status.JobId, j.Status.JobStatus)
+		}
+		statusErr = r.client.Status().Update(ctx, j)
+	}
+	if statusErr == nil {
+		for _, e := range run.events {
+			r.recorder.Eventf(j, nil, e.typ, e.reason, e.action, "%s", e.note)
+		}
+	}
+	switch {
+	case apierrors.IsConflict(statusErr) || apierrors.IsNotFound(statusErr):
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	case statusErr != nil:
+		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
+	case recErr != nil:
+		return ctrl.Result{}, recErr
+	}
+	return run.result, nil
+}
+
+func reasonSuffix(s *rayv1.RayJobStatus) string {
+	if s.Reason != "" && (s.JobDeploymentStatus == rayv1.JobDeploymentStatusFailed || s.JobDeploymentStatus == rayv1.JobDeploymentStatusValidationFailed) {
+		return fmt.Sprintf(" (%s: %s)", s.Reason, s.Message)
+	}
+	return ""
+}
+
+// finalize stops the Ray job of a RayJob deleted while its job may still run, then lets the deletion proceed.
+func (r *Reconciler) finalize(ctx context.Context, j *rayv1.RayJob) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(j, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	if err := r.stopRayJob(ctx, j); err != nil {
+		if r.opts.Clock.Since(j.DeletionTimestamp.Time) < r.opts.StopOnDeleteTimeout {
+			return ctrl.Result{}, err
+		}
+		r.recorder.Eventf(j, nil, corev1.EventTypeWarning, ReasonFailedStopJob, "Delete", "could not stop Ray job %s before deleting the RayJob; giving up after %s: %v", j.Status.JobId, r.opts.StopOnDeleteTimeout, err)
+	}
+	patch := client.MergeFromWithOptions(j.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(j, Finalizer)
+	return ctrl.Result{}, client.IgnoreNotFound(r.client.Patch(ctx, j, patch))
+}
+
+// stopRayJob asks Ray to stop the RayJob's job when it may be running. A job Ray does not know, a finished one or a
+// cluster that is gone need nothing.
+func (r *Reconciler) stopRayJob(ctx context.Context, j *rayv1.RayJob) error {
+	s := &j.Status
+	if s.JobId == "" || s.RayClusterName == "" || rayv1.IsJobTerminal(s.JobStatus) {
+		return nil
+	}
+	switch s.JobDeploymentStatus {
+	case rayv1.JobDeploymentStatusRunning, rayv1.JobDeploymentStatusWaiting, rayv1.JobDeploymentStatusInitializing:
+	default:
+		return nil
+	}
+	cluster := &rayv1.RayCluster{}
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: s.RayClusterName}, cluster); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	dash, err := r.rays.DashboardFor(HeadTarget(cluster))
+	if err != nil {
+		return err
+	}
+	stopped, err := dash.StopJob(ctx, s.JobId)
+	switch {
+	case errors.Is(err, ray.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	}
+	if stopped {
+		r.recorder.Eventf(j, nil, corev1.EventTypeNormal, ReasonStoppedJob, "Delete", "stopped Ray job %s", s.JobId)
+	}
+	return nil
+}
+
+// getCluster reads the cluster named in the status; nil when it does not exist.
+func (r *Reconciler) getCluster(ctx context.Context, j *rayv1.RayJob) (*rayv1.RayCluster, error) {
+	if j.Status.RayClusterName == "" {
+		return nil, nil
+	}
+	c := &rayv1.RayCluster{}
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: j.Status.RayClusterName}, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+func (r *Reconciler) getSubmitter(ctx context.Context, j *rayv1.RayJob) (*batchv1.Job, error) {
+	job := &batchv1.Job{}
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: SubmitterJobName(j)}, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if !metav1.IsControlledBy(job, j) {
+		return nil, fmt.Errorf("a Job named %s exists that this RayJob does not own", job.Name)
+	}
+	return job, nil
+}
+
+// deleteOwned deletes obj when the RayJob controls it. It reports whether obj is gone.
+func (r *Reconciler) deleteOwned(ctx context.Context, run *run, obj client.Object, what string) (bool, error) {
+	if err := r.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	}
+	if !metav1.IsControlledBy(obj, run.j) {
+		return true, nil
+	}
+	if obj.GetDeletionTimestamp() != nil {
+		return false, nil
+	}
+	uid := obj.GetUID()
+	err := r.client.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if err != nil && !apierrors.IsNotFound(err) {
+		reason := ReasonFailedDeleteCluster
+		run.eventf(corev1.EventTypeWarning, reason, "Delete", "failed to delete %s %s: %v", what, obj.GetName(), err)
+		return false, err
+	}
+	reason := ReasonDeletedCluster
+	if what != "RayCluster" {
+		reason = ReasonDeletedSubmitter
+	}
+	run.eventf(corev1.EventTypeNormal, reason, "Delete", "deleted %s %s", what, obj.GetName())
+	return false, nil
+}
+
+// clusterPodsGone reports whether no pod of the named cluster is left in the cache, so that "Suspended" means the
+// pods (which Kueue accounts for) are gone, not only the RayCluster object.
+func (r *Reconciler) clusterPodsGone(ctx context.Context, ns, name string) (bool, error) {
+	pods := &corev1.PodList{}
+	if err := r.client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"ray.io/cluster": name}); err != nil {
+		return false, err
+	}
+	return len(pods.Items) == 0, nil
+}
+
+func logger(ctx context.Context) interface{ Info(string, ...any) } { return log.FromContext(ctx) }

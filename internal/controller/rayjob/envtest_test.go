@@ -1,0 +1,577 @@
+package rayjob
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"go.uber.org/zap/zapcore"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+const wait = 2 * time.Minute
+
+type env struct {
+	cl   client.Client
+	ray  *fakeRay
+	nsID atomic.Int32
+}
+
+// startEnv runs the RayJob controller alone against a real kube-apiserver: the tests play the RayCluster
+// controller (they set a cluster's status) and Ray (fakeRay), so every transition can be driven.
+func startEnv(t *testing.T) *env {
+	if os.Getenv("MANTA_TEST_LOG") != "" {
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(-2))))
+	} else {
+		ctrl.SetLogger(logr.Discard())
+	}
+	cfg, cl := testutil.StartEnvtest(t)
+	fr := newFakeRay()
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgrCfg := rest.CopyConfig(cfg)
+	mgrCfg.QPS, mgrCfg.Burst = 500, 1000
+	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
+		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewReconciler(mgr, fr, Options{
+		StatusCheckTimeout: 3 * time.Second, TransitionGracePeriod: 30 * time.Second,
+		PollInterval: 200 * time.Millisecond, StopOnDeleteTimeout: 3 * time.Second, MaxConcurrentReconciles: 4,
+	})
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return &env{cl: cl, ray: fr}
+}
+
+func (e *env) namespace(t *testing.T) string {
+	t.Helper()
+	ns := fmt.Sprintf("rj-%d", e.nsID.Add(1))
+	if err := e.cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+func clusterSpec() *rayv1.RayClusterSpec {
+	return &rayv1.RayClusterSpec{
+		HeadGroupSpec: rayv1.HeadGroupSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "ray-head", Image: "rayproject/ray:2.52.0"}}}}},
+		WorkerGroupSpecs: []rayv1.WorkerGroupSpec{{GroupName: "small", Replicas: ptr.To[int32](1), MinReplicas: ptr.To[int32](0), MaxReplicas: ptr.To[int32](2),
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-worker", Image: "rayproject/ray:2.52.0"}}}}}},
+	}
+}
+
+func (e *env) create(t *testing.T, ns, name string, mutate func(*rayv1.RayJob)) *rayv1.RayJob {
+	t.Helper()
+	j := &rayv1.RayJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: rayv1.RayJobSpec{
+		Entrypoint: "python -c 'print(1)'", RayClusterSpec: clusterSpec(), SubmissionMode: rayv1.HTTPMode,
+	}}
+	if mutate != nil {
+		mutate(j)
+	}
+	if err := e.cl.Create(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func (e *env) get(t *testing.T, j *rayv1.RayJob) *rayv1.RayJob {
+	t.Helper()
+	out := &rayv1.RayJob{}
+	if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// waitFor polls the RayJob until cond holds.
+func (e *env) waitFor(t *testing.T, j *rayv1.RayJob, what string, cond func(*rayv1.RayJob) bool) *rayv1.RayJob {
+	t.Helper()
+	var last *rayv1.RayJob
+	testutil.Eventually(t, wait, what, func() (bool, string) {
+		last = &rayv1.RayJob{}
+		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), last); err != nil {
+			return false, err.Error()
+		}
+		return cond(last), fmt.Sprintf("status %+v", last.Status)
+	})
+	return last
+}
+
+func (e *env) waitDeployment(t *testing.T, j *rayv1.RayJob, want rayv1.JobDeploymentStatus) *rayv1.RayJob {
+	t.Helper()
+	return e.waitFor(t, j, "jobDeploymentStatus "+string(want), func(j *rayv1.RayJob) bool { return j.Status.JobDeploymentStatus == want })
+}
+
+// readyCluster waits for the job's cluster, checks it is the job's, and marks it ready as the RayCluster
+// controller would.
+func (e *env) readyCluster(t *testing.T, j *rayv1.RayJob) *rayv1.RayCluster {
+	t.Helper()
+	j = e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
+	c := &rayv1.RayCluster{}
+	testutil.Eventually(t, wait, "the RayCluster "+j.Status.RayClusterName, func() (bool, string) {
+		err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: j.Namespace, Name: j.Status.RayClusterName}, c)
+		return err == nil, fmt.Sprint(err)
+	})
+	c.Status.State = rayv1.Ready
+	c.Status.ReadyWorkerReplicas = 1
+	if err := e.cl.Status().Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (e *env) clusterGone(t *testing.T, ns, name string) {
+	t.Helper()
+	testutil.Eventually(t, wait, "RayCluster "+name+" deleted", func() (bool, string) {
+		err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &rayv1.RayCluster{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+func (e *env) update(t *testing.T, j *rayv1.RayJob, mutate func(*rayv1.RayJob)) {
+	t.Helper()
+	testutil.Eventually(t, wait, "update "+j.Name, func() (bool, string) {
+		cur := e.get(t, j)
+		mutate(cur)
+		err := e.cl.Update(context.Background(), cur)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+func (e *env) requests(ns, cluster string) (reqs int, jobs int, stops []string) {
+	e.ray.with(ns, cluster, func(h *fakeHead) { reqs, jobs, stops = len(h.requests), len(h.jobs), append([]string(nil), h.stops...) })
+	return
+}
+
+func TestEnvtest(t *testing.T) {
+	e := startEnv(t)
+
+	t.Run("HTTPMode runs to Complete, submits once, reports Ray's times, and deletes the cluster", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "http-ok", func(j *rayv1.RayJob) {
+			j.Labels = map[string]string{"team": "a"}
+			j.Spec.ShutdownAfterJobFinishes = true
+			j.Spec.Metadata = map[string]string{"owner": "me"}
+			j.Spec.RuntimeEnvYAML = "env_vars:\n  A: b\n"
+			j.Spec.EntrypointNumCpus = 0.5
+			j.Spec.EntrypointResources = `{"custom": 2}`
+		})
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusInitializing)
+		if !strings.HasPrefix(got.Status.JobId, "http-ok-") || len(got.Status.JobId) != len("http-ok-")+5 {
+			t.Errorf("jobId = %q, want http-ok-<5 chars>", got.Status.JobId)
+		}
+		c := e.readyCluster(t, j)
+		if c.Labels[builder.LabelOriginCRD] != "RayJob" || c.Labels[builder.LabelOriginCRName] != "http-ok" || c.Labels["team"] != "a" {
+			t.Errorf("cluster labels = %v", c.Labels)
+		}
+		if !metav1.IsControlledBy(c, got) {
+			t.Errorf("cluster is not controlled by the RayJob: %v", c.OwnerReferences)
+		}
+		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
+		if want := c.Name + "-head-svc." + ns + ".svc.cluster.local:8265"; got.Status.DashboardURL != want {
+			t.Errorf("dashboardURL = %q, want %q", got.Status.DashboardURL, want)
+		}
+		if got.Status.RayClusterStatus.State != rayv1.Ready {
+			t.Errorf("rayClusterStatus.state = %q", got.Status.RayClusterStatus.State)
+		}
+		id := got.Status.JobId
+		testutil.Eventually(t, wait, "the job submitted", func() (bool, string) {
+			n, _, _ := e.requests(ns, c.Name)
+			return n > 0, ""
+		})
+		e.ray.with(ns, c.Name, func(h *fakeHead) {
+			r := h.requests[0]
+			if r.SubmissionID != id || r.Metadata["owner"] != "me" || r.EntrypointNumCPUs != 0.5 || r.EntrypointResources["custom"] != 2 || r.RuntimeEnv["env_vars"] == nil {
+				t.Errorf("submit request = %+v", r)
+			}
+			h.setJob(id, rayv1.JobStatusRunning, 1_700_000_000_000, 0)
+		})
+		e.waitFor(t, j, "jobStatus RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
+		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(id, rayv1.JobStatusSucceeded, 1_700_000_000_000, 1_700_000_005_000) })
+		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
+		if got.Status.JobStatus != rayv1.JobStatusSucceeded || ptr.Deref(got.Status.Succeeded, -1) != 1 || ptr.Deref(got.Status.Failed, -1) != 0 || got.Status.EndTime == nil {
+			t.Errorf("status = %+v", got.Status)
+		}
+		if info := got.Status.RayJobStatusInfo; info.StartTime == nil || info.StartTime.Unix() != 1_700_000_000 || info.EndTime == nil || info.EndTime.Unix() != 1_700_000_005 {
+			t.Errorf("rayJobInfo = %+v", info)
+		}
+		if got.Status.ObservedGeneration != got.Generation {
+			t.Errorf("observedGeneration = %d, generation %d", got.Status.ObservedGeneration, got.Generation)
+		}
+		e.clusterGone(t, ns, c.Name)
+		if n, _, _ := e.requests(ns, c.Name); n != 1 {
+			t.Errorf("submit calls = %d, want 1", n)
+		}
+	})
+
+	t.Run("HTTPMode submit that times out after Ray accepted it is not submitted again", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "http-timeout", nil)
+		got := e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
+		e.ray.with(ns, got.Status.RayClusterName, func(h *fakeHead) { h.acceptThenTimeout = true })
+		c := e.readyCluster(t, j)
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
+		testutil.Eventually(t, wait, "the job seen as PENDING", func() (bool, string) {
+			g := e.get(t, j)
+			return g.Status.JobStatus == rayv1.JobStatusPending, string(g.Status.JobStatus)
+		})
+		time.Sleep(time.Second) // several polls
+		reqs, jobs, _ := e.requests(ns, c.Name)
+		if jobs != 1 || reqs != 1 {
+			t.Errorf("submit calls = %d, jobs = %d; want 1 and 1", reqs, jobs)
+		}
+	})
+
+	t.Run("dashboard down longer than the status check timeout fails the job", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "down", nil)
+		c := e.readyCluster(t, j)
+		e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		e.ray.with(ns, c.Name, func(h *fakeHead) { h.down = true })
+		e.waitFor(t, j, "jobStatusCheckFailureStartTime", func(j *rayv1.RayJob) bool { return j.Status.JobStatusCheckFailureStartTime != nil })
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		if got.Status.Reason != rayv1.JobStatusCheckTimeoutExceeded {
+			t.Errorf("reason = %q", got.Status.Reason)
+		}
+	})
+
+	t.Run("a job Ray lost is not resubmitted", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "lost", nil)
+		c := e.readyCluster(t, j)
+		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		e.ray.with(ns, c.Name, func(h *fakeHead) { delete(h.jobs, got.Status.JobId) })
+		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		if got.Status.Reason != rayv1.JobStatusCheckTimeoutExceeded || !strings.Contains(got.Status.Message, "no longer knows") {
+			t.Errorf("reason %q message %q", got.Status.Reason, got.Status.Message)
+		}
+		if n, _, _ := e.requests(ns, c.Name); n != 1 {
+			t.Errorf("submit calls = %d, want 1", n)
+		}
+	})
+
+	t.Run("backoffLimit retries on a new cluster with a new job id", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "retry", func(j *rayv1.RayJob) { j.Spec.BackoffLimit = ptr.To[int32](1) })
+		c1 := e.readyCluster(t, j)
+		first := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		e.ray.with(ns, c1.Name, func(h *fakeHead) { h.setJob(first.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
+		e.waitFor(t, j, "a second cluster", func(j *rayv1.RayJob) bool {
+			return j.Status.RayClusterName != "" && j.Status.RayClusterName != c1.Name
+		})
+		e.clusterGone(t, ns, c1.Name)
+		c2 := e.readyCluster(t, j)
+		second := e.waitFor(t, j, "PENDING again", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		if second.Status.JobId == first.Status.JobId || ptr.Deref(second.Status.Failed, 0) != 1 {
+			t.Errorf("second attempt: jobId %q (first %q), failed %v", second.Status.JobId, first.Status.JobId, second.Status.Failed)
+		}
+		e.ray.with(ns, c2.Name, func(h *fakeHead) { h.setJob(second.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		if got.Status.Reason != rayv1.AppFailed || ptr.Deref(got.Status.Failed, 0) != 2 {
+			t.Errorf("status = %+v", got.Status)
+		}
+	})
+
+	t.Run("K8sJobMode creates one submitter Job and completes when Ray and the submitter are done", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "k8sjob", func(j *rayv1.RayJob) {
+			j.Spec.SubmissionMode = rayv1.K8sJobMode
+			j.Spec.SubmitterConfig = &rayv1.SubmitterConfig{BackoffLimit: ptr.To[int32](5)}
+		})
+		c := e.readyCluster(t, j)
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
+		sub := &batchv1.Job{}
+		testutil.Eventually(t, wait, "the submitter Job", func() (bool, string) {
+			err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "k8sjob"}, sub)
+			return err == nil, fmt.Sprint(err)
+		})
+		ctr := sub.Spec.Template.Spec.Containers[0]
+		script := strings.Join(ctr.Command, " ")
+		if ctr.Name != SubmitterContainerName || ctr.Image != "rayproject/ray:2.52.0" || ptr.Deref(sub.Spec.BackoffLimit, 0) != 5 ||
+			!strings.Contains(script, "--submission-id") || !strings.Contains(script, "ray job logs") ||
+			sub.Labels["app.kubernetes.io/created-by"] != "kuberay-operator" || !metav1.IsControlledBy(sub, got) {
+			t.Errorf("submitter Job = %+v", sub)
+		}
+		env := map[string]string{}
+		for _, v := range ctr.Env {
+			env[v.Name] = v.Value
+		}
+		if env["RAY_JOB_SUBMISSION_ID"] != got.Status.JobId || env["RAY_DASHBOARD_ADDRESS"] != "http://"+c.Name+"-head-svc."+ns+".svc.cluster.local:8265" {
+			t.Errorf("submitter env = %v", env)
+		}
+		// The submitter submits; Ray finishes; the submitter finishes.
+		e.ray.with(ns, c.Name, func(h *fakeHead) {
+			h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, time.Now().UnixMilli()-1000, time.Now().UnixMilli())
+		})
+		e.waitFor(t, j, "SUCCEEDED", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusSucceeded })
+		if g := e.get(t, j); g.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusRunning {
+			t.Errorf("completed before the submitter finished: %s", g.Status.JobDeploymentStatus)
+		}
+		now := metav1.Now()
+		sub.Status.StartTime = &now
+		sub.Status.CompletionTime = &now
+		sub.Status.Succeeded = 1
+		sub.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+		if err := e.cl.Status().Update(context.Background(), sub); err != nil {
+			t.Fatal(err)
+		}
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
+	})
+
+	t.Run("K8sJobMode submitter that fails before submitting fails the RayJob", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "k8sfail", func(j *rayv1.RayJob) { j.Spec.SubmissionMode = rayv1.K8sJobMode })
+		e.readyCluster(t, j)
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
+		sub := &batchv1.Job{}
+		testutil.Eventually(t, wait, "the submitter Job", func() (bool, string) {
+			err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "k8sfail"}, sub)
+			return err == nil, fmt.Sprint(err)
+		})
+		now := metav1.Now()
+		sub.Status.StartTime = &now
+		sub.Status.Failed = 3
+		sub.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"},
+		}
+		if err := e.cl.Status().Update(context.Background(), sub); err != nil {
+			t.Fatal(err)
+		}
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		if got.Status.Reason != rayv1.SubmissionFailed || !strings.Contains(got.Status.Message, "backoff limit") {
+			t.Errorf("reason %q message %q", got.Status.Reason, got.Status.Message)
+		}
+	})
+
+	t.Run("suspend: Suspended without a cluster, resume creates one, suspend again deletes it", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "susp", func(j *rayv1.RayJob) { j.Spec.Suspend = true; j.Spec.ShutdownAfterJobFinishes = true })
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusSuspended)
+		if got.Status.RayClusterName != "" {
+			t.Errorf("suspended job has cluster %q", got.Status.RayClusterName)
+		}
+		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.Suspend = false })
+		c := e.readyCluster(t, j)
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
+		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.Suspend = true })
+		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusSuspended)
+		e.clusterGone(t, ns, c.Name)
+		if got.Status.RayClusterName != "" || got.Status.JobStatus != "" || got.Status.RayClusterStatus.State != "" {
+			t.Errorf("status after suspend = %+v", got.Status)
+		}
+	})
+
+	t.Run("activeDeadlineSeconds fails the job and stops it in Ray", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "deadline", func(j *rayv1.RayJob) { j.Spec.ActiveDeadlineSeconds = ptr.To[int32](3) })
+		c := e.readyCluster(t, j)
+		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusRunning, 1, 0) })
+		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		if got.Status.Reason != rayv1.DeadlineExceeded {
+			t.Errorf("reason = %q", got.Status.Reason)
+		}
+		if _, _, stops := e.requests(ns, c.Name); len(stops) == 0 || stops[0] != got.Status.JobId {
+			t.Errorf("stops = %v", stops)
+		}
+	})
+
+	t.Run("preRunningDeadlineSeconds fails a job whose cluster never gets ready", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "prerun", func(j *rayv1.RayJob) { j.Spec.PreRunningDeadlineSeconds = ptr.To[int32](2) })
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		if got.Status.Reason != rayv1.PreRunningDeadlineExceeded {
+			t.Errorf("reason = %q", got.Status.Reason)
+		}
+	})
+
+	t.Run("invalid specs end in ValidationFailed naming the field", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "invalid", func(j *rayv1.RayJob) { j.Spec.RuntimeEnvYAML = "a: [" })
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusValidationFailed)
+		if got.Status.Reason != rayv1.ValidationFailed || !strings.Contains(got.Status.Message, "spec.runtimeEnvYAML") {
+			t.Errorf("reason %q message %q", got.Status.Reason, got.Status.Message)
+		}
+		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.RuntimeEnvYAML = "" })
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusInitializing)
+	})
+
+	t.Run("InteractiveMode waits for spec.jobId, then follows that job", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "interactive", func(j *rayv1.RayJob) { j.Spec.SubmissionMode = rayv1.InteractiveMode; j.Spec.Entrypoint = "" })
+		c := e.readyCluster(t, j)
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusWaiting)
+		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob("mine", rayv1.JobStatusRunning, 1, 0) })
+		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.JobId = "mine" })
+		got := e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
+		if got.Status.JobId != "mine" || got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusRunning {
+			t.Errorf("status = %+v", got.Status)
+		}
+		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob("mine", rayv1.JobStatusSucceeded, 1, 2) })
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
+		if n, _, _ := e.requests(ns, c.Name); n != 0 {
+			t.Errorf("the operator submitted %d jobs in InteractiveMode", n)
+		}
+	})
+
+	t.Run("SidecarMode puts the submitter in the head pod and follows the job", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "sidecar", func(j *rayv1.RayJob) { j.Spec.SubmissionMode = rayv1.SidecarMode })
+		c := e.readyCluster(t, j)
+		head := c.Spec.HeadGroupSpec.Template.Spec
+		if len(head.Containers) != 2 || head.Containers[1].Name != SubmitterContainerName || head.RestartPolicy != corev1.RestartPolicyNever ||
+			c.Labels[builder.LabelDisableProvisionedHeadRestart] != "true" || !strings.Contains(strings.Join(head.Containers[1].Command, " "), "127.0.0.1:8265") {
+			t.Errorf("head template = %+v, labels %v", head, c.Labels)
+		}
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
+		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
+		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		if got.Status.Reason != rayv1.AppFailed || got.Status.JobStatus != rayv1.JobStatusFailed {
+			t.Errorf("status = %+v", got.Status)
+		}
+		if n, _, _ := e.requests(ns, c.Name); n != 0 {
+			t.Errorf("the operator submitted %d jobs in SidecarMode", n)
+		}
+	})
+
+	t.Run("deletionRules: DeleteWorkers, then DeleteCluster, then DeleteSelf, each after its TTL", func(t *testing.T) {
+		ns := e.namespace(t)
+		succeeded := rayv1.JobStatusSucceeded
+		j := e.create(t, ns, "rules", func(j *rayv1.RayJob) {
+			j.Spec.DeletionStrategy = &rayv1.DeletionStrategy{DeletionRules: []rayv1.DeletionRule{
+				{Policy: rayv1.DeleteWorkers, Condition: rayv1.DeletionCondition{JobStatus: &succeeded, TTLSeconds: 0}},
+				{Policy: rayv1.DeleteCluster, Condition: rayv1.DeletionCondition{JobStatus: &succeeded, TTLSeconds: 3}},
+				{Policy: rayv1.DeleteSelf, Condition: rayv1.DeletionCondition{JobStatus: &succeeded, TTLSeconds: 6}},
+			}}
+		})
+		c := e.readyCluster(t, j)
+		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
+		testutil.Eventually(t, wait, "worker groups suspended", func() (bool, string) {
+			cur := &rayv1.RayCluster{}
+			if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(c), cur); err != nil {
+				return false, err.Error()
+			}
+			return ptr.Deref(cur.Spec.WorkerGroupSpecs[0].Suspend, false), "not yet"
+		})
+		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), &rayv1.RayJob{}); err != nil {
+			t.Fatalf("RayJob gone too early: %v", err)
+		}
+		e.clusterGone(t, ns, c.Name)
+		testutil.Eventually(t, wait, "the RayJob deleted", func() (bool, string) {
+			err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), &rayv1.RayJob{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+	})
+
+	t.Run("legacy onFailure DeleteNone keeps the cluster; onSuccess is not applied to a failure", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "legacy", func(j *rayv1.RayJob) {
+			j.Spec.DeletionStrategy = &rayv1.DeletionStrategy{
+				OnSuccess: &rayv1.DeletionPolicy{Policy: ptr.To(rayv1.DeleteCluster)},
+				OnFailure: &rayv1.DeletionPolicy{Policy: ptr.To(rayv1.DeleteNone)},
+			}
+		})
+		c := e.readyCluster(t, j)
+		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		time.Sleep(time.Second)
+		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(c), &rayv1.RayCluster{}); err != nil {
+			t.Errorf("cluster deleted on failure with DeleteNone: %v", err)
+		}
+	})
+
+	t.Run("deleting a running RayJob stops its Ray job", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "delete-me", nil)
+		c := e.readyCluster(t, j)
+		got := e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		if !strings.Contains(strings.Join(got.Finalizers, ","), Finalizer) {
+			t.Errorf("finalizers = %v", got.Finalizers)
+		}
+		if err := e.cl.Delete(context.Background(), got); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, wait, "the RayJob deleted", func() (bool, string) {
+			err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), &rayv1.RayJob{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+		if _, _, stops := e.requests(ns, c.Name); len(stops) != 1 || stops[0] != got.Status.JobId {
+			t.Errorf("stops = %v", stops)
+		}
+	})
+
+	t.Run("clusterSelector uses an existing cluster and leaves it", func(t *testing.T) {
+		ns := e.namespace(t)
+		existing := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}, Spec: *clusterSpec()}
+		if err := e.cl.Create(context.Background(), existing); err != nil {
+			t.Fatal(err)
+		}
+		j := e.create(t, ns, "selector", func(j *rayv1.RayJob) {
+			j.Spec.RayClusterSpec = nil
+			j.Spec.ClusterSelector = map[string]string{builder.LabelCluster: "shared"}
+		})
+		c := e.readyCluster(t, j)
+		if c.Name != "shared" {
+			t.Fatalf("cluster = %s", c.Name)
+		}
+		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		e.ray.with(ns, "shared", func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
+		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(c), &rayv1.RayCluster{}); err != nil {
+			t.Errorf("selected cluster deleted: %v", err)
+		}
+	})
+
+	t.Run("a RayJob managed by another controller is left alone", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "foreign", func(j *rayv1.RayJob) { j.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") })
+		time.Sleep(2 * time.Second)
+		got := e.get(t, j)
+		if got.Status.JobDeploymentStatus != "" || len(got.Finalizers) != 0 {
+			t.Errorf("foreign RayJob touched: %+v finalizers %v", got.Status, got.Finalizers)
+		}
+	})
+}
