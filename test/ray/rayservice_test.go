@@ -2,9 +2,11 @@ package ray_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -25,6 +28,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/apiserver"
 	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
@@ -75,6 +79,116 @@ func TestRayService(t *testing.T) {
 		}
 		runRayService(t, cfg, cl, f, "proxy", pn.PodIP, publishEndpointSlice)
 	})
+
+	t.Run("rest-api", func(t *testing.T) { runRayServiceREST(t, cfg, cl) })
+}
+
+// runRayServiceREST drives a RayService through the REST API's services endpoints (create, get, list, update,
+// delete) with the controllers and the real head behind it. Clusters made by the REST API publish Ray's default
+// ports (dashboard 8265, serve 8000); the dialer maps those to the head's ports on loopback.
+func runRayServiceREST(t *testing.T, cfg *rest.Config, cl client.Client) {
+	dialer := &net.Dialer{Timeout: 10 * time.Second}
+	hc := &http.Client{Transport: &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			_, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			switch port {
+			case "8265":
+				port = strconv.Itoa(head.DashboardPort)
+			case "8000":
+				port = strconv.Itoa(head.ServePort)
+			default:
+				return nil, fmt.Errorf("test dialer: unexpected address %s", addr)
+			}
+			return dialer.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
+		},
+	}}
+	t.Cleanup(hc.CloseIdleConnections)
+	f, err := ray.NewFactory(ray.Options{HTTPClient: hc, Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startServiceControllers(t, cfg, f)
+	s, err := apiserver.New(cfg, apiserver.Options{Auth: apiserver.AuthNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.Handler())
+	t.Cleanup(srv.Close)
+	api := &restClient{t: t, c: srv.Client()}
+
+	const ns = "rayservice-rest"
+	if err := cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	base := srv.URL + "/apis/v1/namespaces/" + ns
+	api.do(http.MethodPost, base+"/compute_templates", apiserver.ComputeTemplate{Name: "small", Namespace: ns, CPU: 1, Memory: 2}, http.StatusOK, nil)
+	body := apiserver.RayService{
+		Name: "hello", Namespace: ns, User: "alice", Version: "2.52.0", ServeConfigV2: rayServiceConfig("rest-v1"),
+		ClusterSpec: &apiserver.ClusterSpec{HeadGroupSpec: &apiserver.HeadGroupSpec{
+			ComputeTemplate: "small", RayStartParams: map[string]string{"dashboard-host": "0.0.0.0"},
+		}},
+	}
+	api.do(http.MethodPost, base+"/services", body, http.StatusOK, nil)
+
+	clusterName, pod := playHeadPod(t, cl, ns, "hello", "10.250.0.3")
+	var got apiserver.RayService
+	testutil.Eventually(t, 5*time.Minute, "GET reports the active cluster with its application RUNNING", func() (bool, string) {
+		code, _, raw := api.call(http.MethodGet, base+"/services/hello", nil)
+		if code != http.StatusOK {
+			return false, fmt.Sprintf("%d %s", code, raw)
+		}
+		got = apiserver.RayService{}
+		if err := json.Unmarshal(raw, &got); err != nil {
+			return false, err.Error()
+		}
+		st := got.RayServiceStatus
+		ok := st != nil && st.RayClusterName == clusterName && len(st.ServeApplicationStatus) == 1 && st.ServeApplicationStatus[0].Status == ray.ApplicationStatusRunning
+		return ok, string(raw)
+	})
+	if app := got.RayServiceStatus.ServeApplicationStatus[0]; app.Name != "hello-rs" || len(app.ServeDeploymentStatus) != 1 || app.ServeDeploymentStatus[0].Status != ray.DeploymentStatusHealthy {
+		t.Errorf("application status %+v", app)
+	}
+	if len(got.RayServiceStatus.RayServiceEvents) == 0 {
+		t.Errorf("no RayService events in the answer")
+	}
+	var list apiserver.ListRayServicesResponse
+	api.do(http.MethodGet, base+"/services", nil, http.StatusOK, &list)
+	if len(list.Services) != 1 || list.Services[0].Name != "hello" {
+		t.Errorf("list: %+v", list)
+	}
+
+	proxy, err := f.ServeProxy(ray.Target{Namespace: ns, HeadPodName: pod.Name, HeadPodIP: pod.Status.PodIP})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitBody := func(want string) {
+		t.Helper()
+		testutil.Eventually(t, 5*time.Minute, "the application answers "+want, func() (bool, string) {
+			b, err := proxy.Get(t.Context(), "/hello-rs")
+			if err != nil {
+				return false, err.Error()
+			}
+			return string(b) == want, string(b)
+		})
+	}
+	waitBody("hello from manta (rest-v1)")
+
+	// PUT: the new config is applied in place and served.
+	body.ServeConfigV2 = rayServiceConfig("rest-v2")
+	api.do(http.MethodPut, base+"/services/hello", body, http.StatusOK, nil)
+	waitBody("hello from manta (rest-v2)")
+
+	api.do(http.MethodDelete, base+"/services/hello", nil, http.StatusOK, nil)
+	testutil.Eventually(t, time.Minute, "RayService and its cluster deleted", func() (bool, string) {
+		err := cl.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "hello"}, &rayv1.RayService{})
+		rc := &rayv1.RayCluster{}
+		cerr := cl.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: clusterName}, rc)
+		return apierrors.IsNotFound(err) && (apierrors.IsNotFound(cerr) || rc.DeletionTimestamp != nil), fmt.Sprintf("service: %v, cluster: %v", err, cerr)
+	})
 }
 
 func rayServiceConfig(suite string) string {
@@ -98,44 +212,8 @@ applications:
 
 func runRayService(t *testing.T, cfg *rest.Config, cl client.Client, f ray.ClientFactory, mode, podIP string,
 	publish func(t *testing.T, cl client.Client, pod *corev1.Pod, svc string)) {
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	scheme, err := testutil.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	podReq, _ := labels.NewRequirement(builder.LabelNodeType, selection.Exists, nil)
-	svcReq, _ := labels.NewRequirement(builder.LabelCluster, selection.Exists, nil)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:     scheme,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:     {Label: labels.NewSelector().Add(*podReq)},
-			&corev1.Service{}: {Label: labels.NewSelector().Add(*svcReq)},
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := raycluster.NewReconciler(mgr, raycluster.Options{}).SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	r, err := rayservice.NewReconciler(mgr, rayservice.Options{RayClients: f, RayCallTimeout: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	defer func() { cancel(); <-done }()
+	ctx := t.Context()
+	startServiceControllers(t, cfg, f)
 
 	ns := "rayservice-" + mode
 	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
@@ -162,32 +240,7 @@ func runRayService(t *testing.T, cfg *rest.Config, cl client.Client, f ray.Clien
 		return got
 	}
 
-	// The head pod: played Running and Ready at podIP.
-	var pod corev1.Pod
-	var clusterName string
-	testutil.Eventually(t, 3*time.Minute, "the head pod of the pending cluster", func() (bool, string) {
-		clusterName = get().Status.PendingServiceStatus.RayClusterName
-		if clusterName == "" {
-			return false, "no pending cluster"
-		}
-		var pods corev1.PodList
-		if err := cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelCluster: clusterName, builder.LabelNodeType: builder.NodeTypeHead}); err != nil {
-			return false, err.Error()
-		}
-		if len(pods.Items) != 1 {
-			return false, fmt.Sprintf("%d head pods", len(pods.Items))
-		}
-		pod = pods.Items[0]
-		return true, ""
-	})
-	pod.Status = corev1.PodStatus{
-		Phase: corev1.PodRunning, PodIP: podIP, PodIPs: []corev1.PodIP{{IP: podIP}},
-		Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}},
-		ContainerStatuses: []corev1.ContainerStatus{{Name: pod.Spec.Containers[0].Name, Ready: true, Image: pod.Spec.Containers[0].Image}},
-	}
-	if err := cl.Status().Update(ctx, &pod); err != nil {
-		t.Fatal(err)
-	}
+	clusterName, pod := playHeadPod(t, cl, ns, rs.Name, podIP)
 	if publish != nil {
 		publish(t, cl, &pod, clusterName+"-head-svc")
 	}
@@ -288,6 +341,85 @@ func runRayService(t *testing.T, cfg *rest.Config, cl client.Client, f ray.Clien
 		err := cl.Get(ctx, client.ObjectKeyFromObject(rs), &rayv1.RayService{})
 		return err != nil && strings.Contains(err.Error(), "not found"), fmt.Sprint(err)
 	})
+}
+
+// startServiceControllers runs the RayCluster and RayService controllers (RayService with f) until the test ends.
+func startServiceControllers(t *testing.T, cfg *rest.Config, f ray.ClientFactory) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	podReq, _ := labels.NewRequirement(builder.LabelNodeType, selection.Exists, nil)
+	svcReq, _ := labels.NewRequirement(builder.LabelCluster, selection.Exists, nil)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:     scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:     {Label: labels.NewSelector().Add(*podReq)},
+			&corev1.Service{}: {Label: labels.NewSelector().Add(*svcReq)},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raycluster.NewReconciler(mgr, raycluster.Options{}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	r, err := rayservice.NewReconciler(mgr, rayservice.Options{RayClients: f, RayCallTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// playHeadPod waits for the head pod of the RayService's pending cluster and marks it Running and Ready at podIP,
+// as a kubelet would; it returns the cluster's name and the pod.
+func playHeadPod(t *testing.T, cl client.Client, ns, service, podIP string) (string, corev1.Pod) {
+	t.Helper()
+	ctx := t.Context()
+	var pod corev1.Pod
+	var clusterName string
+	testutil.Eventually(t, 3*time.Minute, "the head pod of the pending cluster", func() (bool, string) {
+		rs := &rayv1.RayService{}
+		if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: service}, rs); err != nil {
+			return false, err.Error()
+		}
+		clusterName = rs.Status.PendingServiceStatus.RayClusterName
+		if clusterName == "" {
+			return false, "no pending cluster"
+		}
+		var pods corev1.PodList
+		if err := cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelCluster: clusterName, builder.LabelNodeType: builder.NodeTypeHead}); err != nil {
+			return false, err.Error()
+		}
+		if len(pods.Items) != 1 {
+			return false, fmt.Sprintf("%d head pods", len(pods.Items))
+		}
+		pod = pods.Items[0]
+		return true, ""
+	})
+	pod.Status = corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: podIP, PodIPs: []corev1.PodIP{{IP: podIP}},
+		Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: pod.Spec.Containers[0].Name, Ready: true, Image: pod.Spec.Containers[0].Image}},
+	}
+	if err := cl.Status().Update(ctx, &pod); err != nil {
+		t.Fatal(err)
+	}
+	return clusterName, pod
 }
 
 // publishEndpointSlice plays the endpoints controller for the head Service, so the kube-apiserver's service proxy
