@@ -449,8 +449,8 @@ func testNewClusterUpgrade(t *testing.T, e *env) {
 	if d := time.Since(switched); d < 2*time.Second {
 		t.Errorf("old cluster deleted %s after the switch, want about 3s", d)
 	}
-	if ok, msg := e.hasEvent(t, rs, EventPromotedPendingCluster); !ok {
-		t.Error(msg)
+	for _, reason := range []string{EventCreatedRayCluster, EventUpgradeStarted, EventPromotedPendingCluster, EventUpdatedService, EventDeletedRayCluster} {
+		eventually(t, "event "+reason, func() (bool, string) { return e.hasEvent(t, rs, reason) })
 	}
 }
 

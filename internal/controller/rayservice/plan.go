@@ -84,11 +84,22 @@ type plan struct {
 	services       []*corev1.Service
 	podLabels      []podLabel
 	events         []event
-	requeueAfter   time.Duration
+	// written holds, by cluster name, the event reporting a cluster update or deletion; the writer records it once
+	// that write succeeded.
+	written      map[string]event
+	requeueAfter time.Duration
 }
 
 func (p *plan) eventf(typ, reason, action, format string, args ...any) {
 	p.events = append(p.events, event{typ, reason, action, fmt.Sprintf(format, args...)})
+}
+
+// onWrite prepares the event of a cluster update or deletion, recorded only once the write succeeded.
+func (p *plan) onWrite(cluster, typ, reason, action, format string, args ...any) {
+	if p.written == nil {
+		p.written = map[string]event{}
+	}
+	p.written[cluster] = event{typ, reason, action, fmt.Sprintf(format, args...)}
 }
 
 func (p *plan) requeueIn(d time.Duration) {
@@ -173,7 +184,7 @@ func computePlan(o observed) *plan {
 		switch updated, action := clusterAction(active.cluster, spec); action {
 		case actionInPlace:
 			p.updateClusters = append(p.updateClusters, updated)
-			p.eventf(corev1.EventTypeNormal, EventUpdatedRayCluster, "Update", "updated the worker groups of active RayCluster %s in place", updated.Name)
+			p.onWrite(updated.Name, corev1.EventTypeNormal, EventUpdatedRayCluster, "Update", "updated the worker groups of active RayCluster %s in place", updated.Name)
 		case actionNew:
 			needPending = strategy != rayv1.RayServiceUpgradeNone
 		}
@@ -184,7 +195,7 @@ func computePlan(o observed) *plan {
 		// The spec no longer needs a new cluster (it went back, or the strategy is None): drop the pending one.
 		if pending.cluster != nil && pending.cluster.DeletionTimestamp == nil {
 			p.deleteClusters = append(p.deleteClusters, pending.cluster)
-			p.eventf(corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted pending RayCluster %s: the active cluster already matches the spec", pending.cluster.Name)
+			p.onWrite(pending.cluster.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted pending RayCluster %s: the active cluster already matches the spec", pending.cluster.Name)
 		}
 		st.PendingServiceStatus = rayv1.RayServiceStatus{}
 		pending = nil
@@ -273,13 +284,13 @@ func planPending(o observed, p *plan, pending *clusterObs, spec *rayv1.RayCluste
 			return pending
 		case actionInPlace:
 			p.updateClusters = append(p.updateClusters, updated)
-			p.eventf(corev1.EventTypeNormal, EventUpdatedRayCluster, "Update", "updated the worker groups of pending RayCluster %s in place", updated.Name)
+			p.onWrite(updated.Name, corev1.EventTypeNormal, EventUpdatedRayCluster, "Update", "updated the worker groups of pending RayCluster %s in place", updated.Name)
 			return pending
 		}
 		// Out of date: it never served, so it goes now.
 		if pending.cluster.DeletionTimestamp == nil {
 			p.deleteClusters = append(p.deleteClusters, pending.cluster)
-			p.eventf(corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted pending RayCluster %s: the spec changed again before it was ready", pending.cluster.Name)
+			p.onWrite(pending.cluster.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted pending RayCluster %s: the spec changed again before it was ready", pending.cluster.Name)
 		}
 		pending = nil
 	}
@@ -496,7 +507,7 @@ func planOldClusters(o observed, p *plan, active, pending *clusterObs) {
 			continue
 		}
 		p.deleteClusters = append(p.deleteClusters, c)
-		p.eventf(corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted RayCluster %s: it stopped serving %s ago", c.Name, delay)
+		p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted RayCluster %s: it stopped serving %s ago", c.Name, delay)
 	}
 }
 
@@ -509,7 +520,7 @@ func planSuspend(o observed, p *plan, setCond func(rayv1.RayServiceConditionType
 		alive++
 		if c.DeletionTimestamp == nil {
 			p.deleteClusters = append(p.deleteClusters, c)
-			p.eventf(corev1.EventTypeNormal, EventDeletedRayCluster, "Suspend", "deleted RayCluster %s: the RayService is suspended", c.Name)
+			p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Suspend", "deleted RayCluster %s: the RayService is suspended", c.Name)
 		}
 	}
 	st.ActiveServiceStatus, st.PendingServiceStatus = rayv1.RayServiceStatus{}, rayv1.RayServiceStatus{}
@@ -552,7 +563,7 @@ func timedOut(o observed, p *plan, setCond func(rayv1.RayServiceConditionType, m
 	for i := range o.clusters {
 		if c := &o.clusters[i]; c.DeletionTimestamp == nil {
 			p.deleteClusters = append(p.deleteClusters, c)
-			p.eventf(corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted RayCluster %s: the RayService timed out initializing", c.Name)
+			p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted RayCluster %s: the RayService timed out initializing", c.Name)
 		}
 	}
 	p.status.ActiveServiceStatus, p.status.PendingServiceStatus = rayv1.RayServiceStatus{}, rayv1.RayServiceStatus{}

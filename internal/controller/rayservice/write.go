@@ -33,6 +33,7 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 			p.eventf(corev1.EventTypeWarning, EventFailedToUpdateRayCluster, "Update", "failed to update RayCluster %s: %v", c.Name, err)
 			return fmt.Errorf("update RayCluster %s: %w", c.Name, err)
 		}
+		p.recordWritten(c.Name)
 	}
 	for _, a := range p.apply {
 		if err := r.applyServeConfig(ctx, a); err != nil {
@@ -77,6 +78,7 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 			p.eventf(corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "failed to delete RayCluster %s: %v", c.Name, err)
 			return fmt.Errorf("delete RayCluster %s: %w", c.Name, err)
 		}
+		p.recordWritten(c.Name)
 	}
 	return nil
 }
@@ -172,4 +174,12 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 		p.eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "Service %s now points at RayCluster %s", existing.Name, updated.Spec.Selector[builder.LabelCluster])
 	}
 	return nil
+}
+
+// recordWritten moves the prepared event of a cluster write that succeeded into the events to record.
+func (p *plan) recordWritten(cluster string) {
+	if e, ok := p.written[cluster]; ok {
+		p.events = append(p.events, e)
+		delete(p.written, cluster)
+	}
 }
