@@ -36,7 +36,6 @@ const (
 	EventUnsupportedFeature              = "UnsupportedFeature"
 	EventPromotedPendingCluster          = "PromotedPendingCluster"
 	EventUpgradeStarted                  = "UpgradeStarted"
-	EventServeHealthChanged              = "ServeProxyHealthChanged"
 )
 
 // MaxNameLength is KubeRay's limit on a RayService name: the cluster name <rayservice>-<5> and the Services built
