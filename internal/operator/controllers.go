@@ -9,6 +9,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
+	"github.com/manta-dev/manta/internal/metrics"
 )
 
 // The API groups and controllers the operator runs. Each controller package exposes a constructor and
@@ -52,5 +53,8 @@ func init() {
 			}
 			return imagepulljob.NewPrepullReconciler(mgr, r, imagepulljob.PrepullOptions{}).SetupWithManager(mgr)
 		},
+		// KubeRay's kuberay_*_info and *_condition_* series for the kinds above (add metrics.RayServices with
+		// the RayService controller, which brings its RBAC).
+		func(mgr ctrl.Manager, _ Options) error { return metrics.Setup(mgr, metrics.RayClusters, metrics.RayJobs) },
 	)
 }

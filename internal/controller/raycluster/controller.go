@@ -25,6 +25,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/metrics"
 )
 
 // Options configure the controller.
@@ -115,6 +116,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.exp.forget(req.NamespacedName)
+			metrics.ForgetCluster(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -137,6 +139,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		newStatus.LastUpdateTime = &now
 		c.Status = newStatus
 		statusErr = r.client.Status().Update(ctx, c)
+		if statusErr == nil {
+			metrics.ObserveCluster(c, oldStatus, now.Time)
+		}
 	}
 	// The events report pods and Services already written (or writes that failed), which a lost status write
 	// does not undo: they are recorded even when the status write fails, or nobody would hear of them.
