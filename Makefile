@@ -44,8 +44,8 @@ lint: tools ## Run staticcheck (configuration: staticcheck.conf).
 	$(BIN)/staticcheck ./...
 
 .PHONY: build
-build: ## Build bin/manta.
-	go build -o $(BIN)/manta ./cmd/manta
+build: ## Build bin/manta (stamped with the git commit).
+	go build -ldflags "-X github.com/manta-dev/manta/internal/version.Commit=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN)/manta ./cmd/manta
 
 .PHONY: test
 test: tools ray ## Run every test: unit, envtest, Ray conformance, end-to-end on the dev cluster.

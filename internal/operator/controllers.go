@@ -55,6 +55,8 @@ func init() {
 		},
 		// KubeRay's kuberay_*_info and *_condition_* series for the kinds above (add metrics.RayServices with
 		// the RayService controller, which brings its RBAC).
-		func(mgr ctrl.Manager, _ Options) error { return metrics.Setup(mgr, metrics.RayClusters, metrics.RayJobs) },
+		func(mgr ctrl.Manager, _ Options) error {
+			return metrics.Setup(mgr, metrics.RayClusters, metrics.RayJobs)
+		},
 	)
 }
