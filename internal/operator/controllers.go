@@ -53,10 +53,9 @@ func init() {
 			}
 			return imagepulljob.NewPrepullReconciler(mgr, r, imagepulljob.PrepullOptions{}).SetupWithManager(mgr)
 		},
-		// KubeRay's kuberay_*_info and *_condition_* series for the kinds above (add metrics.RayServices with
-		// the RayService controller, which brings its RBAC).
+		// KubeRay's kuberay_*_info and kuberay_*_condition_* series of the kinds above, from the operator's cache.
 		func(mgr ctrl.Manager, _ Options) error {
-			return metrics.Setup(mgr, metrics.RayClusters, metrics.RayJobs)
+			return metrics.Setup(mgr, metrics.RayClusters, metrics.RayJobs, metrics.RayServices)
 		},
 	)
 }

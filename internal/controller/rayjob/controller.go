@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -305,5 +304,3 @@ func (r *Reconciler) clusterPodsGone(ctx context.Context, ns, name string) (bool
 	}
 	return len(pods.Items) == 0, nil
 }
-
-func logger(ctx context.Context) interface{ Info(string, ...any) } { return log.FromContext(ctx) }
