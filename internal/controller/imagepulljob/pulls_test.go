@@ -21,13 +21,17 @@ func TestComputePlanPulls(t *testing.T) {
 		want []string
 	}{
 		"a succeeded pod is counted": {
-			job:  makeJob("j").always().parallelism(1).started(t0).obj(),
-			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod { return []corev1.Pod{pullerPod(j, "n1", 1, t0, succeededPod)} },
+			job: makeJob("j").always().parallelism(1).started(t0).obj(),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, succeededPod)}
+			},
 			want: []string{metrics.OutcomeSucceeded},
 		},
 		"a recorded success is not counted again": {
-			job:  makeJob("j").always().parallelism(1).started(t0).succeededNodes("n1").obj(),
-			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod { return []corev1.Pod{pullerPod(j, "n1", 1, t0, succeededPod)} },
+			job: makeJob("j").always().parallelism(1).started(t0).succeededNodes("n1").obj(),
+			pods: func(j *mantav1alpha1.ImagePullJob) []corev1.Pod {
+				return []corev1.Pod{pullerPod(j, "n1", 1, t0, succeededPod)}
+			},
 		},
 		"a failed attempt is counted": {
 			job: makeJob("j").always().started(t0).obj(),
