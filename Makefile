@@ -13,8 +13,9 @@ GO_TEST_FLAGS ?= -timeout 75m -count=1
 all: build
 
 .PHONY: tools
-tools: ## Build the control-plane binaries and generators into bin/ (no-op when up to date).
+tools: ## Build the control-plane binaries, generators and the KubeRay oracle into bin/ (no-op when up to date).
 	@hack/build-tools.sh
+	@hack/build-kuberay.sh
 
 .PHONY: ray
 ray: ## Create bin/ray-venv with the pinned Ray (no-op when up to date).

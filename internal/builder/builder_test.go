@@ -260,6 +260,10 @@ func TestTemplatePreserved(t *testing.T) {
 	got := pod.Spec.DeepCopy()
 	// Undo what the operator adds; what is left must be the template exactly.
 	got.InitContainers = got.InitContainers[:1]
+	if diff := cmp.Diff([]corev1.EnvVar{{Name: "FQ_RAY_IP", Value: "rc-head-svc.ns.svc.cluster.local"}, {Name: "RAY_IP", Value: "rc-head-svc"}}, got.InitContainers[0].Env); diff != "" {
+		t.Errorf("user init container env (-want +got):\n%s", diff)
+	}
+	got.InitContainers[0].Env = nil
 	ray := &got.Containers[0]
 	ray.Command, ray.Args, ray.LivenessProbe, ray.ReadinessProbe = nil, nil, nil, nil
 	ray.Ports = nil

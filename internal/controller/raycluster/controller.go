@@ -6,6 +6,8 @@ package raycluster
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -189,15 +192,60 @@ func validate(c *rayv1.RayCluster) *failure {
 			return &failure{ReasonUpgradeStrategyNotAllowed, fmt.Sprintf("upgradeStrategy cannot be set when RayCluster is created by %s", owner)}
 		}
 	}
-	if len(c.Spec.HeadGroupSpec.Template.Spec.Containers) == 0 {
+	if len(c.Name) > maxClusterNameLen {
+		return &failure{ReasonInvalidSpec, fmt.Sprintf("metadata.name: a RayCluster name may have at most %d characters, so that the names of its pods and Services fit", maxClusterNameLen)}
+	}
+	if errs := validation.IsDNS1035Label(c.Name); len(errs) > 0 {
+		return &failure{ReasonInvalidSpec, fmt.Sprintf("metadata.name: %q is not a DNS-1035 label (the head Service is named after it): %s", c.Name, strings.Join(errs, "; "))}
+	}
+	h := &c.Spec.HeadGroupSpec
+	if len(h.Template.Spec.Containers) == 0 {
 		return &failure{ReasonInvalidSpec, "spec.headGroupSpec.template.spec.containers: the head needs at least one container"}
 	}
+	if msg := validateGroup("spec.headGroupSpec", h.RayStartParams, h.Resources, h.Labels); msg != "" {
+		return &failure{ReasonInvalidSpec, msg}
+	}
 	for i, g := range c.Spec.WorkerGroupSpecs {
+		path := fmt.Sprintf("spec.workerGroupSpecs[%d]", i)
 		if len(g.Template.Spec.Containers) == 0 {
-			return &failure{ReasonInvalidSpec, fmt.Sprintf("spec.workerGroupSpecs[%d].template.spec.containers: worker group %q needs at least one container", i, g.GroupName)}
+			return &failure{ReasonInvalidSpec, fmt.Sprintf("%s.template.spec.containers: worker group %q needs at least one container", path, g.GroupName)}
+		}
+		if msg := validateGroup(path, g.RayStartParams, g.Resources, g.Labels); msg != "" {
+			return &failure{ReasonInvalidSpec, msg}
 		}
 	}
 	return nil
+}
+
+// maxClusterNameLen leaves room in 63 characters for the suffixes of the names derived from a cluster's.
+const maxClusterNameLen = 53
+
+// validateGroup refuses what KubeRay refuses in a group: resources said both in rayStartParams and in `resources`
+// (which one would Ray get?), rayStartParams labels (the `labels` field says them), labels that are not Kubernetes
+// labels, and `resources` values that are not quantities.
+func validateGroup(path string, params, resources, labels map[string]string) string {
+	if len(resources) > 0 {
+		for _, k := range []string{"num-cpus", "num-gpus", "memory", "resources"} {
+			if params[k] != "" {
+				return fmt.Sprintf("%s: rayStartParams[%s] and resources both set the group's resources; use only one", path, k)
+			}
+		}
+	}
+	if _, ok := params["labels"]; ok {
+		return fmt.Sprintf("%s.rayStartParams[labels]: not supported; use %s.labels", path, path)
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Sprintf("%s.labels: invalid key %q: %s", path, k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(labels[k]); len(errs) > 0 {
+			return fmt.Sprintf("%s.labels[%s]: invalid value %q: %s", path, k, labels[k], strings.Join(errs, "; "))
+		}
+	}
+	if err := builder.ValidateGroupResources(path+".resources", resources); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // parentKind is RayJob or RayService when one of them created the cluster.

@@ -54,3 +54,46 @@ func TestValidateUpgradeStrategyOwner(t *testing.T) {
 		})
 	}
 }
+
+// What KubeRay refuses in a spec, Manta refuses too, naming the field, instead of building pods Ray cannot start.
+func TestValidateSpec(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*rayv1.RayCluster)
+		want   string // substring of the message; "" means valid
+	}{
+		{"valid", func(*rayv1.RayCluster) {}, ""},
+		{"53 characters", func(c *rayv1.RayCluster) { c.Name = strings.Repeat("a", 53) }, ""},
+		{"54 characters", func(c *rayv1.RayCluster) { c.Name = strings.Repeat("a", 54) }, "at most 53 characters"},
+		{"not DNS-1035", func(c *rayv1.RayCluster) { c.Name = "1abc" }, "DNS-1035"},
+		{"resources twice", func(c *rayv1.RayCluster) {
+			c.Spec.WorkerGroupSpecs[0].RayStartParams = map[string]string{"num-cpus": "1"}
+			c.Spec.WorkerGroupSpecs[0].Resources = map[string]string{"cpu": "1"}
+		}, "spec.workerGroupSpecs[0]: rayStartParams[num-cpus] and resources both"},
+		{"rayStartParams labels", func(c *rayv1.RayCluster) {
+			c.Spec.HeadGroupSpec.RayStartParams = map[string]string{"labels": "a=b"}
+		}, "spec.headGroupSpec.rayStartParams[labels]"},
+		{"bad label value", func(c *rayv1.RayCluster) {
+			c.Spec.HeadGroupSpec.Labels = map[string]string{"a": "not ok!"}
+		}, "spec.headGroupSpec.labels[a]"},
+		{"not a quantity", func(c *rayv1.RayCluster) {
+			c.Spec.WorkerGroupSpecs[0].Resources = map[string]string{"memory": "8 gigs"}
+		}, "spec.workerGroupSpecs[0].resources[memory]"},
+		{"quantities", func(c *rayv1.RayCluster) {
+			c.Spec.WorkerGroupSpecs[0].Resources = map[string]string{"memory": "8Gi", "cpu": "500m"}
+		}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testutil.MakeRayCluster("ns", "rc").Workers("small", 1).Obj()
+			tc.mutate(c)
+			f := validate(c)
+			switch {
+			case tc.want == "" && f != nil:
+				t.Errorf("refused: %+v", f)
+			case tc.want != "" && (f == nil || f.reason != ReasonInvalidSpec || !strings.Contains(f.message, tc.want)):
+				t.Errorf("validate = %+v, want %q", f, tc.want)
+			}
+		})
+	}
+}
