@@ -47,6 +47,10 @@ const (
 	AnnotationExternalStorageNamespace = "ray.io/external-storage-namespace"
 )
 
+// FinalizerGCSFTRedisCleanup is the finalizer KubeRay puts on clusters with GCS fault tolerance, to clean their keys
+// out of Redis on deletion. Clusters adopted from KubeRay carry it.
+const FinalizerGCSFTRedisCleanup = "ray.io/gcs-ft-redis-cleanup-finalizer"
+
 // Default ports and port names (kuberay-compat.md §2–3).
 const (
 	DefaultGCSPort            = 6379

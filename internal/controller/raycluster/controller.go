@@ -23,6 +23,7 @@ import (
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -122,7 +123,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if c.DeletionTimestamp != nil {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.releaseRedisCleanupFinalizer(ctx, c)
 	}
 	if m := ptr.Deref(c.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
 		return ctrl.Result{}, nil
@@ -246,6 +247,36 @@ func validateGroup(path string, params, resources, labels map[string]string) str
 		return err.Error()
 	}
 	return ""
+}
+
+// releaseRedisCleanupFinalizer removes KubeRay's GCS fault-tolerance finalizer from a cluster being deleted, which
+// would otherwise hang forever: Manta does not implement GCS fault tolerance (UnsupportedFeature says so), so it
+// runs no Redis cleanup Job, and the event tells the user the keys are left in Redis.
+func (r *Reconciler) releaseRedisCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
+	if !controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
+		return nil
+	}
+	orig := c.DeepCopy()
+	controllerutil.RemoveFinalizer(c, builder.FinalizerGCSFTRedisCleanup)
+	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
+		"removed finalizer %s without cleaning Redis: Manta does not implement GCS fault tolerance; the cluster's keys (storage namespace %q) are left in Redis",
+		builder.FinalizerGCSFTRedisCleanup, externalStorageNamespace(c))
+	return nil
+}
+
+// externalStorageNamespace is where GCS fault tolerance keeps a cluster's keys in Redis: the options' or the
+// annotation's namespace, else the cluster's UID.
+func externalStorageNamespace(c *rayv1.RayCluster) string {
+	if o := c.Spec.GcsFaultToleranceOptions; o != nil && o.ExternalStorageNamespace != "" {
+		return o.ExternalStorageNamespace
+	}
+	if v := c.Annotations[builder.AnnotationExternalStorageNamespace]; v != "" {
+		return v
+	}
+	return string(c.UID)
 }
 
 // parentKind is RayJob or RayService when one of them created the cluster.

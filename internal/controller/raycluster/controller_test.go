@@ -94,6 +94,7 @@ func TestController(t *testing.T) {
 			"ServicesFollowSpec":      testServicesFollowSpec,
 			"RayContainerTerminated":  testRayContainerTerminated,
 			"ManagedByOtherSkipped":   testManagedByOther,
+			"GCSFinalizerReleased":    testGCSFinalizerReleased,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -622,6 +623,25 @@ func testMultiHost(t *testing.T, e *env) {
 		}
 		return !still && len(now) == 2 && n == 4, fmt.Sprintf("%d replicas, %d pods, old present %v", len(now), n, still)
 	})
+
+	// A host that is deleted outright (node drained, pod evicted) costs its replica too: a TPU slice cannot take
+	// in a single new host, so no pod is created into the old replica.
+	for name, pods := range byReplica() {
+		victim = name
+		if err := e.cl.Delete(context.Background(), &pods[0]); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	eventually(t, "replica of a deleted host replaced", func() (bool, string) {
+		now := byReplica()
+		_, still := now[victim]
+		n := 0
+		for _, pods := range now {
+			n += len(pods)
+		}
+		return !still && len(now) == 2 && n == 4, fmt.Sprintf("%d replicas, %d pods, old present %v", len(now), n, still)
+	})
 }
 
 // The head and serve Services follow the spec: ports, headServiceAnnotations and the service type, without
@@ -751,4 +771,33 @@ func testManagedByOther(t *testing.T, e *env) {
 	if st := e.get(t, rc).Status; st.ObservedGeneration != 0 || len(st.Conditions) != 0 || st.State != "" {
 		t.Errorf("status written for a cluster managed by another controller: %+v", st)
 	}
+}
+
+// A cluster adopted from KubeRay with GCS fault tolerance carries KubeRay's Redis cleanup finalizer; deleting it must
+// not hang forever (issue 11). Manta removes the finalizer and says, in a Warning event, that Redis was not cleaned.
+func testGCSFinalizerReleased(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Obj()
+	rc.Finalizers = []string{builder.FinalizerGCSFTRedisCleanup}
+	mustCreate(t, e.cl, rc)
+	e.waitPods(t, rc, 1)
+	if err := e.cl.Delete(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "cluster deleted", func() (bool, string) {
+		err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rc), &rayv1.RayCluster{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
+	})
+	eventually(t, "warning event", func() (bool, string) {
+		list := &corev1.EventList{}
+		if err := e.cl.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		for _, ev := range list.Items {
+			if ev.Reason == ReasonRedisCleanupSkipped && ev.Type == corev1.EventTypeWarning {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none %s", len(list.Items), ReasonRedisCleanupSkipped)
+	})
 }

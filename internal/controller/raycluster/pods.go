@@ -233,6 +233,10 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 			named = append(named, pods)
 		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return shouldReplace(&p) }):
 			dead = append(dead, pods)
+		case multiHost && len(pods) < int(hosts(g)):
+			// A multi-host replica that lost a host is replaced whole, as KubeRay does: the hosts of a TPU slice
+			// are provisioned together and cannot take in a single new one.
+			dead = append(dead, pods)
 		default:
 			alive = append(alive, pods)
 		}
@@ -264,21 +268,6 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 		}
 	}
 	var create []builder.Replica
-	// Complete the multi-host replicas that lost a host before a reconcile saw it terminate.
-	if multiHost {
-		for _, pods := range alive {
-			have := map[string]bool{}
-			for _, p := range pods {
-				have[p.Labels[builder.LabelHostIndex]] = true
-			}
-			idx, _ := strconv.Atoi(pods[0].Labels[builder.LabelReplicaIndex])
-			for h := range int(hosts(g)) {
-				if !have[strconv.Itoa(h)] && pods[0].Labels[builder.LabelReplicaName] != "" {
-					create = append(create, builder.Replica{Index: idx, Name: pods[0].Labels[builder.LabelReplicaName], HostIndex: h})
-				}
-			}
-		}
-	}
 	want := int(groupReplicas(c, g))
 	switch diff := want - len(alive); {
 	case diff > 0:

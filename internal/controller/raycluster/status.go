@@ -33,6 +33,8 @@ const (
 	ReasonSuspending                = "RayClusterSuspending"
 	ReasonSuspended                 = "RayClusterSuspended"
 	ReasonHeadPodNotReady           = "HeadPodNotReady"
+	// ReasonRedisCleanupSkipped: a deleted cluster's GCS fault-tolerance finalizer was removed without a Redis cleanup.
+	ReasonRedisCleanupSkipped = "RedisCleanupSkipped"
 )
 
 // failure is what went wrong creating or deleting pods in one reconcile (ReplicaFailure).
