@@ -375,8 +375,11 @@ func testSuspendResume(t *testing.T, e *env) {
 	e.waitPods(t, rc, 3)
 	e.setReady(t, rc)
 	got = e.waitState(t, rc, rayv1.Ready)
-	if meta.FindStatusCondition(got.Status.Conditions, string(rayv1.RayClusterSuspended)) != nil {
-		t.Errorf("suspended condition left: %+v", got.Status.Conditions)
+	// As in KubeRay, both suspend conditions stay, False, once the cluster runs again.
+	for _, typ := range []rayv1.RayClusterConditionType{rayv1.RayClusterSuspended, rayv1.RayClusterSuspending} {
+		if c := meta.FindStatusCondition(got.Status.Conditions, string(typ)); c == nil || c.Status != metav1.ConditionFalse {
+			t.Errorf("%s after resume: %+v", typ, got.Status.Conditions)
+		}
 	}
 }
 

@@ -41,11 +41,18 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		return nil
 	}
 
-	if ptr.Deref(c.Spec.Suspend, false) {
+	// Suspension as KubeRay does it: spec.suspend first marks the cluster Suspending (computeStatus); a Suspending
+	// cluster loses every pod, whatever spec.suspend says meanwhile; a Suspended one gets no pods until spec.suspend
+	// is cleared and the status has said so.
+	switch phase := suspendPhaseOf(c); {
+	case phase == suspending:
 		if len(pods) == 0 {
 			return nil
 		}
 		return r.deleteAll(ctx, run, pods, "the cluster is suspended")
+	case phase == suspended, ptr.Deref(c.Spec.Suspend, false):
+		run.requeueAfter(time.Second)
+		return nil
 	}
 
 	hashes := builder.Hashes(&c.Spec)
