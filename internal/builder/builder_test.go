@@ -105,7 +105,7 @@ func TestContainerCommand(t *testing.T) {
 	}{
 		{"no user command", corev1.Container{}, []string{"ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; ray start --head"}},
 		{"user command runs first", corev1.Container{Command: []string{"echo"}, Args: []string{"hi"}},
-			[]string{"ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; echo hi && ray start --head"}},
+			[]string{"echo hi && ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; ray start --head"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -188,11 +188,11 @@ func IsGPUResource(name string) bool {
 // the user's own command when there is one.
 func ContainerCommand(c *corev1.Container, rayStart string) (command, args []string) {
 	user := strings.Join(append(slices.Clone(c.Command), c.Args...), " ")
-	script := "ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; "
+	script := "ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; " + rayStart
 	if user != "" {
-		script += user + " && "
+		script = user + " && " + script
 	}
-	return ShellCommand(), []string{script + rayStart}
+	return ShellCommand(), []string{script}
 }
 
 // ShellCommand runs the generated scripts: a plain (not login) bash, so the PATH of a custom image is the one its

@@ -21,6 +21,8 @@ const (
 	LabelReplicaName = "ray.io/worker-group-replica-name"
 	// LabelHostIndex is a pod's host number within its multi-host replica.
 	LabelHostIndex = "ray.io/replica-host-index"
+	// LabelHeadlessWorkerService marks the headless Service of a cluster's multi-host workers; its value is the cluster.
+	LabelHeadlessWorkerService = "ray.io/headless-worker-svc"
 	// LabelSchedulerName selects a KubeRay batch-scheduler plugin (volcano, yunikorn, kai-scheduler).
 	LabelSchedulerName = "ray.io/scheduler-name"
 

@@ -85,9 +85,6 @@ func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *cor
 	setEnv(ray, "RAY_PORT", strconv.Itoa(port))
 	setEnv(ray, "RAY_ADDRESS", addr)
 	setProbes(ray, c.Spec.RayVersion, g.RayStartParams, false, originCRD(c) == KindRayService)
-	if AutoscalingEnabled(c) {
-		addRayLogsVolume(pod)
-	}
 	return pod
 }
 

@@ -128,7 +128,7 @@ func HeadlessWorkerService(c *rayv1.RayCluster) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: HeadlessWorkerServiceName(c), Namespace: c.Namespace,
-			Labels:          map[string]string{LabelCluster: c.Name, LabelAppName: AppNameValue, LabelCreatedBy: CreatedByValue},
+			Labels:          map[string]string{LabelHeadlessWorkerService: c.Name},
 			OwnerReferences: []metav1.OwnerReference{*OwnerReference(c)},
 		},
 		Spec: corev1.ServiceSpec{

@@ -102,7 +102,7 @@ func compareObjects(object string, kuberay, manta map[string]any) []diff {
 	flatten("", manta, b)
 	var out []diff
 	for p, va := range a {
-		if vb, ok := b[p]; !ok || va != vb {
+		if vb, ok := b[p]; !ok || !sameText(va, vb) {
 			out = append(out, diff{Object: object, Path: p, KubeRay: va, Manta: orAbsent(vb, ok)})
 		}
 	}
@@ -113,6 +113,12 @@ func compareObjects(object string, kuberay, manta map[string]any) []diff {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].key() < out[j].key() })
 	return out
+}
+
+// sameText compares two values ignoring how whitespace is laid out: KubeRay renders `ray start` with doubled and
+// trailing spaces, which no shell sees.
+func sameText(a, b string) bool {
+	return a == b || strings.Join(strings.Fields(a), " ") == strings.Join(strings.Fields(b), " ")
 }
 
 func orAbsent(s string, ok bool) string {
@@ -150,9 +156,20 @@ func deletePath(v any, parts []string) {
 type allowed struct {
 	Match   string `json:"match"`
 	Samples string `json:"samples,omitempty"`
-	Reason  string `json:"reason"`
+	// Rewrite, when set, narrows the entry to one textual difference: Manta's value with From replaced by To
+	// must equal KubeRay's, so the rest of the value is still compared.
+	Rewrite *rewrite `json:"rewrite,omitempty"`
+	Reason  string   `json:"reason"`
+	// Random marks a difference that depends on KubeRay's random choices, so a run may not see it.
+	Random  bool `json:"random,omitempty"`
 	re, sre *regexp.Regexp
 	used    bool
+}
+
+type rewrite struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	re   *regexp.Regexp
 }
 
 type differences struct {
@@ -178,6 +195,11 @@ func loadDifferences(path string) (*differences, error) {
 		if a.re, err = regexp.Compile(a.Match); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
+		if a.Rewrite != nil {
+			if a.Rewrite.re, err = regexp.Compile(a.Rewrite.From); err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+		}
 		if a.Samples != "" {
 			if a.sre, err = regexp.Compile(a.Samples); err != nil {
 				return nil, fmt.Errorf("%s: %w", path, err)
@@ -190,6 +212,9 @@ func loadDifferences(path string) (*differences, error) {
 // allows says whether a difference found in sample is listed, and marks the entry used.
 func (d *differences) allows(sample string, df diff) bool {
 	for _, a := range slices.Concat(d.Deliberate, d.Pending) {
+		if a.Rewrite != nil && !sameText(a.Rewrite.re.ReplaceAllString(df.Manta, a.Rewrite.To), df.KubeRay) {
+			continue
+		}
 		if a.re.MatchString(df.key()) && (a.sre == nil || a.sre.MatchString(sample)) {
 			a.used = true
 			return true

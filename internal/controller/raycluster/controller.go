@@ -365,10 +365,10 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 					existing = svc
 					break
 				}
-				run.eventf(corev1.EventTypeWarning, "FailedCreateService", "Create", "failed to create Service %s: %v", svc.Name, err)
+				run.eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", svc.Name, err)
 				return fmt.Errorf("create service %s: %w", svc.Name, err)
 			}
-			run.eventf(corev1.EventTypeNormal, "CreatedService", "Create", "created Service %s", svc.Name)
+			run.eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s", svc.Name)
 			existing = svc
 		default:
 			return fmt.Errorf("get service %s: %w", svc.Name, err)
@@ -395,10 +395,10 @@ func (r *Reconciler) deleteUnwantedServices(ctx context.Context, run *run, unwan
 			continue
 		}
 		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
-			run.eventf(corev1.EventTypeWarning, "FailedDeleteService", "Delete", "failed to delete Service %s: %v", svc.Name, err)
+			run.eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s: %v", svc.Name, err)
 			return fmt.Errorf("delete service %s: %w", svc.Name, err)
 		}
-		run.eventf(corev1.EventTypeNormal, "DeletedService", "Delete", "deleted Service %s: the cluster no longer asks for it", svc.Name)
+		run.eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s: the cluster no longer asks for it", svc.Name)
 	}
 	return nil
 }
@@ -416,18 +416,18 @@ func (r *Reconciler) updateService(ctx context.Context, run *run, existing, desi
 		return existing, nil
 	case recreate:
 		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
-			run.eventf(corev1.EventTypeWarning, "FailedDeleteService", "Delete", "failed to delete Service %s to recreate it: %v", existing.Name, err)
+			run.eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s to recreate it: %v", existing.Name, err)
 			return nil, fmt.Errorf("delete service %s: %w", existing.Name, err)
 		}
-		run.eventf(corev1.EventTypeNormal, "DeletedService", "Delete", "deleted Service %s to recreate it: it cannot switch between headless and not in place", existing.Name)
+		run.eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s to recreate it: it cannot switch between headless and not in place", existing.Name)
 		run.requeueAfter(time.Second)
 		return existing, nil
 	}
 	if err := r.client.Patch(ctx, updated, client.MergeFrom(existing)); err != nil {
-		run.eventf(corev1.EventTypeWarning, "FailedUpdateService", "Update", "failed to update Service %s: %v", existing.Name, err)
+		run.eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
 		return nil, fmt.Errorf("update service %s: %w", existing.Name, err)
 	}
-	run.eventf(corev1.EventTypeNormal, "UpdatedService", "Update", "updated Service %s to match the spec", existing.Name)
+	run.eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "updated Service %s to match the spec", existing.Name)
 	return updated, nil
 }
 
@@ -435,14 +435,24 @@ func (r *Reconciler) updateService(ctx context.Context, run *run, existing, desi
 // before a head pod is created, so a settled cluster costs no writes.
 func (r *Reconciler) ensureAutoscalerRBAC(ctx context.Context, run *run) error {
 	c := run.c
-	objs := []client.Object{builder.AutoscalerServiceAccount(c), builder.AutoscalerRole(c), builder.AutoscalerRoleBinding(c)}
-	for _, o := range objs {
+	objs := []struct {
+		obj               client.Object
+		kind, done, fails string
+	}{
+		{builder.AutoscalerServiceAccount(c), "ServiceAccount", EventCreatedServiceAccount, EventFailedToCreateServiceAccount},
+		{builder.AutoscalerRole(c), "Role", EventCreatedRole, EventFailedToCreateRole},
+		{builder.AutoscalerRoleBinding(c), "RoleBinding", EventCreatedRoleBinding, EventFailedToCreateRoleBinding},
+	}
+	for _, x := range objs {
+		o := x.obj
 		if err := r.client.Create(ctx, o); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				continue
 			}
-			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
+			run.eventf(corev1.EventTypeWarning, x.fails, "Create", "failed to create the autoscaler's %s %s: %v", x.kind, o.GetName(), err)
+			return fmt.Errorf("create %s %s: %w", x.kind, o.GetName(), err)
 		}
+		run.eventf(corev1.EventTypeNormal, x.done, "Create", "created the autoscaler's %s %s", x.kind, o.GetName())
 		log.FromContext(ctx).V(1).Info("created autoscaler RBAC object", "kind", fmt.Sprintf("%T", o), "name", o.GetName())
 	}
 	return nil

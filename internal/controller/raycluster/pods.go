@@ -71,7 +71,8 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	opts := builder.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hashes.Head}
 	var errs []error
 	if err := r.reconcileHead(ctx, run, opts); err != nil {
-		errs = append(errs, err)
+		// As in KubeRay, no workers without a head: they would only wait for a GCS that is not coming.
+		return err
 	}
 	groups := map[string]bool{}
 	for i := range c.Spec.WorkerGroupSpecs {
@@ -193,18 +194,17 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	if builder.AutoscalingEnabled(c) {
 		if err := r.ensureAutoscalerRBAC(ctx, run); err != nil {
 			run.obs.failure = &failure{rayv1.FailedCreateHeadPod, err.Error()}
-			run.eventf(corev1.EventTypeWarning, rayv1.FailedCreateHeadPod, "Create", "failed to create the autoscaler's RBAC: %v", err)
 			return err
 		}
 	}
 	pod := builder.HeadPod(c, opts)
 	if err := r.client.Create(ctx, pod); err != nil {
 		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, err.Error()}
-		run.eventf(corev1.EventTypeWarning, rayv1.FailedCreateHeadPod, "Create", "failed to create the head pod: %v", err)
+		run.eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "failed to create the head pod: %v", err)
 		return fmt.Errorf("create head pod: %w", err)
 	}
 	r.exp.expectCreate(run.key, pod.Name)
-	run.eventf(corev1.EventTypeNormal, "CreatedHeadPod", "Create", "created head pod %s", pod.Name)
+	run.eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "created head pod %s", pod.Name)
 	return nil
 }
 
@@ -350,11 +350,11 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 		wg.Wait()
 	}
 	if created > 0 {
-		run.eventf(corev1.EventTypeNormal, "CreatedWorkerPods", "Create", "created %d worker pods in group %s", created, g.GroupName)
+		run.eventf(corev1.EventTypeNormal, EventCreatedWorkerPod, "Create", "created %d worker pods in group %s", created, g.GroupName)
 	}
 	if err := errors.Join(errs...); err != nil {
 		run.obs.failure = &failure{rayv1.FailedCreateWorkerPod, err.Error()}
-		run.eventf(corev1.EventTypeWarning, rayv1.FailedCreateWorkerPod, "Create", "failed to create worker pods in group %s: %v", g.GroupName, err)
+		run.eventf(corev1.EventTypeWarning, EventFailedToCreateWorkerPod, "Create", "failed to create worker pods in group %s: %v", g.GroupName, err)
 		return fmt.Errorf("create workers of group %s: %w", g.GroupName, err)
 	}
 	return nil
@@ -394,12 +394,12 @@ func (r *Reconciler) deletePods(ctx context.Context, run *run, pods []corev1.Pod
 		if len(names) > 10 {
 			names = append(names[:10], fmt.Sprintf("and %d more", len(deleted)-10))
 		}
-		run.eventf(corev1.EventTypeNormal, "DeletedPods", "Delete", "deleted %d pods because %s: %v", len(deleted), why, names)
+		run.eventf(corev1.EventTypeNormal, deleteEvents[failReason][0], "Delete", "deleted %d pods because %s: %v", len(deleted), why, names)
 		log.FromContext(ctx).V(1).Info("deleted pods", "count", len(deleted), "why", why)
 	}
 	if err := errors.Join(errs...); err != nil {
 		run.obs.failure = &failure{failReason, err.Error()}
-		run.eventf(corev1.EventTypeWarning, failReason, "Delete", "failed to delete pods: %v", err)
+		run.eventf(corev1.EventTypeWarning, deleteEvents[failReason][1], "Delete", "failed to delete pods: %v", err)
 		return fmt.Errorf("delete pods: %w", err)
 	}
 	return nil

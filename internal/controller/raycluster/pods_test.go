@@ -156,7 +156,7 @@ func TestEventsSurviveStatusConflict(t *testing.T) {
 	for e := range rec.Events {
 		got = append(got, e)
 	}
-	for _, reason := range []string{"CreatedService", "CreatedHeadPod", "CreatedWorkerPods"} {
+	for _, reason := range []string{"CreatedService", "CreatedHeadPod", "CreatedWorkerPod"} {
 		if !slices.ContainsFunc(got, func(e string) bool { return strings.Contains(e, reason) }) {
 			t.Errorf("no %s event in %q", reason, got)
 		}

@@ -41,6 +41,39 @@ const (
 	ReasonRedisCleanupSkipped = "RedisCleanupSkipped"
 )
 
+// Event reasons: KubeRay's, because users filter events on them (kubectl get events --field-selector reason=...).
+const (
+	EventCreatedHeadPod               = "CreatedHeadPod"
+	EventFailedToCreateHeadPod        = "FailedToCreateHeadPod"
+	EventDeletedHeadPod               = "DeletedHeadPod"
+	EventFailedToDeleteHeadPod        = "FailedToDeleteHeadPod"
+	EventCreatedWorkerPod             = "CreatedWorkerPod"
+	EventFailedToCreateWorkerPod      = "FailedToCreateWorkerPod"
+	EventDeletedWorkerPod             = "DeletedWorkerPod"
+	EventFailedToDeleteWorkerPod      = "FailedToDeleteWorkerPod"
+	EventDeletedPod                   = "DeletedPod"
+	EventFailedToDeletePodCollection  = "FailedToDeletePodCollection"
+	EventCreatedService               = "CreatedService"
+	EventFailedToCreateService        = "FailedToCreateService"
+	EventUpdatedService               = "UpdatedService"
+	EventFailedToUpdateService        = "FailedToUpdateService"
+	EventDeletedService               = "DeletedService"
+	EventFailedToDeleteService        = "FailedToDeleteService"
+	EventCreatedServiceAccount        = "CreatedServiceAccount"
+	EventFailedToCreateServiceAccount = "FailedToCreateServiceAccount"
+	EventCreatedRole                  = "CreatedRole"
+	EventFailedToCreateRole           = "FailedToCreateRole"
+	EventCreatedRoleBinding           = "CreatedRoleBinding"
+	EventFailedToCreateRoleBinding    = "FailedToCreateRoleBinding"
+)
+
+// deleteEvents are the event reasons of a deletion, by the ReplicaFailure reason it reports on failure.
+var deleteEvents = map[string][2]string{
+	rayv1.FailedDeleteHeadPod:   {EventDeletedHeadPod, EventFailedToDeleteHeadPod},
+	rayv1.FailedDeleteWorkerPod: {EventDeletedWorkerPod, EventFailedToDeleteWorkerPod},
+	rayv1.FailedDeleteAllPods:   {EventDeletedPod, EventFailedToDeletePodCollection},
+}
+
 // failure is what went wrong creating or deleting pods in one reconcile (ReplicaFailure).
 type failure struct {
 	reason, message string
@@ -84,9 +117,13 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 	setOrRemove(ConditionDefaultPodTemplateFailure, o.templateErr)
 	setOrRemove(string(rayv1.RayClusterReplicaFailure), o.failure)
 
-	desired, minR, maxR := workerReplicaCounts(c)
+	// What the spec asks for once running, as KubeRay reports it: a suspended cluster still says what it will
+	// want on resume (and quota tools read it that way).
+	running := c.DeepCopy()
+	running.Spec.Suspend = nil
+	desired, minR, maxR := workerReplicaCounts(running)
 	s.DesiredWorkerReplicas, s.MinWorkerReplicas, s.MaxWorkerReplicas = desired, minR, maxR
-	s.DesiredCPU, s.DesiredMemory, s.DesiredGPU, s.DesiredTPU = desiredResources(c)
+	s.DesiredCPU, s.DesiredMemory, s.DesiredGPU, s.DesiredTPU = desiredResources(running)
 
 	suspend := ptr.Deref(c.Spec.Suspend, false)
 	var head *corev1.Pod

@@ -102,8 +102,9 @@ func TestComputeStatus(t *testing.T) {
 		wantState: rayv1.Suspended,
 		wantConds: map[string]string{"HeadPodReady": "False/HeadPodNotFound", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "RayClusterSuspending": "False/RayClusterSuspending", "RayClusterSuspended": "True/RayClusterSuspended"},
 		check: func(t *testing.T, s rayv1.RayClusterStatus) {
-			if s.DesiredWorkerReplicas != 0 || !s.DesiredCPU.IsZero() {
-				t.Errorf("suspended cluster wants %d workers, %s CPU", s.DesiredWorkerReplicas, s.DesiredCPU.String())
+			// As KubeRay: what the cluster will want on resume.
+			if s.DesiredWorkerReplicas != 2 || s.DesiredCPU.String() != "3" {
+				t.Errorf("suspended cluster reports %d workers, %s CPU; want 2 and 3", s.DesiredWorkerReplicas, s.DesiredCPU.String())
 			}
 		},
 	}, {
