@@ -561,7 +561,7 @@ func TestMergePodTemplate(t *testing.T) {
 				{Name: "log-shipper", Image: "fluent"},
 			},
 			Volumes:           []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-			Tolerations:       []corev1.Toleration{{Key: "dedicated", Value: "ray"}, {Key: "gpu"}},
+			Tolerations:       []corev1.Toleration{{Key: "gpu"}}, // a list without a merge key: the user's replaces the default's
 			PriorityClassName: "default-prio",
 			NodeSelector:      map[string]string{"pool": "gpu", "arch": "amd64"},
 		},

@@ -94,8 +94,9 @@ func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *cor
 func podFromTemplate(c *rayv1.RayCluster, tmpl corev1.PodTemplateSpec, groupLabels map[string]string, o PodOptions, nodeType, group, generateName string) *corev1.Pod {
 	t := tmpl.DeepCopy()
 	if o.DefaultTemplate != nil {
-		merged, err := MergePodTemplate(o.DefaultTemplate, t)
-		if err == nil {
+		// The controller has checked the merge (CheckDefaultTemplate) and reported a failure instead of passing
+		// the template; an error here cannot happen.
+		if merged, err := MergePodTemplate(o.DefaultTemplate, t); err == nil {
 			t = merged
 		}
 	}

@@ -48,6 +48,7 @@ type Options struct {
 // Reconciler reconciles RayClusters.
 type Reconciler struct {
 	client   client.Client
+	reader   client.Reader // uncached, for the default PodTemplate
 	recorder events.EventRecorder
 	opts     Options
 	exp      *expectations
@@ -61,7 +62,7 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	if opts.ResyncPeriod <= 0 {
 		opts.ResyncPeriod = 5 * time.Minute
 	}
-	return &Reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations()}
+	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations()}
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
@@ -314,10 +315,13 @@ func (r *Reconciler) defaultTemplate(ctx context.Context, run *run) *corev1.PodT
 	}
 	var f *failure
 	tmpl := &corev1.PodTemplate{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, tmpl); err != nil {
+	// A direct read, not the cache: with --watch-namespace the cache does not see the operator's own namespace.
+	if err := r.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, tmpl); err != nil {
 		f = &failure{ReasonDefaultTemplateNotFound, fmt.Sprintf("default PodTemplate %s/%s: %v", ns, name, err)}
 	} else if err := builder.ValidateDefaultPodTemplate(tmpl); err != nil {
 		f = &failure{ReasonDefaultTemplateInvalid, fmt.Sprintf("default PodTemplate %s/%s is invalid: %v", ns, name, err)}
+	} else if err := builder.CheckDefaultTemplate(run.c, &tmpl.Template); err != nil {
+		f = &failure{ReasonDefaultTemplateInvalid, fmt.Sprintf("default PodTemplate %s/%s cannot be merged under %v", ns, name, err)}
 	}
 	if f != nil {
 		run.obs.templateErr = f

@@ -559,7 +559,7 @@ func testMissingDefaultTemplate(t *testing.T, e *env) {
 	rc.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") // keep the running controller away
 	mustCreate(t, e.cl, rc)
 	rec := events.NewFakeRecorder(10)
-	r := &Reconciler{client: e.cl, recorder: rec, opts: Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10}, exp: newExpectations()}
+	r := &Reconciler{client: e.cl, reader: e.cl, recorder: rec, opts: Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10}, exp: newExpectations()}
 	// Reconcile bypasses the managedBy skip by calling the inner steps the way Reconcile does.
 	run := &run{c: e.get(t, rc), key: client.ObjectKeyFromObject(rc)}
 	if err := r.reconcile(context.Background(), run); err != nil {
