@@ -47,7 +47,11 @@ func TestMergePodTemplateStrategic(t *testing.T) {
 	}, {
 		name: "node affinity terms are the user's, not appended",
 		def:  corev1.PodTemplateSpec{Spec: corev1.PodSpec{Affinity: nodeAffinity("a")}},
-		user: func() corev1.PodTemplateSpec { p := ray(corev1.Container{}); p.Spec.Affinity = nodeAffinity("b"); return p }(),
+		user: func() corev1.PodTemplateSpec {
+			p := ray(corev1.Container{})
+			p.Spec.Affinity = nodeAffinity("b")
+			return p
+		}(),
 		check: func(t *testing.T, got *corev1.PodTemplateSpec) {
 			if diff := cmp.Diff(nodeAffinity("b"), got.Spec.Affinity); diff != "" {
 				t.Error(diff)
