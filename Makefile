@@ -44,6 +44,10 @@ build: ## Build bin/manta.
 test: tools ray ## Run every test: unit, envtest, Ray conformance, end-to-end on the dev cluster.
 	go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: oracle
+oracle: tools ## Compare Manta's RayCluster controller with KubeRay's operator on every sample (test/oracle).
+	go test $(GO_TEST_FLAGS) -run TestOracle ./test/oracle/
+
 .PHONY: run
 run: tools build ## Start `manta dev`: the local simulated cluster with Manta running.
 	$(BIN)/manta dev

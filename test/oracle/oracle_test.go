@@ -27,9 +27,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -41,6 +43,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/testutil"
@@ -61,10 +64,14 @@ func TestOracle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	samples := loadSamples(t, filepath.Join(modDir, "config", "samples"))
+	samples := loadSamples(t, filepath.Join(modDir, "config", "samples"), "")
 	if len(samples) < 30 {
 		t.Fatalf("only %d RayCluster specs found in the pinned module's samples", len(samples))
 	}
+	// The RayClusters the e2e tests run: the compatibility corpus (test/e2e/raycluster_samples_test.go) and the
+	// clusters the e2e tests build.
+	samples = append(samples, loadSamples(t, filepath.Join(root, "..", "shared", "compat", "kuberay", "samples"), "e2e/")...)
+	samples = append(samples, e2eClusters(t)...)
 
 	var kuberay, manta side
 	var wg sync.WaitGroup
@@ -166,7 +173,7 @@ type sample struct {
 
 // loadSamples reads every YAML of the samples tree: RayClusters as they are, RayJobs and RayServices for the
 // cluster they describe (until Manta's controllers for them are compared whole).
-func loadSamples(t *testing.T, dir string) []sample {
+func loadSamples(t *testing.T, dir, prefix string) []sample {
 	t.Helper()
 	var out []sample
 	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
@@ -222,7 +229,7 @@ func loadSamples(t *testing.T, dir string) []sample {
 				c.SetLabels(u.GetLabels())
 				c.SetAnnotations(u.GetAnnotations())
 			}
-			sname := strings.TrimSuffix(rel, ".yaml")
+			sname := prefix + strings.TrimSuffix(rel, ".yaml")
 			if u.GetKind() != "RayCluster" {
 				sname += "/" + name
 			}
@@ -234,6 +241,33 @@ func loadSamples(t *testing.T, dir string) []sample {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// e2eClusters are the RayClusters test/e2e builds with testutil.
+func e2eClusters(t *testing.T) []sample {
+	var out []sample
+	for name, rc := range map[string]*rayv1.RayCluster{
+		"e2e/scale-100-workers": testutil.MakeRayCluster("", "big").Workers("workers", 100).Obj(),
+		"e2e/autoscaled":        testutil.MakeRayCluster("", "autoscaled").Workers("small", 2).Autoscaling().Obj(),
+		"e2e/prepulled":         testutil.MakeRayCluster("", "prepulled").Workers("small", 1).Obj(),
+	} {
+		out = append(out, sample{name: name, cluster: toUnstructured(t, rc)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+func toUnstructured(t *testing.T, rc *rayv1.RayCluster) *unstructured.Unstructured {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj := &unstructured.Unstructured{Object: u}
+	obj.SetAPIVersion("ray.io/v1")
+	obj.SetKind("RayCluster")
+	delete(obj.Object, "status")
+	unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
+	return obj
 }
 
 // startKubeRay starts a control plane with KubeRay's CRDs and KubeRay's operator (a subprocess) against it.
@@ -342,17 +376,32 @@ var rayClusterGVK = schema.GroupVersionKind{Group: "ray.io", Version: "v1", Kind
 // returns the differences.
 func runSample(t *testing.T, ns string, s sample, sides ...side) []diff {
 	ctx := context.Background()
-	for _, sd := range sides {
+	accepted := make([]string, len(sides))
+	for i, sd := range sides {
 		if err := sd.cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatalf("%s: %v", sd.name, err)
 		}
+		accepted[i] = "true"
 		for _, o := range append(slices.Clone(s.extra), s.cluster) {
 			u := o.DeepCopy()
 			u.SetNamespace(ns)
-			if err := sd.cl.Create(ctx, u); err != nil {
+			err := sd.cl.Create(ctx, u)
+			if apierrors.IsInvalid(err) && u.GetKind() == "RayCluster" {
+				// One schema refuses what the other accepts: that is the difference, nothing to settle.
+				accepted[i] = "false"
+				t.Logf("%s refuses the RayCluster: %v", sd.name, err)
+				continue
+			}
+			if err != nil {
 				t.Fatalf("%s: create %s %s: %v", sd.name, u.GetKind(), u.GetName(), err)
 			}
 		}
+	}
+	if accepted[0] != accepted[1] {
+		return []diff{{Object: "admission", Path: "accepted", KubeRay: accepted[0], Manta: accepted[1]}}
+	}
+	if accepted[0] == "false" {
+		return nil
 	}
 	return settle(t, ns, s.cluster.GetName(), sides...)
 }

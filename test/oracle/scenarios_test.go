@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -58,15 +57,7 @@ func scenarios() []scenario {
 
 // runScenario creates the scenario's cluster on both sides and compares after the start and after every step.
 func runScenario(t *testing.T, ns string, sc scenario, sides ...side) map[string][]diff {
-	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(sc.cluster)
-	if err != nil {
-		t.Fatal(err)
-	}
-	obj := &unstructured.Unstructured{Object: u}
-	obj.SetAPIVersion("ray.io/v1")
-	obj.SetKind("RayCluster")
-	delete(obj.Object, "status")
-	out := map[string][]diff{"start": runSample(t, ns, sample{name: sc.name, cluster: obj}, sides...)}
+	out := map[string][]diff{"start": runSample(t, ns, sample{name: sc.name, cluster: toUnstructured(t, sc.cluster)}, sides...)}
 	for _, st := range sc.steps {
 		for _, sd := range sides {
 			st.do(t, sd, ns)
