@@ -7,6 +7,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 )
 
 // The group `resources` map holds Kubernetes quantities; Ray takes whole CPUs and GPUs and memory in bytes, so a
@@ -177,5 +179,46 @@ func TestGeneratedCommandsNoLoginShell(t *testing.T) {
 	wait := worker.Spec.InitContainers[0].Args[0]
 	if !strings.Contains(wait, "if ray health-check --address rc-head-svc.ns.svc.cluster.local:6379; then") {
 		t.Errorf("the wait loop never shows the health check's error:\n%s", wait)
+	}
+}
+
+// GCS fault tolerance on Redis: the head gets the storage namespace, the Redis address and credentials (as env vars
+// that rayStartParams refer to); workers outlive a GCS restart.
+func TestGCSFaultTolerance(t *testing.T) {
+	c := cluster()
+	c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{
+		RedisAddress:  "redis:6379",
+		RedisPassword: &rayv1.RedisCredential{ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s"}, Key: "password"}}},
+		RedisUsername: &rayv1.RedisCredential{Value: "ray"},
+	}
+	head := HeadPod(c, PodOptions{})
+	env := envMap(head.Spec.Containers[0])
+	if head.Annotations[AnnotationFTEnabled] != "true" || head.Annotations[AnnotationExternalStorageNamespace] != "uid-1" {
+		t.Errorf("head annotations %v", head.Annotations)
+	}
+	if env[EnvExternalStorageNS] != "uid-1" || env[EnvRedisAddress] != "redis:6379" || env[EnvRedisUsername] != "ray" {
+		t.Errorf("head env %v", env)
+	}
+	if cmd := env["KUBERAY_GEN_RAY_START_CMD"]; !strings.Contains(cmd, "--redis-password=$REDIS_PASSWORD") || !strings.Contains(cmd, "--redis-username=$REDIS_USERNAME") {
+		t.Errorf("ray start %q", cmd)
+	}
+	if c.Spec.HeadGroupSpec.RayStartParams["redis-password"] != "" {
+		t.Error("the cluster's rayStartParams were changed")
+	}
+	worker := WorkerPod(c, &c.Spec.WorkerGroupSpecs[0], PodOptions{})
+	if envMap(worker.Spec.Containers[0])[EnvGCSReconnectTimeout] != "600" {
+		t.Errorf("worker env %v", envMap(worker.Spec.Containers[0]))
+	}
+
+	// The annotation alone, with a storage namespace of the user's.
+	c = cluster()
+	c.Annotations = map[string]string{AnnotationFTEnabled: "true", AnnotationExternalStorageNamespace: "mine"}
+	c.Spec.HeadGroupSpec.RayStartParams = map[string]string{"redis-password": "pw"}
+	head = HeadPod(c, PodOptions{})
+	if env := envMap(head.Spec.Containers[0]); env[EnvExternalStorageNS] != "mine" || env[EnvRedisPassword] != "pw" {
+		t.Errorf("head env %v", env)
+	}
+	if off := HeadPod(cluster(), PodOptions{}); off.Annotations[AnnotationFTEnabled] != "false" {
+		t.Errorf("ft-enabled without FT: %v", off.Annotations)
 	}
 }

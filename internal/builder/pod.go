@@ -32,16 +32,16 @@ func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 	if pod == nil {
 		return nil
 	}
-	pod.Annotations[AnnotationFTEnabled] = "false"
 	if originCRD(c) == KindRayService {
 		pod.Labels[LabelServe] = "false"
 	}
 	ray := &pod.Spec.Containers[RayContainerIndex]
 	port := headPort(c)
 	autoscaling := AutoscalingEnabled(c)
+	params := headGCSFaultTolerance(c, pod, ray, h.RayStartParams)
 
 	startCmd := RayStartCommand(StartParams{
-		Head: true, Params: h.RayStartParams, Resources: ray.Resources, Overrides: h.Resources, Labels: h.Labels,
+		Head: true, Params: params, Resources: ray.Resources, Overrides: h.Resources, Labels: h.Labels,
 		NoMonitor: autoscaling,
 	})
 	setRayContainer(ray, pod, startCmd)
@@ -76,6 +76,7 @@ func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *cor
 	fqdn := HeadServiceFQDN(c, o.ClusterDomain)
 	addr := fqdn + ":" + strconv.Itoa(port)
 
+	workerGCSFaultTolerance(c, ray)
 	startCmd := RayStartCommand(StartParams{
 		Params: g.RayStartParams, Resources: ray.Resources, Overrides: g.Resources, Labels: g.Labels, HeadAddress: addr,
 	})

@@ -207,6 +207,9 @@ func validate(c *rayv1.RayCluster) *failure {
 	if msg := validateGroup("spec.headGroupSpec", h.RayStartParams, h.Resources, h.Labels); msg != "" {
 		return &failure{ReasonInvalidSpec, msg}
 	}
+	if msg := validateGCSFaultTolerance(c); msg != "" {
+		return &failure{ReasonInvalidSpec, msg}
+	}
 	for i, g := range c.Spec.WorkerGroupSpecs {
 		path := fmt.Sprintf("spec.workerGroupSpecs[%d]", i)
 		if len(g.Template.Spec.Containers) == 0 {
@@ -217,6 +220,34 @@ func validate(c *rayv1.RayCluster) *failure {
 		}
 	}
 	return nil
+}
+
+// validateGCSFaultTolerance refuses what KubeRay refuses about GCS fault tolerance: two ways of saying it at once,
+// and Redis settings outside gcsFaultToleranceOptions that would be silently overridden or half applied.
+func validateGCSFaultTolerance(c *rayv1.RayCluster) string {
+	h := &c.Spec.HeadGroupSpec
+	env := h.Template.Spec.Containers[builder.RayContainerIndex].Env
+	hasEnv := func(name string) bool {
+		return slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
+	}
+	o := c.Spec.GcsFaultToleranceOptions
+	switch {
+	case o != nil && c.Annotations[builder.AnnotationFTEnabled] != "":
+		return fmt.Sprintf("metadata.annotations[%s]: set together with spec.gcsFaultToleranceOptions; use only the options", builder.AnnotationFTEnabled)
+	case !builder.GCSFaultTolerance(c) && o == nil && hasEnv(builder.EnvRedisAddress):
+		return fmt.Sprintf("spec.headGroupSpec.template: %s is set, which enables GCS fault tolerance; set spec.gcsFaultToleranceOptions instead", builder.EnvRedisAddress)
+	case o != nil && h.RayStartParams["redis-password"] != "":
+		return "spec.headGroupSpec.rayStartParams[redis-password]: use spec.gcsFaultToleranceOptions.redisPassword"
+	case o != nil && hasEnv(builder.EnvRedisPassword):
+		return "spec.headGroupSpec.template: REDIS_PASSWORD is set; use spec.gcsFaultToleranceOptions.redisPassword"
+	case o != nil && hasEnv(builder.EnvRedisAddress):
+		return "spec.headGroupSpec.template: RAY_REDIS_ADDRESS is set; use spec.gcsFaultToleranceOptions.redisAddress"
+	case o != nil && c.Annotations[builder.AnnotationExternalStorageNamespace] != "":
+		return fmt.Sprintf("metadata.annotations[%s]: use spec.gcsFaultToleranceOptions.externalStorageNamespace", builder.AnnotationExternalStorageNamespace)
+	case h.RayStartParams["redis-username"] != "" || hasEnv(builder.EnvRedisUsername):
+		return "spec.headGroupSpec: a Redis username in rayStartParams or env; use spec.gcsFaultToleranceOptions.redisUsername"
+	}
+	return ""
 }
 
 // maxClusterNameLen leaves room in 63 characters for the suffixes of the names derived from a cluster's.

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -79,6 +80,20 @@ func TestValidateSpec(t *testing.T) {
 		{"not a quantity", func(c *rayv1.RayCluster) {
 			c.Spec.WorkerGroupSpecs[0].Resources = map[string]string{"memory": "8 gigs"}
 		}, "spec.workerGroupSpecs[0].resources[memory]"},
+		{"FT annotation and options", func(c *rayv1.RayCluster) {
+			c.Annotations = map[string]string{builder.AnnotationFTEnabled: "true"}
+			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "r:6379"}
+		}, "use only the options"},
+		{"Redis address without FT", func(c *rayv1.RayCluster) {
+			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "RAY_REDIS_ADDRESS", Value: "r:6379"}}
+		}, "RAY_REDIS_ADDRESS is set"},
+		{"password in rayStartParams with options", func(c *rayv1.RayCluster) {
+			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "r:6379"}
+			c.Spec.HeadGroupSpec.RayStartParams = map[string]string{"redis-password": "pw"}
+		}, "rayStartParams[redis-password]"},
+		{"FT by options", func(c *rayv1.RayCluster) {
+			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "r:6379"}
+		}, ""},
 		{"quantities", func(c *rayv1.RayCluster) {
 			c.Spec.WorkerGroupSpecs[0].Resources = map[string]string{"memory": "8Gi", "cpu": "500m"}
 		}, ""},
