@@ -516,7 +516,7 @@ func testUnsupported(t *testing.T, e *env) {
 	e.setReady(t, rc)
 	got := e.waitState(t, rc, rayv1.Ready)
 	c := meta.FindStatusCondition(got.Status.Conditions, ConditionUnsupportedFeature)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.gcsFaultToleranceOptions, spec.networkPolicy" {
+	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.gcsFaultToleranceOptions (the Redis cleanup on deletion), spec.networkPolicy" {
 		t.Errorf("UnsupportedFeature condition: %+v", c)
 	}
 	waitEvent(t, e, ns, ConditionUnsupportedFeature)
