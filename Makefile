@@ -13,8 +13,9 @@ GO_TEST_FLAGS ?= -timeout 75m -count=1
 all: build
 
 .PHONY: tools
-tools: ## Build the control-plane binaries, generators, helm and staticcheck into bin/ (no-op when up to date).
+tools: ## Build the control-plane binaries, generators, helm, staticcheck and the KubeRay oracle into bin/ (no-op when up to date).
 	@hack/tools.sh
+	@hack/build-kuberay.sh
 
 .PHONY: ray
 ray: ## Create bin/ray-venv with the pinned Ray (no-op when up to date).
@@ -50,6 +51,10 @@ build: ## Build bin/manta (stamped with the git commit).
 .PHONY: test
 test: tools ray ## Run every test: unit, envtest, Ray conformance, end-to-end on the dev cluster.
 	go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: oracle
+oracle: tools ## Compare Manta's RayCluster controller with KubeRay's operator on every sample (test/oracle).
+	go test $(GO_TEST_FLAGS) -run TestOracle ./test/oracle/
 
 .PHONY: run
 run: tools build ## Start `manta dev`: the local simulated cluster with Manta running.
