@@ -1,0 +1,134 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+// podLedger watches every Ray pod and remembers each one that ever existed, by UID, with whether it was
+// deleted. Its own watch (an informer, which relists after a cut) sees every pod that lived long enough to be
+// listed or watched; kwok keeps pods for seconds at least, so none is missed.
+type podLedger struct {
+	mu   sync.Mutex
+	pods map[types.UID]*ledgerPod
+}
+
+type ledgerPod struct {
+	ns, name, cluster, group, nodeType string
+	deleted                            bool
+}
+
+// groupKey names a pod group: <ns>/<cluster>/<group>, with group "head" for the head.
+func (p *ledgerPod) groupKey() string {
+	g := p.group
+	if p.nodeType == "head" {
+		g = "head"
+	}
+	return p.ns + "/" + p.cluster + "/" + g
+}
+
+func watchRayPods(t *testing.T, ctx context.Context, cfg *rest.Config) *podLedger {
+	t.Helper()
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := labels.NewRequirement(builder.LabelCluster, selection.Exists, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultLabelSelector: labels.NewSelector().Add(*req)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf, err := c.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &podLedger{pods: map[types.UID]*ledgerPod{}}
+	record := func(obj any, deleted bool) {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		e := l.pods[p.UID]
+		if e == nil {
+			e = &ledgerPod{ns: p.Namespace, name: p.Name, cluster: p.Labels[builder.LabelCluster], group: p.Labels[builder.LabelGroup], nodeType: p.Labels[builder.LabelNodeType]}
+			l.pods[p.UID] = e
+		}
+		if deleted || p.DeletionTimestamp != nil {
+			e.deleted = true
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { record(obj, false) },
+		UpdateFunc: func(_, obj any) { record(obj, false) },
+		DeleteFunc: func(obj any) { record(obj, true) },
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("pod watch did not sync")
+	}
+	return l
+}
+
+// groupCounts is what the ledger saw of one pod group.
+type groupCounts struct{ created, deleted, live int }
+
+func (g groupCounts) String() string {
+	return fmt.Sprintf("%d created, %d deleted, %d live", g.created, g.deleted, g.live)
+}
+
+// counts returns, per group key, how many pods were ever created, how many were deleted, and how many live.
+func (l *podLedger) counts() map[string]groupCounts {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[string]groupCounts{}
+	for _, p := range l.pods {
+		c := out[p.groupKey()]
+		c.created++
+		if p.deleted {
+			c.deleted++
+		} else {
+			c.live++
+		}
+		out[p.groupKey()] = c
+	}
+	return out
+}
+
+func (l *podLedger) total() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pods)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
