@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -108,88 +106,19 @@ func TestOperatorKilledAndRestarted(t *testing.T) {
 	chaos := time.Since(start)
 	t.Logf("seed %d: %d SIGKILLs at %v, %d scale changes, chaos over after %s", seed, len(killTimes), roundAll(killTimes), scales, chaos.Round(time.Millisecond))
 
-	// Convergence, as the last operator process sees it.
-	testutil.Eventually(t, convergeTimeout, "every RayCluster to have exactly its desired pods, observed and ready", func() (bool, string) {
-		counts := ledger.counts()
-		for i := range restartClusters {
-			rc := &rayv1.RayCluster{}
-			if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName(i)}, rc); err != nil {
-				return false, err.Error()
-			}
-			want := desired[i][len(desired[i])-1]
-			head, workers := counts[ns+"/"+rc.Name+"/head"], counts[ns+"/"+rc.Name+"/w"]
-			if rc.Status.ObservedGeneration != rc.Generation || rc.Status.State != rayv1.Ready || head.live != 1 || workers.live != int(want) {
-				return false, fmt.Sprintf("%s: observedGeneration %d of %d, state %q, head %s, workers %s, want %d workers",
-					rc.Name, rc.Status.ObservedGeneration, rc.Generation, rc.Status.State, head, workers, want)
-			}
-		}
-		return true, ""
-	})
-	testutil.Eventually(t, convergeTimeout, "every RayJob to complete", func() (bool, string) {
-		for _, j := range jobs {
-			got := &rayv1.RayJob{}
-			if err := cl.Get(ctx, client.ObjectKeyFromObject(j), got); err != nil {
-				return false, err.Error()
-			}
-			if got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusComplete || got.Status.JobStatus != rayv1.JobStatusSucceeded {
-				return false, fmt.Sprintf("%s: %s/%s %s", j.Name, got.Status.JobDeploymentStatus, got.Status.JobStatus, got.Status.Message)
-			}
-			if j.Spec.ShutdownAfterJobFinishes {
-				c := ledger.counts()
-				if err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: got.Status.RayClusterName}, &rayv1.RayCluster{}); !errors.IsNotFound(err) {
-					return false, fmt.Sprintf("%s: RayCluster %s still there (%v)", j.Name, got.Status.RayClusterName, err)
-				}
-				if live := c[ns+"/"+got.Status.RayClusterName+"/head"].live + c[ns+"/"+got.Status.RayClusterName+"/w"].live; live > 0 {
-					return false, fmt.Sprintf("%s: %d pods of %s left", j.Name, live, got.Status.RayClusterName)
-				}
-			}
-		}
-		return true, ""
-	})
+	// Convergence, as the last operator process sees it; then the absences: nothing created twice, nothing
+	// deleted that should have stayed, nothing submitted twice.
+	names := make([]string, restartClusters)
+	for i := range names {
+		names[i] = clusterName(i)
+	}
+	waitClusters(t, cl, ledger, ns, names, desired)
+	waitJobs(t, cl, ledger, jobs)
 	t.Logf("converged %s after the chaos", (time.Since(start) - chaos).Round(time.Millisecond))
-
-	// The absences: nothing created twice, nothing deleted that should have stayed, nothing submitted twice.
-	counts := ledger.counts()
-	var created, deleted int
-	for i := range restartClusters {
-		name := clusterName(i)
-		seq := desired[i]
-		maxCreates, maxDeletes := int(seq[0]), 0
-		for k := 1; k < len(seq); k++ {
-			maxCreates += max(0, int(seq[k]-seq[k-1]))
-			maxDeletes += max(0, int(seq[k-1]-seq[k]))
-		}
-		head, workers := counts[ns+"/"+name+"/head"], counts[ns+"/"+name+"/w"]
-		if head.created != 1 || head.deleted != 0 {
-			t.Errorf("%s: head pods %s; want exactly one, never deleted", name, head)
-		}
-		if workers.created > maxCreates || workers.deleted > maxDeletes {
-			t.Errorf("%s: worker pods %s; replicas went %v, which asks for at most %d creates and %d deletes", name, workers, seq, maxCreates, maxDeletes)
-		}
-		created += head.created + workers.created
-		deleted += workers.deleted
-	}
-	var refusedTotal int
-	for _, j := range jobs {
-		got := &rayv1.RayJob{}
-		if err := cl.Get(ctx, client.ObjectKeyFromObject(j), got); err != nil {
-			t.Fatal(err)
-		}
-		rc := got.Status.RayClusterName
-		for _, g := range []string{"head", "w"} {
-			if c := counts[ns+"/"+rc+"/"+g]; c.created != 1 {
-				t.Errorf("%s: RayCluster %s group %s: %s; want exactly one created", j.Name, rc, g, c)
-			}
-		}
-		accepted, refused, ids := fray.submissions(ns, rc)
-		refusedTotal += refused
-		if accepted != 1 || !slices.Equal(ids, []string{got.Status.JobId}) {
-			t.Errorf("%s: Ray accepted %d submissions %v (refused %d more); want exactly one, %s", j.Name, accepted, ids, refused, got.Status.JobId)
-		}
-		created += 2
-	}
-	t.Logf("%d pods created and %d deleted in all (ledger of %d pods); %d Ray jobs accepted once each, %d repeated submissions refused by Ray; total %s",
-		created, deleted, ledger.total(), restartJobs, refusedTotal, time.Since(start).Round(time.Millisecond))
+	created, deleted := checkClusterPods(t, ledger, ns, names, desired)
+	refused := checkJobsOnce(t, cl, ledger, fray, jobs)
+	t.Logf("%d cluster pods created and %d deleted, %d RayJob pods created (ledger of %d pods); %d Ray jobs accepted once each, %d repeated submissions refused by Ray; total %s",
+		created, deleted, 2*len(jobs), ledger.total(), len(jobs), refused, time.Since(start).Round(time.Millisecond))
 }
 
 func clusterName(i int) string { return fmt.Sprintf("rc-%02d", i) }
