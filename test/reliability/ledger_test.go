@@ -23,31 +23,38 @@ import (
 // deleted. Its own watch (an informer, which relists after a cut) sees every pod that lived long enough to be
 // listed or watched; kwok keeps pods for seconds at least, so none is missed.
 type podLedger struct {
+	key  func(*corev1.Pod) string
 	mu   sync.Mutex
 	pods map[types.UID]*ledgerPod
 }
 
 type ledgerPod struct {
-	ns, name, cluster, group, nodeType string
-	deleted                            bool
+	key     string
+	deleted bool
 }
 
-// groupKey names a pod group: <ns>/<cluster>/<group>, with group "head" for the head.
-func (p *ledgerPod) groupKey() string {
-	g := p.group
-	if p.nodeType == "head" {
+// rayPodGroup names a Ray pod's group: <ns>/<cluster>/<group>, with group "head" for the head.
+func rayPodGroup(p *corev1.Pod) string {
+	g := p.Labels[builder.LabelGroup]
+	if p.Labels[builder.LabelNodeType] == builder.NodeTypeHead {
 		g = "head"
 	}
-	return p.ns + "/" + p.cluster + "/" + g
+	return p.Namespace + "/" + p.Labels[builder.LabelCluster] + "/" + g
 }
 
+// watchRayPods follows every pod with a ray.io/cluster label, grouped by rayPodGroup.
 func watchRayPods(t *testing.T, ctx context.Context, cfg *rest.Config) *podLedger {
+	return watchPods(t, ctx, cfg, builder.LabelCluster, rayPodGroup)
+}
+
+// watchPods follows every pod that has the label, grouped by key.
+func watchPods(t *testing.T, ctx context.Context, cfg *rest.Config, label string, key func(*corev1.Pod) string) *podLedger {
 	t.Helper()
 	scheme, err := testutil.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := labels.NewRequirement(builder.LabelCluster, selection.Exists, nil)
+	req, err := labels.NewRequirement(label, selection.Exists, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +66,7 @@ func watchRayPods(t *testing.T, ctx context.Context, cfg *rest.Config) *podLedge
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &podLedger{pods: map[types.UID]*ledgerPod{}}
+	l := &podLedger{key: key, pods: map[types.UID]*ledgerPod{}}
 	record := func(obj any, deleted bool) {
 		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
@@ -72,7 +79,7 @@ func watchRayPods(t *testing.T, ctx context.Context, cfg *rest.Config) *podLedge
 		defer l.mu.Unlock()
 		e := l.pods[p.UID]
 		if e == nil {
-			e = &ledgerPod{ns: p.Namespace, name: p.Name, cluster: p.Labels[builder.LabelCluster], group: p.Labels[builder.LabelGroup], nodeType: p.Labels[builder.LabelNodeType]}
+			e = &ledgerPod{key: l.key(p)}
 			l.pods[p.UID] = e
 		}
 		if deleted || p.DeletionTimestamp != nil {
@@ -106,14 +113,14 @@ func (l *podLedger) counts() map[string]groupCounts {
 	defer l.mu.Unlock()
 	out := map[string]groupCounts{}
 	for _, p := range l.pods {
-		c := out[p.groupKey()]
+		c := out[p.key]
 		c.created++
 		if p.deleted {
 			c.deleted++
 		} else {
 			c.live++
 		}
-		out[p.groupKey()] = c
+		out[p.key] = c
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -46,8 +48,12 @@ func devCluster(t *testing.T) (*devcluster.Cluster, client.Client) {
 	t.Helper()
 	shared.once.Do(func() {
 		start := time.Now()
+		var extra [][]byte
+		if !strings.Contains(string(devcluster.DefaultStages()), "manta-puller-complete") {
+			extra = append(extra, imagepulljob.KwokStages)
+		}
 		c, err := devcluster.Start(context.Background(), devcluster.Options{Nodes: 3, NodeCPU: "200", NodeMemory: "1000Gi", NodeMaxPods: 250,
-			Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
+			ExtraStages: extra, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 		if err != nil {
 			shared.err = fmt.Errorf("start dev cluster: %w", err)
 			return

@@ -55,7 +55,7 @@ func runOperatorProcess() int {
 		return 2
 	}
 	opts := operator.Options{
-		MetricsAddr: "0", ReconcileConcurrency: 8, QPS: 100, Burst: 200, RayClients: rays,
+		MetricsAddr: "0", PullerImage: "ghcr.io/manta-dev/manta:latest", ReconcileConcurrency: 8, QPS: 100, Burst: 200, RayClients: rays,
 		LeaderElection: os.Getenv(leaderEnv) != "", LeaderElectionNS: "default",
 	}
 	mgr, err := operator.NewManager(cfg, opts)
