@@ -58,7 +58,7 @@ func TestAPIServerFaults(t *testing.T) {
 	}
 	ipj := &mantav1alpha1.ImagePullJob{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "prepull"},
-		Spec: mantav1alpha1.ImagePullJobSpec{Image: "example/app:v1", ImagePullPolicy: mantav1alpha1.PullAlways, Parallelism: ptr.To[int32](2)},
+		Spec:       mantav1alpha1.ImagePullJobSpec{Image: "example/app:v1", ImagePullPolicy: mantav1alpha1.PullAlways, Parallelism: ptr.To[int32](2)},
 	}
 	if err := cl.Create(t.Context(), ipj); err != nil {
 		t.Fatal(err)

@@ -192,4 +192,3 @@ func formatCounts(m map[string]int) string {
 	}
 	return b.String()
 }
-
