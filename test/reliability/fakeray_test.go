@@ -29,6 +29,9 @@ type fakeRay struct {
 	injected           map[string]int // fault kind -> count
 }
 
+// longRunning in an entrypoint makes the fake job run for an hour.
+const longRunning = "long_running"
+
 // rayFaults are the shares of requests that meet each fault.
 type rayFaults struct {
 	// errorShare answers 500 or 503 without doing anything.
@@ -46,6 +49,8 @@ type fakeHead struct {
 	// accepted counts submissions Ray ran, refused the second submissions of an ID it refused.
 	accepted, refused int
 	restarts          int
+	// notFound counts reads of a job the head does not know.
+	notFound int
 }
 
 type fakeJob struct {
@@ -112,6 +117,13 @@ func (f *fakeRay) submissions(ns, cluster string) (accepted, refused int, ids []
 	return h.accepted, h.refused, ids
 }
 
+// notFound returns how often the head of RayCluster ns/cluster was asked for a job it does not know.
+func (f *fakeRay) notFound(ns, cluster string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.head(cluster + "-head-svc." + ns).notFound
+}
+
 func (f *fakeRay) injectedFaults() map[string]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -125,12 +137,16 @@ func (f *fakeRay) injectedFaults() map[string]int {
 // status moves a job along its schedule; call with f.mu held.
 func (f *fakeRay) status(j *fakeJob, now time.Time) ray.JobInfo {
 	info := j.info
+	runFor := f.runFor
+	if strings.Contains(info.Entrypoint, longRunning) {
+		runFor = time.Hour
+	}
 	switch {
 	case j.stopped:
 		info.Status = ray.JobStatusStopped
 	case now.Sub(j.accepted) < f.pendingFor:
 		info.Status = ray.JobStatusPending
-	case now.Sub(j.accepted) < f.pendingFor+f.runFor:
+	case now.Sub(j.accepted) < f.pendingFor+runFor:
 		info.Status, info.StartTime = ray.JobStatusRunning, j.accepted.Add(f.pendingFor).UnixMilli()
 	default:
 		info.Status, info.StartTime = ray.JobStatusSucceeded, j.accepted.Add(f.pendingFor).UnixMilli()
@@ -220,6 +236,9 @@ func (f *fakeRay) handle(r *http.Request) (int, any) {
 	}
 	j := h.jobs[id]
 	if j == nil {
+		if r.Method == http.MethodGet {
+			h.notFound++
+		}
 		return http.StatusNotFound, fmt.Sprintf("Job %s does not exist", id)
 	}
 	switch {
