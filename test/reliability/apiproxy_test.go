@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -18,7 +19,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -49,6 +52,8 @@ type faultProxy struct {
 	rng      *rand.Rand
 	injected map[string]int
 	requests int
+	// writes counts the requests that are not reads, by URL path.
+	writes map[string]int
 }
 
 func startFaultProxy(t *testing.T, cfg *rest.Config, seed uint64, faults apiFaults) *faultProxy {
@@ -61,7 +66,7 @@ func startFaultProxy(t *testing.T, cfg *rest.Config, seed uint64, faults apiFaul
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{faults: faults, rng: rand.New(rand.NewPCG(seed, 409)), injected: map[string]int{}}
+	p := &faultProxy{faults: faults, rng: rand.New(rand.NewPCG(seed, 409)), injected: map[string]int{}, writes: map[string]int{}}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
@@ -108,13 +113,25 @@ func (p *faultProxy) summary() (int, map[string]int) {
 	return p.requests, out
 }
 
+// takeWrites returns the writes counted since the last call, by URL path, and starts counting afresh.
+func (p *faultProxy) takeWrites() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := p.writes
+	p.writes = map[string]int{}
+	return w
+}
+
 func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	p.mu.Lock()
 	p.requests++
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		p.writes[writeKey(r)]++
+	}
 	roll, frac := p.rng.Float64(), p.rng.Float64()
 	p.mu.Unlock()
-	if q.Get("watch") == "true" || q.Get("watch") == "1" {
+	if (q.Get("watch") == "true" || q.Get("watch") == "1") && p.faults.maxWatch > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Duration(float64(p.faults.maxWatch)*(0.2+0.8*frac)))
 		defer cancel()
 		// ReverseProxy aborts the response with a panic (http.ErrAbortHandler) when the cut ends the copy.
@@ -159,6 +176,26 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		p.rp.ServeHTTP(w, r)
 	}
+}
+
+// writeKey names what a write is about: its URL path, and for a pod create also the RayCluster or ImagePullJob it
+// is for, so creates for different owners (which share a path) are told apart.
+func writeKey(r *http.Request) string {
+	if r.Method != http.MethodPost || !strings.HasSuffix(r.URL.Path, "/pods") || r.Body == nil {
+		return r.URL.Path
+	}
+	body, err := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil {
+		return r.URL.Path
+	}
+	// Built-in types travel as protobuf from controller-runtime's client.
+	obj, _, err := clientgoscheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
+	pod, ok := obj.(*corev1.Pod)
+	if err != nil || !ok {
+		return r.URL.Path
+	}
+	return r.URL.Path + "#" + pod.Labels["ray.io/cluster"] + pod.Labels["manta.dev/image-pull-job-uid"]
 }
 
 func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, msg string) {

@@ -85,6 +85,7 @@ func runOperatorProcess() int {
 // operatorProc is one operator process started by a test.
 type operatorProc struct {
 	name    string
+	logPath string
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	mu      sync.Mutex
@@ -119,7 +120,7 @@ func startOperator(t *testing.T, name string, oc operatorConfig) *operatorProc {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &operatorProc{name: name, cmd: cmd, exited: make(chan struct{})}
+	p := &operatorProc{name: name, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
