@@ -25,6 +25,10 @@ func TestMain(m *testing.M) {
 		// This binary was started by startOperator: be `manta operator` and nothing else.
 		os.Exit(runOperatorProcess())
 	}
+	if os.Getenv(loadURLEnv) != "" {
+		// Started by TestRESTLoad: be the load generator.
+		os.Exit(runLoadProcess())
+	}
 	ctrllog.SetLogger(logr.Discard())
 	code := m.Run()
 	if shared.cluster != nil {
