@@ -20,7 +20,7 @@ import (
 // TestAPIServerFaults puts the fault proxy between the operator process and the kube-apiserver for the whole test:
 // a share of requests is answered 500, 429 or 409 without reaching the API server, some creates are applied and
 // then answered 504, others are delayed, and every watch is cut within seconds. Ten RayClusters scale, four
-// RayJobs run and an ImagePullJob pulls onto three nodes; all converge with no duplicate pod or submission.
+// RayJobs run, a RayService deploys and an ImagePullJob pulls onto three nodes; all converge with no duplicate pod or submission.
 func TestAPIServerFaults(t *testing.T) {
 	dc, cl := devCluster(t)
 	start := time.Now()
@@ -37,7 +37,7 @@ func TestAPIServerFaults(t *testing.T) {
 		error500: 0.04, error429: 0.04, error409: 0.05, lostAfterCommit: 0.05,
 		delayed: 0.2, maxDelay: 500 * time.Millisecond, maxWatch: 5 * time.Second,
 	})
-	startOperator(t, "apifaults", operatorConfig{kubeconfig: proxy.kubeconfig(t), rayAddr: fray.addr()})
+	startOperator(t, "apifaults", operatorConfig{kubeconfig: proxy.kubeconfig(t), rayAddr: fray.addr(), namespaces: []string{ns}})
 
 	const n = 10
 	names := make([]string, n)
@@ -55,6 +55,10 @@ func TestAPIServerFaults(t *testing.T) {
 		if err := cl.Create(t.Context(), j); err != nil {
 			t.Fatal(err)
 		}
+	}
+	rs := smallService(ns, "serve")
+	if err := cl.Create(t.Context(), rs); err != nil {
+		t.Fatal(err)
 	}
 	ipj := &mantav1alpha1.ImagePullJob{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "prepull"},
@@ -86,6 +90,7 @@ func TestAPIServerFaults(t *testing.T) {
 	})
 	created, deleted := checkClusterPods(t, ledger, ns, names, desired)
 	refused := checkJobsOnce(t, cl, ledger, fray, jobs)
+	checkServiceOnce(t, cl, ledger, fray, rs)
 	if got.Status.Desired != 3 || got.Status.Succeeded != 3 || got.Status.Failed != 0 {
 		t.Errorf("ImagePullJob status %+v; want 3 of 3 nodes succeeded", got.Status)
 	}

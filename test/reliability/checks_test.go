@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -50,7 +52,7 @@ func checkClusterPods(t *testing.T, ledger *podLedger, ns string, names []string
 		}
 		head, workers := counts[ns+"/"+name+"/head"], counts[ns+"/"+name+"/w"]
 		if head.created != 1 || head.deleted != 0 {
-			t.Errorf("%s: head pods %s; want exactly one, never deleted", name, head)
+			t.Errorf("%s: head pods %s; want exactly one, never deleted: %s", name, head, ledger.describe(ns+"/"+name+"/head"))
 		}
 		if workers.created > maxCreates || workers.deleted > maxDeletes {
 			t.Errorf("%s: worker pods %s; replicas went %v, which asks for at most %d creates and %d deletes", name, workers, seq, maxCreates, maxDeletes)
@@ -102,7 +104,7 @@ func checkJobsOnce(t *testing.T, cl client.Client, ledger *podLedger, fray *fake
 		rc := got.Status.RayClusterName
 		for _, g := range []string{"head", "w"} {
 			if c := counts[j.Namespace+"/"+rc+"/"+g]; c.created != 1 {
-				t.Errorf("%s: RayCluster %s group %s: %s; want exactly one created", j.Name, rc, g, c)
+				t.Errorf("%s: RayCluster %s group %s: %s; want exactly one created: %s", j.Name, rc, g, c, ledger.describe(j.Namespace+"/"+rc+"/"+g))
 			}
 		}
 		accepted, refused, ids := fray.submissions(j.Namespace, rc)
@@ -112,4 +114,61 @@ func checkJobsOnce(t *testing.T, cl client.Client, ledger *podLedger, fray *fake
 		}
 	}
 	return refusedTotal
+}
+
+// serveConfigYAML is the serveConfigV2 of smallService; serveConfigJSON what Ray receives for it.
+const (
+	serveConfigYAML = "applications:\n- name: app\n  import_path: model:app\n  route_prefix: /\n"
+	serveConfigJSON = `{"applications":[{"import_path":"model:app","name":"app","route_prefix":"/"}]}`
+)
+
+// smallService is a RayService of one application on a one-worker cluster of tiny pods.
+func smallService(ns, name string) *rayv1.RayService {
+	return &rayv1.RayService{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: rayv1.RayServiceSpec{ServeConfigV2: serveConfigYAML, RayClusterSpec: smallCluster("", "", 1).Spec}}
+}
+
+// waitServiceReady waits for the RayService's Ready condition and an active cluster, and returns the service.
+func waitServiceReady(t *testing.T, cl client.Client, rs *rayv1.RayService) *rayv1.RayService {
+	t.Helper()
+	got := &rayv1.RayService{}
+	testutil.Eventually(t, convergeTimeout, "RayService "+rs.Name+" ready", func() (bool, string) {
+		if err := cl.Get(t.Context(), client.ObjectKeyFromObject(rs), got); err != nil {
+			return false, err.Error()
+		}
+		ok := meta.IsStatusConditionTrue(got.Status.Conditions, string(rayv1.RayServiceReady)) && got.Status.ActiveServiceStatus.RayClusterName != "" &&
+			got.Status.ObservedGeneration == got.Generation
+		return ok, fmt.Sprintf("%+v", got.Status)
+	})
+	return got
+}
+
+// checkServiceOnce asserts that the RayService made one RayCluster, whose head and worker were created once, and
+// that its head took the Serve config once, the right one.
+func checkServiceOnce(t *testing.T, cl client.Client, ledger *podLedger, fray *fakeRay, rs *rayv1.RayService) {
+	t.Helper()
+	got := waitServiceReady(t, cl, rs)
+	rcs := &rayv1.RayClusterList{}
+	if err := cl.List(t.Context(), rcs, client.InNamespace(rs.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var owned []string
+	for _, c := range rcs.Items {
+		if metav1.IsControlledBy(&c, got) {
+			owned = append(owned, c.Name)
+		}
+	}
+	rc := got.Status.ActiveServiceStatus.RayClusterName
+	if !slices.Equal(owned, []string{rc}) {
+		t.Errorf("RayService %s owns RayClusters %v; want only its active one %s", rs.Name, owned, rc)
+	}
+	counts := ledger.counts()
+	for _, g := range []string{"head", "w"} {
+		if c := counts[rs.Namespace+"/"+rc+"/"+g]; c.created != 1 {
+			t.Errorf("RayService %s: RayCluster %s group %s: %s; want exactly one created: %s", rs.Name, rc, g, c, ledger.describe(rs.Namespace+"/"+rc+"/"+g))
+		}
+	}
+	if deploys, cfg := fray.serveState(rs.Namespace, rc); deploys != 1 || string(cfg) != serveConfigJSON {
+		t.Errorf("RayService %s: the head took %d Serve deploys, running %s; want one, %s", rs.Name, deploys, cfg, serveConfigJSON)
+	}
 }

@@ -3,6 +3,7 @@ package reliability
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -51,6 +52,9 @@ type fakeHead struct {
 	restarts          int
 	// notFound counts reads of a job the head does not know.
 	notFound int
+	// serveConfig is the last Serve config deployed (JSON), serveDeploys how many deploys the head took.
+	serveConfig  []byte
+	serveDeploys int
 }
 
 type fakeJob struct {
@@ -99,6 +103,7 @@ func (f *fakeRay) restartHead(ns, cluster string) {
 	defer f.mu.Unlock()
 	h := f.head(cluster + "-head-svc." + ns)
 	h.jobs = map[string]*fakeJob{}
+	h.serveConfig = nil
 	h.restarts++
 }
 
@@ -115,6 +120,14 @@ func (f *fakeRay) submissions(ns, cluster string) (accepted, refused int, ids []
 		ids = append(ids, id)
 	}
 	return h.accepted, h.refused, ids
+}
+
+// serveState returns how many Serve deploys the head of RayCluster ns/cluster took and the config it runs.
+func (f *fakeRay) serveState(ns, cluster string) (deploys int, config []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := f.head(cluster + "-head-svc." + ns)
+	return h.serveDeploys, h.serveConfig
 }
 
 // notFound returns how often the head of RayCluster ns/cluster was asked for a job it does not know.
@@ -206,8 +219,12 @@ func (f *fakeRay) handle(r *http.Request) (int, any) {
 	now := time.Now()
 	rest, ok := strings.CutPrefix(r.URL.Path, "/api/jobs/")
 	if !ok {
-		if r.URL.Path == "/api/gcs_healthz" {
+		switch r.URL.Path {
+		case "/api/gcs_healthz", "/-/healthz":
+			// The Serve proxy of every pod answers here too.
 			return http.StatusOK, "success"
+		case "/api/serve/applications/":
+			return f.handleServe(h, r)
 		}
 		return http.StatusNotFound, map[string]string{"error": "fake Ray: no route " + r.URL.Path}
 	}
@@ -258,4 +275,44 @@ func (f *fakeRay) handle(r *http.Request) (int, any) {
 		return http.StatusOK, map[string]bool{"deleted": true}
 	}
 	return http.StatusNotFound, "fake Ray: no route"
+}
+
+// handleServe answers the Serve REST API: PUT deploys a config, GET reports every configured application
+// RUNNING with a healthy deployment, DELETE shuts Serve down. Call with f.mu held.
+func (f *fakeRay) handleServe(h *fakeHead, r *http.Request) (int, any) {
+	switch r.Method {
+	case http.MethodPut:
+		var cfg struct {
+			Applications []struct {
+				Name string `json:"name"`
+			} `json:"applications"`
+		}
+		raw, err := io.ReadAll(r.Body)
+		if err == nil {
+			err = json.Unmarshal(raw, &cfg)
+		}
+		if err != nil {
+			return http.StatusBadRequest, err.Error()
+		}
+		h.serveConfig = raw
+		h.serveDeploys++
+		return http.StatusOK, map[string]string{}
+	case http.MethodDelete:
+		h.serveConfig = nil
+		return http.StatusOK, map[string]string{}
+	}
+	apps := map[string]ray.ServeApplication{}
+	if h.serveConfig != nil {
+		var cfg struct {
+			Applications []struct {
+				Name string `json:"name"`
+			} `json:"applications"`
+		}
+		_ = json.Unmarshal(h.serveConfig, &cfg)
+		for _, a := range cfg.Applications {
+			apps[a.Name] = ray.ServeApplication{Name: a.Name, Status: ray.ApplicationStatusRunning,
+				Deployments: map[string]ray.ServeDeployment{"D": {Name: "D", Status: ray.DeploymentStatusHealthy}}}
+		}
+	}
+	return http.StatusOK, ray.ServeDetails{Applications: apps}
 }

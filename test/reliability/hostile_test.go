@@ -58,7 +58,8 @@ func TestHostileInput(t *testing.T) {
 	fray := newFakeRay(seed)
 	t.Cleanup(fray.close)
 	counter := startFaultProxy(t, dc.RESTConfig(), seed, apiFaults{})
-	op := startOperator(t, "hostile", operatorConfig{kubeconfig: counter.kubeconfig(t), rayAddr: fray.addr()})
+	large := namespace(t, cl, "hostile-large")
+	op := startOperator(t, "hostile", operatorConfig{kubeconfig: counter.kubeconfig(t), rayAddr: fray.addr(), namespaces: []string{ns, large}})
 	dynCfg := dc.RESTConfig()
 	dynCfg.WarningHandler = rest.NoWarnings{} // unknown fields are pruned with a warning: expected here
 	dyn, err := dynamic.NewForConfig(dynCfg)
@@ -152,8 +153,8 @@ func TestHostileInput(t *testing.T) {
 			gi.GroupName = fmt.Sprintf("group-%02d", i)
 			big.Spec.WorkerGroupSpecs = append(big.Spec.WorkerGroupSpecs, gi)
 		}
-		// This namespace's quota is for the fuzzed objects.
-		big.Namespace = namespace(t, cl, "hostile-large")
+		// The first namespace's quota is for the fuzzed objects.
+		big.Namespace = large
 		if err := cl.Create(t.Context(), big); err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,7 @@ func TestLeaderFailover(t *testing.T) {
 	fray := newFakeRay(testSeed(t))
 	t.Cleanup(fray.close)
 	ledger := watchRayPods(t, t.Context(), dc.RESTConfig())
-	oc := operatorConfig{kubeconfig: dc.Kubeconfig, rayAddr: fray.addr(), leaderElection: true}
+	oc := operatorConfig{kubeconfig: dc.Kubeconfig, rayAddr: fray.addr(), leaderElection: true, namespaces: []string{ns}}
 	ops := []*operatorProc{startOperator(t, "leader-a", oc), startOperator(t, "leader-b", oc)}
 
 	var leader, standby *operatorProc
@@ -66,7 +66,7 @@ func TestLeaderFailover(t *testing.T) {
 	}
 	// Kill the leader mid-work: once some, not all, of the pods exist.
 	testutil.Eventually(t, time.Minute, "the leader to have created some pods", func() (bool, string) {
-		c := ledger.total()
+		c := ledger.createdIn(ns)
 		return c >= 5, fmt.Sprintf("%d pods", c)
 	})
 	lease := &coordinationv1.Lease{}
@@ -76,7 +76,7 @@ func TestLeaderFailover(t *testing.T) {
 	before := lease.DeepCopy()
 	leader.kill(t)
 	killedAt := time.Now()
-	t.Logf("SIGKILLed %s with %d pods created", leader.name, ledger.total())
+	t.Logf("SIGKILLed %s with %d of 30 pods created", leader.name, ledger.createdIn(ns))
 	if !standby.electedAt().IsZero() {
 		t.Fatalf("%s led while %s did", standby.name, leader.name)
 	}

@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
+	"time"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
@@ -31,6 +34,9 @@ type podLedger struct {
 type ledgerPod struct {
 	key     string
 	deleted bool
+	// owner is the UID of the pod's controller, and created its creation time, for failure messages.
+	owner   types.UID
+	created time.Time
 }
 
 // rayPodGroup names a Ray pod's group: <ns>/<cluster>/<group>, with group "head" for the head.
@@ -79,7 +85,10 @@ func watchPods(t *testing.T, ctx context.Context, cfg *rest.Config, label string
 		defer l.mu.Unlock()
 		e := l.pods[p.UID]
 		if e == nil {
-			e = &ledgerPod{key: l.key(p)}
+			e = &ledgerPod{key: l.key(p), created: p.CreationTimestamp.Time}
+			if ref := metav1.GetControllerOf(p); ref != nil {
+				e.owner = ref.UID
+			}
 			l.pods[p.UID] = e
 		}
 		if deleted || p.DeletionTimestamp != nil {
@@ -123,6 +132,33 @@ func (l *podLedger) counts() map[string]groupCounts {
 		out[p.key] = c
 	}
 	return out
+}
+
+// createdIn is how many pods of namespace ns the ledger has seen.
+func (l *podLedger) createdIn(ns string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, p := range l.pods {
+		if strings.HasPrefix(p.key, ns+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+// describe lists the pods of a group: creation time, owner UID, deleted or not.
+func (l *podLedger) describe(key string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, p := range l.pods {
+		if p.key == key {
+			out = append(out, fmt.Sprintf("[created %s by %s, deleted %v]", p.created.Format("15:04:05"), p.owner, p.deleted))
+		}
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
 }
 
 func (l *podLedger) total() int {

@@ -32,6 +32,7 @@ const (
 	kubeconfigEnv      = "MANTA_RELIABILITY_KUBECONFIG"
 	rayAddrEnv         = "MANTA_RELIABILITY_RAY"
 	leaderEnv          = "MANTA_RELIABILITY_LEADER_ELECTION"
+	namespacesEnv      = "MANTA_RELIABILITY_NAMESPACES"
 	// electedLine is what the operator process prints on stdout when it becomes the leader (or starts without
 	// leader election).
 	electedLine = "manta-reliability: elected"
@@ -57,6 +58,9 @@ func runOperatorProcess() int {
 	opts := operator.Options{
 		MetricsAddr: "0", PullerImage: "ghcr.io/manta-dev/manta:latest", ReconcileConcurrency: 8, QPS: 100, Burst: 200, RayClients: rays,
 		LeaderElection: os.Getenv(leaderEnv) != "", LeaderElectionNS: "default",
+	}
+	if ns := os.Getenv(namespacesEnv); ns != "" {
+		opts.WatchNamespaces = strings.Split(ns, ",")
 	}
 	mgr, err := operator.NewManager(cfg, opts)
 	if err != nil {
@@ -96,6 +100,9 @@ type operatorConfig struct {
 	kubeconfig     string
 	rayAddr        string
 	leaderElection bool
+	// namespaces are the ones the operator watches (--watch-namespace), so that each test's operator leaves the
+	// objects of the tests before it alone.
+	namespaces []string
 }
 
 // startOperator starts an operator process; its log goes to <name>.log in the test's temp dir. The process is
@@ -109,6 +116,9 @@ func startOperator(t *testing.T, name string, oc operatorConfig) *operatorProc {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), operatorProcessEnv+"=1", kubeconfigEnv+"="+oc.kubeconfig, rayAddrEnv+"="+oc.rayAddr)
+	if len(oc.namespaces) > 0 {
+		cmd.Env = append(cmd.Env, namespacesEnv+"="+strings.Join(oc.namespaces, ","))
+	}
 	if oc.leaderElection {
 		cmd.Env = append(cmd.Env, leaderEnv+"=1")
 	}

@@ -44,7 +44,7 @@ func TestOperatorKilledAndRestarted(t *testing.T) {
 	t.Cleanup(fray.close)
 	ledger := watchRayPods(t, ctx, dc.RESTConfig())
 
-	oc := operatorConfig{kubeconfig: dc.Kubeconfig, rayAddr: fray.addr()}
+	oc := operatorConfig{kubeconfig: dc.Kubeconfig, rayAddr: fray.addr(), namespaces: []string{ns}}
 	var procMu sync.Mutex
 	op := startOperator(t, "operator-0", oc)
 
@@ -117,8 +117,8 @@ func TestOperatorKilledAndRestarted(t *testing.T) {
 	t.Logf("converged %s after the chaos", (time.Since(start) - chaos).Round(time.Millisecond))
 	created, deleted := checkClusterPods(t, ledger, ns, names, desired)
 	refused := checkJobsOnce(t, cl, ledger, fray, jobs)
-	t.Logf("%d cluster pods created and %d deleted, %d RayJob pods created (ledger of %d pods); %d Ray jobs accepted once each, %d repeated submissions refused by Ray; total %s",
-		created, deleted, 2*len(jobs), ledger.total(), len(jobs), refused, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d cluster pods created and %d deleted, %d RayJob pods created (%d pods in the namespace); %d Ray jobs accepted once each, %d repeated submissions refused by Ray; total %s",
+		created, deleted, 2*len(jobs), ledger.createdIn(ns), len(jobs), refused, time.Since(start).Round(time.Millisecond))
 }
 
 func clusterName(i int) string { return fmt.Sprintf("rc-%02d", i) }
