@@ -37,7 +37,7 @@ func TestAPIServerFaults(t *testing.T) {
 		error500: 0.04, error429: 0.04, error409: 0.05, lostAfterCommit: 0.05,
 		delayed: 0.2, maxDelay: 500 * time.Millisecond, maxWatch: 5 * time.Second,
 	})
-	startOperator(t, "apifaults", operatorConfig{kubeconfig: proxy.kubeconfig(t), rayAddr: fray.addr(), namespaces: []string{ns}})
+	restarts := superviseOperator(t, "apifaults", operatorConfig{kubeconfig: proxy.kubeconfig(t), rayAddr: fray.addr(), namespaces: []string{ns}})
 
 	const n = 10
 	names := make([]string, n)
@@ -101,7 +101,8 @@ func TestAPIServerFaults(t *testing.T) {
 		}
 	}
 	requests, faults := proxy.summary()
-	t.Logf("seed %d: %d scale changes; %d API requests through the proxy, faults injected: %s", seed, scales, requests, formatCounts(faults))
+	t.Logf("seed %d: %d scale changes; %d API requests through the proxy, faults injected: %s; the operator exited and was restarted %d times",
+		seed, scales, requests, formatCounts(faults), restarts.Load())
 	t.Logf("%d cluster pods created, %d deleted, %d Ray jobs accepted once each (%d repeats refused), 3 puller pods; total %s",
 		created, deleted, len(jobs), refused, time.Since(start).Round(time.Millisecond))
 }

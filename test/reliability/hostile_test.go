@@ -248,7 +248,7 @@ func mutate(rng *rand.Rand, v any) string {
 		case map[string]any:
 			keys := sortedKeys(c)
 			if len(keys) == 0 || rng.IntN(8) == 0 {
-				val := hostileValues[rng.IntN(len(hostileValues))]
+				val := hostileValue(rng)
 				c["bogus"] = val
 				return fmt.Sprintf("%s.bogus = %s", path, short(val))
 			}
@@ -265,7 +265,7 @@ func mutate(rng *rand.Rand, v any) string {
 				delete(c, k)
 				return "removed " + path + "." + k
 			}
-			val := hostileValues[rng.IntN(len(hostileValues))]
+			val := hostileValue(rng)
 			c[k] = val
 			return fmt.Sprintf("%s.%s = %s", path, k, short(val))
 		case []any:
@@ -279,6 +279,20 @@ func mutate(rng *rand.Rand, v any) string {
 			return path + " (leaf)"
 		}
 	}
+}
+
+// hostileValue is a copy of a random hostile value: mutations go on inside it, so it must not be shared.
+func hostileValue(rng *rand.Rand) any {
+	v := hostileValues[rng.IntN(len(hostileValues))]
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	var out any
+	if err := json.Unmarshal(b, &out); err != nil {
+		panic(err)
+	}
+	return out
 }
 
 func short(v any) string {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -188,4 +189,29 @@ func logDir(t *testing.T) string {
 		return d
 	}
 	return t.TempDir()
+}
+
+// superviseOperator keeps an operator process running as a kubelet does for a Deployment's pod: when the process
+// exits (the operator exits when the API server fails it at start-up), another starts a second later. restarts
+// counts them.
+func superviseOperator(t *testing.T, name string, oc operatorConfig) (restarts *atomic.Int32) {
+	restarts = &atomic.Int32{}
+	p := startOperator(t, name, oc)
+	go func() {
+		for i := 1; ; i++ {
+			select {
+			case <-p.exited:
+			case <-t.Context().Done():
+				return
+			}
+			select {
+			case <-time.After(time.Second):
+			case <-t.Context().Done():
+				return
+			}
+			restarts.Add(1)
+			p = startOperator(t, fmt.Sprintf("%s-%d", name, i), oc)
+		}
+	}()
+	return restarts
 }
