@@ -6,8 +6,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
