@@ -129,7 +129,9 @@ func TestHostileInput(t *testing.T) {
 		if n > most {
 			busiest, most = path, n
 		}
-		if n > 10 {
+		// A cluster refused by the quota is retried about every 2 s (its status message names the refused pod,
+		// whose generated name changes, so each retry writes status too); a loop writes many times a second.
+		if n > 20 {
 			t.Errorf("the operator wrote %s %d times in %s: a loop", path, n, window)
 		}
 	}
