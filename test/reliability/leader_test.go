@@ -102,8 +102,9 @@ func TestLeaderFailover(t *testing.T) {
 	afterExpiry := lease.Spec.AcquireTime.Sub(before.Spec.RenewTime.Add(leaseDuration))
 	t.Logf("takeover: %s from SIGKILL to %s leading; the lease was acquired %s after the last renewal read before the kill (lease %s)",
 		takeover.Round(time.Millisecond), standby.name, lease.Spec.AcquireTime.Sub(before.Spec.RenewTime.Time).Round(time.Millisecond), leaseDuration)
-	// Acquired within one (jittered) retry period of the lease running out, allowing 5 s for a busy machine.
-	if takeover > leaseDuration+maxRetryPeriod+5*time.Second || afterExpiry > 2*maxRetryPeriod+5*time.Second {
+	// Acquired within one (jittered) retry period of the lease running out, allowing 10 s for a busy machine (2 cores
+	// shared with other tests: 20 s was measured once there).
+	if takeover > leaseDuration+maxRetryPeriod+10*time.Second || afterExpiry > 2*maxRetryPeriod+10*time.Second {
 		t.Errorf("takeover took %s (%s after the lease ran out); want within the lease duration %s plus a retry period %s", takeover, afterExpiry, leaseDuration, maxRetryPeriod)
 	}
 
