@@ -3,6 +3,8 @@ package apiserver
 import (
 	"encoding/json"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // FuzzDecodeValidate feeds arbitrary bodies to the decoding, validation and conversion of every request model.
@@ -47,7 +49,7 @@ func FuzzDecodeValidate(f *testing.F) {
 				if vs := validateComputeTemplate(&v, "ns"); len(vs) > 0 {
 					e = invalid(vs...)
 				} else {
-					_ = templateFromConfigMap(templateToConfigMap(&v))
+					roundTrip(t, raw, v, func(v ComputeTemplate) ComputeTemplate { return templateFromConfigMap(templateToConfigMap(&v)) })
 				}
 			}
 		case 1:
@@ -56,8 +58,7 @@ func FuzzDecodeValidate(f *testing.F) {
 				if vs := validateCluster(&v, "ns"); len(vs) > 0 {
 					e = invalid(vs...)
 				} else {
-					rc := clusterToRay(&v, fakeTemplates(v.ClusterSpec))
-					_ = clusterFromRay(rc)
+					roundTrip(t, raw, v, func(v Cluster) Cluster { return clusterFromRay(clusterToRay(&v, fakeTemplates(v.ClusterSpec))) })
 				}
 			}
 		case 2:
@@ -66,7 +67,7 @@ func FuzzDecodeValidate(f *testing.F) {
 				if vs := validateJob(&v, "ns"); len(vs) > 0 {
 					e = invalid(vs...)
 				} else {
-					_ = jobFromRay(jobToRay(&v, fakeTemplates(v.ClusterSpec)))
+					roundTrip(t, raw, v, func(v RayJob) RayJob { return jobFromRay(jobToRay(&v, fakeTemplates(v.ClusterSpec))) })
 				}
 			}
 		case 3:
@@ -75,7 +76,7 @@ func FuzzDecodeValidate(f *testing.F) {
 				if vs := validateService(&v, "ns", ""); len(vs) > 0 {
 					e = invalid(vs...)
 				} else {
-					_ = serviceFromRay(serviceToRay(&v, fakeTemplates(v.ClusterSpec)))
+					roundTrip(t, raw, v, func(v RayService) RayService { return serviceFromRay(serviceToRay(&v, fakeTemplates(v.ClusterSpec))) })
 				}
 			}
 		case 4:
@@ -91,7 +92,7 @@ func FuzzDecodeValidate(f *testing.F) {
 				if vs := validateImagePullJob(&v, "ns"); len(vs) > 0 {
 					e = invalid(vs...)
 				} else {
-					_ = imagePullJobFromK8s(imagePullJobToK8s(&v))
+					roundTrip(t, raw, v, func(v ImagePullJob) ImagePullJob { return imagePullJobFromK8s(imagePullJobToK8s(&v)) })
 				}
 			}
 		}
@@ -105,6 +106,17 @@ func FuzzDecodeValidate(f *testing.F) {
 			t.Fatalf("error without a named field for %q: %+v", raw, e.Status)
 		}
 	})
+}
+
+// roundTrip asserts that converting a valid model to its Kubernetes object and back is stable: what one round trip
+// gives, a second gives again, equal field for field. (The first may normalise: defaults filled in, a compute
+// template's resources written out.)
+func roundTrip[T any](t *testing.T, raw []byte, v T, rt func(T) T) {
+	t.Helper()
+	once := rt(v)
+	if diff := cmp.Diff(once, rt(once)); diff != "" {
+		t.Fatalf("round trip of %q is not stable (-once +twice):\n%s", raw, diff)
+	}
 }
 
 // fakeTemplates stands in for the compute templates a valid spec names (the handler reads them from Kubernetes).

@@ -49,7 +49,7 @@ type Options struct {
 // Reconciler reconciles RayClusters.
 type Reconciler struct {
 	client   client.Client
-	reader   client.Reader // uncached, for the default PodTemplate
+	reader   client.Reader // uncached: the default PodTemplate, and the cluster before its first pod create (clusterLive)
 	recorder events.EventRecorder
 	opts     Options
 	exp      *expectations
@@ -103,6 +103,8 @@ type run struct {
 	obs    observed
 	events []event
 	result ctrl.Result
+	// liveChecked says clusterLive has asked the API server in this reconcile, live what it found.
+	liveChecked, live bool
 }
 
 func (r *run) eventf(typ, reason, action, format string, args ...any) {
@@ -162,6 +164,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
 	}
 	return run.result, nil
+}
+
+// clusterLive confirms with the API server, before the first pod create of a reconcile, that the cluster still
+// exists and is not being deleted. The cache can still hold a cluster that was just deleted while the garbage
+// collector's deletions of its pods have already arrived (watches of different kinds are not ordered): pods made
+// then would only be collected again (found by test/reliability: a RayJob's cluster got a second head and worker
+// after its deletion).
+func (r *Reconciler) clusterLive(ctx context.Context, run *run) (bool, error) {
+	if run.liveChecked {
+		return run.live, nil
+	}
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(rayv1.GroupVersion.WithKind("RayCluster"))
+	reader := r.reader
+	if reader == nil {
+		reader = r.client
+	}
+	if err := reader.Get(ctx, run.key, live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("read RayCluster %s: %w", run.key, err)
+	}
+	run.liveChecked, run.live = true, live.UID == run.c.UID && live.DeletionTimestamp == nil
+	return run.live, nil
 }
 
 func statusEqual(a, b *rayv1.RayClusterStatus) bool {

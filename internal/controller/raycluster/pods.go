@@ -212,6 +212,9 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 			return err
 		}
 	}
+	if live, err := r.clusterLive(ctx, run); !live || err != nil {
+		return err
+	}
 	pod := builder.HeadPod(c, opts)
 	if err := r.client.Create(ctx, pod); err != nil {
 		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, err.Error()}
@@ -317,8 +320,12 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 		}
 	}
 	if len(create) > 0 {
-		if err := r.createWorkers(ctx, run, g, opts, create); err != nil {
+		if live, err := r.clusterLive(ctx, run); err != nil {
 			errs = append(errs, err)
+		} else if live {
+			if err := r.createWorkers(ctx, run, g, opts, create); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)

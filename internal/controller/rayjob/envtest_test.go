@@ -255,7 +255,14 @@ func TestEnvtest(t *testing.T) {
 			g := e.get(t, j)
 			return g.Status.JobStatus == rayv1.JobStatusPending, string(g.Status.JobStatus)
 		})
-		time.Sleep(time.Second) // several polls
+		// The controller has had its chances to submit again once it has polled the job three more times.
+		var polled int
+		e.ray.with(ns, c.Name, func(h *fakeHead) { polled = h.gets })
+		testutil.Eventually(t, wait, "three more polls of the job", func() (bool, string) {
+			var n int
+			e.ray.with(ns, c.Name, func(h *fakeHead) { n = h.gets })
+			return n >= polled+3, fmt.Sprintf("%d polls", n-polled)
+		})
 		reqs, jobs, _ := e.requests(ns, c.Name)
 		if jobs != 1 || reqs != 1 {
 			t.Errorf("submit calls = %d, jobs = %d; want 1 and 1", reqs, jobs)
@@ -539,7 +546,10 @@ func TestEnvtest(t *testing.T) {
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
 		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
-		time.Sleep(time.Second)
+		// A spec change the controller must observe: once it has, it has applied the deletion policy of the
+		// finished job at least once.
+		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.TTLSecondsAfterFinished++ })
+		e.waitFor(t, j, "the spec change observed", func(j *rayv1.RayJob) bool { return j.Status.ObservedGeneration == j.Generation })
 		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(c), &rayv1.RayCluster{}); err != nil {
 			t.Errorf("cluster deleted on failure with DeleteNone: %v", err)
 		}
@@ -590,7 +600,9 @@ func TestEnvtest(t *testing.T) {
 	t.Run("a RayJob managed by another controller is left alone", func(t *testing.T) {
 		ns := e.namespace(t)
 		j := e.create(t, ns, "foreign", func(j *rayv1.RayJob) { j.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") })
-		time.Sleep(2 * time.Second)
+		// The work queue hands out the foreign RayJob before one created after it: once that one is reconciled,
+		// the controller has seen the foreign one too.
+		e.waitDeployment(t, e.create(t, ns, "ours", nil), rayv1.JobDeploymentStatusInitializing)
 		got := e.get(t, j)
 		if got.Status.JobDeploymentStatus != "" || len(got.Finalizers) != 0 {
 			t.Errorf("foreign RayJob touched: %+v finalizers %v", got.Status, got.Finalizers)

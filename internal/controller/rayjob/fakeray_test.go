@@ -19,6 +19,7 @@ type fakeRay struct {
 type fakeHead struct {
 	jobs     map[string]*ray.JobInfo
 	requests []ray.JobSubmitRequest // every submit call that reached the head
+	gets     int                    // GetJob calls that reached the head
 	stops    []string
 	// down makes every call fail as unreachable.
 	down bool
@@ -108,6 +109,7 @@ func (d *fakeDash) GetJob(_ context.Context, id string) (*ray.JobInfo, error) {
 		return nil, err
 	}
 	defer unlock()
+	d.h.gets++
 	j, ok := d.h.jobs[id]
 	if !ok {
 		return nil, fmt.Errorf("get job %s: %w", id, ray.ErrNotFound)

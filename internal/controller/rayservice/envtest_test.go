@@ -156,6 +156,20 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 }
 
 // makeService is a RayService with one worker group of one replica serving configV1.
+// waitReconciles waits until the controller has read the Serve details of cluster n more times: each read is one
+// reconcile observing it, so whatever those reconciles would do, they have done. Tests that prove an absence
+// wait here instead of sleeping.
+func (e *env) waitReconciles(t *testing.T, cluster string, n int) {
+	t.Helper()
+	var start int
+	e.ray.with(cluster, func(h *fakeHead) { start = h.details })
+	eventually(t, fmt.Sprintf("%d more reconciles observing %s", n, cluster), func() (bool, string) {
+		var now int
+		e.ray.with(cluster, func(h *fakeHead) { now = h.details })
+		return now >= start+n, fmt.Sprintf("%d so far", now-start)
+	})
+}
+
 func makeService(ns, name string) *rayv1.RayService {
 	spec := testutil.MakeRayCluster(ns, name).Workers("small", 1).Obj().Spec
 	return &rayv1.RayService{
@@ -365,7 +379,7 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 		}
 	}
 	// The config hash is kept: a settled service is not sent its config again.
-	time.Sleep(2 * time.Second)
+	e.waitReconciles(t, name, 3)
 	if n, _ := e.ray.deploys(name); n != 1 {
 		t.Errorf("%d deploys of an unchanged config, want 1", n)
 	}
@@ -424,8 +438,8 @@ func testNewClusterUpgrade(t *testing.T, e *env) {
 	if u := cond(got, rayv1.UpgradeInProgress); u.Status != metav1.ConditionTrue || u.Reason != string(rayv1.BothActivePendingClustersExist) {
 		t.Errorf("UpgradeInProgress %+v", u)
 	}
-	// Until the new cluster serves, traffic stays on the old one.
-	time.Sleep(time.Second)
+	// Until the new cluster serves, traffic stays on the old one (which every reconcile observes).
+	e.waitReconciles(t, old, 3)
 	if head, serve := e.selectors(t, rs); head != old || serve != old {
 		t.Errorf("Services point at %q / %q before the new cluster is ready, want %q", head, serve, old)
 	}
@@ -516,7 +530,7 @@ func testUnhealthyNeverGetsTraffic(t *testing.T, e *env) {
 			a := got.Status.PendingServiceStatus.Applications["fruit_app"]
 			return a.Status == status, fmt.Sprintf("%+v", got.Status.PendingServiceStatus.Applications)
 		})
-		time.Sleep(time.Second)
+		e.waitReconciles(t, pending, 3)
 		got := e.get(t, rs)
 		if got.Status.ActiveServiceStatus.RayClusterName != old {
 			t.Fatalf("cluster with applications %s became active", status)
@@ -565,7 +579,7 @@ func testLostApplicationsReapplied(t *testing.T, e *env) {
 		n, _ := e.ray.deploys(name)
 		return n == 2, fmt.Sprintf("%d deploys", n)
 	})
-	time.Sleep(time.Second)
+	e.waitReconciles(t, name, 3)
 	if n, _ := e.ray.deploys(name); n != 2 {
 		t.Errorf("%d deploys once the applications are back, want 2", n)
 	}
@@ -639,7 +653,7 @@ func testUpgradeStrategyNone(t *testing.T, e *env) {
 		u := cond(got, rayv1.UpgradeInProgress)
 		return got.Status.ObservedGeneration == got.Generation && strings.Contains(u.Message, "None"), fmt.Sprintf("%+v", u)
 	})
-	time.Sleep(time.Second)
+	e.waitReconciles(t, name, 3)
 	got := e.get(t, rs)
 	if got.Status.PendingServiceStatus.RayClusterName != "" || got.Status.ActiveServiceStatus.RayClusterName != name {
 		t.Errorf("upgradeStrategy None upgraded: active %q pending %q", got.Status.ActiveServiceStatus.RayClusterName, got.Status.PendingServiceStatus.RayClusterName)
@@ -716,7 +730,16 @@ func testManagedByOther(t *testing.T, e *env) {
 	if err := e.cl.Create(context.Background(), rs); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second)
+	// The work queue hands out the foreign RayService before one created after it: once that one is
+	// reconciled, the controller has seen the foreign one too.
+	ours := makeService(ns, "ours")
+	if err := e.cl.Create(context.Background(), ours); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the later RayService reconciled", func() (bool, string) {
+		o := e.get(t, ours)
+		return len(o.Status.Conditions) > 0, fmt.Sprintf("%+v", o.Status)
+	})
 	got := e.get(t, rs)
 	if len(got.Finalizers) != 0 || len(got.Status.Conditions) != 0 {
 		t.Errorf("a RayService managed by another controller was touched: finalizers %v, conditions %v", got.Finalizers, got.Status.Conditions)

@@ -19,6 +19,8 @@ type fakeRay struct {
 }
 
 type fakeHead struct {
+	// details counts GetServeDetails calls: one per reconcile that observes the cluster.
+	details int
 	deploys int
 	config  string
 	apps    []string
@@ -100,6 +102,7 @@ func (d *fakeDashboard) GetServeDetails(context.Context) (*ray.ServeDetails, err
 	d.f.mu.Lock()
 	defer d.f.mu.Unlock()
 	h := d.f.head(d.svc)
+	h.details++
 	if h.down {
 		return nil, fmt.Errorf("fake head %s: %w", d.svc, ray.ErrUnavailable)
 	}

@@ -1,0 +1,89 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/manta-dev/manta/internal/controller/imagepulljob"
+	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(operatorProcessEnv) != "" {
+		// This binary was started by startOperator: be `manta operator` and nothing else.
+		os.Exit(runOperatorProcess())
+	}
+	if os.Getenv(loadURLEnv) != "" {
+		// Started by TestRESTLoad: be the load generator.
+		os.Exit(runLoadProcess())
+	}
+	ctrllog.SetLogger(logr.Discard())
+	code := m.Run()
+	if shared.cluster != nil {
+		if err := shared.cluster.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the dev cluster:", err)
+		}
+	}
+	os.Exit(code)
+}
+
+// shared is the package's one dev cluster, started by the first test that asks for it. No operator runs in it
+// until a test starts one as a process.
+var shared struct {
+	once    sync.Once
+	cluster *devcluster.Cluster
+	client  client.Client
+	err     error
+}
+
+func devCluster(t *testing.T) (*devcluster.Cluster, client.Client) {
+	t.Helper()
+	shared.once.Do(func() {
+		start := time.Now()
+		var extra [][]byte
+		if !strings.Contains(string(devcluster.DefaultStages()), "manta-puller-complete") {
+			extra = append(extra, imagepulljob.KwokStages)
+		}
+		c, err := devcluster.Start(context.Background(), devcluster.Options{Nodes: 3, NodeCPU: "200", NodeMemory: "1000Gi", NodeMaxPods: 250,
+			ExtraStages: extra, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
+		if err != nil {
+			shared.err = fmt.Errorf("start dev cluster: %w", err)
+			return
+		}
+		shared.cluster = c
+		scheme, err := testutil.Scheme()
+		if err != nil {
+			shared.err = err
+			return
+		}
+		cfg := c.RESTConfig()
+		cfg.QPS, cfg.Burst = 200, 400
+		shared.client, shared.err = client.New(cfg, client.Options{Scheme: scheme})
+		fmt.Fprintf(os.Stderr, "reliability: dev cluster up in %s\n", time.Since(start).Round(time.Millisecond))
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.cluster, shared.client
+}
+
+// namespace creates a namespace for one test.
+func namespace(t *testing.T, cl client.Client, name string) string {
+	t.Helper()
+	if err := cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
