@@ -148,6 +148,16 @@ func (e *env) pods(t *testing.T, rc *rayv1.RayCluster, extra ...string) []corev1
 	return out
 }
 
+// waitObserved waits until the controller has reconciled the cluster's current generation (it writes
+// status.observedGeneration with every status it writes), so what a test then finds absent is absent for good.
+func (e *env) waitObserved(t *testing.T, rc *rayv1.RayCluster) {
+	t.Helper()
+	eventually(t, "observedGeneration", func() (bool, string) {
+		got := e.get(t, rc)
+		return got.Status.ObservedGeneration == got.Generation, fmt.Sprintf("observed %d, generation %d", got.Status.ObservedGeneration, got.Generation)
+	})
+}
+
 func (e *env) get(t *testing.T, rc *rayv1.RayCluster) *rayv1.RayCluster {
 	t.Helper()
 	got := &rayv1.RayCluster{}
@@ -165,8 +175,8 @@ func (e *env) waitPods(t *testing.T, rc *rayv1.RayCluster, n int) []corev1.Pod {
 		pods = e.pods(t, rc)
 		return len(pods) == n, fmt.Sprintf("%d pods", len(pods))
 	})
-	// Give the controller a moment to over-create if it were going to.
-	time.Sleep(300 * time.Millisecond)
+	// Once the controller has written the status of this generation, it has acted on the pods it saw.
+	e.waitObserved(t, rc)
 	if pods = e.pods(t, rc); len(pods) != n {
 		t.Fatalf("%d pods, want %d", len(pods), n)
 	}
@@ -328,7 +338,7 @@ func testWorkersToDelete(t *testing.T, e *env) {
 	})
 	// With the autoscaler on, surplus pods are not deleted at random.
 	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](1) })
-	time.Sleep(time.Second)
+	e.waitObserved(t, rc)
 	if n := len(e.pods(t, rc)); n != 3 {
 		t.Errorf("%d pods after lowering replicas under the autoscaler, want 3", n)
 	}
@@ -454,7 +464,7 @@ func testNoRecreateWithoutPolicy(t *testing.T, e *env) {
 	mustCreate(t, e.cl, rc)
 	before := uids(e.waitPods(t, rc, 2))
 	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "other" })
-	time.Sleep(time.Second)
+	e.waitObserved(t, rc)
 	for _, p := range e.pods(t, rc) {
 		if !before[p.UID] {
 			t.Errorf("pod %s recreated without upgradeStrategy", p.Name)
@@ -500,7 +510,7 @@ func testRefusedUnderRayJob(t *testing.T, e *env) {
 		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionInvalidSpec)
 		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "RayJob"), fmt.Sprintf("%+v", c)
 	})
-	time.Sleep(500 * time.Millisecond)
+	// The condition comes from the reconcile that refused the cluster: it created nothing.
 	if n := len(e.pods(t, rc)); n != 0 {
 		t.Errorf("%d pods created for a refused cluster", n)
 	}
@@ -691,8 +701,9 @@ func testServicesFollowSpec(t *testing.T, e *env) {
 
 	// Settled: another reconcile does not write the Services again.
 	rvHead, rvServe := getSvc("rc-head-svc").ResourceVersion, getSvc("rc-serve-svc").ResourceVersion
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Labels = map[string]string{"poke": "1"} })
-	time.Sleep(time.Second)
+	// A spec change that leaves the Services as they are: once the controller has reconciled it, they are unwritten.
+	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].MaxReplicas = ptr.To[int32](7) })
+	e.waitObserved(t, rc)
 	if h, s := getSvc("rc-head-svc").ResourceVersion, getSvc("rc-serve-svc").ResourceVersion; h != rvHead || s != rvServe {
 		t.Errorf("settled Services rewritten: head %s -> %s, serve %s -> %s", rvHead, h, rvServe, s)
 	}
@@ -765,7 +776,7 @@ func testManagedByOther(t *testing.T, e *env) {
 	mustCreate(t, e.cl, ours)
 	// Once the controller has handled a cluster created after it, it has seen the other one too.
 	e.waitPods(t, ours, 1)
-	time.Sleep(500 * time.Millisecond)
+	e.waitObserved(t, ours)
 	if n := len(e.pods(t, rc)); n != 0 {
 		t.Errorf("%d pods created for a cluster managed by another controller", n)
 	}
