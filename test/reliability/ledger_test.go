@@ -161,12 +161,6 @@ func (l *podLedger) describe(key string) string {
 	return strings.Join(out, " ")
 }
 
-func (l *podLedger) total() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.pods)
-}
-
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
