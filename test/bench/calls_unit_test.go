@@ -2,7 +2,8 @@ package bench
 
 import "testing"
 
-// TestClassify is the only Test in this package: it is pure and fast, so `go test ./...` stays quick.
+// TestClassify and the tests in sidebyside_unit_test.go are the only Tests in this package: they are pure and
+// fast, so `go test ./...` stays quick.
 func TestClassify(t *testing.T) {
 	cases := []struct {
 		method, path string
