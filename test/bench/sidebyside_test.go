@@ -573,6 +573,10 @@ func parseMetrics(text string) metricsSnapshot {
 		case "rest_client_requests_total":
 			if m := labelValue(labels, "method"); m != "" {
 				s.requests[m] += v
+				if labelValue(labels, "code") == "409" {
+					// Conflicts (a write from a stale cache), counted apart as well.
+					s.requests[m+" 409"] += v
+				}
 			}
 		case "rest_client_rate_limiter_duration_seconds_sum":
 			s.rateLimitWait += v
@@ -675,7 +679,11 @@ func verbs(m map[string]float64) string {
 	var parts []string
 	for _, v := range []string{"POST", "PUT", "PATCH", "DELETE", "GET", "LIST", "WATCH"} {
 		if m[v] > 0 {
-			parts = append(parts, fmt.Sprintf("%s %.2f", v, m[v]))
+			p := fmt.Sprintf("%s %.2f", v, m[v])
+			if c := m[v+" 409"]; c > 0 {
+				p += fmt.Sprintf(" (%.2f conflicts)", c)
+			}
+			parts = append(parts, p)
 		}
 	}
 	return strings.Join(parts, ", ")

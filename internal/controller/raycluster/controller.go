@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +40,9 @@ type Options struct {
 	MaxParallelWrites int
 	// ResyncPeriod is how often a settled cluster is looked at again (5 minutes when zero).
 	ResyncPeriod time.Duration
+	// StatusCoalesceWindow is how long a progress-only status change may wait to be written with the next one
+	// (defaultStatusCoalesceWindow when zero, none when negative); see coalesce.go.
+	StatusCoalesceWindow time.Duration
 }
 
 // Reconciler reconciles RayClusters.
@@ -47,6 +51,9 @@ type Reconciler struct {
 	recorder events.EventRecorder
 	opts     Options
 	exp      *expectations
+	pending  *pendingStatus
+
+	pendingOnce sync.Once
 }
 
 // NewReconciler builds the controller from the manager's cached client and event recorder.
@@ -57,17 +64,20 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	if opts.ResyncPeriod <= 0 {
 		opts.ResyncPeriod = 5 * time.Minute
 	}
-	return &Reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations()}
+	if opts.StatusCoalesceWindow == 0 {
+		opts.StatusCoalesceWindow = defaultStatusCoalesceWindow
+	}
+	return &Reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
-// the pods and Services they own.
+// the pods and Services they own; changes to those are reconciled first (see progressPriority).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayCluster{}, ctrlbuilder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Owns(&corev1.Pod{}).
-		Owns(&corev1.Service{}).
+		Watches(&corev1.Pod{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
+		Watches(&corev1.Service{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
 		Named("raycluster").
 		Complete(r)
@@ -115,6 +125,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.exp.forget(req.NamespacedName)
+			r.pendingStatus().written(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -134,9 +145,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	newStatus := computeStatus(c, run.obs, now)
 	var statusErr error
 	if !statusEqual(oldStatus, &newStatus) {
-		newStatus.LastUpdateTime = &now
-		c.Status = newStatus
-		statusErr = r.client.Status().Update(ctx, c)
+		if hold := r.pendingStatus().hold(req.NamespacedName, oldStatus, &newStatus, now.Time, r.opts.StatusCoalesceWindow); hold > 0 {
+			run.requeueAfter(hold)
+		} else {
+			newStatus.LastUpdateTime = &now
+			c.Status = newStatus
+			statusErr = r.client.Status().Update(ctx, c)
+			if statusErr == nil {
+				r.pendingStatus().written(req.NamespacedName)
+			}
+		}
 	}
 	// The events report pods and Services already written (or writes that failed), which a lost status write
 	// does not undo: they are recorded even when the status write fails, or nobody would hear of them.
@@ -152,6 +170,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
 	}
 	return run.result, nil
+}
+
+// pendingStatus is r.pending, made on first use for Reconcilers built without NewReconciler (unit tests).
+func (r *Reconciler) pendingStatus() *pendingStatus {
+	r.pendingOnce.Do(func() {
+		if r.pending == nil {
+			r.pending = newPendingStatus()
+		}
+	})
+	return r.pending
 }
 
 func statusEqual(a, b *rayv1.RayClusterStatus) bool {
