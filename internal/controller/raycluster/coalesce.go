@@ -12,9 +12,9 @@ import (
 
 // defaultStatusCoalesceWindow is how long a status change that only reports progress (counts, head address,
 // HeadPodReady and RayClusterProvisioned) may wait to be written together with the next one. A new cluster's pods
-// turn Ready one by one within seconds (tens of seconds on a loaded control plane); writing each step cost a status update per pod, 3 to 8 per cluster,
-// through the same API server that is creating the next clusters' pods. Within the window those steps become the
-// one write that says ready; a cluster whose pods take longer is still reported within the window.
+// turn Ready one by one within seconds (tens of seconds on a loaded control plane); writing each step cost a status
+// update per pod, 3 to 8 per cluster, through the same API server that is creating the next clusters' pods. Within
+// the window those steps become the one write that says ready; a slower cluster is still reported every window.
 const defaultStatusCoalesceWindow = 10 * time.Second
 
 // progressConditions change as pods come up; a change to any other condition (failures, suspension, validation)
