@@ -8,6 +8,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
+	"github.com/manta-dev/manta/internal/controller/rayservice"
 )
 
 // The API groups and controllers the operator runs. Each controller package exposes a constructor and
@@ -27,6 +28,16 @@ func init() {
 				ClusterDomain:           o.ClusterDomain,
 				MaxConcurrentReconciles: o.ReconcileConcurrency,
 			}).SetupWithManager(mgr)
+		},
+		func(mgr ctrl.Manager, o Options) error {
+			r, err := rayservice.NewReconciler(mgr, rayservice.Options{
+				RayClients:              o.RayClients,
+				MaxConcurrentReconciles: o.ReconcileConcurrency,
+			})
+			if err != nil {
+				return err
+			}
+			return r.SetupWithManager(mgr)
 		},
 		func(mgr ctrl.Manager, o Options) error {
 			r, err := imagepulljob.NewReconciler(mgr, imagepulljob.Options{

@@ -170,6 +170,12 @@ func samplePools() ([]devcluster.NodePool, error) {
 			}
 			pods = append(pods, n*int(max(1, g.NumOfHosts)))
 		}
+		// A RayService sample's cluster runs twice: as a RayCluster in TestRayClusterSamples and under its
+		// RayService in TestRayServiceSamples.
+		copies := 1
+		if s.kind == "RayService" {
+			copies = 2
+		}
 		for i, tmpl := range templates(rc) {
 			for _, c := range tmpl.Spec.Containers {
 				for name := range c.Resources.Limits {
@@ -188,7 +194,7 @@ func samplePools() ([]devcluster.NodePool, error) {
 			sort.Strings(keys)
 			key := strings.Join(keys, ",")
 			bySelector[key] = tmpl.Spec.NodeSelector
-			count[key] += pods[i]
+			count[key] += pods[i] * copies
 		}
 	}
 	pools := []devcluster.NodePool{{Name: "general", Count: 12, CPU: "256", Memory: "2Ti", Pods: 110, Extra: extra}}

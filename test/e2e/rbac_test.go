@@ -18,6 +18,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -346,6 +347,52 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 				}
 			}
 			return len(owned) > 0 && got.Status.State == rayv1.Ready, fmt.Sprintf("owned jobs %v, cluster state %q", owned, got.Status.State)
+		})
+
+		// RayService: finalizer, status, its cluster, the serve label on its pods (no Ray answers in the dev cluster,
+		// so the pods' proxies are unhealthy and labelled false), and deletion through the finalizer.
+		rs := &rayv1.RayService{
+			ObjectMeta: metav1.ObjectMeta{Name: "served", Namespace: "rbac-a"},
+			Spec: rayv1.RayServiceSpec{
+				ServeConfigV2:  "applications:\n  - name: app\n    import_path: app:app\n",
+				RayClusterSpec: testutil.MakeRayCluster("rbac-a", "x").Workers("small", 1).Obj().Spec,
+			},
+		}
+		if err := cl.Create(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 3*time.Minute, "RayService cluster ready, worker labelled ray.io/serve=false", func() (bool, string) {
+			failFast(t)
+			got := &rayv1.RayService{}
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(rs), got); err != nil {
+				return false, err.Error()
+			}
+			name := got.Status.PendingServiceStatus.RayClusterName
+			if name == "" {
+				return false, "no pending cluster"
+			}
+			rc := &rayv1.RayCluster{}
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: name}, rc); err != nil {
+				return false, err.Error()
+			}
+			var pods corev1.PodList
+			if err := cl.List(ctx, &pods, client.InNamespace(rs.Namespace), client.MatchingLabels{builder.LabelCluster: name, builder.LabelNodeType: builder.NodeTypeWorker}); err != nil {
+				return false, err.Error()
+			}
+			labelled := len(pods.Items) == 1 && pods.Items[0].Labels[builder.LabelServe] == "false"
+			return rc.Status.State == rayv1.Ready && labelled && len(got.Finalizers) == 1, fmt.Sprintf("cluster state %q, worker labels ok %v, finalizers %v", rc.Status.State, labelled, got.Finalizers)
+		})
+		if err := cl.Delete(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 2*time.Minute, "RayService deleted with its cluster", func() (bool, string) {
+			failFast(t)
+			err := cl.Get(ctx, client.ObjectKeyFromObject(rs), &rayv1.RayService{})
+			var left rayv1.RayClusterList
+			if lerr := cl.List(ctx, &left, client.InNamespace(rs.Namespace), client.MatchingLabels{builder.LabelOriginCRName: rs.Name}); lerr != nil {
+				return false, lerr.Error()
+			}
+			return apierrors.IsNotFound(err) && len(left.Items) == 0, fmt.Sprintf("get: %v, %d clusters left", err, len(left.Items))
 		})
 
 		// Anything the operator reported on the objects that reads like a refusal.

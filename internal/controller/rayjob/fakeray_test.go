@@ -24,6 +24,8 @@ type fakeHead struct {
 	down bool
 	// acceptThenTimeout makes the next submit be accepted but answered with a timeout.
 	acceptThenTimeout bool
+	// fail5xx makes the next calls fail as a 503 from the head would (the client reports ErrUnavailable).
+	fail5xx int
 }
 
 func newFakeRay() *fakeRay { return &fakeRay{heads: map[string]*fakeHead{}} }
@@ -71,6 +73,11 @@ func (d *fakeDash) lock() (func(), error) {
 	if d.h.down {
 		d.f.mu.Unlock()
 		return nil, fmt.Errorf("dial %s: %w", d.name, ray.ErrUnavailable)
+	}
+	if d.h.fail5xx > 0 {
+		d.h.fail5xx--
+		d.f.mu.Unlock()
+		return nil, fmt.Errorf("%s: ray answered 503 (%w)", d.name, ray.ErrUnavailable)
 	}
 	return d.f.mu.Unlock, nil
 }

@@ -1,0 +1,49 @@
+// Package rayservice is the RayService controller: it keeps a RayCluster serving the service's Ray Serve
+// applications, applies serveConfigV2 through the Serve REST API, points <rayservice>-head-svc and
+// <rayservice>-serve-svc at the active cluster, and upgrades to a new cluster without downtime when the cluster
+// spec changes. Each reconcile observes (Kubernetes objects, Ray's answers), plans (computePlan, pure) and writes.
+package rayservice
+
+// Finalizer is KubeRay's RayService finalizer: the service's clusters are deleted before the RayService goes.
+const Finalizer = "ray.io/rayservice-finalizer"
+
+// Condition types Manta adds to KubeRay's.
+const (
+	// ConditionUnsupportedFeature is True while the spec uses fields Manta does not implement; the message names them.
+	ConditionUnsupportedFeature = "UnsupportedFeature"
+)
+
+// Reasons of Manta's conditions.
+const (
+	ReasonUnsupportedFields = "UnsupportedFields"
+)
+
+// Event reasons (stable: users and tests select on them). The names follow KubeRay's where it has one.
+const (
+	EventCreatedRayCluster               = "CreatedRayCluster"
+	EventFailedToCreateRayCluster        = "FailedToCreateRayCluster"
+	EventUpdatedRayCluster               = "UpdatedRayCluster"
+	EventFailedToUpdateRayCluster        = "FailedToUpdateRayCluster"
+	EventDeletedRayCluster               = "DeletedRayCluster"
+	EventFailedToDeleteRayCluster        = "FailedToDeleteRayCluster"
+	EventUpdatedServeApplications        = "UpdatedServeApplications"
+	EventFailedToUpdateServeApplications = "FailedToUpdateServeApplications"
+	EventCreatedService                  = "CreatedService"
+	EventUpdatedService                  = "UpdatedService"
+	EventFailedToCreateService           = "FailedToCreateService"
+	EventFailedToUpdateService           = "FailedToUpdateService"
+	EventInvalidRayServiceSpec           = "InvalidRayServiceSpec"
+	EventUnsupportedFeature              = "UnsupportedFeature"
+	EventPromotedPendingCluster          = "PromotedPendingCluster"
+	EventUpgradeStarted                  = "UpgradeStarted"
+)
+
+// MaxNameLength is KubeRay's limit on a RayService name: the cluster name <rayservice>-<5> and the Services built
+// from it must still fit.
+const MaxNameLength = 47
+
+// DefaultClusterDeletionDelaySeconds is how long an old cluster lives after traffic left it, when unset.
+const DefaultClusterDeletionDelaySeconds = 60
+
+// AnnotationInitializingTimeout is KubeRay's annotation bounding how long a RayService may take to become Ready.
+const AnnotationInitializingTimeout = "ray.io/initializing-timeout"

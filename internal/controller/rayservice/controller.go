@@ -1,0 +1,198 @@
+package rayservice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/ray"
+)
+
+// Options configure the controller.
+type Options struct {
+	// RayClients builds the dashboard and Serve proxy clients (honouring --use-kubernetes-proxy). Required.
+	RayClients ray.ClientFactory
+	// MaxConcurrentReconciles is how many RayServices reconcile at once (1 when zero).
+	MaxConcurrentReconciles int
+	// RequeueInterval is how often a RayService is looked at again to follow Ray's application statuses and proxy
+	// health (2 seconds when zero, as KubeRay).
+	RequeueInterval time.Duration
+	// RayCallTimeout bounds each call to a Ray head (10 seconds when zero).
+	RayCallTimeout time.Duration
+	// Now and Rand replace the clock and the random source of cluster names in tests.
+	Now  func() time.Time
+	Rand func(n int) int
+}
+
+// Reconciler reconciles RayServices.
+type Reconciler struct {
+	client client.Client
+	// apiReader reads past the cache: Services are cached only when they carry ray.io/cluster.
+	apiReader client.Reader
+	recorder  events.EventRecorder
+	opts      Options
+}
+
+// NewReconciler builds the controller from the manager's cached client and event recorder.
+func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
+	if opts.RayClients == nil {
+		return nil, errors.New("rayservice controller: Options.RayClients is required")
+	}
+	if opts.RequeueInterval <= 0 {
+		opts.RequeueInterval = 2 * time.Second
+	}
+	if opts.RayCallTimeout <= 0 {
+		opts.RayCallTimeout = 10 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Rand == nil {
+		opts.Rand = rand.IntN
+	}
+	return &Reconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("rayservice-controller"), opts: opts}, nil
+}
+
+// SetupWithManager watches RayServices, the RayClusters and Services they own, and the pods of their clusters (a
+// pod's readiness moves the serve endpoints).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&rayv1.RayService{}).
+		Owns(&rayv1.RayCluster{}).
+		Owns(&corev1.Service{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.serviceOfPod)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
+		Named("rayservice").
+		Complete(r)
+}
+
+// serviceOfPod maps a Ray pod to the RayService that controls its cluster.
+func (r *Reconciler) serviceOfPod(ctx context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[builder.LabelCluster]
+	if name == "" {
+		return nil
+	}
+	c := &rayv1.RayCluster{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: o.GetNamespace(), Name: name}, c); err != nil {
+		return nil
+	}
+	ref := metav1.GetControllerOf(c)
+	if ref == nil || ref.Kind != builder.KindRayService || ref.APIVersion != rayv1.GroupVersion.String() {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: ref.Name}}}
+}
+
+// +kubebuilder:rbac:groups=ray.io,resources=rayservices,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=ray.io,resources=rayservices/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ray.io,resources=rayservices/finalizers,verbs=update
+// +kubebuilder:rbac:groups=ray.io,resources=rayclusters,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile is thin: read, skip what is not ours, handle deletion, observe, plan, write, write the status once,
+// then record the events.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	rs := &rayv1.RayService{}
+	if err := r.client.Get(ctx, req.NamespacedName, rs); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if m := ptr.Deref(rs.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
+		return ctrl.Result{}, nil
+	}
+	if rs.DeletionTimestamp != nil {
+		return ctrl.Result{}, r.finalize(ctx, rs)
+	}
+	if !controllerutil.ContainsFinalizer(rs, Finalizer) {
+		controllerutil.AddFinalizer(rs, Finalizer)
+		if err := r.client.Update(ctx, rs); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: time.Second}, nil
+			}
+			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+		}
+		return ctrl.Result{}, nil
+	}
+
+	o, err := r.observe(ctx, rs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	p := computePlan(o)
+	writeErr := r.write(ctx, p)
+
+	var statusErr error
+	if !statusEqual(&rs.Status, &p.status) {
+		now := metav1.NewTime(r.opts.Now())
+		p.status.LastUpdateTime = &now
+		rs.Status = p.status
+		statusErr = r.client.Status().Update(ctx, rs)
+	}
+	// Events report writes already made (or failed): they are recorded even when the status write fails.
+	for _, e := range p.events {
+		r.recorder.Eventf(rs, nil, e.typ, e.reason, e.action, "%s", e.note)
+	}
+	switch {
+	case writeErr != nil:
+		return ctrl.Result{}, writeErr
+	case apierrors.IsConflict(statusErr):
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	case statusErr != nil:
+		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
+	}
+	after := r.opts.RequeueInterval
+	if p.requeueAfter > 0 && p.requeueAfter < after {
+		after = p.requeueAfter
+	}
+	return ctrl.Result{RequeueAfter: after}, nil
+}
+
+func statusEqual(a, b *rayv1.RayServiceStatuses) bool {
+	a, b = a.DeepCopy(), b.DeepCopy()
+	a.LastUpdateTime, b.LastUpdateTime = nil, nil
+	return equality.Semantic.DeepEqual(a, b)
+}
+
+// finalize deletes the service's clusters, then lets the RayService go.
+func (r *Reconciler) finalize(ctx context.Context, rs *rayv1.RayService) error {
+	if !controllerutil.ContainsFinalizer(rs, Finalizer) {
+		return nil
+	}
+	clusters, err := r.ownedClusters(ctx, rs)
+	if err != nil {
+		return err
+	}
+	for i := range clusters {
+		c := &clusters[i]
+		if c.DeletionTimestamp != nil {
+			continue
+		}
+		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete RayCluster %s: %w", c.Name, err)
+		}
+	}
+	controllerutil.RemoveFinalizer(rs, Finalizer)
+	if err := r.client.Update(ctx, rs); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("remove finalizer: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,926 @@
+package rayservice
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	sigyaml "sigs.k8s.io/yaml"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/controller/raycluster"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+const (
+	configV1 = `applications:
+  - name: fruit_app
+    import_path: fruit.deployment_graph
+    route_prefix: /fruit
+  - name: math_app
+    import_path: conditional_dag.serve_dag
+    route_prefix: /calc
+`
+	configV2 = `applications:
+  - name: fruit_app
+    import_path: fruit.deployment_graph
+    route_prefix: /fruit
+    deployments:
+      - name: MangoStand
+        user_config:
+          price: 4
+  - name: math_app
+    import_path: conditional_dag.serve_dag
+    route_prefix: /calc
+`
+)
+
+type env struct {
+	cl  client.Client
+	ray *fakeRay
+	nsN atomic.Int32
+	ipN atomic.Int32
+}
+
+// TestController runs the RayCluster and RayService controllers on one envtest control plane, with Ray replaced by
+// fakeRay, and walks the RayService state machine: each subtest in its own namespace.
+func TestController(t *testing.T) {
+	cfg, cl := testutil.StartEnvtest(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	podReq, _ := labels.NewRequirement(builder.LabelNodeType, selection.Exists, nil)
+	svcReq, _ := labels.NewRequirement(builder.LabelCluster, selection.Exists, nil)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:     {Label: labels.NewSelector().Add(*podReq)},
+			&corev1.Service{}: {Label: labels.NewSelector().Add(*svcReq)},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raycluster.NewReconciler(mgr, raycluster.Options{MaxConcurrentReconciles: 4}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	fr := newFakeRay()
+	r, err := NewReconciler(mgr, Options{RayClients: fr, MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	e := &env{cl: cl, ray: fr}
+
+	t.Run("group", func(t *testing.T) {
+		for name, fn := range map[string]func(*testing.T, *env){
+			"FirstDeployAndInPlaceUpdates": testFirstDeployAndInPlaceUpdates,
+			"NewClusterUpgrade":            testNewClusterUpgrade,
+			"UpgradeReplacedMidway":        testUpgradeReplacedMidway,
+			"UnhealthyNeverGetsTraffic":    testUnhealthyNeverGetsTraffic,
+			"HeadRestartReapplies":         testHeadRestartReapplies,
+			"ProxyHealthDrivesServeLabel":  testProxyHealthDrivesServeLabel,
+			"SuspendResume":                testSuspendResume,
+			"UpgradeStrategyNone":          testUpgradeStrategyNone,
+			"IncrementalUpgradeRefused":    testIncrementalRefused,
+			"InvalidSpecReported":          testInvalidSpec,
+			"DeleteRemovesClusters":        testDelete,
+			"ManagedByOtherSkipped":        testManagedByOther,
+			"KubeRaySamples":               testKubeRaySamples,
+			"ServeServiceFromSpec":         testServeServiceFromSpec,
+			"RayUnavailableRetried":        testRayUnavailableRetried,
+			"LostApplicationsReapplied":    testLostApplicationsReapplied,
+			"ForeignServiceNotTaken":       testForeignServiceNotTaken,
+		} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				fn(t, e)
+			})
+		}
+	})
+}
+
+func (e *env) namespace(t *testing.T) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d-%s", e.nsN.Add(1), strings.NewReplacer(".", "-", "_", "-").Replace(strings.ToLower(t.Name()[strings.LastIndex(t.Name(), "/")+1:])))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	if err := e.cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+func eventually(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	testutil.Eventually(t, 2*time.Minute, what, cond)
+}
+
+// makeService is a RayService with one worker group of one replica serving configV1.
+func makeService(ns, name string) *rayv1.RayService {
+	spec := testutil.MakeRayCluster(ns, name).Workers("small", 1).Obj().Spec
+	return &rayv1.RayService{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: rayv1.RayServiceSpec{
+			ServeConfigV2:                  configV1,
+			RayClusterSpec:                 spec,
+			RayClusterDeletionDelaySeconds: ptr.To[int32](3),
+		},
+	}
+}
+
+func (e *env) get(t *testing.T, rs *rayv1.RayService) *rayv1.RayService {
+	t.Helper()
+	got := &rayv1.RayService{}
+	if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rs), got); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// update re-reads rs, applies fn and writes it, retrying on conflicts.
+func (e *env) update(t *testing.T, rs *rayv1.RayService, fn func(*rayv1.RayService)) {
+	t.Helper()
+	eventually(t, "update RayService", func() (bool, string) {
+		got := e.get(t, rs)
+		fn(got)
+		err := e.cl.Update(context.Background(), got)
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+func (e *env) cluster(t *testing.T, ns, name string) (*rayv1.RayCluster, bool) {
+	t.Helper()
+	c := &rayv1.RayCluster{}
+	err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, c)
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, c.DeletionTimestamp == nil
+}
+
+func (e *env) pods(t *testing.T, ns, cluster string) []corev1.Pod {
+	t.Helper()
+	var list corev1.PodList
+	if err := e.cl.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{builder.LabelCluster: cluster}); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// setReady plays the kubelet for a cluster: once its n pods exist, each becomes Running and Ready with an IP.
+func (e *env) setReady(t *testing.T, ns, cluster string, n int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%d pods of %s running", n, cluster), func() (bool, string) {
+		pods := e.pods(t, ns, cluster)
+		if len(pods) != n {
+			return false, fmt.Sprintf("%d pods", len(pods))
+		}
+		for i := range pods {
+			p := &pods[i]
+			if podReady(p) {
+				continue
+			}
+			ip := fmt.Sprintf("10.1.%d.%d", e.ipN.Add(1)/250, e.ipN.Load()%250+1)
+			p.Status.Phase = corev1.PodRunning
+			p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Ready: true, Image: p.Spec.Containers[0].Image}}
+			if err := e.cl.Status().Update(context.Background(), p); err != nil {
+				return false, err.Error()
+			}
+		}
+		return true, ""
+	})
+}
+
+func cond(rs *rayv1.RayService, t rayv1.RayServiceConditionType) metav1.Condition {
+	if c := meta.FindStatusCondition(rs.Status.Conditions, string(t)); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
+}
+
+// waitPending waits until the status names a pending cluster other than not, and until that cluster exists.
+func (e *env) waitPending(t *testing.T, rs *rayv1.RayService, not string) string {
+	t.Helper()
+	var name string
+	eventually(t, "a pending cluster", func() (bool, string) {
+		got := e.get(t, rs)
+		name = got.Status.PendingServiceStatus.RayClusterName
+		if name == "" || name == not {
+			return false, fmt.Sprintf("pending %q", name)
+		}
+		_, ok := e.cluster(t, rs.Namespace, name)
+		return ok, "cluster " + name + " not created"
+	})
+	return name
+}
+
+// waitActive waits until name is the active cluster and the service is Ready.
+func (e *env) waitActive(t *testing.T, rs *rayv1.RayService, name string) *rayv1.RayService {
+	t.Helper()
+	var got *rayv1.RayService
+	eventually(t, "cluster "+name+" active and Ready", func() (bool, string) {
+		got = e.get(t, rs)
+		ok := got.Status.ActiveServiceStatus.RayClusterName == name && cond(got, rayv1.RayServiceReady).Status == metav1.ConditionTrue
+		return ok, fmt.Sprintf("active %q, ready %+v", got.Status.ActiveServiceStatus.RayClusterName, cond(got, rayv1.RayServiceReady))
+	})
+	return got
+}
+
+// bringUp creates rs and makes its first cluster serve; it returns the cluster's name.
+func (e *env) bringUp(t *testing.T, rs *rayv1.RayService) string {
+	t.Helper()
+	if err := e.cl.Create(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	name := e.waitPending(t, rs, "")
+	e.setReady(t, rs.Namespace, name, 2)
+	e.waitActive(t, rs, name)
+	return name
+}
+
+// selectors returns the cluster the head and serve Services point at.
+func (e *env) selectors(t *testing.T, rs *rayv1.RayService) (head, serve string) {
+	t.Helper()
+	for _, n := range []struct {
+		name string
+		dst  *string
+	}{{rs.Name + "-head-svc", &head}, {rs.Name + "-serve-svc", &serve}} {
+		svc := &corev1.Service{}
+		if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: rs.Namespace, Name: n.name}, svc); err == nil {
+			*n.dst = svc.Spec.Selector[builder.LabelCluster]
+		} else if !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	return head, serve
+}
+
+// hasEvent says whether an event with reason about rs was recorded.
+func (e *env) hasEvent(t *testing.T, rs *rayv1.RayService, reason string) (bool, string) {
+	t.Helper()
+	var list eventsv1.EventList
+	if err := e.cl.List(context.Background(), &list, client.InNamespace(rs.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, ev := range list.Items {
+		if ev.Regarding.Name == rs.Name && ev.Reason == reason {
+			return true, ev.Note
+		}
+		seen = append(seen, ev.Reason)
+	}
+	return false, fmt.Sprintf("events %v", seen)
+}
+
+func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	name := e.bringUp(t, rs)
+
+	got := e.get(t, rs)
+	c, _ := e.cluster(t, ns, name)
+	if !strings.HasPrefix(name, "svc-") || len(name) != len("svc-")+5 {
+		t.Errorf("cluster name %q, want svc-<5 chars>", name)
+	}
+	if c.Labels[builder.LabelOriginCRD] != "RayService" || c.Labels[builder.LabelOriginCRName] != "svc" || !metav1.IsControlledBy(c, got) {
+		t.Errorf("cluster labels %v, owners %v", c.Labels, c.OwnerReferences)
+	}
+	if got.Status.ServiceStatus != rayv1.Running || got.Status.NumServeEndpoints != 2 || got.Status.ObservedGeneration != got.Generation {
+		t.Errorf("status: serviceStatus %q, endpoints %d, observedGeneration %d/%d", got.Status.ServiceStatus, got.Status.NumServeEndpoints, got.Status.ObservedGeneration, got.Generation)
+	}
+	if u := cond(got, rayv1.UpgradeInProgress); u.Status != metav1.ConditionFalse || u.Reason != string(rayv1.NoPendingCluster) {
+		t.Errorf("UpgradeInProgress %+v", u)
+	}
+	if r := cond(got, rayv1.RayServiceReady); r.Reason != string(rayv1.NonZeroServeEndpoints) {
+		t.Errorf("Ready %+v", r)
+	}
+	apps := got.Status.ActiveServiceStatus.Applications
+	if len(apps) != 2 || apps["fruit_app"].Status != "RUNNING" || apps["math_app"].Deployments["Math_app"].Status != "HEALTHY" {
+		t.Errorf("application statuses %+v", apps)
+	}
+	if got.Status.ActiveServiceStatus.RayClusterStatus.Head.PodName == "" {
+		t.Errorf("active rayClusterStatus not reported: %+v", got.Status.ActiveServiceStatus.RayClusterStatus)
+	}
+	if !controllerHasFinalizer(got) {
+		t.Errorf("finalizers %v", got.Finalizers)
+	}
+	head, serve := e.selectors(t, rs)
+	if head != name || serve != name {
+		t.Errorf("Services point at %q / %q, want %q", head, serve, name)
+	}
+	for _, p := range e.pods(t, ns, name) {
+		if p.Labels[builder.LabelServe] != "true" {
+			t.Errorf("pod %s ray.io/serve=%q", p.Name, p.Labels[builder.LabelServe])
+		}
+	}
+	// The config hash is kept: a settled service is not sent its config again.
+	time.Sleep(2 * time.Second)
+	if n, _ := e.ray.deploys(name); n != 1 {
+		t.Errorf("%d deploys of an unchanged config, want 1", n)
+	}
+
+	// serveConfigV2 change: applied in place to the same cluster.
+	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.ServeConfigV2 = configV2 })
+	eventually(t, "configV2 applied", func() (bool, string) {
+		n, cfg := e.ray.deploys(name)
+		return n == 2 && cfg == configV2, fmt.Sprintf("%d deploys", n)
+	})
+	// Worker replicas change: the active cluster is updated in place.
+	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.RayClusterSpec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](3) })
+	eventually(t, "replicas updated in place", func() (bool, string) {
+		c, _ := e.cluster(t, ns, name)
+		r := ptr.Deref(c.Spec.WorkerGroupSpecs[0].Replicas, 0)
+		return r == 3, fmt.Sprintf("replicas %d", r)
+	})
+	// An appended worker group: also in place.
+	e.update(t, rs, func(s *rayv1.RayService) {
+		g := s.Spec.RayClusterSpec.WorkerGroupSpecs[0].DeepCopy()
+		g.GroupName = "extra"
+		s.Spec.RayClusterSpec.WorkerGroupSpecs = append(s.Spec.RayClusterSpec.WorkerGroupSpecs, *g)
+	})
+	eventually(t, "worker group added in place", func() (bool, string) {
+		c, _ := e.cluster(t, ns, name)
+		return len(c.Spec.WorkerGroupSpecs) == 2, fmt.Sprintf("%d groups", len(c.Spec.WorkerGroupSpecs))
+	})
+	got = e.get(t, rs)
+	if got.Status.ActiveServiceStatus.RayClusterName != name || got.Status.PendingServiceStatus.RayClusterName != "" {
+		t.Errorf("in-place updates moved clusters: active %q pending %q", got.Status.ActiveServiceStatus.RayClusterName, got.Status.PendingServiceStatus.RayClusterName)
+	}
+	if n, _ := e.ray.deploys(name); n != 2 {
+		t.Errorf("%d deploys after in-place cluster updates, want 2", n)
+	}
+}
+
+func controllerHasFinalizer(rs *rayv1.RayService) bool {
+	for _, f := range rs.Finalizers {
+		if f == Finalizer {
+			return true
+		}
+	}
+	return false
+}
+
+func testNewClusterUpgrade(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	old := e.bringUp(t, rs)
+
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "rayproject/ray:2.52.1"
+	})
+	pending := e.waitPending(t, rs, "")
+	got := e.get(t, rs)
+	if u := cond(got, rayv1.UpgradeInProgress); u.Status != metav1.ConditionTrue || u.Reason != string(rayv1.BothActivePendingClustersExist) {
+		t.Errorf("UpgradeInProgress %+v", u)
+	}
+	// Until the new cluster serves, traffic stays on the old one.
+	time.Sleep(time.Second)
+	if head, serve := e.selectors(t, rs); head != old || serve != old {
+		t.Errorf("Services point at %q / %q before the new cluster is ready, want %q", head, serve, old)
+	}
+	e.setReady(t, ns, pending, 2)
+	got = e.waitActive(t, rs, pending)
+	switched := time.Now()
+	if head, serve := e.selectors(t, rs); head != pending || serve != pending {
+		t.Errorf("Services point at %q / %q after the switch, want %q", head, serve, pending)
+	}
+	if u := cond(got, rayv1.UpgradeInProgress); u.Status != metav1.ConditionFalse {
+		t.Errorf("UpgradeInProgress %+v after the switch", u)
+	}
+	if n, cfg := e.ray.deploys(pending); n != 1 || cfg != configV1 {
+		t.Errorf("new cluster got %d deploys of %q", n, cfg)
+	}
+	// The old cluster lives on for rayClusterDeletionDelaySeconds (3), then goes.
+	eventually(t, "old cluster deleted", func() (bool, string) {
+		_, ok := e.cluster(t, ns, old)
+		return !ok, "still there"
+	})
+	if d := time.Since(switched); d < 2*time.Second {
+		t.Errorf("old cluster deleted %s after the switch, want about 3s", d)
+	}
+	for _, reason := range []string{EventCreatedRayCluster, EventUpgradeStarted, EventPromotedPendingCluster, EventUpdatedService, EventDeletedRayCluster} {
+		eventually(t, "event "+reason, func() (bool, string) { return e.hasEvent(t, rs, reason) })
+	}
+}
+
+func testUpgradeReplacedMidway(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	old := e.bringUp(t, rs)
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2"
+	})
+	first := e.waitPending(t, rs, "")
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v3"
+	})
+	second := e.waitPending(t, rs, first)
+	eventually(t, "first pending cluster deleted", func() (bool, string) {
+		_, ok := e.cluster(t, ns, first)
+		return !ok, "still there"
+	})
+	c, _ := e.cluster(t, ns, second)
+	if img := c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image; img != "ray:v3" {
+		t.Errorf("second pending cluster image %q", img)
+	}
+	e.setReady(t, ns, second, 2)
+	e.waitActive(t, rs, second)
+	if head, serve := e.selectors(t, rs); head != second || serve != second {
+		t.Errorf("Services point at %q / %q, want %q", head, serve, second)
+	}
+	// Going back: a new spec equal to the active cluster's drops the pending one.
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v4"
+	})
+	third := e.waitPending(t, rs, second)
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v3"
+	})
+	eventually(t, "pending cluster dropped", func() (bool, string) {
+		got := e.get(t, rs)
+		_, ok := e.cluster(t, ns, third)
+		return !ok && got.Status.PendingServiceStatus.RayClusterName == "", fmt.Sprintf("pending %q exists %v", got.Status.PendingServiceStatus.RayClusterName, ok)
+	})
+	_ = old
+}
+
+func testUnhealthyNeverGetsTraffic(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	old := e.bringUp(t, rs)
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2"
+	})
+	pending := e.waitPending(t, rs, "")
+	e.ray.with(pending, func(h *fakeHead) { h.appStatus = "DEPLOYING" })
+	e.setReady(t, ns, pending, 2)
+	eventually(t, "config applied to the pending cluster", func() (bool, string) {
+		n, _ := e.ray.deploys(pending)
+		return n == 1, fmt.Sprintf("%d deploys", n)
+	})
+	for _, status := range []string{"DEPLOYING", "UNHEALTHY", "DEPLOY_FAILED"} {
+		e.ray.with(pending, func(h *fakeHead) { h.appStatus = status })
+		eventually(t, "pending status reports "+status, func() (bool, string) {
+			got := e.get(t, rs)
+			a := got.Status.PendingServiceStatus.Applications["fruit_app"]
+			return a.Status == status, fmt.Sprintf("%+v", got.Status.PendingServiceStatus.Applications)
+		})
+		time.Sleep(time.Second)
+		got := e.get(t, rs)
+		if got.Status.ActiveServiceStatus.RayClusterName != old {
+			t.Fatalf("cluster with applications %s became active", status)
+		}
+		if head, serve := e.selectors(t, rs); head != old || serve != old {
+			t.Fatalf("Services point at %q / %q while the new applications are %s", head, serve, status)
+		}
+	}
+	e.ray.with(pending, func(h *fakeHead) { h.appStatus = "RUNNING" })
+	e.waitActive(t, rs, pending)
+}
+
+func testHeadRestartReapplies(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	name := e.bringUp(t, rs)
+	// The head's Ray container restarts: without GCS fault tolerance Ray has lost the applications. The fake keeps
+	// reporting them, so the restart count is the only signal here (testLostApplicationsReapplied covers the other).
+	var head corev1.Pod
+	for _, p := range e.pods(t, ns, name) {
+		if p.Labels[builder.LabelNodeType] == builder.NodeTypeHead {
+			head = p
+		}
+	}
+	head.Status.ContainerStatuses[0].RestartCount = 1
+	if err := e.cl.Status().Update(context.Background(), &head); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "config re-applied", func() (bool, string) {
+		n, _ := e.ray.deploys(name)
+		return n == 2, fmt.Sprintf("%d deploys", n)
+	})
+	eventually(t, "applications reported again", func() (bool, string) {
+		got := e.get(t, rs)
+		return len(got.Status.ActiveServiceStatus.Applications) == 2, fmt.Sprintf("%+v", got.Status.ActiveServiceStatus.Applications)
+	})
+}
+
+// testLostApplicationsReapplied: Ray reports no application (state lost without a visible restart): re-applied.
+func testLostApplicationsReapplied(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	name := e.bringUp(t, rs)
+	e.ray.with(name, func(h *fakeHead) { h.apps = nil })
+	eventually(t, "config re-applied", func() (bool, string) {
+		n, _ := e.ray.deploys(name)
+		return n == 2, fmt.Sprintf("%d deploys", n)
+	})
+	time.Sleep(time.Second)
+	if n, _ := e.ray.deploys(name); n != 2 {
+		t.Errorf("%d deploys once the applications are back, want 2", n)
+	}
+}
+
+func testProxyHealthDrivesServeLabel(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	rs.Spec.ExcludeHeadPodFromServeSvc = true
+	name := e.bringUp(t, rs)
+	var worker string
+	for _, p := range e.pods(t, ns, name) {
+		want := "true"
+		if p.Labels[builder.LabelNodeType] == builder.NodeTypeHead {
+			want = "false"
+		} else {
+			worker = p.Name
+		}
+		if p.Labels[builder.LabelServe] != want {
+			t.Errorf("pod %s ray.io/serve=%q, want %s", p.Name, p.Labels[builder.LabelServe], want)
+		}
+	}
+	if got := e.get(t, rs); got.Status.NumServeEndpoints != 1 {
+		t.Errorf("numServeEndpoints %d, want 1 (the head is excluded)", got.Status.NumServeEndpoints)
+	}
+	e.ray.setProxyDown(worker, true)
+	eventually(t, "unhealthy proxy leaves the serve Service", func() (bool, string) {
+		got := e.get(t, rs)
+		p := &corev1.Pod{}
+		if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: worker}, p); err != nil {
+			return false, err.Error()
+		}
+		r := cond(got, rayv1.RayServiceReady)
+		return p.Labels[builder.LabelServe] == "false" && got.Status.NumServeEndpoints == 0 && r.Reason == string(rayv1.ZeroServeEndpoints) && got.Status.ServiceStatus == "",
+			fmt.Sprintf("label %q, endpoints %d, Ready %+v", p.Labels[builder.LabelServe], got.Status.NumServeEndpoints, r)
+	})
+	e.ray.setProxyDown(worker, false)
+	e.waitActive(t, rs, name)
+}
+
+func testSuspendResume(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	name := e.bringUp(t, rs)
+	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.Suspend = true })
+	eventually(t, "suspended", func() (bool, string) {
+		got := e.get(t, rs)
+		_, ok := e.cluster(t, ns, name)
+		s := cond(got, rayv1.RayServiceSuspended)
+		return !ok && s.Status == metav1.ConditionTrue && got.Status.ActiveServiceStatus.RayClusterName == "", fmt.Sprintf("cluster exists %v, Suspended %+v", ok, s)
+	})
+	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.Suspend = false })
+	next := e.waitPending(t, rs, name)
+	e.setReady(t, ns, next, 2)
+	got := e.waitActive(t, rs, next)
+	if s := cond(got, rayv1.RayServiceSuspended); s.Status != metav1.ConditionFalse || s.Reason != string(rayv1.RayServiceResumed) {
+		t.Errorf("Suspended %+v after resume", s)
+	}
+}
+
+func testUpgradeStrategyNone(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{Type: ptr.To(rayv1.RayServiceUpgradeNone)}
+	name := e.bringUp(t, rs)
+	e.update(t, rs, func(s *rayv1.RayService) {
+		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2"
+	})
+	eventually(t, "change reported as not rolled out", func() (bool, string) {
+		got := e.get(t, rs)
+		u := cond(got, rayv1.UpgradeInProgress)
+		return got.Status.ObservedGeneration == got.Generation && strings.Contains(u.Message, "None"), fmt.Sprintf("%+v", u)
+	})
+	time.Sleep(time.Second)
+	got := e.get(t, rs)
+	if got.Status.PendingServiceStatus.RayClusterName != "" || got.Status.ActiveServiceStatus.RayClusterName != name {
+		t.Errorf("upgradeStrategy None upgraded: active %q pending %q", got.Status.ActiveServiceStatus.RayClusterName, got.Status.PendingServiceStatus.RayClusterName)
+	}
+	// A serve config change is still applied.
+	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.ServeConfigV2 = configV2 })
+	eventually(t, "config applied under None", func() (bool, string) {
+		n, _ := e.ray.deploys(name)
+		return n == 2, fmt.Sprintf("%d deploys", n)
+	})
+}
+
+func testIncrementalRefused(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{Type: ptr.To(rayv1.NewClusterWithIncrementalUpgrade)}
+	if err := e.cl.Create(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "refused, naming the field", func() (bool, string) {
+		got := e.get(t, rs)
+		r, u := cond(got, rayv1.RayServiceReady), cond(got, ConditionUnsupportedFeature)
+		return r.Reason == string(rayv1.RayServiceValidationFailed) && strings.Contains(r.Message, "NewClusterWithIncrementalUpgrade") &&
+			u.Status == metav1.ConditionTrue && strings.Contains(u.Message, "spec.upgradeStrategy.type"), fmt.Sprintf("Ready %+v, UnsupportedFeature %+v", r, u)
+	})
+	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, EventUnsupportedFeature) })
+	var list rayv1.RayClusterList
+	if err := e.cl.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("%d clusters created for a refused spec", len(list.Items))
+	}
+}
+
+func testInvalidSpec(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	rs.Spec.ServeConfigV2 = "applications: [unclosed"
+	if err := e.cl.Create(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "invalid serveConfigV2 reported", func() (bool, string) {
+		got := e.get(t, rs)
+		r := cond(got, rayv1.RayServiceReady)
+		return r.Reason == string(rayv1.RayServiceValidationFailed) && strings.HasPrefix(r.Message, "spec.serveConfigV2"), fmt.Sprintf("%+v", r)
+	})
+	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, EventInvalidRayServiceSpec) })
+	// Fixed: the service comes up.
+	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.ServeConfigV2 = configV1 })
+	name := e.waitPending(t, rs, "")
+	e.setReady(t, ns, name, 2)
+	e.waitActive(t, rs, name)
+}
+
+func testDelete(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	name := e.bringUp(t, rs)
+	if err := e.cl.Delete(context.Background(), e.get(t, rs)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "RayService and its cluster gone", func() (bool, string) {
+		err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rs), &rayv1.RayService{})
+		_, ok := e.cluster(t, ns, name)
+		return apierrors.IsNotFound(err) && !ok, fmt.Sprintf("get: %v, cluster exists %v", err, ok)
+	})
+}
+
+func testManagedByOther(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	rs.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue")
+	if err := e.cl.Create(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	got := e.get(t, rs)
+	if len(got.Finalizers) != 0 || len(got.Status.Conditions) != 0 {
+		t.Errorf("a RayService managed by another controller was touched: finalizers %v, conditions %v", got.Finalizers, got.Status.Conditions)
+	}
+}
+
+// testKubeRaySamples applies every KubeRay RayService sample unchanged (strict field validation against Manta's CRD)
+// and requires each to bring up its cluster and become Ready, or to name the fields Manta does not support.
+func testKubeRaySamples(t *testing.T, e *env) {
+	dir := filepath.Join(testutil.MustRepoRoot(t), "..", "shared", "compat", "kuberay", "samples")
+	files, err := filepath.Glob(filepath.Join(dir, "ray-service.*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no RayService samples in %s", dir)
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+			t.Parallel()
+			ns := e.namespace(t)
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var services []*unstructured.Unstructured
+			dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+			for {
+				u := &unstructured.Unstructured{}
+				if err := dec.Decode(&u.Object); err != nil {
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					t.Fatal(err)
+				}
+				if len(u.Object) == 0 {
+					continue
+				}
+				u.SetNamespace(ns)
+				if err := e.cl.Create(context.Background(), u, client.FieldValidation("Strict")); err != nil {
+					t.Fatalf("apply %s %s: %v", u.GetKind(), u.GetName(), err)
+				}
+				if u.GetKind() == "RayService" {
+					services = append(services, u)
+				}
+			}
+			if len(services) == 0 {
+				t.Fatal("no RayService in the sample")
+			}
+			for _, u := range services {
+				rs := &rayv1.RayService{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.GetName()}}
+				var unsupported string
+				eventually(t, "a cluster or a report of unsupported fields", func() (bool, string) {
+					got := e.get(t, rs)
+					if r := cond(got, rayv1.RayServiceReady); r.Reason == string(rayv1.RayServiceValidationFailed) {
+						unsupported = r.Message
+						return true, ""
+					}
+					name := got.Status.PendingServiceStatus.RayClusterName
+					if name == "" {
+						return false, "no pending cluster yet"
+					}
+					_, ok := e.cluster(t, ns, name)
+					return ok, "pending cluster " + name + " not created yet"
+				})
+				if unsupported != "" {
+					t.Logf("refused: %s", unsupported)
+					continue
+				}
+				name := e.get(t, rs).Status.PendingServiceStatus.RayClusterName
+				eventually(t, "cluster ready and the RayService Ready", func() (bool, string) {
+					for _, p := range e.pods(t, ns, name) {
+						if !podReady(&p) {
+							ip := fmt.Sprintf("10.2.%d.%d", e.ipN.Add(1)/250, e.ipN.Load()%250+1)
+							p.Status.Phase = corev1.PodRunning
+							p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+							p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+							if err := e.cl.Status().Update(context.Background(), &p); err != nil {
+								return false, err.Error()
+							}
+						}
+					}
+					c, _ := e.cluster(t, ns, name)
+					got := e.get(t, rs)
+					return c != nil && c.Status.State == rayv1.Ready && cond(got, rayv1.RayServiceReady).Status == metav1.ConditionTrue,
+						fmt.Sprintf("cluster state %q, Ready %+v", c.Status.State, cond(got, rayv1.RayServiceReady))
+				})
+				if u := cond(e.get(t, rs), ConditionUnsupportedFeature); u.Status == metav1.ConditionTrue {
+					t.Logf("serves, reporting: %s", u.Message)
+				}
+			}
+		})
+	}
+}
+
+// testServeServiceFromSpec: the serve Service takes the name, type, ports, labels and annotations of serveService;
+// its selector stays Manta's.
+func testServeServiceFromSpec(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	rs.Spec.ServeService = &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "custom-serve", Labels: map[string]string{"team": "a"}, Annotations: map[string]string{"lb": "yes"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{"ignored": "x"},
+			Ports: []corev1.ServicePort{{Name: "serve", Port: 9000, TargetPort: intstr.FromInt32(8000)}}},
+	}
+	name := e.bringUp(t, rs)
+	svc := &corev1.Service{}
+	if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "custom-serve"}, svc); err != nil {
+		t.Fatal(err)
+	}
+	if svc.Spec.Type != corev1.ServiceTypeNodePort || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 9000 || svc.Spec.Ports[0].NodePort == 0 {
+		t.Errorf("serve Service spec %+v", svc.Spec)
+	}
+	if svc.Labels["team"] != "a" || svc.Annotations["lb"] != "yes" || svc.Labels[builder.LabelOriginCRD] != "RayService" {
+		t.Errorf("serve Service labels %v annotations %v", svc.Labels, svc.Annotations)
+	}
+	if want := map[string]string{builder.LabelCluster: name, builder.LabelServe: "true"}; !maps.Equal(svc.Spec.Selector, want) {
+		t.Errorf("selector %v, want %v", svc.Spec.Selector, want)
+	}
+	if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "svc-serve-svc"}, &corev1.Service{}); !apierrors.IsNotFound(err) {
+		t.Errorf("default-named serve Service: %v", err)
+	}
+}
+
+// TestPrintColumnsAsKubeRay: `kubectl get rayservices` shows KubeRay's columns.
+func TestPrintColumnsAsKubeRay(t *testing.T) {
+	root := testutil.MustRepoRoot(t)
+	cols := func(path string) string {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var crd apiextensionsv1.CustomResourceDefinition
+		if err := sigyaml.Unmarshal(raw, &crd); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, v := range crd.Spec.Versions {
+			if v.Name == "v1" {
+				for _, c := range v.AdditionalPrinterColumns {
+					out = append(out, fmt.Sprintf("%s|%s|%s|%d", c.Name, c.Type, c.JSONPath, c.Priority))
+				}
+			}
+		}
+		return strings.Join(out, "\n")
+	}
+	ours := cols(filepath.Join(root, "config", "crd", "ray.io_rayservices.yaml"))
+	theirs := cols(filepath.Join(root, "..", "shared", "compat", "kuberay", "crds", "ray.io_rayservices.yaml"))
+	if ours != theirs || ours == "" {
+		t.Errorf("print columns:\n%s\nKubeRay's:\n%s", ours, theirs)
+	}
+}
+
+// testRayUnavailableRetried: a head that does not answer gets no traffic; the failed deploy is reported and retried.
+func testRayUnavailableRetried(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rs := makeService(ns, "svc")
+	if err := e.cl.Create(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	name := e.waitPending(t, rs, "")
+	e.ray.with(name, func(h *fakeHead) { h.down = true })
+	e.setReady(t, ns, name, 2)
+	eventually(t, "failed deploy reported", func() (bool, string) { return e.hasEvent(t, rs, EventFailedToUpdateServeApplications) })
+	got := e.get(t, rs)
+	if got.Status.ActiveServiceStatus.RayClusterName != "" || cond(got, rayv1.RayServiceReady).Status == metav1.ConditionTrue {
+		t.Fatalf("a cluster whose head does not answer became active: %+v", got.Status)
+	}
+	if head, serve := e.selectors(t, rs); head != "" || serve != "" {
+		t.Fatalf("Services created for a cluster that does not serve: %q / %q", head, serve)
+	}
+	e.ray.with(name, func(h *fakeHead) { h.down = false })
+	e.waitActive(t, rs, name)
+	if n, _ := e.ray.deploys(name); n != 1 {
+		t.Errorf("%d successful deploys, want 1", n)
+	}
+}
+
+// testForeignServiceNotTaken: a Service of the serve Service's name that the RayService does not control is left
+// alone and reported.
+func testForeignServiceNotTaken(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	foreign := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc-serve-svc"},
+		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "mine"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}
+	if err := e.cl.Create(context.Background(), foreign); err != nil {
+		t.Fatal(err)
+	}
+	rs := makeService(ns, "svc")
+	if err := e.cl.Create(context.Background(), rs); err != nil {
+		t.Fatal(err)
+	}
+	name := e.waitPending(t, rs, "")
+	e.setReady(t, ns, name, 2)
+	eventually(t, "conflict reported", func() (bool, string) {
+		ok, msg := e.hasEvent(t, rs, EventFailedToCreateService)
+		return ok && strings.Contains(msg, "svc-serve-svc"), msg
+	})
+	got := &corev1.Service{}
+	if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(foreign), got); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got.Spec.Selector, foreign.Spec.Selector) || len(got.OwnerReferences) != 0 {
+		t.Errorf("foreign Service changed: selector %v owners %v", got.Spec.Selector, got.OwnerReferences)
+	}
+}

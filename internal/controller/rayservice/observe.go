@@ -1,0 +1,160 @@
+package rayservice
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/ray"
+)
+
+// maxParallelHealthChecks caps the Serve proxy health checks one reconcile runs at once.
+const maxParallelHealthChecks = 8
+
+// ownedClusters lists the RayClusters the service controls.
+func (r *Reconciler) ownedClusters(ctx context.Context, rs *rayv1.RayService) ([]rayv1.RayCluster, error) {
+	var list rayv1.RayClusterList
+	if err := r.client.List(ctx, &list, client.InNamespace(rs.Namespace), client.MatchingLabels{builder.LabelOriginCRName: rs.Name}); err != nil {
+		return nil, fmt.Errorf("list RayClusters: %w", err)
+	}
+	var out []rayv1.RayCluster
+	for i := range list.Items {
+		if metav1.IsControlledBy(&list.Items[i], rs) {
+			out = append(out, list.Items[i])
+		}
+	}
+	return out, nil
+}
+
+// observe reads the service's clusters and their pods from the cache, and asks each ready head for its Serve
+// applications and each running pod's Serve proxy for its health.
+func (r *Reconciler) observe(ctx context.Context, rs *rayv1.RayService) (observed, error) {
+	o := observed{rs: rs, now: r.opts.Now(), newName: func() string { return builder.ChildClusterName(rs.Name, r.opts.Rand) }}
+	var err error
+	if o.clusters, err = r.ownedClusters(ctx, rs); err != nil {
+		return o, err
+	}
+	if rs.Spec.Suspend || validate(rs) != "" {
+		return o, nil
+	}
+	for _, slot := range []struct {
+		name string
+		dst  **clusterObs
+	}{{rs.Status.ActiveServiceStatus.RayClusterName, &o.active}, {rs.Status.PendingServiceStatus.RayClusterName, &o.pending}} {
+		if slot.name == "" {
+			continue
+		}
+		co := &clusterObs{}
+		*slot.dst = co
+		for i := range o.clusters {
+			if o.clusters[i].Name == slot.name && o.clusters[i].DeletionTimestamp == nil {
+				co.cluster = &o.clusters[i]
+			}
+		}
+		if co.cluster == nil {
+			continue
+		}
+		if err := r.observeCluster(ctx, rs, co); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}
+
+func (r *Reconciler) observeCluster(ctx context.Context, rs *rayv1.RayService, co *clusterObs) error {
+	c := co.cluster
+	var pods corev1.PodList
+	if err := r.client.List(ctx, &pods, client.InNamespace(c.Namespace), client.MatchingLabels{builder.LabelCluster: c.Name}); err != nil {
+		return fmt.Errorf("list pods of RayCluster %s: %w", c.Name, err)
+	}
+	for i := range pods.Items {
+		p := pods.Items[i]
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		co.pods = append(co.pods, p)
+	}
+	for i := range co.pods {
+		if co.pods[i].Labels[builder.LabelNodeType] == builder.NodeTypeHead && co.pods[i].Status.Phase == corev1.PodRunning {
+			co.head = &co.pods[i]
+		}
+	}
+	co.headReady = co.head != nil && podReady(co.head) && co.head.Status.PodIP != ""
+	if !co.headReady {
+		return nil
+	}
+	headSvc := &corev1.Service{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: builder.HeadServiceName(c)}, headSvc); err != nil {
+		headSvc = nil
+	}
+	target := ray.Target{
+		Namespace: c.Namespace, HeadServiceName: builder.HeadServiceName(c),
+		DashboardPort: ray.DashboardPort(headSvc), ServePort: servePort(c),
+	}
+	if dash, err := r.opts.RayClients.DashboardFor(target); err != nil {
+		co.detailsErr = err
+	} else {
+		cctx, cancel := context.WithTimeout(ctx, r.opts.RayCallTimeout)
+		co.details, co.detailsErr = dash.GetServeDetails(cctx)
+		cancel()
+	}
+	if co.detailsErr != nil {
+		log.FromContext(ctx).V(1).Info("serve details unavailable", "cluster", c.Name, "error", co.detailsErr.Error())
+	}
+	co.proxyHealthy = r.checkProxies(ctx, rs, co, target)
+	return nil
+}
+
+// checkProxies asks the Serve proxy of each running pod of the cluster for /-/healthz, a few at a time.
+func (r *Reconciler) checkProxies(ctx context.Context, rs *rayv1.RayService, co *clusterObs, base ray.Target) map[string]bool {
+	out := map[string]bool{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxParallelHealthChecks)
+	for i := range co.pods {
+		p := &co.pods[i]
+		isHead := p.Labels[builder.LabelNodeType] == builder.NodeTypeHead
+		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || (isHead && rs.Spec.ExcludeHeadPodFromServeSvc) {
+			continue
+		}
+		t := base
+		t.HeadPodName, t.HeadPodIP = p.Name, p.Status.PodIP
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			healthy := false
+			if proxy, err := r.opts.RayClients.ServeProxyFor(t); err == nil {
+				cctx, cancel := context.WithTimeout(ctx, r.opts.RayCallTimeout)
+				healthy = proxy.CheckHealth(cctx) == nil
+				cancel()
+			}
+			mu.Lock()
+			out[p.Name] = healthy
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// servePort is the port of the head Ray container's port named "serve", or Serve's default.
+func servePort(c *rayv1.RayCluster) int32 {
+	if cs := c.Spec.HeadGroupSpec.Template.Spec.Containers; len(cs) > 0 {
+		for _, p := range cs[builder.RayContainerIndex].Ports {
+			if p.Name == builder.ServePortName && p.ContainerPort > 0 {
+				return p.ContainerPort
+			}
+		}
+	}
+	return ray.DefaultServePort
+}

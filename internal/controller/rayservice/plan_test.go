@@ -1,0 +1,245 @@
+package rayservice
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/ray"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func planService() *rayv1.RayService {
+	rs := makeService("ns", "svc")
+	rs.UID = "rs-uid"
+	rs.Generation = 1
+	return rs
+}
+
+func names(seq ...string) func() string {
+	return func() string {
+		n := seq[0]
+		seq = seq[1:]
+		return n
+	}
+}
+
+// readyCluster is a cluster of rs whose head is ready, with the current config applied and all apps RUNNING.
+func readyCluster(rs *rayv1.RayService, name string) *clusterObs {
+	c := builder.RayServiceCluster(rs, name)
+	head := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name + "-head-x", UID: "head-uid", Labels: map[string]string{builder.LabelNodeType: builder.NodeTypeHead, builder.LabelServe: "true"}},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	c.Annotations[builder.AnnotationServeConfigHash] = builder.ServeConfigHash(rs.Spec.ServeConfigV2)
+	c.Annotations[builder.AnnotationServeConfigHead] = headID(&head)
+	apps := map[string]ray.ServeApplication{}
+	for _, a := range configuredApps(rs.Spec.ServeConfigV2) {
+		apps[a] = ray.ServeApplication{Status: ray.ApplicationStatusRunning}
+	}
+	co := &clusterObs{cluster: c, pods: []corev1.Pod{head}, headReady: true, details: &ray.ServeDetails{Applications: apps},
+		proxyHealthy: map[string]bool{head.Name: true}}
+	co.head = &co.pods[0]
+	return co
+}
+
+// A stale cache must never create two clusters: the name is recorded in the status first, the cluster is created
+// only by a reconcile that reads the name back, under that name.
+func TestPlanRecordsNameBeforeCreating(t *testing.T) {
+	rs := planService()
+	p := computePlan(observed{rs: rs, now: t0, newName: names("svc-aaaaa")})
+	if p.createCluster != nil {
+		t.Fatalf("created %s before its name was recorded", p.createCluster.Name)
+	}
+	if got := p.status.PendingServiceStatus.RayClusterName; got != "svc-aaaaa" {
+		t.Fatalf("pending name %q", got)
+	}
+	rs.Status = p.status
+	for range 2 { // a retried reconcile, the cluster not in the cache yet: the same name again
+		p = computePlan(observed{rs: rs, now: t0, pending: &clusterObs{}, newName: names("svc-bbbbb")})
+		if p.createCluster == nil || p.createCluster.Name != "svc-aaaaa" {
+			t.Fatalf("create %+v, want svc-aaaaa", p.createCluster)
+		}
+		if p.status.PendingServiceStatus.RayClusterName != "svc-aaaaa" {
+			t.Fatalf("pending name changed to %q", p.status.PendingServiceStatus.RayClusterName)
+		}
+	}
+}
+
+func TestPlanPromotionAndDeletionDelay(t *testing.T) {
+	rs := planService()
+	rs.Spec.RayClusterDeletionDelaySeconds = ptr.To[int32](60)
+	old := readyCluster(rs, "svc-old")
+	rs.Status.ActiveServiceStatus.RayClusterName = "svc-old"
+	// The spec changes: a new cluster is needed.
+	rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:new"
+	rs.Status.PendingServiceStatus.RayClusterName = "svc-new"
+	pending := readyCluster(rs, "svc-new")
+	// Not RUNNING yet: no switch.
+	pending.details.Applications["fruit_app"] = ray.ServeApplication{Status: ray.ApplicationStatusUnhealthy}
+	p := computePlan(observed{rs: rs, now: t0, active: old, pending: pending, clusters: []rayv1.RayCluster{*old.cluster, *pending.cluster}})
+	if p.status.ActiveServiceStatus.RayClusterName != "svc-old" || p.services[0].Spec.Selector[builder.LabelCluster] != "svc-old" {
+		t.Fatalf("switched to a cluster with an UNHEALTHY application")
+	}
+	if c := meta.FindStatusCondition(p.status.Conditions, string(rayv1.UpgradeInProgress)); c.Status != metav1.ConditionTrue || c.Reason != string(rayv1.BothActivePendingClustersExist) {
+		t.Errorf("UpgradeInProgress %+v", c)
+	}
+	// RUNNING: switch, and start the old cluster's deletion delay.
+	pending.details.Applications["fruit_app"] = ray.ServeApplication{Status: ray.ApplicationStatusRunning}
+	p = computePlan(observed{rs: rs, now: t0, active: old, pending: pending, clusters: []rayv1.RayCluster{*old.cluster, *pending.cluster}})
+	if p.status.ActiveServiceStatus.RayClusterName != "svc-new" || p.status.PendingServiceStatus.RayClusterName != "" {
+		t.Fatalf("not switched: active %q pending %q", p.status.ActiveServiceStatus.RayClusterName, p.status.PendingServiceStatus.RayClusterName)
+	}
+	for _, svc := range p.services {
+		if svc.Spec.Selector[builder.LabelCluster] != "svc-new" {
+			t.Errorf("Service %s selects %v", svc.Name, svc.Spec.Selector)
+		}
+	}
+	if len(p.deleteClusters) != 0 || len(p.annotate) != 1 || *p.annotate[0].value != t0.Add(time.Minute).Format(time.RFC3339) {
+		t.Fatalf("deletes %d, annotations %+v: want the old cluster marked for deletion in 60s", len(p.deleteClusters), p.annotate)
+	}
+	// Later reconciles: kept until the deadline, deleted after.
+	rs.Status = p.status
+	oldMarked := old.cluster.DeepCopy()
+	oldMarked.Annotations[builder.AnnotationDeleteAfter] = *p.annotate[0].value
+	for _, tc := range []struct {
+		now    time.Time
+		delete bool
+	}{{t0.Add(59 * time.Second), false}, {t0.Add(60 * time.Second), true}} {
+		p = computePlan(observed{rs: rs, now: tc.now, active: pending, clusters: []rayv1.RayCluster{*oldMarked, *pending.cluster}})
+		if got := len(p.deleteClusters) == 1; got != tc.delete {
+			t.Errorf("at +%s: delete %v, want %v", tc.now.Sub(t0), got, tc.delete)
+		}
+	}
+}
+
+func TestClusterAction(t *testing.T) {
+	rs := planService()
+	c := builder.RayServiceCluster(rs, "svc-a")
+	spec := rs.Spec.RayClusterSpec.DeepCopy()
+	if _, a := clusterAction(c, spec); a != actionSame {
+		t.Errorf("unchanged spec: action %d", a)
+	}
+	spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](5)
+	if u, a := clusterAction(c, spec); a != actionInPlace || *u.Spec.WorkerGroupSpecs[0].Replicas != 5 {
+		t.Errorf("replicas: action %d", a)
+	}
+	g := spec.WorkerGroupSpecs[0].DeepCopy()
+	g.GroupName = "more"
+	spec.WorkerGroupSpecs = append(spec.WorkerGroupSpecs, *g)
+	if u, a := clusterAction(c, spec); a != actionInPlace || len(u.Spec.WorkerGroupSpecs) != 2 || u.Annotations[builder.AnnotationNumWorkerGroups] != "2" {
+		t.Errorf("appended group: action %d", a)
+	}
+	spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "other"
+	if _, a := clusterAction(c, spec); a != actionNew {
+		t.Errorf("image change: action %d, want a new cluster", a)
+	}
+	removed := rs.Spec.RayClusterSpec.DeepCopy()
+	removed.WorkerGroupSpecs = nil
+	if _, a := clusterAction(c, removed); a != actionNew {
+		t.Errorf("removed group: action %d, want a new cluster", a)
+	}
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mutate func(*rayv1.RayService)
+		want   string
+	}{
+		"long name":  {func(rs *rayv1.RayService) { rs.Name = strings.Repeat("a", 48) }, "metadata.name"},
+		"bad config": {func(rs *rayv1.RayService) { rs.Spec.ServeConfigV2 = "- a list" }, "spec.serveConfigV2"},
+		"incremental": {func(rs *rayv1.RayService) {
+			rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{Type: ptr.To(rayv1.NewClusterWithIncrementalUpgrade)}
+		}, "spec.upgradeStrategy.type"},
+		"options": {func(rs *rayv1.RayService) {
+			rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{ClusterUpgradeOptions: &rayv1.ClusterUpgradeOptions{}}
+		}, "spec.upgradeStrategy.clusterUpgradeOptions"},
+		"no container":    {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers = nil }, "spec.rayClusterConfig.headGroupSpec"},
+		"timeout":         {func(rs *rayv1.RayService) { rs.Annotations = map[string]string{AnnotationInitializingTimeout: "soon"} }, "metadata.annotations[ray.io/initializing-timeout]"},
+		"cluster suspend": {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.Suspend = ptr.To(true) }, "spec.rayClusterConfig.suspend"},
+		"head service name": {func(rs *rayv1.RayService) {
+			rs.Spec.RayClusterSpec.HeadGroupSpec.HeadService = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "fixed"}}
+		}, "spec.rayClusterConfig.headGroupSpec.headService.metadata.name"},
+		"cluster managedBy": {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") }, "spec.rayClusterConfig.managedBy"},
+	} {
+		rs := planService()
+		tc.mutate(rs)
+		if got := validate(rs); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("%s: %q, want it to start with %q", name, got, tc.want)
+		}
+	}
+	if got := validate(planService()); got != "" {
+		t.Errorf("valid service: %q", got)
+	}
+	rs := planService()
+	rs.Spec.ServiceUnhealthySecondThreshold = ptr.To[int32](10)
+	rs.Spec.RayClusterSpec.NetworkPolicy = &rayv1.NetworkPolicyConfig{}
+	got := strings.Join(unsupportedFields(rs), ";")
+	for _, want := range []string{"spec.serviceUnhealthySecondThreshold", "spec.rayClusterConfig.networkPolicy"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("unsupported fields %q lack %s", got, want)
+		}
+	}
+}
+
+func TestInitializingTimeout(t *testing.T) {
+	rs := planService()
+	rs.Annotations = map[string]string{AnnotationInitializingTimeout: "30s"}
+	rs.Status.Conditions = []metav1.Condition{{Type: string(rayv1.RayServiceReady), Status: metav1.ConditionFalse,
+		Reason: string(rayv1.RayServiceInitializing), LastTransitionTime: metav1.NewTime(t0), ObservedGeneration: 1}}
+	rs.Status.PendingServiceStatus.RayClusterName = "svc-a"
+	c := builder.RayServiceCluster(rs, "svc-a")
+	p := computePlan(observed{rs: rs, now: t0.Add(29 * time.Second), pending: &clusterObs{cluster: c}, clusters: []rayv1.RayCluster{*c}})
+	if len(p.deleteClusters) != 0 {
+		t.Fatal("deleted before the timeout")
+	}
+	p = computePlan(observed{rs: rs, now: t0.Add(31 * time.Second), pending: &clusterObs{cluster: c}, clusters: []rayv1.RayCluster{*c}})
+	r := meta.FindStatusCondition(p.status.Conditions, string(rayv1.RayServiceReady))
+	if r.Reason != string(rayv1.RayServiceInitializingTimeout) || len(p.deleteClusters) != 1 || p.status.PendingServiceStatus.RayClusterName != "" {
+		t.Fatalf("Ready %+v, deletes %d", r, len(p.deleteClusters))
+	}
+	// Terminal until the spec changes; then initializing starts over, timed from then.
+	rs.Status = p.status
+	p = computePlan(observed{rs: rs, now: t0.Add(time.Hour), newName: names("svc-b")})
+	if r := meta.FindStatusCondition(p.status.Conditions, string(rayv1.RayServiceReady)); r.Reason != string(rayv1.RayServiceInitializingTimeout) || p.status.PendingServiceStatus.RayClusterName != "" {
+		t.Fatalf("timed-out service restarted without a spec change: Ready %+v", r)
+	}
+	rs.Generation = 2
+	p = computePlan(observed{rs: rs, now: t0.Add(time.Hour), newName: names("svc-b")})
+	r = meta.FindStatusCondition(p.status.Conditions, string(rayv1.RayServiceReady))
+	if r.Reason != string(rayv1.RayServiceInitializing) || !r.LastTransitionTime.Time.Equal(t0.Add(time.Hour)) || p.status.PendingServiceStatus.RayClusterName != "svc-b" {
+		t.Fatalf("after a spec change: Ready %+v, pending %q", r, p.status.PendingServiceStatus.RayClusterName)
+	}
+}
+
+// With no deletion delay, the old cluster goes only after the status that stopped naming it is stored: a lost
+// status write must not leave the status naming a deleted cluster as active.
+func TestPlanZeroDelayDeletesAfterStatusStored(t *testing.T) {
+	rs := planService()
+	rs.Spec.RayClusterDeletionDelaySeconds = ptr.To[int32](0)
+	old := readyCluster(rs, "svc-old")
+	rs.Status.ActiveServiceStatus.RayClusterName = "svc-old"
+	rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:new"
+	rs.Status.PendingServiceStatus.RayClusterName = "svc-new"
+	pending := readyCluster(rs, "svc-new")
+	clusters := []rayv1.RayCluster{*old.cluster, *pending.cluster}
+	p := computePlan(observed{rs: rs, now: t0, active: old, pending: pending, clusters: clusters})
+	if p.status.ActiveServiceStatus.RayClusterName != "svc-new" {
+		t.Fatalf("not switched")
+	}
+	if len(p.deleteClusters) != 0 {
+		t.Fatalf("deleted %s in the reconcile that switched away from it", p.deleteClusters[0].Name)
+	}
+	rs.Status = p.status
+	p = computePlan(observed{rs: rs, now: t0, active: pending, clusters: clusters})
+	if len(p.deleteClusters) != 1 || p.deleteClusters[0].Name != "svc-old" {
+		t.Fatalf("deletes %v, want svc-old", p.deleteClusters)
+	}
+}

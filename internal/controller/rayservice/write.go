@@ -1,0 +1,185 @@
+package rayservice
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/ray"
+)
+
+// write carries out the plan in an order that keeps traffic safe: clusters first, then the Serve configs, then the
+// Services (switched to the active cluster), then the serve labels, and deletions last. It stops at the first
+// Kubernetes write that fails, so a cluster is never deleted while a Service may still point at it. A Serve config
+// that Ray does not accept now is reported and retried by a later reconcile; the rest of the plan goes on.
+func (r *Reconciler) write(ctx context.Context, p *plan) error {
+	if c := p.createCluster; c != nil {
+		if err := r.client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
+			p.eventf(corev1.EventTypeWarning, EventFailedToCreateRayCluster, "Create", "failed to create RayCluster %s: %v", c.Name, err)
+			return fmt.Errorf("create RayCluster %s: %w", c.Name, err)
+		} else if err == nil {
+			p.eventf(corev1.EventTypeNormal, EventCreatedRayCluster, "Create", "created RayCluster %s", c.Name)
+		}
+	}
+	for _, c := range p.updateClusters {
+		if err := r.client.Update(ctx, c); err != nil {
+			p.eventf(corev1.EventTypeWarning, EventFailedToUpdateRayCluster, "Update", "failed to update RayCluster %s: %v", c.Name, err)
+			return fmt.Errorf("update RayCluster %s: %w", c.Name, err)
+		}
+		p.recordWritten(c.Name)
+	}
+	for _, a := range p.apply {
+		if err := r.applyServeConfig(ctx, a); err != nil {
+			p.eventf(corev1.EventTypeWarning, EventFailedToUpdateServeApplications, "ApplyServeConfig", "failed to apply serveConfigV2 to RayCluster %s: %v", a.cluster.Name, err)
+			p.requeueIn(0)
+			continue
+		}
+		p.eventf(corev1.EventTypeNormal, EventUpdatedServeApplications, "ApplyServeConfig", "applied serveConfigV2 to RayCluster %s", a.cluster.Name)
+	}
+	for _, svc := range p.services {
+		if err := r.applyService(ctx, p, svc); err != nil {
+			return err
+		}
+	}
+	for _, l := range p.podLabels {
+		patched := l.pod.DeepCopy()
+		if patched.Labels == nil {
+			patched.Labels = map[string]string{}
+		}
+		patched.Labels[builder.LabelServe] = l.value
+		if err := r.client.Patch(ctx, patched, client.MergeFrom(l.pod)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("label pod %s: %w", l.pod.Name, err)
+		}
+	}
+	for _, a := range p.annotate {
+		patched := a.cluster.DeepCopy()
+		patched.Annotations = maps.Clone(patched.Annotations)
+		if a.value == nil {
+			delete(patched.Annotations, a.key)
+		} else {
+			if patched.Annotations == nil {
+				patched.Annotations = map[string]string{}
+			}
+			patched.Annotations[a.key] = *a.value
+		}
+		if err := r.client.Patch(ctx, patched, client.MergeFrom(a.cluster)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("annotate RayCluster %s: %w", a.cluster.Name, err)
+		}
+	}
+	for _, c := range p.deleteClusters {
+		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
+			p.eventf(corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "failed to delete RayCluster %s: %v", c.Name, err)
+			return fmt.Errorf("delete RayCluster %s: %w", c.Name, err)
+		}
+		p.recordWritten(c.Name)
+	}
+	return nil
+}
+
+// applyServeConfig sends the config to the cluster's head, then records on the cluster what was applied to which
+// head, so that an unchanged config is not sent again.
+func (r *Reconciler) applyServeConfig(ctx context.Context, a serveApply) error {
+	c := a.cluster
+	dash, err := r.opts.RayClients.DashboardFor(ray.Target{
+		Namespace: c.Namespace, HeadServiceName: builder.HeadServiceName(c), DashboardPort: r.dashboardPort(ctx, c),
+	})
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.opts.RayCallTimeout)
+	defer cancel()
+	if err := dash.DeployServeConfigV2(cctx, a.config); err != nil {
+		return err
+	}
+	patched := c.DeepCopy()
+	patched.Annotations = maps.Clone(patched.Annotations)
+	if patched.Annotations == nil {
+		patched.Annotations = map[string]string{}
+	}
+	patched.Annotations[builder.AnnotationServeConfigHash] = a.hash
+	patched.Annotations[builder.AnnotationServeConfigHead] = a.headID
+	if err := r.client.Patch(ctx, patched, client.MergeFrom(c)); err != nil {
+		return fmt.Errorf("record the applied config on RayCluster %s: %w", c.Name, err)
+	}
+	// Later steps of this reconcile (annotation patches) build on the recorded state.
+	c.Annotations = patched.Annotations
+	return nil
+}
+
+func (r *Reconciler) dashboardPort(ctx context.Context, c *rayv1.RayCluster) int32 {
+	svc := &corev1.Service{}
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: builder.HeadServiceName(c)}, svc); err != nil {
+		return ray.DashboardPort(nil)
+	}
+	return ray.DashboardPort(svc)
+}
+
+// applyService creates the Service or brings the fields Manta owns in line. A Service of that name the RayService
+// does not control is left alone and reported.
+func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.Service) error {
+	existing := &corev1.Service{}
+	err := r.client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
+	if apierrors.IsNotFound(err) {
+		// The cache holds only Services labelled ray.io/cluster: a foreign one of that name makes the create fail.
+		if err := r.client.Create(ctx, desired); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				// Ours, not in the cache yet; or someone else's, which the cache does not hold: ask the API server.
+				live := &corev1.Service{}
+				if gerr := r.apiReader.Get(ctx, client.ObjectKeyFromObject(desired), live); gerr != nil {
+					return fmt.Errorf("get Service %s: %w", desired.Name, gerr)
+				}
+				if ref := metav1.GetControllerOf(live); ref == nil || ref.UID != metav1.GetControllerOf(desired).UID {
+					p.eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Service %s exists and is not controlled by this RayService; not changing it", desired.Name)
+					return fmt.Errorf("service %s exists and is not controlled by the RayService", desired.Name)
+				}
+				return nil
+			}
+			p.eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", desired.Name, err)
+			return fmt.Errorf("create Service %s: %w", desired.Name, err)
+		}
+		p.eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s for RayCluster %s", desired.Name, desired.Spec.Selector[builder.LabelCluster])
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get Service %s: %w", desired.Name, err)
+	}
+	owner := metav1.GetControllerOf(desired)
+	if ref := metav1.GetControllerOf(existing); ref == nil || ref.UID != owner.UID {
+		p.eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Service %s exists and is not controlled by this RayService; not changing it", desired.Name)
+		return fmt.Errorf("service %s is not controlled by the RayService", desired.Name)
+	}
+	updated, changed, recreate := builder.UpdateService(existing, desired)
+	switch {
+	case !changed:
+		return nil
+	case recreate:
+		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete Service %s to recreate it: %w", existing.Name, err)
+		}
+		p.requeueIn(0)
+		return nil
+	}
+	if err := r.client.Patch(ctx, updated, client.MergeFrom(existing)); err != nil {
+		p.eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
+		return fmt.Errorf("update Service %s: %w", existing.Name, err)
+	}
+	if existing.Spec.Selector[builder.LabelCluster] != updated.Spec.Selector[builder.LabelCluster] {
+		p.eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "Service %s now points at RayCluster %s", existing.Name, updated.Spec.Selector[builder.LabelCluster])
+	}
+	return nil
+}
+
+// recordWritten moves the prepared event of a cluster write that succeeded into the events to record.
+func (p *plan) recordWritten(cluster string) {
+	if e, ok := p.written[cluster]; ok {
+		p.events = append(p.events, e)
+		delete(p.written, cluster)
+	}
+}
