@@ -47,9 +47,9 @@ test: tools ray ## Run every test: unit, envtest, Ray conformance, end-to-end on
 run: tools build ## Start `manta dev`: the local simulated cluster with Manta running.
 	$(BIN)/manta dev
 
-# BENCH_SIZES: RayClusters per trial; BENCH_CONTENDERS: raw, manta, kuberay (concurrency 1), kuberay-c8.
+# BENCH_SIZES: RayClusters per trial; BENCH_CONTENDERS: see test/bench/README.md.
 BENCH_SIZES ?= 100,500,1000
-BENCH_CONTENDERS ?= raw,manta,kuberay,kuberay-c8
+BENCH_CONTENDERS ?= raw,raw-parallel,manta,kuberay,kuberay-c8
 BENCH_ROUNDS ?= 1
 
 .PHONY: bench
