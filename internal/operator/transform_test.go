@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -17,7 +18,8 @@ func TestStripPod(t *testing.T) {
 			Volumes: []corev1.Volume{{Name: "logs"}},
 			Containers: []corev1.Container{{Name: "ray-head", Image: "rayproject/ray:2.52.0",
 				Command: []string{"/bin/bash"}, Args: []string{"-c", "ray start"}, Env: []corev1.EnvVar{{Name: "RAY_X"}},
-				ReadinessProbe: &corev1.Probe{}}},
+				ReadinessProbe: &corev1.Probe{},
+				Resources:      corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}},
 		},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1"},
 	}
@@ -29,7 +31,7 @@ func TestStripPod(t *testing.T) {
 	c := got.Spec.Containers[0]
 	switch {
 	case got.ManagedFields != nil, got.Annotations[lastApplied] != "", got.Spec.Volumes != nil,
-		c.Command != nil, c.Args != nil, c.Env != nil, c.ReadinessProbe != nil:
+		c.Command != nil, c.Args != nil, c.Env != nil, c.ReadinessProbe != nil, c.Resources.Requests != nil:
 		t.Errorf("unread fields kept: %+v", got)
 	case got.Annotations["ray.io/pod-template-hash"] != "abc", got.Labels["ray.io/node-type"] != "head",
 		got.Spec.NodeName != "n1", got.Spec.RestartPolicy != corev1.RestartPolicyAlways,
