@@ -5,7 +5,10 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/manta ./cmd/manta && \
+# COMMIT (docker build --build-arg COMMIT=$(git rev-parse HEAD)) is what `manta version` reports; the version is
+# internal/version.Version, which charts/manta's appVersion (the chart's default image tag) follows.
+ARG COMMIT=unknown
+RUN CGO_ENABLED=0 go build -trimpath -ldflags="-s -w -X github.com/manta-dev/manta/internal/version.Commit=${COMMIT}" -o /out/manta ./cmd/manta && \
     CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o /out/puller ./cmd/puller
 
 FROM gcr.io/distroless/static:nonroot

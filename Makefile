@@ -13,8 +13,9 @@ GO_TEST_FLAGS ?= -timeout 75m -count=1
 all: build
 
 .PHONY: tools
-tools: ## Build the control-plane binaries and generators into bin/ (no-op when up to date).
-	@hack/build-tools.sh
+tools: ## Build the control-plane binaries, generators, helm, staticcheck and the KubeRay oracle into bin/ (no-op when up to date).
+	@hack/tools.sh
+	@hack/build-kuberay.sh
 
 .PHONY: ray
 ray: ## Create bin/ray-venv with the pinned Ray (no-op when up to date).
@@ -26,22 +27,34 @@ generate: tools ## Generate deepcopy, CRDs and RBAC from markers.
 	$(CONTROLLER_GEN) crd:maxDescLen=0,generateEmbeddedObjectMeta=true paths=./api/... output:crd:artifacts:config=config/crd
 	$(CONTROLLER_GEN) rbac:roleName=manta-operator paths=./internal/controller/... paths=./internal/ray/... output:rbac:artifacts:config=config/rbac/operator
 	$(CONTROLLER_GEN) rbac:roleName=manta-apiserver paths=./internal/apiserver/... paths=./internal/ray/... output:rbac:artifacts:config=config/rbac/apiserver
+	@# The chart carries copies of the generated CRDs and roles, so it cannot drift from the markers.
+	rm -f charts/manta/crds/*.yaml && cp config/crd/*_*.yaml charts/manta/crds/
+	cp config/rbac/operator/role.yaml charts/manta/files/operator-role.yaml
+	cp config/rbac/apiserver/role.yaml charts/manta/files/apiserver-role.yaml
 
 .PHONY: verify
 verify: generate ## Fail when generated files drift from the markers.
-	@git diff --exit-code -- api config || { echo "generated files are out of date: run make generate and commit" >&2; exit 1; }
-	@test -z "$$(git status --porcelain -- api config)" || { git status --porcelain -- api config; echo "untracked generated files: run make generate and commit" >&2; exit 1; }
+	@git diff --exit-code -- api config charts || { echo "generated files are out of date: run make generate and commit" >&2; exit 1; }
+	@test -z "$$(git status --porcelain -- api config charts)" || { git status --porcelain -- api config; echo "untracked generated files: run make generate and commit" >&2; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting" >&2; exit 1; }
 	@go mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy" >&2; exit 1; }
 	go vet ./...
 
+.PHONY: lint
+lint: tools ## Run staticcheck (configuration: staticcheck.conf).
+	$(BIN)/staticcheck ./...
+
 .PHONY: build
-build: ## Build bin/manta.
-	go build -o $(BIN)/manta ./cmd/manta
+build: ## Build bin/manta (stamped with the git commit).
+	go build -ldflags "-X github.com/manta-dev/manta/internal/version.Commit=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN)/manta ./cmd/manta
 
 .PHONY: test
 test: tools ray ## Run every test: unit, envtest, Ray conformance, end-to-end on the dev cluster.
 	go test $(GO_TEST_FLAGS) ./...
+
+.PHONY: oracle
+oracle: tools ## Compare Manta's RayCluster controller with KubeRay's operator on every sample (test/oracle).
+	go test $(GO_TEST_FLAGS) -run TestOracle ./test/oracle/
 
 .PHONY: run
 run: tools build ## Start `manta dev`: the local simulated cluster with Manta running.

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/devcluster"
@@ -35,9 +39,10 @@ func newDevCommand() *cobra.Command {
 		opOpts     operator.Options
 	)
 	cmd := &cobra.Command{
-		Use:   "dev",
-		Short: "Start a local simulated Kubernetes with Manta's CRDs, operator and API server running",
-		Args:  cobra.NoArgs,
+		Use:         "dev",
+		Short:       "Start a local simulated Kubernetes with Manta's CRDs, operator and API server running",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{ownLogger: "file"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			out := cmd.OutOrStdout()
@@ -45,6 +50,21 @@ func newDevCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The operator's and the API server's logs go to a file, so the terminal keeps the progress lines
+			// and the summary; the components' logs are in the cluster's own directory (both named below).
+			logPath := filepath.Join(filepath.Dir(abs), "logs", "manta.log")
+			logFile, err := openLog(logPath)
+			if err != nil {
+				return err
+			}
+			defer logFile.Close()
+			fileOpts := logOptions
+			fileOpts.DestWriter = logFile
+			logger := zap.New(zap.UseFlagOptions(&fileOpts))
+			ctrl.SetLogger(logger)
+			klog.SetLogger(logger)
+			fmt.Fprintf(cmd.ErrOrStderr(), "manta dev: starting; operator and API server logs in %s\n", logPath)
+
 			start := time.Now()
 			c, err := devcluster.Start(ctx, devcluster.Options{
 				Nodes: nodes, NodeCPU: nodeCPU, NodeMemory: nodeMemory, NodeMaxPods: maxPods,
@@ -87,7 +107,9 @@ func newDevCommand() *cobra.Command {
 			}
 
 			fmt.Fprintln(out, "manta dev: ready")
-			fmt.Fprintf(out, "  %d fake nodes, up in %s; component logs in %s\n", nodes, time.Since(start).Round(time.Millisecond), filepath.Join(c.Dir(), "logs"))
+			fmt.Fprintf(out, "  %d fake nodes, up in %s\n", nodes, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(out, "  operator and API server logs: %s\n", logPath)
+			fmt.Fprintf(out, "  component logs (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok): %s\n", filepath.Join(c.Dir(), "logs"))
 			fmt.Fprintf(out, "  export KUBECONFIG=%s\n", abs)
 			fmt.Fprintln(out, "  kubectl apply -f config/samples/raycluster.yaml   # kubectl is in bin/ after `make tools`")
 			fmt.Fprintln(out, "  kubectl get rayclusters,pods")
@@ -111,4 +133,12 @@ func newDevCommand() *cobra.Command {
 	addOperatorFlags(fs, &opOpts)
 	opOpts.MetricsAddr = "0"
 	return cmd
+}
+
+// openLog creates (or truncates) the log file of one `manta dev` run.
+func openLog(path string) (*os.File, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
 }

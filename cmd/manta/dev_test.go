@@ -2,12 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,7 +37,8 @@ func TestMantaDev(t *testing.T) {
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	cmd := exec.Command(bin, "dev", "--nodes", "2", "--kubeconfig", kubeconfig)
 	cmd.Dir = root
-	cmd.Stderr = os.Stderr
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -69,10 +72,21 @@ func TestMantaDev(t *testing.T) {
 		}
 	}
 	text := strings.Join(out, "\n")
-	for _, want := range []string{"manta dev: ready", "export KUBECONFIG=" + kubeconfig, "kubectl apply -f config/samples/raycluster.yaml"} {
+	logPath := filepath.Join(filepath.Dir(kubeconfig), "logs", "manta.log")
+	for _, want := range []string{"manta dev: ready", "export KUBECONFIG=" + kubeconfig, "kubectl apply -f config/samples/raycluster.yaml",
+		"operator and API server logs: " + logPath} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q:\n%s", want, text)
 		}
+	}
+	// The terminal keeps progress and the summary; the operator's JSON logs go to the file it names.
+	for _, l := range strings.Split(stderr.String()+text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "{") {
+			t.Errorf("a log line on the terminal: %s", l)
+		}
+	}
+	if logs, err := os.ReadFile(logPath); err != nil || !strings.Contains(string(logs), `"controller":"raycluster"`) {
+		t.Errorf("%s lacks the operator's logs (%v):\n%.2000s", logPath, err, logs)
 	}
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
@@ -145,4 +159,22 @@ func childPIDs(t *testing.T, pid int) []int {
 		}
 	}
 	return pids
+}
+
+// syncBuffer is a bytes.Buffer safe for the process's writer and the test's reader.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -25,15 +25,24 @@ func main() {
 	}
 }
 
+// ownLogger annotates commands that set controller-runtime's logger themselves.
+const ownLogger = "manta.dev/own-logger"
+
+// logOptions are the --zap-* flags; `manta dev` reuses them for the log file it writes.
+var logOptions zap.Options
+
 func newRootCommand() *cobra.Command {
-	zapOpts := zap.Options{Development: false}
+	zapOpts := &logOptions
 	root := &cobra.Command{
 		Use:           "manta",
 		Short:         "Ray on Kubernetes: operator, REST API server and local dev cluster",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
-			ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+			if cmd.Annotations[ownLogger] != "" {
+				return // the command sets the logger itself (controller-runtime takes only the first)
+			}
+			ctrl.SetLogger(zap.New(zap.UseFlagOptions(zapOpts)))
 		},
 	}
 	logFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
@@ -47,10 +56,13 @@ func newRootCommand() *cobra.Command {
 func newVersionCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
-		Short: "Print Manta's version",
+		Short: "Print Manta's version, commit and the KubeRay API it serves",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), "manta", version.Version)
+			out := cmd.OutOrStdout()
+			fmt.Fprintln(out, "manta", version.Version)
+			fmt.Fprintln(out, "commit:", version.GitCommit())
+			fmt.Fprintf(out, "serves: %s (KubeRay %s), manta.dev/v1alpha1\n", version.KubeRayAPIVersion, version.KubeRayRelease)
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +21,7 @@ func TestStaticInstallAndRun(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	if runtime.GOOS == "linux" {
-		if out, err := exec.Command("file", bin).CombinedOutput(); err == nil && !strings.Contains(string(out), "statically linked") {
-			t.Fatalf("puller is not statically linked: %s", out)
-		}
+		checkStatic(t, bin)
 	}
 	st, err := os.Stat(bin)
 	if err != nil {
@@ -44,5 +43,28 @@ func TestStaticInstallAndRun(t *testing.T) {
 	}
 	if err := exec.Command(dst, "bogus").Run(); err == nil {
 		t.Fatal("unknown arguments should fail")
+	}
+}
+
+// checkStatic fails unless bin is an ELF executable with no interpreter (PT_INTERP) and no shared libraries
+// (DT_NEEDED): a dynamic loader or a libc the target image lacks would stop the copy from running.
+func checkStatic(t *testing.T, bin string) {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatalf("puller is not an ELF binary: %v", err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("puller is dynamically linked: it has an ELF interpreter (PT_INTERP)")
+		}
+	}
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(libs) > 0 {
+		t.Errorf("puller needs shared libraries %v, want none", libs)
 	}
 }

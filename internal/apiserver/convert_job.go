@@ -1,5 +1,7 @@
 package apiserver
 
+//lint:file-ignore SA1019 KubeRay's API server passes the deprecated RayService thresholds through, and so does Manta's
+
 import (
 	"maps"
 	"slices"

@@ -17,7 +17,7 @@ func AutoscalerContainer(c *rayv1.RayCluster, rayImage string) corev1.Container 
 		Name:            AutoscalerContainerName,
 		Image:           rayImage,
 		ImagePullPolicy: corev1.PullIfNotPresent,
-		Command:         []string{"/bin/bash", "-lc", "--"},
+		Command:         ShellCommand(),
 		Args:            []string{start},
 		Env: []corev1.EnvVar{
 			fieldEnv("RAY_CLUSTER_NAME", "metadata.labels['"+LabelCluster+"']"),

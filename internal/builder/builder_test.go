@@ -105,7 +105,7 @@ func TestContainerCommand(t *testing.T) {
 	}{
 		{"no user command", corev1.Container{}, []string{"ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; ray start --head"}},
 		{"user command runs first", corev1.Container{Command: []string{"echo"}, Args: []string{"hi"}},
-			[]string{"ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; echo hi && ray start --head"}},
+			[]string{"echo hi && ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; ray start --head"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -260,6 +260,10 @@ func TestTemplatePreserved(t *testing.T) {
 	got := pod.Spec.DeepCopy()
 	// Undo what the operator adds; what is left must be the template exactly.
 	got.InitContainers = got.InitContainers[:1]
+	if diff := cmp.Diff([]corev1.EnvVar{{Name: "FQ_RAY_IP", Value: "rc-head-svc.ns.svc.cluster.local"}, {Name: "RAY_IP", Value: "rc-head-svc"}}, got.InitContainers[0].Env); diff != "" {
+		t.Errorf("user init container env (-want +got):\n%s", diff)
+	}
+	got.InitContainers[0].Env = nil
 	ray := &got.Containers[0]
 	ray.Command, ray.Args, ray.LivenessProbe, ray.ReadinessProbe = nil, nil, nil, nil
 	ray.Ports = nil
@@ -557,7 +561,7 @@ func TestMergePodTemplate(t *testing.T) {
 				{Name: "log-shipper", Image: "fluent"},
 			},
 			Volumes:           []corev1.Volume{{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-			Tolerations:       []corev1.Toleration{{Key: "dedicated", Value: "ray"}, {Key: "gpu"}},
+			Tolerations:       []corev1.Toleration{{Key: "gpu"}}, // a list without a merge key: the user's replaces the default's
 			PriorityClassName: "default-prio",
 			NodeSelector:      map[string]string{"pool": "gpu", "arch": "amd64"},
 		},
@@ -595,7 +599,7 @@ func TestUnsupportedFields(t *testing.T) {
 			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "r:6379"}
 			c.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeToken}
 			c.Spec.TLSOptions = &rayv1.TLSOptions{Enabled: ptr.To(true)}
-		}, []string{"spec.gcsFaultToleranceOptions", "spec.authOptions", "spec.tlsOptions"}},
+		}, []string{"spec.gcsFaultToleranceOptions (the Redis cleanup on deletion)", "spec.authOptions", "spec.tlsOptions"}},
 		{"auth disabled and tls off are fine", func(c *rayv1.RayCluster) {
 			c.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeDisabled}
 			c.Spec.TLSOptions = &rayv1.TLSOptions{Enabled: ptr.To(false)}
@@ -605,7 +609,7 @@ func TestUnsupportedFields(t *testing.T) {
 			c.Spec.NetworkPolicy = &rayv1.NetworkPolicyConfig{}
 			c.Annotations = map[string]string{AnnotationFTEnabled: "true"}
 			c.Labels = map[string]string{LabelSchedulerName: "volcano"}
-		}, []string{"metadata.annotations[ray.io/ft-enabled]", "spec.networkPolicy", "spec.headGroupSpec.enableIngress", "metadata.labels[ray.io/scheduler-name]"}},
+		}, []string{"metadata.annotations[ray.io/ft-enabled] (the Redis cleanup on deletion)", "spec.networkPolicy", "spec.headGroupSpec.enableIngress", "metadata.labels[ray.io/scheduler-name]"}},
 		{"autoscaler options without autoscaling", func(c *rayv1.RayCluster) {
 			c.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{IdleTimeoutSeconds: ptr.To[int32](30)}
 		}, []string{"spec.autoscalerOptions (enableInTreeAutoscaling is not true)"}},

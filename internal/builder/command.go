@@ -80,75 +80,102 @@ func RayStartCommand(p StartParams) string {
 	return b.String()
 }
 
-// addResourceParams fills num-cpus, memory, num-gpus and resources from the container's resources (limits first)
-// unless rayStartParams already say them; the group's `resources` map overrides both.
+// addResourceParams turns resources into flags the way KubeRay does. The group's `resources` map comes first, each
+// value a Kubernetes quantity converted to what Ray expects (cpu and GPUs as whole numbers rounded up, memory in bytes,
+// anything else as a float in the --resources JSON). Then what rayStartParams and the map left unsaid is taken from the
+// Ray container: num-cpus from the CPU limit (else request), memory from the memory limit, num-gpus from the first GPU
+// limit, and the first well-known accelerator limit (Neuron cores, TPUs) added to the --resources JSON unless that
+// JSON already names an accelerator.
 func addResourceParams(params map[string]string, res corev1.ResourceRequirements, overrides map[string]string) {
-	get := func(name corev1.ResourceName) (resource.Quantity, bool) {
-		if q, ok := res.Limits[name]; ok && !q.IsZero() {
-			return q, true
+	custom := map[string]float64{}
+	for _, k := range sortedKeys(overrides) {
+		q, err := resource.ParseQuantity(overrides[k])
+		if err != nil {
+			continue // refused by ValidateGroupResources before a pod is built
 		}
-		if name == corev1.ResourceCPU {
-			if q, ok := res.Requests[name]; ok && !q.IsZero() {
-				return q, true
-			}
+		switch n := strings.ToLower(k); {
+		case n == string(corev1.ResourceCPU):
+			params["num-cpus"] = strconv.FormatInt(q.Value(), 10)
+		case n == string(corev1.ResourceMemory):
+			params["memory"] = strconv.FormatInt(q.Value(), 10)
+		case IsGPUResource(n):
+			params["num-gpus"] = strconv.FormatInt(q.Value(), 10)
+		default:
+			custom[k] = q.AsApproximateFloat64()
 		}
-		return resource.Quantity{}, false
 	}
+	if len(custom) > 0 {
+		params["resources"] = resourcesJSON(custom)
+	}
+
 	if _, ok := params["num-cpus"]; !ok {
-		if q, ok := get(corev1.ResourceCPU); ok {
+		if q := res.Limits[corev1.ResourceCPU]; !q.IsZero() {
+			params["num-cpus"] = strconv.FormatInt(q.Value(), 10)
+		} else if q := res.Requests[corev1.ResourceCPU]; !q.IsZero() {
 			params["num-cpus"] = strconv.FormatInt(q.Value(), 10)
 		}
 	}
 	if _, ok := params["memory"]; !ok {
-		if q, ok := get(corev1.ResourceMemory); ok {
+		if q := res.Limits[corev1.ResourceMemory]; !q.IsZero() {
 			params["memory"] = strconv.FormatInt(q.Value(), 10)
 		}
 	}
 	if _, ok := params["num-gpus"]; !ok {
 		for _, name := range sortedKeys(res.Limits) {
-			if IsGPUResource(string(name)) {
-				if q := res.Limits[name]; !q.IsZero() {
-					params["num-gpus"] = strconv.FormatInt(q.Value(), 10)
-					break
-				}
-			}
-		}
-	}
-	custom := map[string]float64{}
-	if _, ok := params["resources"]; !ok {
-		for _, m := range []struct {
-			k8s corev1.ResourceName
-			ray string
-		}{{"aws.amazon.com/neuroncore", "neuron_cores"}, {"google.com/tpu", "TPU"}} {
-			if q, ok := res.Limits[m.k8s]; ok && !q.IsZero() {
-				custom[m.ray] = float64(q.Value())
+			if q := res.Limits[name]; IsGPUResource(string(name)) && !q.IsZero() {
+				params["num-gpus"] = strconv.FormatInt(q.Value(), 10)
 				break
 			}
 		}
 	}
-	for _, k := range sortedKeys(overrides) {
-		v := overrides[k]
-		switch {
-		case strings.EqualFold(k, "cpu"):
-			params["num-cpus"] = v
-		case strings.EqualFold(k, "memory"):
-			params["memory"] = v
-		case IsGPUResource(k):
-			params["num-gpus"] = v
-		default:
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				if q, qerr := resource.ParseQuantity(v); qerr == nil {
-					f = q.AsApproximateFloat64()
-				}
-			}
-			custom[k] = f
+	addAcceleratorResource(params, res.Limits)
+}
+
+// acceleratorRayResources maps the accelerators Ray knows by another name to that name.
+var acceleratorRayResources = map[corev1.ResourceName]string{
+	"aws.amazon.com/neuroncore": "neuron_cores",
+	"google.com/tpu":            "TPU",
+}
+
+// addAcceleratorResource adds the first accelerator limit (in name order) to the --resources JSON, keeping what the
+// JSON already says; nothing is added when it already names an accelerator or cannot be read.
+func addAcceleratorResource(params map[string]string, limits corev1.ResourceList) {
+	existing := map[string]float64{}
+	if s, ok := params["resources"]; ok {
+		if err := json.Unmarshal([]byte(strings.Trim(s, "'\"` ")), &existing); err != nil {
+			return
 		}
 	}
-	if len(custom) > 0 {
-		js, _ := json.Marshal(custom) // map keys are sorted by encoding/json
-		params["resources"] = "'" + string(js) + "'"
+	for _, ray := range acceleratorRayResources {
+		if _, ok := existing[ray]; ok {
+			return
+		}
 	}
+	for _, name := range sortedKeys(limits) {
+		ray, ok := acceleratorRayResources[name]
+		if q := limits[name]; ok && !q.IsZero() {
+			existing[ray] = q.AsApproximateFloat64()
+			params["resources"] = resourcesJSON(existing)
+			return
+		}
+	}
+}
+
+// resourcesJSON renders Ray's --resources value: JSON (keys sorted by encoding/json) in single quotes for the shell.
+func resourcesJSON(m map[string]float64) string {
+	js, _ := json.Marshal(m)
+	return "'" + string(js) + "'"
+}
+
+// ValidateGroupResources refuses a group `resources` value that is not a Kubernetes quantity: Ray could not be told
+// about it, and KubeRay would drop it without a word.
+func ValidateGroupResources(path string, resources map[string]string) error {
+	for _, k := range sortedKeys(resources) {
+		if _, err := resource.ParseQuantity(resources[k]); err != nil {
+			return fmt.Errorf("%s[%s]: %q is not a quantity: %v", path, k, resources[k], err)
+		}
+	}
+	return nil
 }
 
 // IsGPUResource says whether a resource name counts as a GPU: it ends in "gpu" or is a MIG slice.
@@ -161,12 +188,16 @@ func IsGPUResource(name string) bool {
 // the user's own command when there is one.
 func ContainerCommand(c *corev1.Container, rayStart string) (command, args []string) {
 	user := strings.Join(append(slices.Clone(c.Command), c.Args...), " ")
-	script := "ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; "
+	script := "ulimit -n ${RAY_START_ULIMIT_OPEN_FILES:-65536}; " + rayStart
 	if user != "" {
-		script += user + " && "
+		script = user + " && " + script
 	}
-	return []string{"/bin/bash", "-c", "--"}, []string{script + rayStart}
+	return ShellCommand(), []string{script}
 }
+
+// ShellCommand runs the generated scripts: a plain (not login) bash, so the PATH of a custom image is the one its
+// author set, not whatever its profile scripts reset it to.
+func ShellCommand() []string { return []string{"/bin/bash", "-c", "--"} }
 
 // keepsUserCommand reports whether the user's command must be left as it is.
 func keepsUserCommand(c *corev1.Container, annotations map[string]string) bool {

@@ -24,6 +24,8 @@ const (
 	// LabelDisableProvisionedHeadRestart set to "true" on a RayCluster (SidecarMode RayJobs set it): once the
 	// cluster has been provisioned, a head pod that terminates is not replaced.
 	LabelDisableProvisionedHeadRestart = "ray.io/disable-provisioned-head-restart"
+	// LabelHeadlessWorkerService marks the headless Service of a cluster's multi-host workers; its value is the cluster.
+	LabelHeadlessWorkerService = "ray.io/headless-worker-svc"
 	// LabelSchedulerName selects a KubeRay batch-scheduler plugin (volcano, yunikorn, kai-scheduler).
 	LabelSchedulerName = "ray.io/scheduler-name"
 
@@ -49,6 +51,10 @@ const (
 	// AnnotationExternalStorageNamespace belongs to GCS fault tolerance.
 	AnnotationExternalStorageNamespace = "ray.io/external-storage-namespace"
 )
+
+// FinalizerGCSFTRedisCleanup is the finalizer KubeRay puts on clusters with GCS fault tolerance, to clean their keys
+// out of Redis on deletion. Clusters adopted from KubeRay carry it.
+const FinalizerGCSFTRedisCleanup = "ray.io/gcs-ft-redis-cleanup-finalizer"
 
 // Default ports and port names (kuberay-compat.md §2–3).
 const (

@@ -3,75 +3,151 @@ package builder
 import (
 	"encoding/json"
 	"fmt"
-	"reflect"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 )
 
-// Names of the containers of a default PodTemplate that are bases rather than containers to add.
+// Names of the containers of a default PodTemplate that are bases rather than containers to add (Flyte's names).
 const (
-	DefaultContainerName = "default"
-	PrimaryContainerName = "primary"
+	DefaultContainerName     = "default"
+	PrimaryContainerName     = "primary"
+	DefaultInitContainerName = "default-init"
+	PrimaryInitContainerName = "primary-init"
 )
 
-// MergePodTemplate lays the user's template over the operator's default one. The default's container named
-// "default" is the base of every user container, "primary" the base of the Ray container (index 0), and the rest
-// of the default's pod spec the base of the user's. The user always wins: maps merge, lists append, and lists of
-// named items (containers, env, volumes, ports...) merge item by item by name.
+// MergePodTemplate lays the user's template over the operator's default one with Kubernetes' strategic merge
+// (the core/v1 patch metadata): maps merge, lists with a merge key (containers and env by name, volumeMounts by
+// mountPath, ports by containerPort, ...) merge item by item, other lists (args, tolerations, nodeSelectorTerms)
+// are the user's when the user has one. The user's template always wins; an env var, volume or probe the user
+// sets replaces the default's whole, so one-of fields (value/valueFrom, emptyDir/configMap, exec/httpGet) are
+// never combined.
+//
+// As in Flyte, the default's container "default" is the base of every user container and "primary" the base of
+// the Ray container (index 0); "default-init" is the base of every init container and "primary-init" of the first.
+// The default's other containers and init containers are added after the user's.
 func MergePodTemplate(def *corev1.PodTemplateSpec, user *corev1.PodTemplateSpec) (*corev1.PodTemplateSpec, error) {
 	base := def.DeepCopy()
-	var defaultCtr, primaryCtr *corev1.Container
-	var rest []corev1.Container
-	for i := range base.Spec.Containers {
-		switch c := &base.Spec.Containers[i]; c.Name {
-		case DefaultContainerName:
-			defaultCtr = c
-		case PrimaryContainerName:
-			primaryCtr = c
-		default:
-			rest = append(rest, *c)
-		}
+	u := user.DeepCopy()
+	var err error
+	base.Spec.Containers, u.Spec.Containers, err = mergeContainers(base.Spec.Containers, u.Spec.Containers, DefaultContainerName, PrimaryContainerName)
+	if err != nil {
+		return nil, err
 	}
-	// Every user container starts from "default" (+ "primary" for the Ray container), then the user's fields.
-	userCopy := user.DeepCopy()
-	for i := range userCopy.Spec.Containers {
-		c := userCopy.Spec.Containers[i]
-		merged := corev1.Container{}
-		if defaultCtr != nil {
-			merged = *defaultCtr.DeepCopy()
-		}
-		if i == RayContainerIndex && primaryCtr != nil {
-			if err := mergeInto(&merged, primaryCtr); err != nil {
-				return nil, fmt.Errorf("merge primary container: %w", err)
-			}
-		}
-		if err := mergeInto(&merged, &c); err != nil {
-			return nil, fmt.Errorf("merge container %q: %w", c.Name, err)
-		}
-		merged.Name = c.Name
-		userCopy.Spec.Containers[i] = merged
+	base.Spec.InitContainers, u.Spec.InitContainers, err = mergeContainers(base.Spec.InitContainers, u.Spec.InitContainers, DefaultInitContainerName, PrimaryInitContainerName)
+	if err != nil {
+		return nil, err
 	}
-	base.Spec.Containers = rest
-	if err := mergeInto(base, userCopy); err != nil {
+	base.Spec.Volumes = slices.DeleteFunc(base.Spec.Volumes, func(v corev1.Volume) bool {
+		return slices.ContainsFunc(u.Spec.Volumes, func(w corev1.Volume) bool { return w.Name == v.Name })
+	})
+	merged := &corev1.PodTemplateSpec{}
+	if err := strategicMerge(base, u, merged); err != nil {
 		return nil, fmt.Errorf("merge pod template: %w", err)
 	}
-	// Keep the user's container order: the Ray container must stay first.
-	ordered := make([]corev1.Container, 0, len(base.Spec.Containers))
-	byName := map[string]corev1.Container{}
-	for _, c := range base.Spec.Containers {
-		byName[c.Name] = c
-	}
-	for _, c := range userCopy.Spec.Containers {
-		ordered = append(ordered, byName[c.Name])
-		delete(byName, c.Name)
-	}
-	for _, c := range base.Spec.Containers {
-		if _, ok := byName[c.Name]; ok {
-			ordered = append(ordered, c)
+	// The merge puts the user's containers after the default's extra ones: the Ray container must come first.
+	merged.Spec.Containers = userFirst(merged.Spec.Containers, u.Spec.Containers)
+	merged.Spec.InitContainers = userFirst(merged.Spec.InitContainers, u.Spec.InitContainers)
+	return merged, nil
+}
+
+// mergeContainers takes the base containers (defName, primaryName) out of the default's list and returns the
+// default's remaining containers and the user's containers, each already merged over its bases.
+func mergeContainers(defs, users []corev1.Container, defName, primaryName string) (rest, merged []corev1.Container, err error) {
+	var defaultCtr, primaryCtr *corev1.Container
+	for i := range defs {
+		switch defs[i].Name {
+		case defName:
+			defaultCtr = &defs[i]
+		case primaryName:
+			primaryCtr = &defs[i]
+		default:
+			rest = append(rest, defs[i])
 		}
 	}
-	base.Spec.Containers = ordered
-	return base, nil
+	for i, c := range users {
+		out := corev1.Container{Name: c.Name}
+		if defaultCtr != nil {
+			out = *defaultCtr.DeepCopy()
+			out.Name = c.Name
+		}
+		if i == 0 && primaryCtr != nil {
+			p := primaryCtr.DeepCopy()
+			p.Name = c.Name
+			if out, err = mergeContainer(out, *p); err != nil {
+				return nil, nil, fmt.Errorf("merge %s into container %q: %w", primaryName, c.Name, err)
+			}
+		}
+		if out, err = mergeContainer(out, c); err != nil {
+			return nil, nil, fmt.Errorf("merge container %q: %w", c.Name, err)
+		}
+		merged = append(merged, out)
+	}
+	return rest, merged, nil
+}
+
+// mergeContainer merges over onto base; over's env vars and probes replace base's whole.
+func mergeContainer(base, over corev1.Container) (corev1.Container, error) {
+	base.Env = slices.DeleteFunc(base.Env, func(e corev1.EnvVar) bool {
+		return slices.ContainsFunc(over.Env, func(o corev1.EnvVar) bool { return o.Name == e.Name })
+	})
+	if over.LivenessProbe != nil {
+		base.LivenessProbe = nil
+	}
+	if over.ReadinessProbe != nil {
+		base.ReadinessProbe = nil
+	}
+	if over.StartupProbe != nil {
+		base.StartupProbe = nil
+	}
+	var out corev1.Container
+	if err := strategicMerge(&base, &over, &out); err != nil {
+		return out, err
+	}
+	// The default's env first, so the user's vars can refer to them ($(VAR) sees only earlier vars).
+	if env := append(slices.Clone(base.Env), over.Env...); len(env) > 0 {
+		out.Env = env
+	}
+	return out, nil
+}
+
+// strategicMerge applies over to base as a strategic merge patch of base's type, into out.
+func strategicMerge[T any](base, over, out *T) error {
+	b, err := json.Marshal(base)
+	if err != nil {
+		return err
+	}
+	o, err := json.Marshal(over)
+	if err != nil {
+		return err
+	}
+	m, err := strategicpatch.StrategicMergePatch(b, o, *new(T))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(m, out)
+}
+
+// userFirst orders containers as the user listed them, then the default's extra ones in their order.
+func userFirst(merged, users []corev1.Container) []corev1.Container {
+	if len(merged) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, 0, len(merged))
+	for _, u := range users {
+		if i := slices.IndexFunc(merged, func(c corev1.Container) bool { return c.Name == u.Name }); i >= 0 {
+			out = append(out, merged[i])
+		}
+	}
+	for _, c := range merged {
+		if !slices.ContainsFunc(users, func(u corev1.Container) bool { return u.Name == c.Name }) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // ValidateDefaultPodTemplate rejects a default template that cannot be merged.
@@ -79,121 +155,35 @@ func ValidateDefaultPodTemplate(t *corev1.PodTemplate) error {
 	if t == nil {
 		return fmt.Errorf("no template")
 	}
-	seen := map[string]bool{}
-	for _, c := range t.Template.Spec.Containers {
-		if c.Name == "" {
-			return fmt.Errorf("template.spec.containers: a container has no name")
+	for _, list := range [][]corev1.Container{t.Template.Spec.Containers, t.Template.Spec.InitContainers} {
+		seen := map[string]bool{}
+		for _, c := range list {
+			if c.Name == "" {
+				return fmt.Errorf("template.spec: a container has no name")
+			}
+			if seen[c.Name] {
+				return fmt.Errorf("template.spec: duplicate container %q", c.Name)
+			}
+			seen[c.Name] = true
 		}
-		if seen[c.Name] {
-			return fmt.Errorf("template.spec.containers: duplicate container %q", c.Name)
-		}
-		seen[c.Name] = true
 	}
-	_, err := MergePodTemplate(&t.Template, &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe"}}}})
+	_, err := MergePodTemplate(&t.Template, &corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+		Containers: []corev1.Container{{Name: "probe"}}, InitContainers: []corev1.Container{{Name: "probe-init"}},
+	}})
 	return err
 }
 
-// mergeInto merges over onto dst (both the same struct type) through their JSON form.
-func mergeInto[T any](dst *T, over *T) error {
-	a, err := toMap(dst)
-	if err != nil {
-		return err
+// CheckDefaultTemplate merges the default template under the head's and every group's template, and names the first
+// that cannot be merged. The controller calls it before building pods so that a failed merge is reported, never
+// skipped.
+func CheckDefaultTemplate(c *rayv1.RayCluster, def *corev1.PodTemplateSpec) error {
+	if _, err := MergePodTemplate(def, &c.Spec.HeadGroupSpec.Template); err != nil {
+		return fmt.Errorf("spec.headGroupSpec.template: %w", err)
 	}
-	b, err := toMap(over)
-	if err != nil {
-		return err
+	for i := range c.Spec.WorkerGroupSpecs {
+		if _, err := MergePodTemplate(def, &c.Spec.WorkerGroupSpecs[i].Template); err != nil {
+			return fmt.Errorf("spec.workerGroupSpecs[%d].template: %w", i, err)
+		}
 	}
-	merged := mergeValues(a, b)
-	js, err := json.Marshal(merged)
-	if err != nil {
-		return err
-	}
-	var out T
-	if err := json.Unmarshal(js, &out); err != nil {
-		return err
-	}
-	*dst = out
 	return nil
-}
-
-func toMap(v any) (map[string]any, error) {
-	js, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	m := map[string]any{}
-	return m, json.Unmarshal(js, &m)
-}
-
-// mergeValues merges JSON values: objects key by key, lists of named objects by name, other lists appended
-// (without repeating an item already there), scalars replaced by over.
-func mergeValues(base, over any) any {
-	switch o := over.(type) {
-	case map[string]any:
-		b, ok := base.(map[string]any)
-		if !ok {
-			return o
-		}
-		out := make(map[string]any, len(b)+len(o))
-		for k, v := range b {
-			out[k] = v
-		}
-		for k, v := range o {
-			if bv, ok := out[k]; ok {
-				out[k] = mergeValues(bv, v)
-			} else {
-				out[k] = v
-			}
-		}
-		return out
-	case []any:
-		b, ok := base.([]any)
-		if !ok {
-			return o
-		}
-		return mergeLists(b, o)
-	default:
-		return over
-	}
-}
-
-func mergeLists(base, over []any) []any {
-	out := append([]any(nil), base...)
-	for _, item := range over {
-		if name, ok := itemName(item); ok {
-			idx := -1
-			for i, existing := range out {
-				if n, ok := itemName(existing); ok && n == name {
-					idx = i
-					break
-				}
-			}
-			if idx >= 0 {
-				out[idx] = mergeValues(out[idx], item)
-				continue
-			}
-		} else if containsValue(out, item) {
-			continue
-		}
-		out = append(out, item)
-	}
-	return out
-}
-
-func itemName(v any) (string, bool) {
-	m, ok := v.(map[string]any)
-	if !ok {
-		return "", false
-	}
-	n, ok := m["name"].(string)
-	return n, ok && n != ""
-}
-
-func containsValue(list []any, v any) bool {
-	for _, x := range list {
-		if reflect.DeepEqual(x, v) {
-			return true
-		}
-	}
-	return false
 }

@@ -28,20 +28,20 @@ type PodOptions struct {
 // HeadPod builds the head pod of c from the user's head template.
 func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 	h := &c.Spec.HeadGroupSpec
-	pod := podFromTemplate(c, h.Template, o, NodeTypeHead, HeadGroupName, HeadPodGenerateName(c))
+	pod := podFromTemplate(c, h.Template, h.Labels, o, NodeTypeHead, HeadGroupName, HeadPodGenerateName(c))
 	if pod == nil {
 		return nil
 	}
-	pod.Annotations[AnnotationFTEnabled] = "false"
 	if originCRD(c) == KindRayService {
 		pod.Labels[LabelServe] = "false"
 	}
 	ray := &pod.Spec.Containers[RayContainerIndex]
 	port := headPort(c)
 	autoscaling := AutoscalingEnabled(c)
+	params := headGCSFaultTolerance(c, pod, ray, h.RayStartParams)
 
 	startCmd := RayStartCommand(StartParams{
-		Head: true, Params: h.RayStartParams, Resources: ray.Resources, Overrides: h.Resources, Labels: h.Labels,
+		Head: true, Params: params, Resources: ray.Resources, Overrides: h.Resources, Labels: h.Labels,
 		NoMonitor: autoscaling,
 	})
 	setRayContainer(ray, pod, startCmd)
@@ -53,7 +53,7 @@ func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 	} else if v == rayv1.AutoscalerVersionV1 {
 		setEnv(ray, "RAY_enable_autoscaler_v2", "false")
 	}
-	setProbes(ray, c.Spec.RayVersion, true, false)
+	setProbes(ray, c.Spec.RayVersion, h.RayStartParams, true, false)
 	if autoscaling {
 		addRayLogsVolume(pod)
 		pod.Spec.Containers = append(pod.Spec.Containers, AutoscalerContainer(c, ray.Image))
@@ -64,7 +64,7 @@ func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 
 // WorkerPod builds one worker pod of group g of c from the user's worker template.
 func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *corev1.Pod {
-	pod := podFromTemplate(c, g.Template, o, NodeTypeWorker, g.GroupName, WorkerPodGenerateName(c, g.GroupName))
+	pod := podFromTemplate(c, g.Template, g.Labels, o, NodeTypeWorker, g.GroupName, WorkerPodGenerateName(c, g.GroupName))
 	if pod == nil {
 		return nil
 	}
@@ -76,6 +76,7 @@ func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *cor
 	fqdn := HeadServiceFQDN(c, o.ClusterDomain)
 	addr := fqdn + ":" + strconv.Itoa(port)
 
+	workerGCSFaultTolerance(c, ray)
 	startCmd := RayStartCommand(StartParams{
 		Params: g.RayStartParams, Resources: ray.Resources, Overrides: g.Resources, Labels: g.Labels, HeadAddress: addr,
 	})
@@ -84,21 +85,19 @@ func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *cor
 	setEnv(ray, "RAY_IP", HeadServiceName(c))
 	setEnv(ray, "RAY_PORT", strconv.Itoa(port))
 	setEnv(ray, "RAY_ADDRESS", addr)
-	setProbes(ray, c.Spec.RayVersion, false, originCRD(c) == KindRayService)
-	if AutoscalingEnabled(c) {
-		addRayLogsVolume(pod)
-	}
-	pod.Spec.InitContainers = append(pod.Spec.InitContainers, waitGCSContainer(ray, fqdn, addr))
+	setProbes(ray, c.Spec.RayVersion, g.RayStartParams, false, originCRD(c) == KindRayService)
 	return pod
 }
 
 // podFromTemplate does what head and worker pods share: merge the default template, copy the user's template
-// whole, then add the labels, annotations, owner, env, ports, command and /dev/shm KubeRay adds.
-func podFromTemplate(c *rayv1.RayCluster, tmpl corev1.PodTemplateSpec, o PodOptions, nodeType, group, generateName string) *corev1.Pod {
+// whole, then add the labels (the group's Ray labels are pod labels too), annotations, owner, env, ports, command
+// and /dev/shm KubeRay adds.
+func podFromTemplate(c *rayv1.RayCluster, tmpl corev1.PodTemplateSpec, groupLabels map[string]string, o PodOptions, nodeType, group, generateName string) *corev1.Pod {
 	t := tmpl.DeepCopy()
 	if o.DefaultTemplate != nil {
-		merged, err := MergePodTemplate(o.DefaultTemplate, t)
-		if err == nil {
+		// The controller has checked the merge (CheckDefaultTemplate) and reported a failure instead of passing
+		// the template; an error here cannot happen.
+		if merged, err := MergePodTemplate(o.DefaultTemplate, t); err == nil {
 			t = merged
 		}
 	}
@@ -109,7 +108,7 @@ func podFromTemplate(c *rayv1.RayCluster, tmpl corev1.PodTemplateSpec, o PodOpti
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName:    generateName,
 			Namespace:       c.Namespace,
-			Labels:          podLabels(c, t.Labels, nodeType, group),
+			Labels:          podLabels(c, mergeMaps(t.Labels, groupLabels), nodeType, group),
 			Annotations:     map[string]string{},
 			OwnerReferences: []metav1.OwnerReference{*OwnerReference(c)},
 		},
@@ -128,8 +127,31 @@ func podFromTemplate(c *rayv1.RayCluster, tmpl corev1.PodTemplateSpec, o PodOpti
 		// Autoscaler v2 replaces dead Ray nodes itself; a restarted container would rejoin as a stranger.
 		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	}
+	// The user's init containers may need to reach the head (a TLS certificate for its name, a wait of their own).
+	fqdn := HeadServiceFQDN(c, o.ClusterDomain)
+	if nodeType == NodeTypeWorker {
+		// Built from the user's Ray container (its env and mounts may carry TLS settings), before Manta adds its own.
+		addr := fqdn + ":" + strconv.Itoa(headPort(c))
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, waitGCSContainer(&pod.Spec.Containers[RayContainerIndex], addr))
+	}
+	for i := range pod.Spec.InitContainers {
+		setEnv(&pod.Spec.InitContainers[i], "FQ_RAY_IP", fqdn)
+		setEnv(&pod.Spec.InitContainers[i], "RAY_IP", HeadServiceName(c))
+	}
 	addSharedMemory(pod, c, group)
 	return pod
+}
+
+// mergeMaps returns a copy of a with b's entries on top.
+func mergeMaps(a, b map[string]string) map[string]string {
+	out := make(map[string]string, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
 }
 
 // OwnerReference makes c the controller of an object, so garbage collection removes it with c.
@@ -287,19 +309,22 @@ func addRayLogsVolume(pod *corev1.Pod) {
 	ray.VolumeMounts = append(ray.VolumeMounts, corev1.VolumeMount{Name: RayLogsVolumeName, MountPath: RayLogsMountPath})
 }
 
-// setProbes adds liveness and readiness probes the user did not set (kuberay-compat.md §3).
-func setProbes(ray *corev1.Container, rayVersion string, head, serveWorker bool) {
+// setProbes adds liveness and readiness probes the user did not set (kuberay-compat.md §3). They ask the ports the
+// group's rayStartParams give the dashboard agent and the dashboard, so a cluster that moved them stays healthy.
+func setProbes(ray *corev1.Container, rayVersion string, params map[string]string, head, serveWorker bool) {
+	agentPort := paramPort(params, "dashboard-agent-listen-port", DefaultDashboardAgentPort)
+	dashboardPort := paramPort(params, "dashboard-port", DefaultDashboardPort)
 	timeout := int32(2)
 	if head {
 		timeout = 5
 	}
 	handler := func(readiness bool) corev1.ProbeHandler {
 		if versionAtLeast(rayVersion, 2, 53, 0) && !(readiness && serveWorker) {
-			return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/api/healthz", Port: intstr.FromInt32(DefaultDashboardAgentPort)}}
+			return corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/api/healthz", Port: intstr.FromInt32(agentPort)}}
 		}
-		checks := []string{fmt.Sprintf("wget --tries 1 -T 2 -q -O- http://localhost:%d/api/local_raylet_healthz | grep success", DefaultDashboardAgentPort)}
+		checks := []string{fmt.Sprintf("wget --tries 1 -T 2 -q -O- http://localhost:%d/api/local_raylet_healthz | grep success", agentPort)}
 		if head {
-			checks = append(checks, fmt.Sprintf("wget --tries 1 -T 10 -q -O- http://localhost:%d/api/gcs_healthz | grep success", DefaultDashboardPort))
+			checks = append(checks, fmt.Sprintf("wget --tries 1 -T 10 -q -O- http://localhost:%d/api/gcs_healthz | grep success", dashboardPort))
 		}
 		if readiness && serveWorker {
 			checks = append(checks, fmt.Sprintf("wget --tries 1 -T 2 -q -O- http://localhost:%d/-/healthz | grep success", servePort(ray)))
@@ -316,6 +341,14 @@ func setProbes(ray *corev1.Container, rayVersion string, head, serveWorker bool)
 		}
 		ray.ReadinessProbe = &corev1.Probe{ProbeHandler: handler(true), InitialDelaySeconds: 10, TimeoutSeconds: timeout, PeriodSeconds: 5, SuccessThreshold: 1, FailureThreshold: failures}
 	}
+}
+
+// paramPort reads a port from rayStartParams, def when it is absent or not a port.
+func paramPort(params map[string]string, key string, def int32) int32 {
+	if p, err := strconv.ParseInt(params[key], 10, 32); err == nil && p > 0 && p < 65536 {
+		return int32(p)
+	}
+	return def
 }
 
 func servePort(c *corev1.Container) int32 {
@@ -351,20 +384,27 @@ func versionAtLeast(v string, major, minor, patch int) bool {
 	return true
 }
 
-// waitGCSContainer holds a worker back until the head's GCS answers, so Ray does not burn its connect retries.
-func waitGCSContainer(ray *corev1.Container, fqdn, addr string) corev1.Container {
+// waitGCSContainer holds a worker back until the head's GCS answers, so Ray does not burn its connect retries. The
+// first two minutes are quiet (a head takes that long to start); after that each failed check prints its error, so
+// a worker stuck here says why in its logs.
+func waitGCSContainer(ray *corev1.Container, addr string) corev1.Container {
 	script := fmt.Sprintf(`SECONDS=0
 while true; do
-  if ray health-check --address %s > /dev/null 2>&1; then echo "GCS is ready."; break; fi
-  echo "$SECONDS seconds elapsed: waiting for the GCS at %s"
+  if (( SECONDS <= 120 )); then
+    if ray health-check --address %[1]s > /dev/null 2>&1; then echo "GCS is ready."; break; fi
+    echo "$SECONDS seconds elapsed: waiting for the GCS at %[1]s"
+  else
+    if ray health-check --address %[1]s; then echo "GCS is ready."; break; fi
+    echo "$SECONDS seconds elapsed: still waiting for the GCS at %[1]s; the error is above"
+  fi
   sleep 5
-done`, addr, addr)
+done`, addr)
 	q := func(s string) resource.Quantity { return resource.MustParse(s) }
-	c := corev1.Container{
+	return corev1.Container{
 		Name:            WaitGCSInitContainerName,
 		Image:           ray.Image,
 		ImagePullPolicy: ray.ImagePullPolicy,
-		Command:         []string{"/bin/bash", "-lc", "--"},
+		Command:         ShellCommand(),
 		Args:            []string{script},
 		Env:             append([]corev1.EnvVar(nil), ray.Env...),
 		VolumeMounts:    append([]corev1.VolumeMount(nil), ray.VolumeMounts...),
@@ -374,9 +414,6 @@ done`, addr, addr)
 			Requests: corev1.ResourceList{corev1.ResourceCPU: q("200m"), corev1.ResourceMemory: q("256Mi")},
 		},
 	}
-	setEnv(&c, "FQ_RAY_IP", fqdn)
-	setEnv(&c, "RAY_IP", strings.SplitN(fqdn, ".", 2)[0])
-	return c
 }
 
 // AutoscalingEnabled says whether the autoscaler sidecar runs.

@@ -41,7 +41,12 @@ func HeadService(c *rayv1.RayCluster) *corev1.Service {
 	}
 	sortPorts(svcPorts)
 
+	// A head template that names its app (app.kubernetes.io/name) keeps that label on the head pod, so the selector
+	// must say the same or the Service selects nothing.
 	labels := SelectorLabels(c, NodeTypeHead)
+	if v, ok := h.Template.Labels[LabelAppName]; ok {
+		labels[LabelAppName] = v
+	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: HeadServiceName(c), Namespace: c.Namespace,
@@ -51,34 +56,38 @@ func HeadService(c *rayv1.RayCluster) *corev1.Service {
 		Spec: corev1.ServiceSpec{Selector: labels, Ports: svcPorts, Type: h.ServiceType},
 	}
 	if user := h.HeadService; user != nil {
+		// The user's Service is the base: its labels and annotations under ours, its ports first and then the
+		// defaults whose name or number it does not already use, its type unless it says none.
 		u := user.DeepCopy()
 		for k, v := range u.Labels {
 			if _, ok := svc.Labels[k]; !ok {
 				svc.Labels[k] = v
 			}
 		}
-		for k, v := range u.Annotations {
-			if svc.Annotations == nil {
-				svc.Annotations = map[string]string{}
+		if len(u.Annotations) > 0 {
+			ann := copyMap(u.Annotations)
+			for k, v := range svc.Annotations {
+				ann[k] = v
 			}
-			svc.Annotations[k] = v
+			svc.Annotations = ann
 		}
 		spec := u.Spec
-		if len(spec.Ports) == 0 {
-			spec.Ports = svc.Spec.Ports
+		for _, p := range svcPorts {
+			if !slices.ContainsFunc(spec.Ports, func(q corev1.ServicePort) bool { return q.Name == p.Name || q.Port == p.Port }) {
+				spec.Ports = append(spec.Ports, p)
+			}
 		}
 		if spec.Type == "" {
 			spec.Type = svc.Spec.Type
 		}
 		spec.Selector = svc.Spec.Selector
 		svc.Spec = spec
+		return svc
 	}
 	if svc.Spec.Type == "" || svc.Spec.Type == corev1.ServiceTypeClusterIP {
-		if svc.Spec.ClusterIP == "" {
-			// Headless: clients resolve the head pod directly, and the GCS is reachable before the pod is Ready.
-			svc.Spec.ClusterIP = corev1.ClusterIPNone
-			svc.Spec.PublishNotReadyAddresses = true
-		}
+		// Headless: clients resolve the head pod directly, and the GCS is reachable before the pod is Ready.
+		svc.Spec.ClusterIP = corev1.ClusterIPNone
+		svc.Spec.PublishNotReadyAddresses = true
 	}
 	return svc
 }
@@ -108,7 +117,9 @@ func ServeService(c *rayv1.RayCluster) *corev1.Service {
 			},
 			OwnerReferences: []metav1.OwnerReference{*OwnerReference(c)},
 		},
-		Spec: corev1.ServiceSpec{Selector: sel, Ports: ports},
+		// The serve Service is exposed like the head: headGroupSpec.serviceType (a NodePort or LoadBalancer head means
+		// Serve is wanted from outside too).
+		Spec: corev1.ServiceSpec{Selector: sel, Ports: ports, Type: c.Spec.HeadGroupSpec.ServiceType},
 	}
 }
 
@@ -117,7 +128,7 @@ func HeadlessWorkerService(c *rayv1.RayCluster) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: HeadlessWorkerServiceName(c), Namespace: c.Namespace,
-			Labels:          map[string]string{LabelCluster: c.Name, LabelAppName: AppNameValue, LabelCreatedBy: CreatedByValue},
+			Labels:          map[string]string{LabelHeadlessWorkerService: c.Name},
 			OwnerReferences: []metav1.OwnerReference{*OwnerReference(c)},
 		},
 		Spec: corev1.ServiceSpec{

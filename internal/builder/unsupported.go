@@ -27,11 +27,13 @@ var batchSchedulerKeys = []string{
 func UnsupportedFields(c *rayv1.RayCluster) []string {
 	var out []string
 	s := &c.Spec
-	if s.GcsFaultToleranceOptions != nil {
-		out = append(out, "spec.gcsFaultToleranceOptions")
-	}
-	if c.Annotations[AnnotationFTEnabled] == "true" {
-		out = append(out, fmt.Sprintf("metadata.annotations[%s]", AnnotationFTEnabled))
+	// GCS fault tolerance on Redis is built, except the Redis cleanup KubeRay runs when the cluster is deleted.
+	if o := s.GcsFaultToleranceOptions; o != nil && o.Backend == rayv1.GcsFaultToleranceBackendRocksDB {
+		out = append(out, "spec.gcsFaultToleranceOptions.backend (rocksdb)")
+	} else if s.GcsFaultToleranceOptions != nil {
+		out = append(out, "spec.gcsFaultToleranceOptions (the Redis cleanup on deletion)")
+	} else if GCSFaultTolerance(c) {
+		out = append(out, fmt.Sprintf("metadata.annotations[%s] (the Redis cleanup on deletion)", AnnotationFTEnabled))
 	}
 	if a := s.AuthOptions; a != nil && (a.Mode == rayv1.AuthModeToken || ptr.Deref(a.EnableK8sTokenAuth, false) || a.SecretName != nil) {
 		out = append(out, "spec.authOptions")

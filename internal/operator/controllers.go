@@ -9,6 +9,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
+	"github.com/manta-dev/manta/internal/metrics"
 )
 
 // The API groups and controllers the operator runs. Each controller package exposes a constructor and
@@ -51,6 +52,10 @@ func init() {
 				return err
 			}
 			return imagepulljob.NewPrepullReconciler(mgr, r, imagepulljob.PrepullOptions{}).SetupWithManager(mgr)
+		},
+		// KubeRay's kuberay_*_info and kuberay_*_condition_* series of the kinds above, from the operator's cache.
+		func(mgr ctrl.Manager, _ Options) error {
+			return metrics.Setup(mgr, metrics.RayClusters, metrics.RayJobs, metrics.RayServices)
 		},
 	)
 }

@@ -62,13 +62,19 @@ const (
 // The binaries come from $KUBEBUILDER_ASSETS, or <repo>/bin when that is unset.
 func StartEnvtest(t testing.TB) (*rest.Config, client.Client) {
 	t.Helper()
+	return StartEnvtestWithCRDs(t, filepath.Join(MustRepoRoot(t), "config", "crd"))
+}
+
+// StartEnvtestWithCRDs is StartEnvtest with the CRDs read from crdDirs instead (the oracle test installs KubeRay's).
+func StartEnvtestWithCRDs(t testing.TB, crdDirs ...string) (*rest.Config, client.Client) {
+	t.Helper()
 	root := MustRepoRoot(t)
 	scheme, err := Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(root, "config", "crd")},
+		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
 		Scheme:                scheme,
 		// envtest's defaults (20s to start or stop each component, 10s for the CRDs to be served) are too short

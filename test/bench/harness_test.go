@@ -67,7 +67,7 @@ type env struct {
 
 // startEnv starts a dev cluster for one benchmark; it is stopped when the benchmark ends. The context ends
 // with the benchmark or after timeout, whichever is first.
-func startEnv(b *testing.B, timeout time.Duration, opts devcluster.Options) *env {
+func startEnv(b testing.TB, timeout time.Duration, opts devcluster.Options) *env {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	b.Cleanup(cancel)
@@ -115,7 +115,7 @@ func nodeCount(o devcluster.Options) int {
 
 // requireKinds fails the benchmark with a clear message when the operator does not register a controller the
 // scenario needs (the scheme is the operator's list of API groups; see internal/operator/controllers.go).
-func requireKinds(b *testing.B, gvks ...schema.GroupVersionKind) {
+func requireKinds(b testing.TB, gvks ...schema.GroupVersionKind) {
 	b.Helper()
 	scheme, err := operator.Scheme()
 	if err != nil {
@@ -137,7 +137,7 @@ type operatorRun struct {
 
 // startOperator runs the operator the way `manta operator` does (operator.NewManager + operator.Setup), with
 // the counting transport on its rest.Config. It is stopped when the benchmark ends, or earlier with stop.
-func (e *env) startOperator(b *testing.B, opts operator.Options) *operatorRun {
+func (e *env) startOperator(b testing.TB, opts operator.Options) *operatorRun {
 	b.Helper()
 	requireKinds(b, rayv1.GroupVersion.WithKind("RayCluster"))
 	if opts.ReconcileConcurrency == 0 {
@@ -212,7 +212,7 @@ func reconciles(controller string) float64 {
 
 // waitFor polls cond every interval until it reports done, logging its progress line every 15 s, and returns how
 // long it took. It fails the benchmark after timeout, or on an error from cond, with the last progress line.
-func waitFor(b *testing.B, ctx context.Context, what string, timeout, interval time.Duration, cond func(context.Context) (bool, string, error)) time.Duration {
+func waitFor(b testing.TB, ctx context.Context, what string, timeout, interval time.Duration, cond func(context.Context) (bool, string, error)) time.Duration {
 	b.Helper()
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -244,7 +244,7 @@ func waitFor(b *testing.B, ctx context.Context, what string, timeout, interval t
 
 // createNamespaces creates the namespaces and waits for their default ServiceAccount, without which the API
 // server's ServiceAccount admission rejects pods.
-func (e *env) createNamespaces(b *testing.B, names ...string) {
+func (e *env) createNamespaces(b testing.TB, names ...string) {
 	b.Helper()
 	for _, n := range names {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}
@@ -263,7 +263,7 @@ func (e *env) createNamespaces(b *testing.B, names ...string) {
 }
 
 // createAll creates the objects with up to parallel requests in flight and returns when each create returned.
-func (e *env) createAll(b *testing.B, parallel int, objs []client.Object) []time.Time {
+func (e *env) createAll(b testing.TB, parallel int, objs []client.Object) []time.Time {
 	b.Helper()
 	created := make([]time.Time, len(objs))
 	g, ctx := errgroup.WithContext(e.ctx)
@@ -322,7 +322,7 @@ func rayCluster(ns, name, run string, workers int32) *rayv1.RayCluster {
 
 // waitClustersReady waits until the n RayClusters labelled with run are all in state ready, and returns when each
 // was first seen ready.
-func (e *env) waitClustersReady(b *testing.B, run string, n int, timeout time.Duration) map[string]time.Time {
+func (e *env) waitClustersReady(b testing.TB, run string, n int, timeout time.Duration) map[string]time.Time {
 	b.Helper()
 	readyAt := map[string]time.Time{}
 	// Listing many RayClusters is work for a small API server; poll less often the more there are.
@@ -355,7 +355,7 @@ type podTimeline struct {
 	created, scheduled, ready time.Duration
 }
 
-func (e *env) podTimeline(b *testing.B, start time.Time, namespaces []string, opts ...client.ListOption) podTimeline {
+func (e *env) podTimeline(b testing.TB, start time.Time, namespaces []string, opts ...client.ListOption) podTimeline {
 	b.Helper()
 	t := podTimeline{}
 	from := start.Truncate(time.Second)
@@ -414,13 +414,13 @@ func rssMiB() float64 {
 }
 
 // progressf prints a progress line to stdout as it happens (a benchmark's log is printed only at its end).
-func progressf(b *testing.B, format string, args ...any) {
+func progressf(b testing.TB, format string, args ...any) {
 	fmt.Fprintf(os.Stdout, "%s %s: %s\n", time.Now().Format("15:04:05"), b.Name(), fmt.Sprintf(format, args...))
 }
 
 // detailf prints lines that do not fit the benchmark's log (testing keeps only its first 10 lines) to stdout,
 // each prefixed with the benchmark's name.
-func detailf(b *testing.B, format string, args ...any) {
+func detailf(b testing.TB, format string, args ...any) {
 	var sb strings.Builder
 	for _, line := range strings.Split(fmt.Sprintf(format, args...), "\n") {
 		fmt.Fprintf(&sb, "%s: %s\n", b.Name(), line)

@@ -28,7 +28,7 @@ func (c cacheCounts) String() string {
 }
 
 // cached lists the kinds the RayCluster controller already watches, so listing starts no new informer.
-func (op *operatorRun) cached(b *testing.B, ctx context.Context) cacheCounts {
+func (op *operatorRun) cached(b testing.TB, ctx context.Context) cacheCounts {
 	b.Helper()
 	c := op.mgr.GetCache()
 	var pods corev1.PodList
@@ -136,7 +136,7 @@ func BenchmarkOperatorMemory(b *testing.B) {
 
 // unscopedPodCacheMiB is the heap an informer cache of every pod in the cluster costs (what the operator would
 // hold without its label-scoped pod cache), measured like the operator's heap.
-func (e *env) unscopedPodCacheMiB(b *testing.B) (float64, int) {
+func (e *env) unscopedPodCacheMiB(b testing.TB) (float64, int) {
 	b.Helper()
 	base := heap()
 	c, err := cache.New(e.admin, cache.Options{Scheme: e.cl.Scheme()})

@@ -26,7 +26,7 @@ type clusterResult struct {
 
 // createClustersAndWait creates the clusters (up to 10 creates in flight, like clusterloader2 at 100 qps), waits
 // until all are ready and measures what it took and what the operator asked of the API server.
-func (e *env) createClustersAndWait(b *testing.B, op *operatorRun, run string, clusters []client.Object, podsPerCluster int, timeout time.Duration) clusterResult {
+func (e *env) createClustersAndWait(b testing.TB, op *operatorRun, run string, clusters []client.Object, podsPerCluster int, timeout time.Duration) clusterResult {
 	b.Helper()
 	before, rec0 := op.calls.snapshot(), reconciles("raycluster")
 	start := time.Now()

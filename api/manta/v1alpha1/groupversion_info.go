@@ -3,6 +3,8 @@
 // +groupName=manta.dev
 package v1alpha1
 
+//lint:file-ignore SA1019 kubebuilder's scheme.Builder: the API packages register with controller-runtime as every kubebuilder project does
+
 import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/scheme"

@@ -4,6 +4,8 @@
 // +groupName=ray.io
 package v1
 
+//lint:file-ignore SA1019 kubebuilder's scheme.Builder: the API packages register with controller-runtime as every kubebuilder project does
+
 import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/scheme"

@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+	"github.com/manta-dev/manta/internal/metrics"
 )
 
 // Options configure the ImagePullJob controller.
@@ -256,6 +257,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 				return ctrl.Result{RequeueAfter: time.Second}, nil
 			}
 			return ctrl.Result{}, errors.Join(podErr, err)
+		}
+		for _, pull := range p.pulls {
+			metrics.ObservePull(pull.outcome, pull.duration)
 		}
 		r.emitEvents(job, p)
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+	"github.com/manta-dev/manta/internal/metrics"
 )
 
 // NodePhase is the state of one node in a job.
@@ -57,6 +58,26 @@ type plan struct {
 	// newlyFailed are nodes that failed in this reconcile, for the event written after the status.
 	newlyFailed []mantav1alpha1.FailedNode
 	completed   bool
+	// pulls are the attempts whose outcome this reconcile records in the status (each is classified once: the
+	// next reconcile sees it in the observed status), counted in the metrics once that status is written.
+	pulls []finishedPull
+}
+
+// finishedPull is one puller pod's outcome (metrics.OutcomeSucceeded or OutcomeFailed) and how long it took.
+type finishedPull struct {
+	outcome  string
+	duration time.Duration
+}
+
+// pullDuration is the time from the pod's creation to its container's end (or now, for a pull that timed out).
+func pullDuration(pod *corev1.Pod, now time.Time) time.Duration {
+	end := now
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && !t.FinishedAt.IsZero() {
+			end = t.FinishedAt.Time
+		}
+	}
+	return max(end.Sub(pod.CreationTimestamp.Time), 0)
 }
 
 func (p *plan) requeueIn(d time.Duration) {
@@ -204,10 +225,12 @@ func computePlan(o observed) (plan, error) {
 			case attemptSucceeded:
 				succeeded.Insert(node)
 				delete(retrying, node)
+				p.pulls = append(p.pulls, finishedPull{metrics.OutcomeSucceeded, pullDuration(cur, o.now)})
 			case attemptRunning:
 				active++
 				p.requeueIn(timeout - o.now.Sub(cur.CreationTimestamp.Time))
 			case attemptFailed:
+				p.pulls = append(p.pulls, finishedPull{metrics.OutcomeFailed, pullDuration(cur, o.now)})
 				if a > limit {
 					f := mantav1alpha1.FailedNode{Name: node, Reason: reason, Message: message, Attempts: a}
 					failed[node] = f

@@ -28,7 +28,6 @@ func makeJob(name string) *jobWrapper {
 }
 
 func (w *jobWrapper) obj() *mantav1alpha1.ImagePullJob { return w.DeepCopy() }
-func (w *jobWrapper) image(i string) *jobWrapper       { w.Spec.Image = i; return w }
 func (w *jobWrapper) always() *jobWrapper {
 	w.Spec.ImagePullPolicy = mantav1alpha1.PullAlways
 	return w
@@ -42,7 +41,6 @@ func (w *jobWrapper) backoffLimit(n int32) *jobWrapper {
 	w.Spec.PullPolicy.BackoffLimit = &n
 	return w
 }
-func (w *jobWrapper) timeout(n int32) *jobWrapper { w.Spec.PullPolicy.TimeoutSeconds = &n; return w }
 func (w *jobWrapper) deadline(n int64) *jobWrapper {
 	w.Spec.CompletionPolicy.ActiveDeadlineSeconds = &n
 	return w

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,17 +18,20 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/metrics"
 )
 
 // Options configure the controller.
@@ -49,6 +54,7 @@ type Options struct {
 // Reconciler reconciles RayClusters.
 type Reconciler struct {
 	client   client.Client
+	reader   client.Reader // uncached, for the default PodTemplate
 	recorder events.EventRecorder
 	opts     Options
 	exp      *expectations
@@ -68,7 +74,7 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	if opts.StatusCoalesceWindow == 0 {
 		opts.StatusCoalesceWindow = defaultStatusCoalesceWindow
 	}
-	return &Reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
+	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
@@ -130,11 +136,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if apierrors.IsNotFound(err) {
 			r.exp.forget(req.NamespacedName)
 			r.pendingStatus().written(req.NamespacedName)
+			metrics.ForgetCluster(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if c.DeletionTimestamp != nil {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.releaseRedisCleanupFinalizer(ctx, c)
 	}
 	if m := ptr.Deref(c.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
 		return ctrl.Result{}, nil
@@ -157,6 +164,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			statusErr = r.client.Status().Update(ctx, c)
 			if statusErr == nil {
 				r.pendingStatus().written(req.NamespacedName)
+				metrics.ObserveCluster(c, oldStatus, now.Time)
 			}
 		}
 	}
@@ -235,15 +243,121 @@ func validate(c *rayv1.RayCluster) *failure {
 			return &failure{ReasonUpgradeStrategyNotAllowed, fmt.Sprintf("upgradeStrategy cannot be set when RayCluster is created by %s", owner)}
 		}
 	}
-	if len(c.Spec.HeadGroupSpec.Template.Spec.Containers) == 0 {
+	if len(c.Name) > maxClusterNameLen {
+		return &failure{ReasonInvalidSpec, fmt.Sprintf("metadata.name: a RayCluster name may have at most %d characters, so that the names of its pods and Services fit", maxClusterNameLen)}
+	}
+	if errs := validation.IsDNS1035Label(c.Name); len(errs) > 0 {
+		return &failure{ReasonInvalidSpec, fmt.Sprintf("metadata.name: %q is not a DNS-1035 label (the head Service is named after it): %s", c.Name, strings.Join(errs, "; "))}
+	}
+	h := &c.Spec.HeadGroupSpec
+	if len(h.Template.Spec.Containers) == 0 {
 		return &failure{ReasonInvalidSpec, "spec.headGroupSpec.template.spec.containers: the head needs at least one container"}
 	}
+	if msg := validateGroup("spec.headGroupSpec", h.RayStartParams, h.Resources, h.Labels); msg != "" {
+		return &failure{ReasonInvalidSpec, msg}
+	}
+	if msg := validateGCSFaultTolerance(c); msg != "" {
+		return &failure{ReasonInvalidSpec, msg}
+	}
 	for i, g := range c.Spec.WorkerGroupSpecs {
+		path := fmt.Sprintf("spec.workerGroupSpecs[%d]", i)
 		if len(g.Template.Spec.Containers) == 0 {
-			return &failure{ReasonInvalidSpec, fmt.Sprintf("spec.workerGroupSpecs[%d].template.spec.containers: worker group %q needs at least one container", i, g.GroupName)}
+			return &failure{ReasonInvalidSpec, fmt.Sprintf("%s.template.spec.containers: worker group %q needs at least one container", path, g.GroupName)}
+		}
+		if msg := validateGroup(path, g.RayStartParams, g.Resources, g.Labels); msg != "" {
+			return &failure{ReasonInvalidSpec, msg}
 		}
 	}
 	return nil
+}
+
+// validateGCSFaultTolerance refuses what KubeRay refuses about GCS fault tolerance: two ways of saying it at once,
+// and Redis settings outside gcsFaultToleranceOptions that would be silently overridden or half applied.
+func validateGCSFaultTolerance(c *rayv1.RayCluster) string {
+	h := &c.Spec.HeadGroupSpec
+	env := h.Template.Spec.Containers[builder.RayContainerIndex].Env
+	hasEnv := func(name string) bool {
+		return slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
+	}
+	o := c.Spec.GcsFaultToleranceOptions
+	switch {
+	case o != nil && c.Annotations[builder.AnnotationFTEnabled] != "":
+		return fmt.Sprintf("metadata.annotations[%s]: set together with spec.gcsFaultToleranceOptions; use only the options", builder.AnnotationFTEnabled)
+	case !builder.GCSFaultTolerance(c) && o == nil && hasEnv(builder.EnvRedisAddress):
+		return fmt.Sprintf("spec.headGroupSpec.template: %s is set, which enables GCS fault tolerance; set spec.gcsFaultToleranceOptions instead", builder.EnvRedisAddress)
+	case o != nil && h.RayStartParams["redis-password"] != "":
+		return "spec.headGroupSpec.rayStartParams[redis-password]: use spec.gcsFaultToleranceOptions.redisPassword"
+	case o != nil && hasEnv(builder.EnvRedisPassword):
+		return "spec.headGroupSpec.template: REDIS_PASSWORD is set; use spec.gcsFaultToleranceOptions.redisPassword"
+	case o != nil && hasEnv(builder.EnvRedisAddress):
+		return "spec.headGroupSpec.template: RAY_REDIS_ADDRESS is set; use spec.gcsFaultToleranceOptions.redisAddress"
+	case o != nil && c.Annotations[builder.AnnotationExternalStorageNamespace] != "":
+		return fmt.Sprintf("metadata.annotations[%s]: use spec.gcsFaultToleranceOptions.externalStorageNamespace", builder.AnnotationExternalStorageNamespace)
+	case h.RayStartParams["redis-username"] != "" || hasEnv(builder.EnvRedisUsername):
+		return "spec.headGroupSpec: a Redis username in rayStartParams or env; use spec.gcsFaultToleranceOptions.redisUsername"
+	}
+	return ""
+}
+
+// maxClusterNameLen leaves room in 63 characters for the suffixes of the names derived from a cluster's.
+const maxClusterNameLen = 53
+
+// validateGroup refuses what KubeRay refuses in a group: resources said both in rayStartParams and in `resources`
+// (which one would Ray get?), rayStartParams labels (the `labels` field says them), labels that are not Kubernetes
+// labels, and `resources` values that are not quantities.
+func validateGroup(path string, params, resources, labels map[string]string) string {
+	if len(resources) > 0 {
+		for _, k := range []string{"num-cpus", "num-gpus", "memory", "resources"} {
+			if params[k] != "" {
+				return fmt.Sprintf("%s: rayStartParams[%s] and resources both set the group's resources; use only one", path, k)
+			}
+		}
+	}
+	if _, ok := params["labels"]; ok {
+		return fmt.Sprintf("%s.rayStartParams[labels]: not supported; use %s.labels", path, path)
+	}
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Sprintf("%s.labels: invalid key %q: %s", path, k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(labels[k]); len(errs) > 0 {
+			return fmt.Sprintf("%s.labels[%s]: invalid value %q: %s", path, k, labels[k], strings.Join(errs, "; "))
+		}
+	}
+	if err := builder.ValidateGroupResources(path+".resources", resources); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// releaseRedisCleanupFinalizer removes KubeRay's GCS fault-tolerance finalizer from a cluster being deleted, which
+// would otherwise hang forever: Manta does not implement GCS fault tolerance (UnsupportedFeature says so), so it
+// runs no Redis cleanup Job, and the event tells the user the keys are left in Redis.
+func (r *Reconciler) releaseRedisCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
+	if !controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
+		return nil
+	}
+	orig := c.DeepCopy()
+	controllerutil.RemoveFinalizer(c, builder.FinalizerGCSFTRedisCleanup)
+	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
+		"removed finalizer %s without cleaning Redis: Manta does not implement GCS fault tolerance; the cluster's keys (storage namespace %q) are left in Redis",
+		builder.FinalizerGCSFTRedisCleanup, externalStorageNamespace(c))
+	return nil
+}
+
+// externalStorageNamespace is where GCS fault tolerance keeps a cluster's keys in Redis: the options' or the
+// annotation's namespace, else the cluster's UID.
+func externalStorageNamespace(c *rayv1.RayCluster) string {
+	if o := c.Spec.GcsFaultToleranceOptions; o != nil && o.ExternalStorageNamespace != "" {
+		return o.ExternalStorageNamespace
+	}
+	if v := c.Annotations[builder.AnnotationExternalStorageNamespace]; v != "" {
+		return v
+	}
+	return string(c.UID)
 }
 
 // parentKind is RayJob or RayService when one of them created the cluster.
@@ -281,10 +395,13 @@ func (r *Reconciler) defaultTemplate(ctx context.Context, run *run) *corev1.PodT
 	}
 	var f *failure
 	tmpl := &corev1.PodTemplate{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, tmpl); err != nil {
+	// A direct read, not the cache: with --watch-namespace the cache does not see the operator's own namespace.
+	if err := r.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, tmpl); err != nil {
 		f = &failure{ReasonDefaultTemplateNotFound, fmt.Sprintf("default PodTemplate %s/%s: %v", ns, name, err)}
 	} else if err := builder.ValidateDefaultPodTemplate(tmpl); err != nil {
 		f = &failure{ReasonDefaultTemplateInvalid, fmt.Sprintf("default PodTemplate %s/%s is invalid: %v", ns, name, err)}
+	} else if err := builder.CheckDefaultTemplate(run.c, &tmpl.Template); err != nil {
+		f = &failure{ReasonDefaultTemplateInvalid, fmt.Sprintf("default PodTemplate %s/%s cannot be merged under %v", ns, name, err)}
 	}
 	if f != nil {
 		run.obs.templateErr = f
@@ -332,10 +449,10 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 					existing = svc
 					break
 				}
-				run.eventf(corev1.EventTypeWarning, "FailedCreateService", "Create", "failed to create Service %s: %v", svc.Name, err)
+				run.eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", svc.Name, err)
 				return fmt.Errorf("create service %s: %w", svc.Name, err)
 			}
-			run.eventf(corev1.EventTypeNormal, "CreatedService", "Create", "created Service %s", svc.Name)
+			run.eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s", svc.Name)
 			existing = svc
 		default:
 			return fmt.Errorf("get service %s: %w", svc.Name, err)
@@ -362,10 +479,10 @@ func (r *Reconciler) deleteUnwantedServices(ctx context.Context, run *run, unwan
 			continue
 		}
 		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
-			run.eventf(corev1.EventTypeWarning, "FailedDeleteService", "Delete", "failed to delete Service %s: %v", svc.Name, err)
+			run.eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s: %v", svc.Name, err)
 			return fmt.Errorf("delete service %s: %w", svc.Name, err)
 		}
-		run.eventf(corev1.EventTypeNormal, "DeletedService", "Delete", "deleted Service %s: the cluster no longer asks for it", svc.Name)
+		run.eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s: the cluster no longer asks for it", svc.Name)
 	}
 	return nil
 }
@@ -383,18 +500,18 @@ func (r *Reconciler) updateService(ctx context.Context, run *run, existing, desi
 		return existing, nil
 	case recreate:
 		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
-			run.eventf(corev1.EventTypeWarning, "FailedDeleteService", "Delete", "failed to delete Service %s to recreate it: %v", existing.Name, err)
+			run.eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s to recreate it: %v", existing.Name, err)
 			return nil, fmt.Errorf("delete service %s: %w", existing.Name, err)
 		}
-		run.eventf(corev1.EventTypeNormal, "DeletedService", "Delete", "deleted Service %s to recreate it: it cannot switch between headless and not in place", existing.Name)
+		run.eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s to recreate it: it cannot switch between headless and not in place", existing.Name)
 		run.requeueAfter(time.Second)
 		return existing, nil
 	}
 	if err := r.client.Patch(ctx, updated, client.MergeFrom(existing)); err != nil {
-		run.eventf(corev1.EventTypeWarning, "FailedUpdateService", "Update", "failed to update Service %s: %v", existing.Name, err)
+		run.eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
 		return nil, fmt.Errorf("update service %s: %w", existing.Name, err)
 	}
-	run.eventf(corev1.EventTypeNormal, "UpdatedService", "Update", "updated Service %s to match the spec", existing.Name)
+	run.eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "updated Service %s to match the spec", existing.Name)
 	return updated, nil
 }
 
@@ -402,14 +519,24 @@ func (r *Reconciler) updateService(ctx context.Context, run *run, existing, desi
 // before a head pod is created, so a settled cluster costs no writes.
 func (r *Reconciler) ensureAutoscalerRBAC(ctx context.Context, run *run) error {
 	c := run.c
-	objs := []client.Object{builder.AutoscalerServiceAccount(c), builder.AutoscalerRole(c), builder.AutoscalerRoleBinding(c)}
-	for _, o := range objs {
+	objs := []struct {
+		obj               client.Object
+		kind, done, fails string
+	}{
+		{builder.AutoscalerServiceAccount(c), "ServiceAccount", EventCreatedServiceAccount, EventFailedToCreateServiceAccount},
+		{builder.AutoscalerRole(c), "Role", EventCreatedRole, EventFailedToCreateRole},
+		{builder.AutoscalerRoleBinding(c), "RoleBinding", EventCreatedRoleBinding, EventFailedToCreateRoleBinding},
+	}
+	for _, x := range objs {
+		o := x.obj
 		if err := r.client.Create(ctx, o); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				continue
 			}
-			return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
+			run.eventf(corev1.EventTypeWarning, x.fails, "Create", "failed to create the autoscaler's %s %s: %v", x.kind, o.GetName(), err)
+			return fmt.Errorf("create %s %s: %w", x.kind, o.GetName(), err)
 		}
+		run.eventf(corev1.EventTypeNormal, x.done, "Create", "created the autoscaler's %s %s", x.kind, o.GetName())
 		log.FromContext(ctx).V(1).Info("created autoscaler RBAC object", "kind", fmt.Sprintf("%T", o), "name", o.GetName())
 	}
 	return nil

@@ -95,6 +95,7 @@ func TestController(t *testing.T) {
 			"RayContainerTerminated":  testRayContainerTerminated,
 			"ManagedByOtherSkipped":   testManagedByOther,
 			"HeadRestartDisabled":     testHeadRestartDisabled,
+			"GCSFinalizerReleased":    testGCSFinalizerReleased,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -375,8 +376,11 @@ func testSuspendResume(t *testing.T, e *env) {
 	e.waitPods(t, rc, 3)
 	e.setReady(t, rc)
 	got = e.waitState(t, rc, rayv1.Ready)
-	if meta.FindStatusCondition(got.Status.Conditions, string(rayv1.RayClusterSuspended)) != nil {
-		t.Errorf("suspended condition left: %+v", got.Status.Conditions)
+	// As in KubeRay, both suspend conditions stay, False, once the cluster runs again.
+	for _, typ := range []rayv1.RayClusterConditionType{rayv1.RayClusterSuspended, rayv1.RayClusterSuspending} {
+		if c := meta.FindStatusCondition(got.Status.Conditions, string(typ)); c == nil || c.Status != metav1.ConditionFalse {
+			t.Errorf("%s after resume: %+v", typ, got.Status.Conditions)
+		}
 	}
 }
 
@@ -513,7 +517,7 @@ func testUnsupported(t *testing.T, e *env) {
 	e.setReady(t, rc)
 	got := e.waitState(t, rc, rayv1.Ready)
 	c := meta.FindStatusCondition(got.Status.Conditions, ConditionUnsupportedFeature)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.gcsFaultToleranceOptions, spec.networkPolicy" {
+	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.gcsFaultToleranceOptions (the Redis cleanup on deletion), spec.networkPolicy" {
 		t.Errorf("UnsupportedFeature condition: %+v", c)
 	}
 	waitEvent(t, e, ns, ConditionUnsupportedFeature)
@@ -556,7 +560,7 @@ func testMissingDefaultTemplate(t *testing.T, e *env) {
 	rc.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") // keep the running controller away
 	mustCreate(t, e.cl, rc)
 	rec := events.NewFakeRecorder(10)
-	r := &Reconciler{client: e.cl, recorder: rec, opts: Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10}, exp: newExpectations()}
+	r := &Reconciler{client: e.cl, reader: e.cl, recorder: rec, opts: Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10}, exp: newExpectations()}
 	// Reconcile bypasses the managedBy skip by calling the inner steps the way Reconcile does.
 	run := &run{c: e.get(t, rc), key: client.ObjectKeyFromObject(rc)}
 	if err := r.reconcile(context.Background(), run); err != nil {
@@ -615,6 +619,25 @@ func testMultiHost(t *testing.T, e *env) {
 		break
 	}
 	eventually(t, "whole replica replaced", func() (bool, string) {
+		now := byReplica()
+		_, still := now[victim]
+		n := 0
+		for _, pods := range now {
+			n += len(pods)
+		}
+		return !still && len(now) == 2 && n == 4, fmt.Sprintf("%d replicas, %d pods, old present %v", len(now), n, still)
+	})
+
+	// A host that is deleted outright (node drained, pod evicted) costs its replica too: a TPU slice cannot take
+	// in a single new host, so no pod is created into the old replica.
+	for name, pods := range byReplica() {
+		victim = name
+		if err := e.cl.Delete(context.Background(), &pods[0]); err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	eventually(t, "replica of a deleted host replaced", func() (bool, string) {
 		now := byReplica()
 		_, still := now[victim]
 		n := 0
@@ -774,10 +797,39 @@ func testHeadRestartDisabled(t *testing.T, e *env) {
 	if err := e.cl.Status().Update(context.Background(), &head); err != nil {
 		t.Fatal(err)
 	}
+	// The event comes from the reconcile that saw the terminated head and chose to keep it.
 	waitEvent(t, e, ns, "HeadPodNotRestarted")
-	time.Sleep(time.Second)
 	heads := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)
 	if len(heads) != 1 || heads[0].UID != head.UID {
 		t.Fatalf("heads after the head terminated = %d (want the terminated one kept, no new one)", len(heads))
 	}
+}
+
+// A cluster adopted from KubeRay with GCS fault tolerance carries KubeRay's Redis cleanup finalizer; deleting it must
+// not hang forever (issue 11). Manta removes the finalizer and says, in a Warning event, that Redis was not cleaned.
+func testGCSFinalizerReleased(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Obj()
+	rc.Finalizers = []string{builder.FinalizerGCSFTRedisCleanup}
+	mustCreate(t, e.cl, rc)
+	e.waitPods(t, rc, 1)
+	if err := e.cl.Delete(context.Background(), rc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "cluster deleted", func() (bool, string) {
+		err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rc), &rayv1.RayCluster{})
+		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
+	})
+	eventually(t, "warning event", func() (bool, string) {
+		list := &corev1.EventList{}
+		if err := e.cl.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		for _, ev := range list.Items {
+			if ev.Reason == ReasonRedisCleanupSkipped && ev.Type == corev1.EventTypeWarning {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none %s", len(list.Items), ReasonRedisCleanupSkipped)
+	})
 }

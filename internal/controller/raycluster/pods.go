@@ -42,11 +42,18 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		return nil
 	}
 
-	if ptr.Deref(c.Spec.Suspend, false) {
+	// Suspension as KubeRay does it: spec.suspend first marks the cluster Suspending (computeStatus); a Suspending
+	// cluster loses every pod, whatever spec.suspend says meanwhile; a Suspended one gets no pods until spec.suspend
+	// is cleared and the status has said so.
+	switch phase := suspendPhaseOf(c); {
+	case phase == suspending:
 		if len(pods) == 0 {
 			return nil
 		}
 		return r.deleteAll(ctx, run, pods, "the cluster is suspended")
+	case phase == suspended, ptr.Deref(c.Spec.Suspend, false):
+		run.requeueAfter(time.Second)
+		return nil
 	}
 
 	hashes := builder.Hashes(&c.Spec)
@@ -65,7 +72,8 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	opts := builder.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hashes.Head}
 	var errs []error
 	if err := r.reconcileHead(ctx, run, opts); err != nil {
-		errs = append(errs, err)
+		// As in KubeRay, no workers without a head: they would only wait for a GCS that is not coming.
+		return err
 	}
 	groups := map[string]bool{}
 	for i := range c.Spec.WorkerGroupSpecs {
@@ -201,18 +209,17 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	if builder.AutoscalingEnabled(c) {
 		if err := r.ensureAutoscalerRBAC(ctx, run); err != nil {
 			run.obs.failure = &failure{rayv1.FailedCreateHeadPod, err.Error()}
-			run.eventf(corev1.EventTypeWarning, rayv1.FailedCreateHeadPod, "Create", "failed to create the autoscaler's RBAC: %v", err)
 			return err
 		}
 	}
 	pod := builder.HeadPod(c, opts)
 	if err := r.client.Create(ctx, pod); err != nil {
 		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, err.Error()}
-		run.eventf(corev1.EventTypeWarning, rayv1.FailedCreateHeadPod, "Create", "failed to create the head pod: %v", err)
+		run.eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "failed to create the head pod: %v", err)
 		return fmt.Errorf("create head pod: %w", err)
 	}
 	r.exp.expectCreate(run.key, pod.Name)
-	run.eventf(corev1.EventTypeNormal, "CreatedHeadPod", "Create", "created head pod %s", pod.Name)
+	run.eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "created head pod %s", pod.Name)
 	return nil
 }
 
@@ -248,6 +255,10 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 			named = append(named, pods)
 		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return shouldReplace(&p) }):
 			dead = append(dead, pods)
+		case multiHost && len(pods) < int(hosts(g)):
+			// A multi-host replica that lost a host is replaced whole, as KubeRay does: the hosts of a TPU slice
+			// are provisioned together and cannot take in a single new one.
+			dead = append(dead, pods)
 		default:
 			alive = append(alive, pods)
 		}
@@ -279,21 +290,6 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 		}
 	}
 	var create []builder.Replica
-	// Complete the multi-host replicas that lost a host before a reconcile saw it terminate.
-	if multiHost {
-		for _, pods := range alive {
-			have := map[string]bool{}
-			for _, p := range pods {
-				have[p.Labels[builder.LabelHostIndex]] = true
-			}
-			idx, _ := strconv.Atoi(pods[0].Labels[builder.LabelReplicaIndex])
-			for h := range int(hosts(g)) {
-				if !have[strconv.Itoa(h)] && pods[0].Labels[builder.LabelReplicaName] != "" {
-					create = append(create, builder.Replica{Index: idx, Name: pods[0].Labels[builder.LabelReplicaName], HostIndex: h})
-				}
-			}
-		}
-	}
 	want := int(groupReplicas(c, g))
 	switch diff := want - len(alive); {
 	case diff > 0:
@@ -369,11 +365,11 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 		wg.Wait()
 	}
 	if created > 0 {
-		run.eventf(corev1.EventTypeNormal, "CreatedWorkerPods", "Create", "created %d worker pods in group %s", created, g.GroupName)
+		run.eventf(corev1.EventTypeNormal, EventCreatedWorkerPod, "Create", "created %d worker pods in group %s", created, g.GroupName)
 	}
 	if err := errors.Join(errs...); err != nil {
 		run.obs.failure = &failure{rayv1.FailedCreateWorkerPod, err.Error()}
-		run.eventf(corev1.EventTypeWarning, rayv1.FailedCreateWorkerPod, "Create", "failed to create worker pods in group %s: %v", g.GroupName, err)
+		run.eventf(corev1.EventTypeWarning, EventFailedToCreateWorkerPod, "Create", "failed to create worker pods in group %s: %v", g.GroupName, err)
 		return fmt.Errorf("create workers of group %s: %w", g.GroupName, err)
 	}
 	return nil
@@ -413,12 +409,12 @@ func (r *Reconciler) deletePods(ctx context.Context, run *run, pods []corev1.Pod
 		if len(names) > 10 {
 			names = append(names[:10], fmt.Sprintf("and %d more", len(deleted)-10))
 		}
-		run.eventf(corev1.EventTypeNormal, "DeletedPods", "Delete", "deleted %d pods because %s: %v", len(deleted), why, names)
+		run.eventf(corev1.EventTypeNormal, deleteEvents[failReason][0], "Delete", "deleted %d pods because %s: %v", len(deleted), why, names)
 		log.FromContext(ctx).V(1).Info("deleted pods", "count", len(deleted), "why", why)
 	}
 	if err := errors.Join(errs...); err != nil {
 		run.obs.failure = &failure{failReason, err.Error()}
-		run.eventf(corev1.EventTypeWarning, failReason, "Delete", "failed to delete pods: %v", err)
+		run.eventf(corev1.EventTypeWarning, deleteEvents[failReason][1], "Delete", "failed to delete pods: %v", err)
 		return fmt.Errorf("delete pods: %w", err)
 	}
 	return nil

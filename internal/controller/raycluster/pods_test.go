@@ -93,7 +93,7 @@ func TestCreateWorkersBounded(t *testing.T) {
 			return c.Create(ctx, obj, opts...)
 		},
 	}).Build()
-	r := &Reconciler{client: cl, opts: Options{MaxParallelWrites: 4}, exp: newExpectations()}
+	r := &Reconciler{client: cl, reader: cl, opts: Options{MaxParallelWrites: 4}, exp: newExpectations()}
 	key := types.NamespacedName{Namespace: "ns", Name: "rc"}
 	reps := make([]builder.Replica, 40)
 	for i := range reps {
@@ -146,7 +146,7 @@ func TestEventsSurviveStatusConflict(t *testing.T) {
 			},
 		}).Build()
 	rec := events.NewFakeRecorder(20)
-	r := &Reconciler{client: cl, recorder: rec, opts: Options{MaxParallelWrites: 4, ResyncPeriod: time.Minute}, exp: newExpectations()}
+	r := &Reconciler{client: cl, reader: cl, recorder: rec, opts: Options{MaxParallelWrites: 4, ResyncPeriod: time.Minute}, exp: newExpectations()}
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "rc"}})
 	if err != nil || res.RequeueAfter != time.Second {
 		t.Fatalf("Reconcile = %+v, %v; want a requeue after 1s", res, err)
@@ -156,7 +156,7 @@ func TestEventsSurviveStatusConflict(t *testing.T) {
 	for e := range rec.Events {
 		got = append(got, e)
 	}
-	for _, reason := range []string{"CreatedService", "CreatedHeadPod", "CreatedWorkerPods"} {
+	for _, reason := range []string{"CreatedService", "CreatedHeadPod", "CreatedWorkerPod"} {
 		if !slices.ContainsFunc(got, func(e string) bool { return strings.Contains(e, reason) }) {
 			t.Errorf("no %s event in %q", reason, got)
 		}

@@ -1,7 +1,9 @@
 package raycluster
 
 import (
+	"fmt"
 	"math"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -33,7 +35,44 @@ const (
 	ReasonSuspending                = "RayClusterSuspending"
 	ReasonSuspended                 = "RayClusterSuspended"
 	ReasonHeadPodNotReady           = "HeadPodNotReady"
+	// ReasonUnknown: the head pod has no PodReady condition yet.
+	ReasonUnknown = "Unknown"
+	// ReasonRedisCleanupSkipped: a deleted cluster's GCS fault-tolerance finalizer was removed without a Redis cleanup.
+	ReasonRedisCleanupSkipped = "RedisCleanupSkipped"
 )
+
+// Event reasons: KubeRay's, because users filter events on them (kubectl get events --field-selector reason=...).
+const (
+	EventCreatedHeadPod               = "CreatedHeadPod"
+	EventFailedToCreateHeadPod        = "FailedToCreateHeadPod"
+	EventDeletedHeadPod               = "DeletedHeadPod"
+	EventFailedToDeleteHeadPod        = "FailedToDeleteHeadPod"
+	EventCreatedWorkerPod             = "CreatedWorkerPod"
+	EventFailedToCreateWorkerPod      = "FailedToCreateWorkerPod"
+	EventDeletedWorkerPod             = "DeletedWorkerPod"
+	EventFailedToDeleteWorkerPod      = "FailedToDeleteWorkerPod"
+	EventDeletedPod                   = "DeletedPod"
+	EventFailedToDeletePodCollection  = "FailedToDeletePodCollection"
+	EventCreatedService               = "CreatedService"
+	EventFailedToCreateService        = "FailedToCreateService"
+	EventUpdatedService               = "UpdatedService"
+	EventFailedToUpdateService        = "FailedToUpdateService"
+	EventDeletedService               = "DeletedService"
+	EventFailedToDeleteService        = "FailedToDeleteService"
+	EventCreatedServiceAccount        = "CreatedServiceAccount"
+	EventFailedToCreateServiceAccount = "FailedToCreateServiceAccount"
+	EventCreatedRole                  = "CreatedRole"
+	EventFailedToCreateRole           = "FailedToCreateRole"
+	EventCreatedRoleBinding           = "CreatedRoleBinding"
+	EventFailedToCreateRoleBinding    = "FailedToCreateRoleBinding"
+)
+
+// deleteEvents are the event reasons of a deletion, by the ReplicaFailure reason it reports on failure.
+var deleteEvents = map[string][2]string{
+	rayv1.FailedDeleteHeadPod:   {EventDeletedHeadPod, EventFailedToDeleteHeadPod},
+	rayv1.FailedDeleteWorkerPod: {EventDeletedWorkerPod, EventFailedToDeleteWorkerPod},
+	rayv1.FailedDeleteAllPods:   {EventDeletedPod, EventFailedToDeletePodCollection},
+}
 
 // failure is what went wrong creating or deleting pods in one reconcile (ReplicaFailure).
 type failure struct {
@@ -78,9 +117,13 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 	setOrRemove(ConditionDefaultPodTemplateFailure, o.templateErr)
 	setOrRemove(string(rayv1.RayClusterReplicaFailure), o.failure)
 
-	desired, minR, maxR := workerReplicaCounts(c)
+	// What the spec asks for once running, as KubeRay reports it: a suspended cluster still says what it will
+	// want on resume (and quota tools read it that way).
+	running := c.DeepCopy()
+	running.Spec.Suspend = nil
+	desired, minR, maxR := workerReplicaCounts(running)
 	s.DesiredWorkerReplicas, s.MinWorkerReplicas, s.MaxWorkerReplicas = desired, minR, maxR
-	s.DesiredCPU, s.DesiredMemory, s.DesiredGPU, s.DesiredTPU = desiredResources(c)
+	s.DesiredCPU, s.DesiredMemory, s.DesiredGPU, s.DesiredTPU = desiredResources(running)
 
 	suspend := ptr.Deref(c.Spec.Suspend, false)
 	var head *corev1.Pod
@@ -131,39 +174,39 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 
 	switch {
 	case head == nil:
-		setCond(string(rayv1.HeadPodReady), metav1.ConditionFalse, rayv1.HeadPodNotFound, "the head pod does not exist")
-	case podRunningAndReady(head):
-		setCond(string(rayv1.HeadPodReady), metav1.ConditionTrue, rayv1.HeadPodRunningAndReady, "the head pod is running and ready")
+		setCond(string(rayv1.HeadPodReady), metav1.ConditionFalse, rayv1.HeadPodNotFound, "Head Pod not found")
 	default:
-		reason, msg := ReasonHeadPodNotReady, "the head pod is "+string(head.Status.Phase)
-		for _, cond := range head.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Reason != "" {
-				reason, msg = cond.Reason, cond.Message
-			}
-		}
-		setCond(string(rayv1.HeadPodReady), metav1.ConditionFalse, reason, msg)
+		status, reason, msg := headPodReadiness(head)
+		setCond(string(rayv1.HeadPodReady), status, reason, msg)
 	}
 
-	allUp := !suspend && o.reconcileOK && head != nil && len(o.pods) == int(desired)+1 && allReady
-	if !meta.IsStatusConditionTrue(s.Conditions, string(rayv1.RayClusterProvisioned)) {
+	phase := suspendPhaseOf(c)
+	goingDown := phase == suspending || (phase != suspended && suspend)
+	allUp := !goingDown && phase != suspended && o.reconcileOK && head != nil && len(o.pods) == int(desired)+1 && allReady
+	if !meta.IsStatusConditionTrue(s.Conditions, string(rayv1.RayClusterProvisioned)) && phase != suspended {
 		if allUp {
-			setCond(string(rayv1.RayClusterProvisioned), metav1.ConditionTrue, rayv1.AllPodRunningAndReadyFirstTime, "all Ray pods are running and ready")
+			setCond(string(rayv1.RayClusterProvisioned), metav1.ConditionTrue, rayv1.AllPodRunningAndReadyFirstTime, "All Ray Pods are ready for the first time")
 		} else {
-			setCond(string(rayv1.RayClusterProvisioned), metav1.ConditionFalse, rayv1.RayClusterPodsProvisioning, "waiting for the Ray pods to be running and ready")
+			setCond(string(rayv1.RayClusterProvisioned), metav1.ConditionFalse, rayv1.RayClusterPodsProvisioning, "RayCluster Pods are being provisioned for first time")
 		}
 	}
+	// Suspension is one-way until it completes, as in KubeRay: once Suspending, every pod is deleted even if
+	// spec.suspend is cleared meanwhile; only a Suspended cluster resumes.
 	state := s.State
 	switch {
-	case suspend && len(o.pods) == 0:
+	case goingDown && len(o.pods) == 0:
 		state = rayv1.Suspended
-		setCond(string(rayv1.RayClusterSuspending), metav1.ConditionFalse, ReasonSuspended, "all pods are deleted")
-		setCond(string(rayv1.RayClusterSuspended), metav1.ConditionTrue, ReasonSuspended, "all pods are deleted")
-	case suspend:
-		setCond(string(rayv1.RayClusterSuspending), metav1.ConditionTrue, ReasonSuspending, "deleting the pods")
-		setCond(string(rayv1.RayClusterSuspended), metav1.ConditionFalse, ReasonSuspending, "deleting the pods")
+		setCond(string(rayv1.RayClusterProvisioned), metav1.ConditionFalse, rayv1.RayClusterPodsProvisioning, "RayCluster has been suspended")
+		setCond(string(rayv1.RayClusterSuspending), metav1.ConditionFalse, ReasonSuspending, "")
+		setCond(string(rayv1.RayClusterSuspended), metav1.ConditionTrue, ReasonSuspended, "")
+	case goingDown:
+		setCond(string(rayv1.RayClusterSuspended), metav1.ConditionFalse, ReasonSuspended, "")
+		setCond(string(rayv1.RayClusterSuspending), metav1.ConditionTrue, ReasonSuspending, "")
+	case phase == suspended && suspend:
+		state = rayv1.Suspended
 	default:
-		meta.RemoveStatusCondition(&s.Conditions, string(rayv1.RayClusterSuspending))
-		meta.RemoveStatusCondition(&s.Conditions, string(rayv1.RayClusterSuspended))
+		setCond(string(rayv1.RayClusterSuspended), metav1.ConditionFalse, ReasonSuspended, "")
+		setCond(string(rayv1.RayClusterSuspending), metav1.ConditionFalse, ReasonSuspending, "")
 		if state == rayv1.Suspended {
 			state = ""
 		}
@@ -181,6 +224,52 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 		}
 	}
 	return s
+}
+
+type suspendPhase int
+
+const (
+	running suspendPhase = iota
+	suspending
+	suspended
+)
+
+// suspendPhaseOf reads where a suspension stands from the conditions the last reconcile wrote.
+func suspendPhaseOf(c *rayv1.RayCluster) suspendPhase {
+	switch {
+	case meta.IsStatusConditionTrue(c.Status.Conditions, string(rayv1.RayClusterSuspending)):
+		return suspending
+	case meta.IsStatusConditionTrue(c.Status.Conditions, string(rayv1.RayClusterSuspended)):
+		return suspended
+	}
+	return running
+}
+
+// headPodReadiness is HeadPodReady from the head pod: its PodReady condition, and while it is not ready the reason
+// a container is waiting (ImagePullBackOff, CrashLoopBackOff, ...), which says more than ContainersNotReady.
+func headPodReadiness(head *corev1.Pod) (metav1.ConditionStatus, string, string) {
+	status, reason, msg := metav1.ConditionFalse, ReasonUnknown, ""
+	for _, cond := range head.Status.Conditions {
+		if cond.Type != corev1.PodReady {
+			continue
+		}
+		status, msg = metav1.ConditionStatus(cond.Status), cond.Message
+		switch {
+		case cond.Reason != "":
+			reason = cond.Reason
+		case cond.Status == corev1.ConditionTrue:
+			reason = rayv1.HeadPodRunningAndReady
+		}
+	}
+	if status == metav1.ConditionTrue {
+		return status, reason, msg
+	}
+	for _, cs := range append(slices.Clone(head.Status.InitContainerStatuses), head.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "PodInitializing" && w.Reason != "ContainerCreating" {
+			return status, w.Reason, fmt.Sprintf("container %s: %s", cs.Name, w.Message)
+		}
+	}
+	return status, reason, msg
 }
 
 func itoa(i int32) string { return resource.NewQuantity(int64(i), resource.DecimalSI).String() }

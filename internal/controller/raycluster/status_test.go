@@ -49,13 +49,13 @@ func TestComputeStatus(t *testing.T) {
 	}{{
 		name:      "no pods yet",
 		obs:       observed{reconcileOK: true, headService: headless},
-		wantConds: map[string]string{"HeadPodReady": "False/HeadPodNotFound", "RayClusterProvisioned": "False/RayClusterPodsProvisioning"},
+		wantConds: map[string]string{"HeadPodReady": "False/HeadPodNotFound", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "RayClusterSuspended": "False/RayClusterSuspended", "RayClusterSuspending": "False/RayClusterSuspending"},
 	}, {
 		name: "all ready",
 		obs: observed{reconcileOK: true, headService: headless, pods: []corev1.Pod{
 			pod("head", corev1.PodRunning, true), pod("worker", corev1.PodRunning, true), pod("worker", corev1.PodRunning, true)}},
 		wantState: rayv1.Ready,
-		wantConds: map[string]string{"HeadPodReady": "True/HeadPodRunningAndReady", "RayClusterProvisioned": "True/AllPodRunningAndReadyFirstTime"},
+		wantConds: map[string]string{"HeadPodReady": "True/HeadPodRunningAndReady", "RayClusterProvisioned": "True/AllPodRunningAndReadyFirstTime", "RayClusterSuspended": "False/RayClusterSuspended", "RayClusterSuspending": "False/RayClusterSuspending"},
 		check: func(t *testing.T, s rayv1.RayClusterStatus) {
 			if s.ReadyWorkerReplicas != 2 || s.AvailableWorkerReplicas != 2 || s.Head.ServiceIP != "10.0.0.1" || s.Endpoints["dashboard"] != "8265" {
 				t.Errorf("status %+v", s)
@@ -65,21 +65,46 @@ func TestComputeStatus(t *testing.T) {
 		name: "a worker not ready, and a create failed",
 		obs: observed{reconcileOK: false, headService: headless, failure: &failure{rayv1.FailedCreateWorkerPod, "quota"}, pods: []corev1.Pod{
 			pod("head", corev1.PodRunning, true), pod("worker", corev1.PodRunning, true), pod("worker", corev1.PodPending, false)}},
-		wantConds: map[string]string{"HeadPodReady": "True/HeadPodRunningAndReady", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "ReplicaFailure": "True/FailedCreateWorkerPod"},
+		wantConds: map[string]string{"HeadPodReady": "True/HeadPodRunningAndReady", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "ReplicaFailure": "True/FailedCreateWorkerPod", "RayClusterSuspended": "False/RayClusterSuspended", "RayClusterSuspending": "False/RayClusterSuspending"},
 	}, {
 		name:      "suspending",
 		mutate:    func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) },
 		obs:       observed{reconcileOK: true, pods: []corev1.Pod{pod("head", corev1.PodRunning, true)}},
-		wantConds: map[string]string{"HeadPodReady": "True/HeadPodRunningAndReady", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "RayClusterSuspending": "True/RayClusterSuspending", "RayClusterSuspended": "False/RayClusterSuspending"},
+		wantConds: map[string]string{"HeadPodReady": "True/HeadPodRunningAndReady", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "RayClusterSuspending": "True/RayClusterSuspending", "RayClusterSuspended": "False/RayClusterSuspended"},
+	}, {
+		name: "suspension completes even when spec.suspend is cleared meanwhile",
+		mutate: func(c *rayv1.RayCluster) {
+			c.Status.Conditions = []metav1.Condition{{Type: "RayClusterSuspending", Status: metav1.ConditionTrue, Reason: "RayClusterSuspending"}}
+		},
+		obs:       observed{reconcileOK: true, pods: []corev1.Pod{pod("head", corev1.PodRunning, true)}},
+		wantConds: map[string]string{"HeadPodReady": "True/HeadPodRunningAndReady", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "RayClusterSuspending": "True/RayClusterSuspending", "RayClusterSuspended": "False/RayClusterSuspended"},
+	}, {
+		name: "suspended cluster resumes once spec.suspend is cleared",
+		mutate: func(c *rayv1.RayCluster) {
+			c.Status.State = rayv1.Suspended
+			c.Status.Conditions = []metav1.Condition{{Type: "RayClusterSuspended", Status: metav1.ConditionTrue, Reason: "RayClusterSuspended"}}
+		},
+		obs:       observed{reconcileOK: true},
+		wantConds: map[string]string{"HeadPodReady": "False/HeadPodNotFound", "RayClusterSuspended": "False/RayClusterSuspended", "RayClusterSuspending": "False/RayClusterSuspending"},
+	}, {
+		name: "head waiting on its image",
+		obs: observed{reconcileOK: true, pods: []corev1.Pod{func() corev1.Pod {
+			p := pod("head", corev1.PodPending, false)
+			p.Status.Conditions[0].Reason = "ContainersNotReady"
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "ray-head", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "Back-off pulling image"}}}}
+			return p
+		}()}},
+		wantConds: map[string]string{"HeadPodReady": "False/ImagePullBackOff", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "RayClusterSuspended": "False/RayClusterSuspended", "RayClusterSuspending": "False/RayClusterSuspending"},
 	}, {
 		name:      "suspended",
 		mutate:    func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) },
 		obs:       observed{reconcileOK: true},
 		wantState: rayv1.Suspended,
-		wantConds: map[string]string{"HeadPodReady": "False/HeadPodNotFound", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "RayClusterSuspending": "False/RayClusterSuspended", "RayClusterSuspended": "True/RayClusterSuspended"},
+		wantConds: map[string]string{"HeadPodReady": "False/HeadPodNotFound", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "RayClusterSuspending": "False/RayClusterSuspending", "RayClusterSuspended": "True/RayClusterSuspended"},
 		check: func(t *testing.T, s rayv1.RayClusterStatus) {
-			if s.DesiredWorkerReplicas != 0 || !s.DesiredCPU.IsZero() {
-				t.Errorf("suspended cluster wants %d workers, %s CPU", s.DesiredWorkerReplicas, s.DesiredCPU.String())
+			// As KubeRay: what the cluster will want on resume.
+			if s.DesiredWorkerReplicas != 2 || s.DesiredCPU.String() != "3" {
+				t.Errorf("suspended cluster reports %d workers, %s CPU; want 2 and 3", s.DesiredWorkerReplicas, s.DesiredCPU.String())
 			}
 		},
 	}, {
@@ -99,7 +124,7 @@ func TestComputeStatus(t *testing.T) {
 				Template: testutil.RayPodTemplate("w", "1", "1Gi")})
 		},
 		obs:       observed{reconcileOK: true},
-		wantConds: map[string]string{"HeadPodReady": "False/HeadPodNotFound", "RayClusterProvisioned": "False/RayClusterPodsProvisioning"},
+		wantConds: map[string]string{"HeadPodReady": "False/HeadPodNotFound", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "RayClusterSuspended": "False/RayClusterSuspended", "RayClusterSuspending": "False/RayClusterSuspending"},
 		check: func(t *testing.T, s rayv1.RayClusterStatus) {
 			if s.DesiredWorkerReplicas != 12 || s.MinWorkerReplicas != 4 || s.MaxWorkerReplicas != math.MaxInt32 {
 				t.Errorf("desired %d min %d max %d", s.DesiredWorkerReplicas, s.MinWorkerReplicas, s.MaxWorkerReplicas)

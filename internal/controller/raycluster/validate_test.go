@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -49,6 +50,63 @@ func TestValidateUpgradeStrategyOwner(t *testing.T) {
 			case tc.want == "" && f != nil:
 				t.Errorf("refused: %+v", f)
 			case tc.want != "" && (f == nil || f.reason != ReasonUpgradeStrategyNotAllowed || !strings.Contains(f.message, tc.want)):
+				t.Errorf("validate = %+v, want %q", f, tc.want)
+			}
+		})
+	}
+}
+
+// What KubeRay refuses in a spec, Manta refuses too, naming the field, instead of building pods Ray cannot start.
+func TestValidateSpec(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*rayv1.RayCluster)
+		want   string // substring of the message; "" means valid
+	}{
+		{"valid", func(*rayv1.RayCluster) {}, ""},
+		{"53 characters", func(c *rayv1.RayCluster) { c.Name = strings.Repeat("a", 53) }, ""},
+		{"54 characters", func(c *rayv1.RayCluster) { c.Name = strings.Repeat("a", 54) }, "at most 53 characters"},
+		{"not DNS-1035", func(c *rayv1.RayCluster) { c.Name = "1abc" }, "DNS-1035"},
+		{"resources twice", func(c *rayv1.RayCluster) {
+			c.Spec.WorkerGroupSpecs[0].RayStartParams = map[string]string{"num-cpus": "1"}
+			c.Spec.WorkerGroupSpecs[0].Resources = map[string]string{"cpu": "1"}
+		}, "spec.workerGroupSpecs[0]: rayStartParams[num-cpus] and resources both"},
+		{"rayStartParams labels", func(c *rayv1.RayCluster) {
+			c.Spec.HeadGroupSpec.RayStartParams = map[string]string{"labels": "a=b"}
+		}, "spec.headGroupSpec.rayStartParams[labels]"},
+		{"bad label value", func(c *rayv1.RayCluster) {
+			c.Spec.HeadGroupSpec.Labels = map[string]string{"a": "not ok!"}
+		}, "spec.headGroupSpec.labels[a]"},
+		{"not a quantity", func(c *rayv1.RayCluster) {
+			c.Spec.WorkerGroupSpecs[0].Resources = map[string]string{"memory": "8 gigs"}
+		}, "spec.workerGroupSpecs[0].resources[memory]"},
+		{"FT annotation and options", func(c *rayv1.RayCluster) {
+			c.Annotations = map[string]string{builder.AnnotationFTEnabled: "true"}
+			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "r:6379"}
+		}, "use only the options"},
+		{"Redis address without FT", func(c *rayv1.RayCluster) {
+			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "RAY_REDIS_ADDRESS", Value: "r:6379"}}
+		}, "RAY_REDIS_ADDRESS is set"},
+		{"password in rayStartParams with options", func(c *rayv1.RayCluster) {
+			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "r:6379"}
+			c.Spec.HeadGroupSpec.RayStartParams = map[string]string{"redis-password": "pw"}
+		}, "rayStartParams[redis-password]"},
+		{"FT by options", func(c *rayv1.RayCluster) {
+			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "r:6379"}
+		}, ""},
+		{"quantities", func(c *rayv1.RayCluster) {
+			c.Spec.WorkerGroupSpecs[0].Resources = map[string]string{"memory": "8Gi", "cpu": "500m"}
+		}, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := testutil.MakeRayCluster("ns", "rc").Workers("small", 1).Obj()
+			tc.mutate(c)
+			f := validate(c)
+			switch {
+			case tc.want == "" && f != nil:
+				t.Errorf("refused: %+v", f)
+			case tc.want != "" && (f == nil || f.reason != ReasonInvalidSpec || !strings.Contains(f.message, tc.want)):
 				t.Errorf("validate = %+v, want %q", f, tc.want)
 			}
 		})

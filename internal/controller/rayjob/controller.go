@@ -21,10 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/metrics"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -129,6 +129,9 @@ func (r *run) requeueAfter(d time.Duration) {
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	j := &rayv1.RayJob{}
 	if err := r.client.Get(ctx, req.NamespacedName, j); err != nil {
+		if apierrors.IsNotFound(err) {
+			metrics.ForgetJob(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if m := ptr.Deref(j.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
@@ -158,6 +161,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			run.eventf(corev1.EventTypeNormal, ReasonJobStatusChanged, "Reconcile", "Ray job %s is %s", j.Status.JobId, j.Status.JobStatus)
 		}
 		statusErr = r.client.Status().Update(ctx, j)
+		if statusErr == nil {
+			metrics.ObserveJob(j, old, r.opts.Clock.Now())
+		}
 	}
 	if statusErr == nil {
 		for _, e := range run.events {
@@ -298,5 +304,3 @@ func (r *Reconciler) clusterPodsGone(ctx context.Context, ns, name string) (bool
 	}
 	return len(pods.Items) == 0, nil
 }
-
-func logger(ctx context.Context) interface{ Info(string, ...any) } { return log.FromContext(ctx) }

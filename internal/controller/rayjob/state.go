@@ -401,6 +401,7 @@ func (r *Reconciler) notSubmittedYet(ctx context.Context, run *run, cluster *ray
 	j := run.j
 	s := &j.Status
 	if s.JobStatus != rayv1.JobStatusNew {
+		//lint:ignore ST1005 the message goes to status.message, and starts with a name
 		r.statusCheckFailed(run, fmt.Errorf("Ray no longer knows job %s (was %s); the head may have restarted", s.JobId, s.JobStatus))
 		return nil
 	}

@@ -1,5 +1,7 @@
 package rayservice
 
+//lint:file-ignore SA1019 the deprecated KubeRay thresholds are accepted and reported as unsupported, so they are read here
+
 import (
 	"strings"
 	"testing"

@@ -1,0 +1,252 @@
+package oracle
+
+import (
+	"fmt"
+	"os"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// A diff is one field where the object Manta wrote differs from the one KubeRay wrote for the same input.
+type diff struct {
+	Object  string `json:"object"` // e.g. pod/head, pod/worker:small, service/rc-head-svc, raycluster/rc.status
+	Path    string `json:"path"`   // e.g. spec.containers[ray-head].env[RAY_ADDRESS].value
+	KubeRay string `json:"kuberay"`
+	Manta   string `json:"manta"`
+}
+
+func (d diff) key() string { return d.Object + " " + d.Path }
+
+func (d diff) String() string {
+	return fmt.Sprintf("%s %s: kuberay=%s manta=%s", d.Object, d.Path, d.KubeRay, d.Manta)
+}
+
+// listKeys name the field that identifies an element of a list, so lists compare element by element whatever
+// their order and an added element is one difference, not a shifted tail.
+var listKeys = []string{"name", "mountPath", "type", "containerPort", "key", "devicePath"}
+
+// flatten turns a JSON-like value into path -> rendered leaf.
+func flatten(prefix string, v any, out map[string]string) {
+	switch t := v.(type) {
+	case map[string]any:
+		if len(t) == 0 {
+			return
+		}
+		for k, e := range t {
+			p := k
+			if strings.ContainsAny(k, "./") {
+				p = "[" + k + "]"
+				if prefix != "" {
+					flatten(prefix+p, e, out)
+					continue
+				}
+			}
+			if prefix != "" {
+				p = prefix + "." + k
+			}
+			flatten(p, e, out)
+		}
+	case []any:
+		if len(t) == 0 {
+			return
+		}
+		key := listKey(t)
+		for i, e := range t {
+			id := fmt.Sprint(i)
+			if key != "" {
+				id = fmt.Sprint(e.(map[string]any)[key])
+			}
+			flatten(prefix+"["+id+"]", e, out)
+		}
+	case nil:
+	default:
+		out[prefix] = fmt.Sprint(t)
+	}
+}
+
+// listKey is the first of listKeys that every element has, with distinct values; "" means compare by index.
+func listKey(l []any) string {
+	for _, k := range listKeys {
+		seen := map[string]bool{}
+		ok := true
+		for _, e := range l {
+			m, isMap := e.(map[string]any)
+			if !isMap {
+				return ""
+			}
+			v, has := m[k]
+			s := fmt.Sprint(v)
+			if !has || seen[s] {
+				ok = false
+				break
+			}
+			seen[s] = true
+		}
+		if ok {
+			return k
+		}
+	}
+	return ""
+}
+
+// compareObjects lists the fields where two normalised objects differ.
+func compareObjects(object string, kuberay, manta map[string]any) []diff {
+	a, b := map[string]string{}, map[string]string{}
+	flatten("", kuberay, a)
+	flatten("", manta, b)
+	var out []diff
+	for p, va := range a {
+		if vb, ok := b[p]; !ok || !sameText(va, vb) {
+			out = append(out, diff{Object: object, Path: p, KubeRay: va, Manta: orAbsent(vb, ok)})
+		}
+	}
+	for p, vb := range b {
+		if _, ok := a[p]; !ok {
+			out = append(out, diff{Object: object, Path: p, KubeRay: "<absent>", Manta: vb})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].key() < out[j].key() })
+	return out
+}
+
+// sameText compares two values ignoring how whitespace is laid out: KubeRay renders `ray start` with doubled and
+// trailing spaces, which no shell sees.
+func sameText(a, b string) bool {
+	return a == b || strings.Join(strings.Fields(a), " ") == strings.Join(strings.Fields(b), " ")
+}
+
+func orAbsent(s string, ok bool) string {
+	if !ok {
+		return "<absent>"
+	}
+	return s
+}
+
+// deleteFields removes dotted paths (lists are walked: every element) from an object.
+func deleteFields(obj map[string]any, paths ...string) {
+	for _, p := range paths {
+		deletePath(obj, strings.Split(p, "."))
+	}
+}
+
+func deletePath(v any, parts []string) {
+	switch t := v.(type) {
+	case map[string]any:
+		if len(parts) == 1 {
+			delete(t, parts[0])
+			return
+		}
+		deletePath(t[parts[0]], parts[1:])
+	case []any:
+		for _, e := range t {
+			deletePath(e, parts)
+		}
+	}
+}
+
+// A listed difference: Manta differs from KubeRay on purpose (or, under pending, a known gap that issue 11 still
+// tracks). Match is a regular expression over "<object> <path>"; Samples, when set, limits it to matching sample
+// names.
+type allowed struct {
+	Match   string `json:"match"`
+	Samples string `json:"samples,omitempty"`
+	// Rewrite, when set, narrows the entry to one textual difference: Manta's value with From replaced by To
+	// must equal KubeRay's, so the rest of the value is still compared.
+	Rewrite *rewrite `json:"rewrite,omitempty"`
+	Reason  string   `json:"reason"`
+	// Random marks a difference that depends on KubeRay's random choices, so a run may not see it.
+	Random  bool `json:"random,omitempty"`
+	re, sre *regexp.Regexp
+	used    bool
+}
+
+type rewrite struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+	re   *regexp.Regexp
+}
+
+type differences struct {
+	// Deliberate: Manta differs on purpose; the reason names the benefit to users.
+	Deliberate []*allowed `json:"deliberate"`
+	// Pending: differences issue 11 still has to fix; each line says what is left.
+	Pending []*allowed `json:"pending"`
+}
+
+func loadDifferences(path string) (*differences, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	d := &differences{}
+	if err := yaml.UnmarshalStrict(b, d); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, a := range slices.Concat(d.Deliberate, d.Pending) {
+		if a.Reason == "" {
+			return nil, fmt.Errorf("%s: %q has no reason", path, a.Match)
+		}
+		if a.re, err = regexp.Compile(a.Match); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if a.Rewrite != nil {
+			if a.Rewrite.re, err = regexp.Compile(a.Rewrite.From); err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+		}
+		if a.Samples != "" {
+			if a.sre, err = regexp.Compile(a.Samples); err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+		}
+	}
+	return d, nil
+}
+
+// allows says whether a difference found in sample is listed, and marks the entry used.
+func (d *differences) allows(sample string, df diff) bool {
+	for _, a := range slices.Concat(d.Deliberate, d.Pending) {
+		if a.Rewrite != nil && !sameText(a.Rewrite.re.ReplaceAllString(df.Manta, a.Rewrite.To), df.KubeRay) {
+			continue
+		}
+		if a.re.MatchString(df.key()) && (a.sre == nil || a.sre.MatchString(sample)) {
+			a.used = true
+			return true
+		}
+	}
+	return false
+}
+
+func TestFlattenAndCompare(t *testing.T) {
+	kuberay := map[string]any{"spec": map[string]any{
+		"containers": []any{map[string]any{"name": "ray", "env": []any{
+			map[string]any{"name": "A", "value": "1"}, map[string]any{"name": "B", "value": "2"},
+		}}},
+		"nodeSelector": map[string]any{"cloud.google.com/gke-tpu": "x"},
+	}}
+	manta := map[string]any{"spec": map[string]any{
+		"containers": []any{map[string]any{"name": "ray", "env": []any{
+			map[string]any{"name": "B", "value": "2"}, map[string]any{"name": "A", "value": "one"}, map[string]any{"name": "C", "value": "3"},
+		}}},
+		"nodeSelector": map[string]any{"cloud.google.com/gke-tpu": "x"},
+	}}
+	got := compareObjects("pod/head", kuberay, manta)
+	want := []diff{
+		{Object: "pod/head", Path: "spec.containers[ray].env[A].value", KubeRay: "1", Manta: "one"},
+		{Object: "pod/head", Path: "spec.containers[ray].env[C].name", KubeRay: "<absent>", Manta: "C"},
+		{Object: "pod/head", Path: "spec.containers[ray].env[C].value", KubeRay: "<absent>", Manta: "3"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("compareObjects = %v, want %v", got, want)
+	}
+	deleteFields(manta, "spec.containers.env")
+	if _, ok := manta["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["env"]; ok {
+		t.Error("deleteFields left env")
+	}
+}

@@ -1,0 +1,161 @@
+package oracle
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+// A scenario starts a cluster on both sides, then takes steps; after each step both settle and are compared.
+type scenario struct {
+	name    string
+	cluster *rayv1.RayCluster
+	steps   []step
+}
+
+// A step does the same thing on one side as on the other; pods are picked by their labels, since their names differ.
+type step struct {
+	name string
+	do   func(t *testing.T, sd side, ns string)
+}
+
+func scenarios() []scenario {
+	base := func() *testutil.RayClusterWrapper { return testutil.MakeRayCluster("", "rc").Workers("small", 2) }
+	multiHost := base().Obj()
+	multiHost.Spec.WorkerGroupSpecs[0].NumOfHosts = 2
+	return []scenario{
+		{"scale", base().Obj(), []step{
+			{"up", jsonPatch(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":4}]`)},
+			{"down", jsonPatch(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":1}]`)},
+		}},
+		{"workers-to-delete", base().Obj(), []step{{"first-worker", workersToDelete}}},
+		{"suspend-resume", base().Obj(), []step{
+			{"suspend", mergePatch(`{"spec":{"suspend":true}}`)},
+			{"resume", mergePatch(`{"spec":{"suspend":false}}`)},
+		}},
+		{"head-deleted", base().Obj(), []step{{"delete-head", deletePod(builder.NodeTypeHead, "")}}},
+		{"worker-failed", base().Obj(), []step{{"fail-worker", failWorker}}},
+		{"recreate", base().Recreate().Obj(), []step{{"new-image", jsonPatch(`[
+			{"op":"replace","path":"/spec/headGroupSpec/template/spec/containers/0/image","value":"rayproject/ray:2.53.0"},
+			{"op":"replace","path":"/spec/workerGroupSpecs/0/template/spec/containers/0/image","value":"rayproject/ray:2.53.0"}]`)}}},
+		{"multi-host", multiHost, []step{{"lose-a-host", deletePod(builder.NodeTypeWorker, "1")}}},
+	}
+}
+
+// runScenario creates the scenario's cluster on both sides and compares after the start and after every step.
+func runScenario(t *testing.T, ns string, sc scenario, sides ...side) map[string][]diff {
+	out := map[string][]diff{"start": runSample(t, ns, sample{name: sc.name, cluster: toUnstructured(t, sc.cluster)}, sides...)}
+	for _, st := range sc.steps {
+		for _, sd := range sides {
+			st.do(t, sd, ns)
+		}
+		out[st.name] = settle(t, ns, sc.cluster.Name, sides...)
+	}
+	return out
+}
+
+func clusterKey(ns string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: "rc"} }
+
+func rayCluster() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(rayClusterGVK)
+	return u
+}
+
+func jsonPatch(p string) func(*testing.T, side, string) {
+	return func(t *testing.T, sd side, ns string) {
+		u := rayCluster()
+		u.SetNamespace(ns)
+		u.SetName("rc")
+		if err := sd.cl.Patch(context.Background(), u, client.RawPatch(types.JSONPatchType, []byte(p))); err != nil {
+			t.Fatalf("%s: patch: %v", sd.name, err)
+		}
+	}
+}
+
+func mergePatch(p string) func(*testing.T, side, string) {
+	return func(t *testing.T, sd side, ns string) {
+		u := rayCluster()
+		u.SetNamespace(ns)
+		u.SetName("rc")
+		if err := sd.cl.Patch(context.Background(), u, client.RawPatch(types.MergePatchType, []byte(p))); err != nil {
+			t.Fatalf("%s: patch: %v", sd.name, err)
+		}
+	}
+}
+
+// podsOf lists the cluster's pods of a node type, ordered by replica and host index.
+func podsOf(t *testing.T, sd side, ns, nodeType string) []corev1.Pod {
+	t.Helper()
+	list := &corev1.PodList{}
+	if err := sd.cl.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{builder.LabelNodeType: nodeType}); err != nil {
+		t.Fatal(err)
+	}
+	idx := func(p corev1.Pod, k string) int { i, _ := strconv.Atoi(p.Labels[k]); return i }
+	slices.SortFunc(list.Items, func(a, b corev1.Pod) int {
+		if d := idx(a, builder.LabelReplicaIndex) - idx(b, builder.LabelReplicaIndex); d != 0 {
+			return d
+		}
+		return idx(a, builder.LabelHostIndex) - idx(b, builder.LabelHostIndex)
+	})
+	if len(list.Items) == 0 {
+		t.Fatalf("%s: no %s pods", sd.name, nodeType)
+	}
+	return list.Items
+}
+
+// deletePod deletes the first pod of a node type (with the given host index, when set).
+func deletePod(nodeType, host string) func(*testing.T, side, string) {
+	return func(t *testing.T, sd side, ns string) {
+		pods := podsOf(t, sd, ns, nodeType)
+		i := 0
+		if host != "" {
+			i = slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Labels[builder.LabelHostIndex] == host })
+			if i < 0 {
+				t.Fatalf("%s: no pod of host %s", sd.name, host)
+			}
+		}
+		if err := sd.cl.Delete(context.Background(), &pods[i]); err != nil {
+			t.Fatalf("%s: %v", sd.name, err)
+		}
+	}
+}
+
+// failWorker makes the first worker's pod Failed, as a kubelet does when its container dies for good.
+func failWorker(t *testing.T, sd side, ns string) {
+	p := podsOf(t, sd, ns, builder.NodeTypeWorker)[0]
+	p.Status.Phase = corev1.PodFailed
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.Now()}}
+	for i := range p.Status.ContainerStatuses {
+		cs := &p.Status.ContainerStatuses[i]
+		cs.Ready, cs.State = false, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}
+	}
+	if err := sd.cl.Status().Update(context.Background(), &p); err != nil {
+		t.Fatalf("%s: %v", sd.name, err)
+	}
+}
+
+// workersToDelete names the first worker for deletion and lowers replicas by one, as the autoscaler does.
+func workersToDelete(t *testing.T, sd side, ns string) {
+	p := podsOf(t, sd, ns, builder.NodeTypeWorker)[0]
+	name, _ := json.Marshal(p.Name)
+	jsonPatch(fmt.Sprintf(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":1},
+		{"op":"add","path":"/spec/workerGroupSpecs/0/scaleStrategy","value":{"workersToDelete":[%s]}}]`, name))(t, sd, ns)
+	u := rayCluster()
+	if err := sd.cl.Get(context.Background(), clusterKey(ns), u); err != nil {
+		t.Fatal(err)
+	}
+}
