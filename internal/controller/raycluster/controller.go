@@ -220,6 +220,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	// fixed): writing them at the same time saves a round trip per new cluster, which is most of a reconcile's
 	// time when the API server is busy. The Services work on their own copy of the run, merged afterwards.
 	svc := newRun(c.DeepCopy(), run.key)
+	before := len(run.events) // validation and template events stay first
 	var svcErr error
 	done := make(chan struct{})
 	go func() {
@@ -229,7 +230,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	podErr := r.reconcilePods(ctx, run, defTmpl)
 	<-done
 	run.obs.headService = svc.obs.headService
-	run.events = append(svc.events, run.events...)
+	run.events = slices.Concat(run.events[:before], svc.events, run.events[before:])
 	if svc.result.RequeueAfter > 0 {
 		run.requeueAfter(svc.result.RequeueAfter)
 	}
