@@ -13,7 +13,7 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", "cluster.local", "cluster DNS domain used to reach Ray head services directly")
 	fs.StringVar(&o.DefaultPodTemplate, "default-pod-template", "", "core/v1 PodTemplate <namespace>/<name> merged under every Ray head and worker pod")
 	fs.StringVar(&o.PullerImage, "puller-image", "ghcr.io/manta-dev/manta:latest", "Manta's own image, from which ImagePullJob puller pods copy their binary")
-	fs.IntVar(&o.ReconcileConcurrency, "reconcile-concurrency", 16, "concurrent reconciles per controller (each mostly waits on the API server)")
+	fs.IntVar(&o.ReconcileConcurrency, "reconcile-concurrency", 8, "concurrent reconciles per controller")
 	fs.Float32Var(&o.QPS, "qps", 100, "requests per second the operator may send to the Kubernetes API server")
 	fs.IntVar(&o.Burst, "burst", 200, "request burst the operator may send to the Kubernetes API server")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "namespaces to watch (default: all)")
