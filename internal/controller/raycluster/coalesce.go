@@ -66,14 +66,38 @@ func statusHold(old, new *rayv1.RayClusterStatus, pendingSince, now time.Time, w
 	return 0
 }
 
-// pendingStatus remembers, per cluster, since when a progress change has been held back.
+// pendingStatus remembers, per cluster, since when a progress change has been held back, and the resourceVersion
+// its last status write replaced.
 type pendingStatus struct {
 	mu    sync.Mutex
 	since map[types.NamespacedName]time.Time
+	// wroteOver is the resourceVersion a status write replaced: while the cache still holds that version, a
+	// status computed from it would be written over a newer one and conflict.
+	wroteOver map[types.NamespacedName]string
 }
 
 func newPendingStatus() *pendingStatus {
-	return &pendingStatus{since: map[types.NamespacedName]time.Time{}}
+	return &pendingStatus{since: map[types.NamespacedName]time.Time{}, wroteOver: map[types.NamespacedName]string{}}
+}
+
+// stale says whether the cached cluster (at resourceVersion rv) is older than the cluster's last status write.
+func (p *pendingStatus) stale(key types.NamespacedName, rv string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old, ok := p.wroteOver[key]
+	if ok && old != rv {
+		delete(p.wroteOver, key) // the cache has caught up
+		return false
+	}
+	return ok
+}
+
+// wrote records a successful status write over resourceVersion rv.
+func (p *pendingStatus) wrote(key types.NamespacedName, rv string) {
+	p.mu.Lock()
+	delete(p.since, key)
+	p.wroteOver[key] = rv
+	p.mu.Unlock()
 }
 
 // hold returns how long to hold the change back (0: write it now), starting the cluster's clock at its first
@@ -90,9 +114,10 @@ func (p *pendingStatus) hold(key types.NamespacedName, old, new *rayv1.RayCluste
 	return d
 }
 
-// written forgets the cluster's held change: its status is stored (or the cluster is gone).
-func (p *pendingStatus) written(key types.NamespacedName) {
+// forget drops what is remembered of a cluster that is gone.
+func (p *pendingStatus) forget(key types.NamespacedName) {
 	p.mu.Lock()
 	delete(p.since, key)
+	delete(p.wroteOver, key)
 	p.mu.Unlock()
 }

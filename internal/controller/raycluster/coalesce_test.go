@@ -5,6 +5,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 )
@@ -45,5 +46,20 @@ func TestStatusHold(t *testing.T) {
 				t.Errorf("statusHold = %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestPendingStatusStale(t *testing.T) {
+	p := newPendingStatus()
+	key := types.NamespacedName{Namespace: "ns", Name: "rc"}
+	if p.stale(key, "1") {
+		t.Error("stale before any write")
+	}
+	p.wrote(key, "1")
+	if !p.stale(key, "1") {
+		t.Error("the version written over is not seen as stale")
+	}
+	if p.stale(key, "2") || p.stale(key, "1") {
+		t.Error("still stale after the cache caught up")
 	}
 }

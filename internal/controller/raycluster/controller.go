@@ -135,7 +135,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.exp.forget(req.NamespacedName)
-			r.pendingStatus().written(req.NamespacedName)
+			r.pendingStatus().forget(req.NamespacedName)
 			metrics.ForgetCluster(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -156,14 +156,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	newStatus := computeStatus(c, run.obs, now)
 	var statusErr error
 	if !statusEqual(oldStatus, &newStatus) {
-		if hold := r.pendingStatus().hold(req.NamespacedName, oldStatus, &newStatus, now.Time, r.opts.StatusCoalesceWindow); hold > 0 {
+		switch hold := r.pendingStatus().hold(req.NamespacedName, oldStatus, &newStatus, now.Time, r.opts.StatusCoalesceWindow); {
+		case hold > 0:
 			run.requeueAfter(hold)
-		} else {
+		case r.pendingStatus().stale(req.NamespacedName, c.ResourceVersion):
+			// The cache has not seen our last status write yet: writing now would only conflict.
+			run.requeueAfter(200 * time.Millisecond)
+		default:
+			rv := c.ResourceVersion
 			newStatus.LastUpdateTime = &now
 			c.Status = newStatus
 			statusErr = r.client.Status().Update(ctx, c)
 			if statusErr == nil {
-				r.pendingStatus().written(req.NamespacedName)
+				r.pendingStatus().wrote(req.NamespacedName, rv)
 				metrics.ObserveCluster(c, oldStatus, now.Time)
 			}
 		}
