@@ -43,7 +43,7 @@ func TestDefaultTemplateOutsideWatchedNamespaces(t *testing.T) {
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache:   cache.Options{DefaultNamespaces: map[string]cache.Config{"watched": {}}},
-		// TestController's manager runs a controller of the same name in this process.
+		// TestController runs a controller of the same name in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
