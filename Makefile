@@ -60,6 +60,17 @@ oracle: tools ## Compare Manta's RayCluster controller with KubeRay's operator o
 run: tools build ## Start `manta dev`: the local simulated cluster with Manta running.
 	$(BIN)/manta dev
 
+# BENCH_SIZES: RayClusters per trial; BENCH_CONTENDERS: see test/bench/README.md.
+BENCH_SIZES ?= 100,500,1000
+BENCH_CONTENDERS ?= raw,raw-parallel,manta,kuberay,kuberay-c8
+BENCH_ROUNDS ?= 1
+
 .PHONY: bench
-bench: tools build ## Run the benchmark harness on the dev cluster.
-	go test -timeout 60m -count=1 -run '^$$' -bench . -benchtime 1x ./test/bench/...
+bench: tools build ## Race Manta's and KubeRay's operators and the raw ceiling, one fresh dev cluster per trial; writes bench-results.json.
+	MANTA_BENCH_SIZES=$(BENCH_SIZES) MANTA_BENCH_CONTENDERS=$(BENCH_CONTENDERS) MANTA_BENCH_ROUNDS=$(BENCH_ROUNDS) \
+	MANTA_BENCH_JSON=$(CURDIR)/bench-results.json \
+	go test -timeout 120m -count=1 -run '^$$' -bench BenchmarkSideBySide -benchtime 1x ./test/bench/
+
+.PHONY: bench-operator
+bench-operator: tools build ## Run the in-process operator benchmarks (API calls, steady state, memory, large clusters, ImagePullJob).
+	go test -timeout 60m -count=1 -run '^$$' -bench 'Benchmark[^S]' -benchtime 1x ./test/bench/...

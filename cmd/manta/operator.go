@@ -37,6 +37,7 @@ func newOperatorCommand() *cobra.Command {
 	addOperatorFlags(fs, &o)
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of the metrics endpoint (0 disables it)")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", ":8082", "address of the health probes")
+	fs.StringVar(&o.PprofAddr, "pprof-addr", "", "address of the net/http/pprof endpoints (empty disables them)")
 	fs.BoolVar(&o.LeaderElection, "enable-leader-election", true, "elect a leader so only one replica reconciles")
 	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease")
 	return cmd

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/manta-dev/manta/internal/ray"
@@ -26,8 +27,10 @@ import (
 
 // Options are the operator's settings; flags in cmd/manta map onto them one to one.
 type Options struct {
-	MetricsAddr          string
-	HealthProbeAddr      string
+	MetricsAddr     string
+	HealthProbeAddr string
+	// PprofAddr serves net/http/pprof when set (empty or "0" disables it); for profiling under load.
+	PprofAddr            string
 	LeaderElection       bool
 	LeaderElectionNS     string
 	WatchNamespaces      []string
@@ -50,6 +53,12 @@ type Options struct {
 	// RayClients builds the clients every controller that talks to a Ray head uses (RayJob, RayService). Nil
 	// means one ray.Factory honouring UseKubernetesProxy and ClusterDomain; tests inject faulty clients here.
 	RayClients ray.ClientFactory
+}
+
+func init() {
+	// rest_client_rate_limiter_duration_seconds: how long requests waited on the client-side rate limiter (--qps,
+	// --burst), the figure that says whether the limit or the API server bounds the operator under load.
+	metrics.RegisterRESTClientMetrics(metrics.MetricRateLimiterLatency)
 }
 
 // NodeTypeLabel is the label every Ray pod carries; the operator caches only pods with it.
@@ -95,8 +104,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		return nil, err
 	}
 	cacheOpts := cache.Options{
+		DefaultTransform: stripUnread,
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: podSel},
+			&corev1.Pod{}: {Label: podSel, Transform: stripPod},
 			// The operator reads only the Services it made, which all carry ray.io/cluster.
 			&corev1.Service{}: {Label: svcSel},
 			// The only Jobs it reads are RayJob submitters, labelled created-by=kuberay-operator as KubeRay's are.
@@ -113,6 +123,10 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if metricsAddr == "" {
 		metricsAddr = "0"
 	}
+	pprofAddr := opts.PprofAddr
+	if pprofAddr == "" {
+		pprofAddr = "0"
+	}
 	var ctrlOpts config.Controller
 	if opts.SkipNameValidation {
 		ctrlOpts.SkipNameValidation = ptr.To(true)
@@ -122,6 +136,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		PprofBindAddress:        pprofAddr,
 		HealthProbeBindAddress:  opts.HealthProbeAddr,
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "manta-operator-leader",

@@ -2,7 +2,8 @@ package bench
 
 import "testing"
 
-// TestClassify is the only Test in this package: it is pure and fast, so `go test ./...` stays quick.
+// TestClassify and the tests in sidebyside_unit_test.go are pure and fast, so `go test ./...` stays quick (the
+// dev-cluster Tests are in smallscale_test.go).
 func TestClassify(t *testing.T) {
 	cases := []struct {
 		method, path string

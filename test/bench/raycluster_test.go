@@ -13,16 +13,6 @@ import (
 	"github.com/manta-dev/manta/internal/operator"
 )
 
-// kuberayPerf are KubeRay v1.1.1's clusterloader2 results on GKE (10 RayClusters per namespace, 1 head + 3 workers
-// each), by number of RayClusters; reference/kuberay-compat.md section 8. The wait-ready figures of the larger tests
-// exclude their separate image preload step.
-var kuberayPerf = map[int]struct{ createS, waitS, totalS float64 }{
-	100:   {1.06, 83.5, 135.2},
-	1000:  {10.6, 258.3, 647.5},
-	5000:  {53.8, 1213.1, 2700.1},
-	10000: {88.8, 1515.1, 2720.1},
-}
-
 // clusterResult is what one batch of RayClusters cost, from the first create to the last cluster seen ready.
 type clusterResult struct {
 	clusters, podsPerCluster int
@@ -126,11 +116,6 @@ func BenchmarkRayClusterThroughput(b *testing.B) {
 		r := e.createClustersAndWait(b, op, run, clusters, 1+workers, 45*time.Minute)
 		b.StopTimer()
 		r.report(b)
-		if k, ok := kuberayPerf[total]; ok {
-			b.Logf("  KubeRay v1.1.1, %d-raycluster on GKE (clusterloader2): create %.2fs, wait-ready %.1fs, overall %.1fs "+
-				"(real nodes and image pulls; here kwok nodes make pods Ready in ~0.5s, so this measures the operator and the control plane)",
-				total, k.createS, k.waitS, k.totalS)
-		}
 		b.StartTimer()
 	}
 }

@@ -1,0 +1,123 @@
+package raycluster
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+)
+
+// defaultStatusCoalesceWindow is how long a status change that only reports progress (counts, head address,
+// HeadPodReady and RayClusterProvisioned) may wait to be written together with the next one. A new cluster's pods
+// turn Ready one by one within seconds (tens of seconds on a loaded control plane); writing each step cost a status
+// update per pod, 3 to 8 per cluster, through the same API server that is creating the next clusters' pods. Within
+// the window those steps become the one write that says ready; a slower cluster is still reported every window.
+const defaultStatusCoalesceWindow = 10 * time.Second
+
+// progressConditions change as pods come up; a change to any other condition (failures, suspension, validation)
+// or to the state is written at once.
+var progressConditions = map[string]bool{
+	string(rayv1.HeadPodReady):          true,
+	string(rayv1.RayClusterProvisioned): true,
+}
+
+// progressOnly says whether the only differences between old and new are progress: same state, and every
+// condition outside progressConditions unchanged (status, reason and message).
+func progressOnly(old, new *rayv1.RayClusterStatus) bool {
+	if old.State != new.State {
+		return false
+	}
+	types := map[string]bool{}
+	for _, c := range old.Conditions {
+		types[c.Type] = true
+	}
+	for _, c := range new.Conditions {
+		types[c.Type] = true
+	}
+	for t := range types {
+		if progressConditions[t] {
+			continue
+		}
+		a, b := meta.FindStatusCondition(old.Conditions, t), meta.FindStatusCondition(new.Conditions, t)
+		if (a == nil) != (b == nil) {
+			return false
+		}
+		if a != nil && (a.Status != b.Status || a.Reason != b.Reason || a.Message != b.Message) {
+			return false
+		}
+	}
+	return true
+}
+
+// statusHold decides, for a status that differs from the stored one, whether to write it now. pendingSince is when
+// an unwritten progress change was first seen (zero if none). It returns 0 to write now, or how long to wait.
+func statusHold(old, new *rayv1.RayClusterStatus, pendingSince, now time.Time, window time.Duration) time.Duration {
+	switch {
+	case window <= 0 || !progressOnly(old, new):
+		return 0
+	case pendingSince.IsZero():
+		return window
+	case now.Sub(pendingSince) < window:
+		return window - now.Sub(pendingSince)
+	}
+	return 0
+}
+
+// pendingStatus remembers, per cluster, since when a progress change has been held back, and the resourceVersion
+// its last status write replaced.
+type pendingStatus struct {
+	mu    sync.Mutex
+	since map[types.NamespacedName]time.Time
+	// wroteOver is the resourceVersion a status write replaced: while the cache still holds that version, a
+	// status computed from it would be written over a newer one and conflict.
+	wroteOver map[types.NamespacedName]string
+}
+
+func newPendingStatus() *pendingStatus {
+	return &pendingStatus{since: map[types.NamespacedName]time.Time{}, wroteOver: map[types.NamespacedName]string{}}
+}
+
+// stale says whether the cached cluster (at resourceVersion rv) is older than the cluster's last status write.
+func (p *pendingStatus) stale(key types.NamespacedName, rv string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old, ok := p.wroteOver[key]
+	if ok && old != rv {
+		delete(p.wroteOver, key) // the cache has caught up
+		return false
+	}
+	return ok
+}
+
+// wrote records a successful status write over resourceVersion rv.
+func (p *pendingStatus) wrote(key types.NamespacedName, rv string) {
+	p.mu.Lock()
+	delete(p.since, key)
+	p.wroteOver[key] = rv
+	p.mu.Unlock()
+}
+
+// hold returns how long to hold the change back (0: write it now), starting the cluster's clock at its first
+// held change.
+func (p *pendingStatus) hold(key types.NamespacedName, old, new *rayv1.RayClusterStatus, now time.Time, window time.Duration) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := statusHold(old, new, p.since[key], now, window)
+	if d > 0 {
+		if _, ok := p.since[key]; !ok {
+			p.since[key] = now
+		}
+	}
+	return d
+}
+
+// forget drops what is remembered of a cluster that is gone.
+func (p *pendingStatus) forget(key types.NamespacedName) {
+	p.mu.Lock()
+	delete(p.since, key)
+	delete(p.wroteOver, key)
+	p.mu.Unlock()
+}

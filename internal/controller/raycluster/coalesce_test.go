@@ -1,0 +1,65 @@
+package raycluster
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+)
+
+func TestStatusHold(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const window = 5 * time.Second
+	cond := func(typ string, s metav1.ConditionStatus, reason string) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: s, Reason: reason}
+	}
+	progressing := rayv1.RayClusterStatus{ReadyWorkerReplicas: 1, Conditions: []metav1.Condition{
+		cond(string(rayv1.HeadPodReady), metav1.ConditionFalse, "HeadPodNotReady")}}
+	moreProgress := rayv1.RayClusterStatus{ReadyWorkerReplicas: 2, Conditions: []metav1.Condition{
+		cond(string(rayv1.HeadPodReady), metav1.ConditionTrue, "HeadPodRunningAndReady")}}
+	ready := *moreProgress.DeepCopy()
+	ready.State = rayv1.Ready
+	failing := *progressing.DeepCopy()
+	failing.Conditions = append(failing.Conditions, cond(string(rayv1.RayClusterReplicaFailure), metav1.ConditionTrue, "FailedCreateWorkerPod"))
+
+	for _, tc := range []struct {
+		name         string
+		old, new     rayv1.RayClusterStatus
+		pendingSince time.Time
+		now          time.Time
+		window       time.Duration
+		want         time.Duration
+	}{
+		{"first progress change is held for the window", rayv1.RayClusterStatus{}, progressing, time.Time{}, t0, window, window},
+		{"a later one waits out the rest", progressing, moreProgress, t0, t0.Add(2 * time.Second), window, 3 * time.Second},
+		{"written once the window is over", progressing, moreProgress, t0, t0.Add(window), window, 0},
+		{"a state change is written at once", progressing, ready, t0, t0.Add(time.Second), window, 0},
+		{"a new failure condition is written at once", progressing, failing, t0, t0.Add(time.Second), window, 0},
+		{"a failure that clears is written at once", failing, progressing, time.Time{}, t0, window, 0},
+		{"no window, no hold", rayv1.RayClusterStatus{}, progressing, time.Time{}, t0, -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := statusHold(&tc.old, &tc.new, tc.pendingSince, tc.now, tc.window); got != tc.want {
+				t.Errorf("statusHold = %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPendingStatusStale(t *testing.T) {
+	p := newPendingStatus()
+	key := types.NamespacedName{Namespace: "ns", Name: "rc"}
+	if p.stale(key, "1") {
+		t.Error("stale before any write")
+	}
+	p.wrote(key, "1")
+	if !p.stale(key, "1") {
+		t.Error("the version written over is not seen as stale")
+	}
+	if p.stale(key, "2") || p.stale(key, "1") {
+		t.Error("still stale after the cache caught up")
+	}
+}

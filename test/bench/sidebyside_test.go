@@ -1,0 +1,726 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/operator"
+)
+
+// contender is one side of the race: the raw ceiling (no operator; the harness creates the same pods bare) or an
+// operator binary run as its own process with its shipped defaults plus the flags a benchmark needs.
+type contender struct {
+	name string
+	// args builds the operator's command line (nil for the raw ceiling).
+	args func(bin, kubeconfig, metricsAddr, pprofAddr string) []string
+	// kuberayCRDs installs KubeRay's own CRDs in the contender's dev cluster instead of Manta's.
+	kuberayCRDs bool
+	kuberay     bool
+	// parallelPods makes the raw ceiling create each cluster's pods at once (clusters still one at a time), the
+	// way an operator fans out one cluster's pods; plain raw creates every pod one at a time.
+	parallelPods bool
+}
+
+var contenders = map[string]contender{
+	"raw":          {name: "raw"},
+	"raw-parallel": {name: "raw-parallel", parallelPods: true},
+	"manta": {name: "manta", args: func(bin, kc, m, pp string) []string {
+		// KUBECONFIG in its environment points it at the dev cluster.
+		return []string{bin, "operator", "--enable-leader-election=false",
+			"--metrics-addr=" + m, "--health-probe-bind-address=0", "--pprof-addr=" + pp}
+	}},
+	// Manta built from another tree (MANTA_BENCH_BASE_BIN), for before/after comparisons in one run.
+	"manta-base": {name: "manta-base", args: func(bin, kc, m, _ string) []string {
+		return []string{bin, "operator", "--enable-leader-election=false", "--metrics-addr=" + m, "--health-probe-bind-address=0"}
+	}},
+	// KubeRay's operator at its defaults (--reconcile-concurrency 1, --qps 100, --burst 200).
+	"kuberay": {name: "kuberay", kuberayCRDs: true, kuberay: true, args: func(bin, kc, m, _ string) []string {
+		return []string{bin, "--kubeconfig=" + kc, "--enable-leader-election=false",
+			"--metrics-addr=" + m, "--health-probe-bind-address=0"}
+	}},
+	"kuberay-c8": {name: "kuberay-c8", kuberayCRDs: true, kuberay: true, args: func(bin, kc, m, _ string) []string {
+		return []string{bin, "--kubeconfig=" + kc, "--enable-leader-election=false",
+			"--metrics-addr=" + m, "--health-probe-bind-address=0", "--reconcile-concurrency=8"}
+	}},
+}
+
+// trialResult is one contender at one size in one round; the JSON the harness writes is a list of them.
+type trialResult struct {
+	Contender      string             `json:"contender"`
+	Clusters       int                `json:"clusters"`
+	Pods           int                `json:"pods"`
+	Round          int                `json:"round"`
+	Args           []string           `json:"args,omitempty"`
+	CreateS        float64            `json:"createSeconds"`
+	AllReadyS      float64            `json:"allReadySeconds"`
+	P50S           float64            `json:"p50ClusterReadySeconds"`
+	P99S           float64            `json:"p99ClusterReadySeconds"`
+	LastS          float64            `json:"lastClusterReadySeconds"` // the last one created, while the others provision
+	CPUSeconds     float64            `json:"operatorCPUSeconds"`
+	PeakRSSMiB     float64            `json:"operatorPeakRSSMiB"`
+	RequestsByVerb map[string]float64 `json:"requestsPerClusterByVerb,omitempty"`
+	WritesPerCl    float64            `json:"writesPerCluster"`
+	RateLimitWaitS float64            `json:"rateLimiterWaitSeconds,omitempty"`
+	Profiles       []string           `json:"profiles,omitempty"`
+}
+
+// BenchmarkSideBySide races Manta's operator and KubeRay's (bin/kuberay-operator), each as its own process on a
+// fresh dev cluster, against the raw ceiling (the same pods created bare by the same client), trials alternated in
+// one run. One client creates RayClusters of 1 head + 3 workers one at a time and watches until every cluster is
+// ready. Settings come from the environment:
+//
+//	MANTA_BENCH_SIZES       RayClusters per trial, comma-separated (default 100)
+//	MANTA_BENCH_ROUNDS      rounds of alternated trials (default 1)
+//	MANTA_BENCH_CONTENDERS  default raw,manta,kuberay,kuberay-c8 (also raw-parallel, manta-base)
+//	MANTA_BENCH_JSON        where to write the results (default <tmp>/manta-bench/sidebyside.json)
+//	MANTA_BENCH_BASE_BIN    a manta binary for the contender manta-base (another commit, for before/after)
+//	MANTA_BENCH_PPROF       a directory: Manta's CPU profile of each trial and its heap at all-ready go there
+func BenchmarkSideBySide(b *testing.B) {
+	sizes := envInts(b, "MANTA_BENCH_SIZES", []int{100})
+	rounds := envInts(b, "MANTA_BENCH_ROUNDS", []int{1})[0]
+	names := strings.Split(envOr("MANTA_BENCH_CONTENDERS", "raw,manta,kuberay,kuberay-c8"), ",")
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bins := map[string]string{"kuberay": filepath.Join(root, "bin", "kuberay-operator")}
+	for _, n := range names {
+		c, ok := contenders[n]
+		if !ok {
+			b.Fatalf("MANTA_BENCH_CONTENDERS: unknown contender %q", n)
+		}
+		if c.kuberay {
+			if _, err := os.Stat(bins["kuberay"]); err != nil {
+				b.Fatalf("%v (hack/build-kuberay.sh builds it)", err)
+			}
+		}
+		if n == "manta" && bins["manta"] == "" {
+			bins["manta"] = buildManta(b, root)
+		}
+	}
+	kuberayCRDs := kuberayCRDDir(root)
+	var results []trialResult
+	for i := 0; i < b.N; i++ {
+		for _, n := range sizes {
+			for round := range rounds {
+				for _, name := range names {
+					c := contenders[name]
+					bin := bins["manta"]
+					switch {
+					case c.kuberay:
+						bin = bins["kuberay"]
+					case name == "manta-base":
+						bin = os.Getenv("MANTA_BENCH_BASE_BIN")
+					}
+					r := runTrial(b, c, bin, kuberayCRDs, n, round)
+					results = append(results, r)
+					progressf(b, "%s, %d clusters, round %d: all ready in %.1fs (p50 %.1fs, p99 %.1fs), %.1f CPU-s, peak RSS %.0f MiB, %.1f writes/cluster %v",
+						r.Contender, r.Clusters, round, r.AllReadyS, r.P50S, r.P99S, r.CPUSeconds, r.PeakRSSMiB, r.WritesPerCl, r.RequestsByVerb)
+				}
+			}
+		}
+	}
+	table := sideBySideTable(results)
+	fmt.Fprintf(os.Stdout, "\n%s\n", table)
+	out := envOr("MANTA_BENCH_JSON", filepath.Join(os.TempDir(), "manta-bench", "sidebyside.json"))
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	data, _ := json.MarshalIndent(map[string]any{"trials": results, "table": table}, "", "  ")
+	if err := os.WriteFile(out, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	fmt.Fprintf(os.Stdout, "results written to %s\n", out)
+}
+
+// buildManta builds `manta` into a temp dir, so the benchmark runs the operator exactly as shipped.
+func buildManta(b *testing.B, root string) string {
+	bin := filepath.Join(b.TempDir(), "manta")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/manta")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("go build ./cmd/manta: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// kuberayCRDDir is the CRD directory of the pinned KubeRay module in the module cache, "" when it is not there
+// (then KubeRay runs on Manta's CRDs, which accept the same objects).
+func kuberayCRDDir(root string) string {
+	cmd := exec.Command("go", "env", "GOMODCACHE")
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	matches, _ := filepath.Glob(filepath.Join(strings.TrimSpace(string(out)), "github.com", "ray-project", "kuberay", "ray-operator@v1.5.0", "config", "crd", "bases"))
+	if len(matches) == 0 {
+		return ""
+	}
+	return matches[0]
+}
+
+func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, round int) trialResult {
+	b.Helper()
+	const perNamespace, workers = 10, 3
+	opts := devcluster.Options{Nodes: 32, NodeCPU: "1000", NodeMemory: "4000Gi", NodeMaxPods: 1000}
+	if c.kuberayCRDs && kuberayCRDs != "" {
+		opts.CRDDirs = []string{kuberayCRDs}
+	}
+	e := startEnvFor(b, 40*time.Minute, opts)
+	defer e.stop()
+	var nsNames []string
+	for i := range (clusters + perNamespace - 1) / perNamespace {
+		nsNames = append(nsNames, fmt.Sprintf("bench-sbs-%d", i))
+	}
+	e.createNamespaces(b, nsNames...)
+	run := fmt.Sprintf("%s-%d-%d", c.name, clusters, round)
+	var rcs []*rayv1.RayCluster
+	for i := range clusters {
+		rcs = append(rcs, rayCluster(nsNames[i/perNamespace], fmt.Sprintf("rc-%d", i), run, workers))
+	}
+	r := trialResult{Contender: c.name, Clusters: clusters, Pods: clusters * (1 + workers), Round: round}
+
+	var op *opProcess
+	if c.args != nil {
+		op = startOperatorProcess(b, e, c, bin)
+		defer op.stop()
+		r.Args = op.args[1:]
+	}
+	var before metricsSnapshot
+	var cpu0 float64
+	if op != nil {
+		before = op.scrape(b)
+		cpu0 = procCPUSeconds(op.cmd.Process.Pid)
+		if op.pprofDir != "" {
+			op.startCPUProfile(b, run)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	watcher := startReadyWatch(b, e, ctx, run, c.args == nil, clusters)
+	start := time.Now()
+	created := map[string]time.Time{}
+	for _, rc := range rcs {
+		key := rc.Namespace + "/" + rc.Name
+		if c.args == nil {
+			var objs []client.Object
+			for _, p := range barePods(rc) {
+				objs = append(objs, p)
+			}
+			parallel := 1
+			if c.parallelPods {
+				parallel = len(objs)
+			}
+			e.createAll(b, parallel, objs)
+		} else if err := e.cl.Create(e.ctx, rc); err != nil {
+			b.Fatalf("create RayCluster %s: %v", key, err)
+		}
+		created[key] = time.Now()
+	}
+	r.CreateS = time.Since(start).Seconds()
+	readyAt := watcher.wait(b, 30*time.Minute)
+	var lat []time.Duration
+	var end time.Time
+	for k, t := range readyAt {
+		lat = append(lat, t.Sub(created[k]))
+		if t.After(end) {
+			end = t
+		}
+	}
+	r.AllReadyS = end.Sub(start).Seconds()
+	last := rcs[len(rcs)-1].Namespace + "/" + rcs[len(rcs)-1].Name
+	r.LastS = readyAt[last].Sub(created[last]).Seconds()
+	r.P50S, _, r.P99S, _ = percentiles(lat)
+	if op != nil {
+		r.CPUSeconds = procCPUSeconds(op.cmd.Process.Pid) - cpu0
+		r.PeakRSSMiB = procPeakRSSMiB(op.cmd.Process.Pid)
+		after := op.scrape(b)
+		d := after.minus(before)
+		r.RequestsByVerb = map[string]float64{}
+		for verb, v := range d.requests {
+			r.RequestsByVerb[verb] = v / float64(clusters)
+		}
+		r.WritesPerCl = (d.requests["POST"] + d.requests["PUT"] + d.requests["PATCH"] + d.requests["DELETE"]) / float64(clusters)
+		r.RateLimitWaitS = d.rateLimitWait
+		if op.pprofDir != "" {
+			r.Profiles = op.finishProfiles(b, run)
+		}
+	}
+	return r
+}
+
+// startEnvFor is startEnv for a trial that ends before the benchmark does.
+func startEnvFor(b *testing.B, timeout time.Duration, opts devcluster.Options) *trialEnv {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	start := time.Now()
+	c, err := devcluster.Start(ctx, opts)
+	if err != nil {
+		cancel()
+		b.Fatalf("start dev cluster: %v", err)
+	}
+	progressf(b, "dev cluster with %d nodes up in %s", nodeCount(opts), time.Since(start).Round(time.Millisecond))
+	scheme, err := operator.Scheme()
+	if err != nil {
+		b.Fatal(err)
+	}
+	admin := c.RESTConfig()
+	cl, err := client.NewWithWatch(admin, client.Options{Scheme: scheme})
+	if err != nil {
+		b.Fatal(err)
+	}
+	te := &trialEnv{env: &env{ctx: ctx, cluster: c, admin: admin, cl: cl}, wcl: cl}
+	te.cancel = cancel
+	te.cs = kubernetes.NewForConfigOrDie(admin)
+	return te
+}
+
+type trialEnv struct {
+	*env
+	wcl    client.WithWatch
+	cancel context.CancelFunc
+}
+
+func (t *trialEnv) stop() {
+	t.cancel()
+	_ = t.cluster.Stop()
+}
+
+// barePods are the pods the operator would make for rc, created without an operator: the raw ceiling.
+func barePods(rc *rayv1.RayCluster) []*corev1.Pod {
+	pods := []*corev1.Pod{builder.HeadPod(rc, builder.PodOptions{})}
+	g := &rc.Spec.WorkerGroupSpecs[0]
+	for range *g.Replicas {
+		pods = append(pods, builder.WorkerPod(rc, g, builder.PodOptions{}))
+	}
+	for _, p := range pods {
+		p.OwnerReferences = nil
+		p.Labels[benchLabel] = rc.Labels[benchLabel]
+	}
+	return pods
+}
+
+// readyWatch follows RayClusters (or, for the raw ceiling, bare pods) with one watch and records when each cluster
+// was first seen ready: a RayCluster in state ready, or all four of a cluster's bare pods Ready.
+type readyWatch struct {
+	n       int
+	done    chan struct{}
+	readyAt map[string]time.Time
+	err     error
+}
+
+func startReadyWatch(b *testing.B, e *trialEnv, ctx context.Context, run string, raw bool, n int) *readyWatch {
+	w := &readyWatch{n: n, done: make(chan struct{}), readyAt: map[string]time.Time{}}
+	var list client.ObjectList = &rayv1.RayClusterList{}
+	if raw {
+		list = &corev1.PodList{}
+	}
+	readyPods := map[string]map[string]bool{} // cluster -> ready pods
+	observe := func(obj runtime.Object) {
+		now := time.Now()
+		switch o := obj.(type) {
+		case *rayv1.RayCluster:
+			key := o.Namespace + "/" + o.Name
+			if _, seen := w.readyAt[key]; !seen && o.Status.State == rayv1.Ready {
+				w.readyAt[key] = now
+			}
+		case *corev1.Pod:
+			key := o.Namespace + "/" + o.Labels[builder.LabelCluster]
+			if readyPods[key] == nil {
+				readyPods[key] = map[string]bool{}
+			}
+			readyPods[key][o.Name] = podReady(o)
+			nReady := 0
+			for _, r := range readyPods[key] {
+				if r {
+					nReady++
+				}
+			}
+			if _, seen := w.readyAt[key]; !seen && nReady == 4 {
+				w.readyAt[key] = now
+			}
+		}
+	}
+	go func() {
+		defer close(w.done)
+		for len(w.readyAt) < n {
+			l := list.DeepCopyObject().(client.ObjectList)
+			if err := e.wcl.List(ctx, l, client.MatchingLabels{benchLabel: run}); err != nil {
+				if ctx.Err() != nil {
+					w.err = err
+					return
+				}
+				time.Sleep(time.Second)
+				continue
+			}
+			items, _ := meta.ExtractList(l)
+			for _, it := range items {
+				observe(it)
+			}
+			l2 := list.DeepCopyObject().(client.ObjectList)
+			rv := l.(interface{ GetResourceVersion() string }).GetResourceVersion()
+			wi, err := e.wcl.Watch(ctx, l2, client.MatchingLabels{benchLabel: run}, &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+			if err != nil {
+				continue
+			}
+			for ev := range wi.ResultChan() {
+				if ev.Type == watch.Added || ev.Type == watch.Modified {
+					observe(ev.Object)
+				}
+				if len(w.readyAt) >= n {
+					break
+				}
+			}
+			wi.Stop()
+		}
+	}()
+	return w
+}
+
+// wait returns when every cluster was seen ready, and fails the benchmark after timeout.
+func (w *readyWatch) wait(b *testing.B, timeout time.Duration) map[string]time.Time {
+	select {
+	case <-w.done:
+		if w.err != nil {
+			b.Fatalf("watching readiness: %v", w.err)
+		}
+		return w.readyAt
+	case <-time.After(timeout):
+		b.Fatalf("not all %d clusters ready after %s", w.n, timeout)
+		return nil
+	}
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// opProcess is an operator running as its own process.
+type opProcess struct {
+	cmd      *exec.Cmd
+	args     []string
+	metrics  string // http://127.0.0.1:<port>/metrics
+	pprof    string
+	pprofDir string
+	profDone chan []byte
+	log      *os.File
+	exited   chan struct{} // closed when the process has ended
+}
+
+func (op *opProcess) hasExited() bool {
+	select {
+	case <-op.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+func startOperatorProcess(b *testing.B, e *trialEnv, c contender, bin string) *opProcess {
+	b.Helper()
+	ports, err := devcluster.FreePorts(2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, pp := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	args := c.args(bin, e.cluster.Kubeconfig, m, pp)
+	logPath := filepath.Join(e.cluster.Dir(), c.name+"-operator.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.cluster.Kubeconfig)
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("start %s: %v", args[0], err)
+	}
+	op := &opProcess{cmd: cmd, args: args, metrics: "http://" + m + "/metrics", pprof: "http://" + pp, log: logFile, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(op.exited) }()
+	if c.name == "manta" {
+		op.pprofDir = os.Getenv("MANTA_BENCH_PPROF")
+	}
+	// Up when its metrics answer; then a few seconds for its informers to list the (still empty) cluster.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := httpGet(op.metrics); err == nil {
+			break
+		}
+		if op.hasExited() {
+			b.Fatalf("%s exited: log %s", c.name, logPath)
+		}
+		if time.Now().After(deadline) {
+			op.stop()
+			b.Fatalf("%s did not come up within 2 minutes; log %s", c.name, logPath)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(5 * time.Second)
+	return op
+}
+
+func (op *opProcess) stop() {
+	if !op.hasExited() {
+		_ = op.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-op.exited:
+		case <-time.After(15 * time.Second):
+			_ = op.cmd.Process.Kill()
+			<-op.exited
+		}
+	}
+	op.log.Close()
+}
+
+func (op *opProcess) startCPUProfile(b *testing.B, run string) {
+	op.profDone = make(chan []byte, 1)
+	go func() {
+		// pprof profiles for a fixed duration: ask for about the trial's length (MANTA_BENCH_PPROF_SECONDS).
+		body, _ := httpGetBytes(op.pprof + "/debug/pprof/profile?seconds=" + envOr("MANTA_BENCH_PPROF_SECONDS", "30"))
+		op.profDone <- body
+	}()
+}
+
+func (op *opProcess) finishProfiles(b *testing.B, run string) []string {
+	var out []string
+	if err := os.MkdirAll(op.pprofDir, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	if heap, err := httpGetBytes(op.pprof + "/debug/pprof/heap"); err == nil {
+		p := filepath.Join(op.pprofDir, run+".heap.pprof")
+		if os.WriteFile(p, heap, 0o644) == nil {
+			out = append(out, p)
+		}
+	}
+	if cpu := <-op.profDone; len(cpu) > 0 {
+		p := filepath.Join(op.pprofDir, run+".cpu.pprof")
+		if os.WriteFile(p, cpu, 0o644) == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func httpGet(url string) (string, error) {
+	b, err := httpGetBytes(url)
+	return string(b), err
+}
+
+func httpGetBytes(url string) ([]byte, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return io.ReadAll(resp.Body)
+}
+
+// metricsSnapshot is what the harness reads from an operator's own metrics endpoint.
+type metricsSnapshot struct {
+	requests      map[string]float64 // rest_client_requests_total by method
+	rateLimitWait float64            // rest_client_rate_limiter_duration_seconds_sum, when the operator exports it
+}
+
+func (op *opProcess) scrape(b *testing.B) metricsSnapshot {
+	body, err := httpGet(op.metrics)
+	if err != nil {
+		b.Fatalf("scrape %s: %v", op.metrics, err)
+	}
+	return parseMetrics(body)
+}
+
+// parseMetrics reads the two families the table needs from Prometheus text exposition.
+func parseMetrics(text string) metricsSnapshot {
+	s := metricsSnapshot{requests: map[string]float64{}}
+	for _, line := range strings.Split(text, "\n") {
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "rest_client_rate_limiter_duration_seconds_sum" {
+				v, _ := strconv.ParseFloat(f[1], 64)
+				s.rateLimitWait += v
+			}
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "rest_client_requests_total":
+			if m := labelValue(labels, "method"); m != "" {
+				s.requests[m] += v
+				if labelValue(labels, "code") == "409" {
+					// Conflicts (a write from a stale cache), counted apart as well.
+					s.requests[m+" 409"] += v
+				}
+			}
+		case "rest_client_rate_limiter_duration_seconds_sum":
+			s.rateLimitWait += v
+		}
+	}
+	return s
+}
+
+func labelValue(labels, key string) string {
+	for _, kv := range strings.Split(labels, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && k == key {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
+}
+
+func (s metricsSnapshot) minus(before metricsSnapshot) metricsSnapshot {
+	out := metricsSnapshot{requests: map[string]float64{}, rateLimitWait: s.rateLimitWait - before.rateLimitWait}
+	for k, v := range s.requests {
+		if d := v - before.requests[k]; d > 0 {
+			out.requests[k] = d
+		}
+	}
+	return out
+}
+
+// procCPUSeconds is a process's user + system CPU time from /proc/<pid>/stat (clock ticks of 1/100 s).
+func procCPUSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	return parseStatCPU(string(b))
+}
+
+func parseStatCPU(stat string) float64 {
+	// Fields after the command name, which is in parentheses and may hold spaces: state is field 3, utime 14, stime 15.
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100
+}
+
+// procPeakRSSMiB is a process's peak resident set size (VmHWM) from /proc/<pid>/status.
+func procPeakRSSMiB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb float64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%f kB", &kb); err == nil {
+				return kb / 1024
+			}
+		}
+	}
+	return 0
+}
+
+// sideBySideTable is the one table of the benchmark: a row per trial, grouped by size, in the order run.
+func sideBySideTable(rs []trialResult) string {
+	var sb strings.Builder
+	sb.WriteString("| clusters (pods) | contender | round | all ready | vs raw | p50 / p99 / last cluster | operator CPU-s | peak RSS | requests per cluster by verb | writes per cluster |\n")
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	raw := map[[2]int]float64{}
+	for _, r := range rs {
+		// The ceiling is the faster of the raw contenders.
+		k := [2]int{r.Clusters, r.Round}
+		if strings.HasPrefix(r.Contender, "raw") && (raw[k] == 0 || r.AllReadyS < raw[k]) {
+			raw[k] = r.AllReadyS
+		}
+	}
+	for _, r := range rs {
+		vs := "-"
+		if base := raw[[2]int{r.Clusters, r.Round}]; base > 0 && !strings.HasPrefix(r.Contender, "raw") {
+			vs = fmt.Sprintf("%.2fx", r.AllReadyS/base)
+		}
+		cpu, rss, writes := "-", "-", "-"
+		if !strings.HasPrefix(r.Contender, "raw") {
+			cpu, rss, writes = fmt.Sprintf("%.1f", r.CPUSeconds), fmt.Sprintf("%.0f MiB", r.PeakRSSMiB), fmt.Sprintf("%.1f", r.WritesPerCl)
+		}
+		fmt.Fprintf(&sb, "| %d (%d) | %s | %d | %.1f s | %s | %.1f / %.1f / %.1f s | %s | %s | %s | %s |\n",
+			r.Clusters, r.Pods, r.Contender, r.Round, r.AllReadyS, vs, r.P50S, r.P99S, r.LastS, cpu, rss, verbs(r.RequestsByVerb), writes)
+	}
+	return sb.String()
+}
+
+func verbs(m map[string]float64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, v := range []string{"POST", "PUT", "PATCH", "DELETE", "GET", "LIST", "WATCH"} {
+		if m[v] > 0 {
+			p := fmt.Sprintf("%s %.2f", v, m[v])
+			if c := m[v+" 409"]; c > 0 {
+				p += fmt.Sprintf(" (%.2f conflicts)", c)
+			}
+			parts = append(parts, p)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInts(b *testing.B, key string, def []int) []int {
+	v := os.Getenv(key)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, s := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			b.Fatalf("%s=%q: want positive integers, comma-separated", key, v)
+		}
+		out = append(out, n)
+	}
+	return out
+}

@@ -1,0 +1,48 @@
+package bench
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseMetrics(t *testing.T) {
+	text := `# HELP rest_client_requests_total Number of HTTP requests, partitioned by status code, method, and host.
+# TYPE rest_client_requests_total counter
+rest_client_requests_total{code="200",host="127.0.0.1:6443",method="GET"} 12
+rest_client_requests_total{code="201",host="127.0.0.1:6443",method="POST"} 40
+rest_client_requests_total{code="409",host="127.0.0.1:6443",method="PUT"} 1
+rest_client_requests_total{code="200",host="127.0.0.1:6443",method="PUT"} 9
+rest_client_rate_limiter_duration_seconds_sum{host="127.0.0.1:6443",verb="POST"} 1.5
+rest_client_rate_limiter_duration_seconds_sum{host="127.0.0.1:6443",verb="PUT"} 0.25
+workqueue_depth{controller="raycluster",name="raycluster"} 3
+`
+	s := parseMetrics(text)
+	if s.requests["GET"] != 12 || s.requests["POST"] != 40 || s.requests["PUT"] != 10 || s.rateLimitWait != 1.75 {
+		t.Errorf("parseMetrics = %+v", s)
+	}
+	d := s.minus(metricsSnapshot{requests: map[string]float64{"POST": 30}, rateLimitWait: 0.75})
+	if d.requests["POST"] != 10 || d.rateLimitWait != 1 {
+		t.Errorf("minus = %+v", d)
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// pid (comm with spaces) state ppid ... utime=250 stime=50 (fields 14 and 15)
+	stat := "4242 (manta op) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 1000 0 0"
+	if got := parseStatCPU(stat); got != 3 {
+		t.Errorf("parseStatCPU = %v, want 3", got)
+	}
+}
+
+func TestSideBySideTable(t *testing.T) {
+	table := sideBySideTable([]trialResult{
+		{Contender: "raw", Clusters: 100, Pods: 400, AllReadyS: 10},
+		{Contender: "manta", Clusters: 100, Pods: 400, AllReadyS: 12, CPUSeconds: 2, PeakRSSMiB: 60, WritesPerCl: 6,
+			RequestsByVerb: map[string]float64{"POST": 5, "PUT": 1}},
+	})
+	for _, want := range []string{"| 100 (400) | raw |", "| 100 (400) | manta | 0 | 12.0 s | 1.20x |", "POST 5.00, PUT 1.00"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+}
