@@ -484,3 +484,16 @@ func ReplicaName(group, suffix string) string {
 
 // GroupLabelValue is the value of ray.io/group on the pods of a worker group.
 func GroupLabelValue(group string) string { return validLabelValue(group) }
+
+// PodRunningAndReady reports whether the pod is Running with its Ready condition True.
+func PodRunningAndReady(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

@@ -187,7 +187,7 @@ func (e *env) waitPods(t *testing.T, rc *rayv1.RayCluster, n int) []corev1.Pod {
 func (e *env) setReady(t *testing.T, rc *rayv1.RayCluster) {
 	t.Helper()
 	for i, p := range e.pods(t, rc) {
-		if podRunningAndReady(&p) {
+		if builder.PodRunningAndReady(&p) {
 			continue
 		}
 		setPhase(t, e.cl, &p, corev1.PodRunning, true, fmt.Sprintf("10.0.%d.%d", i/200, i%200+1))

@@ -333,7 +333,7 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 
 func replicaReady(pods []corev1.Pod) bool {
 	for i := range pods {
-		if !podRunningAndReady(&pods[i]) {
+		if !builder.PodRunningAndReady(&pods[i]) {
 			return false
 		}
 	}

@@ -131,7 +131,7 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 	allReady := true
 	for i := range o.pods {
 		p := &o.pods[i]
-		r := podRunningAndReady(p)
+		r := builder.PodRunningAndReady(p)
 		allReady = allReady && r
 		if p.Labels[builder.LabelNodeType] == builder.NodeTypeHead {
 			head = p
@@ -368,16 +368,4 @@ func podRequests(c corev1.Container) corev1.ResourceList {
 		out[k] = v
 	}
 	return out
-}
-
-func podRunningAndReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

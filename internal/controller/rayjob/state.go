@@ -116,25 +116,26 @@ func (r *Reconciler) deadlines(ctx context.Context, run *run, cluster *rayv1.Ray
 		return false
 	}
 	elapsed := run.now.Sub(s.StartTime.Time)
-	if d := j.Spec.ActiveDeadlineSeconds; d != nil {
-		limit := time.Duration(*d) * time.Second
-		if elapsed >= limit {
-			r.stopQuietly(ctx, run, cluster)
-			r.fail(run, rayv1.DeadlineExceeded, fmt.Sprintf("the RayJob ran longer than activeDeadlineSeconds (%ds)", *d))
-			return true
+	check := func(seconds *int32, reason rayv1.JobFailedReason, format string) bool {
+		if seconds == nil {
+			return false
 		}
-		run.requeueAfter(limit - elapsed)
-	}
-	if d := j.Spec.PreRunningDeadlineSeconds; d != nil && s.JobStatus != rayv1.JobStatusRunning && !rayv1.IsJobTerminal(s.JobStatus) {
-		limit := time.Duration(*d) * time.Second
-		if elapsed >= limit {
-			r.stopQuietly(ctx, run, cluster)
-			r.fail(run, rayv1.PreRunningDeadlineExceeded, fmt.Sprintf("the Ray job did not start running within preRunningDeadlineSeconds (%ds)", *d))
-			return true
+		limit := time.Duration(*seconds) * time.Second
+		if elapsed < limit {
+			run.requeueAfter(limit - elapsed)
+			return false
 		}
-		run.requeueAfter(limit - elapsed)
+		r.stopQuietly(ctx, run, cluster)
+		r.fail(run, reason, fmt.Sprintf(format, *seconds))
+		return true
 	}
-	return false
+	if check(j.Spec.ActiveDeadlineSeconds, rayv1.DeadlineExceeded, "the RayJob ran longer than activeDeadlineSeconds (%ds)") {
+		return true
+	}
+	if s.JobStatus == rayv1.JobStatusRunning || rayv1.IsJobTerminal(s.JobStatus) {
+		return false
+	}
+	return check(j.Spec.PreRunningDeadlineSeconds, rayv1.PreRunningDeadlineExceeded, "the Ray job did not start running within preRunningDeadlineSeconds (%ds)")
 }
 
 // stopQuietly asks Ray to stop the job the RayJob gives up on, so it does not keep running unseen.

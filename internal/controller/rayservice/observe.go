@@ -87,7 +87,7 @@ func (r *Reconciler) observeCluster(ctx context.Context, rs *rayv1.RayService, c
 			co.head = &co.pods[i]
 		}
 	}
-	co.headReady = co.head != nil && podReady(co.head) && co.head.Status.PodIP != ""
+	co.headReady = co.head != nil && builder.PodRunningAndReady(co.head) && co.head.Status.PodIP != ""
 	if !co.headReady {
 		return nil
 	}

@@ -449,7 +449,7 @@ func planServeLabels(rs *rayv1.RayService, p *plan, active, pending *clusterObs)
 			if pod.Labels[builder.LabelServe] != want {
 				p.podLabels = append(p.podLabels, podLabel{pod: pod, value: want})
 			}
-			if c == active && want == "true" && podReady(pod) {
+			if c == active && want == "true" && builder.PodRunningAndReady(pod) {
 				endpoints++
 			}
 		}
@@ -609,16 +609,4 @@ func headID(pod *corev1.Pod) string {
 		}
 	}
 	return string(pod.UID) + "/" + strconv.Itoa(int(restarts))
-}
-
-func podReady(p *corev1.Pod) bool {
-	if p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
