@@ -282,16 +282,15 @@ func (r *Reconciler) deleteOwned(ctx context.Context, run *run, obj client.Objec
 	}
 	uid := obj.GetUID()
 	err := r.client.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	deleted, failed := ReasonDeletedCluster, ReasonFailedDeleteCluster
+	if _, ok := obj.(*rayv1.RayCluster); !ok {
+		deleted, failed = ReasonDeletedSubmitter, ReasonFailedDeleteSubmitter
+	}
 	if err != nil && !apierrors.IsNotFound(err) {
-		reason := ReasonFailedDeleteCluster
-		run.eventf(corev1.EventTypeWarning, reason, "Delete", "failed to delete %s %s: %v", what, obj.GetName(), err)
+		run.eventf(corev1.EventTypeWarning, failed, "Delete", "failed to delete %s %s: %v", what, obj.GetName(), err)
 		return false, err
 	}
-	reason := ReasonDeletedCluster
-	if what != "RayCluster" {
-		reason = ReasonDeletedSubmitter
-	}
-	run.eventf(corev1.EventTypeNormal, reason, "Delete", "deleted %s %s", what, obj.GetName())
+	run.eventf(corev1.EventTypeNormal, deleted, "Delete", "deleted %s %s", what, obj.GetName())
 	return false, nil
 }
 

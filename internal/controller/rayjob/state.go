@@ -567,5 +567,3 @@ func (r *Reconciler) tearDown(ctx context.Context, run *run, reset func()) error
 	run.requeueAfter(0)
 	return nil
 }
-
-var _ = client.IgnoreNotFound
