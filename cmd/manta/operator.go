@@ -1,6 +1,8 @@
 package main
 
 import (
+	"time"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -17,6 +19,7 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 	fs.Float32Var(&o.QPS, "qps", 100, "requests per second the operator may send to the Kubernetes API server")
 	fs.IntVar(&o.Burst, "burst", 200, "request burst the operator may send to the Kubernetes API server")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "namespaces to watch (default: all)")
+	fs.DurationVar(&o.RayTimeout, "ray-timeout", 0, "bound on each call to a Ray head's dashboard or Serve endpoint (0: 2s direct, 10s through --use-kubernetes-proxy)")
 }
 
 func newOperatorCommand() *cobra.Command {
@@ -26,6 +29,9 @@ func newOperatorCommand() *cobra.Command {
 		Short: "Run the RayCluster, RayJob, RayService and ImagePullJob controllers",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
 			cfg, err := ctrl.GetConfig()
 			if err != nil {
 				return err
@@ -40,5 +46,8 @@ func newOperatorCommand() *cobra.Command {
 	fs.StringVar(&o.PprofAddr, "pprof-addr", "", "address of the net/http/pprof endpoints (empty disables them)")
 	fs.BoolVar(&o.LeaderElection, "enable-leader-election", true, "elect a leader so only one replica reconciles")
 	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease")
+	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, from when it last saw the lease renewed, before taking over a leader that stopped without releasing it")
+	fs.DurationVar(&o.RenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader keeps retrying to renew its lease before it gives up leading (and exits); less than the lease duration")
+	fs.DurationVar(&o.RetryPeriod, "leader-elect-retry-period", 2*time.Second, "how often candidates try to acquire or renew the lease; renew deadline must exceed 1.2 × this")
 	return cmd
 }

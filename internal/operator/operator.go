@@ -5,6 +5,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,11 +31,16 @@ type Options struct {
 	MetricsAddr     string
 	HealthProbeAddr string
 	// PprofAddr serves net/http/pprof when set (empty or "0" disables it); for profiling under load.
-	PprofAddr            string
-	LeaderElection       bool
-	LeaderElectionNS     string
-	WatchNamespaces      []string
-	ReconcileConcurrency int
+	PprofAddr        string
+	LeaderElection   bool
+	LeaderElectionNS string
+	// LeaseDuration, RenewDeadline and RetryPeriod time leader election (client-go's meanings; zero keeps
+	// controller-runtime's 15 s, 10 s and 2 s). A standby takes over a killed leader's lease once it has seen the
+	// lease unrenewed for LeaseDuration, checking every RetryPeriod; a leader that stops gracefully releases the
+	// lease at once.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	WatchNamespaces                           []string
+	ReconcileConcurrency                      int
 	// UseKubernetesProxy makes the operator reach Ray heads through the API server's services/proxy and
 	// pods/proxy subresources instead of connecting to pods directly.
 	UseKubernetesProxy bool
@@ -53,6 +59,51 @@ type Options struct {
 	// RayClients builds the clients every controller that talks to a Ray head uses (RayJob, RayService). Nil
 	// means one ray.Factory honouring UseKubernetesProxy and ClusterDomain; tests inject faulty clients here.
 	RayClients ray.ClientFactory
+	// RayTimeout bounds each call to a Ray head (zero: ray.DefaultDirectTimeout, or ray.DefaultProxyTimeout with
+	// UseKubernetesProxy).
+	RayTimeout time.Duration
+}
+
+// leaderElectionJitter is client-go's leaderelection.JitterFactor: a renewal retry waits up to RetryPeriod × 1.2.
+const leaderElectionJitter = 1.2
+
+// Validate refuses settings the operator cannot run with, naming the flag.
+func (o Options) Validate() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--leader-elect-lease-duration", o.LeaseDuration}, {"--leader-elect-renew-deadline", o.RenewDeadline},
+		{"--leader-elect-retry-period", o.RetryPeriod}, {"--ray-timeout", o.RayTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s %s: must not be negative", d.name, d.v)
+		}
+	}
+	lease, renew, retry := o.leaderElectionTimes()
+	// client-go's own rules (leaderelection.NewLeaderElector), checked here so a bad setting fails at start, not
+	// when the manager first campaigns.
+	if lease <= renew {
+		return fmt.Errorf("--leader-elect-lease-duration %s must be greater than --leader-elect-renew-deadline %s", lease, renew)
+	}
+	if float64(renew) <= leaderElectionJitter*float64(retry) {
+		return fmt.Errorf("--leader-elect-renew-deadline %s must be greater than %.1f × --leader-elect-retry-period %s", renew, leaderElectionJitter, retry)
+	}
+	return nil
+}
+
+// leaderElectionTimes are the lease duration, renew deadline and retry period in force: the options, or
+// controller-runtime's defaults for the ones left zero.
+func (o Options) leaderElectionTimes() (lease, renew, retry time.Duration) {
+	lease, renew, retry = 15*time.Second, 10*time.Second, 2*time.Second
+	if o.LeaseDuration > 0 {
+		lease = o.LeaseDuration
+	}
+	if o.RenewDeadline > 0 {
+		renew = o.RenewDeadline
+	}
+	if o.RetryPeriod > 0 {
+		retry = o.RetryPeriod
+	}
+	return lease, renew, retry
 }
 
 func init() {
@@ -84,6 +135,9 @@ func Scheme() (*runtime.Scheme, error) {
 // NewManager builds the manager with the cache scoped to what the controllers need: pods are cached only when
 // they carry ray.io/node-type and Services when they carry ray.io/cluster, so the operator's memory follows Ray pods, not the cluster.
 func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
 	cfg = rest.CopyConfig(cfg)
 	if opts.QPS > 0 {
 		cfg.QPS = opts.QPS
@@ -131,6 +185,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if opts.SkipNameValidation {
 		ctrlOpts.SkipNameValidation = ptr.To(true)
 	}
+	lease, renew, retry := opts.leaderElectionTimes()
 	return ctrl.NewManager(cfg, ctrl.Options{
 		Controller:              ctrlOpts,
 		Scheme:                  scheme,
@@ -141,6 +196,12 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        "manta-operator-leader",
 		LeaderElectionNamespace: opts.LeaderElectionNS,
+		LeaseDuration:           &lease,
+		RenewDeadline:           &renew,
+		RetryPeriod:             &retry,
+		// A leader that stops (SIGTERM, a rolling update) hands the lease back, so its successor takes over at once
+		// instead of after the lease runs out. Safe because `manta operator` exits as soon as the manager returns.
+		LeaderElectionReleaseOnCancel: true,
 	})
 }
 
@@ -180,7 +241,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 // Setup registers every controller with the manager.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.RayClients == nil {
-		f, err := ray.NewFactory(ray.Options{UseKubernetesProxy: opts.UseKubernetesProxy, RESTConfig: mgr.GetConfig(), ClusterDomain: opts.ClusterDomain})
+		f, err := ray.NewFactory(ray.Options{UseKubernetesProxy: opts.UseKubernetesProxy, RESTConfig: mgr.GetConfig(), ClusterDomain: opts.ClusterDomain,
+			Timeout: opts.RayTimeout})
 		if err != nil {
 			return fmt.Errorf("ray clients: %w", err)
 		}

@@ -27,6 +27,7 @@ import (
 	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/operator"
+	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // contender is one side of the race: the raw ceiling (no operator; the harness creates the same pods bare) or an
@@ -117,7 +118,7 @@ func BenchmarkSideBySide(b *testing.B) {
 			}
 		}
 		if n == "manta" && bins["manta"] == "" {
-			bins["manta"] = buildManta(b, root)
+			bins["manta"] = testutil.BuildManta(b)
 		}
 	}
 	kuberayCRDs := kuberayCRDDir(root)
@@ -153,17 +154,6 @@ func BenchmarkSideBySide(b *testing.B) {
 		b.Fatal(err)
 	}
 	fmt.Fprintf(os.Stdout, "results written to %s\n", out)
-}
-
-// buildManta builds `manta` into a temp dir, so the benchmark runs the operator exactly as shipped.
-func buildManta(b *testing.B, root string) string {
-	bin := filepath.Join(b.TempDir(), "manta")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/manta")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.Fatalf("go build ./cmd/manta: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // kuberayCRDDir is the CRD directory of the pinned KubeRay module in the module cache, "" when it is not there

@@ -117,12 +117,7 @@ func TestChart(t *testing.T) {
 	t.Run("non-default values", func(t *testing.T) { checkChartNonDefault(t, root, custom) })
 	t.Run("bad values fail", func(t *testing.T) { checkBadValues(t, root) })
 
-	bin := filepath.Join(t.TempDir(), "manta")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/manta")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/manta: %v\n%s", err, out)
-	}
+	bin := testutil.BuildManta(t)
 	t.Run("flags", func(t *testing.T) {
 		checkFlags(t, bin, def)
 		checkFlagsOf(t, bin, custom, "ml-manta-operator", def)

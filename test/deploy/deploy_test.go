@@ -118,12 +118,7 @@ func TestDefaultInstall(t *testing.T) {
 	t.Run("puller image follows the image", func(t *testing.T) { checkPullerImageFollows(t, root) })
 
 	// Built before the control plane starts, so the build does not slow its start.
-	bin := filepath.Join(t.TempDir(), "manta")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/manta")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/manta: %v\n%s", err, out)
-	}
+	bin := testutil.BuildManta(t)
 	t.Run("flags", func(t *testing.T) { checkFlags(t, bin, objs) })
 
 	cfg, _ := testutil.StartEnvtest(t)

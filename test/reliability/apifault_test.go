@@ -28,7 +28,6 @@ func TestAPIServerFaults(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 500))
 	ns := namespace(t, cl, "apifaults")
 	fray := newFakeRay(seed)
-	t.Cleanup(fray.close)
 	ledger := watchRayPods(t, t.Context(), dc.RESTConfig())
 	pullers := watchPods(t, t.Context(), dc.RESTConfig(), imagepulljob.LabelImagePuller, func(p *corev1.Pod) string {
 		return p.Namespace + "/" + p.Labels[imagepulljob.LabelJobUID] + "/" + p.Spec.NodeName
@@ -36,8 +35,8 @@ func TestAPIServerFaults(t *testing.T) {
 	proxy := startFaultProxy(t, dc.RESTConfig(), seed, apiFaults{
 		error500: 0.04, error429: 0.04, error409: 0.05, lostAfterCommit: 0.05,
 		delayed: 0.2, maxDelay: 500 * time.Millisecond, maxWatch: 5 * time.Second,
-	})
-	restarts := superviseOperator(t, "apifaults", operatorConfig{kubeconfig: proxy.kubeconfig(t), rayAddr: fray.addr(), namespaces: []string{ns}})
+	}, fray)
+	restarts := superviseOperator(t, "apifaults", operatorConfig{kubeconfig: proxy.kubeconfig(t), namespaces: []string{ns}})
 
 	const n = 10
 	names := make([]string, n)

@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,11 +43,14 @@ type apiFaults struct {
 }
 
 // faultProxy is a reverse proxy between an operator and the kube-apiserver that injects apiFaults. It speaks
-// plain HTTP on loopback and adds the admin credentials towards the API server.
+// plain HTTP on loopback and adds the admin credentials towards the API server. It also stands in for the API
+// server's proxy to Ray heads: services/<svc>:dashboard/proxy/… and pods/<pod>:<port>/proxy/… are answered by
+// the fake Ray (as if the API server had proxied them to the head), never faulted by the proxy itself.
 type faultProxy struct {
 	srv    *httptest.Server
 	rp     *httputil.ReverseProxy
 	faults apiFaults
+	ray    *fakeRay
 
 	mu       sync.Mutex
 	rng      *rand.Rand
@@ -56,7 +60,13 @@ type faultProxy struct {
 	writes map[string]int
 }
 
-func startFaultProxy(t *testing.T, cfg *rest.Config, seed uint64, faults apiFaults) *faultProxy {
+// startClusterProxy is the proxy every operator process reaches the cluster and the Ray heads through, injecting
+// no API fault.
+func startClusterProxy(t *testing.T, cfg *rest.Config, fray *fakeRay) *faultProxy {
+	return startFaultProxy(t, cfg, 0, apiFaults{}, fray)
+}
+
+func startFaultProxy(t *testing.T, cfg *rest.Config, seed uint64, faults apiFaults, fray *fakeRay) *faultProxy {
 	t.Helper()
 	target, err := url.Parse(cfg.Host)
 	if err != nil {
@@ -66,7 +76,7 @@ func startFaultProxy(t *testing.T, cfg *rest.Config, seed uint64, faults apiFaul
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{faults: faults, rng: rand.New(rand.NewPCG(seed, 409)), injected: map[string]int{}, writes: map[string]int{}}
+	p := &faultProxy{faults: faults, ray: fray, rng: rand.New(rand.NewPCG(seed, 409)), injected: map[string]int{}, writes: map[string]int{}}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
@@ -122,7 +132,35 @@ func (p *faultProxy) takeWrites() map[string]int {
 	return w
 }
 
+// rayProxyPath matches the API server's proxy subresources of Services and Pods: namespace, kind, name, port,
+// and the path on the target.
+var rayProxyPath = regexp.MustCompile(`^/api/v1/namespaces/([^/]+)/(services|pods)/([^/:]+):([^/]+)/proxy(/.*)?$`)
+
+// serveRay answers a proxy subresource request from the fake Ray, with the Host a direct request to the head
+// Service would carry (how the fake tells heads apart); it reports false for any other request.
+func (p *faultProxy) serveRay(w http.ResponseWriter, r *http.Request) bool {
+	m := rayProxyPath.FindStringSubmatch(r.URL.Path)
+	if m == nil || p.ray == nil {
+		return false
+	}
+	ns, kind, name, rest := m[1], m[2], m[3], m[5]
+	if rest == "" {
+		rest = "/"
+	}
+	out := r.Clone(r.Context())
+	out.URL.Path, out.URL.RawPath = rest, ""
+	out.Host = name + "." + ns + ".svc.cluster.local"
+	if kind == "pods" {
+		out.Host = name // a pod's Serve proxy: the fake answers its health check whatever the host
+	}
+	p.ray.serve(w, out)
+	return true
+}
+
 func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.serveRay(w, r) {
+		return
+	}
 	q := r.URL.Query()
 	p.mu.Lock()
 	p.requests++

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"time"
@@ -15,12 +14,10 @@ import (
 	"github.com/manta-dev/manta/internal/ray"
 )
 
-// fakeRay plays the Jobs API of every Ray head on one loopback HTTP server. The operator process dials every head
-// here; the Host header (<head-svc>.<ns>.svc.cluster.local) tells the heads apart. It records every submission
-// that reaches it, accepted or refused, and can inject faults.
+// fakeRay plays the Jobs and Serve APIs of every Ray head. The API proxy hands it the operator process's requests
+// to the heads' proxy subresources (faultProxy.serveRay); the Host (<head-svc>.<ns>.svc.cluster.local) tells the
+// heads apart. It records every submission that reaches it, accepted or refused, and can inject faults.
 type fakeRay struct {
-	srv *httptest.Server
-
 	mu    sync.Mutex
 	heads map[string]*fakeHead
 	// Jobs are PENDING for pendingFor after acceptance, RUNNING for runFor after that, then SUCCEEDED.
@@ -64,14 +61,9 @@ type fakeJob struct {
 }
 
 func newFakeRay(seed uint64) *fakeRay {
-	f := &fakeRay{heads: map[string]*fakeHead{}, pendingFor: time.Second, runFor: 2 * time.Second,
+	return &fakeRay{heads: map[string]*fakeHead{}, pendingFor: time.Second, runFor: 2 * time.Second,
 		rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), injected: map[string]int{}}
-	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
-	return f
 }
-
-func (f *fakeRay) close()       { f.srv.Close() }
-func (f *fakeRay) addr() string { return strings.TrimPrefix(f.srv.URL, "http://") }
 
 func (f *fakeRay) setFaults(fl rayFaults) {
 	f.mu.Lock()

@@ -56,10 +56,9 @@ func TestHostileInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	fray := newFakeRay(seed)
-	t.Cleanup(fray.close)
-	counter := startFaultProxy(t, dc.RESTConfig(), seed, apiFaults{})
+	counter := startClusterProxy(t, dc.RESTConfig(), fray)
 	large := namespace(t, cl, "hostile-large")
-	op := startOperator(t, "hostile", operatorConfig{kubeconfig: counter.kubeconfig(t), rayAddr: fray.addr(), namespaces: []string{ns, large}})
+	op := startOperator(t, "hostile", operatorConfig{kubeconfig: counter.kubeconfig(t), namespaces: []string{ns, large}})
 	dynCfg := dc.RESTConfig()
 	dynCfg.WarningHandler = rest.NoWarnings{} // unknown fields are pruned with a warning: expected here
 	dyn, err := dynamic.NewForConfig(dynCfg)

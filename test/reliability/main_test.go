@@ -21,16 +21,15 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv(operatorProcessEnv) != "" {
-		// This binary was started by startOperator: be `manta operator` and nothing else.
-		os.Exit(runOperatorProcess())
-	}
 	if os.Getenv(loadURLEnv) != "" {
 		// Started by TestRESTLoad: be the load generator.
 		os.Exit(runLoadProcess())
 	}
 	ctrllog.SetLogger(logr.Discard())
 	code := m.Run()
+	if mantaBin.dir != "" {
+		_ = os.RemoveAll(mantaBin.dir)
+	}
 	if shared.cluster != nil {
 		if err := shared.cluster.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping the dev cluster:", err)

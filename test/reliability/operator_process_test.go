@@ -2,13 +2,12 @@ package reliability
 
 import (
 	"bufio"
-	"context"
 	"fmt"
-	"net"
-	"net/http"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,78 +15,52 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
-	"github.com/manta-dev/manta/internal/operator"
-	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/testutil"
 )
 
-// The test binary plays `manta operator` when started with these variables set (see TestMain): it runs the same
-// operator.NewManager and operator.Setup as the command, with one difference a separate process needs in a test,
-// that every connection to a Ray head is dialled to the test's fake Ray server (the dev cluster runs no Ray and its
-// Service names do not resolve).
+// The operator the tests kill is the real `manta operator`, built once per run (testutil.BuildManta) and started
+// as a process with the flags a Deployment would give it. It reaches Ray heads with --use-kubernetes-proxy
+// through the test's API proxy (apiproxy_test.go), which answers the services/…/proxy and pods/…/proxy
+// subresources from the fake Ray and passes everything else to the kube-apiserver: the dev cluster runs no Ray
+// and its Service names do not resolve.
+
+// What client-go's leader election logs (on stderr), lower-cased: when the process starts trying for the lease
+// (its first try follows at once), and when it becomes the leader.
 const (
-	operatorProcessEnv = "MANTA_RELIABILITY_OPERATOR"
-	kubeconfigEnv      = "MANTA_RELIABILITY_KUBECONFIG"
-	rayAddrEnv         = "MANTA_RELIABILITY_RAY"
-	leaderEnv          = "MANTA_RELIABILITY_LEADER_ELECTION"
-	namespacesEnv      = "MANTA_RELIABILITY_NAMESPACES"
-	// electedLine is what the operator process prints on stdout when it becomes the leader (or starts without
-	// leader election).
-	electedLine = "manta-reliability: elected"
+	leaseAttemptLog  = "attempting to acquire leader lease"
+	leaseAcquiredLog = "successfully acquired lease"
 )
 
-func runOperatorProcess() int {
-	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	cfg, err := clientcmd.BuildConfigFromFlags("", os.Getenv(kubeconfigEnv))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	rayAddr := os.Getenv(rayAddrEnv)
-	dial := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, rayAddr)
-	}}}
-	// A short call timeout, as a busy head's would be: the fake Ray's "slow" fault outlasts it.
-	rays, err := ray.NewFactory(ray.Options{HTTPClient: dial, Timeout: 2 * time.Second})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	opts := operator.Options{
-		MetricsAddr: "0", PullerImage: "ghcr.io/manta-dev/manta:latest", ReconcileConcurrency: 8, QPS: 100, Burst: 200, RayClients: rays,
-		LeaderElection: os.Getenv(leaderEnv) != "", LeaderElectionNS: "default",
-	}
-	if ns := os.Getenv(namespacesEnv); ns != "" {
-		opts.WatchNamespaces = strings.Split(ns, ",")
-	}
-	mgr, err := operator.NewManager(cfg, opts)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	if err := operator.Setup(mgr, opts); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	ctx := ctrl.SetupSignalHandler()
-	go func() {
-		select {
-		case <-mgr.Elected():
-			fmt.Printf("%s pid=%d\n", electedLine, os.Getpid())
-		case <-ctx.Done():
-		}
-	}()
-	if err := mgr.Start(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return 0
+// mantaBin is the built binary, shared by every test of the package; TestMain removes its directory.
+var mantaBin struct {
+	once sync.Once
+	dir  string
+	path string
 }
 
-// operatorProc is one operator process started by a test.
+func mantaBinary(t *testing.T) string {
+	t.Helper()
+	mantaBin.once.Do(func() {
+		start := time.Now()
+		dir, err := os.MkdirTemp("", "manta-reliability-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		mantaBin.dir = dir
+		path, err := testutil.BuildMantaTo(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mantaBin.path = path
+		t.Logf("built %s in %s", path, time.Since(start).Round(time.Millisecond))
+	})
+	if mantaBin.path == "" {
+		t.Fatal("building manta failed in an earlier test")
+	}
+	return mantaBin.path
+}
+
+// operatorProc is one `manta operator` process started by a test.
 type operatorProc struct {
 	name    string
 	logPath string
@@ -95,36 +68,54 @@ type operatorProc struct {
 	exited  chan struct{}
 	mu      sync.Mutex
 	elected time.Time
+	tried   bool
 }
 
 type operatorConfig struct {
+	// kubeconfig leads to an API proxy (startAPIProxy), which also plays the Ray heads.
 	kubeconfig     string
-	rayAddr        string
 	leaderElection bool
+	// lease, when set, is the leader election timing (--leader-elect-*).
+	lease *leaseTiming
 	// namespaces are the ones the operator watches (--watch-namespace), so that each test's operator leaves the
 	// objects of the tests before it alone.
 	namespaces []string
 }
 
-// startOperator starts an operator process; its log goes to <name>.log in the test's temp dir. The process is
-// killed when the test ends.
+type leaseTiming struct{ duration, renewDeadline, retryPeriod time.Duration }
+
+// operatorRayTimeout is --ray-timeout: short, as a busy head's would be; the fake Ray's "slow" fault outlasts it.
+const operatorRayTimeout = 2 * time.Second
+
+func (oc operatorConfig) args() []string {
+	args := []string{"operator",
+		"--metrics-addr=0", "--health-probe-bind-address=0", "--reconcile-concurrency=8", "--qps=100", "--burst=200",
+		"--puller-image=ghcr.io/manta-dev/manta:latest", "--use-kubernetes-proxy", "--ray-timeout=" + operatorRayTimeout.String(),
+		"--enable-leader-election=" + strconv.FormatBool(oc.leaderElection), "--leader-election-namespace=default"}
+	if l := oc.lease; l != nil {
+		args = append(args, "--leader-elect-lease-duration="+l.duration.String(), "--leader-elect-renew-deadline="+l.renewDeadline.String(),
+			"--leader-elect-retry-period="+l.retryPeriod.String())
+	}
+	if len(oc.namespaces) > 0 {
+		args = append(args, "--watch-namespace="+strings.Join(oc.namespaces, ","))
+	}
+	return args
+}
+
+// startOperator starts `manta operator`; its log goes to <name>.log in the test's temp dir (or
+// $MANTA_RELIABILITY_LOGS). The process is killed when the test ends.
 func startOperator(t *testing.T, name string, oc operatorConfig) *operatorProc {
 	t.Helper()
+	bin := mantaBinary(t)
 	logPath := filepath.Join(logDir(t), name+".log")
 	logf, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), operatorProcessEnv+"=1", kubeconfigEnv+"="+oc.kubeconfig, rayAddrEnv+"="+oc.rayAddr)
-	if len(oc.namespaces) > 0 {
-		cmd.Env = append(cmd.Env, namespacesEnv+"="+strings.Join(oc.namespaces, ","))
-	}
-	if oc.leaderElection {
-		cmd.Env = append(cmd.Env, leaderEnv+"=1")
-	}
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
+	cmd := exec.Command(bin, oc.args()...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+oc.kubeconfig)
+	cmd.Stdout = logf
+	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,14 +124,21 @@ func startOperator(t *testing.T, name string, oc operatorConfig) *operatorProc {
 	}
 	p := &operatorProc{name: name, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
 	go func() {
-		sc := bufio.NewScanner(out)
+		// The log is copied to the file line by line, watching for the election.
+		sc := bufio.NewScanner(io.TeeReader(stderr, logf))
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), electedLine) {
-				p.mu.Lock()
-				p.elected = time.Now()
-				p.mu.Unlock()
+			line := strings.ToLower(sc.Text())
+			p.mu.Lock()
+			if strings.Contains(line, leaseAttemptLog) {
+				p.tried = true
 			}
+			if strings.Contains(line, leaseAcquiredLog) && p.elected.IsZero() {
+				p.elected = time.Now()
+			}
+			p.mu.Unlock()
 		}
+		_, _ = io.Copy(logf, stderr)
 		_ = cmd.Wait()
 		logf.Close()
 		close(p.exited)
@@ -150,24 +148,36 @@ func startOperator(t *testing.T, name string, oc operatorConfig) *operatorProc {
 }
 
 // kill SIGKILLs the process (a no-op once it has exited) and waits for it to be gone.
-func (p *operatorProc) kill(t *testing.T) {
+func (p *operatorProc) kill(t *testing.T) { p.signal(t, syscall.SIGKILL) }
+
+// stop sends SIGTERM, as the kubelet does to a pod being deleted, and waits for the process to exit.
+func (p *operatorProc) stop(t *testing.T) { p.signal(t, syscall.SIGTERM) }
+
+func (p *operatorProc) signal(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	select {
 	case <-p.exited:
 		return
 	default:
 	}
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Logf("kill %s: %v", p.name, err)
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Logf("%s %s: %v", sig, p.name, err)
 	}
 	<-p.exited
 }
 
-// electedAt is when the process said it leads; zero while it does not.
+// electedAt is when the process logged that it acquired the lease; zero while it has not.
 func (p *operatorProc) electedAt() time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.elected
+}
+
+// triedLease says the process has started trying for the lease.
+func (p *operatorProc) triedLease() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tried
 }
 
 func (p *operatorProc) alive() bool {
@@ -192,8 +202,8 @@ func logDir(t *testing.T) string {
 }
 
 // superviseOperator keeps an operator process running as a kubelet does for a Deployment's pod: when the process
-// exits (the operator exits when the API server fails it at start-up), another starts a second later. restarts
-// counts them.
+// exits (the operator exits when the API server fails it at start-up), another starts a second later (the
+// kubelet's first crash-loop back-off is 10 s; a second keeps the test short). restarts counts them.
 func superviseOperator(t *testing.T, name string, oc operatorConfig) (restarts *atomic.Int32) {
 	restarts = &atomic.Int32{}
 	p := startOperator(t, name, oc)

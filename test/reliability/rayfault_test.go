@@ -25,10 +25,9 @@ func TestRayHeadFaults(t *testing.T) {
 	start := time.Now()
 	ns := namespace(t, cl, "rayfaults")
 	fray := newFakeRay(testSeed(t))
-	t.Cleanup(fray.close)
 	fray.setFaults(rayFaults{errorShare: 0.15, slowShare: 0.1, slowDelay: 3 * time.Second, acceptThenTimeoutShare: 0.5})
 	ledger := watchRayPods(t, t.Context(), dc.RESTConfig())
-	startOperator(t, "rayfaults", operatorConfig{kubeconfig: dc.Kubeconfig, rayAddr: fray.addr(), namespaces: []string{ns}})
+	startOperator(t, "rayfaults", operatorConfig{kubeconfig: startClusterProxy(t, dc.RESTConfig(), fray).kubeconfig(t), namespaces: []string{ns}})
 
 	var jobs []*rayv1.RayJob
 	for i := range 6 {

@@ -41,10 +41,9 @@ func TestOperatorKilledAndRestarted(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 14))
 	ns := namespace(t, cl, "restarts")
 	fray := newFakeRay(seed)
-	t.Cleanup(fray.close)
 	ledger := watchRayPods(t, ctx, dc.RESTConfig())
 
-	oc := operatorConfig{kubeconfig: dc.Kubeconfig, rayAddr: fray.addr(), namespaces: []string{ns}}
+	oc := operatorConfig{kubeconfig: startClusterProxy(t, dc.RESTConfig(), fray).kubeconfig(t), namespaces: []string{ns}}
 	var procMu sync.Mutex
 	op := startOperator(t, "operator-0", oc)
 

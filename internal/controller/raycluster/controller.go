@@ -49,6 +49,9 @@ type Options struct {
 	// StatusCoalesceWindow is how long a progress-only status change may wait to be written with the next one
 	// (defaultStatusCoalesceWindow when zero, none when negative); see coalesce.go.
 	StatusCoalesceWindow time.Duration
+	// CreateBackoffBase and CreateBackoffMax time the retries of refused pod creates: the first waits Base, each
+	// next one twice as long, up to Max (defaults 1 s and 5 minutes); see backoff.go.
+	CreateBackoffBase, CreateBackoffMax time.Duration
 }
 
 // Reconciler reconciles RayClusters.
@@ -59,6 +62,7 @@ type Reconciler struct {
 	opts     Options
 	exp      *expectations
 	pending  *pendingStatus
+	backoff  *createBackoff
 
 	pendingOnce sync.Once
 }
@@ -74,7 +78,8 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	if opts.StatusCoalesceWindow == 0 {
 		opts.StatusCoalesceWindow = defaultStatusCoalesceWindow
 	}
-	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
+	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus(),
+		backoff: newCreateBackoff(opts.CreateBackoffBase, opts.CreateBackoffMax)}
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
@@ -137,6 +142,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.exp.forget(req.NamespacedName)
+			r.backoff.succeeded(req.NamespacedName)
 			r.pendingStatus().forget(req.NamespacedName)
 			metrics.ForgetCluster(req.NamespacedName)
 		}
@@ -181,6 +187,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.recorder.Eventf(c, nil, e.typ, e.reason, e.action, "%s", e.note)
 	}
 	switch {
+	case onlyBackedOff(recErr):
+		// Refused pod creates: the retry is scheduled (run.result) by createBackoff, not the work queue's limiter.
+		return run.result, nil
 	case recErr != nil:
 		return ctrl.Result{}, recErr
 	case apierrors.IsConflict(statusErr):

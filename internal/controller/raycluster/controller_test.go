@@ -3,8 +3,10 @@ package raycluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,11 +19,13 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -31,10 +35,41 @@ import (
 
 const defaultsNS = "manta-system"
 
+// testCreateBackoffBase is the env's first wait after a refused pod create (1 s in the operator).
+const testCreateBackoffBase = 100 * time.Millisecond
+
 // env is one envtest control plane with the controller running, shared by the subtests (each in its namespace).
 type env struct {
 	cl  client.Client
 	nsN atomic.Int32
+	// creates records every pod create the controller attempts, by namespace, with its time and outcome.
+	creates createLog
+}
+
+// createLog is filled by an interceptor on the controller's client.
+type createLog struct {
+	mu sync.Mutex
+	by map[string][]createAttempt
+}
+
+type createAttempt struct {
+	at     time.Time
+	failed bool
+}
+
+func (l *createLog) record(ns string, failed bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.by == nil {
+		l.by = map[string][]createAttempt{}
+	}
+	l.by[ns] = append(l.by[ns], createAttempt{time.Now(), failed})
+}
+
+func (l *createLog) in(ns string) []createAttempt {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.by[ns])
 }
 
 func TestController(t *testing.T) {
@@ -59,7 +94,21 @@ func TestController(t *testing.T) {
 		t.Fatal(err)
 	}
 	req, _ := labels.NewRequirement(builder.LabelNodeType, selection.Exists, nil)
+	e := &env{cl: cl}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		NewClient: func(config *rest.Config, options client.Options) (client.Client, error) {
+			c, err := client.NewWithWatch(config, options)
+			if err != nil {
+				return nil, err
+			}
+			return interceptor.NewClient(c, interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				err := c.Create(ctx, obj, opts...)
+				if _, pod := obj.(*corev1.Pod); pod {
+					e.creates.record(obj.GetNamespace(), err != nil)
+				}
+				return err
+			}}), nil
+		},
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache:   cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.NewSelector().Add(*req)}}},
@@ -67,7 +116,8 @@ func TestController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := NewReconciler(mgr, Options{DefaultPodTemplate: defaultsNS + "/defaults", MaxConcurrentReconciles: 4}).SetupWithManager(mgr); err != nil {
+	if err := NewReconciler(mgr, Options{DefaultPodTemplate: defaultsNS + "/defaults", MaxConcurrentReconciles: 4,
+		CreateBackoffBase: testCreateBackoffBase, CreateBackoffMax: 5 * time.Second}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -75,8 +125,6 @@ func TestController(t *testing.T) {
 			t.Errorf("manager: %v", err)
 		}
 	}()
-	e := &env{cl: cl}
-
 	t.Run("group", func(t *testing.T) {
 		for name, fn := range map[string]func(*testing.T, *env){
 			"CreateAndReady":          testCreateAndReady,
@@ -96,6 +144,7 @@ func TestController(t *testing.T) {
 			"ManagedByOtherSkipped":   testManagedByOther,
 			"HeadRestartDisabled":     testHeadRestartDisabled,
 			"GCSFinalizerReleased":    testGCSFinalizerReleased,
+			"QuotaBackoff":            testQuotaBackoff,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()

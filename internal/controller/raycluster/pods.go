@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -212,15 +213,24 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 			return err
 		}
 	}
+	if w := r.backoff.wait(run.key, c.Generation, time.Now()); w > 0 {
+		run.obs.failure = heldFailure(c, rayv1.FailedCreateHeadPod)
+		run.requeueAfter(w)
+		return &backedOff{errCreatesBackedOff}
+	}
 	if live, err := r.clusterLive(ctx, run); !live || err != nil {
 		return err
 	}
 	pod := builder.HeadPod(c, opts)
 	if err := r.client.Create(ctx, pod); err != nil {
-		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, err.Error()}
-		run.eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "failed to create the head pod: %v", err)
-		return fmt.Errorf("create head pod: %w", err)
+		msg := stableCreateError(err, pod.Name)
+		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, msg}
+		r.createRefused(ctx, run, err, func() {
+			run.eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "failed to create the head pod: %s", msg)
+		})
+		return &backedOff{fmt.Errorf("create head pod: %w", err)}
 	}
+	r.backoff.succeeded(run.key)
 	r.exp.expectCreate(run.key, pod.Name)
 	run.eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "created head pod %s", pod.Name)
 	return nil
@@ -320,7 +330,11 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 		}
 	}
 	if len(create) > 0 {
-		if live, err := r.clusterLive(ctx, run); err != nil {
+		if w := r.backoff.wait(run.key, c.Generation, time.Now()); w > 0 {
+			run.obs.failure = heldFailure(c, rayv1.FailedCreateWorkerPod)
+			run.requeueAfter(w)
+			errs = append(errs, &backedOff{errCreatesBackedOff})
+		} else if live, err := r.clusterLive(ctx, run); err != nil {
 			errs = append(errs, err)
 		} else if live {
 			if err := r.createWorkers(ctx, run, g, opts, create); err != nil {
@@ -349,6 +363,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 	n := len(replicas)
 	created, next := 0, 0
 	var errs []error
+	var msgs []string
 	for batch := 1; created < n && len(errs) == 0; batch = min(batch*2, r.opts.MaxParallelWrites) {
 		size := min(batch, n-created)
 		var mu sync.Mutex
@@ -363,6 +378,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 				defer mu.Unlock()
 				if err != nil {
 					errs = append(errs, err)
+					msgs = append(msgs, stableCreateError(err, pod.Name))
 					return
 				}
 				r.exp.expectCreate(run.key, pod.Name)
@@ -375,11 +391,27 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 		run.eventf(corev1.EventTypeNormal, EventCreatedWorkerPod, "Create", "created %d worker pods in group %s", created, g.GroupName)
 	}
 	if err := errors.Join(errs...); err != nil {
-		run.obs.failure = &failure{rayv1.FailedCreateWorkerPod, err.Error()}
-		run.eventf(corev1.EventTypeWarning, EventFailedToCreateWorkerPod, "Create", "failed to create worker pods in group %s: %v", g.GroupName, err)
-		return fmt.Errorf("create workers of group %s: %w", g.GroupName, err)
+		msg := strings.Join(msgs, "\n")
+		run.obs.failure = &failure{rayv1.FailedCreateWorkerPod, msg}
+		r.createRefused(ctx, run, err, func() {
+			run.eventf(corev1.EventTypeWarning, EventFailedToCreateWorkerPod, "Create", "failed to create worker pods in group %s: %s", g.GroupName, msg)
+		})
+		return &backedOff{fmt.Errorf("create workers of group %s: %w", g.GroupName, err)}
 	}
+	r.backoff.succeeded(run.key)
 	return nil
+}
+
+// createRefused schedules the retry of a refused create (createBackoff) and reports the refusal: in the log each
+// time, as an event (report) only for the first refusal of a streak, so a cluster that waits on its quota for an
+// hour makes one event, not one per retry.
+func (r *Reconciler) createRefused(ctx context.Context, run *run, err error, report func()) {
+	delay, first := r.backoff.failed(run.key, run.c.Generation, time.Now())
+	run.requeueAfter(delay)
+	if first {
+		report()
+	}
+	log.FromContext(ctx).Info("pod create refused; retrying after a backoff", "retryAfter", delay, "error", err.Error())
 }
 
 // deletePods deletes pods in parallel (bounded) and removes them from what the status counts.

@@ -1,0 +1,67 @@
+package raycluster
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestCreateBackoff(t *testing.T) {
+	b := newCreateBackoff(time.Second, 5*time.Second)
+	key := types.NamespacedName{Namespace: "ns", Name: "rc"}
+	now := time.Unix(1000, 0)
+	if w := b.wait(key, 1, now); w != 0 {
+		t.Fatalf("wait before any refusal: %s", w)
+	}
+	var got []time.Duration
+	for i := range 5 {
+		d, first := b.failed(key, 1, now)
+		if first != (i == 0) {
+			t.Errorf("refusal %d: first %v", i, first)
+		}
+		got = append(got, d)
+		if w := b.wait(key, 1, now); w != d {
+			t.Errorf("refusal %d: wait %s, want %s", i, w, d)
+		}
+		// A second refusal in the same reconcile keeps the wait.
+		if d2, _ := b.failed(key, 1, now.Add(time.Millisecond)); d2 != d-time.Millisecond {
+			t.Errorf("refusal %d repeated at once: %s, want %s", i, d2, d-time.Millisecond)
+		}
+		now = now.Add(d)
+	}
+	if fmt.Sprint(got) != "[1s 2s 4s 5s 5s]" {
+		t.Errorf("delays %v; want doubling from 1s, capped at 5s", got)
+	}
+	// A new generation ends the backoff; so does a create that goes through.
+	if w := b.wait(key, 2, now.Add(-time.Second)); w != 0 {
+		t.Errorf("wait after a spec change: %s", w)
+	}
+	if d, first := b.failed(key, 2, now); d != time.Second || !first {
+		t.Errorf("after a spec change: %s first %v; want 1s, first", d, first)
+	}
+	b.succeeded(key)
+	if w := b.wait(key, 2, now); w != 0 {
+		t.Errorf("wait after a success: %s", w)
+	}
+}
+
+func TestOnlyBackedOff(t *testing.T) {
+	bo := &backedOff{errors.New("refused")}
+	other := errors.New("list failed")
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false}, {other, false}, {bo, true},
+		{fmt.Errorf("group w: %w", bo), true},
+		{errors.Join(nil, fmt.Errorf("x: %w", errors.Join(bo, bo))), true},
+		{errors.Join(bo, other), false},
+	} {
+		if got := onlyBackedOff(c.err); got != c.want {
+			t.Errorf("onlyBackedOff(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package raycluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+// testQuotaBackoff: a ResourceQuota of one pod lets the head in and refuses every worker. The controller retries
+// the refused creates with a growing interval, reports the refusal once on ReplicaFailure and in one event (not
+// one per retry), and creates the workers once the quota allows them.
+func testQuotaBackoff(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	ctx := context.Background()
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pods"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}}}
+	mustCreate(t, e.cl, q)
+	// envtest runs no quota controller: the status it would fill in, which the admission plugin then keeps.
+	q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
+	if err := e.cl.Status().Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Obj()
+	mustCreate(t, e.cl, rc)
+
+	const wantFailures = 6
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("%d refused worker creates", wantFailures), func() (bool, string) {
+		n := 0
+		for _, a := range e.creates.in(ns) {
+			if a.failed {
+				n++
+			}
+		}
+		return n >= wantFailures, fmt.Sprintf("%d refused", n)
+	})
+	var fails []time.Time
+	for _, a := range e.creates.in(ns) {
+		if a.failed {
+			fails = append(fails, a.at)
+		}
+	}
+	var gaps []time.Duration
+	for i := 1; i < len(fails); i++ {
+		gaps = append(gaps, fails[i].Sub(fails[i-1]))
+	}
+	t.Logf("intervals between refused creates: %v", gaps)
+	// Retry i comes no sooner than the backoff allows, base × 2^i (the env's base is 100 ms; less 20% for the
+	// time a create takes to be answered, which the gaps are measured across). A loaded machine makes gaps longer,
+	// never shorter; the last gap is still several times the first.
+	for i, g := range gaps {
+		if want := testCreateBackoffBase << i; g < want*8/10 {
+			t.Errorf("retry %d came %s after the one before; want at least %s: no backoff (%v)", i+1, g, want, gaps)
+		}
+	}
+	if last := gaps[len(gaps)-1]; last < 4*gaps[0] {
+		t.Errorf("the intervals do not grow: %v", gaps)
+	}
+
+	got := e.get(t, rc)
+	cond := meta.FindStatusCondition(got.Status.Conditions, string(rayv1.RayClusterReplicaFailure))
+	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != rayv1.FailedCreateWorkerPod {
+		t.Errorf("ReplicaFailure condition %+v; want True, %s", cond, rayv1.FailedCreateWorkerPod)
+	}
+	waitEvent(t, e, ns, EventFailedToCreateWorkerPod)
+	evs := e.events(t, ns, EventFailedToCreateWorkerPod)
+	if len(evs) != 1 || !strings.HasSuffix(evs[0], "(×1)") {
+		t.Errorf("%d %s events for %d refused creates; want one: %v", len(evs), EventFailedToCreateWorkerPod, len(fails), evs)
+	}
+
+	// The quota grows: the next retry creates both workers and the failure is cleared.
+	if err := e.cl.Get(ctx, client.ObjectKeyFromObject(q), q); err != nil {
+		t.Fatal(err)
+	}
+	q.Spec.Hard[corev1.ResourcePods] = resource.MustParse("3")
+	if err := e.cl.Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	q.Status.Hard = q.Spec.Hard.DeepCopy()
+	if err := e.cl.Status().Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	e.waitPods(t, rc, 3)
+	testutil.Eventually(t, time.Minute, "ReplicaFailure cleared", func() (bool, string) {
+		got := e.get(t, rc)
+		c := meta.FindStatusCondition(got.Status.Conditions, string(rayv1.RayClusterReplicaFailure))
+		return c == nil, fmt.Sprintf("%+v", c)
+	})
+}
+
+// events lists the events of namespace ns with the reason, each as "<note> (series count)".
+func (e *env) events(t *testing.T, ns, reason string) []string {
+	t.Helper()
+	list := &corev1.EventList{}
+	if err := e.cl.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range list.Items {
+		if ev.Reason != reason {
+			continue
+		}
+		n := int32(1)
+		if ev.Series != nil {
+			n = ev.Series.Count
+		}
+		out = append(out, fmt.Sprintf("%s (×%d)", ev.Message, n))
+	}
+	return out
+}
