@@ -54,10 +54,25 @@ func TestGracefulShutdownFinishesInFlightRequests(t *testing.T) {
 	}()
 	<-started
 	stop()
+	// Serve has acted on the stop once its listener refuses new connections (Shutdown closes it first); from then
+	// on it only waits for the request in flight, and must not have returned.
+	addr := strings.TrimPrefix(url, "http://")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the listener still accepts connections 5s after the stop")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	select {
 	case err := <-done:
 		t.Fatalf("Serve returned with a request in flight: %v", err)
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	close(release)
 	if got := <-answer; got != "200 finished" {

@@ -311,7 +311,20 @@ func runRayService(t *testing.T, cfg *rest.Config, cl client.Client, f ray.Clien
 		return d.Applications["hello-rs"].LastDeployedTimeS
 	}
 	before := deployedAt()
-	time.Sleep(6 * time.Second) // three reconciles at the default 2s interval
+	// Three reconciles the test can see have happened: each changes a field that leaves the Serve config and the
+	// cluster alone (rayClusterDeletionDelaySeconds) and waits for status.observedGeneration to show it.
+	for i := range 3 {
+		testutil.Eventually(t, time.Minute, "update rayClusterDeletionDelaySeconds", func() (bool, string) {
+			cur := get()
+			cur.Spec.RayClusterDeletionDelaySeconds = ptr.To(int32(60 + i))
+			err := cl.Update(ctx, cur)
+			return err == nil, fmt.Sprint(err)
+		})
+		testutil.Eventually(t, time.Minute, "the operator to observe the change", func() (bool, string) {
+			got := get()
+			return got.Status.ObservedGeneration == got.Generation, fmt.Sprintf("observedGeneration %d of %d", got.Status.ObservedGeneration, got.Generation)
+		})
+	}
 	if after := deployedAt(); after != before || before == 0 {
 		t.Errorf("last_deployed_time_s moved from %v to %v with an unchanged config", before, after)
 	}

@@ -33,29 +33,29 @@ const (
 
 // mantaBin is the built binary, shared by every test of the package; TestMain removes its directory.
 var mantaBin struct {
-	once sync.Once
-	dir  string
-	path string
+	once      sync.Once
+	dir, path string
+	took      time.Duration
+	err       error
+}
+
+// buildManta builds the binary once; devCluster starts it beside the control plane.
+func buildManta() {
+	mantaBin.once.Do(func() {
+		start := time.Now()
+		if mantaBin.dir, mantaBin.err = os.MkdirTemp("", "manta-reliability-"); mantaBin.err != nil {
+			return
+		}
+		mantaBin.path, mantaBin.err = testutil.BuildMantaTo(mantaBin.dir)
+		mantaBin.took = time.Since(start)
+	})
 }
 
 func mantaBinary(t *testing.T) string {
 	t.Helper()
-	mantaBin.once.Do(func() {
-		start := time.Now()
-		dir, err := os.MkdirTemp("", "manta-reliability-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		mantaBin.dir = dir
-		path, err := testutil.BuildMantaTo(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mantaBin.path = path
-		t.Logf("built %s in %s", path, time.Since(start).Round(time.Millisecond))
-	})
-	if mantaBin.path == "" {
-		t.Fatal("building manta failed in an earlier test")
+	buildManta()
+	if mantaBin.err != nil {
+		t.Fatal(mantaBin.err)
 	}
 	return mantaBin.path
 }

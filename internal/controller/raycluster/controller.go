@@ -65,6 +65,7 @@ type Reconciler struct {
 	backoff  *createBackoff
 
 	pendingOnce sync.Once
+	backoffOnce sync.Once
 }
 
 // NewReconciler builds the controller from the manager's cached client and event recorder.
@@ -78,8 +79,7 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	if opts.StatusCoalesceWindow == 0 {
 		opts.StatusCoalesceWindow = defaultStatusCoalesceWindow
 	}
-	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus(),
-		backoff: newCreateBackoff(opts.CreateBackoffBase, opts.CreateBackoffMax)}
+	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
@@ -142,7 +142,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.exp.forget(req.NamespacedName)
-			r.backoff.succeeded(req.NamespacedName)
+			r.createBackoff().succeeded(req.NamespacedName)
 			r.pendingStatus().forget(req.NamespacedName)
 			metrics.ForgetCluster(req.NamespacedName)
 		}
@@ -226,6 +226,16 @@ func (r *Reconciler) clusterLive(ctx context.Context, run *run) (bool, error) {
 }
 
 // pendingStatus is r.pending, made on first use for Reconcilers built without NewReconciler (unit tests).
+// createBackoff is the backoff of refused pod creates (built on first use, for Reconcilers made in tests).
+func (r *Reconciler) createBackoff() *createBackoff {
+	r.backoffOnce.Do(func() {
+		if r.backoff == nil {
+			r.backoff = newCreateBackoff(r.opts.CreateBackoffBase, r.opts.CreateBackoffMax)
+		}
+	})
+	return r.backoff
+}
+
 func (r *Reconciler) pendingStatus() *pendingStatus {
 	r.pendingOnce.Do(func() {
 		if r.pending == nil {

@@ -40,7 +40,9 @@ const testCreateBackoffBase = 100 * time.Millisecond
 
 // env is one envtest control plane with the controller running, shared by the subtests (each in its namespace).
 type env struct {
-	cl  client.Client
+	cl client.Client
+	// wcl watches, for the checks that count writes.
+	wcl client.WithWatch
 	nsN atomic.Int32
 	// creates records every pod create the controller attempts, by namespace, with its time and outcome.
 	creates createLog
@@ -95,6 +97,9 @@ func TestController(t *testing.T) {
 	}
 	req, _ := labels.NewRequirement(builder.LabelNodeType, selection.Exists, nil)
 	e := &env{cl: cl}
+	if e.wcl, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
+		t.Fatal(err)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		NewClient: func(config *rest.Config, options client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(config, options)
@@ -336,11 +341,40 @@ func testCreateAndReady(t *testing.T, e *env) {
 	if s.ObservedGeneration != got.Generation {
 		t.Errorf("observedGeneration %d, generation %d", s.ObservedGeneration, got.Generation)
 	}
-	// Settled: no more status writes.
-	rv := got.ResourceVersion
-	time.Sleep(time.Second)
-	if again := e.get(t, rc); again.ResourceVersion != rv {
-		t.Errorf("status rewritten on a settled cluster: %+v", again.Status)
+	// Settled: from the Ready status on, the controller writes the status only when there is something new to
+	// say. A spec change it must report (maxReplicas) is the barrier: once status.observedGeneration shows it, the
+	// writes between Ready and then are exactly our update and one status write, whatever reconciles ran.
+	w, err := e.wcl.Watch(context.Background(), &rayv1.RayClusterList{}, client.InNamespace(ns),
+		&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: got.ResourceVersion, FieldSelector: "metadata.name=" + rc.Name}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].MaxReplicas = ptr.To[int32](11) })
+	e.waitObserved(t, rc)
+	seen := e.get(t, rc)
+	if seen.Status.MaxWorkerReplicas != 11 {
+		t.Errorf("status.maxWorkerReplicas %d after the spec said 11", seen.Status.MaxWorkerReplicas)
+	}
+	prev, statusWrites, specWrites := got, 0, 0
+	for prev.ResourceVersion != seen.ResourceVersion {
+		ev, ok := <-w.ResultChan()
+		if !ok {
+			t.Fatal("watch closed")
+		}
+		cur, isRC := ev.Object.(*rayv1.RayCluster)
+		if !isRC {
+			t.Fatalf("watch event %s: %v", ev.Type, ev.Object)
+		}
+		if cur.Generation != prev.Generation {
+			specWrites++
+		} else {
+			statusWrites++
+		}
+		prev = cur
+	}
+	if specWrites != 1 || statusWrites != 1 {
+		t.Errorf("from Ready to observing one spec change: %d spec and %d status writes; want 1 and 1", specWrites, statusWrites)
 	}
 }
 

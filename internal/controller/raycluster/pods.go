@@ -213,7 +213,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 			return err
 		}
 	}
-	if w := r.backoff.wait(run.key, c.Generation, time.Now()); w > 0 {
+	if w := r.createBackoff().wait(run.key, c.Generation, time.Now()); w > 0 {
 		run.obs.failure = heldFailure(c, rayv1.FailedCreateHeadPod)
 		run.requeueAfter(w)
 		return &backedOff{errCreatesBackedOff}
@@ -230,7 +230,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 		})
 		return &backedOff{fmt.Errorf("create head pod: %w", err)}
 	}
-	r.backoff.succeeded(run.key)
+	r.createBackoff().succeeded(run.key)
 	r.exp.expectCreate(run.key, pod.Name)
 	run.eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "created head pod %s", pod.Name)
 	return nil
@@ -330,7 +330,7 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 		}
 	}
 	if len(create) > 0 {
-		if w := r.backoff.wait(run.key, c.Generation, time.Now()); w > 0 {
+		if w := r.createBackoff().wait(run.key, c.Generation, time.Now()); w > 0 {
 			run.obs.failure = heldFailure(c, rayv1.FailedCreateWorkerPod)
 			run.requeueAfter(w)
 			errs = append(errs, &backedOff{errCreatesBackedOff})
@@ -398,7 +398,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 		})
 		return &backedOff{fmt.Errorf("create workers of group %s: %w", g.GroupName, err)}
 	}
-	r.backoff.succeeded(run.key)
+	r.createBackoff().succeeded(run.key)
 	return nil
 }
 
@@ -406,7 +406,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 // time, as an event (report) only for the first refusal of a streak, so a cluster that waits on its quota for an
 // hour makes one event, not one per retry.
 func (r *Reconciler) createRefused(ctx context.Context, run *run, err error, report func()) {
-	delay, first := r.backoff.failed(run.key, run.c.Generation, time.Now())
+	delay, first := r.createBackoff().failed(run.key, run.c.Generation, time.Now())
 	run.requeueAfter(delay)
 	if first {
 		report()

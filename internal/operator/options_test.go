@@ -1,0 +1,30 @@
+package operator
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestOptionsValidate(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    Options
+		want string // "" for valid; else a piece of the error
+	}{
+		{"defaults", Options{}, ""},
+		{"short lease", Options{LeaseDuration: 8 * time.Second, RenewDeadline: 6 * time.Second, RetryPeriod: time.Second}, ""},
+		{"lease not above renew deadline", Options{LeaseDuration: 10 * time.Second}, "--leader-elect-lease-duration 10s must be greater than --leader-elect-renew-deadline 10s"},
+		{"renew deadline within jittered retry", Options{RenewDeadline: 2 * time.Second}, "--leader-elect-renew-deadline 2s must be greater than 1.2 × --leader-elect-retry-period 2s"},
+		{"negative", Options{RetryPeriod: -time.Second}, "--leader-elect-retry-period -1s: must not be negative"},
+		{"negative ray timeout", Options{RayTimeout: -time.Second}, "--ray-timeout"},
+	} {
+		err := c.o.Validate()
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%s: error %v; want one containing %q", c.name, err, c.want)
+		}
+	}
+}
