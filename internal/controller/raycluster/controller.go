@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,7 +26,6 @@ import (
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -78,13 +78,14 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
-// the pods and Services they own; changes to those are reconciled first (see progressPriority).
+// the pods, Services and Redis cleanup Jobs they own; changes to those are reconciled first (see progressPriority).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayCluster{}, ctrlbuilder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Pod{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
 		Watches(&corev1.Service{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
+		Watches(&batchv1.Job{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
 		Named("raycluster").
 		Complete(r)
@@ -98,6 +99,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=podtemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -142,11 +144,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if c.DeletionTimestamp != nil {
-		return ctrl.Result{}, r.releaseRedisCleanupFinalizer(ctx, c)
-	}
 	if m := ptr.Deref(c.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
 		return ctrl.Result{}, nil
+	}
+	if c.DeletionTimestamp != nil {
+		return r.reconcileDeletion(ctx, c)
 	}
 	run := &run{c: c, key: req.NamespacedName}
 	run.result.RequeueAfter = r.opts.ResyncPeriod
@@ -202,11 +204,7 @@ func (r *Reconciler) clusterLive(ctx context.Context, run *run) (bool, error) {
 	}
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(rayv1.GroupVersion.WithKind("RayCluster"))
-	reader := r.reader
-	if reader == nil {
-		reader = r.client
-	}
-	if err := reader.Get(ctx, run.key, live); err != nil {
+	if err := r.apiReader().Get(ctx, run.key, live); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -241,6 +239,9 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 			run.eventf(corev1.EventTypeWarning, ConditionInvalidSpec, "Validate", "%s", f.message)
 		}
 		return nil
+	}
+	if err := r.ensureCleanupFinalizer(ctx, c); err != nil {
+		return err
 	}
 	run.obs.unsupported = builder.UnsupportedFields(c)
 	if len(run.obs.unsupported) > 0 && !conditionMessageIs(c, ConditionUnsupportedFeature, builder.UnsupportedMessage(run.obs.unsupported)) {
@@ -361,36 +362,6 @@ func validateGroup(path string, params, resources, labels map[string]string) str
 		return err.Error()
 	}
 	return ""
-}
-
-// releaseRedisCleanupFinalizer removes KubeRay's GCS fault-tolerance finalizer from a cluster being deleted, which
-// would otherwise hang forever: Manta does not implement GCS fault tolerance (UnsupportedFeature says so), so it
-// runs no Redis cleanup Job, and the event tells the user the keys are left in Redis.
-func (r *Reconciler) releaseRedisCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
-	if !controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
-		return nil
-	}
-	orig := c.DeepCopy()
-	controllerutil.RemoveFinalizer(c, builder.FinalizerGCSFTRedisCleanup)
-	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
-		"removed finalizer %s without cleaning Redis: Manta does not implement GCS fault tolerance; the cluster's keys (storage namespace %q) are left in Redis",
-		builder.FinalizerGCSFTRedisCleanup, externalStorageNamespace(c))
-	return nil
-}
-
-// externalStorageNamespace is where GCS fault tolerance keeps a cluster's keys in Redis: the options' or the
-// annotation's namespace, else the cluster's UID.
-func externalStorageNamespace(c *rayv1.RayCluster) string {
-	if o := c.Spec.GcsFaultToleranceOptions; o != nil && o.ExternalStorageNamespace != "" {
-		return o.ExternalStorageNamespace
-	}
-	if v := c.Annotations[builder.AnnotationExternalStorageNamespace]; v != "" {
-		return v
-	}
-	return string(c.UID)
 }
 
 // parentKind is RayJob or RayService when one of them created the cluster.

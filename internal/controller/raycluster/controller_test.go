@@ -96,6 +96,10 @@ func TestController(t *testing.T) {
 			"ManagedByOtherSkipped":   testManagedByOther,
 			"HeadRestartDisabled":     testHeadRestartDisabled,
 			"GCSFinalizerReleased":    testGCSFinalizerReleased,
+			"RedisCleanupComplete":    testRedisCleanupComplete,
+			"RedisCleanupFailed":      testRedisCleanupFailed,
+			"RedisCleanupAdopted":     testRedisCleanupAdopted,
+			"NoFinalizerWithoutRedis": testNoFinalizerWithoutRedis,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -520,14 +524,14 @@ func testRefusedUnderRayJob(t *testing.T, e *env) {
 func testUnsupported(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
-	rc.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "redis:6379"}
+	rc.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB}
 	rc.Spec.NetworkPolicy = &rayv1.NetworkPolicyConfig{Mode: rayv1.NetworkPolicyDenyAll}
 	mustCreate(t, e.cl, rc)
 	e.waitPods(t, rc, 2)
 	e.setReady(t, rc)
 	got := e.waitState(t, rc, rayv1.Ready)
 	c := meta.FindStatusCondition(got.Status.Conditions, ConditionUnsupportedFeature)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.gcsFaultToleranceOptions (the Redis cleanup on deletion), spec.networkPolicy" {
+	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.gcsFaultToleranceOptions.backend (rocksdb), spec.networkPolicy" {
 		t.Errorf("UnsupportedFeature condition: %+v", c)
 	}
 	waitEvent(t, e, ns, ConditionUnsupportedFeature)
@@ -816,8 +820,9 @@ func testHeadRestartDisabled(t *testing.T, e *env) {
 	}
 }
 
-// A cluster adopted from KubeRay with GCS fault tolerance carries KubeRay's Redis cleanup finalizer; deleting it must
-// not hang forever (issue 11). Manta removes the finalizer and says, in a Warning event, that Redis was not cleaned.
+// A cluster that carries the Redis cleanup finalizer without a Redis-backed GCS (the annotation was removed, say)
+// has nothing to clean; deleting it must not hang forever (issue 11). Manta removes the finalizer and says, in a
+// Warning event, that Redis was not cleaned.
 func testGCSFinalizerReleased(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Obj()
