@@ -302,7 +302,56 @@ func validate(c *rayv1.RayCluster) *failure {
 			return &failure{ReasonInvalidSpec, msg}
 		}
 	}
+	if msg := validateAutoscaling(c); msg != "" {
+		return &failure{ReasonInvalidSpec, msg}
+	}
 	return nil
+}
+
+// validateAutoscaling refuses what KubeRay refuses about the autoscaler: autoscaler v2 asked for by env without
+// the autoscaler, a suspended worker group the autoscaler would scale anyway, the version chosen twice, and pods
+// that restart in place under autoscaler v2 (which replaces dead Ray nodes itself).
+func validateAutoscaling(c *rayv1.RayCluster) string {
+	s := &c.Spec
+	v2Env, hasV2Env := corev1.EnvVar{}, false
+	for _, e := range s.HeadGroupSpec.Template.Spec.Containers[builder.RayContainerIndex].Env {
+		if e.Name == builder.EnvAutoscalerV2 {
+			v2Env, hasV2Env = e, true
+			break
+		}
+	}
+	envPath := fmt.Sprintf("spec.headGroupSpec.template.spec.containers[%d].env[%s]", builder.RayContainerIndex, builder.EnvAutoscalerV2)
+	if !builder.AutoscalingEnabled(c) {
+		if hasV2Env && (v2Env.Value == "1" || v2Env.Value == "true") {
+			return fmt.Sprintf("%s: %q asks for autoscaler v2, which needs spec.enableInTreeAutoscaling: true", envPath, v2Env.Value)
+		}
+		return ""
+	}
+	for i, g := range s.WorkerGroupSpecs {
+		if ptr.Deref(g.Suspend, false) {
+			return fmt.Sprintf("spec.workerGroupSpecs[%d].suspend: worker group %q cannot be suspended while the autoscaler runs (spec.enableInTreeAutoscaling)", i, g.GroupName)
+		}
+	}
+	o := s.AutoscalerOptions
+	if o == nil || o.Version == nil {
+		return ""
+	}
+	if hasV2Env {
+		return fmt.Sprintf("%s: spec.autoscalerOptions.version also chooses the autoscaler version; use only spec.autoscalerOptions.version", envPath)
+	}
+	if *o.Version != rayv1.AutoscalerVersionV2 {
+		return ""
+	}
+	restarts := func(p corev1.RestartPolicy) bool { return p != "" && p != corev1.RestartPolicyNever }
+	if p := s.HeadGroupSpec.Template.Spec.RestartPolicy; restarts(p) {
+		return fmt.Sprintf("spec.headGroupSpec.template.spec.restartPolicy: %s; autoscaler v2 needs Never (or unset)", p)
+	}
+	for i, g := range s.WorkerGroupSpecs {
+		if p := g.Template.Spec.RestartPolicy; restarts(p) {
+			return fmt.Sprintf("spec.workerGroupSpecs[%d].template.spec.restartPolicy: %s; autoscaler v2 needs Never (or unset)", i, p)
+		}
+	}
+	return ""
 }
 
 // validateGCSFaultTolerance refuses what KubeRay refuses about GCS fault tolerance: two ways of saying it at once,
