@@ -88,6 +88,7 @@ func TestController(t *testing.T) {
 			"NoRecreateWithoutPolicy": testNoRecreateWithoutPolicy,
 			"AdoptUnstampedPods":      testAdopt,
 			"RefusedUnderRayJob":      testRefusedUnderRayJob,
+			"RefusedAutoscalerSpec":   testRefusedAutoscalerSpec,
 			"UnsupportedFeature":      testUnsupported,
 			"ServeAndHeadlessService": testServeAndHeadless,
 			"MultiHostReplicas":       testMultiHost,
@@ -515,6 +516,23 @@ func testRefusedUnderRayJob(t *testing.T, e *env) {
 		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "RayJob"), fmt.Sprintf("%+v", c)
 	})
 	// The condition comes from the reconcile that refused the cluster: it created nothing.
+	if n := len(e.pods(t, rc)); n != 0 {
+		t.Errorf("%d pods created for a refused cluster", n)
+	}
+	waitEvent(t, e, ns, ConditionInvalidSpec)
+}
+
+// A spec KubeRay refuses about the autoscaler (here a suspended worker group the autoscaler would scale anyway) is
+// refused the same way: the condition and event name the field, and nothing is created.
+func testRefusedAutoscalerSpec(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
+	rc.Spec.WorkerGroupSpecs[0].Suspend = ptr.To(true)
+	mustCreate(t, e.cl, rc)
+	eventually(t, "InvalidRayClusterSpec", func() (bool, string) {
+		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionInvalidSpec)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.HasPrefix(c.Message, "spec.workerGroupSpecs[0].suspend: "), fmt.Sprintf("%+v", c)
+	})
 	if n := len(e.pods(t, rc)); n != 0 {
 		t.Errorf("%d pods created for a refused cluster", n)
 	}
