@@ -599,7 +599,10 @@ func TestUnsupportedFields(t *testing.T) {
 			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "r:6379"}
 			c.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeToken}
 			c.Spec.TLSOptions = &rayv1.TLSOptions{Enabled: ptr.To(true)}
-		}, []string{"spec.gcsFaultToleranceOptions (the Redis cleanup on deletion)", "spec.authOptions", "spec.tlsOptions"}},
+		}, []string{"spec.authOptions", "spec.tlsOptions"}},
+		{"embedded rocksdb gcs ft", func(c *rayv1.RayCluster) {
+			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB}
+		}, []string{"spec.gcsFaultToleranceOptions.backend (rocksdb)"}},
 		{"auth disabled and tls off are fine", func(c *rayv1.RayCluster) {
 			c.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeDisabled}
 			c.Spec.TLSOptions = &rayv1.TLSOptions{Enabled: ptr.To(false)}
@@ -609,7 +612,7 @@ func TestUnsupportedFields(t *testing.T) {
 			c.Spec.NetworkPolicy = &rayv1.NetworkPolicyConfig{}
 			c.Annotations = map[string]string{AnnotationFTEnabled: "true"}
 			c.Labels = map[string]string{LabelSchedulerName: "volcano"}
-		}, []string{"metadata.annotations[ray.io/ft-enabled] (the Redis cleanup on deletion)", "spec.networkPolicy", "spec.headGroupSpec.enableIngress", "metadata.labels[ray.io/scheduler-name]"}},
+		}, []string{"spec.networkPolicy", "spec.headGroupSpec.enableIngress", "metadata.labels[ray.io/scheduler-name]"}},
 		{"autoscaler options without autoscaling", func(c *rayv1.RayCluster) {
 			c.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{IdleTimeoutSeconds: ptr.To[int32](30)}
 		}, []string{"spec.autoscalerOptions (enableInTreeAutoscaling is not true)"}},

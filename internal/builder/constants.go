@@ -85,6 +85,9 @@ const (
 
 // Values written into the pods' environment.
 const (
+	// EnvAutoscalerV2 in the head's Ray container switches Ray between autoscaler v1 and v2.
+	EnvAutoscalerV2 = "RAY_enable_autoscaler_v2"
+
 	OperatorVersion = "manta"
 	CRDVersion      = "v1"
 )

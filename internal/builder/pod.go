@@ -49,9 +49,9 @@ func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 	setEnv(ray, "RAY_ADDRESS", "127.0.0.1:"+strconv.Itoa(port))
 	setEnv(ray, "RAY_USAGE_STATS_EXTRA_TAGS", "kuberay_version="+OperatorVersion+";kuberay_crd="+originCRDOr(c, KindRayCluster))
 	if v := autoscalerVersion(c); v == rayv1.AutoscalerVersionV2 {
-		setEnv(ray, "RAY_enable_autoscaler_v2", "true")
+		setEnv(ray, EnvAutoscalerV2, "true")
 	} else if v == rayv1.AutoscalerVersionV1 {
-		setEnv(ray, "RAY_enable_autoscaler_v2", "false")
+		setEnv(ray, EnvAutoscalerV2, "false")
 	}
 	setProbes(ray, c.Spec.RayVersion, h.RayStartParams, true, false)
 	if autoscaling {
@@ -432,7 +432,7 @@ func autoscalerVersion(c *rayv1.RayCluster) rayv1.AutoscalerVersion {
 	}
 	if cs := c.Spec.HeadGroupSpec.Template.Spec.Containers; len(cs) > 0 {
 		for _, e := range cs[RayContainerIndex].Env {
-			if e.Name == "RAY_enable_autoscaler_v2" {
+			if e.Name == EnvAutoscalerV2 {
 				switch strings.ToLower(e.Value) {
 				case "1", "true":
 					return rayv1.AutoscalerVersionV2

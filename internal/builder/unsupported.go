@@ -27,13 +27,9 @@ var batchSchedulerKeys = []string{
 func UnsupportedFields(c *rayv1.RayCluster) []string {
 	var out []string
 	s := &c.Spec
-	// GCS fault tolerance on Redis is built, except the Redis cleanup KubeRay runs when the cluster is deleted.
+	// GCS fault tolerance on Redis is built; the embedded RocksDB backend (newer than KubeRay v1.5.0) is not.
 	if o := s.GcsFaultToleranceOptions; o != nil && o.Backend == rayv1.GcsFaultToleranceBackendRocksDB {
 		out = append(out, "spec.gcsFaultToleranceOptions.backend (rocksdb)")
-	} else if s.GcsFaultToleranceOptions != nil {
-		out = append(out, "spec.gcsFaultToleranceOptions (the Redis cleanup on deletion)")
-	} else if GCSFaultTolerance(c) {
-		out = append(out, fmt.Sprintf("metadata.annotations[%s] (the Redis cleanup on deletion)", AnnotationFTEnabled))
 	}
 	if a := s.AuthOptions; a != nil && (a.Mode == rayv1.AuthModeToken || ptr.Deref(a.EnableK8sTokenAuth, false) || a.SecretName != nil) {
 		out = append(out, "spec.authOptions")

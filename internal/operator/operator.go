@@ -163,7 +163,8 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			&corev1.Pod{}: {Label: podSel, Transform: stripPod},
 			// The operator reads only the Services it made, which all carry ray.io/cluster.
 			&corev1.Service{}: {Label: svcSel},
-			// The only Jobs it reads are RayJob submitters, labelled created-by=kuberay-operator as KubeRay's are.
+			// The only Jobs it reads are RayJob submitters and Redis cleanup Jobs, labelled
+			// created-by=kuberay-operator as KubeRay's are.
 			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/created-by": "kuberay-operator"})},
 		},
 	}

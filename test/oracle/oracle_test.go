@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -547,7 +548,7 @@ func takeSnapshot(t *testing.T, sd side, ns, cluster string) *snapshot {
 		deleteFields(m, "spec.ports.nodePort", "status")
 		s.objects["service/"+svcs.Items[i].Name] = m
 	}
-	for _, l := range []client.ObjectList{&corev1.ServiceAccountList{}, &rbacRoleList{}, &rbacRoleBindingList{}} {
+	for _, l := range []client.ObjectList{&corev1.ServiceAccountList{}, &rbacRoleList{}, &rbacRoleBindingList{}, &batchv1.JobList{}} {
 		listInto(t, sd.cl, ns, l, s.objects, toMap)
 	}
 

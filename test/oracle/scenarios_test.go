@@ -7,8 +7,11 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,10 +35,24 @@ type step struct {
 	do   func(t *testing.T, sd side, ns string)
 }
 
+// compareAfter replaces settle after the steps it names: the cluster is being deleted, it never settles.
+var compareAfter = map[string]func(t *testing.T, ns string, sides ...side) []diff{
+	"delete-with-redis":       compareNow,
+	"redis-cleanup-completed": compareEvents,
+}
+
 func scenarios() []scenario {
 	base := func() *testutil.RayClusterWrapper { return testutil.MakeRayCluster("", "rc").Workers("small", 2) }
 	multiHost := base().Obj()
 	multiHost.Spec.WorkerGroupSpecs[0].NumOfHosts = 2
+	// GCS fault tolerance on an external Redis (as the ray-cluster.external-redis samples): no Redis is needed to
+	// compare the cleanup Job each operator creates when the cluster is deleted.
+	gcsFT := base().Obj()
+	gcsFT.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{
+		RedisAddress: "redis:6379",
+		RedisPassword: &rayv1.RedisCredential{ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "redis-password-secret"}, Key: "password"}}},
+	}
 	return []scenario{
 		{"scale", base().Obj(), []step{
 			{"up", jsonPatch(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":4}]`)},
@@ -52,6 +69,10 @@ func scenarios() []scenario {
 			{"op":"replace","path":"/spec/headGroupSpec/template/spec/containers/0/image","value":"rayproject/ray:2.53.0"},
 			{"op":"replace","path":"/spec/workerGroupSpecs/0/template/spec/containers/0/image","value":"rayproject/ray:2.53.0"}]`)}}},
 		{"multi-host", multiHost, []step{{"lose-a-host", deletePod(builder.NodeTypeWorker, "1")}}},
+		{"gcs-ft-redis", gcsFT, []step{
+			{"delete-with-redis", deleteAndWaitCleanupJob},
+			{"redis-cleanup-completed", completeCleanupJob},
+		}},
 	}
 }
 
@@ -61,6 +82,10 @@ func runScenario(t *testing.T, ns string, sc scenario, sides ...side) map[string
 	for _, st := range sc.steps {
 		for _, sd := range sides {
 			st.do(t, sd, ns)
+		}
+		if cmp := compareAfter[st.name]; cmp != nil {
+			out[st.name] = cmp(t, ns, sides...)
+			continue
 		}
 		out[st.name] = settle(t, ns, sc.cluster.Name, sides...)
 	}
@@ -158,4 +183,69 @@ func workersToDelete(t *testing.T, sd side, ns string) {
 	if err := sd.cl.Get(context.Background(), clusterKey(ns), u); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// deleteAndWaitCleanupJob deletes the cluster and waits for the Redis cleanup Job, which comes once the pods are
+// gone; the cluster stays, held by ray.io/gcs-ft-redis-cleanup-finalizer, while the Job runs.
+func deleteAndWaitCleanupJob(t *testing.T, sd side, ns string) {
+	ctx := context.Background()
+	u := rayCluster()
+	u.SetNamespace(ns)
+	u.SetName("rc")
+	if err := sd.cl.Delete(ctx, u); err != nil {
+		t.Fatalf("%s: delete: %v", sd.name, err)
+	}
+	testutil.Eventually(t, time.Minute, sd.name+": Redis cleanup Job", func() (bool, string) {
+		err := sd.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rc-redis-cleanup"}, &batchv1.Job{})
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+// completeCleanupJob plays the Job controller (envtest runs none): the cleanup Job completes, and the operator must
+// release the finalizer.
+func completeCleanupJob(t *testing.T, sd side, ns string) {
+	ctx := context.Background()
+	job := &batchv1.Job{}
+	if err := sd.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rc-redis-cleanup"}, job); err != nil {
+		t.Fatalf("%s: %v", sd.name, err)
+	}
+	now := metav1.Now()
+	job.Status = batchv1.JobStatus{
+		StartTime: &now, CompletionTime: &now, Succeeded: 1, Ready: ptrTo[int32](0), Terminating: ptrTo[int32](0),
+		UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{},
+		Conditions: []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, Reason: "CompletionsReached", LastProbeTime: now, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, Reason: "CompletionsReached", LastProbeTime: now, LastTransitionTime: now},
+		},
+	}
+	if err := sd.cl.Status().Update(ctx, job); err != nil {
+		t.Fatalf("%s: job status: %v", sd.name, err)
+	}
+	testutil.Eventually(t, time.Minute, sd.name+": cluster released", func() (bool, string) {
+		err := sd.cl.Get(ctx, clusterKey(ns), rayCluster())
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+}
+
+// compareNow compares what both sides hold now, without waiting for a cluster that is being deleted to settle.
+func compareNow(t *testing.T, ns string, sides ...side) []diff {
+	return takeSnapshot(t, sides[0], ns, "rc").compare(takeSnapshot(t, sides[1], ns, "rc"))
+}
+
+// compareEvents compares the events of a cluster that is gone.
+func compareEvents(t *testing.T, ns string, sides ...side) []diff {
+	snaps := make([]*snapshot, len(sides))
+	for i, sd := range sides {
+		snaps[i] = &snapshot{side: sd.name, events: map[string]bool{}}
+		list := &corev1.EventList{}
+		if err := sd.cl.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range list.Items {
+			if e.InvolvedObject.Kind == "RayCluster" {
+				snaps[i].events[e.Type+"/"+e.Reason] = true
+			}
+		}
+	}
+	return snaps[0].compare(snaps[1])
 }

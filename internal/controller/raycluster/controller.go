@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,7 +26,6 @@ import (
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -83,13 +83,14 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
-// the pods and Services they own; changes to those are reconciled first (see progressPriority).
+// the pods, Services and Redis cleanup Jobs they own; changes to those are reconciled first (see progressPriority).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayCluster{}, ctrlbuilder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Pod{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
 		Watches(&corev1.Service{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
+		Watches(&batchv1.Job{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
 		Named("raycluster").
 		Complete(r)
@@ -103,6 +104,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=podtemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -148,11 +150,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if c.DeletionTimestamp != nil {
-		return ctrl.Result{}, r.releaseRedisCleanupFinalizer(ctx, c)
-	}
 	if m := ptr.Deref(c.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
 		return ctrl.Result{}, nil
+	}
+	if c.DeletionTimestamp != nil {
+		return r.reconcileDeletion(ctx, c)
 	}
 	run := &run{c: c, key: req.NamespacedName}
 	run.result.RequeueAfter = r.opts.ResyncPeriod
@@ -211,11 +213,7 @@ func (r *Reconciler) clusterLive(ctx context.Context, run *run) (bool, error) {
 	}
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(rayv1.GroupVersion.WithKind("RayCluster"))
-	reader := r.reader
-	if reader == nil {
-		reader = r.client
-	}
-	if err := reader.Get(ctx, run.key, live); err != nil {
+	if err := r.apiReader().Get(ctx, run.key, live); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -260,6 +258,9 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 			run.eventf(corev1.EventTypeWarning, ConditionInvalidSpec, "Validate", "%s", f.message)
 		}
 		return nil
+	}
+	if err := r.ensureCleanupFinalizer(ctx, c); err != nil {
+		return err
 	}
 	run.obs.unsupported = builder.UnsupportedFields(c)
 	if len(run.obs.unsupported) > 0 && !conditionMessageIs(c, ConditionUnsupportedFeature, builder.UnsupportedMessage(run.obs.unsupported)) {
@@ -320,7 +321,56 @@ func validate(c *rayv1.RayCluster) *failure {
 			return &failure{ReasonInvalidSpec, msg}
 		}
 	}
+	if msg := validateAutoscaling(c); msg != "" {
+		return &failure{ReasonInvalidSpec, msg}
+	}
 	return nil
+}
+
+// validateAutoscaling refuses what KubeRay refuses about the autoscaler: autoscaler v2 asked for by env without
+// the autoscaler, a suspended worker group the autoscaler would scale anyway, the version chosen twice, and pods
+// that restart in place under autoscaler v2 (which replaces dead Ray nodes itself).
+func validateAutoscaling(c *rayv1.RayCluster) string {
+	s := &c.Spec
+	v2Env, hasV2Env := corev1.EnvVar{}, false
+	for _, e := range s.HeadGroupSpec.Template.Spec.Containers[builder.RayContainerIndex].Env {
+		if e.Name == builder.EnvAutoscalerV2 {
+			v2Env, hasV2Env = e, true
+			break
+		}
+	}
+	envPath := fmt.Sprintf("spec.headGroupSpec.template.spec.containers[%d].env[%s]", builder.RayContainerIndex, builder.EnvAutoscalerV2)
+	if !builder.AutoscalingEnabled(c) {
+		if hasV2Env && (v2Env.Value == "1" || v2Env.Value == "true") {
+			return fmt.Sprintf("%s: %q asks for autoscaler v2, which needs spec.enableInTreeAutoscaling: true", envPath, v2Env.Value)
+		}
+		return ""
+	}
+	for i, g := range s.WorkerGroupSpecs {
+		if ptr.Deref(g.Suspend, false) {
+			return fmt.Sprintf("spec.workerGroupSpecs[%d].suspend: worker group %q cannot be suspended while the autoscaler runs (spec.enableInTreeAutoscaling)", i, g.GroupName)
+		}
+	}
+	o := s.AutoscalerOptions
+	if o == nil || o.Version == nil {
+		return ""
+	}
+	if hasV2Env {
+		return fmt.Sprintf("%s: spec.autoscalerOptions.version also chooses the autoscaler version; use only spec.autoscalerOptions.version", envPath)
+	}
+	if *o.Version != rayv1.AutoscalerVersionV2 {
+		return ""
+	}
+	restarts := func(p corev1.RestartPolicy) bool { return p != "" && p != corev1.RestartPolicyNever }
+	if p := s.HeadGroupSpec.Template.Spec.RestartPolicy; restarts(p) {
+		return fmt.Sprintf("spec.headGroupSpec.template.spec.restartPolicy: %s; autoscaler v2 needs Never (or unset)", p)
+	}
+	for i, g := range s.WorkerGroupSpecs {
+		if p := g.Template.Spec.RestartPolicy; restarts(p) {
+			return fmt.Sprintf("spec.workerGroupSpecs[%d].template.spec.restartPolicy: %s; autoscaler v2 needs Never (or unset)", i, p)
+		}
+	}
+	return ""
 }
 
 // validateGCSFaultTolerance refuses what KubeRay refuses about GCS fault tolerance: two ways of saying it at once,
@@ -380,36 +430,6 @@ func validateGroup(path string, params, resources, labels map[string]string) str
 		return err.Error()
 	}
 	return ""
-}
-
-// releaseRedisCleanupFinalizer removes KubeRay's GCS fault-tolerance finalizer from a cluster being deleted, which
-// would otherwise hang forever: Manta does not implement GCS fault tolerance (UnsupportedFeature says so), so it
-// runs no Redis cleanup Job, and the event tells the user the keys are left in Redis.
-func (r *Reconciler) releaseRedisCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
-	if !controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
-		return nil
-	}
-	orig := c.DeepCopy()
-	controllerutil.RemoveFinalizer(c, builder.FinalizerGCSFTRedisCleanup)
-	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
-		"removed finalizer %s without cleaning Redis: Manta does not implement GCS fault tolerance; the cluster's keys (storage namespace %q) are left in Redis",
-		builder.FinalizerGCSFTRedisCleanup, externalStorageNamespace(c))
-	return nil
-}
-
-// externalStorageNamespace is where GCS fault tolerance keeps a cluster's keys in Redis: the options' or the
-// annotation's namespace, else the cluster's UID.
-func externalStorageNamespace(c *rayv1.RayCluster) string {
-	if o := c.Spec.GcsFaultToleranceOptions; o != nil && o.ExternalStorageNamespace != "" {
-		return o.ExternalStorageNamespace
-	}
-	if v := c.Annotations[builder.AnnotationExternalStorageNamespace]; v != "" {
-		return v
-	}
-	return string(c.UID)
 }
 
 // parentKind is RayJob or RayService when one of them created the cluster.

@@ -141,6 +141,7 @@ func TestController(t *testing.T) {
 			"NoRecreateWithoutPolicy": testNoRecreateWithoutPolicy,
 			"AdoptUnstampedPods":      testAdopt,
 			"RefusedUnderRayJob":      testRefusedUnderRayJob,
+			"RefusedAutoscalerSpec":   testRefusedAutoscalerSpec,
 			"UnsupportedFeature":      testUnsupported,
 			"ServeAndHeadlessService": testServeAndHeadless,
 			"MultiHostReplicas":       testMultiHost,
@@ -150,6 +151,10 @@ func TestController(t *testing.T) {
 			"HeadRestartDisabled":     testHeadRestartDisabled,
 			"GCSFinalizerReleased":    testGCSFinalizerReleased,
 			"QuotaBackoff":            testQuotaBackoff,
+			"RedisCleanupComplete":    testRedisCleanupComplete,
+			"RedisCleanupFailed":      testRedisCleanupFailed,
+			"RedisCleanupAdopted":     testRedisCleanupAdopted,
+			"NoFinalizerWithoutRedis": testNoFinalizerWithoutRedis,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -600,17 +605,34 @@ func testRefusedUnderRayJob(t *testing.T, e *env) {
 	waitEvent(t, e, ns, ConditionInvalidSpec)
 }
 
+// A spec KubeRay refuses about the autoscaler (here a suspended worker group the autoscaler would scale anyway) is
+// refused the same way: the condition and event name the field, and nothing is created.
+func testRefusedAutoscalerSpec(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
+	rc.Spec.WorkerGroupSpecs[0].Suspend = ptr.To(true)
+	mustCreate(t, e.cl, rc)
+	eventually(t, "InvalidRayClusterSpec", func() (bool, string) {
+		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionInvalidSpec)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.HasPrefix(c.Message, "spec.workerGroupSpecs[0].suspend: "), fmt.Sprintf("%+v", c)
+	})
+	if n := len(e.pods(t, rc)); n != 0 {
+		t.Errorf("%d pods created for a refused cluster", n)
+	}
+	waitEvent(t, e, ns, ConditionInvalidSpec)
+}
+
 func testUnsupported(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
-	rc.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "redis:6379"}
+	rc.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB}
 	rc.Spec.NetworkPolicy = &rayv1.NetworkPolicyConfig{Mode: rayv1.NetworkPolicyDenyAll}
 	mustCreate(t, e.cl, rc)
 	e.waitPods(t, rc, 2)
 	e.setReady(t, rc)
 	got := e.waitState(t, rc, rayv1.Ready)
 	c := meta.FindStatusCondition(got.Status.Conditions, ConditionUnsupportedFeature)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.gcsFaultToleranceOptions (the Redis cleanup on deletion), spec.networkPolicy" {
+	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.gcsFaultToleranceOptions.backend (rocksdb), spec.networkPolicy" {
 		t.Errorf("UnsupportedFeature condition: %+v", c)
 	}
 	waitEvent(t, e, ns, ConditionUnsupportedFeature)
@@ -899,8 +921,9 @@ func testHeadRestartDisabled(t *testing.T, e *env) {
 	}
 }
 
-// A cluster adopted from KubeRay with GCS fault tolerance carries KubeRay's Redis cleanup finalizer; deleting it must
-// not hang forever (issue 11). Manta removes the finalizer and says, in a Warning event, that Redis was not cleaned.
+// A cluster that carries the Redis cleanup finalizer without a Redis-backed GCS (the annotation was removed, say)
+// has nothing to clean; deleting it must not hang forever (issue 11). Manta removes the finalizer and says, in a
+// Warning event, that Redis was not cleaned.
 func testGCSFinalizerReleased(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Obj()

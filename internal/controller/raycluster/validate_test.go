@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
@@ -56,6 +57,8 @@ func TestValidateUpgradeStrategyOwner(t *testing.T) {
 	}
 }
 
+func autoscale(c *rayv1.RayCluster) { c.Spec.EnableInTreeAutoscaling = ptr.To(true) }
+
 // What KubeRay refuses in a spec, Manta refuses too, naming the field, instead of building pods Ray cannot start.
 func TestValidateSpec(t *testing.T) {
 	tests := []struct {
@@ -96,6 +99,48 @@ func TestValidateSpec(t *testing.T) {
 		}, ""},
 		{"quantities", func(c *rayv1.RayCluster) {
 			c.Spec.WorkerGroupSpecs[0].Resources = map[string]string{"memory": "8Gi", "cpu": "500m"}
+		}, ""},
+		{"autoscaler v2 by env without autoscaling", func(c *rayv1.RayCluster) {
+			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: builder.EnvAutoscalerV2, Value: "true"}}
+		}, "env[RAY_enable_autoscaler_v2]: \"true\" asks for autoscaler v2, which needs spec.enableInTreeAutoscaling"},
+		{"autoscaler v1 by env without autoscaling", func(c *rayv1.RayCluster) {
+			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: builder.EnvAutoscalerV2, Value: "0"}}
+		}, ""},
+		{"autoscaler v2 by env with autoscaling", func(c *rayv1.RayCluster) {
+			autoscale(c)
+			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: builder.EnvAutoscalerV2, Value: "1"}}
+		}, ""},
+		{"suspended group with autoscaling", func(c *rayv1.RayCluster) {
+			autoscale(c)
+			c.Spec.WorkerGroupSpecs[0].Suspend = ptr.To(true)
+		}, "spec.workerGroupSpecs[0].suspend: worker group \"small\" cannot be suspended while the autoscaler runs"},
+		{"suspended group without autoscaling (RayJob DeleteWorkers)", func(c *rayv1.RayCluster) {
+			c.Spec.WorkerGroupSpecs[0].Suspend = ptr.To(true)
+		}, ""},
+		{"autoscaler version twice", func(c *rayv1.RayCluster) {
+			autoscale(c)
+			c.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{Version: ptr.To(rayv1.AutoscalerVersionV1)}
+			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: builder.EnvAutoscalerV2, Value: "false"}}
+		}, "use only spec.autoscalerOptions.version"},
+		{"head restarts under autoscaler v2", func(c *rayv1.RayCluster) {
+			autoscale(c)
+			c.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{Version: ptr.To(rayv1.AutoscalerVersionV2)}
+			c.Spec.HeadGroupSpec.Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
+		}, "spec.headGroupSpec.template.spec.restartPolicy: Always; autoscaler v2 needs Never"},
+		{"worker restarts under autoscaler v2", func(c *rayv1.RayCluster) {
+			autoscale(c)
+			c.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{Version: ptr.To(rayv1.AutoscalerVersionV2)}
+			c.Spec.HeadGroupSpec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
+			c.Spec.WorkerGroupSpecs[0].Template.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+		}, "spec.workerGroupSpecs[0].template.spec.restartPolicy: OnFailure"},
+		{"restarts under autoscaler v1", func(c *rayv1.RayCluster) {
+			autoscale(c)
+			c.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{Version: ptr.To(rayv1.AutoscalerVersionV1)}
+			c.Spec.WorkerGroupSpecs[0].Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
+		}, ""},
+		{"minReplicas above maxReplicas (KubeRay v1.5.0 runs maxReplicas)", func(c *rayv1.RayCluster) {
+			c.Spec.WorkerGroupSpecs[0].MinReplicas = ptr.To[int32](5)
+			c.Spec.WorkerGroupSpecs[0].MaxReplicas = ptr.To[int32](2)
 		}, ""},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,221 @@
+package raycluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+)
+
+// GCS fault tolerance keeps a cluster's GCS state in Redis under a storage namespace; when the cluster is deleted
+// that namespace must go too, or Redis fills with the state of clusters long gone. As KubeRay does, a cluster with a
+// Redis-backed GCS carries ray.io/gcs-ft-redis-cleanup-finalizer; on deletion its pods are deleted, and once the head
+// is gone (its GCS could still write) a Job deletes the namespace; when the Job has finished, succeeded or not, the
+// finalizer is released.
+
+// Event reasons of the Redis cleanup: KubeRay's, and Manta's for what KubeRay only logs.
+const (
+	EventCreatedRedisCleanupJob        = "CreatedRedisCleanupJob"
+	EventFailedToCreateRedisCleanupJob = "FailedToCreateRedisCleanupJob"
+	// EventRedisCleanupFailed: the Job failed, the finalizer was released, the keys are left in Redis.
+	EventRedisCleanupFailed = "RedisCleanupFailed"
+)
+
+// cleanupWait is how often a deleted cluster is looked at while its head terminates or its cleanup Job runs; the
+// pod and Job watches usually bring it back sooner.
+const cleanupWait = 10 * time.Second
+
+// cleanupStep is what a deleted cluster's Redis cleanup needs next.
+type cleanupStep int
+
+const (
+	cleanupNone       cleanupStep = iota // no finalizer of ours
+	cleanupSkip                          // the finalizer, but no Redis to clean: release it
+	cleanupDeletePods                    // Ray pods still run
+	cleanupWaitHead                      // the head terminates
+	cleanupCreateJob                     // the head is gone and no cleanup Job exists
+	cleanupWaitJob                       // the Job runs
+	cleanupRelease                       // the Job finished
+)
+
+// cleanupPlan is the next step of a deleted cluster's Redis cleanup.
+type cleanupPlan struct {
+	step cleanupStep
+	// pods are the Ray pods to delete (cleanupDeletePods).
+	pods []corev1.Pod
+	// job is the cluster's cleanup Job (cleanupWaitJob, cleanupRelease); failed says it failed.
+	job    *batchv1.Job
+	failed bool
+}
+
+// planCleanup decides the next step of the Redis cleanup of deleted cluster c from its pods and its cleanup Jobs.
+func planCleanup(c *rayv1.RayCluster, pods []corev1.Pod, jobs []batchv1.Job) cleanupPlan {
+	if !controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
+		return cleanupPlan{step: cleanupNone}
+	}
+	if !builder.GCSFaultTolerance(c) {
+		return cleanupPlan{step: cleanupSkip}
+	}
+	var running []corev1.Pod
+	head := false
+	for _, p := range pods {
+		t := p.Labels[builder.LabelNodeType]
+		if (t != builder.NodeTypeHead && t != builder.NodeTypeWorker) || !metaOwnedBy(&p, c) {
+			continue
+		}
+		head = head || t == builder.NodeTypeHead
+		if p.DeletionTimestamp == nil {
+			running = append(running, p)
+		}
+	}
+	switch {
+	case len(running) > 0:
+		return cleanupPlan{step: cleanupDeletePods, pods: running}
+	case head:
+		return cleanupPlan{step: cleanupWaitHead}
+	}
+	for i := range jobs {
+		j := &jobs[i]
+		if !metav1.IsControlledBy(j, c) {
+			continue
+		}
+		switch jobFinished(j) {
+		case batchv1.JobComplete:
+			return cleanupPlan{step: cleanupRelease, job: j}
+		case batchv1.JobFailed:
+			return cleanupPlan{step: cleanupRelease, job: j, failed: true}
+		}
+		return cleanupPlan{step: cleanupWaitJob, job: j}
+	}
+	return cleanupPlan{step: cleanupCreateJob}
+}
+
+// jobFinished is Complete or Failed when the Job has that condition, "" while it runs.
+func jobFinished(j *batchv1.Job) batchv1.JobConditionType {
+	for _, cond := range j.Status.Conditions {
+		if (cond.Type == batchv1.JobComplete || cond.Type == batchv1.JobFailed) && cond.Status == corev1.ConditionTrue {
+			return cond.Type
+		}
+	}
+	return ""
+}
+
+// reconcileDeletion takes a deleted cluster through the next step of its Redis cleanup.
+func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
+		return ctrl.Result{}, nil
+	}
+	pods := &corev1.PodList{}
+	if err := r.client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels{builder.LabelCluster: c.Name}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list pods: %w", err)
+	}
+	// Read past the cache: it holds only the Jobs labelled as KubeRay's, which a head template can relabel.
+	jobs := &batchv1.JobList{}
+	if err := r.apiReader().List(ctx, jobs, client.InNamespace(c.Namespace), client.MatchingLabels(builder.RedisCleanupSelector(c))); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list Redis cleanup jobs: %w", err)
+	}
+	p := planCleanup(c, pods.Items, jobs.Items)
+	logger := log.FromContext(ctx).WithValues("storageNamespace", builder.ExternalStorageNamespace(c))
+	switch p.step {
+	case cleanupSkip:
+		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
+			return ctrl.Result{}, err
+		}
+		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
+			"removed finalizer %s without cleaning Redis: the cluster has no Redis-backed GCS fault tolerance", builder.FinalizerGCSFTRedisCleanup)
+	case cleanupDeletePods:
+		// Deleted without events, as KubeRay does: the cluster itself is going.
+		for i := range p.pods {
+			pod := &p.pods[i]
+			if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
+				return ctrl.Result{}, fmt.Errorf("delete pod %s: %w", pod.Name, err)
+			}
+		}
+		return ctrl.Result{RequeueAfter: cleanupWait}, nil
+	case cleanupWaitHead:
+		logger.V(1).Info("waiting for the head pod to terminate before cleaning Redis")
+		return ctrl.Result{RequeueAfter: cleanupWait}, nil
+	case cleanupCreateJob:
+		return r.createCleanupJob(ctx, c)
+	case cleanupWaitJob:
+		return ctrl.Result{RequeueAfter: cleanupWait}, nil
+	case cleanupRelease:
+		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
+			return ctrl.Result{}, err
+		}
+		if p.failed {
+			r.recorder.Eventf(c, nil, corev1.EventTypeWarning, EventRedisCleanupFailed, "Delete",
+				"Redis cleanup Job %s failed; removed finalizer %s: delete the keys of storage namespace %q from Redis by hand",
+				p.job.Name, builder.FinalizerGCSFTRedisCleanup, p.job.Annotations[builder.AnnotationExternalStorageNamespace])
+		}
+		logger.Info("released the Redis cleanup finalizer", "job", p.job.Name, "failed", p.failed)
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) createCleanupJob(ctx context.Context, c *rayv1.RayCluster) (ctrl.Result, error) {
+	// The default PodTemplate shapes the head, so it shapes the Job built from it; its failures were reported
+	// while the cluster lived.
+	scratch := newRun(c, client.ObjectKeyFromObject(c))
+	job := builder.RedisCleanupJob(c, builder.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: r.defaultTemplate(ctx, scratch)})
+	if job == nil {
+		// No head container to run it in (a spec that was never valid): nothing ever wrote to Redis.
+		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
+			return ctrl.Result{}, err
+		}
+		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
+			"removed finalizer %s without cleaning Redis: the head template has no container to run the cleanup in", builder.FinalizerGCSFTRedisCleanup)
+		return ctrl.Result{}, nil
+	}
+	if err := r.client.Create(ctx, job); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
+		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, EventFailedToCreateRedisCleanupJob, "Create",
+			"failed to create Redis cleanup Job %s/%s: %v", job.Namespace, job.Name, err)
+		return ctrl.Result{}, fmt.Errorf("create Redis cleanup job: %w", err)
+	}
+	r.recorder.Eventf(c, nil, corev1.EventTypeNormal, EventCreatedRedisCleanupJob, "Create", "created Redis cleanup Job %s/%s", job.Namespace, job.Name)
+	return ctrl.Result{RequeueAfter: cleanupWait}, nil
+}
+
+// ensureCleanupFinalizer puts the Redis cleanup finalizer on a cluster with a Redis-backed GCS.
+func (r *Reconciler) ensureCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
+	if !builder.GCSFaultTolerance(c) || controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
+		return nil
+	}
+	orig := c.DeepCopy()
+	controllerutil.AddFinalizer(c, builder.FinalizerGCSFTRedisCleanup)
+	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("add finalizer %s: %w", builder.FinalizerGCSFTRedisCleanup, err)
+	}
+	return nil
+}
+
+func (r *Reconciler) releaseCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
+	orig := c.DeepCopy()
+	controllerutil.RemoveFinalizer(c, builder.FinalizerGCSFTRedisCleanup)
+	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}
+
+// apiReader reads past the cache; the cached client for Reconcilers built without NewReconciler (unit tests).
+func (r *Reconciler) apiReader() client.Reader {
+	if r.reader == nil {
+		return r.client
+	}
+	return r.reader
+}
