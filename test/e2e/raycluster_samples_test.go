@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -29,19 +28,20 @@ import (
 )
 
 // wantUnsupported is, per sample file, exactly the fields Manta must report as unsupported. It is written by hand
-// from reading the samples, not computed with the code under test.
+// from reading the samples of the pinned KubeRay (v1.5.0), not computed with the code under test.
 var wantUnsupported = map[string][]string{
-	"ray-cluster.auth.yaml":                    {"spec.authOptions"},
-	"ray-cluster.auth.secret-ref.yaml":         {"spec.authOptions"},
-	"ray-cluster.kubernetes.auth.yaml":         {"spec.authOptions"},
-	"ray-cluster.embedded-gcs-ft.yaml":         {"spec.gcsFaultToleranceOptions.backend (rocksdb)"},
-	"ray-cluster.external-redis-uri.yaml":      {"spec.gcsFaultToleranceOptions (the Redis cleanup on deletion)"},
-	"ray-cluster.persistent-redis.yaml":        {"spec.gcsFaultToleranceOptions (the Redis cleanup on deletion)"},
-	"ray-cluster.deprecate-gcs-ft.yaml":        {"metadata.annotations[ray.io/ft-enabled] (the Redis cleanup on deletion)"},
-	"ray-cluster.historyserver.yaml":           {"spec.historyServerOptions"},
-	"ray-cluster.network-policy-deny-all.yaml": {"spec.networkPolicy"},
-	"ray-cluster.kai-gpu-sharing.yaml":         {"metadata.labels[kai.scheduler/queue]"},
-	"ray-cluster.volcano-scheduler-queue.yaml": {"metadata.labels[volcano.sh/queue-name]"},
+	"ray-cluster.deprecate-gcs-ft.yaml":   {"metadata.annotations[ray.io/ft-enabled] (the Redis cleanup on deletion)"},
+	"ray-cluster.external-redis.yaml":     {"spec.gcsFaultToleranceOptions (the Redis cleanup on deletion)"},
+	"ray-cluster.external-redis-uri.yaml": {"spec.gcsFaultToleranceOptions (the Redis cleanup on deletion)"},
+	"ray-cluster.persistent-redis.yaml":   {"spec.gcsFaultToleranceOptions (the Redis cleanup on deletion)"},
+	"ray-cluster.kai-gpu-sharing.yaml":    {"metadata.labels[kai.scheduler/queue]"},
+	"ray-cluster.kai-scheduler.yaml":      {"metadata.labels[kai.scheduler/queue]"},
+	"ray-cluster.scheduler-plugins.yaml":  {"metadata.labels[ray.io/gang-scheduling-enabled]"},
+	"ray-cluster.volcano-scheduler.yaml":  {"metadata.labels[ray.io/scheduler-name]"},
+	"ray-cluster.volcano-scheduler-queue.yaml": {"metadata.labels[ray.io/scheduler-name]",
+		"metadata.labels[volcano.sh/queue-name]"},
+	"ray-cluster.yunikorn-scheduler.yaml": {"metadata.labels[ray.io/gang-scheduling-enabled]",
+		"metadata.labels[yunikorn.apache.org/queue]", "metadata.labels[yunikorn.apache.org/app-id]"},
 }
 
 // sample is one RayCluster taken from a KubeRay sample file.
@@ -49,14 +49,6 @@ type sample struct {
 	file    string
 	kind    string // the kind it came from: RayCluster, RayJob or RayService
 	cluster *rayv1.RayCluster
-}
-
-func samplesDir() (string, error) {
-	root, err := testutil.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(root, "..", "shared", "compat", "kuberay", "samples"), nil
 }
 
 // loadSamples reads every RayCluster in the samples, and the RayCluster spec inside every RayJob and RayService
@@ -97,22 +89,23 @@ func loadSamples() ([]sample, error) {
 	return out, err
 }
 
-// forEachSample calls fn with every ray.io/v1 document of the KubeRay sample files: the file's base name, the
-// document's kind and its YAML.
+// forEachSample calls fn with every ray.io/v1 document of the KubeRay sample files (those of the pinned module, in
+// its subdirectories too): the file's base name, the document's kind and its YAML.
 func forEachSample(fn func(file, kind string, doc []byte) error) error {
-	dir, err := samplesDir()
+	files, err := testutil.KubeRaySampleFiles()
 	if err != nil {
 		return err
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil {
-		return err
-	}
-	if len(files) == 0 {
-		return fmt.Errorf("no samples in %s", dir)
+	// The tests name samples by their base name (wantUnsupported, the namespaces).
+	seen := map[string]string{}
+	for _, f := range files {
+		if other, dup := seen[filepath.Base(f)]; dup {
+			return fmt.Errorf("two samples named %s: %s and %s", filepath.Base(f), other, f)
+		}
+		seen[filepath.Base(f)] = f
 	}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := testutil.ReadKubeRaySample(f)
 		if err != nil {
 			return err
 		}
