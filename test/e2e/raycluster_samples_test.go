@@ -27,9 +27,12 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-// wantUnsupported is, per sample file, exactly the fields Manta must report as unsupported. It is written by hand
-// from reading the samples of the pinned KubeRay (v1.5.0), not computed with the code under test.
+// wantUnsupported is, per sample file, exactly the fields Manta must report as unsupported for the sample's
+// RayCluster (for a RayJob or RayService sample, the cluster of its spec: the parent's metadata is not part of it).
+// It is written by hand from reading the samples of the pinned KubeRay (v1.5.0), not computed with the code under
+// test.
 var wantUnsupported = map[string][]string{
+	"ray-service.high-availability.yaml":  {"spec.gcsFaultToleranceOptions (the Redis cleanup on deletion)"},
 	"ray-cluster.deprecate-gcs-ft.yaml":   {"metadata.annotations[ray.io/ft-enabled] (the Redis cleanup on deletion)"},
 	"ray-cluster.external-redis.yaml":     {"spec.gcsFaultToleranceOptions (the Redis cleanup on deletion)"},
 	"ray-cluster.external-redis-uri.yaml": {"spec.gcsFaultToleranceOptions (the Redis cleanup on deletion)"},
@@ -215,6 +218,11 @@ func TestRayClusterSamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// KubeRay v1.5.0's samples describe 66 RayClusters (on their own or in a RayJob or RayService); fewer means the
+	// reading went wrong.
+	if len(samples) < 66 {
+		t.Fatalf("%d RayClusters in the samples, want 66", len(samples))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -243,9 +251,6 @@ func TestRayClusterSamples(t *testing.T) {
 	for _, r := range results {
 		seenFiles[r.s.file] = true
 		want := wantUnsupported[r.s.file]
-		if r.s.kind != "RayCluster" {
-			want = nil // the RayJob/RayService metadata is not part of the cluster spec
-		}
 		ok := r.ready && r.err == "" && slices.Equal(want, r.unsupported)
 		switch {
 		case !ok:
