@@ -58,9 +58,12 @@ func downloadKubeRayModule() (string, error) {
 		runErr = fmt.Errorf("no module directory in its output %q", stdout.String())
 	}
 	if runErr != nil {
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			runErr = fmt.Errorf("%w\n%s", runErr, msg)
+		}
 		return "", fmt.Errorf("fetching KubeRay's CRDs and samples: `go mod download -json %s` in %s failed "+
-			"(the module comes from GOPROXY=%s into GOMODCACHE; without network access, fill the module cache first): %v\n%s",
-			KubeRayModule, pin, goEnv("GOPROXY"), runErr, strings.TrimSpace(stderr.String()))
+			"(the module comes from GOPROXY=%s into GOMODCACHE; without network access, fill the module cache first): %v",
+			KubeRayModule, pin, goEnv("GOPROXY"), runErr)
 	}
 	for _, sub := range []string{"config/crd/bases", "config/samples"} {
 		if fi, err := os.Stat(filepath.Join(mod.Dir, sub)); err != nil || !fi.IsDir() {
