@@ -6,9 +6,12 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/manta-dev/manta/internal/version"
 )
 
-// The module found is the version hack/tools/kuberay/go.mod pins, with KubeRay's CRDs and samples in it.
+// The module found is the version hack/tools/kuberay/go.mod pins, with KubeRay's CRDs and samples in it, and it is
+// the KubeRay release `manta version` says Manta serves.
 func TestKubeRayModuleDirIsThePinnedVersion(t *testing.T) {
 	gomod, err := os.ReadFile(filepath.Join(MustRepoRoot(t), "hack", "tools", "kuberay", "go.mod"))
 	if err != nil {
@@ -17,6 +20,9 @@ func TestKubeRayModuleDirIsThePinnedVersion(t *testing.T) {
 	m := regexp.MustCompile(`(?m)^require ` + regexp.QuoteMeta(KubeRayModule) + ` (v\S+)$`).FindSubmatch(gomod)
 	if m == nil {
 		t.Fatalf("hack/tools/kuberay/go.mod does not require %s:\n%s", KubeRayModule, gomod)
+	}
+	if pinned := string(m[1]); version.KubeRayRelease != pinned {
+		t.Errorf("version.KubeRayRelease is %s, hack/tools/kuberay/go.mod pins %s", version.KubeRayRelease, pinned)
 	}
 	dir := KubeRayModuleDir(t)
 	if want := "@" + string(m[1]); !strings.HasSuffix(dir, want) {
