@@ -157,3 +157,20 @@ func ReadKubeRaySample(path string) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// MustKubeRaySampleFilesNamed is MustKubeRaySampleFiles limited to the files whose base name starts with prefix
+// ("ray-service."). It fails the test when there are fewer than atLeast: the count of the pinned release, so that
+// a reading that went wrong does not pass with nothing checked.
+func MustKubeRaySampleFilesNamed(t testing.TB, prefix string, atLeast int) []string {
+	t.Helper()
+	var files []string
+	for _, f := range MustKubeRaySampleFiles(t) {
+		if strings.HasPrefix(filepath.Base(f), prefix) {
+			files = append(files, f)
+		}
+	}
+	if len(files) < atLeast {
+		t.Fatalf("%d KubeRay samples named %s*, want at least %d: %q", len(files), prefix, atLeast, files)
+	}
+	return files
+}

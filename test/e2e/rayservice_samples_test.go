@@ -38,16 +38,8 @@ var wantServiceUnsupported = map[string]string{
 // of the dev cluster, so the services stop there: Ready stays False (Initializing) and no traffic is switched.
 func TestRayServiceSamples(t *testing.T) {
 	_, cl := devCluster(t)
-	var files []string
-	for _, f := range testutil.MustKubeRaySampleFiles(t) {
-		if strings.HasPrefix(filepath.Base(f), "ray-service.") {
-			files = append(files, f)
-		}
-	}
-	// KubeRay v1.5.0 has 13 RayService samples; fewer means the reading went wrong.
-	if len(files) < 13 {
-		t.Fatalf("%d RayService samples in KubeRay's module, want 13: %q", len(files), files)
-	}
+	// KubeRay v1.5.0 has 13 RayService samples.
+	files := testutil.MustKubeRaySampleFilesNamed(t, "ray-service.", 13)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup

@@ -749,16 +749,8 @@ func testManagedByOther(t *testing.T, e *env) {
 // testKubeRaySamples applies every KubeRay RayService sample unchanged (strict field validation against Manta's CRD)
 // and requires each to bring up its cluster and become Ready, or to name the fields Manta does not support.
 func testKubeRaySamples(t *testing.T, e *env) {
-	var files []string
-	for _, f := range testutil.MustKubeRaySampleFiles(t) {
-		if strings.HasPrefix(filepath.Base(f), "ray-service.") {
-			files = append(files, f)
-		}
-	}
-	// KubeRay v1.5.0 has 13 RayService samples; fewer means the reading went wrong.
-	if len(files) < 13 {
-		t.Fatalf("%d RayService samples in KubeRay's module, want 13: %q", len(files), files)
-	}
+	// KubeRay v1.5.0 has 13 RayService samples.
+	files := testutil.MustKubeRaySampleFilesNamed(t, "ray-service.", 13)
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
 			t.Parallel()
