@@ -2,7 +2,8 @@
 # `make tools`: builds everything under hack/tools into bin/ and says what it is doing. The control-plane binaries
 # come from build-tools.sh (a cold build takes 10-15 minutes on 2 cores); this wrapper downloads their modules
 # first, so Go's download lines do not stand for progress, then reports every 30 seconds how many modules are done
-# and how long it has been. It only reads build-tools.sh's stamps (same hash), so it never forces a rebuild.
+# and how long it has been (MANTA_TOOLS_PROGRESS_SECONDS changes the period; hack/tools_test.go uses it). It only
+# reads build-tools.sh's stamps (same hash), so it never forces a rebuild.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/bin"
@@ -25,7 +26,7 @@ if [ ${#stale[@]} -gt 0 ]; then
 		(cd "$root/hack/tools/$m" && go mod download)
 	done
 	(
-		while sleep 30; do
+		while sleep "${MANTA_TOOLS_PROGRESS_SECONDS:-30}"; do
 			done_n=0 current=""
 			for m in "${stale[@]}"; do
 				if fresh "$m"; then done_n=$((done_n + 1)); elif [ -z "$current" ]; then current=$m; fi

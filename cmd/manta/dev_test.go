@@ -88,6 +88,18 @@ func TestMantaDev(t *testing.T) {
 	if logs, err := os.ReadFile(logPath); err != nil || !strings.Contains(string(logs), `"controller":"raycluster"`) {
 		t.Errorf("%s lacks the operator's logs (%v):\n%.2000s", logPath, err, logs)
 	}
+	// The components' logs are in the directory the summary names, one file each.
+	const componentsLine = "component logs (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok): "
+	if _, dir, ok := strings.Cut(text, componentsLine); !ok {
+		t.Errorf("output does not name the components' logs:\n%s", text)
+	} else {
+		dir, _, _ = strings.Cut(dir, "\n")
+		for _, c := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok"} {
+			if fi, err := os.Stat(filepath.Join(dir, c+".log")); err != nil || fi.Size() == 0 {
+				t.Errorf("%s's log in %s is missing or empty: %v", c, dir, err)
+			}
+		}
+	}
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -28,17 +27,19 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-// wantUnsupported is, per sample file, exactly the fields Manta must report as unsupported. It is written by hand
-// from reading the samples, not computed with the code under test.
+// wantUnsupported is, per sample file, exactly the fields Manta must report as unsupported for the sample's
+// RayCluster (for a RayJob or RayService sample, the cluster of its spec: the parent's metadata is not part of it).
+// It is written by hand from reading the samples of the pinned KubeRay (v1.5.0), not computed with the code under
+// test.
 var wantUnsupported = map[string][]string{
-	"ray-cluster.auth.yaml":                    {"spec.authOptions"},
-	"ray-cluster.auth.secret-ref.yaml":         {"spec.authOptions"},
-	"ray-cluster.kubernetes.auth.yaml":         {"spec.authOptions"},
-	"ray-cluster.embedded-gcs-ft.yaml":         {"spec.gcsFaultToleranceOptions.backend (rocksdb)"},
-	"ray-cluster.historyserver.yaml":           {"spec.historyServerOptions"},
-	"ray-cluster.network-policy-deny-all.yaml": {"spec.networkPolicy"},
-	"ray-cluster.kai-gpu-sharing.yaml":         {"metadata.labels[kai.scheduler/queue]"},
-	"ray-cluster.volcano-scheduler-queue.yaml": {"metadata.labels[volcano.sh/queue-name]"},
+	"ray-cluster.kai-gpu-sharing.yaml":   {"metadata.labels[kai.scheduler/queue]"},
+	"ray-cluster.kai-scheduler.yaml":     {"metadata.labels[kai.scheduler/queue]"},
+	"ray-cluster.scheduler-plugins.yaml": {"metadata.labels[ray.io/gang-scheduling-enabled]"},
+	"ray-cluster.volcano-scheduler.yaml": {"metadata.labels[ray.io/scheduler-name]"},
+	"ray-cluster.volcano-scheduler-queue.yaml": {"metadata.labels[ray.io/scheduler-name]",
+		"metadata.labels[volcano.sh/queue-name]"},
+	"ray-cluster.yunikorn-scheduler.yaml": {"metadata.labels[ray.io/gang-scheduling-enabled]",
+		"metadata.labels[yunikorn.apache.org/queue]", "metadata.labels[yunikorn.apache.org/app-id]"},
 }
 
 // sample is one RayCluster taken from a KubeRay sample file.
@@ -46,14 +47,6 @@ type sample struct {
 	file    string
 	kind    string // the kind it came from: RayCluster, RayJob or RayService
 	cluster *rayv1.RayCluster
-}
-
-func samplesDir() (string, error) {
-	root, err := testutil.RepoRoot()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(root, "..", "shared", "compat", "kuberay", "samples"), nil
 }
 
 // loadSamples reads every RayCluster in the samples, and the RayCluster spec inside every RayJob and RayService
@@ -94,22 +87,23 @@ func loadSamples() ([]sample, error) {
 	return out, err
 }
 
-// forEachSample calls fn with every ray.io/v1 document of the KubeRay sample files: the file's base name, the
-// document's kind and its YAML.
+// forEachSample calls fn with every ray.io/v1 document of the KubeRay sample files (those of the pinned module, in
+// its subdirectories too): the file's base name, the document's kind and its YAML.
 func forEachSample(fn func(file, kind string, doc []byte) error) error {
-	dir, err := samplesDir()
+	files, err := testutil.KubeRaySampleFiles()
 	if err != nil {
 		return err
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil {
-		return err
-	}
-	if len(files) == 0 {
-		return fmt.Errorf("no samples in %s", dir)
+	// The tests name samples by their base name (wantUnsupported, the namespaces).
+	seen := map[string]string{}
+	for _, f := range files {
+		if other, dup := seen[filepath.Base(f)]; dup {
+			return fmt.Errorf("two samples named %s: %s and %s", filepath.Base(f), other, f)
+		}
+		seen[filepath.Base(f)] = f
 	}
 	for _, f := range files {
-		data, err := os.ReadFile(f)
+		data, err := testutil.ReadKubeRaySample(f)
 		if err != nil {
 			return err
 		}
@@ -219,6 +213,11 @@ func TestRayClusterSamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// KubeRay v1.5.0's samples describe 66 RayClusters (on their own or in a RayJob or RayService); fewer means the
+	// reading went wrong.
+	if len(samples) < 66 {
+		t.Fatalf("%d RayClusters in the samples, want 66", len(samples))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
@@ -247,9 +246,6 @@ func TestRayClusterSamples(t *testing.T) {
 	for _, r := range results {
 		seenFiles[r.s.file] = true
 		want := wantUnsupported[r.s.file]
-		if r.s.kind != "RayCluster" {
-			want = nil // the RayJob/RayService metadata is not part of the cluster spec
-		}
 		ok := r.ready && r.err == "" && slices.Equal(want, r.unsupported)
 		switch {
 		case !ok:

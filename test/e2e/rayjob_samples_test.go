@@ -16,13 +16,14 @@ import (
 	"sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 )
 
 // wantJobUnsupported is, per RayJob sample, exactly the fields its cluster reports as unsupported (the RayJob's
-// labels are carried to its cluster). Written by hand from reading the samples.
+// labels are carried to its cluster). Written by hand from reading the samples of the pinned KubeRay (v1.5.0).
 var wantJobUnsupported = map[string][]string{
-	"ray-job.volcano-scheduler-queue.yaml": {"metadata.labels[volcano.sh/queue-name]"},
+	"ray-job.volcano-scheduler-queue.yaml": {"metadata.labels[ray.io/scheduler-name]", "metadata.labels[volcano.sh/queue-name]"},
 	"ray-job.yunikorn-scheduler.yaml": {"metadata.labels[ray.io/gang-scheduling-enabled]", "metadata.labels[yunikorn.apache.org/queue]",
 		"metadata.labels[yunikorn.apache.org/app-id]"},
 }
@@ -62,13 +63,21 @@ func TestRayJobSamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// KubeRay v1.5.0 has 22 RayJob samples; fewer means the reading went wrong.
+	if len(samples) < 22 {
+		t.Fatalf("%d RayJob samples, want 22", len(samples))
+	}
+	existing, err := selectedClusterSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	start := time.Now()
 	errs := make([]string, len(samples))
 	var wg sync.WaitGroup
 	for i, s := range samples {
-		wg.Go(func() { errs[i] = runJobSample(ctx, cl, i, s) })
+		wg.Go(func() { errs[i] = runJobSample(ctx, cl, i, s, existing) })
 	}
 	wg.Wait()
 	for i, s := range samples {
@@ -88,7 +97,25 @@ func submissionModeOf(j *rayv1.RayJob) rayv1.JobSubmissionMode {
 	return j.Spec.SubmissionMode
 }
 
-func runJobSample(ctx context.Context, cl client.Client, i int, s jobSample) string {
+// selectedClusterSpec is the cluster the test creates for a sample that selects an existing one
+// (ray-job.use-existing-raycluster.yaml): the RayCluster of ray-cluster.sample.yaml, which the user is told to
+// create first.
+func selectedClusterSpec() (*rayv1.RayClusterSpec, error) {
+	samples, err := loadSamples()
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range samples {
+		if s.file == "ray-cluster.sample.yaml" && s.kind == "RayCluster" {
+			return &s.cluster.Spec, nil
+		}
+	}
+	return nil, fmt.Errorf("no RayCluster in ray-cluster.sample.yaml")
+}
+
+// runJobSample applies one RayJob sample in a fresh namespace, with the RayCluster it selects when it selects one,
+// and waits for it.
+func runJobSample(ctx context.Context, cl client.Client, i int, s jobSample, existing *rayv1.RayClusterSpec) string {
 	ns := strings.Trim(dnsUnsafe.ReplaceAllString(strings.ToLower(fmt.Sprintf("j%02d-%s", i, strings.TrimSuffix(s.file, ".yaml"))), "-"), "-")
 	if len(ns) > 63 {
 		ns = strings.TrimRight(ns[:63], "-")
@@ -111,6 +138,12 @@ func runJobSample(ctx context.Context, cl client.Client, i int, s jobSample) str
 			if err != nil && !strings.Contains(err.Error(), "already exists") {
 				return "create service account: " + err.Error()
 			}
+		}
+	}
+	if name := j.Spec.ClusterSelector[builder.LabelCluster]; name != "" {
+		rc := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: *existing.DeepCopy()}
+		if err := cl.Create(ctx, rc); err != nil {
+			return "create the selected RayCluster: " + err.Error()
 		}
 	}
 	if err := cl.Create(ctx, j); err != nil {

@@ -749,19 +749,13 @@ func testManagedByOther(t *testing.T, e *env) {
 // testKubeRaySamples applies every KubeRay RayService sample unchanged (strict field validation against Manta's CRD)
 // and requires each to bring up its cluster and become Ready, or to name the fields Manta does not support.
 func testKubeRaySamples(t *testing.T, e *env) {
-	dir := filepath.Join(testutil.MustRepoRoot(t), "..", "shared", "compat", "kuberay", "samples")
-	files, err := filepath.Glob(filepath.Join(dir, "ray-service.*.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatalf("no RayService samples in %s", dir)
-	}
+	// KubeRay v1.5.0 has 13 RayService samples.
+	files := testutil.MustKubeRaySampleFilesNamed(t, "ray-service.", 13)
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
 			t.Parallel()
 			ns := e.namespace(t)
-			raw, err := os.ReadFile(f)
+			raw, err := testutil.ReadKubeRaySample(f)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -887,7 +881,7 @@ func TestPrintColumnsAsKubeRay(t *testing.T) {
 		return strings.Join(out, "\n")
 	}
 	ours := cols(filepath.Join(root, "config", "crd", "ray.io_rayservices.yaml"))
-	theirs := cols(filepath.Join(root, "..", "shared", "compat", "kuberay", "crds", "ray.io_rayservices.yaml"))
+	theirs := cols(filepath.Join(testutil.KubeRayCRDDir(t), "ray.io_rayservices.yaml"))
 	if ours != theirs || ours == "" {
 		t.Errorf("print columns:\n%s\nKubeRay's:\n%s", ours, theirs)
 	}
