@@ -28,9 +28,7 @@ import (
 
 // wantServiceUnsupported is, per RayService sample, exactly the fields Manta must report as unsupported (the
 // others report none). Written by hand from reading the samples of the pinned KubeRay (v1.5.0).
-var wantServiceUnsupported = map[string]string{
-	"ray-service.high-availability.yaml": "unsupported fields: spec.rayClusterConfig.gcsFaultToleranceOptions (the Redis cleanup on deletion)",
-}
+var wantServiceUnsupported = map[string]string{}
 
 // TestRayServiceSamples applies every KubeRay RayService sample unchanged (strict field validation), each in its
 // own namespace, all at once, and waits until the RayService's cluster is ready with all pods Running and Ready on
