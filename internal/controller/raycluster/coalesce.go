@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -22,6 +23,13 @@ const defaultStatusCoalesceWindow = 10 * time.Second
 var progressConditions = map[string]bool{
 	string(rayv1.HeadPodReady):          true,
 	string(rayv1.RayClusterProvisioned): true,
+}
+
+// notYetTrue are conditions whose appearing as False (or changing while False) says nothing new: the cluster is not
+// suspended, as it was not before.
+var notYetTrue = map[string]bool{
+	string(rayv1.RayClusterSuspended):  true,
+	string(rayv1.RayClusterSuspending): true,
 }
 
 // progressOnly says whether the only differences between old and new are progress: same state, and every
@@ -42,6 +50,11 @@ func progressOnly(old, new *rayv1.RayClusterStatus) bool {
 			continue
 		}
 		a, b := meta.FindStatusCondition(old.Conditions, t), meta.FindStatusCondition(new.Conditions, t)
+		if notYetTrue[t] && (a == nil || a.Status == metav1.ConditionFalse) && (b == nil || b.Status == metav1.ConditionFalse) {
+			// A new cluster's first reconcile adds Suspended=False and Suspending=False: news to nobody, and
+			// written at once it was a second status update for every cluster.
+			continue
+		}
 		if (a == nil) != (b == nil) {
 			return false
 		}

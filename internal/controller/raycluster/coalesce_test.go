@@ -22,6 +22,14 @@ func TestStatusHold(t *testing.T) {
 		cond(string(rayv1.HeadPodReady), metav1.ConditionTrue, "HeadPodRunningAndReady")}}
 	ready := *moreProgress.DeepCopy()
 	ready.State = rayv1.Ready
+	notSuspended := *progressing.DeepCopy()
+	notSuspended.Conditions = append(notSuspended.Conditions,
+		cond(string(rayv1.RayClusterSuspended), metav1.ConditionFalse, "Suspended"),
+		cond(string(rayv1.RayClusterSuspending), metav1.ConditionFalse, "Suspending"))
+	suspending := *progressing.DeepCopy()
+	suspending.Conditions = append(suspending.Conditions,
+		cond(string(rayv1.RayClusterSuspended), metav1.ConditionFalse, "Suspended"),
+		cond(string(rayv1.RayClusterSuspending), metav1.ConditionTrue, "Suspending"))
 	failing := *progressing.DeepCopy()
 	failing.Conditions = append(failing.Conditions, cond(string(rayv1.RayClusterReplicaFailure), metav1.ConditionTrue, "FailedCreateWorkerPod"))
 
@@ -39,6 +47,9 @@ func TestStatusHold(t *testing.T) {
 		{"a state change is written at once", progressing, ready, t0, t0.Add(time.Second), window, 0},
 		{"a new failure condition is written at once", progressing, failing, t0, t0.Add(time.Second), window, 0},
 		{"a failure that clears is written at once", failing, progressing, time.Time{}, t0, window, 0},
+		{"a new cluster's first status, not suspended, is held", rayv1.RayClusterStatus{}, notSuspended, time.Time{}, t0, window, window},
+		{"suspending is written at once", notSuspended, suspending, t0, t0.Add(time.Second), window, 0},
+		{"the end of suspending is written at once", suspending, notSuspended, t0, t0.Add(time.Second), window, 0},
 		{"no window, no hold", rayv1.RayClusterStatus{}, progressing, time.Time{}, t0, -1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
