@@ -45,6 +45,10 @@ type Options struct {
 	// QPS and Burst limit the operator's requests to the API server (0 keeps the rest.Config's own).
 	QPS   float32
 	Burst int
+	// EventQPS and EventBurst limit the event writes, which go through a client of their own (see events.go);
+	// 0 means DefaultEventQPS and DefaultEventBurst.
+	EventQPS   float32
+	EventBurst int
 	// PullerImage is Manta's own image, from which ImagePullJob puller pods copy their tiny binary.
 	PullerImage string
 	// SkipNameValidation lets more than one operator run in one process, as tests do: controller-runtime otherwise
@@ -131,7 +135,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if opts.SkipNameValidation {
 		ctrlOpts.SkipNameValidation = ptr.To(true)
 	}
-	return ctrl.NewManager(cfg, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Controller:              ctrlOpts,
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
@@ -142,6 +146,17 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		LeaderElectionID:        "manta-operator-leader",
 		LeaderElectionNamespace: opts.LeaderElectionNS,
 	})
+	if err != nil {
+		return nil, err
+	}
+	eventQPS, eventBurst := opts.EventQPS, opts.EventBurst
+	if eventQPS <= 0 {
+		eventQPS = DefaultEventQPS
+	}
+	if eventBurst <= 0 {
+		eventBurst = DefaultEventBurst
+	}
+	return withEventRecorder(mgr, eventQPS, eventBurst)
 }
 
 // cachedPodSelector selects Ray pods. (The ImagePullJob controller keeps its puller pods in a cache of its own.)

@@ -53,8 +53,9 @@ var contenders = map[string]contender{
 			"--metrics-addr=" + m, "--health-probe-bind-address=0", "--pprof-addr=" + pp}
 	}},
 	// Manta built from another tree (MANTA_BENCH_BASE_BIN), for before/after comparisons in one run.
-	"manta-base": {name: "manta-base", args: func(bin, kc, m, _ string) []string {
-		return []string{bin, "operator", "--enable-leader-election=false", "--metrics-addr=" + m, "--health-probe-bind-address=0"}
+	"manta-base": {name: "manta-base", args: func(bin, kc, m, pp string) []string {
+		return []string{bin, "operator", "--enable-leader-election=false",
+			"--metrics-addr=" + m, "--health-probe-bind-address=0", "--pprof-addr=" + pp}
 	}},
 	// KubeRay's operator at its defaults (--reconcile-concurrency 1, --qps 100, --burst 200).
 	"kuberay": {name: "kuberay", kuberayCRDs: true, kuberay: true, args: func(bin, kc, m, _ string) []string {

@@ -118,13 +118,38 @@ func (p *pendingStatus) wrote(key types.NamespacedName, rv string) {
 func (p *pendingStatus) hold(key types.NamespacedName, old, new *rayv1.RayClusterStatus, now time.Time, window time.Duration) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	d := statusHold(old, new, p.since[key], now, window)
+	d := statusHold(old, new, p.since[key], now, loadWindow(window, len(p.since)))
 	if d > 0 {
 		if _, ok := p.since[key]; !ok {
 			p.since[key] = now
 		}
 	}
 	return d
+}
+
+// Under a burst of new clusters the window stretches with the number of clusters holding a change, by
+// perHeldStretch each up to maxStatusCoalesceWindow: with hundreds of clusters provisioning at once their pods take
+// tens of seconds to turn Ready, and a progress write every 10 s was a second status update for most of them, each
+// through the API server that is creating the next clusters' pods. State changes and failures are still written
+// at once, and a handful of clusters (the usual case) keeps the plain window.
+const (
+	perHeldStretch          = 200 * time.Millisecond
+	maxStatusCoalesceWindow = time.Minute
+)
+
+// loadWindow is the coalescing window when held clusters hold a change.
+func loadWindow(window time.Duration, held int) time.Duration {
+	if window <= 0 {
+		return window
+	}
+	return max(window, min(window+time.Duration(held)*perHeldStretch, maxStatusCoalesceWindow))
+}
+
+// settled drops a cluster's held change once its status no longer differs (nothing left to write).
+func (p *pendingStatus) settled(key types.NamespacedName) {
+	p.mu.Lock()
+	delete(p.since, key)
+	p.mu.Unlock()
 }
 
 // forget drops what is remembered of a cluster that is gone.

@@ -157,7 +157,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	now := metav1.Now()
 	newStatus := computeStatus(c, run.obs, now)
 	var statusErr error
-	if !statusEqual(oldStatus, &newStatus) {
+	if statusEqual(oldStatus, &newStatus) {
+		r.pendingStatus().settled(req.NamespacedName)
+	} else {
 		switch hold := r.pendingStatus().hold(req.NamespacedName, oldStatus, &newStatus, now.Time, r.opts.StatusCoalesceWindow); {
 		case hold > 0:
 			run.requeueAfter(hold)
