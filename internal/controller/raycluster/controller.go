@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -53,12 +54,14 @@ type Options struct {
 
 // Reconciler reconciles RayClusters.
 type Reconciler struct {
-	client   client.Client
-	reader   client.Reader // uncached: the default PodTemplate, and the cluster before its first pod create (clusterLive)
-	recorder events.EventRecorder
-	opts     Options
-	exp      *expectations
-	pending  *pendingStatus
+	client client.Client
+	reader client.Reader // uncached: the default PodTemplate, and the cluster before its first pod create (clusterLive)
+	// clusterMeta reads RayClusters' metadata uncached (clusterLive); nil falls back to reader.
+	clusterMeta metadata.Getter
+	recorder    events.EventRecorder
+	opts        Options
+	exp         *expectations
+	pending     *pendingStatus
 
 	pendingOnce sync.Once
 }
@@ -74,7 +77,11 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	if opts.StatusCoalesceWindow == 0 {
 		opts.StatusCoalesceWindow = defaultStatusCoalesceWindow
 	}
-	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
+	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
+	if md, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
+		r.clusterMeta = md.Resource(rayv1.GroupVersion.WithResource("rayclusters"))
+	} // else the uncached reader serves (readClusterMeta)
+	return r
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
@@ -202,13 +209,8 @@ func (r *Reconciler) clusterLive(ctx context.Context, run *run) (bool, error) {
 	if run.liveChecked {
 		return run.live, nil
 	}
-	live := &metav1.PartialObjectMetadata{}
-	live.SetGroupVersionKind(rayv1.GroupVersion.WithKind("RayCluster"))
-	reader := r.reader
-	if reader == nil {
-		reader = r.client
-	}
-	if err := reader.Get(ctx, run.key, live); err != nil {
+	live, err := r.readClusterMeta(ctx, run.key)
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -216,6 +218,22 @@ func (r *Reconciler) clusterLive(ctx context.Context, run *run) (bool, error) {
 	}
 	run.liveChecked, run.live = true, live.UID == run.c.UID && live.DeletionTimestamp == nil
 	return run.live, nil
+}
+
+// readClusterMeta reads the cluster's metadata from the API server: through the metadata client for the one
+// resource when there is one (controller-runtime's client looks up the REST mapping on every uncached metadata read,
+// which allocated more than the rest of a new cluster's reconcile), else through the uncached reader.
+func (r *Reconciler) readClusterMeta(ctx context.Context, key types.NamespacedName) (*metav1.PartialObjectMetadata, error) {
+	if r.clusterMeta != nil {
+		return r.clusterMeta.Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+	}
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(rayv1.GroupVersion.WithKind("RayCluster"))
+	reader := r.reader
+	if reader == nil {
+		reader = r.client
+	}
+	return live, reader.Get(ctx, key, live)
 }
 
 // pendingStatus is r.pending, made on first use for Reconcilers built without NewReconciler (unit tests).

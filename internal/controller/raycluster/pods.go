@@ -435,21 +435,18 @@ func (r *Reconciler) clearWorkersToDelete(ctx context.Context, run *run) error {
 	for _, p := range run.obs.pods {
 		alive[p.Name] = true
 	}
-	orig := c.DeepCopy()
-	changed := false
-	for i := range c.Spec.WorkerGroupSpecs {
-		g := &c.Spec.WorkerGroupSpecs[i]
-		if len(g.ScaleStrategy.WorkersToDelete) == 0 {
-			continue
-		}
-		if slices.ContainsFunc(g.ScaleStrategy.WorkersToDelete, func(n string) bool { return alive[n] }) {
-			continue
-		}
-		g.ScaleStrategy.WorkersToDelete = nil
-		changed = true
+	done := func(g *rayv1.WorkerGroupSpec) bool {
+		w := g.ScaleStrategy.WorkersToDelete
+		return len(w) > 0 && !slices.ContainsFunc(w, func(n string) bool { return alive[n] })
 	}
-	if !changed {
-		return nil
+	if !slices.ContainsFunc(c.Spec.WorkerGroupSpecs, func(g rayv1.WorkerGroupSpec) bool { return done(&g) }) {
+		return nil // the usual case: no copy of the cluster for nothing
+	}
+	orig := c.DeepCopy()
+	for i := range c.Spec.WorkerGroupSpecs {
+		if g := &c.Spec.WorkerGroupSpecs[i]; done(g) {
+			g.ScaleStrategy.WorkersToDelete = nil
+		}
 	}
 	status := c.Status.DeepCopy()
 	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
