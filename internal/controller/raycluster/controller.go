@@ -90,8 +90,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayCluster{}, ctrlbuilder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Watches(&corev1.Pod{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
-		Watches(&corev1.Service{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
+		Watches(&corev1.Pod{}, ownerHandler()).
+		Watches(&corev1.Service{}, ownerHandler()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
 		Named("raycluster").
 		Complete(r)
