@@ -26,7 +26,9 @@ import (
 func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev1.PodTemplateSpec) error {
 	c := run.c
 	list := &corev1.PodList{}
-	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{builder.LabelCluster: c.Name}); err != nil {
+	// Shallow copies of the cached pods (their maps and slices are the cache's): the pod list was the largest
+	// allocation of a reconcile, and the controller only reads pods, except adopt, which patches a copy.
+	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{builder.LabelCluster: c.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	var pods []corev1.Pod
@@ -128,14 +130,19 @@ func (r *Reconciler) adopt(ctx context.Context, run *run, hashes builder.Templat
 		if !ok || p.Annotations[builder.AnnotationPodTemplateHash] != "" {
 			continue
 		}
-		patch := client.MergeFrom(p.DeepCopy())
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
+		// p shares its maps with the cache (reconcilePods): change and patch a copy, never p itself.
+		stamped := p.DeepCopy()
+		if stamped.Annotations == nil {
+			stamped.Annotations = map[string]string{}
 		}
-		p.Annotations[builder.AnnotationPodTemplateHash] = hash
-		if err := r.client.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("stamp pod %s: %w", p.Name, err))
+		stamped.Annotations[builder.AnnotationPodTemplateHash] = hash
+		if err := r.client.Patch(ctx, stamped, client.MergeFrom(p)); err != nil {
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("stamp pod %s: %w", p.Name, err))
+			}
+			continue
 		}
+		*p = *stamped
 	}
 	return errors.Join(errs...)
 }
