@@ -1,6 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"runtime/debug"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -23,11 +27,13 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 
 func newOperatorCommand() *cobra.Command {
 	var o operator.Options
+	var gcPercent int
 	cmd := &cobra.Command{
 		Use:   "operator",
 		Short: "Run the RayCluster, RayJob, RayService and ImagePullJob controllers",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			setGCPercent(cmd.Flags().Changed("gc-percent"), gcPercent)
 			cfg, err := ctrl.GetConfig()
 			if err != nil {
 				return err
@@ -40,7 +46,24 @@ func newOperatorCommand() *cobra.Command {
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of the metrics endpoint (0 disables it)")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", ":8082", "address of the health probes")
 	fs.StringVar(&o.PprofAddr, "pprof-addr", "", "address of the net/http/pprof endpoints (empty disables them)")
+	fs.IntVar(&gcPercent, "gc-percent", defaultGCPercent, "Go garbage collection target (GOGC): the heap may grow this many percent over what is live before a collection; "+
+		"the GOGC environment variable applies when this flag is not given, "+fmt.Sprint(defaultGCPercent)+" when neither is")
 	fs.BoolVar(&o.LeaderElection, "enable-leader-election", true, "elect a leader so only one replica reconciles")
 	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease")
 	return cmd
+}
+
+// defaultGCPercent is the operator's GOGC when neither --gc-percent nor GOGC is set. The operator's live heap is
+// small and mostly its informer caches (about 25 MiB with 500 RayClusters and 2,000 pods); at Go's default of 100
+// the heap grows to twice that, plus what a burst allocates, before a collection. At 50, measured side by side
+// with 500 RayClusters (make bench, test/bench/README.md), peak RSS fell from 88 to 75 MiB for no more CPU: the
+// collections are twice as frequent but each is over a small heap.
+const defaultGCPercent = 50
+
+// setGCPercent applies --gc-percent when given, else leaves a GOGC from the environment to the runtime, else
+// applies the default.
+func setGCPercent(flagGiven bool, percent int) {
+	if flagGiven || os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(percent)
+	}
 }
