@@ -51,6 +51,10 @@ type Options struct {
 	// QPS and Burst limit the operator's requests to the API server (0 keeps the rest.Config's own).
 	QPS   float32
 	Burst int
+	// EventQPS and EventBurst limit the event writes, which go through a client of their own (see events.go);
+	// 0 means DefaultEventQPS and DefaultEventBurst.
+	EventQPS   float32
+	EventBurst int
 	// PullerImage is Manta's own image, from which ImagePullJob puller pods copy their tiny binary.
 	PullerImage string
 	// SkipNameValidation lets more than one operator run in one process, as tests do: controller-runtime otherwise
@@ -187,7 +191,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		ctrlOpts.SkipNameValidation = ptr.To(true)
 	}
 	lease, renew, retry := opts.leaderElectionTimes()
-	return ctrl.NewManager(cfg, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Controller:              ctrlOpts,
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
@@ -204,6 +208,17 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		// instead of after the lease runs out. Safe because `manta operator` exits as soon as the manager returns.
 		LeaderElectionReleaseOnCancel: true,
 	})
+	if err != nil {
+		return nil, err
+	}
+	eventQPS, eventBurst := opts.EventQPS, opts.EventBurst
+	if eventQPS <= 0 {
+		eventQPS = DefaultEventQPS
+	}
+	if eventBurst <= 0 {
+		eventBurst = DefaultEventBurst
+	}
+	return withEventRecorder(mgr, eventQPS, eventBurst)
 }
 
 // cachedPodSelector selects Ray pods. (The ImagePullJob controller keeps its puller pods in a cache of its own.)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,8 +54,9 @@ var contenders = map[string]contender{
 			"--metrics-addr=" + m, "--health-probe-bind-address=0", "--pprof-addr=" + pp}
 	}},
 	// Manta built from another tree (MANTA_BENCH_BASE_BIN), for before/after comparisons in one run.
-	"manta-base": {name: "manta-base", args: func(bin, kc, m, _ string) []string {
-		return []string{bin, "operator", "--enable-leader-election=false", "--metrics-addr=" + m, "--health-probe-bind-address=0"}
+	"manta-base": {name: "manta-base", args: func(bin, kc, m, pp string) []string {
+		return []string{bin, "operator", "--enable-leader-election=false",
+			"--metrics-addr=" + m, "--health-probe-bind-address=0", "--pprof-addr=" + pp}
 	}},
 	// KubeRay's operator at its defaults (--reconcile-concurrency 1, --qps 100, --burst 200).
 	"kuberay": {name: "kuberay", kuberayCRDs: true, kuberay: true, args: func(bin, kc, m, _ string) []string {
@@ -455,7 +457,7 @@ func startOperatorProcess(b *testing.B, e *trialEnv, c contender, bin string) *o
 	}
 	op := &opProcess{cmd: cmd, args: args, metrics: "http://" + m + "/metrics", pprof: "http://" + pp, log: logFile, exited: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(op.exited) }()
-	if c.name == "manta" {
+	if strings.HasPrefix(c.name, "manta") {
 		op.pprofDir = os.Getenv("MANTA_BENCH_PPROF")
 	}
 	// Up when its metrics answer; then a few seconds for its informers to list the (still empty) cluster.
@@ -652,14 +654,7 @@ func sideBySideTable(rs []trialResult) string {
 	var sb strings.Builder
 	sb.WriteString("| clusters (pods) | contender | round | all ready | vs raw | p50 / p99 / last cluster | operator CPU-s | peak RSS | requests per cluster by verb | writes per cluster |\n")
 	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
-	raw := map[[2]int]float64{}
-	for _, r := range rs {
-		// The ceiling is the faster of the raw contenders.
-		k := [2]int{r.Clusters, r.Round}
-		if strings.HasPrefix(r.Contender, "raw") && (raw[k] == 0 || r.AllReadyS < raw[k]) {
-			raw[k] = r.AllReadyS
-		}
-	}
+	raw := rawCeilings(rs) // the ceiling is the faster of the raw contenders
 	for _, r := range rs {
 		vs := "-"
 		if base := raw[[2]int{r.Clusters, r.Round}]; base > 0 && !strings.HasPrefix(r.Contender, "raw") {
@@ -672,7 +667,95 @@ func sideBySideTable(rs []trialResult) string {
 		fmt.Fprintf(&sb, "| %d (%d) | %s | %d | %.1f s | %s | %.1f / %.1f / %.1f s | %s | %s | %s | %s |\n",
 			r.Clusters, r.Pods, r.Contender, r.Round, r.AllReadyS, vs, r.P50S, r.P99S, r.LastS, cpu, rss, verbs(r.RequestsByVerb), writes)
 	}
+	if medians := medianTable(rs); medians != "" {
+		sb.WriteString("\nMedians over the rounds:\n\n")
+		sb.WriteString(medians)
+	}
 	return sb.String()
+}
+
+// medianTable has, when some contender ran more than one round at a size, a row per size and contender with the
+// median of each figure over its rounds ("vs raw" is the median of the per-round ratios); "" otherwise.
+func medianTable(rs []trialResult) string {
+	type key struct {
+		clusters  int
+		contender string
+	}
+	var order []key
+	byKey := map[key][]trialResult{}
+	multi := false
+	for _, r := range rs {
+		k := key{r.Clusters, r.Contender}
+		if _, ok := byKey[k]; !ok {
+			order = append(order, k)
+		}
+		byKey[k] = append(byKey[k], r)
+		multi = multi || len(byKey[k]) > 1
+	}
+	if !multi {
+		return ""
+	}
+	raw := rawCeilings(rs)
+	var sb strings.Builder
+	sb.WriteString("| clusters (pods) | contender | rounds | all ready | vs raw | p50 / p99 / last cluster | operator CPU-s | peak RSS | writes per cluster |\n")
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	for _, k := range order {
+		trials := byKey[k]
+		med := func(f func(trialResult) float64) float64 {
+			var v []float64
+			for _, t := range trials {
+				v = append(v, f(t))
+			}
+			return median(v)
+		}
+		vs := "-"
+		if !strings.HasPrefix(k.contender, "raw") {
+			var ratios []float64
+			for _, t := range trials {
+				if base := raw[[2]int{t.Clusters, t.Round}]; base > 0 {
+					ratios = append(ratios, t.AllReadyS/base)
+				}
+			}
+			if len(ratios) > 0 {
+				vs = fmt.Sprintf("%.2fx", median(ratios))
+			}
+		}
+		cpu, rss, writes := "-", "-", "-"
+		if !strings.HasPrefix(k.contender, "raw") {
+			cpu = fmt.Sprintf("%.1f", med(func(t trialResult) float64 { return t.CPUSeconds }))
+			rss = fmt.Sprintf("%.0f MiB", med(func(t trialResult) float64 { return t.PeakRSSMiB }))
+			writes = fmt.Sprintf("%.1f", med(func(t trialResult) float64 { return t.WritesPerCl }))
+		}
+		fmt.Fprintf(&sb, "| %d (%d) | %s | %d | %.1f s | %s | %.1f / %.1f / %.1f s | %s | %s | %s |\n",
+			k.clusters, trials[0].Pods, k.contender, len(trials), med(func(t trialResult) float64 { return t.AllReadyS }), vs,
+			med(func(t trialResult) float64 { return t.P50S }), med(func(t trialResult) float64 { return t.P99S }),
+			med(func(t trialResult) float64 { return t.LastS }), cpu, rss, writes)
+	}
+	return sb.String()
+}
+
+// rawCeilings is, per size and round, the faster raw contender's time to all ready.
+func rawCeilings(rs []trialResult) map[[2]int]float64 {
+	raw := map[[2]int]float64{}
+	for _, r := range rs {
+		k := [2]int{r.Clusters, r.Round}
+		if strings.HasPrefix(r.Contender, "raw") && (raw[k] == 0 || r.AllReadyS < raw[k]) {
+			raw[k] = r.AllReadyS
+		}
+	}
+	return raw
+}
+
+// median of v (the mean of the middle two for an even count); v is reordered.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	sort.Float64s(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	return v[len(v)/2]
 }
 
 func verbs(m map[string]float64) string {

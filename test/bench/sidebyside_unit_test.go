@@ -46,3 +46,25 @@ func TestSideBySideTable(t *testing.T) {
 		}
 	}
 }
+
+func TestSideBySideMedians(t *testing.T) {
+	var rs []trialResult
+	for round, ready := range []float64{30, 10, 20} {
+		rs = append(rs,
+			trialResult{Contender: "raw", Clusters: 100, Pods: 400, Round: round, AllReadyS: 10},
+			trialResult{Contender: "manta", Clusters: 100, Pods: 400, Round: round, AllReadyS: ready, CPUSeconds: ready / 10,
+				PeakRSSMiB: 50 + ready, WritesPerCl: 6})
+	}
+	table := sideBySideTable(rs)
+	for _, want := range []string{"Medians over the rounds", "| 100 (400) | raw | 3 | 10.0 s | - |", "| 100 (400) | manta | 3 | 20.0 s | 2.00x |", "| 2.0 | 70 MiB | 6.0 |"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	if one := sideBySideTable(rs[:2]); strings.Contains(one, "Medians") {
+		t.Errorf("one round has no medians:\n%s", one)
+	}
+	if m := median([]float64{4, 1, 3, 2}); m != 2.5 {
+		t.Errorf("median = %v, want 2.5", m)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -22,6 +23,13 @@ const defaultStatusCoalesceWindow = 10 * time.Second
 var progressConditions = map[string]bool{
 	string(rayv1.HeadPodReady):          true,
 	string(rayv1.RayClusterProvisioned): true,
+}
+
+// notYetTrue are conditions whose appearing as False (or changing while False) says nothing new: the cluster is not
+// suspended, as it was not before.
+var notYetTrue = map[string]bool{
+	string(rayv1.RayClusterSuspended):  true,
+	string(rayv1.RayClusterSuspending): true,
 }
 
 // progressOnly says whether the only differences between old and new are progress: same state, and every
@@ -42,6 +50,11 @@ func progressOnly(old, new *rayv1.RayClusterStatus) bool {
 			continue
 		}
 		a, b := meta.FindStatusCondition(old.Conditions, t), meta.FindStatusCondition(new.Conditions, t)
+		if notYetTrue[t] && (a == nil || a.Status == metav1.ConditionFalse) && (b == nil || b.Status == metav1.ConditionFalse) {
+			// A new cluster's first reconcile adds Suspended=False and Suspending=False: news to nobody, and
+			// written at once it was a second status update for every cluster.
+			continue
+		}
 		if (a == nil) != (b == nil) {
 			return false
 		}
@@ -105,13 +118,38 @@ func (p *pendingStatus) wrote(key types.NamespacedName, rv string) {
 func (p *pendingStatus) hold(key types.NamespacedName, old, new *rayv1.RayClusterStatus, now time.Time, window time.Duration) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	d := statusHold(old, new, p.since[key], now, window)
+	d := statusHold(old, new, p.since[key], now, loadWindow(window, len(p.since)))
 	if d > 0 {
 		if _, ok := p.since[key]; !ok {
 			p.since[key] = now
 		}
 	}
 	return d
+}
+
+// Under a burst of new clusters the window stretches with the number of clusters holding a change, by
+// perHeldStretch each up to maxStatusCoalesceWindow: with hundreds of clusters provisioning at once their pods take
+// tens of seconds to turn Ready, and a progress write every 10 s was a second status update for most of them, each
+// through the API server that is creating the next clusters' pods. State changes and failures are still written
+// at once, and a handful of clusters (the usual case) keeps the plain window.
+const (
+	perHeldStretch          = 200 * time.Millisecond
+	maxStatusCoalesceWindow = time.Minute
+)
+
+// loadWindow is the coalescing window when held clusters hold a change.
+func loadWindow(window time.Duration, held int) time.Duration {
+	if window <= 0 {
+		return window
+	}
+	return max(window, min(window+time.Duration(held)*perHeldStretch, maxStatusCoalesceWindow))
+}
+
+// settled drops a cluster's held change once its status no longer differs (nothing left to write).
+func (p *pendingStatus) settled(key types.NamespacedName) {
+	p.mu.Lock()
+	delete(p.since, key)
+	p.mu.Unlock()
 }
 
 // forget drops what is remembered of a cluster that is gone.

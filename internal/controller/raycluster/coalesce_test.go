@@ -1,6 +1,7 @@
 package raycluster
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -22,6 +23,14 @@ func TestStatusHold(t *testing.T) {
 		cond(string(rayv1.HeadPodReady), metav1.ConditionTrue, "HeadPodRunningAndReady")}}
 	ready := *moreProgress.DeepCopy()
 	ready.State = rayv1.Ready
+	notSuspended := *progressing.DeepCopy()
+	notSuspended.Conditions = append(notSuspended.Conditions,
+		cond(string(rayv1.RayClusterSuspended), metav1.ConditionFalse, "Suspended"),
+		cond(string(rayv1.RayClusterSuspending), metav1.ConditionFalse, "Suspending"))
+	suspending := *progressing.DeepCopy()
+	suspending.Conditions = append(suspending.Conditions,
+		cond(string(rayv1.RayClusterSuspended), metav1.ConditionFalse, "Suspended"),
+		cond(string(rayv1.RayClusterSuspending), metav1.ConditionTrue, "Suspending"))
 	failing := *progressing.DeepCopy()
 	failing.Conditions = append(failing.Conditions, cond(string(rayv1.RayClusterReplicaFailure), metav1.ConditionTrue, "FailedCreateWorkerPod"))
 
@@ -39,6 +48,9 @@ func TestStatusHold(t *testing.T) {
 		{"a state change is written at once", progressing, ready, t0, t0.Add(time.Second), window, 0},
 		{"a new failure condition is written at once", progressing, failing, t0, t0.Add(time.Second), window, 0},
 		{"a failure that clears is written at once", failing, progressing, time.Time{}, t0, window, 0},
+		{"a new cluster's first status, not suspended, is held", rayv1.RayClusterStatus{}, notSuspended, time.Time{}, t0, window, window},
+		{"suspending is written at once", notSuspended, suspending, t0, t0.Add(time.Second), window, 0},
+		{"the end of suspending is written at once", suspending, notSuspended, t0, t0.Add(time.Second), window, 0},
 		{"no window, no hold", rayv1.RayClusterStatus{}, progressing, time.Time{}, t0, -1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,5 +73,40 @@ func TestPendingStatusStale(t *testing.T) {
 	}
 	if p.stale(key, "2") || p.stale(key, "1") {
 		t.Error("still stale after the cache caught up")
+	}
+}
+
+func TestLoadWindow(t *testing.T) {
+	for _, tc := range []struct {
+		window time.Duration
+		held   int
+		want   time.Duration
+	}{
+		{10 * time.Second, 0, 10 * time.Second},
+		{10 * time.Second, 5, 11 * time.Second},
+		{10 * time.Second, 100, 30 * time.Second},
+		{10 * time.Second, 10000, maxStatusCoalesceWindow},
+		{2 * time.Minute, 10, 2 * time.Minute}, // a window set above the cap is kept
+		{-1, 100, -1},                          // no coalescing stays none
+	} {
+		if got := loadWindow(tc.window, tc.held); got != tc.want {
+			t.Errorf("loadWindow(%s, %d) = %s, want %s", tc.window, tc.held, got, tc.want)
+		}
+	}
+	p := newPendingStatus()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	progressing := rayv1.RayClusterStatus{ReadyWorkerReplicas: 1}
+	for i := range 50 {
+		p.hold(types.NamespacedName{Namespace: "ns", Name: fmt.Sprint(i)}, &rayv1.RayClusterStatus{}, &progressing, t0, 10*time.Second)
+	}
+	// 50 clusters hold a change: the 51st waits 10 s + 50 x 200 ms.
+	if got := p.hold(types.NamespacedName{Namespace: "ns", Name: "late"}, &rayv1.RayClusterStatus{}, &progressing, t0, 10*time.Second); got != 20*time.Second {
+		t.Errorf("hold with 50 held = %s, want 20s", got)
+	}
+	for i := range 50 {
+		p.settled(types.NamespacedName{Namespace: "ns", Name: fmt.Sprint(i)})
+	}
+	if got := p.hold(types.NamespacedName{Namespace: "ns", Name: "other"}, &rayv1.RayClusterStatus{}, &progressing, t0, 10*time.Second); got != 10*time.Second+200*time.Millisecond {
+		t.Errorf("hold once settled = %s, want 10.2s", got)
 	}
 }

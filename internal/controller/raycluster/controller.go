@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -56,13 +57,15 @@ type Options struct {
 
 // Reconciler reconciles RayClusters.
 type Reconciler struct {
-	client   client.Client
-	reader   client.Reader // uncached: the default PodTemplate, and the cluster before its first pod create (clusterLive)
-	recorder events.EventRecorder
-	opts     Options
-	exp      *expectations
-	pending  *pendingStatus
-	backoff  *createBackoff
+	client client.Client
+	reader client.Reader // uncached: the default PodTemplate, and the cluster before its first pod create (clusterLive)
+	// clusterMeta reads RayClusters' metadata uncached (clusterLive); nil falls back to reader.
+	clusterMeta metadata.Getter
+	recorder    events.EventRecorder
+	opts        Options
+	exp         *expectations
+	pending     *pendingStatus
+	backoff     *createBackoff
 
 	pendingOnce sync.Once
 	backoffOnce sync.Once
@@ -79,7 +82,11 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	if opts.StatusCoalesceWindow == 0 {
 		opts.StatusCoalesceWindow = defaultStatusCoalesceWindow
 	}
-	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
+	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
+	if md, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
+		r.clusterMeta = md.Resource(rayv1.GroupVersion.WithResource("rayclusters"))
+	} // else the uncached reader serves (readClusterMeta)
+	return r
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
@@ -88,9 +95,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayCluster{}, ctrlbuilder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Watches(&corev1.Pod{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
-		Watches(&corev1.Service{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
-		Watches(&batchv1.Job{}, ownerHandler(mgr.GetClient(), &rayv1.RayCluster{})).
+		Watches(&corev1.Pod{}, ownerHandler()).
+		Watches(&corev1.Service{}, ownerHandler()).
+		Watches(&batchv1.Job{}, ownerHandler()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
 		Named("raycluster").
 		Complete(r)
@@ -165,7 +172,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	now := metav1.Now()
 	newStatus := computeStatus(c, run.obs, now)
 	var statusErr error
-	if !statusEqual(oldStatus, &newStatus) {
+	if statusEqual(oldStatus, &newStatus) {
+		r.pendingStatus().settled(req.NamespacedName)
+	} else {
 		switch hold := r.pendingStatus().hold(req.NamespacedName, oldStatus, &newStatus, now.Time, r.opts.StatusCoalesceWindow); {
 		case hold > 0:
 			run.requeueAfter(hold)
@@ -211,9 +220,8 @@ func (r *Reconciler) clusterLive(ctx context.Context, run *run) (bool, error) {
 	if run.liveChecked {
 		return run.live, nil
 	}
-	live := &metav1.PartialObjectMetadata{}
-	live.SetGroupVersionKind(rayv1.GroupVersion.WithKind("RayCluster"))
-	if err := r.apiReader().Get(ctx, run.key, live); err != nil {
+	live, err := r.readClusterMeta(ctx, run.key)
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -221,6 +229,18 @@ func (r *Reconciler) clusterLive(ctx context.Context, run *run) (bool, error) {
 	}
 	run.liveChecked, run.live = true, live.UID == run.c.UID && live.DeletionTimestamp == nil
 	return run.live, nil
+}
+
+// readClusterMeta reads the cluster's metadata from the API server: through the metadata client for the one
+// resource when there is one (controller-runtime's client looks up the REST mapping on every uncached metadata read,
+// which allocated more than the rest of a new cluster's reconcile), else through the uncached reader.
+func (r *Reconciler) readClusterMeta(ctx context.Context, key types.NamespacedName) (*metav1.PartialObjectMetadata, error) {
+	if r.clusterMeta != nil {
+		return r.clusterMeta.Namespace(key.Namespace).Get(ctx, key.Name, metav1.GetOptions{})
+	}
+	live := &metav1.PartialObjectMetadata{}
+	live.SetGroupVersionKind(rayv1.GroupVersion.WithKind("RayCluster"))
+	return live, r.apiReader().Get(ctx, key, live)
 }
 
 // pendingStatus is r.pending, made on first use for Reconcilers built without NewReconciler (unit tests).

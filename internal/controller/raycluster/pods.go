@@ -27,7 +27,9 @@ import (
 func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev1.PodTemplateSpec) error {
 	c := run.c
 	list := &corev1.PodList{}
-	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{builder.LabelCluster: c.Name}); err != nil {
+	// Shallow copies of the cached pods (their maps and slices are the cache's): the pod list was the largest
+	// allocation of a reconcile, and the controller only reads pods, except adopt, which patches a copy.
+	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{builder.LabelCluster: c.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	var pods []corev1.Pod
@@ -129,14 +131,19 @@ func (r *Reconciler) adopt(ctx context.Context, run *run, hashes builder.Templat
 		if !ok || p.Annotations[builder.AnnotationPodTemplateHash] != "" {
 			continue
 		}
-		patch := client.MergeFrom(p.DeepCopy())
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
+		// p shares its maps with the cache (reconcilePods): change and patch a copy, never p itself.
+		stamped := p.DeepCopy()
+		if stamped.Annotations == nil {
+			stamped.Annotations = map[string]string{}
 		}
-		p.Annotations[builder.AnnotationPodTemplateHash] = hash
-		if err := r.client.Patch(ctx, p, patch); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("stamp pod %s: %w", p.Name, err))
+		stamped.Annotations[builder.AnnotationPodTemplateHash] = hash
+		if err := r.client.Patch(ctx, stamped, client.MergeFrom(p)); err != nil {
+			if !apierrors.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("stamp pod %s: %w", p.Name, err))
+			}
+			continue
 		}
+		*p = *stamped
 	}
 	return errors.Join(errs...)
 }
@@ -467,21 +474,18 @@ func (r *Reconciler) clearWorkersToDelete(ctx context.Context, run *run) error {
 	for _, p := range run.obs.pods {
 		alive[p.Name] = true
 	}
-	orig := c.DeepCopy()
-	changed := false
-	for i := range c.Spec.WorkerGroupSpecs {
-		g := &c.Spec.WorkerGroupSpecs[i]
-		if len(g.ScaleStrategy.WorkersToDelete) == 0 {
-			continue
-		}
-		if slices.ContainsFunc(g.ScaleStrategy.WorkersToDelete, func(n string) bool { return alive[n] }) {
-			continue
-		}
-		g.ScaleStrategy.WorkersToDelete = nil
-		changed = true
+	done := func(g *rayv1.WorkerGroupSpec) bool {
+		w := g.ScaleStrategy.WorkersToDelete
+		return len(w) > 0 && !slices.ContainsFunc(w, func(n string) bool { return alive[n] })
 	}
-	if !changed {
-		return nil
+	if !slices.ContainsFunc(c.Spec.WorkerGroupSpecs, func(g rayv1.WorkerGroupSpec) bool { return done(&g) }) {
+		return nil // the usual case: no copy of the cluster for nothing
+	}
+	orig := c.DeepCopy()
+	for i := range c.Spec.WorkerGroupSpecs {
+		if g := &c.Spec.WorkerGroupSpecs[i]; done(g) {
+			g.ScaleStrategy.WorkersToDelete = nil
+		}
 	}
 	status := c.Status.DeepCopy()
 	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {

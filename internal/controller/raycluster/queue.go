@@ -3,6 +3,9 @@ package raycluster
 import (
 	"context"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -10,6 +13,9 @@ import (
 	crevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
 )
 
 // progressPriority is the work-queue priority of a reconcile caused by a change to one of a cluster's own pods or
@@ -63,7 +69,47 @@ func (q progressQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.R
 	q.PriorityQueue.AddWithOpts(o, items...)
 }
 
-// ownerHandler enqueues the RayCluster that controls the object, at progressPriority.
-func ownerHandler(c client.Client, owner client.Object) handler.EventHandler {
-	return withProgressPriority(handler.EnqueueRequestForOwner(c.Scheme(), c.RESTMapper(), owner, handler.OnlyControllerOwner()))
+// ownerHandler enqueues the RayCluster that controls the object, at progressPriority (low for the initial list and
+// for updates that change nothing, as controller-runtime's owner handler does). It reads the controller reference
+// itself: controller-runtime's owner handler looks up the owner's REST mapping on every event, which allocated more
+// per pod event than the reconcile it caused.
+func ownerHandler() handler.EventHandler {
+	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], objs ...client.Object) {
+		var seen reconcile.Request
+		for i, o := range objs {
+			if r, ok := clusterOf(o); ok && (i == 0 || r != seen) {
+				q.Add(r)
+				seen = r
+			}
+		}
+	}
+	return withProgressPriority(handler.WithLowPriorityWhenUnchanged(handler.Funcs{
+		CreateFunc: func(_ context.Context, e crevent.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, e.Object)
+		},
+		UpdateFunc: func(_ context.Context, e crevent.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, e.ObjectOld, e.ObjectNew)
+		},
+		DeleteFunc: func(_ context.Context, e crevent.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, e.Object)
+		},
+		GenericFunc: func(_ context.Context, e crevent.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(q, e.Object)
+		},
+	}))
+}
+
+// clusterOf is the RayCluster (ray.io, any version) that controls o, in o's namespace.
+func clusterOf(o client.Object) (reconcile.Request, bool) {
+	if o == nil {
+		return reconcile.Request{}, false
+	}
+	ref := metav1.GetControllerOfNoCopy(o)
+	if ref == nil || ref.Kind != builder.KindRayCluster {
+		return reconcile.Request{}, false
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != rayv1.GroupVersion.Group {
+		return reconcile.Request{}, false
+	}
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}, true
 }

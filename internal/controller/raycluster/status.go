@@ -119,11 +119,12 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 
 	// What the spec asks for once running, as KubeRay reports it: a suspended cluster still says what it will
 	// want on resume (and quota tools read it that way).
-	running := c.DeepCopy()
+	// (A shallow copy: both only read it.)
+	running := *c
 	running.Spec.Suspend = nil
-	desired, minR, maxR := workerReplicaCounts(running)
+	desired, minR, maxR := workerReplicaCounts(&running)
 	s.DesiredWorkerReplicas, s.MinWorkerReplicas, s.MaxWorkerReplicas = desired, minR, maxR
-	s.DesiredCPU, s.DesiredMemory, s.DesiredGPU, s.DesiredTPU = desiredResources(running)
+	s.DesiredCPU, s.DesiredMemory, s.DesiredGPU, s.DesiredTPU = desiredResources(&running)
 
 	suspend := ptr.Deref(c.Spec.Suspend, false)
 	var head *corev1.Pod
