@@ -93,6 +93,8 @@ var nonDefault = map[string]any{
 	"operator": map[string]any{
 		"leaderElection": false, "useKubernetesProxy": true, "clusterDomain": "corp.local",
 		"defaultPodTemplate": "ml-system/ray-defaults", "reconcileConcurrency": 3, "qps": 50, "burst": 60,
+		"leaseDuration": "20s", "renewDeadline": "12s", "retryPeriod": "3s", "eventQps": 10, "eventBurst": 20,
+		"rayTimeout": "5s", "gcPercent": 80,
 		"metricsPort": 9090, "healthProbePort": 9091, "nodeSelector": map[string]string{"kubernetes.io/os": "linux"},
 	},
 	"apiserver":      map[string]any{"enabled": false},
@@ -121,6 +123,7 @@ func TestChart(t *testing.T) {
 	t.Run("flags", func(t *testing.T) {
 		checkFlags(t, bin, def)
 		checkFlagsOf(t, bin, custom, "ml-manta-operator", def)
+		checkEveryOperatorFlagIsAValue(t, bin, custom, "ml-manta-operator")
 	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -331,6 +334,8 @@ func checkChartNonDefault(t *testing.T, root string, objs []*unstructured.Unstru
 		"--enable-leader-election": "false", "--leader-election-namespace": "ml-system", "--use-kubernetes-proxy": "true",
 		"--cluster-domain": "corp.local", "--default-pod-template": "ml-system/ray-defaults", "--reconcile-concurrency": "3",
 		"--qps": "50", "--burst": "60", "--watch-namespace": "team-a,team-b",
+		"--leader-elect-lease-duration": "20s", "--leader-elect-renew-deadline": "12s", "--leader-elect-retry-period": "3s",
+		"--event-qps": "10", "--event-burst": "20", "--ray-timeout": "5s", "--gc-percent": "80",
 	}
 	if got := flagValues(c.Args); !equalJSON(got, wantArgs) {
 		t.Errorf("operator args %v, want %v", got, wantArgs)
@@ -415,6 +420,7 @@ func checkBadValues(t *testing.T, root string) {
 		"bad port":         {"operator": map[string]any{"metricsPort": 70000}},
 		"bad namespace":    {"watchNamespaces": []string{"Team_A"}},
 		"bad pod template": {"operator": map[string]any{"defaultPodTemplate": "no-namespace"}},
+		"bad duration":     {"operator": map[string]any{"leaseDuration": "15"}},
 	} {
 		_, err := helmTemplate(t, root, "manta", namespace, values)
 		if err == nil || !strings.Contains(err.Error(), "schema") {
@@ -527,4 +533,35 @@ func allowed(t *testing.T, ctx context.Context, kc kubernetes.Interface, user, n
 		t.Fatal(err)
 	}
 	return got.Status.Allowed
+}
+
+// chartlessFlags are the operator's flags the chart does not set, each for its reason.
+var chartlessFlags = map[string]string{
+	"help":       "not a setting",
+	"pprof-addr": "a profiling endpoint for benchmarks, not for a deployed operator",
+}
+
+// checkEveryOperatorFlagIsAValue: every flag of `manta operator` (but chartlessFlags and the logger's global flags)
+// is set by the non-default rendering, so each is a chart value and a new flag cannot be forgotten in the chart.
+func checkEveryOperatorFlagIsAValue(t *testing.T, bin string, objs []*unstructured.Unstructured, name string) {
+	out, err := exec.Command(bin, "operator", "--help").Output()
+	if err != nil {
+		t.Fatalf("manta operator --help: %v", err)
+	}
+	local, _, _ := strings.Cut(string(out), "Global Flags:")
+	set := flagValues(onlyContainer(t, typed[appsv1.Deployment](t, objs, "Deployment", name)).Args)
+	n := 0
+	for _, line := range strings.Split(local, "\n") {
+		m := flagRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		n++
+		if _, ok := set["--"+m[1]]; !ok && chartlessFlags[m[1]] == "" {
+			t.Errorf("manta operator --%s is not set by any chart value", m[1])
+		}
+	}
+	if n < 10 {
+		t.Fatalf("found only %d flags in manta operator --help:\n%s", n, out)
+	}
 }
