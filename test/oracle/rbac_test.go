@@ -3,6 +3,7 @@ package oracle
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -16,7 +17,7 @@ type (
 )
 
 // listInto adds every object of a list kind in ns to objs, keyed <kind>/<name>.
-func listInto(t *testing.T, cl client.Client, ns string, l client.ObjectList, objs map[string]map[string]any, toMap func(any) map[string]any) {
+func listInto(t *testing.T, cl client.Client, ns string, l client.ObjectList, objs map[string]map[string]any, toMap func(any) map[string]any, names *strings.Replacer) {
 	t.Helper()
 	if err := cl.List(context.Background(), l, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
@@ -39,6 +40,6 @@ func listInto(t *testing.T, cl client.Client, ns string, l client.ObjectList, ob
 		case "*v1.RoleBinding":
 			kind = "rolebinding"
 		}
-		objs[kind+"/"+o.GetName()] = toMap(o)
+		objs[kind+"/"+names.Replace(o.GetName())] = toMap(o)
 	}
 }

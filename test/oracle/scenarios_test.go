@@ -55,14 +55,20 @@ func scenarios() []scenario {
 	}
 }
 
+// stepDiffs are the differences found after one step ("start" is the cluster applied).
+type stepDiffs struct {
+	name  string
+	diffs []diff
+}
+
 // runScenario creates the scenario's cluster on both sides and compares after the start and after every step.
-func runScenario(t *testing.T, ns string, sc scenario, sides ...side) map[string][]diff {
-	out := map[string][]diff{"start": runSample(t, ns, sample{name: sc.name, cluster: toUnstructured(t, sc.cluster)}, sides...)}
+func runScenario(t *testing.T, ns string, sc scenario, sides ...side) []stepDiffs {
+	out := []stepDiffs{{"start", runSample(t, ns, sample{name: sc.name, objs: []*unstructured.Unstructured{toUnstructured(t, sc.cluster)}}, sides...)}}
 	for _, st := range sc.steps {
 		for _, sd := range sides {
-			st.do(t, sd, ns)
+			st.do(t, sd, sd.ns(ns))
 		}
-		out[st.name] = settle(t, ns, sc.cluster.Name, sides...)
+		out = append(out, stepDiffs{st.name, settle(t, ns, sides...)})
 	}
 	return out
 }
