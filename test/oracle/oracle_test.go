@@ -33,7 +33,7 @@ import (
 const kuberayModule = "github.com/ray-project/kuberay/ray-operator"
 
 // parallel is how many samples and scenarios run at once.
-const parallel = 12
+const parallel = 32
 
 func TestOracle(t *testing.T) {
 	root := testutil.MustRepoRoot(t)
