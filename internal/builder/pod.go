@@ -36,6 +36,7 @@ func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 		pod.Labels[LabelServe] = "false"
 	}
 	ray := &pod.Spec.Containers[RayContainerIndex]
+	setServiceEnv(c, ray)
 	port := headPort(c)
 	autoscaling := AutoscalingEnabled(c)
 	params := headGCSFaultTolerance(c, pod, ray, h.RayStartParams)
@@ -72,6 +73,7 @@ func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *cor
 		pod.Labels[LabelServe] = "true"
 	}
 	ray := &pod.Spec.Containers[RayContainerIndex]
+	setServiceEnv(c, ray)
 	port := headPort(c)
 	fqdn := HeadServiceFQDN(c, o.ClusterDomain)
 	addr := fqdn + ":" + strconv.Itoa(port)
@@ -224,6 +226,18 @@ func hasPort(c *corev1.Container, name string, port int32) bool {
 }
 
 // setEnv adds an env var unless the user already set one with that name: the user's template wins.
+// setServiceEnv gives the Ray container of a RayService's cluster the timeouts KubeRay sets there (unless the user
+// set them): a dead worker's tasks fail at once and GCS and Serve KV calls give up after 5 s, so a failing node
+// costs requests seconds rather than minutes.
+func setServiceEnv(c *rayv1.RayCluster, ray *corev1.Container) {
+	if originCRD(c) != KindRayService {
+		return
+	}
+	setEnv(ray, "RAY_timeout_ms_task_wait_for_death_info", "0")
+	setEnv(ray, "RAY_gcs_server_request_timeout_seconds", "5")
+	setEnv(ray, "RAY_SERVE_KV_TIMEOUT_S", "5")
+}
+
 func setEnv(c *corev1.Container, name, value string) {
 	for _, e := range c.Env {
 		if e.Name == name {

@@ -261,3 +261,19 @@ func UpdateService(existing, desired *corev1.Service) (updated *corev1.Service, 
 	}
 	return out, changed, false
 }
+
+// OwnerHeadService is the head Service a RayJob keeps for the cluster it runs on, <owner>-head-svc: the cluster's
+// head Service under a name that outlives the cluster (a retried job gets a new cluster, the name stays), labelled
+// for its owner rather than for the cluster.
+func OwnerHeadService(c *rayv1.RayCluster, ownerKind, ownerName string) *corev1.Service {
+	svc := HeadService(c)
+	svc.Name = ownerName + "-head-svc"
+	svc.Labels = map[string]string{
+		LabelOriginCRName: ownerName,
+		LabelOriginCRD:    ownerKind,
+		LabelNodeType:     NodeTypeHead,
+		LabelIdentifier:   fitName(ownerName+"-"+NodeTypeHead, maxNameLen),
+	}
+	svc.OwnerReferences = nil
+	return svc
+}

@@ -349,8 +349,9 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 			return len(owned) > 0 && got.Status.State == rayv1.Ready, fmt.Sprintf("owned jobs %v, cluster state %q", owned, got.Status.State)
 		})
 
-		// RayService: finalizer, status, its cluster, the serve label on its pods (no Ray answers in the dev cluster,
-		// so the pods' proxies are unhealthy and labelled false), and deletion through the finalizer.
+		// RayService: finalizer, status, its cluster, the serve label on its pods (workers keep the true they are
+		// created with, as under KubeRay; no Ray answers in the dev cluster, so the head's proxy is unhealthy and
+		// the head stays false), and deletion through the finalizer.
 		rs := &rayv1.RayService{
 			ObjectMeta: metav1.ObjectMeta{Name: "served", Namespace: "rbac-a"},
 			Spec: rayv1.RayServiceSpec{
@@ -361,7 +362,7 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 		if err := cl.Create(ctx, rs); err != nil {
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, 3*time.Minute, "RayService cluster ready, worker labelled ray.io/serve=false", func() (bool, string) {
+		testutil.Eventually(t, 3*time.Minute, "RayService cluster ready, worker labelled ray.io/serve=true", func() (bool, string) {
 			failFast(t)
 			got := &rayv1.RayService{}
 			if err := cl.Get(ctx, client.ObjectKeyFromObject(rs), got); err != nil {
@@ -379,7 +380,7 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 			if err := cl.List(ctx, &pods, client.InNamespace(rs.Namespace), client.MatchingLabels{builder.LabelCluster: name, builder.LabelNodeType: builder.NodeTypeWorker}); err != nil {
 				return false, err.Error()
 			}
-			labelled := len(pods.Items) == 1 && pods.Items[0].Labels[builder.LabelServe] == "false"
+			labelled := len(pods.Items) == 1 && pods.Items[0].Labels[builder.LabelServe] == "true"
 			return rc.Status.State == rayv1.Ready && labelled && len(got.Finalizers) == 1, fmt.Sprintf("cluster state %q, worker labels ok %v, finalizers %v", rc.Status.State, labelled, got.Finalizers)
 		})
 		if err := cl.Delete(ctx, rs); err != nil {

@@ -3,6 +3,7 @@ package oracle
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -15,8 +16,8 @@ type (
 	rbacRoleBindingList = rbacv1.RoleBindingList
 )
 
-// listInto adds every object of a list kind in ns to objs, keyed <kind>/<name>, without its status.
-func listInto(t *testing.T, cl client.Client, ns string, l client.ObjectList, objs map[string]map[string]any, toMap func(any) map[string]any) {
+// listInto adds every object of a list kind in ns to objs, keyed <kind>/<name>.
+func listInto(t *testing.T, cl client.Client, ns string, l client.ObjectList, objs map[string]map[string]any, toMap func(any) map[string]any, names *strings.Replacer) {
 	t.Helper()
 	if err := cl.List(context.Background(), l, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
@@ -38,11 +39,7 @@ func listInto(t *testing.T, cl client.Client, ns string, l client.ObjectList, ob
 			kind = "role"
 		case "*v1.RoleBinding":
 			kind = "rolebinding"
-		case "*v1.Job":
-			kind = "job"
 		}
-		m := toMap(o)
-		deleteFields(m, "status") // a Job's is the Job controller's
-		objs[kind+"/"+o.GetName()] = m
+		objs[kind+"/"+names.Replace(o.GetName())] = toMap(o)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,24 +34,20 @@ type step struct {
 	do   func(t *testing.T, sd side, ns string)
 }
 
-// compareAfter replaces settle after the steps it names: the cluster is being deleted, it never settles.
-var compareAfter = map[string]func(t *testing.T, ns string, sides ...side) []diff{
-	"delete-with-redis":       compareNow,
-	"redis-cleanup-completed": compareEvents,
-}
-
 func scenarios() []scenario {
 	base := func() *testutil.RayClusterWrapper { return testutil.MakeRayCluster("", "rc").Workers("small", 2) }
 	multiHost := base().Obj()
 	multiHost.Spec.WorkerGroupSpecs[0].NumOfHosts = 2
-	// GCS fault tolerance on an external Redis (as the ray-cluster.external-redis samples): no Redis is needed to
-	// compare the cleanup Job each operator creates when the cluster is deleted.
+	// GCS fault tolerance on an external Redis (as the ray-cluster.external-redis samples). No Redis is needed: the
+	// cleanup Job each operator creates on deletion is compared while its pod runs, which the kwok annotation keeps
+	// running (the Job's pod carries the head's annotations) until the next step completes it.
 	gcsFT := base().Obj()
 	gcsFT.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{
 		RedisAddress: "redis:6379",
 		RedisPassword: &rayv1.RedisCredential{ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "redis-password-secret"}, Key: "password"}}},
 	}
+	gcsFT.Spec.HeadGroupSpec.Template.Annotations = map[string]string{kwokCompleteDelay: "1h"}
 	return []scenario{
 		{"scale", base().Obj(), []step{
 			{"up", jsonPatch(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":4}]`)},
@@ -76,18 +71,20 @@ func scenarios() []scenario {
 	}
 }
 
+// stepDiffs are the differences found after one step ("start" is the cluster applied).
+type stepDiffs struct {
+	name  string
+	diffs []diff
+}
+
 // runScenario creates the scenario's cluster on both sides and compares after the start and after every step.
-func runScenario(t *testing.T, ns string, sc scenario, sides ...side) map[string][]diff {
-	out := map[string][]diff{"start": runSample(t, ns, sample{name: sc.name, cluster: toUnstructured(t, sc.cluster)}, sides...)}
+func runScenario(t *testing.T, ns string, sc scenario, sides ...side) []stepDiffs {
+	out := []stepDiffs{{"start", runSample(t, ns, sample{name: sc.name, objs: []*unstructured.Unstructured{toUnstructured(t, sc.cluster)}}, sides...)}}
 	for _, st := range sc.steps {
 		for _, sd := range sides {
-			st.do(t, sd, ns)
+			st.do(t, sd, sd.ns(ns))
 		}
-		if cmp := compareAfter[st.name]; cmp != nil {
-			out[st.name] = cmp(t, ns, sides...)
-			continue
-		}
-		out[st.name] = settle(t, ns, sc.cluster.Name, sides...)
+		out = append(out, stepDiffs{st.name, settle(t, ns, sides...)})
 	}
 	return out
 }
@@ -185,7 +182,10 @@ func workersToDelete(t *testing.T, sd side, ns string) {
 	}
 }
 
-// deleteAndWaitCleanupJob deletes the cluster and waits for the Redis cleanup Job, which comes once the pods are
+// kwokCompleteDelay is the dev cluster's (kwok's) per-pod delay before a Job's running pod succeeds.
+const kwokCompleteDelay = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+// deleteAndWaitCleanupJob deletes the cluster and waits for its Redis cleanup Job, which comes once the pods are
 // gone; the cluster stays, held by ray.io/gcs-ft-redis-cleanup-finalizer, while the Job runs.
 func deleteAndWaitCleanupJob(t *testing.T, sd side, ns string) {
 	ctx := context.Background()
@@ -195,57 +195,30 @@ func deleteAndWaitCleanupJob(t *testing.T, sd side, ns string) {
 	if err := sd.cl.Delete(ctx, u); err != nil {
 		t.Fatalf("%s: delete: %v", sd.name, err)
 	}
-	testutil.Eventually(t, time.Minute, sd.name+": Redis cleanup Job", func() (bool, string) {
-		err := sd.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rc-redis-cleanup"}, &batchv1.Job{})
-		return err == nil, fmt.Sprint(err)
+	testutil.Eventually(t, 2*time.Minute, sd.name+": the Redis cleanup Job's pod", func() (bool, string) {
+		pods := &corev1.PodList{}
+		err := sd.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelNodeType: builder.NodeTypeRedisCleanup})
+		return err == nil && len(pods.Items) == 1, fmt.Sprintf("%d pods, %v", len(pods.Items), err)
 	})
 }
 
-// completeCleanupJob plays the Job controller (envtest runs none): the cleanup Job completes, and the operator must
-// release the finalizer.
+// completeCleanupJob plays the kubelet: the cleanup Job's pod succeeds, the Job controller completes the Job, and
+// the operator must release the finalizer, so the cluster goes.
 func completeCleanupJob(t *testing.T, sd side, ns string) {
 	ctx := context.Background()
-	job := &batchv1.Job{}
-	if err := sd.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rc-redis-cleanup"}, job); err != nil {
+	p := podsOf(t, sd, ns, builder.NodeTypeRedisCleanup)[0]
+	now := metav1.Now()
+	p.Status.Phase = corev1.PodSucceeded
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now}}
+	for i := range p.Status.ContainerStatuses {
+		cs := &p.Status.ContainerStatuses[i]
+		cs.Ready, cs.State = false, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}}
+	}
+	if err := sd.cl.Status().Update(ctx, &p); err != nil {
 		t.Fatalf("%s: %v", sd.name, err)
 	}
-	now := metav1.Now()
-	job.Status = batchv1.JobStatus{
-		StartTime: &now, CompletionTime: &now, Succeeded: 1, Ready: ptrTo[int32](0), Terminating: ptrTo[int32](0),
-		UncountedTerminatedPods: &batchv1.UncountedTerminatedPods{},
-		Conditions: []batchv1.JobCondition{
-			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, Reason: "CompletionsReached", LastProbeTime: now, LastTransitionTime: now},
-			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, Reason: "CompletionsReached", LastProbeTime: now, LastTransitionTime: now},
-		},
-	}
-	if err := sd.cl.Status().Update(ctx, job); err != nil {
-		t.Fatalf("%s: job status: %v", sd.name, err)
-	}
-	testutil.Eventually(t, time.Minute, sd.name+": cluster released", func() (bool, string) {
+	testutil.Eventually(t, 2*time.Minute, sd.name+": cluster released", func() (bool, string) {
 		err := sd.cl.Get(ctx, clusterKey(ns), rayCluster())
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-}
-
-// compareNow compares what both sides hold now, without waiting for a cluster that is being deleted to settle.
-func compareNow(t *testing.T, ns string, sides ...side) []diff {
-	return takeSnapshot(t, sides[0], ns, "rc").compare(takeSnapshot(t, sides[1], ns, "rc"))
-}
-
-// compareEvents compares the events of a cluster that is gone.
-func compareEvents(t *testing.T, ns string, sides ...side) []diff {
-	snaps := make([]*snapshot, len(sides))
-	for i, sd := range sides {
-		snaps[i] = &snapshot{side: sd.name, events: map[string]bool{}}
-		list := &corev1.EventList{}
-		if err := sd.cl.List(context.Background(), list, client.InNamespace(ns)); err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range list.Items {
-			if e.InvolvedObject.Kind == "RayCluster" {
-				snaps[i].events[e.Type+"/"+e.Reason] = true
-			}
-		}
-	}
-	return snaps[0].compare(snaps[1])
 }

@@ -155,8 +155,8 @@ func runSubmitterAndWait(t *testing.T, cl client.Client, dash *ray.DashboardClie
 		return err == nil, fmt.Sprint(err)
 	})
 	c := sub.Spec.Template.Spec.Containers[0]
-	if len(c.Command) != 3 || c.Command[0] != "/bin/bash" || c.Command[1] != "-c" {
-		t.Fatalf("submitter command = %q", c.Command)
+	if len(c.Command) != 3 || c.Command[0] != "/bin/bash" || c.Command[1] != "-ce" || len(c.Args) != 1 {
+		t.Fatalf("submitter command = %q, args %q", c.Command, c.Args)
 	}
 	var addr string
 	for _, e := range c.Env {
@@ -167,10 +167,10 @@ func runSubmitterAndWait(t *testing.T, cl client.Client, dash *ray.DashboardClie
 	if !strings.HasSuffix(addr, ".svc.cluster.local:8265") {
 		t.Fatalf("RAY_DASHBOARD_ADDRESS = %q", addr)
 	}
-	script := strings.ReplaceAll(c.Command[2], addr, head.DashboardURL())
+	script := strings.ReplaceAll(c.Args[0], "http://"+addr, head.DashboardURL())
 	for run := 1; run <= 2; run++ {
 		ctx, cancel := context.WithTimeout(t.Context(), jobTimeout)
-		cmd := exec.CommandContext(ctx, "/bin/bash", "-c", script)
+		cmd := exec.CommandContext(ctx, "/bin/bash", "-ce", script)
 		cmd.Env = append(os.Environ(), "PATH="+filepath.Join(root, "bin", "ray-venv", "bin")+":"+os.Getenv("PATH"))
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out

@@ -86,16 +86,13 @@ func SubmitterJob(j *rayv1.RayJob, cluster *rayv1.RayCluster, address string) *b
 			c.Image = headImage(&cluster.Spec)
 		}
 		if len(c.Command) == 0 && len(c.Args) == 0 {
-			c.Command = []string{"/bin/bash", "-c", SubmitScript(j, address)}
+			c.Command, c.Args = submitCommand(j, address)
 		}
 		c.Env = mergeEnv(c.Env, submitterEnv(j, address))
 	}
+	// The Job carries the origin labels; its pods get the Job controller's own labels only, as KubeRay's do.
 	labels := originLabels(j)
 	labels[builder.LabelCreatedBy] = builder.CreatedByValue
-	if tmpl.Labels == nil {
-		tmpl.Labels = map[string]string{}
-	}
-	maps.Copy(tmpl.Labels, originLabels(j))
 	backoff := DefaultSubmitterBackoffLimit
 	if sc := j.Spec.SubmitterConfig; sc != nil && sc.BackoffLimit != nil {
 		backoff = *sc.BackoffLimit
@@ -118,9 +115,11 @@ func defaultSubmitterResources() corev1.ResourceRequirements {
 
 // submitterContainer is the SidecarMode container in the head pod.
 func submitterContainer(j *rayv1.RayJob, image, address string) corev1.Container {
+	command, args := submitCommand(j, address)
 	return corev1.Container{
 		Name: SubmitterContainerName, Image: image,
-		Command:   []string{"/bin/bash", "-c", SubmitScript(j, address)},
+		Command:   command,
+		Args:      args,
 		Env:       submitterEnv(j, address),
 		Resources: defaultSubmitterResources(),
 	}
@@ -129,7 +128,8 @@ func submitterContainer(j *rayv1.RayJob, image, address string) corev1.Container
 func submitterEnv(j *rayv1.RayJob, address string) []corev1.EnvVar {
 	return []corev1.EnvVar{
 		{Name: "PYTHONUNBUFFERED", Value: "1"},
-		{Name: "RAY_DASHBOARD_ADDRESS", Value: address},
+		// host:port, as KubeRay sets it (status.dashboardURL): scripts write http://$RAY_DASHBOARD_ADDRESS.
+		{Name: "RAY_DASHBOARD_ADDRESS", Value: strings.TrimPrefix(strings.TrimPrefix(address, "http://"), "https://")},
 		{Name: "RAY_JOB_SUBMISSION_ID", Value: jobID(j)},
 	}
 }
@@ -155,6 +155,11 @@ func mergeEnv(env, add []corev1.EnvVar) []corev1.EnvVar {
 		}
 	}
 	return append(out, add...)
+}
+
+// submitCommand runs SubmitScript as KubeRay runs its submit command: bash -ce, so a failed step fails the pod.
+func submitCommand(j *rayv1.RayJob, address string) (command, args []string) {
+	return []string{"/bin/bash", "-ce", "--"}, []string{SubmitScript(j, address)}
 }
 
 // SubmitScript is the submitter's shell script: wait until the dashboard answers (printing why not), submit under

@@ -48,4 +48,8 @@ const (
 	ReasonStatusChanged         = "JobDeploymentStatusChanged"
 	ReasonJobStatusChanged      = "JobStatusChanged"
 	ReasonStatusCheckFailed     = "RayJobStatusCheckFailed"
+	ReasonCreatedService        = "CreatedService"
+	ReasonFailedCreateService   = "FailedToCreateService"
+	ReasonUpdatedService        = "UpdatedService"
+	ReasonFailedUpdateService   = "FailedToUpdateService"
 )

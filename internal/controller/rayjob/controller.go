@@ -48,7 +48,9 @@ type Options struct {
 
 // Reconciler reconciles RayJobs.
 type Reconciler struct {
-	client   client.Client
+	client client.Client
+	// reader reads what the manager's cache does not hold: the job's head Service carries no ray.io/cluster label.
+	reader   client.Reader
 	recorder events.EventRecorder
 	rays     ray.ClientFactory
 	opts     Options
@@ -74,7 +76,7 @@ func NewReconciler(mgr ctrl.Manager, rays ray.ClientFactory, opts Options) *Reco
 	if opts.Rand == nil {
 		opts.Rand = rand.IntN
 	}
-	return &Reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("rayjob-controller"), rays: rays, opts: opts}
+	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("rayjob-controller"), rays: rays, opts: opts}
 }
 
 // SetupWithManager watches RayJobs (not the status the controller writes itself), and the RayClusters and
@@ -98,6 +100,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups=ray.io,resources=rayjobs/finalizers,verbs=update
 // +kubebuilder:rbac:groups=ray.io,resources=rayclusters,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;create;update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -351,7 +351,7 @@ func TestEnvtest(t *testing.T) {
 			return err == nil, fmt.Sprint(err)
 		})
 		ctr := sub.Spec.Template.Spec.Containers[0]
-		script := strings.Join(ctr.Command, " ")
+		script := strings.Join(append(ctr.Command, ctr.Args...), " ")
 		if ctr.Name != SubmitterContainerName || ctr.Image != "rayproject/ray:2.52.0" || ptr.Deref(sub.Spec.BackoffLimit, 0) != 5 ||
 			!strings.Contains(script, "--submission-id") || !strings.Contains(script, "ray job logs") ||
 			sub.Labels["app.kubernetes.io/created-by"] != "kuberay-operator" || !metav1.IsControlledBy(sub, got) {
@@ -361,7 +361,7 @@ func TestEnvtest(t *testing.T) {
 		for _, v := range ctr.Env {
 			env[v.Name] = v.Value
 		}
-		if env["RAY_JOB_SUBMISSION_ID"] != got.Status.JobId || env["RAY_DASHBOARD_ADDRESS"] != "http://"+c.Name+"-head-svc."+ns+".svc.cluster.local:8265" {
+		if env["RAY_JOB_SUBMISSION_ID"] != got.Status.JobId || env["RAY_DASHBOARD_ADDRESS"] != c.Name+"-head-svc."+ns+".svc.cluster.local:8265" {
 			t.Errorf("submitter env = %v", env)
 		}
 		// The submitter submits; Ray finishes; the submitter finishes.
@@ -489,7 +489,7 @@ func TestEnvtest(t *testing.T) {
 		c := e.readyCluster(t, j)
 		head := c.Spec.HeadGroupSpec.Template.Spec
 		if len(head.Containers) != 2 || head.Containers[1].Name != SubmitterContainerName || head.RestartPolicy != corev1.RestartPolicyNever ||
-			c.Labels[builder.LabelDisableProvisionedHeadRestart] != "true" || !strings.Contains(strings.Join(head.Containers[1].Command, " "), "127.0.0.1:8265") {
+			c.Labels[builder.LabelDisableProvisionedHeadRestart] != "true" || !strings.Contains(strings.Join(head.Containers[1].Args, " "), "127.0.0.1:8265") {
 			t.Errorf("head template = %+v, labels %v", head, c.Labels)
 		}
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)

@@ -335,6 +335,9 @@ func (r *Reconciler) running(ctx context.Context, run *run) error {
 		r.statusCheckFailed(run, fmt.Errorf("RayCluster %s is gone", s.RayClusterName))
 		return nil
 	}
+	if err := r.ensureHeadService(ctx, run, cluster); err != nil {
+		return err
+	}
 	dash, err := r.rays.DashboardFor(HeadTarget(cluster))
 	if err != nil {
 		return err
@@ -565,5 +568,40 @@ func (r *Reconciler) tearDown(ctx context.Context, run *run, reset func()) error
 	}
 	reset()
 	run.requeueAfter(0)
+	return nil
+}
+
+// ensureHeadService keeps <job>-head-svc pointing at the head of the job's current cluster, as KubeRay does for a
+// cluster the RayJob made (not for one it selected): a name for the dashboard that outlives a retried cluster.
+func (r *Reconciler) ensureHeadService(ctx context.Context, run *run, cluster *rayv1.RayCluster) error {
+	j := run.j
+	if len(j.Spec.ClusterSelector) > 0 {
+		return nil
+	}
+	want := builder.OwnerHeadService(cluster, builder.KindRayJob, j.Name)
+	want.OwnerReferences = []metav1.OwnerReference{ownerRef(j)}
+	have := &corev1.Service{}
+	err := r.reader.Get(ctx, client.ObjectKeyFromObject(want), have)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := r.client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+			run.eventf(corev1.EventTypeWarning, ReasonFailedCreateService, "Create", "Failed to create the service %s/%s, %v", want.Namespace, want.Name, err)
+			return err
+		}
+		run.eventf(corev1.EventTypeNormal, ReasonCreatedService, "Create", "Created the service %s/%s", want.Namespace, want.Name)
+		return nil
+	case err != nil:
+		return err
+	case have.Spec.Selector[builder.LabelCluster] == cluster.Name:
+		return nil
+	}
+	// A new cluster (a retry): point the Service at it; the cluster IP cannot change.
+	want.Spec.ClusterIP, want.Spec.ClusterIPs = have.Spec.ClusterIP, have.Spec.ClusterIPs
+	have.Spec = want.Spec
+	if err := r.client.Update(ctx, have); err != nil {
+		run.eventf(corev1.EventTypeWarning, ReasonFailedUpdateService, "Update", "Failed to update the service %s/%s, %v", have.Namespace, have.Name, err)
+		return err
+	}
+	run.eventf(corev1.EventTypeNormal, ReasonUpdatedService, "Update", "Updated the service %s/%s", have.Namespace, have.Name)
 	return nil
 }

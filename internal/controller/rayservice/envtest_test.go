@@ -112,23 +112,23 @@ func TestController(t *testing.T) {
 
 	t.Run("group", func(t *testing.T) {
 		for name, fn := range map[string]func(*testing.T, *env){
-			"FirstDeployAndInPlaceUpdates": testFirstDeployAndInPlaceUpdates,
-			"NewClusterUpgrade":            testNewClusterUpgrade,
-			"UpgradeReplacedMidway":        testUpgradeReplacedMidway,
-			"UnhealthyNeverGetsTraffic":    testUnhealthyNeverGetsTraffic,
-			"HeadRestartReapplies":         testHeadRestartReapplies,
-			"ProxyHealthDrivesServeLabel":  testProxyHealthDrivesServeLabel,
-			"SuspendResume":                testSuspendResume,
-			"UpgradeStrategyNone":          testUpgradeStrategyNone,
-			"IncrementalUpgradeRefused":    testIncrementalRefused,
-			"InvalidSpecReported":          testInvalidSpec,
-			"DeleteRemovesClusters":        testDelete,
-			"ManagedByOtherSkipped":        testManagedByOther,
-			"KubeRaySamples":               testKubeRaySamples,
-			"ServeServiceFromSpec":         testServeServiceFromSpec,
-			"RayUnavailableRetried":        testRayUnavailableRetried,
-			"LostApplicationsReapplied":    testLostApplicationsReapplied,
-			"ForeignServiceNotTaken":       testForeignServiceNotTaken,
+			"FirstDeployAndInPlaceUpdates":   testFirstDeployAndInPlaceUpdates,
+			"NewClusterUpgrade":              testNewClusterUpgrade,
+			"UpgradeReplacedMidway":          testUpgradeReplacedMidway,
+			"UnhealthyNeverGetsTraffic":      testUnhealthyNeverGetsTraffic,
+			"HeadRestartReapplies":           testHeadRestartReapplies,
+			"WorkerReadinessDrivesEndpoints": testWorkerReadinessDrivesEndpoints,
+			"SuspendResume":                  testSuspendResume,
+			"UpgradeStrategyNone":            testUpgradeStrategyNone,
+			"IncrementalUpgradeRefused":      testIncrementalRefused,
+			"InvalidSpecReported":            testInvalidSpec,
+			"DeleteRemovesClusters":          testDelete,
+			"ManagedByOtherSkipped":          testManagedByOther,
+			"KubeRaySamples":                 testKubeRaySamples,
+			"ServeServiceFromSpec":           testServeServiceFromSpec,
+			"RayUnavailableRetried":          testRayUnavailableRetried,
+			"LostApplicationsReapplied":      testLostApplicationsReapplied,
+			"ForeignServiceNotTaken":         testForeignServiceNotTaken,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -585,7 +585,7 @@ func testLostApplicationsReapplied(t *testing.T, e *env) {
 	}
 }
 
-func testProxyHealthDrivesServeLabel(t *testing.T, e *env) {
+func testWorkerReadinessDrivesEndpoints(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rs := makeService(ns, "svc")
 	rs.Spec.ExcludeHeadPodFromServeSvc = true
@@ -605,18 +605,28 @@ func testProxyHealthDrivesServeLabel(t *testing.T, e *env) {
 	if got := e.get(t, rs); got.Status.NumServeEndpoints != 1 {
 		t.Errorf("numServeEndpoints %d, want 1 (the head is excluded)", got.Status.NumServeEndpoints)
 	}
+	// A worker whose proxy stops answering fails its readiness probe (the kubelet's part, played here): it keeps
+	// ray.io/serve=true, as under KubeRay, and stops counting as an endpoint.
 	e.ray.setProxyDown(worker, true)
-	eventually(t, "unhealthy proxy leaves the serve Service", func() (bool, string) {
+	p := &corev1.Pod{}
+	if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: worker}, p); err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.Now()}}
+	if err := e.cl.Status().Update(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a worker that is not Ready leaves the serve endpoints", func() (bool, string) {
 		got := e.get(t, rs)
-		p := &corev1.Pod{}
 		if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: worker}, p); err != nil {
 			return false, err.Error()
 		}
 		r := cond(got, rayv1.RayServiceReady)
-		return p.Labels[builder.LabelServe] == "false" && got.Status.NumServeEndpoints == 0 && r.Reason == string(rayv1.ZeroServeEndpoints) && got.Status.ServiceStatus == "",
+		return p.Labels[builder.LabelServe] == "true" && got.Status.NumServeEndpoints == 0 && r.Reason == string(rayv1.ZeroServeEndpoints) && got.Status.ServiceStatus == "",
 			fmt.Sprintf("label %q, endpoints %d, Ready %+v", p.Labels[builder.LabelServe], got.Status.NumServeEndpoints, r)
 	})
 	e.ray.setProxyDown(worker, false)
+	e.setReady(t, ns, name, 2)
 	e.waitActive(t, rs, name)
 }
 

@@ -430,9 +430,10 @@ func serviceStatus(c *clusterObs, old rayv1.RayServiceStatus) rayv1.RayServiceSt
 	return s
 }
 
-// planServeLabels sets ray.io/serve=true on the pods whose Serve proxy answered (the head only unless
-// excludeHeadPodFromServeSvc), false on the others, and returns the active cluster's serve endpoints: its Ready pods
-// labelled true.
+// planServeLabels sets the head's ray.io/serve: true once its Serve proxy answered (unless
+// excludeHeadPodFromServeSvc), false before. Workers keep the true they are created with, as under KubeRay: their
+// readiness probe checks their proxy, so a worker whose proxy does not answer is not Ready and gets no traffic. It
+// returns the active cluster's serve endpoints: its Ready pods labelled true.
 func planServeLabels(rs *rayv1.RayService, p *plan, active, pending *clusterObs) int32 {
 	var endpoints int32
 	for _, c := range []*clusterObs{active, pending} {
@@ -443,7 +444,7 @@ func planServeLabels(rs *rayv1.RayService, p *plan, active, pending *clusterObs)
 			pod := &c.pods[i]
 			want := "false"
 			isHead := pod.Labels[builder.LabelNodeType] == builder.NodeTypeHead
-			if c.proxyHealthy[pod.Name] && !(isHead && rs.Spec.ExcludeHeadPodFromServeSvc) {
+			if !isHead || (c.proxyHealthy[pod.Name] && !rs.Spec.ExcludeHeadPodFromServeSvc) {
 				want = "true"
 			}
 			if pod.Labels[builder.LabelServe] != want {

@@ -1,0 +1,270 @@
+package oracle
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/operator"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+// side is one operator and the namespaces it watches: <prefix><name>.
+type side struct {
+	name   string
+	prefix string
+	cl     client.Client
+}
+
+func (s side) ns(name string) string { return s.prefix + name }
+
+// startSides starts the dev cluster (Manta's CRDs; fake nodes shaped for objs), creates both namespaces of each name
+// in nss, and starts KubeRay's operator watching the k- ones and Manta's watching the m- ones.
+func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, nss []string) (kuberay, manta side) {
+	ctx, cancel := context.WithCancel(context.Background())
+	start := time.Now()
+	c, err := devcluster.Start(ctx, devcluster.Options{Pools: nodePools(objs), Logf: t.Logf})
+	if err != nil {
+		cancel()
+		t.Fatalf("start dev cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := c.Stop(); err != nil {
+			t.Errorf("stopping the dev cluster: %v", err)
+		}
+	})
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.RESTConfig()
+	cfg.QPS, cfg.Burst = 200, 400
+	// Reads come from one informer cache of the whole cluster: every sample polls its namespaces at once, and a
+	// list per object kind per poll would load the API server more than both operators together.
+	reader, err := cache.New(cfg, cache.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if err := reader.Start(ctx); err != nil {
+			t.Errorf("cache: %v", err)
+		}
+	}()
+	cl, err := client.New(cfg, client.Options{Scheme: scheme, Cache: &client.CacheOptions{Reader: reader, Unstructured: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kuberay = side{name: "kuberay", prefix: "k-", cl: cl}
+	manta = side{name: "manta", prefix: "m-", cl: cl}
+
+	// Every namespace exists, with its default ServiceAccount (pods cannot be created before it), before either
+	// operator starts, so neither sees a failure the other does not.
+	var kns, mns []string
+	for _, n := range nss {
+		kns, mns = append(kns, kuberay.ns(n)), append(mns, manta.ns(n))
+	}
+	all := append(append([]string(nil), kns...), mns...)
+	for _, n := range all {
+		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 2*time.Minute, "default ServiceAccounts", func() (bool, string) {
+		sas := &corev1.ServiceAccountList{}
+		if err := cl.List(ctx, sas); err != nil {
+			return false, err.Error()
+		}
+		have := map[string]bool{}
+		for _, sa := range sas.Items {
+			have[sa.Namespace] = have[sa.Namespace] || sa.Name == "default"
+		}
+		for _, n := range all {
+			if !have[n] {
+				return false, "no default ServiceAccount in " + n
+			}
+		}
+		return true, ""
+	})
+	kns, mns = append(kns, kuberay.ns("probe")), append(mns, manta.ns("probe"))
+	for _, n := range []string{kuberay.ns("probe"), manta.ns("probe")} {
+		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startKubeRay(t, ctx, root, c, kns)
+	startManta(t, ctx, c, mns)
+	// An operator watching many namespaces starts its controllers only once every informer has synced: the samples
+	// start when both have written the status of a probe cluster, not before.
+	for _, sd := range []side{kuberay, manta} {
+		probe := toUnstructured(t, testutil.MakeRayCluster(sd.ns("probe"), "probe").Obj())
+		if err := cl.Create(ctx, probe); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.Eventually(t, 5*time.Minute, "both operators to write the status of a probe cluster", func() (bool, string) {
+		for _, sd := range []side{kuberay, manta} {
+			u := &unstructured.Unstructured{}
+			u.SetGroupVersionKind(rayClusterGVK)
+			if err := cl.Get(ctx, client.ObjectKey{Namespace: sd.ns("probe"), Name: "probe"}, u); err != nil {
+				return false, err.Error()
+			}
+			if g, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration"); g != u.GetGeneration() {
+				return false, sd.name + " has not reconciled the probe cluster"
+			}
+		}
+		return true, ""
+	})
+	t.Logf("oracle: dev cluster and both operators up in %s (%d namespace pairs)", time.Since(start).Round(time.Millisecond), len(nss))
+	return kuberay, manta
+}
+
+// nodePools shapes fake nodes for the objects: a general pool, and a node for each distinct nodeSelector in them,
+// each with room for every pod and every extended resource the objects ask for.
+func nodePools(objs []*unstructured.Unstructured) []devcluster.NodePool {
+	const plenty = "100000"
+	extra := map[string]string{"ephemeral-storage": "100Ti", "nvidia.com/gpu": plenty, "google.com/tpu": plenty, "aws.amazon.com/neuroncore": plenty}
+	selectors := map[string]map[string]string{}
+	var walk func(key string, v any)
+	walk = func(key string, v any) {
+		switch t := v.(type) {
+		case map[string]any:
+			if key == "nodeSelector" && len(t) > 0 {
+				sel := map[string]string{}
+				var keys []string
+				for k, v := range t {
+					sel[k] = fmt.Sprint(v)
+					keys = append(keys, k+"="+sel[k])
+				}
+				sort.Strings(keys)
+				selectors[strings.Join(keys, ",")] = sel
+			}
+			if key == "limits" || key == "requests" {
+				for k := range t {
+					if k != "cpu" && k != "memory" && extra[k] == "" {
+						extra[k] = plenty
+					}
+				}
+			}
+			for k, e := range t {
+				walk(k, e)
+			}
+		case []any:
+			for _, e := range t {
+				walk(key, e)
+			}
+		}
+	}
+	for _, o := range objs {
+		walk("", o.Object)
+	}
+	node := func(name string, count int, labels map[string]string) devcluster.NodePool {
+		return devcluster.NodePool{Name: name, Count: count, CPU: plenty, Memory: "1000Ti", Pods: 2000, Extra: extra, Labels: labels}
+	}
+	pools := []devcluster.NodePool{node("general", 2, nil)}
+	keys := make([]string, 0, len(selectors))
+	for k := range selectors {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for i, k := range keys {
+		pools = append(pools, node(fmt.Sprintf("sel%d", i), 1, selectors[k]))
+	}
+	return pools
+}
+
+// startKubeRay runs bin/kuberay-operator watching namespaces.
+func startKubeRay(t *testing.T, ctx context.Context, root string, c *devcluster.Cluster, namespaces []string) {
+	logPath := filepath.Join(c.Dir(), "logs", "kuberay-operator.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "kuberay-operator"),
+		"--kubeconfig="+c.Kubeconfig, "--enable-leader-election=false", "--metrics-addr=0", "--health-probe-bind-address=0",
+		"--reconcile-concurrency=4", "--watch-namespace="+strings.Join(namespaces, ","),
+		// On by default in KubeRay after v1.5.0, and what Manta implements: the replica labels of workers, and
+		// RayJob deletionStrategy rules.
+		"--feature-gates=RayMultiHostIndexing=true,RayJobDeletionPolicy=true")
+	cmd.Env = append(os.Environ(), "RAYCLUSTER_DEFAULT_REQUEUE_SECONDS_ENV=2")
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("starting bin/kuberay-operator (run make tools): %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+		logFile.Close()
+		if t.Failed() {
+			t.Logf("kuberay-operator log tail:\n%s", tail(logPath, 40))
+		}
+	})
+}
+
+// startManta runs Manta's operator, every controller, in this process (operator.Run, what `manta operator` runs)
+// watching namespaces; its log goes to the dev cluster's log directory.
+func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namespaces []string) {
+	logPath := filepath.Join(c.Dir(), "logs", "manta-operator.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrllog.SetLogger(zap.New(zap.WriteTo(logFile)))
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		err := operator.Run(ctx, c.RESTConfig(), operator.Options{
+			WatchNamespaces: namespaces, ReconcileConcurrency: 4, ClusterDomain: "cluster.local",
+		})
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("manta operator: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		ctrllog.SetLogger(logr.Discard())
+		logFile.Close()
+		if t.Failed() {
+			t.Logf("manta operator log tail:\n%s", tail(logPath, 40))
+		}
+	})
+}
+
+func tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
