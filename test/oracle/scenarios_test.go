@@ -47,7 +47,7 @@ func scenarios() []scenario {
 		RedisPassword: &rayv1.RedisCredential{ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "redis-password-secret"}, Key: "password"}}},
 	}
-	gcsFT.Spec.HeadGroupSpec.Template.Annotations = map[string]string{kwokCompleteDelay: "1h"}
+	gcsFT.Spec.HeadGroupSpec.Template.Annotations = map[string]string{kwokCompleteDelay: "1h", kwokCompleteJitter: "1h"}
 	return []scenario{
 		{"scale", base().Obj(), []step{
 			{"up", jsonPatch(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":4}]`)},
@@ -182,8 +182,11 @@ func workersToDelete(t *testing.T, sd side, ns string) {
 	}
 }
 
-// kwokCompleteDelay is the dev cluster's (kwok's) per-pod delay before a Job's running pod succeeds.
-const kwokCompleteDelay = "pod-complete.stage.kwok.x-k8s.io/delay"
+// The dev cluster's (kwok's) per-pod delay before a Job's running pod succeeds, and its cap.
+const (
+	kwokCompleteDelay  = "pod-complete.stage.kwok.x-k8s.io/delay"
+	kwokCompleteJitter = "pod-complete.stage.kwok.x-k8s.io/jitter-delay"
+)
 
 // deleteAndWaitCleanupJob deletes the cluster and waits for its Redis cleanup Job, which comes once the pods are
 // gone; the cluster stays, held by ray.io/gcs-ft-redis-cleanup-finalizer, while the Job runs.
