@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -30,14 +29,13 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-const kuberayModule = "github.com/ray-project/kuberay/ray-operator"
 
 // parallel is how many samples and scenarios run at once.
 const parallel = 32
 
 func TestOracle(t *testing.T) {
 	root := testutil.MustRepoRoot(t)
-	modDir := kuberayModuleDir(t, root)
+	modDir := testutil.KubeRayModuleDir(t)
 	diffs, err := loadDifferences(filepath.Join(root, "test", "oracle", "differences.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -156,18 +154,6 @@ type sampleReport struct {
 func sampleNS(i int) string   { return fmt.Sprintf("s%02d", i) }
 func scenarioNS(i int) string { return fmt.Sprintf("c%02d", i) }
 
-// kuberayModuleDir is the pinned KubeRay module in the module cache (downloaded by hack/build-kuberay.sh).
-func kuberayModuleDir(t *testing.T, root string) string {
-	t.Helper()
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", kuberayModule)
-	cmd.Dir = filepath.Join(root, "hack", "tools", "kuberay")
-	out, err := cmd.Output()
-	dir := strings.TrimSpace(string(out))
-	if err != nil || dir == "" {
-		t.Fatalf("locating %s (run make tools): %v", kuberayModule, err)
-	}
-	return dir
-}
 
 // sample is one sample file: its Ray objects (applied as they are) and the ConfigMaps, Secrets and
 // ServiceAccounts it ships with.
