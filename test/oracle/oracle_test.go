@@ -29,7 +29,6 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-
 // parallel is how many samples and scenarios run at once.
 const parallel = 32
 
@@ -153,7 +152,6 @@ type sampleReport struct {
 // Each sample and scenario gets a namespace pair: k-<name> watched by KubeRay, m-<name> by Manta.
 func sampleNS(i int) string   { return fmt.Sprintf("s%02d", i) }
 func scenarioNS(i int) string { return fmt.Sprintf("c%02d", i) }
-
 
 // sample is one sample file: its Ray objects (applied as they are) and the ConfigMaps, Secrets and
 // ServiceAccounts it ships with.
