@@ -4,8 +4,21 @@
 // spec changes. Each reconcile observes (Kubernetes objects, Ray's answers), plans (computePlan, pure) and writes.
 package rayservice
 
-// Finalizer is KubeRay's RayService finalizer: the service's clusters are deleted before the RayService goes.
-const Finalizer = "ray.io/rayservice-finalizer"
+// LegacyFinalizer is the finalizer earlier Manta versions put on every RayService to delete its clusters first.
+// KubeRay v1.5.0 adds none: the clusters and Services carry the RayService as controller owner, so the garbage
+// collector deletes them with it. Manta now only removes it from the RayServices that still carry it, so that
+// deleting them does not wait on an operator that no longer handles it.
+const LegacyFinalizer = "ray.io/rayservice-finalizer"
+
+// Condition messages, KubeRay's (users and tools match on them).
+const (
+	msgInitializing          = "RayService is initializing"
+	msgNonZeroServeEndpoints = "Number of serve endpoints is greater than 0"
+	msgZeroServeEndpoints    = "Number of serve endpoints dropped to 0"
+	msgBothClusters          = "Both active and pending Ray clusters exist"
+	msgNoPendingCluster      = "Active Ray cluster exists and no pending Ray cluster"
+	msgNoActiveCluster       = "No active Ray cluster exists, and the RayService is not initializing"
+)
 
 // Condition types Manta adds to KubeRay's.
 const (

@@ -122,17 +122,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if m := ptr.Deref(rs.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
 		return ctrl.Result{}, nil
 	}
-	if rs.DeletionTimestamp != nil {
-		return ctrl.Result{}, r.finalize(ctx, rs)
-	}
-	if !controllerutil.ContainsFinalizer(rs, Finalizer) {
-		controllerutil.AddFinalizer(rs, Finalizer)
-		if err := r.client.Update(ctx, rs); err != nil {
+	if controllerutil.ContainsFinalizer(rs, LegacyFinalizer) {
+		// Released (deleting or not): the owner references delete the clusters and Services with the RayService.
+		if err := r.releaseLegacyFinalizer(ctx, rs); err != nil {
 			if apierrors.IsConflict(err) {
 				return ctrl.Result{RequeueAfter: time.Second}, nil
 			}
-			return ctrl.Result{}, fmt.Errorf("add finalizer: %w", err)
+			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
+	}
+	if rs.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
 
@@ -151,8 +150,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		statusErr = r.client.Status().Update(ctx, rs)
 	}
 	// Events report writes already made (or failed): they are recorded even when the status write fails.
+	// The events regard the RayService without its resourceVersion, which every status write moves: the recorder
+	// aggregates repeats of one event (a retried Serve config, say) by what they regard, so they count in one
+	// series instead of one Event object per retry.
+	regarding := *rs
+	regarding.ResourceVersion = ""
 	for _, e := range p.events {
-		r.recorder.Eventf(rs, nil, e.typ, e.reason, e.action, "%s", e.note)
+		r.recorder.Eventf(&regarding, nil, e.typ, e.reason, e.action, "%s", e.note)
 	}
 	switch {
 	case writeErr != nil:
@@ -175,27 +179,13 @@ func statusEqual(a, b *rayv1.RayServiceStatuses) bool {
 	return equality.Semantic.DeepEqual(a, b)
 }
 
-// finalize deletes the service's clusters, then lets the RayService go.
-func (r *Reconciler) finalize(ctx context.Context, rs *rayv1.RayService) error {
-	if !controllerutil.ContainsFinalizer(rs, Finalizer) {
-		return nil
-	}
-	clusters, err := r.ownedClusters(ctx, rs)
-	if err != nil {
-		return err
-	}
-	for i := range clusters {
-		c := &clusters[i]
-		if c.DeletionTimestamp != nil {
-			continue
-		}
-		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete RayCluster %s: %w", c.Name, err)
-		}
-	}
-	controllerutil.RemoveFinalizer(rs, Finalizer)
-	if err := r.client.Update(ctx, rs); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("remove finalizer: %w", err)
+// releaseLegacyFinalizer removes the finalizer earlier Manta versions added, with a metadata patch guarded by the
+// resourceVersion, so the spec is not written back and a concurrent change is not lost.
+func (r *Reconciler) releaseLegacyFinalizer(ctx context.Context, rs *rayv1.RayService) error {
+	base := rs.DeepCopy()
+	controllerutil.RemoveFinalizer(rs, LegacyFinalizer)
+	if err := r.client.Patch(ctx, rs, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("remove finalizer %s: %w", LegacyFinalizer, err)
 	}
 	return nil
 }

@@ -122,7 +122,7 @@ func TestController(t *testing.T) {
 			"UpgradeStrategyNone":            testUpgradeStrategyNone,
 			"IncrementalUpgradeRefused":      testIncrementalRefused,
 			"InvalidSpecReported":            testInvalidSpec,
-			"DeleteRemovesClusters":          testDelete,
+			"DeleteLeftToOwnerReferences":    testDelete,
 			"ManagedByOtherSkipped":          testManagedByOther,
 			"KubeRaySamples":                 testKubeRaySamples,
 			"ServeServiceFromSpec":           testServeServiceFromSpec,
@@ -366,8 +366,15 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 	if got.Status.ActiveServiceStatus.RayClusterStatus.Head.PodName == "" {
 		t.Errorf("active rayClusterStatus not reported: %+v", got.Status.ActiveServiceStatus.RayClusterStatus)
 	}
-	if !controllerHasFinalizer(got) {
-		t.Errorf("finalizers %v", got.Finalizers)
+	// As KubeRay v1.5.0: no finalizer, and the spec is never written, so the generation stays 1.
+	if len(got.Finalizers) != 0 || got.Generation != 1 {
+		t.Errorf("finalizers %v, generation %d", got.Finalizers, got.Generation)
+	}
+	if r := cond(got, rayv1.RayServiceReady); r.Message != "Number of serve endpoints is greater than 0" || r.ObservedGeneration != 1 {
+		t.Errorf("Ready %+v, want KubeRay's message", r)
+	}
+	if u := cond(got, rayv1.UpgradeInProgress); u.Message != "Active Ray cluster exists and no pending Ray cluster" {
+		t.Errorf("UpgradeInProgress %+v, want KubeRay's message", u)
 	}
 	head, serve := e.selectors(t, rs)
 	if head != name || serve != name {
@@ -414,15 +421,6 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 	if n, _ := e.ray.deploys(name); n != 2 {
 		t.Errorf("%d deploys after in-place cluster updates, want 2", n)
 	}
-}
-
-func controllerHasFinalizer(rs *rayv1.RayService) bool {
-	for _, f := range rs.Finalizers {
-		if f == Finalizer {
-			return true
-		}
-	}
-	return false
 }
 
 func testNewClusterUpgrade(t *testing.T, e *env) {
@@ -658,10 +656,11 @@ func testUpgradeStrategyNone(t *testing.T, e *env) {
 	e.update(t, rs, func(s *rayv1.RayService) {
 		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2"
 	})
-	eventually(t, "change reported as not rolled out", func() (bool, string) {
+	eventually(t, "change seen, no upgrade in progress", func() (bool, string) {
 		got := e.get(t, rs)
 		u := cond(got, rayv1.UpgradeInProgress)
-		return got.Status.ObservedGeneration == got.Generation && strings.Contains(u.Message, "None"), fmt.Sprintf("%+v", u)
+		return got.Status.ObservedGeneration == got.Generation && u.ObservedGeneration == got.Generation &&
+			u.Status == metav1.ConditionFalse && u.Reason == string(rayv1.NoPendingCluster), fmt.Sprintf("%+v", u)
 	})
 	e.waitReconciles(t, name, 3)
 	got := e.get(t, rs)
@@ -723,13 +722,32 @@ func testDelete(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rs := makeService(ns, "svc")
 	name := e.bringUp(t, rs)
+	// The garbage collector (not run by envtest) deletes the cluster and the Services with the RayService: each
+	// names it as controller and blocks its deletion until they are gone (foreground deletion).
+	got := e.get(t, rs)
+	c, _ := e.cluster(t, ns, name)
+	owned := []metav1.Object{c}
+	for _, n := range []string{"svc-head-svc", "svc-serve-svc"} {
+		svc := &corev1.Service{}
+		if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: n}, svc); err != nil {
+			t.Fatal(err)
+		}
+		owned = append(owned, svc)
+	}
+	for _, o := range owned {
+		ref := metav1.GetControllerOf(o)
+		if ref == nil || ref.UID != got.UID || !ptr.Deref(ref.BlockOwnerDeletion, false) {
+			t.Errorf("%s: controller %+v, want the RayService blocking its deletion", o.GetName(), ref)
+		}
+	}
+	// A RayService an earlier Manta version marked with its finalizer is released, so its deletion does not hang.
+	e.update(t, rs, func(s *rayv1.RayService) { s.Finalizers = append(s.Finalizers, LegacyFinalizer) })
 	if err := e.cl.Delete(context.Background(), e.get(t, rs)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "RayService and its cluster gone", func() (bool, string) {
+	eventually(t, "RayService gone", func() (bool, string) {
 		err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rs), &rayv1.RayService{})
-		_, ok := e.cluster(t, ns, name)
-		return apierrors.IsNotFound(err) && !ok, fmt.Sprintf("get: %v, cluster exists %v", err, ok)
+		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})
 }
 
@@ -908,6 +926,26 @@ func testRayUnavailableRetried(t *testing.T, e *env) {
 	e.ray.with(name, func(h *fakeHead) { h.down = true })
 	e.setReady(t, ns, name, 2)
 	eventually(t, "failed deploy reported", func() (bool, string) { return e.hasEvent(t, rs, EventFailedToUpdateServeApplications) })
+	// Each retry (every requeue) counts in one aggregated event: a series, not an Event object per retry.
+	eventually(t, "failed deploys aggregated", func() (bool, string) {
+		var list eventsv1.EventList
+		if err := e.cl.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		var n, count int
+		for _, ev := range list.Items {
+			if ev.Regarding.Name == rs.Name && ev.Reason == EventFailedToUpdateServeApplications {
+				n++
+				if ev.Series != nil {
+					count = int(ev.Series.Count)
+				}
+			}
+		}
+		if n > 1 {
+			t.Fatalf("%d FailedToUpdateServeApplications events, want one aggregated event", n)
+		}
+		return n == 1 && count >= 2, fmt.Sprintf("%d events, series count %d", n, count)
+	})
 	got := e.get(t, rs)
 	if got.Status.ActiveServiceStatus.RayClusterName != "" || cond(got, rayv1.RayServiceReady).Status == metav1.ConditionTrue {
 		t.Fatalf("a cluster whose head does not answer became active: %+v", got.Status)

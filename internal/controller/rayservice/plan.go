@@ -164,6 +164,8 @@ func computePlan(o observed) *plan {
 		meta.IsStatusConditionTrue(rs.Status.Conditions, string(rayv1.RayServiceSuspending)) {
 		setCond(rayv1.RayServiceSuspended, metav1.ConditionFalse, rayv1.RayServiceResumed, "the RayService was resumed")
 		setCond(rayv1.RayServiceSuspending, metav1.ConditionFalse, rayv1.RayServiceResumed, "the RayService was resumed")
+		// Initializing again: the upgrade condition the suspension left starts over.
+		meta.RemoveStatusCondition(&st.Conditions, string(rayv1.UpgradeInProgress))
 	}
 	if timedOut(o, p, setCond) {
 		return p
@@ -242,30 +244,30 @@ func computePlan(o observed) *plan {
 
 	switch {
 	case st.NumServeEndpoints > 0:
-		setCond(rayv1.RayServiceReady, metav1.ConditionTrue, rayv1.NonZeroServeEndpoints, "the Serve Service has endpoints")
+		setCond(rayv1.RayServiceReady, metav1.ConditionTrue, rayv1.NonZeroServeEndpoints, msgNonZeroServeEndpoints)
 	case oldReady != nil && (oldReady.Reason == string(rayv1.NonZeroServeEndpoints) || oldReady.Reason == string(rayv1.ZeroServeEndpoints)):
-		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.ZeroServeEndpoints, "the Serve Service has no endpoints")
+		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.ZeroServeEndpoints, msgZeroServeEndpoints)
 	default:
 		if oldReady != nil && oldReady.Reason != string(rayv1.RayServiceInitializing) {
 			// Initializing starts now (after a fixed spec, a resume, a timed-out attempt): the initializing timeout
 			// is measured from the condition's transition time.
 			meta.RemoveStatusCondition(&st.Conditions, string(rayv1.RayServiceReady))
 		}
-		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceInitializing, "waiting for the Serve applications to be RUNNING and their proxies healthy")
+		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceInitializing, msgInitializing)
 	}
 	switch {
 	case active != nil && pending != nil:
-		setCond(rayv1.UpgradeInProgress, metav1.ConditionTrue, rayv1.BothActivePendingClustersExist, fmt.Sprintf("preparing RayCluster %s to replace %s", st.PendingServiceStatus.RayClusterName, st.ActiveServiceStatus.RayClusterName))
+		setCond(rayv1.UpgradeInProgress, metav1.ConditionTrue, rayv1.BothActivePendingClustersExist, msgBothClusters)
 	case active != nil:
-		msg := "the active cluster matches the spec"
-		if strategy == rayv1.RayServiceUpgradeNone {
-			if _, a := clusterAction(active.cluster, spec); a == actionNew {
-				msg = "upgradeStrategy is None: the rayClusterConfig change is not rolled out"
-			}
-		}
-		setCond(rayv1.UpgradeInProgress, metav1.ConditionFalse, rayv1.NoPendingCluster, msg)
+		setCond(rayv1.UpgradeInProgress, metav1.ConditionFalse, rayv1.NoPendingCluster, msgNoPendingCluster)
 	default:
-		setCond(rayv1.UpgradeInProgress, metav1.ConditionFalse, rayv1.NoActiveCluster, "no cluster serves yet")
+		// Until a first cluster serves, the service is initializing; no active cluster after that (it was deleted
+		// by someone) is unexpected, so the status is Unknown.
+		if old := meta.FindStatusCondition(st.Conditions, string(rayv1.UpgradeInProgress)); old == nil || old.Reason == string(rayv1.RayServiceInitializing) {
+			setCond(rayv1.UpgradeInProgress, metav1.ConditionFalse, rayv1.RayServiceInitializing, msgInitializing)
+		} else {
+			setCond(rayv1.UpgradeInProgress, metav1.ConditionUnknown, rayv1.NoActiveCluster, msgNoActiveCluster)
+		}
 	}
 	if meta.IsStatusConditionTrue(st.Conditions, string(rayv1.RayServiceReady)) {
 		st.ServiceStatus = rayv1.Running
@@ -557,9 +559,11 @@ func timedOut(o observed, p *plan, setCond func(rayv1.RayServiceConditionType, m
 			p.requeueIn(left)
 			return false
 		}
-		msg := fmt.Sprintf("the RayService did not become Ready within %s (annotation %s)", timeout, AnnotationInitializingTimeout)
-		p.eventf(corev1.EventTypeWarning, string(rayv1.RayServiceInitializingTimeout), "Initialize", "%s", msg)
-		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceInitializingTimeout, msg)
+		spent := o.now.Sub(ready.LastTransitionTime.Time)
+		p.eventf(corev1.EventTypeWarning, string(rayv1.RayServiceInitializingTimeout), "Initialize",
+			"RayService initializing timeout exceeded after %s (configured timeout: %s, annotation %s)", spent, timeout, AnnotationInitializingTimeout)
+		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceInitializingTimeout,
+			fmt.Sprintf("RayService failed to become ready within the configured timeout of %s. Time spent initializing: %s", timeout, spent))
 	}
 	for i := range o.clusters {
 		if c := &o.clusters[i]; c.DeletionTimestamp == nil {
