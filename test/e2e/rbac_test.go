@@ -349,9 +349,9 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 			return len(owned) > 0 && got.Status.State == rayv1.Ready, fmt.Sprintf("owned jobs %v, cluster state %q", owned, got.Status.State)
 		})
 
-		// RayService: finalizer, status, its cluster, the serve label on its pods (workers keep the true they are
-		// created with, as under KubeRay; no Ray answers in the dev cluster, so the head's proxy is unhealthy and
-		// the head stays false), and deletion through the finalizer.
+		// RayService: status, its cluster, the serve label on its pods (workers keep the true they are created
+		// with, as under KubeRay; no Ray answers in the dev cluster, so the head's proxy is unhealthy and the head
+		// stays false), no finalizer (as KubeRay v1.5.0), and deletion of its cluster through the owner references.
 		rs := &rayv1.RayService{
 			ObjectMeta: metav1.ObjectMeta{Name: "served", Namespace: "rbac-a"},
 			Spec: rayv1.RayServiceSpec{
@@ -381,7 +381,7 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 				return false, err.Error()
 			}
 			labelled := len(pods.Items) == 1 && pods.Items[0].Labels[builder.LabelServe] == "true"
-			return rc.Status.State == rayv1.Ready && labelled && len(got.Finalizers) == 1, fmt.Sprintf("cluster state %q, worker labels ok %v, finalizers %v", rc.Status.State, labelled, got.Finalizers)
+			return rc.Status.State == rayv1.Ready && labelled && len(got.Finalizers) == 0, fmt.Sprintf("cluster state %q, worker labels ok %v, finalizers %v", rc.Status.State, labelled, got.Finalizers)
 		})
 		if err := cl.Delete(ctx, rs); err != nil {
 			t.Fatal(err)
