@@ -245,3 +245,50 @@ func TestPlanZeroDelayDeletesAfterStatusStored(t *testing.T) {
 		t.Fatalf("deletes %v, want svc-old", p.deleteClusters)
 	}
 }
+
+// The Ready and UpgradeInProgress conditions carry KubeRay v1.5.0's reasons and messages through a service's life:
+// initializing, serving, upgrading, and an active cluster deleted by someone (Unknown).
+func TestPlanConditionsAsKubeRay(t *testing.T) {
+	type want struct {
+		status  metav1.ConditionStatus
+		reason  rayv1.RayServiceConditionReason
+		message string
+	}
+	check := func(step string, p *plan, ready, upgrade want) {
+		t.Helper()
+		for _, c := range []struct {
+			typ rayv1.RayServiceConditionType
+			w   want
+		}{{rayv1.RayServiceReady, ready}, {rayv1.UpgradeInProgress, upgrade}} {
+			got := meta.FindStatusCondition(p.status.Conditions, string(c.typ))
+			if got == nil || got.Status != c.w.status || got.Reason != string(c.w.reason) || got.Message != c.w.message || got.ObservedGeneration != 1 {
+				t.Errorf("%s: %s %+v, want %+v", step, c.typ, got, c.w)
+			}
+		}
+	}
+	initializing := want{metav1.ConditionFalse, rayv1.RayServiceInitializing, "RayService is initializing"}
+
+	rs := planService()
+	p := computePlan(observed{rs: rs, now: t0, newName: names("svc-a")})
+	check("new", p, initializing, initializing)
+
+	rs.Status = p.status
+	p = computePlan(observed{rs: rs, now: t0, pending: readyCluster(rs, "svc-a"), newName: names("svc-x")})
+	serving := want{metav1.ConditionTrue, rayv1.NonZeroServeEndpoints, "Number of serve endpoints is greater than 0"}
+	noPending := want{metav1.ConditionFalse, rayv1.NoPendingCluster, "Active Ray cluster exists and no pending Ray cluster"}
+	check("promoted", p, serving, noPending)
+
+	rs.Status = p.status
+	active := readyCluster(rs, "svc-a")
+	rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:new"
+	p = computePlan(observed{rs: rs, now: t0, active: active, clusters: []rayv1.RayCluster{*active.cluster}, newName: names("svc-b")})
+	check("upgrading", p, serving, want{metav1.ConditionTrue, rayv1.BothActivePendingClustersExist, "Both active and pending Ray clusters exist"})
+
+	rs.Status = p.status
+	rs.Status.PendingServiceStatus = rayv1.RayServiceStatus{}
+	rs.Status.NumServeEndpoints = 0
+	p = computePlan(observed{rs: rs, now: t0, active: &clusterObs{}, newName: names("svc-c")})
+	// The active cluster is gone: no endpoints left, and no active cluster though the service was serving.
+	check("active deleted", p, want{metav1.ConditionFalse, rayv1.ZeroServeEndpoints, "Number of serve endpoints dropped to 0"},
+		want{metav1.ConditionUnknown, rayv1.NoActiveCluster, "No active Ray cluster exists, and the RayService is not initializing"})
+}
