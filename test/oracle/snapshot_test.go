@@ -59,7 +59,7 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 			same = same && d == digests[i]
 			digests[i] = d
 			ready = ready && snaps[i].ready
-			touched = touched && snaps[i].touched
+			touched = touched && snaps[i].touched && snaps[i].terminating == 0
 		}
 		if same {
 			stable++
@@ -92,6 +92,9 @@ type snapshot struct {
 	events  map[string]bool             // <object> Type/Reason of the events about Ray objects
 	ready   bool                        // every RayCluster ready with its pods, every RayJob past Initializing
 	touched bool                        // every Ray object has a status written for its generation
+	// terminating counts the Ray pods being deleted: a side whose pods are still going has not settled (its
+	// operator may be waiting for them, as a suspending cluster does), however long nothing else changes.
+	terminating int
 }
 
 // digest renders the snapshot, pods of a key in a fixed order (a cache lists them in any order).
@@ -107,7 +110,7 @@ func (s *snapshot) digest(t *testing.T) string {
 		}
 		slices.Sort(pods[k])
 	}
-	b, err := json.Marshal([]any{pods, s.objects, s.events})
+	b, err := json.Marshal([]any{pods, s.objects, s.events, s.terminating})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +209,9 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		nodeType, ok := p.Labels[builder.LabelNodeType]
+		if ok && p.DeletionTimestamp != nil {
+			s.terminating++ // on its way out: not compared, but nothing has settled while it goes
+		}
 		if !ok || p.DeletionTimestamp != nil {
 			continue // a submitter Job's pod (the Job is compared), or a pod on its way out
 		}
