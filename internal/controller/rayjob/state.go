@@ -255,7 +255,6 @@ func (r *Reconciler) initializing(ctx context.Context, run *run) error {
 	case rayv1.InteractiveMode:
 		if j.Spec.JobId == "" {
 			s.JobDeploymentStatus = rayv1.JobDeploymentStatusWaiting
-			s.Message = "waiting for spec.jobId: submit the job to the cluster, then set spec.jobId to its submission ID"
 			return nil
 		}
 		s.JobId = j.Spec.JobId
