@@ -586,6 +586,9 @@ func TestEnvtest(t *testing.T) {
 			t.Fatalf("RayJob gone too early: %v", err)
 		}
 		e.clusterGone(t, ns, c.Name)
+		if note, want := e.waitEvent(t, j, corev1.EventTypeNormal, ReasonSuspendedWorkers), "Set the `suspend` field to true for all worker groups in cluster "+ns+"/"+c.Name; note != want {
+			t.Errorf("event note %q, want %q", note, want)
+		}
 		testutil.Eventually(t, wait, "the RayJob deleted", func() (bool, string) {
 			err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), &rayv1.RayJob{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
