@@ -24,6 +24,9 @@ const (
 	// DefaultTransitionGracePeriod is how long a K8sJobMode RayJob waits for its submitter once the Ray job is
 	// terminal, or for the Ray job once the submitter failed (KubeRay's default, 300 s).
 	DefaultTransitionGracePeriod = 300 * time.Second
+	// DefaultSubmitterFinishedTimeout is how long a K8sJobMode RayJob waits, once its submitter Job finished, for
+	// Ray to report the job terminal before failing it (KubeRay's fixed 30 s).
+	DefaultSubmitterFinishedTimeout = 30 * time.Second
 	// DefaultPollInterval is how often a running job is polled (KubeRay requeues RayJobs every 3 s).
 	DefaultPollInterval = 3 * time.Second
 )
@@ -35,7 +38,8 @@ const (
 	ReasonFailedCreateCluster   = "FailedToCreateRayCluster"
 	ReasonDeletedCluster        = "DeletedRayCluster"
 	ReasonFailedDeleteCluster   = "FailedToDeleteRayCluster"
-	ReasonSuspendedWorkers      = "SuspendedWorkerGroups"
+	ReasonSuspendedWorkers      = "UpdatedRayCluster"
+	ReasonFailedSuspendWorkers  = "FailedToUpdateRayCluster"
 	ReasonCreatedSubmitter      = "CreatedRayJobSubmitter"
 	ReasonFailedSubmitter       = "FailedToCreateRayJobSubmitter"
 	ReasonDeletedSubmitter      = "DeletedRayJobSubmitter"
@@ -52,4 +56,5 @@ const (
 	ReasonFailedCreateService   = "FailedToCreateService"
 	ReasonUpdatedService        = "UpdatedService"
 	ReasonFailedUpdateService   = "FailedToUpdateService"
+	ReasonClusterNotFound       = "RayClusterNotFound"
 )

@@ -34,10 +34,12 @@ type Options struct {
 	ClusterDomain string
 	// MaxConcurrentReconciles is how many RayJobs reconcile at once (1 when zero).
 	MaxConcurrentReconciles int
-	// StatusCheckTimeout, TransitionGracePeriod and PollInterval default to the Default* constants.
-	StatusCheckTimeout    time.Duration
-	TransitionGracePeriod time.Duration
-	PollInterval          time.Duration
+	// StatusCheckTimeout, TransitionGracePeriod, SubmitterFinishedTimeout and PollInterval default to the Default*
+	// constants.
+	StatusCheckTimeout       time.Duration
+	TransitionGracePeriod    time.Duration
+	SubmitterFinishedTimeout time.Duration
+	PollInterval             time.Duration
 	// StopOnDeleteTimeout bounds how long deleting a RayJob waits for Ray to stop its job (30 s when zero); after
 	// it the finalizer goes anyway with a warning event, so an unreachable head cannot block deletion forever.
 	StopOnDeleteTimeout time.Duration
@@ -63,6 +65,9 @@ func NewReconciler(mgr ctrl.Manager, rays ray.ClientFactory, opts Options) *Reco
 	}
 	if opts.TransitionGracePeriod <= 0 {
 		opts.TransitionGracePeriod = DefaultTransitionGracePeriod
+	}
+	if opts.SubmitterFinishedTimeout <= 0 {
+		opts.SubmitterFinishedTimeout = DefaultSubmitterFinishedTimeout
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval

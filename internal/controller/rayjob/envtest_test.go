@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -64,7 +65,7 @@ func startEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	r := NewReconciler(mgr, fr, Options{
-		StatusCheckTimeout: 3 * time.Second, TransitionGracePeriod: 30 * time.Second,
+		StatusCheckTimeout: 3 * time.Second, TransitionGracePeriod: 30 * time.Second, SubmitterFinishedTimeout: 2 * time.Second,
 		PollInterval: 200 * time.Millisecond, StopOnDeleteTimeout: 3 * time.Second, MaxConcurrentReconciles: 4,
 	})
 	if err := r.SetupWithManager(mgr); err != nil {
@@ -176,6 +177,28 @@ func (e *env) update(t *testing.T, j *rayv1.RayJob, mutate func(*rayv1.RayJob)) 
 		err := e.cl.Update(context.Background(), cur)
 		return err == nil, fmt.Sprint(err)
 	})
+}
+
+// waitEvent waits for an event of the given type and reason about the RayJob, and returns its note.
+func (e *env) waitEvent(t *testing.T, j *rayv1.RayJob, typ, reason string) string {
+	t.Helper()
+	var note string
+	testutil.Eventually(t, wait, typ+" event "+reason, func() (bool, string) {
+		l := &eventsv1.EventList{}
+		if err := e.cl.List(context.Background(), l, client.InNamespace(j.Namespace)); err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, ev := range l.Items {
+			if ev.Regarding.Name == j.Name && ev.Regarding.Kind == "RayJob" && ev.Type == typ && ev.Reason == reason {
+				note = ev.Note
+				return true, ""
+			}
+			seen = append(seen, ev.Type+"/"+ev.Reason)
+		}
+		return false, fmt.Sprint("events: ", seen)
+	})
+	return note
 }
 
 func (e *env) requests(ns, cluster string) (reqs int, jobs int, stops []string) {
@@ -412,6 +435,41 @@ func TestEnvtest(t *testing.T) {
 		}
 	})
 
+	t.Run("K8sJobMode fails 30 s after the submitter finished when Ray never reports the job terminal", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "k8sgrace", func(j *rayv1.RayJob) {
+			j.Spec.SubmissionMode = rayv1.K8sJobMode
+			j.Spec.ShutdownAfterJobFinishes = true
+		})
+		c := e.readyCluster(t, j)
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
+		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusRunning, time.Now().UnixMilli(), 0) })
+		e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
+		// The submitter completes while Ray goes on reporting the job RUNNING.
+		sub := &batchv1.Job{}
+		if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "k8sgrace"}, sub); err != nil {
+			t.Fatal(err)
+		}
+		now := metav1.Now()
+		sub.Status.StartTime, sub.Status.CompletionTime, sub.Status.Succeeded = &now, &now, 1
+		sub.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		}
+		if err := e.cl.Status().Update(context.Background(), sub); err != nil {
+			t.Fatal(err)
+		}
+		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		s := got.Status
+		wantMsg := fmt.Sprintf("The RayJob submitter finished at %s but the ray job did not reach terminal state within 2s", now.Local().Format(time.DateTime))
+		if s.Reason != rayv1.JobDeploymentStatusTransitionGracePeriodExceeded || s.JobStatus != rayv1.JobStatusFailed || s.Message != wantMsg ||
+			ptr.Deref(s.Failed, 0) != 1 || s.EndTime == nil || s.EndTime.Time.Before(now.Add(2*time.Second-time.Second)) {
+			t.Errorf("status %+v, want message %q", s, wantMsg)
+		}
+		e.clusterGone(t, ns, c.Name)
+		e.waitEvent(t, j, corev1.EventTypeNormal, ReasonDeletedCluster)
+	})
+
 	t.Run("suspend: Suspended without a cluster, resume creates one, suspend again deletes it", func(t *testing.T) {
 		ns := e.namespace(t)
 		j := e.create(t, ns, "susp", func(j *rayv1.RayJob) { j.Spec.Suspend = true; j.Spec.ShutdownAfterJobFinishes = true })
@@ -528,6 +586,9 @@ func TestEnvtest(t *testing.T) {
 			t.Fatalf("RayJob gone too early: %v", err)
 		}
 		e.clusterGone(t, ns, c.Name)
+		if note, want := e.waitEvent(t, j, corev1.EventTypeNormal, ReasonSuspendedWorkers), "Set the `suspend` field to true for all worker groups in cluster "+ns+"/"+c.Name; note != want {
+			t.Errorf("event note %q, want %q", note, want)
+		}
 		testutil.Eventually(t, wait, "the RayJob deleted", func() (bool, string) {
 			err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), &rayv1.RayJob{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
@@ -577,14 +638,22 @@ func TestEnvtest(t *testing.T) {
 
 	t.Run("clusterSelector uses an existing cluster and leaves it", func(t *testing.T) {
 		ns := e.namespace(t)
-		existing := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}, Spec: *clusterSpec()}
-		if err := e.cl.Create(context.Background(), existing); err != nil {
-			t.Fatal(err)
-		}
 		j := e.create(t, ns, "selector", func(j *rayv1.RayJob) {
 			j.Spec.RayClusterSpec = nil
 			j.Spec.ClusterSelector = map[string]string{builder.LabelCluster: "shared"}
 		})
+		// Selected before it exists: a warning event as KubeRay's, the status message left alone.
+		note := e.waitEvent(t, j, corev1.EventTypeWarning, ReasonClusterNotFound)
+		if want := "RayCluster " + ns + "/shared set in the clusterSelector is not found. It must be created manually"; note != want {
+			t.Errorf("event note %q, want %q", note, want)
+		}
+		if got := e.get(t, j); got.Status.Message != "" || got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusInitializing {
+			t.Errorf("status %+v", got.Status)
+		}
+		existing := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}, Spec: *clusterSpec()}
+		if err := e.cl.Create(context.Background(), existing); err != nil {
+			t.Fatal(err)
+		}
 		c := e.readyCluster(t, j)
 		if c.Name != "shared" {
 			t.Fatalf("cluster = %s", c.Name)

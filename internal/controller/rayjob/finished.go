@@ -112,9 +112,10 @@ func (r *Reconciler) apply(ctx context.Context, run *run, p rayv1.DeletionPolicy
 			return nil
 		}
 		if err := r.client.Patch(ctx, cluster, patch); err != nil {
+			run.eventf(corev1.EventTypeWarning, ReasonFailedSuspendWorkers, "Delete", "Failed to suspend worker groups in cluster %s/%s: %v", cluster.Namespace, cluster.Name, err)
 			return fmt.Errorf("suspend worker groups of %s: %w", cluster.Name, err)
 		}
-		run.eventf(corev1.EventTypeNormal, ReasonSuspendedWorkers, "Delete", "suspended the worker groups of RayCluster %s (DeleteWorkers)", cluster.Name)
+		run.eventf(corev1.EventTypeNormal, ReasonSuspendedWorkers, "Delete", "Set the `suspend` field to true for all worker groups in cluster %s/%s", cluster.Namespace, cluster.Name)
 	case rayv1.DeleteSelf:
 		if err := r.client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("delete RayJob: %w", err)

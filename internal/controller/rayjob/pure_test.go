@@ -212,3 +212,33 @@ func TestClusterFor(t *testing.T) {
 		t.Error("ClusterFor changed the RayJob's spec")
 	}
 }
+
+func TestSubmitterGrace(t *testing.T) {
+	finished := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	const timeout = 30 * time.Second
+	cases := []struct {
+		name       string
+		status     rayv1.JobStatus
+		finishedAt time.Time
+		now        time.Time
+		wait       time.Duration
+		giveUp     bool
+	}{
+		{"submitter still running", rayv1.JobStatusRunning, time.Time{}, finished.Add(time.Hour), 0, false},
+		{"just finished, Ray never answered", rayv1.JobStatusNew, finished, finished, timeout, false},
+		{"10 s later, Ray says RUNNING", rayv1.JobStatusRunning, finished, finished.Add(10 * time.Second), 20 * time.Second, false},
+		{"at the deadline", rayv1.JobStatusPending, finished, finished.Add(timeout), 0, true},
+		{"past the deadline", rayv1.JobStatusNew, finished, finished.Add(time.Minute), 0, true},
+		{"Ray reported SUCCEEDED: settled by Ray's status", rayv1.JobStatusSucceeded, finished, finished.Add(time.Minute), 0, false},
+		{"Ray reported FAILED: settled by Ray's status", rayv1.JobStatusFailed, finished, finished.Add(time.Minute), 0, false},
+		{"Ray reported STOPPED: settled by Ray's status", rayv1.JobStatusStopped, finished, finished.Add(time.Minute), 0, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			wait, giveUp := SubmitterGrace(tc.status, tc.finishedAt, tc.now, timeout)
+			if wait != tc.wait || giveUp != tc.giveUp {
+				t.Errorf("SubmitterGrace = (%v, %v), want (%v, %v)", wait, giveUp, tc.wait, tc.giveUp)
+			}
+		})
+	}
+}

@@ -200,7 +200,7 @@ func (r *Reconciler) ensureCluster(ctx context.Context, run *run) (*rayv1.RayClu
 		return cluster, err
 	}
 	if len(j.Spec.ClusterSelector) > 0 {
-		j.Status.Message = fmt.Sprintf("waiting for RayCluster %s (spec.clusterSelector) to exist", j.Status.RayClusterName)
+		run.eventf(corev1.EventTypeWarning, ReasonClusterNotFound, "Get", "RayCluster %s/%s set in the clusterSelector is not found. It must be created manually", j.Namespace, j.Status.RayClusterName)
 		run.requeueAfter(r.opts.PollInterval)
 		return nil, nil
 	}
@@ -210,7 +210,7 @@ func (r *Reconciler) ensureCluster(ctx context.Context, run *run) (*rayv1.RayClu
 			run.requeueAfter(time.Second)
 			return nil, nil
 		}
-		run.eventf(corev1.EventTypeWarning, ReasonFailedCreateCluster, "Create", "failed to create RayCluster %s: %v", c.Name, err)
+		run.eventf(corev1.EventTypeWarning, ReasonFailedCreateCluster, "Create", "Failed to create RayCluster %s/%s: %v", c.Namespace, c.Name, err)
 		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 			// The API server refuses the cluster as written: retrying will not help.
 			r.fail(run, rayv1.SubmissionFailed, fmt.Sprintf("spec.rayClusterSpec: the API server refused RayCluster %s: %v", c.Name, err))
@@ -241,13 +241,11 @@ func (r *Reconciler) initializing(ctx context.Context, run *run) error {
 		return nil
 	}
 	if cluster.Status.State != rayv1.Ready {
-		s.Message = fmt.Sprintf("waiting for RayCluster %s to be ready", cluster.Name)
 		if len(j.Spec.ClusterSelector) > 0 {
 			run.requeueAfter(r.opts.PollInterval) // not owned: no watch event will come
 		}
 		return nil
 	}
-	s.Message = ""
 	s.DashboardURL = DashboardURL(cluster, r.opts.ClusterDomain)
 	switch submissionMode(j) {
 	case rayv1.K8sJobMode:
@@ -257,7 +255,6 @@ func (r *Reconciler) initializing(ctx context.Context, run *run) error {
 	case rayv1.InteractiveMode:
 		if j.Spec.JobId == "" {
 			s.JobDeploymentStatus = rayv1.JobDeploymentStatusWaiting
-			s.Message = "waiting for spec.jobId: submit the job to the cluster, then set spec.jobId to its submission ID"
 			return nil
 		}
 		s.JobId = j.Spec.JobId
@@ -338,6 +335,9 @@ func (r *Reconciler) running(ctx context.Context, run *run) error {
 	if err := r.ensureHeadService(ctx, run, cluster); err != nil {
 		return err
 	}
+	if gaveUp, err := r.submitterFinishedTimeout(ctx, run); gaveUp || err != nil {
+		return err
+	}
 	dash, err := r.rays.DashboardFor(HeadTarget(cluster))
 	if err != nil {
 		return err
@@ -385,6 +385,56 @@ func (r *Reconciler) running(ctx context.Context, run *run) error {
 	}
 	r.fail(run, rayv1.AppFailed, msg)
 	return nil
+}
+
+// SubmitterGrace decides a K8sJobMode job whose submitter Job finished at finishedAt (zero: not finished) while
+// Ray has not reported the job terminal: wait how long for Ray to catch up, or give up (the timeout has passed).
+// A job Ray reported terminal is settled by the status Ray gives, never here. It is pure.
+func SubmitterGrace(jobStatus rayv1.JobStatus, finishedAt, now time.Time, timeout time.Duration) (wait time.Duration, giveUp bool) {
+	if finishedAt.IsZero() || rayv1.IsJobTerminal(jobStatus) {
+		return 0, false
+	}
+	if left := finishedAt.Add(timeout).Sub(now); left > 0 {
+		return left, false
+	}
+	return 0, true
+}
+
+// submitterFinishedTimeout fails a K8sJobMode job whose submitter finished SubmitterFinishedTimeout ago while Ray
+// never reported the job terminal (an unreachable head, a job Ray lost), as KubeRay does; before that it wakes up
+// when the timeout ends. It reports whether it failed the job.
+func (r *Reconciler) submitterFinishedTimeout(ctx context.Context, run *run) (bool, error) {
+	j := run.j
+	s := &j.Status
+	if submissionMode(j) != rayv1.K8sJobMode {
+		return false, nil
+	}
+	sub, err := r.getSubmitter(ctx, j)
+	if err != nil || sub == nil {
+		return false, err
+	}
+	finishedAt := submitterFinishedAt(sub)
+	wait, giveUp := SubmitterGrace(s.JobStatus, finishedAt, run.now, r.opts.SubmitterFinishedTimeout)
+	if !giveUp {
+		if wait > 0 {
+			run.requeueAfter(wait)
+		}
+		return false, nil
+	}
+	s.JobStatus = rayv1.JobStatusFailed
+	r.fail(run, rayv1.JobDeploymentStatusTransitionGracePeriodExceeded, fmt.Sprintf(
+		"The RayJob submitter finished at %s but the ray job did not reach terminal state within %v", finishedAt.Format(time.DateTime), r.opts.SubmitterFinishedTimeout))
+	return true, nil
+}
+
+// submitterFinishedAt is when the submitter Job completed or failed; zero while it runs.
+func submitterFinishedAt(job *batchv1.Job) time.Time {
+	for _, t := range []batchv1.JobConditionType{batchv1.JobComplete, batchv1.JobFailed} {
+		if c := jobCondition(job, t); c != nil {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
 }
 
 func rayJobInfo(info *ray.JobInfo) rayv1.RayJobStatusInfo {
@@ -455,14 +505,10 @@ func (r *Reconciler) checkSubmitterAlive(ctx context.Context, run *run, cluster 
 			return r.ensureSubmitter(ctx, run, cluster)
 		}
 		if c := jobCondition(sub, batchv1.JobFailed); c != nil {
-			failedAt, why = c.LastTransitionTime.Time, fmt.Sprintf("submitter Job %s failed: %s", sub.Name, c.Message)
+			failedAt, why = c.LastTransitionTime.Time, fmt.Sprintf("Job submission has failed. Reason: %s. Message: %s", c.Reason, c.Message)
 		} else if c := jobCondition(sub, batchv1.JobComplete); c != nil && j.Status.JobStatus == rayv1.JobStatusNew {
-			// It finished without Ray ever knowing the job: wait a grace period for Ray to show it, then give up.
-			if wait := r.opts.TransitionGracePeriod - run.now.Sub(c.LastTransitionTime.Time); wait > 0 {
-				run.requeueAfter(min(wait, r.opts.PollInterval))
-				return nil
-			}
-			r.fail(run, rayv1.SubmissionFailed, fmt.Sprintf("submitter Job %s completed but Ray does not know job %s", sub.Name, j.Status.JobId))
+			// It finished and Ray does not know the job: the submission went nowhere.
+			r.fail(run, rayv1.AppFailed, "Submitter completed but Ray job not found in RayCluster.")
 			return nil
 		} else {
 			return nil
