@@ -1,6 +1,7 @@
 package raycluster
 
 import (
+	"maps"
 	"sync"
 	"time"
 
@@ -36,6 +37,11 @@ var notYetTrue = map[string]bool{
 // condition outside progressConditions unchanged (status, reason and message).
 func progressOnly(old, new *rayv1.RayClusterStatus) bool {
 	if old.State != new.State {
+		return false
+	}
+	if len(old.Endpoints) > 0 && !maps.Equal(old.Endpoints, new.Endpoints) {
+		// A correction of what clients connect to (a Service's node ports known only after a create that raced
+		// the cache), not progress: written at once. Endpoints appearing for a new cluster are progress.
 		return false
 	}
 	types := map[string]bool{}

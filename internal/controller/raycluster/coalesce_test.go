@@ -31,6 +31,10 @@ func TestStatusHold(t *testing.T) {
 	suspending.Conditions = append(suspending.Conditions,
 		cond(string(rayv1.RayClusterSuspended), metav1.ConditionFalse, "Suspended"),
 		cond(string(rayv1.RayClusterSuspending), metav1.ConditionTrue, "Suspending"))
+	withPorts := *progressing.DeepCopy()
+	withPorts.Endpoints = map[string]string{"dashboard": "8265"}
+	withNodePorts := *withPorts.DeepCopy()
+	withNodePorts.Endpoints = map[string]string{"dashboard": "31265"}
 	failing := *progressing.DeepCopy()
 	failing.Conditions = append(failing.Conditions, cond(string(rayv1.RayClusterReplicaFailure), metav1.ConditionTrue, "FailedCreateWorkerPod"))
 
@@ -51,6 +55,8 @@ func TestStatusHold(t *testing.T) {
 		{"a new cluster's first status, not suspended, is held", rayv1.RayClusterStatus{}, notSuspended, time.Time{}, t0, window, window},
 		{"suspending is written at once", notSuspended, suspending, t0, t0.Add(time.Second), window, 0},
 		{"the end of suspending is written at once", suspending, notSuspended, t0, t0.Add(time.Second), window, 0},
+		{"endpoints appearing are progress", progressing, withPorts, time.Time{}, t0, window, window},
+		{"corrected endpoints are written at once", withPorts, withNodePorts, t0, t0.Add(time.Second), window, 0},
 		{"no window, no hold", rayv1.RayClusterStatus{}, progressing, time.Time{}, t0, -1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
