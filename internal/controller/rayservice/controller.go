@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,6 +50,10 @@ type Reconciler struct {
 	apiReader client.Reader
 	recorder  events.EventRecorder
 	opts      Options
+	// applied remembers, per RayCluster UID, the Serve config annotations this process just wrote and the
+	// resourceVersion they were written over, so a reconcile reading the cluster from a cache that has not seen
+	// the patch yet does not send the same config again.
+	applied sync.Map // types.UID -> appliedRecord
 }
 
 // NewReconciler builds the controller from the manager's cached client and event recorder.

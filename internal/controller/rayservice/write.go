@@ -98,6 +98,7 @@ func (r *Reconciler) applyServeConfig(ctx context.Context, a serveApply) error {
 	if err := dash.DeployServeConfigV2(cctx, a.config); err != nil {
 		return err
 	}
+	before := c.ResourceVersion
 	patched := c.DeepCopy()
 	patched.Annotations = maps.Clone(patched.Annotations)
 	if patched.Annotations == nil {
@@ -108,9 +109,35 @@ func (r *Reconciler) applyServeConfig(ctx context.Context, a serveApply) error {
 	if err := r.client.Patch(ctx, patched, client.MergeFrom(c)); err != nil {
 		return fmt.Errorf("record the applied config on RayCluster %s: %w", c.Name, err)
 	}
+	r.applied.Store(c.UID, appliedRecord{hash: a.hash, headID: a.headID, over: before})
 	// Later steps of this reconcile (annotation patches) build on the recorded state.
 	c.Annotations = patched.Annotations
 	return nil
+}
+
+// appliedRecord is a Serve config this process applied and recorded on a cluster whose resourceVersion was over.
+type appliedRecord struct {
+	hash, headID, over string
+}
+
+// withApplied puts back on a cluster read from a stale cache the Serve config record this process wrote over that
+// very version; once the cache holds a newer version, the cluster speaks for itself.
+func (r *Reconciler) withApplied(c *rayv1.RayCluster) {
+	v, ok := r.applied.Load(c.UID)
+	if !ok {
+		return
+	}
+	rec := v.(appliedRecord)
+	if c.ResourceVersion != rec.over {
+		r.applied.Delete(c.UID)
+		return
+	}
+	c.Annotations = maps.Clone(c.Annotations)
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[builder.AnnotationServeConfigHash] = rec.hash
+	c.Annotations[builder.AnnotationServeConfigHead] = rec.headID
 }
 
 func (r *Reconciler) dashboardPort(ctx context.Context, c *rayv1.RayCluster) int32 {
