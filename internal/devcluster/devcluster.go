@@ -68,6 +68,9 @@ type Options struct {
 	CRDDirs []string
 	// ExtraStages are more kwok Stage documents (YAML), for tests that need pods to fail or exit.
 	ExtraStages [][]byte
+	// HoldJobPods leaves out the stage that completes a Job's running pods: they run until the test ends them
+	// (a test that plays a submitter pod itself).
+	HoldJobPods bool
 	// KubeconfigPath, when set, also writes the admin kubeconfig there.
 	KubeconfigPath string
 	// Logf receives progress lines; nil discards them.
@@ -311,7 +314,13 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 }
 
 func (c *Cluster) startKwok(ctx context.Context) error {
-	docs := [][]byte{kwokConfiguration, defaultStages}
+	docs := [][]byte{kwokConfiguration}
+	for _, d := range strings.Split(string(defaultStages), "\n---\n") {
+		if c.opts.HoldJobPods && strings.Contains(d, "\n  name: pod-complete\n") {
+			continue
+		}
+		docs = append(docs, []byte(d))
+	}
 	docs = append(docs, c.opts.ExtraStages...)
 	cfg := filepath.Join(c.dir, "kwok.yaml")
 	var b strings.Builder

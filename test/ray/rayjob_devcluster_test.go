@@ -37,7 +37,8 @@ import (
 func TestRayJobK8sJobModeOnDevCluster(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	dc, err := devcluster.Start(ctx, devcluster.Options{Nodes: 2, NodeCPU: "64", NodeMemory: "256Gi", NodeMaxPods: 110, Logf: t.Logf})
+	// The test plays the submitter pod: kwok keeps it running until the test has run its script and ends it.
+	dc, err := devcluster.Start(ctx, devcluster.Options{Nodes: 2, NodeCPU: "64", NodeMemory: "256Gi", NodeMaxPods: 110, HoldJobPods: true, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,10 +181,41 @@ func runSubmitterAndWait(t *testing.T, cl client.Client, dash *ray.DashboardClie
 			t.Fatalf("submitter script, run %d: %v\n%s", run, err, out.String())
 		}
 	}
+	completeSubmitterPod(t, cl, sub)
 	got := waitRayJob(t, cl, j, "Complete", func(j *rayv1.RayJob) bool { return rayv1.IsJobDeploymentTerminal(j.Status.JobDeploymentStatus) })
 	expectOneSubmission(t, dash, got.Status.JobId)
 	if ptr.Deref(sub.Spec.BackoffLimit, 0) != 2 {
 		t.Errorf("submitter backoffLimit = %v, want 2", sub.Spec.BackoffLimit)
 	}
 	return got
+}
+
+// completeSubmitterPod ends the submitter Job's running pod as its kubelet would once the script exited 0, so the
+// Job controller completes the Job.
+func completeSubmitterPod(t *testing.T, cl client.Client, sub *batchv1.Job) {
+	t.Helper()
+	var pod corev1.Pod
+	testutil.Eventually(t, jobTimeout, "the running submitter pod of "+sub.Name, func() (bool, string) {
+		pods := &corev1.PodList{}
+		if err := cl.List(t.Context(), pods, client.InNamespace(sub.Namespace), client.MatchingLabels{"job-name": sub.Name}); err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				pod = p
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d pods, none running", len(pods.Items))
+	})
+	now := metav1.Now()
+	pod.Status.Phase = corev1.PodSucceeded
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now}}
+	for i := range pod.Status.ContainerStatuses {
+		cs := &pod.Status.ContainerStatuses[i]
+		cs.Ready, cs.State = false, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}}
+	}
+	if err := cl.Status().Update(t.Context(), &pod); err != nil {
+		t.Fatalf("ending the submitter pod: %v", err)
+	}
 }
