@@ -405,7 +405,11 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 		})
 		return &backedOff{fmt.Errorf("create workers of group %s: %w", g.GroupName, err)}
 	}
-	r.createBackoff().succeeded(run.key)
+	if created > 0 {
+		// Only a create that went through ends the backoff: a group with nothing to create says nothing about the
+		// group whose creates are refused (resetting here let such a cluster retry at once, every reconcile).
+		r.createBackoff().succeeded(run.key)
+	}
 	return nil
 }
 
