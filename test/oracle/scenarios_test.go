@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -159,12 +158,7 @@ func deletePod(nodeType, host string) func(*testing.T, side, string) {
 // failWorker makes the first worker's pod Failed, as a kubelet does when its container dies for good.
 func failWorker(t *testing.T, sd side, ns string) {
 	p := podsOf(t, sd, ns, builder.NodeTypeWorker)[0]
-	p.Status.Phase = corev1.PodFailed
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: metav1.Now()}}
-	for i := range p.Status.ContainerStatuses {
-		cs := &p.Status.ContainerStatuses[i]
-		cs.Ready, cs.State = false, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}
-	}
+	testutil.EndPod(&p, 1)
 	if err := sd.cl.Status().Update(context.Background(), &p); err != nil {
 		t.Fatalf("%s: %v", sd.name, err)
 	}
@@ -210,13 +204,7 @@ func deleteAndWaitCleanupJob(t *testing.T, sd side, ns string) {
 func completeCleanupJob(t *testing.T, sd side, ns string) {
 	ctx := context.Background()
 	p := podsOf(t, sd, ns, builder.NodeTypeRedisCleanup)[0]
-	now := metav1.Now()
-	p.Status.Phase = corev1.PodSucceeded
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now}}
-	for i := range p.Status.ContainerStatuses {
-		cs := &p.Status.ContainerStatuses[i]
-		cs.Ready, cs.State = false, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}}
-	}
+	testutil.EndPod(&p, 0)
 	if err := sd.cl.Status().Update(ctx, &p); err != nil {
 		t.Fatalf("%s: %v", sd.name, err)
 	}

@@ -208,13 +208,7 @@ func completeSubmitterPod(t *testing.T, cl client.Client, sub *batchv1.Job) {
 		}
 		return false, fmt.Sprintf("%d pods, none running", len(pods.Items))
 	})
-	now := metav1.Now()
-	pod.Status.Phase = corev1.PodSucceeded
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse, LastTransitionTime: now}}
-	for i := range pod.Status.ContainerStatuses {
-		cs := &pod.Status.ContainerStatuses[i]
-		cs.Ready, cs.State = false, corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: now}}
-	}
+	testutil.EndPod(&pod, 0)
 	if err := cl.Status().Update(t.Context(), &pod); err != nil {
 		t.Fatalf("ending the submitter pod: %v", err)
 	}
