@@ -73,6 +73,8 @@ type Options struct {
 	HoldJobPods bool
 	// KubeconfigPath, when set, also writes the admin kubeconfig there.
 	KubeconfigPath string
+	// Profiling serves the API server's /debug/pprof (to the admin), for benchmarks that profile it.
+	Profiling bool
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -182,6 +184,15 @@ func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.config) }
 // Dir is where the cluster keeps its files and component logs.
 func (c *Cluster) Dir() string { return c.dir }
 
+// PIDs returns the process IDs of the components the cluster runs (etcd, kube-apiserver, kwok, ...), by name.
+func (c *Cluster) PIDs() map[string]int {
+	out := make(map[string]int, len(c.procs))
+	for _, p := range c.procs {
+		out[p.name] = p.cmd.Process.Pid
+	}
+	return out
+}
+
 // Stop stops every process the cluster started, in reverse order, and removes the temp dir it created. It is safe
 // to call more than once.
 func (c *Cluster) Stop() error {
@@ -254,7 +265,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		"--allow-privileged=true",
 		"--max-requests-inflight=1000",
 		"--max-mutating-requests-inflight=500",
-		"--profiling=false",
+		"--profiling="+strconv.FormatBool(c.opts.Profiling),
 		"--v=0",
 	); err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,8 +58,26 @@ var (
 	objects = newObjectCollector()
 )
 
+// eventsQueued reports the operator's event writes waiting in memory (SetEventsQueued); events are held back while
+// the operator writes pods, Services and statuses.
+var (
+	eventsQueuedFunc atomic.Pointer[func() int]
+	eventsQueued     = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "manta_events_queued",
+		Help: "Event writes waiting in the operator's memory (held back while it writes pods, Services and statuses).",
+	}, func() float64 {
+		if f := eventsQueuedFunc.Load(); f != nil {
+			return float64((*f)())
+		}
+		return 0
+	})
+)
+
+// SetEventsQueued makes manta_events_queued report f (the running operator's event queue).
+func SetEventsQueued(f func() int) { eventsQueuedFunc.Store(&f) }
+
 func init() {
-	ctrlmetrics.Registry.MustRegister(clusterProvisionedDuration, jobExecutionDuration, imagePulls, imagePullDuration, objects)
+	ctrlmetrics.Registry.MustRegister(clusterProvisionedDuration, jobExecutionDuration, imagePulls, imagePullDuration, objects, eventsQueued)
 }
 
 // ObserveCluster sets kuberay_cluster_provisioned_duration_seconds when c's RayClusterProvisioned condition turns

@@ -2,79 +2,381 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/tools/reference"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	"github.com/manta-dev/manta/internal/metrics"
 )
 
 // Default event write limits (--event-qps, --event-burst). A new RayCluster costs three events (CreatedService,
 // CreatedHeadPod, CreatedWorkerPod: one per reason, the worker pods of a group counted in one note), so 20 a second
-// covers about seven new clusters a second, more than a control plane that must also create their pods keeps up
-// with; a burst beyond that waits in memory and is written after the pods, not beside them.
+// covers about seven new clusters a second when nothing else is being written.
 const (
 	DefaultEventQPS   = 20
 	DefaultEventBurst = 50
 )
 
-// eventManager is the manager with the operator's own events.k8s.io recorder: its own REST client and client-side
-// rate limiter (opts.EventQPS, opts.EventBurst), so that events never take from the budget the pod, Service and
-// status writes draw on, and are sent after the reconcile that records them, from client-go's broadcaster, which
-// also folds a repeated event (same object, type, reason and action) into one series: a second one is a patch, any
-// later one only a count in memory until the series' half-hourly refresh.
-type eventManager struct {
-	ctrl.Manager
-	client v1.EventsV1Interface
+// While the operator is writing pods, Services and statuses (it wrote one less than eventQuiet ago), events are
+// written at most one per eventBusyInterval: on a control plane busy creating the pods of a burst of new clusters,
+// an event write costs the API server what a pod's does, and nobody waits for an event. The held events stay in
+// memory, compact, in the order they happened, with the time they happened, and are written at --event-qps once
+// the writes pause.
+const (
+	eventQuiet        = 500 * time.Millisecond
+	eventBusyInterval = 500 * time.Millisecond
+	// A repeated event (same object, type, reason, action, controller and related object) within seriesWindow of
+	// the last one is a series: the first repeat is written as a count on the existing Event, later ones at most
+	// every seriesRefresh.
+	seriesWindow  = 6 * time.Minute
+	seriesRefresh = 5 * time.Minute
+	// A write that fails is tried again, up to eventAttempts times (the Event is dropped after, with a log line).
+	eventAttempts = 12
+)
 
-	mu          sync.Mutex
-	broadcaster events.EventBroadcaster
-	ctx         context.Context
-	cancel      context.CancelFunc
+// writeActivity remembers when the operator last sent a write other than an event.
+type writeActivity struct{ last atomic.Int64 }
+
+func (w *writeActivity) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.Method != http.MethodGet && !isEventPath(r.URL.Path) {
+			w.last.Store(time.Now().UnixNano())
+		}
+		return rt.RoundTrip(r)
+	})
 }
 
-// withEventRecorder wraps mgr so that GetEventRecorder answers from a broadcaster writing through its own client.
-func withEventRecorder(mgr ctrl.Manager, qps float32, burst int) (ctrl.Manager, error) {
+// isEventPath says whether an API path is of core/v1 or events.k8s.io/v1 Events:
+// /api/v1/namespaces/<ns>/events[/<name>] or /apis/events.k8s.io/v1/namespaces/<ns>/events[/<name>].
+func isEventPath(path string) bool {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 5 && parts[0] == "api" && parts[2] == "namespaces":
+		return parts[4] == "events"
+	case len(parts) >= 6 && parts[0] == "apis" && parts[1] == "events.k8s.io" && parts[3] == "namespaces":
+		return parts[5] == "events"
+	}
+	return false
+}
+
+// busy says whether a write other than an event was sent less than eventQuiet ago.
+func (w *writeActivity) busy(now time.Time) bool {
+	return now.Sub(time.Unix(0, w.last.Load())) < eventQuiet
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// eventManager is the manager with the operator's own events.k8s.io recorder: events are queued in memory when
+// recorded and written by one goroutine through a client of their own (opts.EventQPS, opts.EventBurst), after
+// the reconcile that records them and behind the operator's other writes (see eventQuiet), so that events never
+// take from the budget of pod, Service and status writes nor queue ahead of them at the API server.
+type eventManager struct {
+	ctrl.Manager
+	client   v1.EventsV1Interface
+	activity *writeActivity
+	instance string
+
+	mu      sync.Mutex
+	queue   []*pendingEvent
+	series  map[seriesKey]*pendingEvent
+	wake    chan struct{}
+	stopped bool
+}
+
+type seriesKey struct {
+	typ, action, reason, controller string
+	regarding, related              corev1.ObjectReference
+}
+
+// pendingEvent is one Event as the API server has it (or will): written says it was created, queued that a write
+// (the create, or a series count) waits in the queue.
+type pendingEvent struct {
+	ev        eventsv1.Event
+	written   bool
+	queued    bool
+	attempts  int
+	lastWrite time.Time
+}
+
+// withEventRecorder wraps mgr so that GetEventRecorder answers from the operator's event queue.
+func withEventRecorder(mgr ctrl.Manager, activity *writeActivity, qps float32, burst int) (ctrl.Manager, error) {
 	cfg := rest.CopyConfig(mgr.GetConfig())
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = qps, burst, nil
 	cl, err := v1.NewForConfigAndClient(cfg, mgr.GetHTTPClient())
 	if err != nil {
 		return nil, err
 	}
-	m := &eventManager{Manager: mgr, client: cl}
-	m.ctx, m.cancel = context.WithCancel(context.Background())
-	// Stops the broadcaster's goroutines with the manager (events still waiting on the limiter are dropped).
-	err = mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		<-ctx.Done()
-		m.stop()
-		return nil
-	}))
+	host, _ := os.Hostname()
+	m := &eventManager{Manager: mgr, client: cl, activity: activity, instance: host,
+		series: map[seriesKey]*pendingEvent{}, wake: make(chan struct{}, 1)}
+	metrics.SetEventsQueued(m.Pending)
+	err = mgr.Add(manager.RunnableFunc(m.run))
 	return m, err
 }
 
-// GetEventRecorder starts the broadcaster on first use (controllers ask for their recorders while being set up,
-// before the manager starts), as controller-runtime's own provider does.
+// GetEventRecorder returns a recorder whose events carry name as their reporting controller.
 func (m *eventManager) GetEventRecorder(name string) recorder.EventRecorder {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.broadcaster == nil {
-		m.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: m.client})
-		if err := m.broadcaster.StartRecordingToSinkWithContext(m.ctx); err != nil {
-			ctrl.Log.WithName("events").Error(err, "start recording events")
+	return &queuedRecorder{m: m, controller: name, instance: name + "-" + m.instance}
+}
+
+// GetEventRecorderFor is the old core/v1 events API: the operator's controllers do not use it.
+func (m *eventManager) GetEventRecorderFor(name string) record.EventRecorder {
+	return m.Manager.GetEventRecorderFor(name)
+}
+
+type queuedRecorder struct {
+	m                    *eventManager
+	controller, instance string
+}
+
+func (r *queuedRecorder) Eventf(regarding, related runtime.Object, eventtype, reason, action, note string, args ...any) {
+	r.AnnotatedEventf(regarding, related, nil, eventtype, reason, action, note, args...)
+}
+
+func (r *queuedRecorder) AnnotatedEventf(regarding, related runtime.Object, annotations map[string]string, eventtype, reason, action, note string, args ...any) {
+	now := time.Now()
+	log := ctrl.Log.WithName("events")
+	ref, err := reference.GetReference(r.m.GetScheme(), regarding)
+	if err != nil {
+		log.Error(err, "no reference for the event's object; event not recorded", "reason", reason)
+		return
+	}
+	var rel *corev1.ObjectReference
+	if related != nil {
+		if rel, err = reference.GetReference(r.m.GetScheme(), related); err != nil {
+			rel = nil
 		}
 	}
-	// client-go's recorder has AnnotatedEventf too; its interface does not say so.
-	return m.broadcaster.NewRecorder(m.GetScheme(), name).(recorder.EventRecorder)
+	if eventtype != corev1.EventTypeNormal && eventtype != corev1.EventTypeWarning {
+		log.Error(nil, "unsupported event type; event not recorded", "type", eventtype, "reason", reason)
+		return
+	}
+	ns := ref.Namespace
+	if ns == "" {
+		ns = metav1.NamespaceDefault
+	}
+	ev := eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", ref.Name, now.UnixNano()), Namespace: ns, Annotations: annotations},
+		EventTime:           metav1.NewMicroTime(now),
+		ReportingController: r.controller,
+		ReportingInstance:   r.instance,
+		Action:              action,
+		Reason:              reason,
+		Regarding:           *ref,
+		Related:             rel,
+		Note:                fmt.Sprintf(note, args...),
+		Type:                eventtype,
+	}
+	r.m.record(ev, now)
+}
+
+// record queues a new Event, or counts a repeat of a recent one in its series.
+func (m *eventManager) record(ev eventsv1.Event, now time.Time) {
+	key := seriesKey{typ: ev.Type, action: ev.Action, reason: ev.Reason, controller: ev.ReportingController, regarding: ev.Regarding}
+	if ev.Related != nil {
+		key.related = *ev.Related
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		return
+	}
+	if p, ok := m.series[key]; ok && now.Sub(lastObserved(&p.ev)) < seriesWindow {
+		count := int32(2)
+		if p.ev.Series != nil {
+			count = p.ev.Series.Count + 1
+		}
+		p.ev.Series = &eventsv1.EventSeries{Count: count, LastObservedTime: metav1.NewMicroTime(now)}
+		// The first repeat is written at once (a count of 2 says "this is happening again"); later counts are
+		// refreshed every seriesRefresh, by the writer's sweep.
+		if !p.queued && (!p.written || count == 2) {
+			p.attempts = 0
+			m.enqueue(p)
+		}
+		return
+	}
+	p := &pendingEvent{ev: ev}
+	m.series[key] = p
+	m.enqueue(p)
+}
+
+func (m *eventManager) enqueue(p *pendingEvent) {
+	p.queued = true
+	m.queue = append(m.queue, p)
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+func lastObserved(ev *eventsv1.Event) time.Time {
+	if ev.Series != nil {
+		return ev.Series.LastObservedTime.Time
+	}
+	return ev.EventTime.Time
+}
+
+// Pending is how many event writes wait in the queue.
+func (m *eventManager) Pending() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.queue)
+}
+
+// run writes the queued events until ctx ends; what is still queued then is dropped (and counted in a log line).
+func (m *eventManager) run(ctx context.Context) error {
+	sweep := time.NewTicker(time.Minute)
+	defer sweep.Stop()
+	for {
+		select {
+		case <-sweep.C:
+			m.sweep(time.Now())
+		default:
+		}
+		p := m.next()
+		if p == nil {
+			select {
+			case <-ctx.Done():
+				m.stop()
+				return nil
+			case <-m.wake:
+			case <-sweep.C:
+				m.sweep(time.Now())
+			}
+			continue
+		}
+		// Behind the operator's other writes: while they go on, one event per eventBusyInterval.
+		if m.activity != nil && m.activity.busy(time.Now()) {
+			select {
+			case <-ctx.Done():
+				m.stop()
+				return nil
+			case <-time.After(eventBusyInterval):
+			}
+		}
+		if attempts := m.write(ctx, p); attempts > 0 {
+			// The API server refused or did not answer: wait before the next write, longer each time.
+			select {
+			case <-ctx.Done():
+				m.stop()
+				return nil
+			case <-time.After(min(time.Duration(attempts)*time.Second, 10*time.Second)):
+			}
+		}
+	}
+}
+
+// next takes the oldest queued write, with the Event as it is now (a series count recorded meanwhile included).
+func (m *eventManager) next() *pendingEvent {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.queue) == 0 {
+		return nil
+	}
+	p := m.queue[0]
+	m.queue[0] = nil
+	m.queue = m.queue[1:]
+	if len(m.queue) == 0 {
+		m.queue = nil // let the backing array go after a burst
+	}
+	p.queued = false
+	return p
+}
+
+// write creates the Event, or writes its series count when it exists; a failed write goes back in the queue. It
+// returns the attempts made so far when the write failed, 0 otherwise.
+func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
+	m.mu.Lock()
+	ev := *p.ev.DeepCopy()
+	written := p.written
+	m.mu.Unlock()
+	var err error
+	if !written {
+		_, err = m.client.Events(ev.Namespace).Create(ctx, &ev, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+	} else {
+		var patch []byte
+		patch, err = json.Marshal(map[string]any{"series": ev.Series})
+		if err == nil {
+			_, err = m.client.Events(ev.Namespace).Patch(ctx, ev.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		}
+		if apierrors.IsNotFound(err) {
+			// The Event expired (the API server keeps Events for an hour): write it again, as a new one.
+			m.mu.Lock()
+			p.written = false
+			p.ev.Name = fmt.Sprintf("%s.%x", p.ev.Regarding.Name, time.Now().UnixNano())
+			m.enqueue(p)
+			m.mu.Unlock()
+			return 0
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err == nil {
+		p.written, p.attempts, p.lastWrite = true, 0, time.Now()
+		return 0
+	}
+	if ctx.Err() != nil {
+		return 0
+	}
+	p.attempts++
+	if p.attempts >= eventAttempts || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
+		ctrl.Log.WithName("events").Error(err, "event not written", "object", p.ev.Regarding.Name, "reason", p.ev.Reason, "attempts", p.attempts)
+		return 0
+	}
+	if !p.queued {
+		m.enqueue(p)
+	}
+	return p.attempts
+}
+
+// sweep writes the counts of series that grew since their last write (at most every seriesRefresh) and forgets
+// series that ended more than seriesWindow ago.
+func (m *eventManager) sweep(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, p := range m.series {
+		switch {
+		case p.queued:
+		case now.Sub(lastObserved(&p.ev)) >= seriesWindow:
+			if p.written || p.attempts >= eventAttempts {
+				delete(m.series, k)
+			}
+		case p.written && p.ev.Series != nil && p.ev.Series.LastObservedTime.After(p.lastWrite) && now.Sub(p.lastWrite) >= seriesRefresh:
+			m.enqueue(p)
+		}
+	}
 }
 
 func (m *eventManager) stop() {
-	m.cancel()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.broadcaster != nil {
-		m.broadcaster.Shutdown()
+	m.stopped = true
+	if n := len(m.queue); n > 0 {
+		ctrl.Log.WithName("events").Info("operator stopping: queued events not written", "count", n)
 	}
+	m.queue = nil
 }

@@ -66,3 +66,99 @@ func TestEventRecorderOwnClientAndSeries(t *testing.T) {
 		return true, ""
 	})
 }
+
+// Events recorded while the operator writes other objects wait in memory, written one per eventBusyInterval at
+// most, and keep the time they were recorded; once the writes pause they are all written.
+func TestEventsHeldWhileOperatorWrites(t *testing.T) {
+	cfg, cl := testutil.StartEnvtest(t)
+	mgr, err := NewManager(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	em := mgr.(*eventManager)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "held-events"}}
+	if err := cl.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		var list eventsv1.EventList
+		if err := cl.List(ctx, &list, client.InNamespace("default")); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range list.Items {
+			if e.Regarding.UID == cm.UID {
+				n++
+			}
+		}
+		return n
+	}
+
+	// The operator's own client writes (a ConfigMap update every 100 ms) for 3 s: it is busy.
+	busyFor := 3 * time.Second
+	start := time.Now()
+	writer := mgr.GetClient()
+	go func() {
+		for i := 0; time.Since(start) < busyFor; i++ {
+			c := cm.DeepCopy()
+			c.Data = map[string]string{"i": fmt.Sprint(i)}
+			c.ResourceVersion = ""
+			_ = writer.Update(ctx, c)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	testutil.Eventually(t, 30*time.Second, "the manager's cache running", func() (bool, string) {
+		return em.activity.busy(time.Now()), "no write seen yet"
+	})
+	rec := mgr.GetEventRecorder("raycluster-controller")
+	const n = 20
+	recorded := time.Now()
+	for i := range n {
+		rec.Eventf(cm, nil, corev1.EventTypeNormal, fmt.Sprintf("Reason%d", i), "Create", "event %d", i)
+	}
+	time.Sleep(busyFor - time.Since(start) - 200*time.Millisecond)
+	// At most one per eventBusyInterval since they were recorded (and one more for timing slack).
+	if got, max := count(), int(time.Since(recorded)/eventBusyInterval)+2; got > max || got >= n {
+		t.Errorf("%d of %d events written while the operator was writing (at most %d expected)", got, n, max)
+	}
+	testutil.Eventually(t, time.Minute, "every event written once the writes pause", func() (bool, string) {
+		got := count()
+		return got == n, fmt.Sprintf("%d of %d events, %d queued", got, n, em.Pending())
+	})
+	var list eventsv1.EventList
+	if err := cl.List(ctx, &list, client.InNamespace("default")); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if e.Regarding.UID == cm.UID && e.EventTime.Time.After(recorded.Add(time.Second)) {
+			t.Errorf("event %s has eventTime %s: not when it was recorded (%s)", e.Reason, e.EventTime.Time, recorded)
+		}
+	}
+}
+
+func TestIsEventPath(t *testing.T) {
+	for path, want := range map[string]bool{
+		"/api/v1/namespaces/ns/events":                         true,
+		"/api/v1/namespaces/ns/events/x.123":                   true,
+		"/apis/events.k8s.io/v1/namespaces/ns/events":          true,
+		"/apis/events.k8s.io/v1/namespaces/ns/events/x.1":      true,
+		"/api/v1/namespaces/ns/pods/events":                    false,
+		"/api/v1/namespaces/ns/pods":                           false,
+		"/apis/ray.io/v1/namespaces/ns/rayclusters/events":     false,
+		"/apis/ray.io/v1/namespaces/ns/rayclusters/x/status":   false,
+		"/apis/events.k8s.io/v1/namespaces/ns/events/x/status": true,
+	} {
+		if got := isEventPath(path); got != want {
+			t.Errorf("isEventPath(%q) = %v, want %v", path, got, want)
+		}
+	}
+}

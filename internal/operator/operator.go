@@ -191,6 +191,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		ctrlOpts.SkipNameValidation = ptr.To(true)
 	}
 	lease, renew, retry := opts.leaderElectionTimes()
+	// Every client the manager makes shares this transport: the event writer holds back while the others write.
+	activity := &writeActivity{}
+	cfg.Wrap(activity.wrap)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Controller:              ctrlOpts,
 		Scheme:                  scheme,
@@ -218,7 +221,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if eventBurst <= 0 {
 		eventBurst = DefaultEventBurst
 	}
-	return withEventRecorder(mgr, eventQPS, eventBurst)
+	return withEventRecorder(mgr, activity, eventQPS, eventBurst)
 }
 
 // cachedPodSelector selects Ray pods. (The ImagePullJob controller keeps its puller pods in a cache of its own.)

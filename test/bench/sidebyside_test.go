@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -54,9 +55,10 @@ var contenders = map[string]contender{
 			"--metrics-addr=" + m, "--health-probe-bind-address=0", "--pprof-addr=" + pp}
 	}},
 	// Manta built from another tree (MANTA_BENCH_BASE_BIN), for before/after comparisons in one run.
+	// MANTA_BENCH_BASE_ARGS adds flags (space-separated), for a before/after of a setting.
 	"manta-base": {name: "manta-base", args: func(bin, kc, m, pp string) []string {
-		return []string{bin, "operator", "--enable-leader-election=false",
-			"--metrics-addr=" + m, "--health-probe-bind-address=0", "--pprof-addr=" + pp}
+		return append([]string{bin, "operator", "--enable-leader-election=false",
+			"--metrics-addr=" + m, "--health-probe-bind-address=0", "--pprof-addr=" + pp}, strings.Fields(os.Getenv("MANTA_BENCH_BASE_ARGS"))...)
 	}},
 	// KubeRay's operator at its defaults (--reconcile-concurrency 1, --qps 100, --burst 200).
 	"kuberay": {name: "kuberay", kuberayCRDs: true, kuberay: true, args: func(bin, kc, m, _ string) []string {
@@ -71,22 +73,28 @@ var contenders = map[string]contender{
 
 // trialResult is one contender at one size in one round; the JSON the harness writes is a list of them.
 type trialResult struct {
-	Contender      string             `json:"contender"`
-	Clusters       int                `json:"clusters"`
-	Pods           int                `json:"pods"`
-	Round          int                `json:"round"`
-	Args           []string           `json:"args,omitempty"`
-	CreateS        float64            `json:"createSeconds"`
-	AllReadyS      float64            `json:"allReadySeconds"`
-	P50S           float64            `json:"p50ClusterReadySeconds"`
-	P99S           float64            `json:"p99ClusterReadySeconds"`
-	LastS          float64            `json:"lastClusterReadySeconds"` // the last one created, while the others provision
-	CPUSeconds     float64            `json:"operatorCPUSeconds"`
-	PeakRSSMiB     float64            `json:"operatorPeakRSSMiB"`
-	RequestsByVerb map[string]float64 `json:"requestsPerClusterByVerb,omitempty"`
-	WritesPerCl    float64            `json:"writesPerCluster"`
-	RateLimitWaitS float64            `json:"rateLimiterWaitSeconds,omitempty"`
-	Profiles       []string           `json:"profiles,omitempty"`
+	Contender  string   `json:"contender"`
+	Clusters   int      `json:"clusters"`
+	Pods       int      `json:"pods"`
+	Round      int      `json:"round"`
+	Args       []string `json:"args,omitempty"`
+	CreateS    float64  `json:"createSeconds"`
+	AllReadyS  float64  `json:"allReadySeconds"`
+	P50S       float64  `json:"p50ClusterReadySeconds"`
+	P99S       float64  `json:"p99ClusterReadySeconds"`
+	LastS      float64  `json:"lastClusterReadySeconds"` // the last one created, while the others provision
+	CPUSeconds float64  `json:"operatorCPUSeconds"`
+	// ControlPlaneCPU is each dev cluster component's CPU-seconds over the trial (kube-apiserver, etcd, kwok, ...):
+	// on one machine the operator's and the API server's CPU come from the same two cores.
+	ControlPlaneCPU map[string]float64 `json:"controlPlaneCPUSeconds,omitempty"`
+	// Phases splits each cluster's create -> ready by its pods' own timestamps (1 s resolution): p50 and p99 over
+	// the clusters of each step, in seconds.
+	Phases         map[string][2]float64 `json:"phasesP50P99Seconds,omitempty"`
+	PeakRSSMiB     float64               `json:"operatorPeakRSSMiB"`
+	RequestsByVerb map[string]float64    `json:"requestsPerClusterByVerb,omitempty"`
+	WritesPerCl    float64               `json:"writesPerCluster"`
+	RateLimitWaitS float64               `json:"rateLimiterWaitSeconds,omitempty"`
+	Profiles       []string              `json:"profiles,omitempty"`
 }
 
 // BenchmarkSideBySide races Manta's operator and KubeRay's (bin/kuberay-operator), each as its own process on a
@@ -99,6 +107,7 @@ type trialResult struct {
 //	MANTA_BENCH_CONTENDERS  default raw,manta,kuberay,kuberay-c8 (also raw-parallel, manta-base)
 //	MANTA_BENCH_JSON        where to write the results (default <tmp>/manta-bench/sidebyside.json)
 //	MANTA_BENCH_BASE_BIN    a manta binary for the contender manta-base (another commit, for before/after)
+//	MANTA_BENCH_BASE_ARGS   more flags for manta-base (space-separated): a before/after of a setting
 //	MANTA_BENCH_PPROF       a directory: Manta's CPU profile of each trial and its heap at all-ready go there
 func BenchmarkSideBySide(b *testing.B) {
 	sizes := envInts(b, "MANTA_BENCH_SIZES", []int{100})
@@ -119,7 +128,7 @@ func BenchmarkSideBySide(b *testing.B) {
 				b.Fatalf("%v (hack/build-kuberay.sh builds it)", err)
 			}
 		}
-		if n == "manta" && bins["manta"] == "" {
+		if (n == "manta" || n == "manta-base" && os.Getenv("MANTA_BENCH_BASE_BIN") == "") && bins["manta"] == "" {
 			bins["manta"] = testutil.BuildManta(b)
 		}
 	}
@@ -135,12 +144,12 @@ func BenchmarkSideBySide(b *testing.B) {
 					case c.kuberay:
 						bin = bins["kuberay"]
 					case name == "manta-base":
-						bin = os.Getenv("MANTA_BENCH_BASE_BIN")
+						bin = cmp.Or(os.Getenv("MANTA_BENCH_BASE_BIN"), bins["manta"])
 					}
 					r := runTrial(b, c, bin, kuberayCRDs, n, round)
 					results = append(results, r)
-					progressf(b, "%s, %d clusters, round %d: all ready in %.1fs (p50 %.1fs, p99 %.1fs), %.1f CPU-s, peak RSS %.0f MiB, %.1f writes/cluster %v",
-						r.Contender, r.Clusters, round, r.AllReadyS, r.P50S, r.P99S, r.CPUSeconds, r.PeakRSSMiB, r.WritesPerCl, r.RequestsByVerb)
+					progressf(b, "%s, %d clusters, round %d: all ready in %.1fs (created in %.1fs; p50 %.1fs, p99 %.1fs; steps p50/p99 %v), %.1f CPU-s (control plane %v), peak RSS %.0f MiB, %.1f writes/cluster %v",
+						r.Contender, r.Clusters, round, r.AllReadyS, r.CreateS, r.P50S, r.P99S, r.Phases, r.CPUSeconds, r.ControlPlaneCPU, r.PeakRSSMiB, r.WritesPerCl, r.RequestsByVerb)
 				}
 			}
 		}
@@ -176,7 +185,8 @@ func kuberayCRDDir(root string) string {
 func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, round int) trialResult {
 	b.Helper()
 	const perNamespace, workers = 10, 3
-	opts := devcluster.Options{Nodes: 32, NodeCPU: "1000", NodeMemory: "4000Gi", NodeMaxPods: 1000}
+	pprofDir := os.Getenv("MANTA_BENCH_PPROF")
+	opts := devcluster.Options{Nodes: 32, NodeCPU: "1000", NodeMemory: "4000Gi", NodeMaxPods: 1000, Profiling: pprofDir != ""}
 	if c.kuberayCRDs && kuberayCRDs != "" {
 		opts.CRDDirs = []string{kuberayCRDs}
 	}
@@ -202,6 +212,10 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 	}
 	var before metricsSnapshot
 	var cpu0 float64
+	cp0 := map[string]float64{}
+	for name, pid := range e.cluster.PIDs() {
+		cp0[name] = procCPUSeconds(pid)
+	}
 	if op != nil {
 		before = op.scrape(b)
 		cpu0 = procCPUSeconds(op.cmd.Process.Pid)
@@ -210,6 +224,16 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 		}
 	}
 
+	var apiProfile chan []byte
+	if pprofDir != "" {
+		apiProfile = make(chan []byte, 1)
+		go func() {
+			// The API server's CPU over the same span as the operator's (MANTA_BENCH_PPROF_SECONDS).
+			body, _ := e.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+				Param("seconds", envOr("MANTA_BENCH_PPROF_SECONDS", "30")).Timeout(10 * time.Minute).DoRaw(e.ctx)
+			apiProfile <- body
+		}()
+	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	watcher := startReadyWatch(b, e, ctx, run, c.args == nil, clusters)
@@ -246,6 +270,19 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 	last := rcs[len(rcs)-1].Namespace + "/" + rcs[len(rcs)-1].Name
 	r.LastS = readyAt[last].Sub(created[last]).Seconds()
 	r.P50S, _, r.P99S, _ = percentiles(lat)
+	r.Phases = phases(b, e, created, readyAt)
+	if apiProfile != nil {
+		if body := <-apiProfile; len(body) > 0 {
+			p := filepath.Join(pprofDir, run+".apiserver.cpu.pprof")
+			if os.MkdirAll(pprofDir, 0o755) == nil && os.WriteFile(p, body, 0o644) == nil {
+				r.Profiles = append(r.Profiles, p)
+			}
+		}
+	}
+	r.ControlPlaneCPU = map[string]float64{}
+	for name, pid := range e.cluster.PIDs() {
+		r.ControlPlaneCPU[name] = procCPUSeconds(pid) - cp0[name]
+	}
 	if op != nil {
 		r.CPUSeconds = procCPUSeconds(op.cmd.Process.Pid) - cpu0
 		r.PeakRSSMiB = procPeakRSSMiB(op.cmd.Process.Pid)
@@ -258,10 +295,64 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 		r.WritesPerCl = (d.requests["POST"] + d.requests["PUT"] + d.requests["PATCH"] + d.requests["DELETE"]) / float64(clusters)
 		r.RateLimitWaitS = d.rateLimitWait
 		if op.pprofDir != "" {
-			r.Profiles = op.finishProfiles(b, run)
+			r.Profiles = append(r.Profiles, op.finishProfiles(b, run)...)
 		}
 	}
 	return r
+}
+
+// phases splits each cluster's time to ready into steps, from its pods' timestamps: "pickup" (the cluster created
+// -> its first pod created), "creates" (first -> last pod created), "pods ready" (last pod created -> last pod
+// Ready) and "report" (last pod Ready -> the cluster seen ready; 0 for raw). Pod timestamps have whole seconds.
+func phases(b *testing.B, e *trialEnv, created, readyAt map[string]time.Time) map[string][2]float64 {
+	b.Helper()
+	var pods corev1.PodList
+	if err := e.cl.List(e.ctx, &pods, client.HasLabels{builder.LabelCluster}, client.UnsafeDisableDeepCopy); err != nil {
+		b.Logf("phases: list pods: %v", err)
+		return nil
+	}
+	type span struct{ first, last, ready time.Time }
+	spans := map[string]*span{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		key := p.Namespace + "/" + p.Labels[builder.LabelCluster]
+		sp := spans[key]
+		if sp == nil {
+			sp = &span{}
+			spans[key] = sp
+		}
+		c := p.CreationTimestamp.Time
+		if sp.first.IsZero() || c.Before(sp.first) {
+			sp.first = c
+		}
+		if c.After(sp.last) {
+			sp.last = c
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.LastTransitionTime.After(sp.ready) {
+				sp.ready = cond.LastTransitionTime.Time
+			}
+		}
+	}
+	steps := map[string][]time.Duration{}
+	for key, sp := range spans {
+		c, ok := created[key]
+		if !ok || sp.ready.IsZero() {
+			continue
+		}
+		// Server timestamps are truncated to the second: round the client's to match.
+		c = c.Truncate(time.Second)
+		steps["pickup"] = append(steps["pickup"], max(0, sp.first.Sub(c)))
+		steps["creates"] = append(steps["creates"], sp.last.Sub(sp.first))
+		steps["pods ready"] = append(steps["pods ready"], max(0, sp.ready.Sub(sp.last)))
+		steps["report"] = append(steps["report"], max(0, readyAt[key].Truncate(time.Second).Sub(sp.ready)))
+	}
+	out := map[string][2]float64{}
+	for name, ds := range steps {
+		p50, _, p99, _ := percentiles(ds)
+		out[name] = [2]float64{p50, p99}
+	}
+	return out
 }
 
 // startEnvFor is startEnv for a trial that ends before the benchmark does.
@@ -652,8 +743,8 @@ func procPeakRSSMiB(pid int) float64 {
 // sideBySideTable is the one table of the benchmark: a row per trial, grouped by size, in the order run.
 func sideBySideTable(rs []trialResult) string {
 	var sb strings.Builder
-	sb.WriteString("| clusters (pods) | contender | round | all ready | vs raw | p50 / p99 / last cluster | operator CPU-s | peak RSS | requests per cluster by verb | writes per cluster |\n")
-	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	sb.WriteString("| clusters (pods) | contender | round | all ready | vs raw | p50 / p99 / last cluster | operator CPU-s | apiserver / etcd CPU-s | peak RSS | requests per cluster by verb | writes per cluster |\n")
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	raw := rawCeilings(rs) // the ceiling is the faster of the raw contenders
 	for _, r := range rs {
 		vs := "-"
@@ -664,8 +755,9 @@ func sideBySideTable(rs []trialResult) string {
 		if !strings.HasPrefix(r.Contender, "raw") {
 			cpu, rss, writes = fmt.Sprintf("%.1f", r.CPUSeconds), fmt.Sprintf("%.0f MiB", r.PeakRSSMiB), fmt.Sprintf("%.1f", r.WritesPerCl)
 		}
-		fmt.Fprintf(&sb, "| %d (%d) | %s | %d | %.1f s | %s | %.1f / %.1f / %.1f s | %s | %s | %s | %s |\n",
-			r.Clusters, r.Pods, r.Contender, r.Round, r.AllReadyS, vs, r.P50S, r.P99S, r.LastS, cpu, rss, verbs(r.RequestsByVerb), writes)
+		cp := fmt.Sprintf("%.1f / %.1f", r.ControlPlaneCPU["kube-apiserver"], r.ControlPlaneCPU["etcd"])
+		fmt.Fprintf(&sb, "| %d (%d) | %s | %d | %.1f s | %s | %.1f / %.1f / %.1f s | %s | %s | %s | %s | %s |\n",
+			r.Clusters, r.Pods, r.Contender, r.Round, r.AllReadyS, vs, r.P50S, r.P99S, r.LastS, cpu, cp, rss, verbs(r.RequestsByVerb), writes)
 	}
 	if medians := medianTable(rs); medians != "" {
 		sb.WriteString("\nMedians over the rounds:\n\n")

@@ -38,9 +38,9 @@ func TestSideBySideTable(t *testing.T) {
 	table := sideBySideTable([]trialResult{
 		{Contender: "raw", Clusters: 100, Pods: 400, AllReadyS: 10},
 		{Contender: "manta", Clusters: 100, Pods: 400, AllReadyS: 12, CPUSeconds: 2, PeakRSSMiB: 60, WritesPerCl: 6,
-			RequestsByVerb: map[string]float64{"POST": 5, "PUT": 1}},
+			RequestsByVerb: map[string]float64{"POST": 5, "PUT": 1}, ControlPlaneCPU: map[string]float64{"kube-apiserver": 30, "etcd": 5, "kwok": 3}},
 	})
-	for _, want := range []string{"| 100 (400) | raw |", "| 100 (400) | manta | 0 | 12.0 s | 1.20x |", "POST 5.00, PUT 1.00"} {
+	for _, want := range []string{"| 100 (400) | raw |", "| 100 (400) | manta | 0 | 12.0 s | 1.20x |", "| 2.0 | 30.0 / 5.0 | 60 MiB |", "POST 5.00, PUT 1.00"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("table lacks %q:\n%s", want, table)
 		}

@@ -69,7 +69,15 @@ type Reconciler struct {
 
 	pendingOnce sync.Once
 	backoffOnce sync.Once
+
+	// hashes caches each cluster's template hashes (see templateHashes), by cluster key.
+	hashes sync.Map
+	// madePods has, by cluster key, the UID of the cluster this process has created pods for (clusterLive).
+	madePods sync.Map
 }
+
+// newClusterAge: see clusterLive.
+const newClusterAge = time.Minute
 
 // NewReconciler builds the controller from the manager's cached client and event recorder.
 func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
@@ -95,7 +103,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayCluster{}, ctrlbuilder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Watches(&corev1.Pod{}, ownerHandler()).
+		Watches(&corev1.Pod{}, ownerHandler(), ctrlbuilder.WithPredicates(podUpdateMatters)).
 		Watches(&corev1.Service{}, ownerHandler()).
 		Watches(&batchv1.Job{}, ownerHandler()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
@@ -153,6 +161,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			r.exp.forget(req.NamespacedName)
 			r.createBackoff().succeeded(req.NamespacedName)
 			r.pendingStatus().forget(req.NamespacedName)
+			r.hashes.Delete(req.NamespacedName)
+			r.madePods.Delete(req.NamespacedName)
 			metrics.ForgetCluster(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -216,9 +226,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // collector's deletions of its pods have already arrived (watches of different kinds are not ordered): pods made
 // then would only be collected again (found by test/reliability: a RayJob's cluster got a second head and worker
 // after its deletion).
+//
+// A new cluster's first pods skip the read (a request per new cluster, through the API server that is creating the
+// pods of a burst): no operator has reported on the cluster yet, this one has created no pod for it, and it is
+// less than newClusterAge old. Pods made for such a cluster deleted meanwhile are collected by the garbage
+// collector; the stale-cache case above needs pods that existed and went.
 func (r *Reconciler) clusterLive(ctx context.Context, run *run) (bool, error) {
 	if run.liveChecked {
 		return run.live, nil
+	}
+	if c := run.c; c.Status.State == "" && len(c.Status.Conditions) == 0 && len(run.obs.pods) == 0 &&
+		time.Since(c.CreationTimestamp.Time) < newClusterAge {
+		if uid, made := r.madePods.Load(run.key); !made || uid != c.UID {
+			run.liveChecked, run.live = true, true
+			return true, nil
+		}
 	}
 	live, err := r.readClusterMeta(ctx, run.key)
 	if err != nil {
@@ -263,10 +285,11 @@ func (r *Reconciler) pendingStatus() *pendingStatus {
 	return r.pending
 }
 
+// statusEqual compares two statuses but for lastUpdateTime (on shallow copies: nothing is changed below the top).
 func statusEqual(a, b *rayv1.RayClusterStatus) bool {
-	a, b = a.DeepCopy(), b.DeepCopy()
-	a.LastUpdateTime, b.LastUpdateTime = nil, nil
-	return equality.Semantic.DeepEqual(a, b)
+	x, y := *a, *b
+	x.LastUpdateTime, y.LastUpdateTime = nil, nil
+	return equality.Semantic.DeepEqual(&x, &y)
 }
 
 // reconcile makes the cluster's objects match the spec and fills run.obs for the status.

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,7 +60,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		return nil
 	}
 
-	hashes := builder.Hashes(&c.Spec)
+	hashes := r.templateHashes(run)
 	if recreate(c) {
 		for i := range pods {
 			want, ok := hashes.For(pods[i].Labels)
@@ -103,6 +104,28 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// cachedHashes are a cluster's template hashes at one generation of one cluster object.
+type cachedHashes struct {
+	uid        types.UID
+	generation int64
+	hashes     builder.TemplateHashes
+}
+
+// templateHashes returns builder.Hashes of the cluster's spec, computed once per generation: the spec changes only
+// with the generation, and hashing every pod template's JSON on each reconcile was the largest allocation of a
+// reconcile with nothing to do.
+func (r *Reconciler) templateHashes(run *run) builder.TemplateHashes {
+	c := run.c
+	if v, ok := r.hashes.Load(run.key); ok {
+		if ch := v.(cachedHashes); ch.uid == c.UID && ch.generation == c.Generation && c.Generation != 0 {
+			return ch.hashes
+		}
+	}
+	h := builder.Hashes(&c.Spec)
+	r.hashes.Store(run.key, cachedHashes{uid: c.UID, generation: c.Generation, hashes: h})
+	return h
 }
 
 func recreate(c *rayv1.RayCluster) bool {
@@ -239,6 +262,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	}
 	r.createBackoff().succeeded(run.key)
 	r.exp.expectCreate(run.key, pod.Name)
+	r.madePods.Store(run.key, c.UID)
 	run.eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "created head pod %s", pod.Name)
 	return nil
 }
@@ -389,6 +413,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 					return
 				}
 				r.exp.expectCreate(run.key, pod.Name)
+				r.madePods.Store(run.key, run.c.UID)
 				created++
 			})
 		}

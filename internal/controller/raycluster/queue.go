@@ -3,6 +3,9 @@ package raycluster
 import (
 	"context"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -12,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	crevent "sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -112,4 +116,35 @@ func clusterOf(o client.Object) (reconcile.Request, bool) {
 		return reconcile.Request{}, false
 	}
 	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}, true
+}
+
+// podUpdateMatters filters the pod updates the controller reconciles: a pod's binding to a node (spec.nodeName and
+// the PodScheduled condition) changes nothing the controller reads, and was a reconcile of every new pod.
+var podUpdateMatters = predicate.Funcs{
+	UpdateFunc: func(e crevent.UpdateEvent) bool {
+		a, ok1 := e.ObjectOld.(*corev1.Pod)
+		b, ok2 := e.ObjectNew.(*corev1.Pod)
+		return !ok1 || !ok2 || !onlyScheduled(a, b)
+	},
+}
+
+// onlyScheduled says whether two versions of a pod differ at most in resourceVersion, managedFields, spec.nodeName
+// and the PodScheduled condition.
+func onlyScheduled(a, b *corev1.Pod) bool {
+	x, y := *a, *b // shallow copies: only their top-level fields are changed below
+	x.ResourceVersion, y.ResourceVersion = "", ""
+	x.ManagedFields, y.ManagedFields = nil, nil
+	x.Spec.NodeName, y.Spec.NodeName = "", ""
+	x.Status.Conditions, y.Status.Conditions = withoutScheduled(a.Status.Conditions), withoutScheduled(b.Status.Conditions)
+	return equality.Semantic.DeepEqual(&x, &y)
+}
+
+func withoutScheduled(cs []corev1.PodCondition) []corev1.PodCondition {
+	out := make([]corev1.PodCondition, 0, len(cs))
+	for _, c := range cs {
+		if c.Type != corev1.PodScheduled {
+			out = append(out, c)
+		}
+	}
+	return out
 }

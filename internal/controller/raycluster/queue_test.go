@@ -59,3 +59,32 @@ func TestOwnerHandler(t *testing.T) {
 		t.Errorf("queued %v, want rc at %d and listed at %d", got, progressPriority, handler.LowPriority)
 	}
 }
+
+// A pod's binding to a node is not reconciled; every change the controller reads is.
+func TestPodUpdateMatters(t *testing.T) {
+	base := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", ResourceVersion: "1", Labels: map[string]string{"a": "b"}},
+		Status:     corev1.PodStatus{Phase: corev1.PodPending},
+	}
+	scheduled := base.DeepCopy()
+	scheduled.ResourceVersion = "2"
+	scheduled.Spec.NodeName = "node-1"
+	scheduled.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}}
+	if !onlyScheduled(base, scheduled) {
+		t.Error("binding a pod to a node is reconciled")
+	}
+	for name, change := range map[string]func(p *corev1.Pod){
+		"phase":      func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning },
+		"ready":      func(p *corev1.Pod) { p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue}) },
+		"pod IP":     func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.1" },
+		"labels":     func(p *corev1.Pod) { p.Labels = map[string]string{"a": "c"} },
+		"deletion":   func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} },
+		"containers": func(p *corev1.Pod) { p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "ray"}} },
+	} {
+		changed := scheduled.DeepCopy()
+		change(changed)
+		if onlyScheduled(scheduled, changed) {
+			t.Errorf("a change of %s is not reconciled", name)
+		}
+	}
+}
