@@ -21,7 +21,7 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 	fs.IntVar(&o.ReconcileConcurrency, "reconcile-concurrency", 8, "concurrent reconciles per controller")
 	fs.Float32Var(&o.QPS, "qps", 100, "requests per second the operator may send to the Kubernetes API server")
 	fs.IntVar(&o.Burst, "burst", 200, "request burst the operator may send to the Kubernetes API server")
-	fs.Float32Var(&o.EventQPS, "event-qps", operator.DefaultEventQPS, "events per second the operator may write; events have a client and rate limit of their own, apart from --qps")
+	fs.Float32Var(&o.EventQPS, "event-qps", operator.DefaultEventQPS, "events per second the operator may write when its other writes pause (while it writes pods, Services and statuses, one per 500 ms); events are queued in memory and have a client and rate limit of their own, apart from --qps")
 	fs.IntVar(&o.EventBurst, "event-burst", operator.DefaultEventBurst, "event write burst (see --event-qps)")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "namespaces to watch (default: all)")
 	fs.DurationVar(&o.RayTimeout, "ray-timeout", 0, "bound on each call to a Ray head's dashboard or Serve endpoint (0: 2s direct, 10s through --use-kubernetes-proxy)")

@@ -29,18 +29,10 @@ func TestEventRecorderOwnClientAndSeries(t *testing.T) {
 	if got := em.client.RESTClient().GetRateLimiter().QPS(); got != 7 {
 		t.Errorf("event client QPS = %v, want 7 (--event-qps)", got)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	ctx := testutil.RunManager(t, mgr)
 
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "events-subject"}}
-	if err := cl.Create(context.Background(), cm); err != nil {
+	if err := cl.Create(ctx, cm); err != nil {
 		t.Fatal(err)
 	}
 	rec := mgr.GetEventRecorder("raycluster-controller")
@@ -76,15 +68,7 @@ func TestEventsHeldWhileOperatorWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	em := mgr.(*eventManager)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	ctx := testutil.RunManager(t, mgr)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "held-events"}}
 	if err := cl.Create(ctx, cm); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@
 package testutil
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -103,4 +104,25 @@ func StartEnvtestWithCRDs(t testing.TB, crdDirs ...string) (*rest.Config, client
 		t.Fatal(err)
 	}
 	return cfg, cl
+}
+
+// Manager is what RunManager starts: a controller-runtime manager.
+type Manager interface {
+	Start(ctx context.Context) error
+}
+
+// RunManager starts mgr until the test ends, and fails the test if it returns an error then. The context returned
+// ends when the test does.
+func RunManager(t testing.TB, mgr Manager) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	return ctx
 }

@@ -138,6 +138,8 @@ type run struct {
 	result ctrl.Result
 	// liveChecked says clusterLive has asked the API server in this reconcile, live what it found.
 	liveChecked, live bool
+	// clearWorkers says reconcilePods went through every group: workersToDelete may be cleared.
+	clearWorkers bool
 }
 
 func (r *run) eventf(typ, reason, action, format string, args ...any) {
@@ -313,8 +315,9 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 
 	// The Services and the pods do not depend on each other (pods reach the head by its Service's name, which is
 	// fixed): writing them at the same time saves a round trip per new cluster, which is most of a reconcile's
-	// time when the API server is busy. The Services work on their own copy of the run, merged afterwards.
-	svc := newRun(c.DeepCopy(), run.key)
+	// time when the API server is busy. The Services work on their own run, merged afterwards; both only read the
+	// cluster until they are done (clearWorkersToDelete, which writes it, comes after).
+	svc := newRun(c, run.key)
 	before := len(run.events) // validation and template events stay first
 	var svcErr error
 	done := make(chan struct{})
@@ -324,6 +327,9 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	}()
 	podErr := r.reconcilePods(ctx, run, defTmpl)
 	<-done
+	if run.clearWorkers {
+		podErr = errors.Join(podErr, r.clearWorkersToDelete(ctx, run))
+	}
 	run.obs.headService = svc.obs.headService
 	run.events = slices.Concat(run.events[:before], svc.events, run.events[before:])
 	if svc.result.RequeueAfter > 0 {

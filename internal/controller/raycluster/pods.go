@@ -100,9 +100,8 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 			errs = append(errs, err)
 		}
 	}
-	if err := r.clearWorkersToDelete(ctx, run); err != nil {
-		errs = append(errs, err)
-	}
+	// workersToDelete is cleared after the Services are done (reconcile): it writes the cluster they read.
+	run.clearWorkers = true
 	return errors.Join(errs...)
 }
 

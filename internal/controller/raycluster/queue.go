@@ -2,6 +2,8 @@ package raycluster
 
 import (
 	"context"
+	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -118,8 +120,9 @@ func clusterOf(o client.Object) (reconcile.Request, bool) {
 	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}, true
 }
 
-// podUpdateMatters filters the pod updates the controller reconciles: a pod's binding to a node (spec.nodeName and
-// the PodScheduled condition) changes nothing the controller reads, and was a reconcile of every new pod.
+// podUpdateMatters filters the pod updates the controller reconciles: it reads a pod's labels, annotations, owners,
+// deletion, phase, reason, message, IP, conditions and container statuses. A pod's binding to a node (spec.nodeName
+// and the PodScheduled condition) changes none of them, and was a reconcile of every new pod.
 var podUpdateMatters = predicate.Funcs{
 	UpdateFunc: func(e crevent.UpdateEvent) bool {
 		a, ok1 := e.ObjectOld.(*corev1.Pod)
@@ -128,23 +131,41 @@ var podUpdateMatters = predicate.Funcs{
 	},
 }
 
-// onlyScheduled says whether two versions of a pod differ at most in resourceVersion, managedFields, spec.nodeName
-// and the PodScheduled condition.
+// onlyScheduled says whether two versions of a pod are the same in everything the controller reads (field by
+// field: a reflective comparison of whole pods cost more than the reconciles it saved).
 func onlyScheduled(a, b *corev1.Pod) bool {
-	x, y := *a, *b // shallow copies: only their top-level fields are changed below
-	x.ResourceVersion, y.ResourceVersion = "", ""
-	x.ManagedFields, y.ManagedFields = nil, nil
-	x.Spec.NodeName, y.Spec.NodeName = "", ""
-	x.Status.Conditions, y.Status.Conditions = withoutScheduled(a.Status.Conditions), withoutScheduled(b.Status.Conditions)
-	return equality.Semantic.DeepEqual(&x, &y)
+	switch {
+	case !maps.Equal(a.Labels, b.Labels), !maps.Equal(a.Annotations, b.Annotations),
+		!a.DeletionTimestamp.Equal(b.DeletionTimestamp), !slices.EqualFunc(a.OwnerReferences, b.OwnerReferences, ownerRefEqual),
+		a.Status.Phase != b.Status.Phase, a.Status.Reason != b.Status.Reason, a.Status.Message != b.Status.Message,
+		a.Status.PodIP != b.Status.PodIP:
+		return false
+	}
+	if !conditionsEqual(a.Status.Conditions, b.Status.Conditions) {
+		return false
+	}
+	return equality.Semantic.DeepEqual(a.Status.ContainerStatuses, b.Status.ContainerStatuses) &&
+		equality.Semantic.DeepEqual(a.Status.InitContainerStatuses, b.Status.InitContainerStatuses)
 }
 
-func withoutScheduled(cs []corev1.PodCondition) []corev1.PodCondition {
-	out := make([]corev1.PodCondition, 0, len(cs))
-	for _, c := range cs {
-		if c.Type != corev1.PodScheduled {
-			out = append(out, c)
-		}
+func ownerRefEqual(x, y metav1.OwnerReference) bool {
+	return x.UID == y.UID && x.Kind == y.Kind && x.Name == y.Name && ptr.Deref(x.Controller, false) == ptr.Deref(y.Controller, false)
+}
+
+// conditionsEqual compares pod conditions but PodScheduled, ignoring probe and transition times.
+func conditionsEqual(x, y []corev1.PodCondition) bool {
+	type cond struct {
+		status          corev1.ConditionStatus
+		reason, message string
 	}
-	return out
+	index := func(cs []corev1.PodCondition) map[corev1.PodConditionType]cond {
+		m := make(map[corev1.PodConditionType]cond, len(cs))
+		for _, c := range cs {
+			if c.Type != corev1.PodScheduled {
+				m[c.Type] = cond{c.Status, c.Reason, c.Message}
+			}
+		}
+		return m
+	}
+	return maps.Equal(index(x), index(y))
 }

@@ -74,12 +74,19 @@ func TestPodUpdateMatters(t *testing.T) {
 		t.Error("binding a pod to a node is reconciled")
 	}
 	for name, change := range map[string]func(p *corev1.Pod){
-		"phase":      func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning },
-		"ready":      func(p *corev1.Pod) { p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue}) },
+		"phase": func(p *corev1.Pod) { p.Status.Phase = corev1.PodRunning },
+		"ready": func(p *corev1.Pod) {
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+		},
 		"pod IP":     func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.1" },
 		"labels":     func(p *corev1.Pod) { p.Labels = map[string]string{"a": "c"} },
 		"deletion":   func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} },
 		"containers": func(p *corev1.Pod) { p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "ray"}} },
+		"owner":      func(p *corev1.Pod) { p.OwnerReferences = []metav1.OwnerReference{{UID: "u"}} },
+		"message":    func(p *corev1.Pod) { p.Status.Message = "evicted" },
+		"ready reason": func(p *corev1.Pod) {
+			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady"})
+		},
 	} {
 		changed := scheduled.DeepCopy()
 		change(changed)
