@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -185,10 +186,26 @@ func (r *queuedRecorder) AnnotatedEventf(regarding, related runtime.Object, anno
 		Reason:              reason,
 		Regarding:           *ref,
 		Related:             rel,
-		Note:                fmt.Sprintf(note, args...),
+		Note:                truncateNote(fmt.Sprintf(note, args...)),
 		Type:                eventtype,
 	}
 	r.m.record(ev, now)
+}
+
+// noteLimit is the most an events.k8s.io Event's note may hold (bytes); a longer one is refused as invalid.
+const noteLimit = 1024
+
+// truncateNote cuts a note to noteLimit bytes, at a character boundary, marking the cut.
+func truncateNote(note string) string {
+	if len(note) <= noteLimit {
+		return note
+	}
+	const mark = "..."
+	cut := noteLimit - len(mark)
+	for cut > 0 && !utf8.RuneStart(note[cut]) {
+		cut--
+	}
+	return note[:cut] + mark
 }
 
 // record queues a new Event, or counts a repeat of a recent one in its series.
@@ -345,6 +362,7 @@ func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
 	p.attempts++
 	if p.attempts >= eventAttempts || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
 		ctrl.Log.WithName("events").Error(err, "event not written", "object", p.ev.Regarding.Name, "reason", p.ev.Reason, "attempts", p.attempts)
+		p.attempts = eventAttempts // given up: the sweep forgets it with its series
 		return 0
 	}
 	if !p.queued {

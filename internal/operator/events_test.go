@@ -3,8 +3,10 @@ package operator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -144,5 +146,16 @@ func TestIsEventPath(t *testing.T) {
 		if got := isEventPath(path); got != want {
 			t.Errorf("isEventPath(%q) = %v, want %v", path, got, want)
 		}
+	}
+}
+
+func TestTruncateNote(t *testing.T) {
+	if got := truncateNote("short"); got != "short" {
+		t.Errorf("truncateNote(short) = %q", got)
+	}
+	long := strings.Repeat("é", 600) // 1,200 bytes
+	got := truncateNote(long)
+	if len(got) > noteLimit || !utf8.ValidString(got) || !strings.HasSuffix(got, "...") {
+		t.Errorf("truncateNote of 1,200 bytes = %d bytes, valid UTF-8 %v: %q", len(got), utf8.ValidString(got), got[len(got)-10:])
 	}
 }
