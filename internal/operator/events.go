@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/tools/reference"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -139,11 +138,6 @@ func withEventRecorder(mgr ctrl.Manager, activity *writeActivity, qps float32, b
 // GetEventRecorder returns a recorder whose events carry name as their reporting controller.
 func (m *eventManager) GetEventRecorder(name string) recorder.EventRecorder {
 	return &queuedRecorder{m: m, controller: name, instance: name + "-" + m.instance}
-}
-
-// GetEventRecorderFor is the old core/v1 events API: the operator's controllers do not use it.
-func (m *eventManager) GetEventRecorderFor(name string) record.EventRecorder {
-	return m.Manager.GetEventRecorderFor(name)
 }
 
 type queuedRecorder struct {
