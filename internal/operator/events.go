@@ -151,10 +151,9 @@ func (r *queuedRecorder) Eventf(regarding, related runtime.Object, eventtype, re
 
 func (r *queuedRecorder) AnnotatedEventf(regarding, related runtime.Object, annotations map[string]string, eventtype, reason, action, note string, args ...any) {
 	now := time.Now()
-	log := ctrl.Log.WithName("events")
 	ref, err := reference.GetReference(r.m.GetScheme(), regarding)
 	if err != nil {
-		log.Error(err, "no reference for the event's object; event not recorded", "reason", reason)
+		ctrl.Log.WithName("events").Error(err, "no reference for the event's object; event not recorded", "reason", reason)
 		return
 	}
 	var rel *corev1.ObjectReference
@@ -164,7 +163,7 @@ func (r *queuedRecorder) AnnotatedEventf(regarding, related runtime.Object, anno
 		}
 	}
 	if eventtype != corev1.EventTypeNormal && eventtype != corev1.EventTypeWarning {
-		log.Error(nil, "unsupported event type; event not recorded", "type", eventtype, "reason", reason)
+		ctrl.Log.WithName("events").Error(nil, "unsupported event type; event not recorded", "type", eventtype, "reason", reason)
 		return
 	}
 	ns := ref.Namespace

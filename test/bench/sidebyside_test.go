@@ -435,7 +435,7 @@ func startReadyWatch(b *testing.B, e *trialEnv, ctx context.Context, run string,
 			if readyPods[key] == nil {
 				readyPods[key] = map[string]bool{}
 			}
-			readyPods[key][o.Name] = podReady(o)
+			readyPods[key][o.Name] = testutil.PodReady(o)
 			nReady := 0
 			for _, r := range readyPods[key] {
 				if r {
@@ -495,15 +495,6 @@ func (w *readyWatch) wait(b *testing.B, timeout time.Duration) map[string]time.T
 		b.Fatalf("not all %d clusters ready after %s", w.n, timeout)
 		return nil
 	}
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // opProcess is an operator running as its own process.

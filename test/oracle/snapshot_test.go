@@ -238,7 +238,7 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		if nodeType == builder.NodeTypeWorker {
 			key += ":" + p.Labels[builder.LabelGroup]
 		}
-		ready := p.Status.Phase == corev1.PodRunning && podReady(p)
+		ready := builder.PodRunningAndReady(p)
 		podsOfCluster[p.Labels[builder.LabelCluster]]++
 		if ready {
 			readyOfCluster[p.Labels[builder.LabelCluster]]++
@@ -339,15 +339,6 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		}
 	}
 	return s
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // dropServiceAccountToken removes the projected token volume the API server adds to every pod (kube-api-access-<5
