@@ -58,6 +58,8 @@ type faultProxy struct {
 	requests int
 	// writes counts the requests that are not reads, by URL path.
 	writes map[string]int
+	// lastRefused is when a pod create of the owner (keyed as in writes) was last refused.
+	lastRefused map[string]time.Time
 }
 
 // startClusterProxy is the proxy every operator process reaches the cluster and the Ray heads through, injecting
@@ -76,7 +78,8 @@ func startFaultProxy(t *testing.T, cfg *rest.Config, seed uint64, faults apiFaul
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{faults: faults, ray: fray, rng: rand.New(rand.NewPCG(seed, 409)), injected: map[string]int{}, writes: map[string]int{}}
+	p := &faultProxy{faults: faults, ray: fray, rng: rand.New(rand.NewPCG(seed, 409)), injected: map[string]int{}, writes: map[string]int{},
+		lastRefused: map[string]time.Time{}}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
@@ -123,7 +126,8 @@ func (p *faultProxy) summary() (int, map[string]int) {
 	return p.requests, out
 }
 
-// takeWrites returns the writes counted since the last call, by URL path, and starts counting afresh.
+// takeWrites returns the writes counted since the last call, by URL path (pod creates by owner, and their refused
+// tries again under the key with refusedSuffix), and starts counting afresh.
 func (p *faultProxy) takeWrites() map[string]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -165,7 +169,26 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
 	p.requests++
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		p.writes[writeKey(r)]++
+		key := writeKey(r)
+		p.writes[key]++
+		if strings.Contains(key, "/pods#") {
+			// A pod create's answer is noted too: refused tries repeating are what a create loop looks like. The
+			// creates one reconcile sends together (a batch in parallel, the workers right after the head) are one
+			// try: refusals less than refusedTryGap after the one before are not counted again.
+			sw := &statusWriter{ResponseWriter: w}
+			defer func() {
+				if sw.code >= 400 {
+					now := time.Now()
+					p.mu.Lock()
+					if now.Sub(p.lastRefused[key]) > refusedTryGap {
+						p.writes[key+refusedSuffix]++
+					}
+					p.lastRefused[key] = now
+					p.mu.Unlock()
+				}
+			}()
+			w = sw
+		}
 	}
 	roll, frac := p.rng.Float64(), p.rng.Float64()
 	p.mu.Unlock()
@@ -215,6 +238,25 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.rp.ServeHTTP(w, r)
 	}
 }
+
+// refusedSuffix marks, among the counted writes, the tries at pod creates the API server (or the proxy) refused.
+const refusedSuffix = " refused tries"
+
+// refusedTryGap separates two refused tries of one owner's pod creates (the operator's backoff starts at 1 s).
+const refusedTryGap = 250 * time.Millisecond
+
+// statusWriter notes the status code of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	w.code = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // writeKey names what a write is about: its URL path, and for a pod create also the RayCluster or ImagePullJob it
 // is for, so creates for different owners (which share a path) are told apart.

@@ -2,11 +2,12 @@ package raycluster
 
 import (
 	"errors"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,7 +24,8 @@ const (
 
 // createBackoff spaces out a cluster's pod creates after one was refused (a ResourceQuota, an admission webhook, a
 // LimitRange): every reconcile in between, whatever woke it, leaves the creates alone, and each further refusal
-// doubles the wait up to the cap. A create that succeeds, or a spec change (a new generation), ends the backoff.
+// doubles the wait up to the cap. A reconcile whose creates all go through (Reconcile calls succeeded then), or a
+// spec change (a new generation), ends the backoff.
 // Deletes and the status are not held back.
 type createBackoff struct {
 	base, max time.Duration
@@ -35,6 +37,8 @@ type backoffState struct {
 	generation int64
 	delay      time.Duration
 	next       time.Time
+	// reported are the kinds of refusal (event reasons) the streak has reported.
+	reported []string
 }
 
 func newCreateBackoff(base, maxDelay time.Duration) *createBackoff {
@@ -62,24 +66,29 @@ func (b *createBackoff) wait(key types.NamespacedName, generation int64, now tim
 	return max(0, s.next.Sub(now))
 }
 
-// failed records a refused create and returns the wait before the next try, and whether this refusal started
-// the backoff (the first of a streak, the one worth an event).
-func (b *createBackoff) failed(key types.NamespacedName, generation int64, now time.Time) (delay time.Duration, first bool) {
+// failed records a refused create of one kind (its event reason) and returns the wait before the next try, and
+// whether this is the streak's first refusal of that kind (the one worth an event: a streak that began with the
+// head refused reports the workers' refusal once too when the head gets in and they do not).
+func (b *createBackoff) failed(key types.NamespacedName, generation int64, now time.Time, kind string) (delay time.Duration, first bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.m[key]
-	if s == nil || s.generation != generation {
+	switch {
+	case s == nil || s.generation != generation:
 		s = &backoffState{generation: generation, delay: b.base}
 		b.m[key] = s
-		first = true
-	} else if now.Before(s.next) {
+		s.next = now.Add(s.delay)
+	case now.Before(s.next):
 		// Another create of the same reconcile (a parallel batch, another group): the same wait.
-		return s.next.Sub(now), false
-	} else {
+	default:
 		s.delay = min(2*s.delay, b.max)
+		s.next = now.Add(s.delay)
 	}
-	s.next = now.Add(s.delay)
-	return s.delay, first
+	if !slices.Contains(s.reported, kind) {
+		s.reported = append(s.reported, kind)
+		first = true
+	}
+	return s.next.Sub(now), first
 }
 
 // succeeded ends the cluster's backoff: a create went through.
@@ -117,9 +126,24 @@ func onlyBackedOff(err error) bool {
 }
 
 // stableCreateError is a refused create's message without the refused pod's name, which is generated anew on each
-// try: the ReplicaFailure condition then says the same thing on every retry, and is written once.
-func stableCreateError(err error, podName string) string {
-	return strings.Replace(err.Error(), "pods "+strconv.Quote(podName)+" ", "pods ", 1)
+// try (the API server picks it from the pod's generateName): the ReplicaFailure condition then says the same thing
+// on every retry, and is written once.
+func stableCreateError(err error, pod *corev1.Pod) string {
+	msg := err.Error()
+	prefix := `pods "` + pod.Name
+	if pod.Name == "" {
+		prefix = `pods "` + pod.GenerateName
+	}
+	i := strings.Index(msg, prefix)
+	if i < 0 {
+		return msg
+	}
+	rest := msg[i+len(prefix):]
+	j := strings.Index(rest, `" `)
+	if j < 0 || strings.ContainsAny(rest[:j], `" `) {
+		return msg
+	}
+	return msg[:i] + "pods " + rest[j+2:]
 }
 
 // heldFailure is the ReplicaFailure the cluster already reports, kept while creates wait out their backoff.

@@ -140,6 +140,10 @@ type run struct {
 	liveChecked, live bool
 	// clearWorkers says reconcilePods went through every group: workersToDelete may be cleared.
 	clearWorkers bool
+	// created and refused say a pod create of this reconcile went through, or was refused: only a reconcile whose
+	// creates all went through ends the create backoff (a head let in by a freed quota slot, then its workers
+	// refused, continues the streak instead of starting it again at the base delay).
+	created, refused bool
 }
 
 func (r *run) eventf(typ, reason, action, format string, args ...any) {
@@ -180,6 +184,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	oldStatus := c.Status.DeepCopy()
 	recErr := r.reconcile(ctx, run)
 	run.obs.reconcileOK = recErr == nil
+	if run.created && !run.refused {
+		r.createBackoff().succeeded(req.NamespacedName)
+	}
 
 	now := metav1.Now()
 	newStatus := computeStatus(c, run.obs, now)

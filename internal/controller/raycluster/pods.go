@@ -252,14 +252,14 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	}
 	pod := builder.HeadPod(c, opts)
 	if err := r.client.Create(ctx, pod); err != nil {
-		msg := stableCreateError(err, pod.Name)
+		msg := stableCreateError(err, pod)
 		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, msg}
-		r.createRefused(ctx, run, err, func() {
+		r.createRefused(ctx, run, err, EventFailedToCreateHeadPod, func() {
 			run.eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "failed to create the head pod: %s", msg)
 		})
 		return &backedOff{fmt.Errorf("create head pod: %w", err)}
 	}
-	r.createBackoff().succeeded(run.key)
+	run.created = true
 	r.exp.expectCreate(run.key, pod.Name)
 	r.madePods.Store(run.key, c.UID)
 	run.eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "created head pod %s", pod.Name)
@@ -408,7 +408,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 				defer mu.Unlock()
 				if err != nil {
 					errs = append(errs, err)
-					msgs = append(msgs, stableCreateError(err, pod.Name))
+					msgs = append(msgs, stableCreateError(err, pod))
 					return
 				}
 				r.exp.expectCreate(run.key, pod.Name)
@@ -424,24 +424,23 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 	if err := errors.Join(errs...); err != nil {
 		msg := strings.Join(msgs, "\n")
 		run.obs.failure = &failure{rayv1.FailedCreateWorkerPod, msg}
-		r.createRefused(ctx, run, err, func() {
+		r.createRefused(ctx, run, err, EventFailedToCreateWorkerPod, func() {
 			run.eventf(corev1.EventTypeWarning, EventFailedToCreateWorkerPod, "Create", "failed to create worker pods in group %s: %s", g.GroupName, msg)
 		})
 		return &backedOff{fmt.Errorf("create workers of group %s: %w", g.GroupName, err)}
 	}
-	if created > 0 {
-		// Only a create that went through ends the backoff: a group with nothing to create says nothing about the
-		// group whose creates are refused (resetting here let such a cluster retry at once, every reconcile).
-		r.createBackoff().succeeded(run.key)
-	}
+	// Only a create that went through ends the backoff, and only when nothing else in the reconcile was refused
+	// (Reconcile decides): a group with nothing to create says nothing about the group whose creates are refused.
+	run.created = run.created || created > 0
 	return nil
 }
 
 // createRefused schedules the retry of a refused create (createBackoff) and reports the refusal: in the log each
-// time, as an event (report) only for the first refusal of a streak, so a cluster that waits on its quota for an
-// hour makes one event, not one per retry.
-func (r *Reconciler) createRefused(ctx context.Context, run *run, err error, report func()) {
-	delay, first := r.createBackoff().failed(run.key, run.c.Generation, time.Now())
+// time, as an event (report) only for the streak's first refusal of the kind (head or workers), so a cluster that
+// waits on its quota for an hour makes one event, not one per retry.
+func (r *Reconciler) createRefused(ctx context.Context, run *run, err error, kind string, report func()) {
+	run.refused = true
+	delay, first := r.createBackoff().failed(run.key, run.c.Generation, time.Now(), kind)
 	run.requeueAfter(delay)
 	if first {
 		report()

@@ -17,32 +17,54 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-// testQuotaBackoff: a ResourceQuota of one pod lets the head in and refuses every worker. The controller retries
-// the refused creates with a growing interval, reports the refusal once on ReplicaFailure and in one event (not
-// one per retry), and creates the workers once the quota allows them.
+// testQuotaBackoff: a ResourceQuota of no pods refuses the head; raised to one pod, it lets the head in and refuses
+// every worker. The controller retries the refused creates with a growing interval, one streak from the first
+// refusal (the head getting in while its workers are refused does not start it again), reports each refusal once
+// on ReplicaFailure and in one event per kind (not one per retry), and creates the workers once the quota allows.
 func testQuotaBackoff(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	ctx := context.Background()
 	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pods"},
-		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("1")}}}
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}
 	mustCreate(t, e.cl, q)
 	// envtest runs no quota controller: the status it would fill in, which the admission plugin then keeps.
 	q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
 	if err := e.cl.Status().Update(ctx, q); err != nil {
 		t.Fatal(err)
 	}
+	setQuota := func(pods string) {
+		t.Helper()
+		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(q), q); err != nil {
+			t.Fatal(err)
+		}
+		q.Spec.Hard[corev1.ResourcePods] = resource.MustParse(pods)
+		if err := e.cl.Update(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		q.Status.Hard = q.Spec.Hard.DeepCopy()
+		if err := e.cl.Status().Update(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Obj()
 	mustCreate(t, e.cl, rc)
-
-	const wantFailures = 6
-	testutil.Eventually(t, time.Minute, fmt.Sprintf("%d refused worker creates", wantFailures), func() (bool, string) {
+	refused := func() int {
 		n := 0
 		for _, a := range e.creates.in(ns) {
 			if a.failed {
 				n++
 			}
 		}
-		return n >= wantFailures, fmt.Sprintf("%d refused", n)
+		return n
+	}
+	testutil.Eventually(t, time.Minute, "2 refused head creates", func() (bool, string) {
+		return refused() >= 2, fmt.Sprintf("%d refused", refused())
+	})
+	setQuota("1")
+
+	const wantFailures = 7
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("%d refused creates", wantFailures), func() (bool, string) {
+		return refused() >= wantFailures, fmt.Sprintf("%d refused", refused())
 	})
 	var fails []time.Time
 	for _, a := range e.creates.in(ns) {
@@ -72,24 +94,20 @@ func testQuotaBackoff(t *testing.T, e *env) {
 	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != rayv1.FailedCreateWorkerPod {
 		t.Errorf("ReplicaFailure condition %+v; want True, %s", cond, rayv1.FailedCreateWorkerPod)
 	}
-	waitEvent(t, e, ns, EventFailedToCreateWorkerPod)
-	evs := e.events(t, ns, EventFailedToCreateWorkerPod)
-	if len(evs) != 1 || !strings.HasSuffix(evs[0], "(×1)") {
-		t.Errorf("%d %s events for %d refused creates; want one: %v", len(evs), EventFailedToCreateWorkerPod, len(fails), evs)
+	// Without the generated pod name, which differs on every retry (the condition is then written once).
+	if cond != nil && strings.Contains(cond.Message, "rc-small-worker-") {
+		t.Errorf("ReplicaFailure message names a refused pod: %q", cond.Message)
+	}
+	for _, reason := range []string{EventFailedToCreateHeadPod, EventFailedToCreateWorkerPod} {
+		waitEvent(t, e, ns, reason)
+		evs := e.events(t, ns, reason)
+		if len(evs) != 1 || !strings.HasSuffix(evs[0], "(×1)") {
+			t.Errorf("%d %s events for %d refused creates; want one: %v", len(evs), reason, len(fails), evs)
+		}
 	}
 
 	// The quota grows: the next retry creates both workers and the failure is cleared.
-	if err := e.cl.Get(ctx, client.ObjectKeyFromObject(q), q); err != nil {
-		t.Fatal(err)
-	}
-	q.Spec.Hard[corev1.ResourcePods] = resource.MustParse("3")
-	if err := e.cl.Update(ctx, q); err != nil {
-		t.Fatal(err)
-	}
-	q.Status.Hard = q.Spec.Hard.DeepCopy()
-	if err := e.cl.Status().Update(ctx, q); err != nil {
-		t.Fatal(err)
-	}
+	setQuota("3")
 	e.waitPods(t, rc, 3)
 	testutil.Eventually(t, time.Minute, "ReplicaFailure cleared", func() (bool, string) {
 		got := e.get(t, rc)
