@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
+	"maps"
 	"net/http"
 	"os"
 	"strings"
@@ -97,26 +99,85 @@ type eventManager struct {
 	activity *writeActivity
 	instance string
 
-	mu      sync.Mutex
-	queue   []*pendingEvent
-	series  map[seriesKey]*pendingEvent
+	mu    sync.Mutex
+	queue []*pendingEvent
+	// series holds the recent events by the hash of what makes a repeat (seriesHash); a hash shared by two
+	// different events (a 64-bit collision) costs only the aggregation of their repeats.
+	series  map[uint64]*pendingEvent
 	wake    chan struct{}
 	stopped bool
 }
 
-type seriesKey struct {
-	typ, action, reason, controller string
-	regarding, related              corev1.ObjectReference
+// pendingEvent is one Event as the API server has it (or will), kept compact: every event of the last seriesWindow
+// stays in memory to count its repeats (a burst of a thousand new RayClusters is three thousand of them), and a
+// whole eventsv1.Event is built only to be written. written says it was created, queued that a write (the create,
+// or a series count) waits in the queue.
+type pendingEvent struct {
+	typ, action, reason, controller, instance string
+	regarding                                 corev1.ObjectReference
+	related                                   *corev1.ObjectReference
+	namespace, name, note                     string
+	annotations                               map[string]string
+	// eventTime, lastObserved (the last repeat's time) and lastWrite are Unix nanoseconds.
+	eventTime, lastObserved, lastWrite int64
+	// count is the series count: 1 until the event repeats.
+	count, attempts int32
+	written, queued bool
 }
 
-// pendingEvent is one Event as the API server has it (or will): written says it was created, queued that a write
-// (the create, or a series count) waits in the queue.
-type pendingEvent struct {
-	ev        eventsv1.Event
-	written   bool
-	queued    bool
-	attempts  int
-	lastWrite time.Time
+// seriesSeed seeds the hashes of the series keys.
+var seriesSeed = maphash.MakeSeed()
+
+// seriesHash hashes what makes two events one series: the same type, action, reason and reporting controller about
+// the same object (and related object).
+func (p *pendingEvent) seriesHash() uint64 {
+	var h maphash.Hash
+	h.SetSeed(seriesSeed)
+	ref := func(r *corev1.ObjectReference) {
+		for _, s := range []string{r.Kind, r.APIVersion, r.Namespace, r.Name, string(r.UID), r.ResourceVersion, r.FieldPath} {
+			h.WriteString(s)
+			h.WriteByte(0)
+		}
+	}
+	for _, s := range []string{p.typ, p.action, p.reason, p.controller} {
+		h.WriteString(s)
+		h.WriteByte(0)
+	}
+	ref(&p.regarding)
+	if p.related != nil {
+		h.WriteByte(1)
+		ref(p.related)
+	}
+	return h.Sum64()
+}
+
+// sameSeries says whether q is a repeat of p (their hashes being equal, this tells a collision apart).
+func (p *pendingEvent) sameSeries(q *pendingEvent) bool {
+	return p.typ == q.typ && p.action == q.action && p.reason == q.reason && p.controller == q.controller &&
+		p.regarding == q.regarding && (p.related == nil) == (q.related == nil) && (p.related == nil || *p.related == *q.related)
+}
+
+// event is the Event to write.
+func (p *pendingEvent) event() *eventsv1.Event {
+	ev := &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: p.name, Namespace: p.namespace, Annotations: maps.Clone(p.annotations)},
+		EventTime:           metav1.NewMicroTime(time.Unix(0, p.eventTime)),
+		ReportingController: p.controller,
+		ReportingInstance:   p.instance,
+		Action:              p.action,
+		Reason:              p.reason,
+		Regarding:           p.regarding,
+		Note:                p.note,
+		Type:                p.typ,
+	}
+	if p.related != nil {
+		rel := *p.related
+		ev.Related = &rel
+	}
+	if p.count > 1 {
+		ev.Series = &eventsv1.EventSeries{Count: p.count, LastObservedTime: metav1.NewMicroTime(time.Unix(0, p.lastObserved))}
+	}
+	return ev
 }
 
 // withEventRecorder wraps mgr so that GetEventRecorder answers from the operator's event queue.
@@ -129,7 +190,7 @@ func withEventRecorder(mgr ctrl.Manager, activity *writeActivity, qps float32, b
 	}
 	host, _ := os.Hostname()
 	m := &eventManager{Manager: mgr, client: cl, activity: activity, instance: host,
-		series: map[seriesKey]*pendingEvent{}, wake: make(chan struct{}, 1)}
+		series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1)}
 	metrics.SetEventsQueued(m.Pending)
 	err = mgr.Add(manager.RunnableFunc(m.run))
 	return m, err
@@ -170,19 +231,12 @@ func (r *queuedRecorder) AnnotatedEventf(regarding, related runtime.Object, anno
 	if ns == "" {
 		ns = metav1.NamespaceDefault
 	}
-	ev := eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: fmt.Sprintf("%s.%x", ref.Name, now.UnixNano()), Namespace: ns, Annotations: annotations},
-		EventTime:           metav1.NewMicroTime(now),
-		ReportingController: r.controller,
-		ReportingInstance:   r.instance,
-		Action:              action,
-		Reason:              reason,
-		Regarding:           *ref,
-		Related:             rel,
-		Note:                truncateNote(fmt.Sprintf(note, args...)),
-		Type:                eventtype,
-	}
-	r.m.record(ev, now)
+	r.m.record(&pendingEvent{
+		typ: eventtype, action: action, reason: reason, controller: r.controller, instance: r.instance,
+		regarding: *ref, related: rel,
+		namespace: ns, name: eventName(ref.Name, now), note: truncateNote(fmt.Sprintf(note, args...)), annotations: annotations,
+		eventTime: now.UnixNano(), lastObserved: now.UnixNano(), count: 1,
+	}, now)
 }
 
 // noteLimit is the most an events.k8s.io Event's note may hold (bytes); a longer one is refused as invalid.
@@ -201,34 +255,30 @@ func truncateNote(note string) string {
 	return note[:cut] + mark
 }
 
+// eventName names a new Event about the object called name, as client-go's recorders do.
+func eventName(name string, now time.Time) string { return fmt.Sprintf("%s.%x", name, now.UnixNano()) }
+
 // record queues a new Event, or counts a repeat of a recent one in its series.
-func (m *eventManager) record(ev eventsv1.Event, now time.Time) {
-	key := seriesKey{typ: ev.Type, action: ev.Action, reason: ev.Reason, controller: ev.ReportingController, regarding: ev.Regarding}
-	if ev.Related != nil {
-		key.related = *ev.Related
-	}
+func (m *eventManager) record(ev *pendingEvent, now time.Time) {
+	key := ev.seriesHash()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.stopped {
 		return
 	}
-	if p, ok := m.series[key]; ok && now.Sub(lastObserved(&p.ev)) < seriesWindow {
-		count := int32(2)
-		if p.ev.Series != nil {
-			count = p.ev.Series.Count + 1
-		}
-		p.ev.Series = &eventsv1.EventSeries{Count: count, LastObservedTime: metav1.NewMicroTime(now)}
+	if p, ok := m.series[key]; ok && p.sameSeries(ev) && now.Sub(time.Unix(0, p.lastObserved)) < seriesWindow {
+		p.count++
+		p.lastObserved = now.UnixNano()
 		// The first repeat is written at once (a count of 2 says "this is happening again"); later counts are
 		// refreshed every seriesRefresh, by the writer's sweep.
-		if !p.queued && (!p.written || count == 2) {
+		if !p.queued && (!p.written || p.count == 2) {
 			p.attempts = 0
 			m.enqueue(p)
 		}
 		return
 	}
-	p := &pendingEvent{ev: ev}
-	m.series[key] = p
-	m.enqueue(p)
+	m.series[key] = ev
+	m.enqueue(ev)
 }
 
 func (m *eventManager) enqueue(p *pendingEvent) {
@@ -238,13 +288,6 @@ func (m *eventManager) enqueue(p *pendingEvent) {
 	case m.wake <- struct{}{}:
 	default:
 	}
-}
-
-func lastObserved(ev *eventsv1.Event) time.Time {
-	if ev.Series != nil {
-		return ev.Series.LastObservedTime.Time
-	}
-	return ev.EventTime.Time
 }
 
 // Pending is how many event writes wait in the queue.
@@ -318,12 +361,12 @@ func (m *eventManager) next() *pendingEvent {
 // returns the attempts made so far when the write failed, 0 otherwise.
 func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
 	m.mu.Lock()
-	ev := *p.ev.DeepCopy()
+	ev := p.event()
 	written := p.written
 	m.mu.Unlock()
 	var err error
 	if !written {
-		_, err = m.client.Events(ev.Namespace).Create(ctx, &ev, metav1.CreateOptions{})
+		_, err = m.client.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			err = nil
 		}
@@ -337,7 +380,7 @@ func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
 			// The Event expired (the API server keeps Events for an hour): write it again, as a new one.
 			m.mu.Lock()
 			p.written = false
-			p.ev.Name = fmt.Sprintf("%s.%x", p.ev.Regarding.Name, time.Now().UnixNano())
+			p.name = eventName(p.regarding.Name, time.Now())
 			m.enqueue(p)
 			m.mu.Unlock()
 			return 0
@@ -346,7 +389,7 @@ func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err == nil {
-		p.written, p.attempts, p.lastWrite = true, 0, time.Now()
+		p.written, p.attempts, p.lastWrite = true, 0, time.Now().UnixNano()
 		return 0
 	}
 	if ctx.Err() != nil {
@@ -354,14 +397,14 @@ func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
 	}
 	p.attempts++
 	if p.attempts >= eventAttempts || apierrors.IsInvalid(err) || apierrors.IsForbidden(err) {
-		ctrl.Log.WithName("events").Error(err, "event not written", "object", p.ev.Regarding.Name, "reason", p.ev.Reason, "attempts", p.attempts)
+		ctrl.Log.WithName("events").Error(err, "event not written", "object", p.regarding.Name, "reason", p.reason, "attempts", p.attempts)
 		p.attempts = eventAttempts // given up: the sweep forgets it with its series
 		return 0
 	}
 	if !p.queued {
 		m.enqueue(p)
 	}
-	return p.attempts
+	return int(p.attempts)
 }
 
 // sweep writes the counts of series that grew since their last write (at most every seriesRefresh) and forgets
@@ -372,11 +415,11 @@ func (m *eventManager) sweep(now time.Time) {
 	for k, p := range m.series {
 		switch {
 		case p.queued:
-		case now.Sub(lastObserved(&p.ev)) >= seriesWindow:
+		case now.Sub(time.Unix(0, p.lastObserved)) >= seriesWindow:
 			if p.written || p.attempts >= eventAttempts {
 				delete(m.series, k)
 			}
-		case p.written && p.ev.Series != nil && p.ev.Series.LastObservedTime.After(p.lastWrite) && now.Sub(p.lastWrite) >= seriesRefresh:
+		case p.written && p.count > 1 && p.lastObserved > p.lastWrite && now.Sub(time.Unix(0, p.lastWrite)) >= seriesRefresh:
 			m.enqueue(p)
 		}
 	}

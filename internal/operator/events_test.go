@@ -159,3 +159,62 @@ func TestTruncateNote(t *testing.T) {
 		t.Errorf("truncateNote of 1,200 bytes = %d bytes, valid UTF-8 %v: %q", len(got), utf8.ValidString(got), got[len(got)-10:])
 	}
 }
+
+// TestEventSeriesKey: events about the same object with the same type, action, reason and controller are one
+// series whatever their notes; anything else that differs starts another; a hash shared by two different events
+// (forced here) starts a new series instead of counting one event as a repeat of the other.
+func TestEventSeriesKey(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ev := func(mod func(p *pendingEvent)) *pendingEvent {
+		p := &pendingEvent{typ: corev1.EventTypeNormal, action: "Create", reason: "CreatedHeadPod", controller: "raycluster-controller",
+			regarding: corev1.ObjectReference{Kind: "RayCluster", Namespace: "ns", Name: "rc", UID: "u1", ResourceVersion: "7"},
+			namespace: "ns", name: eventName("rc", now), note: "created head pod rc-head-abcde", eventTime: now.UnixNano(), lastObserved: now.UnixNano(), count: 1}
+		if mod != nil {
+			mod(p)
+		}
+		return p
+	}
+	base := ev(nil)
+	same := ev(func(p *pendingEvent) { p.note, p.name = "created head pod rc-head-fghij", eventName("rc", now.Add(time.Second)) })
+	if base.seriesHash() != same.seriesHash() || !base.sameSeries(same) {
+		t.Error("a repeat with another note is not the same series")
+	}
+	rel := &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "p"}
+	for name, mod := range map[string]func(p *pendingEvent){
+		"type":       func(p *pendingEvent) { p.typ = corev1.EventTypeWarning },
+		"action":     func(p *pendingEvent) { p.action = "Delete" },
+		"reason":     func(p *pendingEvent) { p.reason = "CreatedWorkerPod" },
+		"controller": func(p *pendingEvent) { p.controller = "rayjob-controller" },
+		"object":     func(p *pendingEvent) { p.regarding.UID = "u2" },
+		"related":    func(p *pendingEvent) { p.related = rel },
+	} {
+		other := ev(mod)
+		if base.seriesHash() == other.seriesHash() || base.sameSeries(other) || other.sameSeries(base) {
+			t.Errorf("another %s: same series", name)
+		}
+	}
+
+	m := &eventManager{series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1)}
+	m.record(base, now)
+	m.record(same, now.Add(time.Second))
+	if base.count != 2 || len(m.queue) != 1 {
+		t.Errorf("repeat: count %d, %d queued; want 2, 1", base.count, len(m.queue))
+	}
+	if got := base.event(); got.Series == nil || got.Series.Count != 2 || got.Note != base.note || !got.Series.LastObservedTime.Equal(ptrMicro(now.Add(time.Second))) {
+		t.Errorf("the Event written for the repeat: %+v", got)
+	}
+	other := ev(func(p *pendingEvent) { p.reason = "CreatedWorkerPod" })
+	m.series[other.seriesHash()] = base // a collision
+	m.record(other, now.Add(2*time.Second))
+	if base.count != 2 || other.count != 1 || m.series[other.seriesHash()] != other || len(m.queue) != 2 {
+		t.Errorf("collision: counts %d/%d, %d queued; want a new series", base.count, other.count, len(m.queue))
+	}
+	// Past the window, the same event starts a new series.
+	late := ev(nil)
+	m.record(late, now.Add(time.Second+seriesWindow))
+	if base.count != 2 || m.series[late.seriesHash()] != late {
+		t.Error("a repeat after the series window counted in the old series")
+	}
+}
+
+func ptrMicro(t time.Time) *metav1.MicroTime { m := metav1.NewMicroTime(t); return &m }
