@@ -175,7 +175,9 @@ func TestEventSeriesKey(t *testing.T) {
 		return p
 	}
 	base := ev(nil)
-	same := ev(func(p *pendingEvent) { p.note, p.name = "created head pod rc-head-fghij", eventName("rc", now.Add(time.Second)) })
+	same := ev(func(p *pendingEvent) {
+		p.note, p.name = "created head pod rc-head-fghij", eventName("rc", now.Add(time.Second))
+	})
 	if base.seriesHash() != same.seriesHash() || !base.sameSeries(same) {
 		t.Error("a repeat with another note is not the same series")
 	}
