@@ -38,6 +38,8 @@ const (
 	ReasonDeadlineExceeded = "DeadlineExceeded"
 	ReasonPodFailed        = "PodFailed"
 	ReasonCompleted        = "Completed"
+	// ReasonFailedCreate is the event of puller creates the API server refused (the Job controller's reason).
+	ReasonFailedCreate = "FailedCreate"
 
 	// Messages, the same strings as OpenKruise's ImagePullJob.
 	MessageCompleted        = "job has completed"

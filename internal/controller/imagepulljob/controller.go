@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -30,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+	"github.com/manta-dev/manta/internal/createbackoff"
 	"github.com/manta-dev/manta/internal/metrics"
 )
 
@@ -47,6 +49,10 @@ type Options struct {
 	PodSelectorResync time.Duration
 	// MaxConcurrentReconciles defaults to 4.
 	MaxConcurrentReconciles int
+	// CreateBackoffBase and CreateBackoffMax time the retries of puller creates the API server refused (a
+	// ResourceQuota, an admission webhook): the first waits Base, each next one twice as long, up to Max (defaults
+	// 1 s and 5 minutes, as for RayCluster pods).
+	CreateBackoffBase, CreateBackoffMax time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -60,6 +66,7 @@ type Reconciler struct {
 	recorder events.EventRecorder
 	opts     Options
 	exp      *expectations
+	backoff  *createbackoff.Backoff
 }
 
 // NewReconciler builds the controller from the manager's client, config and scheme. Register it with
@@ -88,6 +95,7 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		recorder:  mgr.GetEventRecorder("imagepulljob-controller"),
 		opts:      opts,
 		exp:       newExpectations(),
+		backoff:   createbackoff.New(opts.CreateBackoffBase, opts.CreateBackoffMax),
 	}, nil
 }
 
@@ -197,6 +205,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	logger := log.FromContext(ctx)
 	job := &mantav1alpha1.ImagePullJob{}
 	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.backoff.Succeeded(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if job.DeletionTimestamp != nil {
@@ -247,7 +258,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, r.reportInvalid(ctx, job, fmt.Sprintf("spec.selector is invalid: %v", err))
 	}
 
-	podErr := errors.Join(r.deletePods(ctx, job, p.delete), r.createPods(ctx, job, p.create, now, &p.status))
+	createDelay := r.createPullers(ctx, req.NamespacedName, job, p.create, now, &p.status)
+	podErr := r.deletePods(ctx, job, p.delete)
 
 	if !equality.Semantic.DeepEqual(job.Status, p.status) {
 		job.Status = p.status
@@ -274,6 +286,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if job.Spec.PodSelector != nil && job.Status.CompletionTime == nil &&
 		(result.RequeueAfter == 0 || result.RequeueAfter > r.opts.PodSelectorResync) {
 		result.RequeueAfter = r.opts.PodSelectorResync
+	}
+	if createDelay > 0 && (result.RequeueAfter == 0 || createDelay < result.RequeueAfter) {
+		result.RequeueAfter = createDelay
 	}
 	return result, nil
 }
@@ -313,26 +328,64 @@ func (r *Reconciler) deletePods(ctx context.Context, job *mantav1alpha1.ImagePul
 	return errors.Join(errs...)
 }
 
-// createPods creates the planned pods in parallel (bounded) and records them as expected. A pod that could not be
-// created is taken out of status.active.
-func (r *Reconciler) createPods(ctx context.Context, job *mantav1alpha1.ImagePullJob, pods []*corev1.Pod, now time.Time, st *mantav1alpha1.ImagePullJobStatus) error {
+// createPullers creates the planned puller pods unless an earlier refusal's backoff still holds them, and returns
+// when to try again when creates wait or were refused (0 otherwise). A refused create is reported once per streak
+// (a FailedCreate event with the API server's reason) and logged each time; the retries wait 1 s, 2 s, 4 s … (the
+// work queue's own limiter would start at 5 ms). Only a reconcile whose creates all went through ends the backoff.
+// A pod not created is taken out of status.active.
+func (r *Reconciler) createPullers(ctx context.Context, key types.NamespacedName, job *mantav1alpha1.ImagePullJob, pods []*corev1.Pod, now time.Time, st *mantav1alpha1.ImagePullJobStatus) time.Duration {
+	if len(pods) == 0 {
+		return 0
+	}
+	if w := r.backoff.Wait(key, job.Generation, time.Now()); w > 0 {
+		notCreated(pods, st)
+		return w
+	}
 	errs := make([]error, len(pods))
 	var mu sync.Mutex
+	var refused []*corev1.Pod
 	workqueue.ParallelizeUntil(ctx, createParallelism, len(pods), func(i int) {
 		p := pods[i]
 		err := r.client.Create(ctx, p)
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			errs[i] = fmt.Errorf("creating pod %s on node %s: %w", p.Name, p.Spec.NodeName, err)
-			if podAttempt(p) == 1 {
-				mu.Lock()
-				st.Active--
-				mu.Unlock()
-			}
+			errs[i] = err
+			mu.Lock()
+			refused = append(refused, p)
+			mu.Unlock()
 			return
 		}
 		r.exp.created(job.UID, pendingPod{name: p.Name, node: p.Spec.NodeName, attempt: podAttempt(p), created: now})
 	})
-	return errors.Join(errs...)
+	if len(refused) == 0 {
+		r.backoff.Succeeded(key)
+		return 0
+	}
+	notCreated(refused, st)
+	var first error
+	var firstPod *corev1.Pod
+	for i, err := range errs {
+		if err != nil {
+			first, firstPod = err, pods[i]
+			break
+		}
+	}
+	delay, report := r.backoff.Failed(key, job.Generation, time.Now(), ReasonFailedCreate)
+	if report {
+		r.recorder.Eventf(job, nil, corev1.EventTypeWarning, ReasonFailedCreate, "Create", "failed to create %d puller pod(s): %s",
+			len(refused), createbackoff.StableMessage(first, firstPod))
+	}
+	log.FromContext(ctx).Info("puller pod create refused; retrying after a backoff", "refused", len(refused), "retryAfter", delay, "error", first.Error())
+	return delay
+}
+
+// notCreated takes pods that were planned but not created out of status.active (a retry's pod was already counted
+// as failed on its node, not active).
+func notCreated(pods []*corev1.Pod, st *mantav1alpha1.ImagePullJobStatus) {
+	for _, p := range pods {
+		if podAttempt(p) == 1 {
+			st.Active--
+		}
+	}
 }
 
 // emitEvents runs after the status write succeeded, so events never describe a state that was not stored.

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,17 +42,44 @@ type env struct {
 	pods    *testutil.PodWatcher
 }
 
-// writeCounter counts the controller's API writes (every request that is not a read).
+// writeCounter counts the controller's API writes (every request that is not a read), and notes when its pod
+// creates were refused, by namespace.
 type writeCounter struct {
-	next http.RoundTripper
-	n    atomic.Int64
+	next    http.RoundTripper
+	n       atomic.Int64
+	mu      sync.Mutex
+	refused map[string][]time.Time
 }
 
 func (w *writeCounter) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodGet {
 		w.n.Add(1)
 	}
-	return w.next.RoundTrip(req)
+	resp, err := w.next.RoundTrip(req)
+	if parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/"); req.Method == http.MethodPost && len(parts) == 5 &&
+		parts[2] == "namespaces" && parts[4] == "pods" && err == nil && resp.StatusCode >= 400 {
+		w.mu.Lock()
+		if w.refused == nil {
+			w.refused = map[string][]time.Time{}
+		}
+		w.refused[parts[3]] = append(w.refused[parts[3]], time.Now())
+		w.mu.Unlock()
+	}
+	return resp, err
+}
+
+// refusedTries are the times the controller's pod creates in ns were refused, one per try: refusals less than
+// 50 ms apart (the creates of one reconcile, sent in parallel) are one try.
+func (w *writeCounter) refusedTries(ns string) []time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var tries []time.Time
+	for _, at := range w.refused[ns] {
+		if len(tries) == 0 || at.Sub(tries[len(tries)-1]) > 50*time.Millisecond {
+			tries = append(tries, at)
+		}
+	}
+	return tries
 }
 
 func startEnv(t *testing.T) *env {
@@ -78,7 +106,8 @@ func startEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewReconciler(mgr, Options{RetryBackoff: 200 * time.Millisecond, PodSelectorResync: time.Second})
+	r, err := NewReconciler(mgr, Options{RetryBackoff: 200 * time.Millisecond, PodSelectorResync: time.Second,
+		CreateBackoffBase: testCreateBackoffBase, CreateBackoffMax: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,6 +326,77 @@ func TestEnvtest(t *testing.T) {
 	t.Run("Never picks up a node added later", func(t *testing.T) { testNever(t, e) })
 	t.Run("podSelector follows the nodes of matching pods", func(t *testing.T) { testPodSelector(t, e) })
 	t.Run("RayCluster prepull creates one job per image on the nodes its groups can use", func(t *testing.T) { testPrepull(t, e) })
+	t.Run("refused puller creates back off and are reported once", func(t *testing.T) { testQuotaBackoff(t, e) })
+}
+
+// testCreateBackoffBase is the env's first wait after a refused puller create (1 s in the operator).
+const testCreateBackoffBase = 100 * time.Millisecond
+
+// testQuotaBackoff: a ResourceQuota that allows no pods refuses every puller create. The controller retries with a
+// growing interval (not the work queue's 5 ms start), reports the refusal in one FailedCreate event, counts no
+// node as active, and creates the pullers once the quota allows them.
+func testQuotaBackoff(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	ctx := context.Background()
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pods"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}
+	if err := e.cl.Create(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	// envtest runs no quota controller: the status it would fill in, which the admission plugin then keeps.
+	q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
+	if err := e.cl.Status().Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	job := newJob(ns, "quota", "example/quota:v1")
+	job.Spec.Parallelism = ptr.To[int32](4)
+	job.Spec.Selector = &mantav1alpha1.ImagePullJobNodeSelector{LabelSelector: metav1.LabelSelector{MatchLabels: map[string]string{"pool": "p1"}}}
+	if err := e.cl.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	const wantTries = 6
+	testutil.Eventually(t, time.Minute, fmt.Sprintf("%d refused tries", wantTries), func() (bool, string) {
+		n := len(e.writes.refusedTries(ns))
+		return n >= wantTries, fmt.Sprintf("%d refused tries", n)
+	})
+	testutil.CheckBackoff(t, e.writes.refusedTries(ns), testCreateBackoffBase)
+	got := &mantav1alpha1.ImagePullJob{}
+	if err := e.cl.Get(ctx, client.ObjectKeyFromObject(job), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Active != 0 || got.Status.Succeeded != 0 || got.Status.Desired != 12 {
+		t.Errorf("status while every create is refused: %+v; want 12 desired, none active", got.Status)
+	}
+	list := &corev1.EventList{}
+	if err := e.cl.List(ctx, list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var notes []string
+	for _, ev := range list.Items {
+		if ev.Reason == ReasonFailedCreate {
+			notes = append(notes, ev.Message)
+		}
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0], "exceeded quota") || strings.Contains(notes[0], "quota-") {
+		t.Errorf("FailedCreate events %q; want one, with the quota refusal and no pod name", notes)
+	}
+
+	// The quota grows: the next try creates the pullers and the job completes.
+	if err := e.cl.Get(ctx, client.ObjectKeyFromObject(q), q); err != nil {
+		t.Fatal(err)
+	}
+	q.Spec.Hard[corev1.ResourcePods] = resource.MustParse("20")
+	if err := e.cl.Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	q.Status.Hard = q.Spec.Hard.DeepCopy()
+	if err := e.cl.Status().Update(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	done := e.waitJob(t, client.ObjectKeyFromObject(job), time.Minute, "completion once the quota allows", completed)
+	if done.Status.Succeeded != 12 || done.Status.Failed != 0 {
+		t.Errorf("status after the quota grew: %+v", done.Status)
+	}
 }
 
 func testDefaults(t *testing.T, e *env) {

@@ -32,6 +32,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/createbackoff"
 	"github.com/manta-dev/manta/internal/metrics"
 )
 
@@ -65,7 +66,7 @@ type Reconciler struct {
 	opts        Options
 	exp         *expectations
 	pending     *pendingStatus
-	backoff     *createBackoff
+	backoff     *createbackoff.Backoff
 
 	pendingOnce sync.Once
 	backoffOnce sync.Once
@@ -165,7 +166,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.exp.forget(req.NamespacedName)
-			r.createBackoff().succeeded(req.NamespacedName)
+			r.createBackoff().Succeeded(req.NamespacedName)
 			r.pendingStatus().forget(req.NamespacedName)
 			r.hashes.Delete(req.NamespacedName)
 			r.madePods.Delete(req.NamespacedName)
@@ -185,7 +186,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	recErr := r.reconcile(ctx, run)
 	run.obs.reconcileOK = recErr == nil
 	if run.created && !run.refused {
-		r.createBackoff().succeeded(req.NamespacedName)
+		r.createBackoff().Succeeded(req.NamespacedName)
 	}
 
 	now := metav1.Now()
@@ -276,10 +277,10 @@ func (r *Reconciler) readClusterMeta(ctx context.Context, key types.NamespacedNa
 
 // pendingStatus is r.pending, made on first use for Reconcilers built without NewReconciler (unit tests).
 // createBackoff is the backoff of refused pod creates (built on first use, for Reconcilers made in tests).
-func (r *Reconciler) createBackoff() *createBackoff {
+func (r *Reconciler) createBackoff() *createbackoff.Backoff {
 	r.backoffOnce.Do(func() {
 		if r.backoff == nil {
-			r.backoff = newCreateBackoff(r.opts.CreateBackoffBase, r.opts.CreateBackoffMax)
+			r.backoff = createbackoff.New(r.opts.CreateBackoffBase, r.opts.CreateBackoffMax)
 		}
 	})
 	return r.backoff

@@ -21,6 +21,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/createbackoff"
 )
 
 // reconcilePods creates and deletes the cluster's pods. Order matters: suspend, then Recreate, then adoption,
@@ -242,7 +243,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 			return err
 		}
 	}
-	if w := r.createBackoff().wait(run.key, c.Generation, time.Now()); w > 0 {
+	if w := r.createBackoff().Wait(run.key, c.Generation, time.Now()); w > 0 {
 		run.obs.failure = heldFailure(c, rayv1.FailedCreateHeadPod)
 		run.requeueAfter(w)
 		return &backedOff{errCreatesBackedOff}
@@ -252,7 +253,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	}
 	pod := builder.HeadPod(c, opts)
 	if err := r.client.Create(ctx, pod); err != nil {
-		msg := stableCreateError(err, pod)
+		msg := createbackoff.StableMessage(err, pod)
 		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, msg}
 		r.createRefused(ctx, run, err, EventFailedToCreateHeadPod, func() {
 			run.eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "failed to create the head pod: %s", msg)
@@ -360,7 +361,7 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 		}
 	}
 	if len(create) > 0 {
-		if w := r.createBackoff().wait(run.key, c.Generation, time.Now()); w > 0 {
+		if w := r.createBackoff().Wait(run.key, c.Generation, time.Now()); w > 0 {
 			run.obs.failure = heldFailure(c, rayv1.FailedCreateWorkerPod)
 			run.requeueAfter(w)
 			errs = append(errs, &backedOff{errCreatesBackedOff})
@@ -408,7 +409,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 				defer mu.Unlock()
 				if err != nil {
 					errs = append(errs, err)
-					msgs = append(msgs, stableCreateError(err, pod))
+					msgs = append(msgs, createbackoff.StableMessage(err, pod))
 					return
 				}
 				r.exp.expectCreate(run.key, pod.Name)
@@ -440,7 +441,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 // waits on its quota for an hour makes one event, not one per retry.
 func (r *Reconciler) createRefused(ctx context.Context, run *run, err error, kind string, report func()) {
 	run.refused = true
-	delay, first := r.createBackoff().failed(run.key, run.c.Generation, time.Now(), kind)
+	delay, first := r.createBackoff().Failed(run.key, run.c.Generation, time.Now(), kind)
 	run.requeueAfter(delay)
 	if first {
 		report()

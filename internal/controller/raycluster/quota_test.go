@@ -72,19 +72,7 @@ func testQuotaBackoff(t *testing.T, e *env) {
 			fails = append(fails, a.at)
 		}
 	}
-	var gaps []time.Duration
-	for i := 1; i < len(fails); i++ {
-		gaps = append(gaps, fails[i].Sub(fails[i-1]))
-	}
-	t.Logf("intervals between refused creates: %v", gaps)
-	// Retry i comes no sooner than the backoff allows, base × 2^i (the env's base is 100 ms; less 20% for the
-	// time a create takes to be answered, which the gaps are measured across). A loaded machine makes gaps longer,
-	// never shorter; the last gap is still several times the first.
-	for i, g := range gaps {
-		if want := testCreateBackoffBase << i; g < want*8/10 {
-			t.Errorf("retry %d came %s after the one before; want at least %s: no backoff (%v)", i+1, g, want, gaps)
-		}
-	}
+	gaps := testutil.CheckBackoff(t, fails, testCreateBackoffBase)
 	if last := gaps[len(gaps)-1]; last < 4*gaps[0] {
 		t.Errorf("the intervals do not grow: %v", gaps)
 	}

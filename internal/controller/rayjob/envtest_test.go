@@ -462,6 +462,39 @@ func TestEnvtest(t *testing.T) {
 		e.waitEvent(t, j, corev1.EventTypeNormal, ReasonDeletedCluster)
 	})
 
+	t.Run("SidecarMode fails 30 s after the submitter container exited when Ray never reports the job terminal", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "sidegrace", func(j *rayv1.RayJob) { j.Spec.SubmissionMode = rayv1.SidecarMode })
+		c := e.readyCluster(t, j)
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
+		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusRunning, time.Now().UnixMilli(), 0) })
+		e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
+		// The head pod (no RayCluster controller runs here), whose submitter container exits 0 while Ray goes on
+		// reporting the job RUNNING.
+		head := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name + "-head",
+			Labels: map[string]string{builder.LabelCluster: c.Name, builder.LabelNodeType: builder.NodeTypeHead}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head", Image: "rayproject/ray"}, {Name: SubmitterContainerName, Image: "rayproject/ray"}}}}
+		if err := e.cl.Create(context.Background(), head); err != nil {
+			t.Fatal(err)
+		}
+		// A minute-old exit, as the kubelet reports it, at second precision: the timeout (2 s here) has passed.
+		finished := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+		head.Status.Phase = corev1.PodRunning
+		head.Status.ContainerStatuses = []corev1.ContainerStatus{
+			{Name: "ray-head", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: finished}}},
+			{Name: SubmitterContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: finished}}},
+		}
+		if err := e.cl.Status().Update(context.Background(), head); err != nil {
+			t.Fatal(err)
+		}
+		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		s := got.Status
+		wantMsg := fmt.Sprintf("The RayJob submitter finished at %s but the ray job did not reach terminal state within 2s", finished.Local().Format(time.DateTime))
+		if s.Reason != rayv1.JobDeploymentStatusTransitionGracePeriodExceeded || s.JobStatus != rayv1.JobStatusFailed || s.Message != wantMsg {
+			t.Errorf("status %+v, want message %q", s, wantMsg)
+		}
+	})
+
 	t.Run("suspend: Suspended without a cluster, resume creates one, suspend again deletes it", func(t *testing.T) {
 		ns := e.namespace(t)
 		j := e.create(t, ns, "susp", func(j *rayv1.RayJob) { j.Spec.Suspend = true; j.Spec.ShutdownAfterJobFinishes = true })

@@ -335,7 +335,7 @@ func (r *Reconciler) running(ctx context.Context, run *run) error {
 	if err := r.ensureHeadService(ctx, run, cluster); err != nil {
 		return err
 	}
-	if gaveUp, err := r.submitterFinishedTimeout(ctx, run); gaveUp || err != nil {
+	if gaveUp, err := r.submitterFinishedTimeout(ctx, run, cluster); gaveUp || err != nil {
 		return err
 	}
 	dash, err := r.rays.DashboardFor(HeadTarget(cluster))
@@ -387,8 +387,9 @@ func (r *Reconciler) running(ctx context.Context, run *run) error {
 	return nil
 }
 
-// SubmitterGrace decides a K8sJobMode job whose submitter Job finished at finishedAt (zero: not finished) while
-// Ray has not reported the job terminal: wait how long for Ray to catch up, or give up (the timeout has passed).
+// SubmitterGrace decides a K8sJobMode or SidecarMode job whose submitter (the Job, or the head pod's submitter
+// container) finished at finishedAt (zero: not finished) while Ray has not reported the job terminal: wait how long
+// for Ray to catch up, or give up (the timeout has passed).
 // A job Ray reported terminal is settled by the status Ray gives, never here. It is pure.
 func SubmitterGrace(jobStatus rayv1.JobStatus, finishedAt, now time.Time, timeout time.Duration) (wait time.Duration, giveUp bool) {
 	if finishedAt.IsZero() || rayv1.IsJobTerminal(jobStatus) {
@@ -400,20 +401,35 @@ func SubmitterGrace(jobStatus rayv1.JobStatus, finishedAt, now time.Time, timeou
 	return 0, true
 }
 
-// submitterFinishedTimeout fails a K8sJobMode job whose submitter finished SubmitterFinishedTimeout ago while Ray
-// never reported the job terminal (an unreachable head, a job Ray lost), as KubeRay does; before that it wakes up
-// when the timeout ends. It reports whether it failed the job.
-func (r *Reconciler) submitterFinishedTimeout(ctx context.Context, run *run) (bool, error) {
+// submitterFinishedTimeout fails a K8sJobMode or SidecarMode job whose submitter (the Job, or the head pod's
+// submitter container) finished SubmitterFinishedTimeout ago while Ray never reported the job terminal (an
+// unreachable head, a job Ray lost), as KubeRay does; before that it wakes up when the timeout ends. It reports
+// whether it failed the job.
+func (r *Reconciler) submitterFinishedTimeout(ctx context.Context, run *run, cluster *rayv1.RayCluster) (bool, error) {
 	j := run.j
 	s := &j.Status
-	if submissionMode(j) != rayv1.K8sJobMode {
+	var finishedAt time.Time
+	switch submissionMode(j) {
+	case rayv1.K8sJobMode:
+		sub, err := r.getSubmitter(ctx, j)
+		if err != nil || sub == nil {
+			return false, err
+		}
+		finishedAt = submitterFinishedAt(sub)
+	case rayv1.SidecarMode:
+		heads, err := r.headPods(ctx, cluster)
+		if err != nil {
+			return false, err
+		}
+		for i := range heads {
+			if t := sidecarFinishedAt(&heads[i]); !t.IsZero() {
+				finishedAt = t
+				break
+			}
+		}
+	default:
 		return false, nil
 	}
-	sub, err := r.getSubmitter(ctx, j)
-	if err != nil || sub == nil {
-		return false, err
-	}
-	finishedAt := submitterFinishedAt(sub)
 	wait, giveUp := SubmitterGrace(s.JobStatus, finishedAt, run.now, r.opts.SubmitterFinishedTimeout)
 	if !giveUp {
 		if wait > 0 {
@@ -425,6 +441,16 @@ func (r *Reconciler) submitterFinishedTimeout(ctx context.Context, run *run) (bo
 	r.fail(run, rayv1.JobDeploymentStatusTransitionGracePeriodExceeded, fmt.Sprintf(
 		"The RayJob submitter finished at %s but the ray job did not reach terminal state within %v", finishedAt.Format(time.DateTime), r.opts.SubmitterFinishedTimeout))
 	return true, nil
+}
+
+// sidecarFinishedAt is when the head pod's submitter container exited (with any code); zero while it runs.
+func sidecarFinishedAt(pod *corev1.Pod) time.Time {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == SubmitterContainerName && cs.State.Terminated != nil {
+			return cs.State.Terminated.FinishedAt.Time
+		}
+	}
+	return time.Time{}
 }
 
 // submitterFinishedAt is when the submitter Job completed or failed; zero while it runs.
@@ -537,11 +563,11 @@ func (r *Reconciler) checkSubmitterAlive(ctx context.Context, run *run, cluster 
 
 // sidecarFailure finds a SidecarMode submitter container that exited with an error, or a head pod that failed.
 func (r *Reconciler) sidecarFailure(ctx context.Context, cluster *rayv1.RayCluster) (time.Time, string, error) {
-	pods := &corev1.PodList{}
-	if err := r.client.List(ctx, pods, client.InNamespace(cluster.Namespace), client.MatchingLabels{builder.LabelCluster: cluster.Name, builder.LabelNodeType: builder.NodeTypeHead}); err != nil {
+	heads, err := r.headPods(ctx, cluster)
+	if err != nil {
 		return time.Time{}, "", err
 	}
-	for _, p := range pods.Items {
+	for _, p := range heads {
 		for _, cs := range p.Status.ContainerStatuses {
 			if cs.Name != SubmitterContainerName || cs.State.Terminated == nil || cs.State.Terminated.ExitCode == 0 {
 				continue
@@ -554,6 +580,13 @@ func (r *Reconciler) sidecarFailure(ctx context.Context, cluster *rayv1.RayClust
 		}
 	}
 	return time.Time{}, "", nil
+}
+
+// headPods lists the cluster's head pods (one, unless one is being replaced).
+func (r *Reconciler) headPods(ctx context.Context, cluster *rayv1.RayCluster) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	err := r.client.List(ctx, pods, client.InNamespace(cluster.Namespace), client.MatchingLabels{builder.LabelCluster: cluster.Name, builder.LabelNodeType: builder.NodeTypeHead})
+	return pods.Items, err
 }
 
 func jobCondition(job *batchv1.Job, t batchv1.JobConditionType) *batchv1.JobCondition {

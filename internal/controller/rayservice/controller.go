@@ -50,9 +50,9 @@ type Reconciler struct {
 	apiReader client.Reader
 	recorder  events.EventRecorder
 	opts      Options
-	// applied remembers, per RayCluster UID, the Serve config annotations this process just wrote and the
-	// resourceVersion they were written over, so a reconcile reading the cluster from a cache that has not seen
-	// the patch yet does not send the same config again.
+	// applied remembers, per RayCluster UID, the Serve config this process applied to which head, until the cached
+	// cluster carries the annotations that record it: a reconcile reading the cluster from a cache that has not
+	// seen the patch yet, or after the patch failed, does not send the same config again.
 	applied sync.Map // types.UID -> appliedRecord
 }
 

@@ -62,7 +62,7 @@ func (r *Reconciler) observe(ctx context.Context, rs *rayv1.RayService) (observe
 		if co.cluster == nil {
 			continue
 		}
-		r.withApplied(co.cluster)
+		co.recordUnwritten = r.withApplied(co.cluster)
 		if err := r.observeCluster(ctx, rs, co); err != nil {
 			return o, err
 		}

@@ -33,6 +33,9 @@ type clusterObs struct {
 	detailsErr error
 	// proxyHealthy says, for each running pod that was checked, whether its Serve proxy answered /-/healthz.
 	proxyHealthy map[string]bool
+	// recordUnwritten: this process applied the Serve config the cluster is taken to have (withApplied), but the
+	// annotations that record it could not be written yet.
+	recordUnwritten bool
 }
 
 // observed is everything computePlan reads.
@@ -81,9 +84,11 @@ type plan struct {
 	deleteClusters []*rayv1.RayCluster
 	annotate       []annotationPatch
 	apply          []serveApply
-	services       []*corev1.Service
-	podLabels      []podLabel
-	events         []event
+	// recordApplied are clusters whose applied-config annotations are still to be written (recordUnwritten).
+	recordApplied []*rayv1.RayCluster
+	services      []*corev1.Service
+	podLabels     []podLabel
+	events        []event
 	// written holds, by cluster name, the event reporting a cluster update or deletion; the writer records it once
 	// that write succeeded.
 	written      map[string]event
@@ -216,6 +221,8 @@ func computePlan(o observed) *plan {
 		if lost || c.cluster.Annotations[builder.AnnotationServeConfigHash] != configHash || c.cluster.Annotations[builder.AnnotationServeConfigHead] != id {
 			p.apply = append(p.apply, serveApply{cluster: c.cluster, config: rs.Spec.ServeConfigV2, hash: configHash, headID: id})
 			appliedNow[c.cluster.Name] = true
+		} else if c.recordUnwritten {
+			p.recordApplied = append(p.recordApplied, c.cluster)
 		}
 	}
 

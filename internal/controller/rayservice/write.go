@@ -2,12 +2,14 @@ package rayservice
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -42,6 +44,11 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 			continue
 		}
 		p.eventf(corev1.EventTypeNormal, EventUpdatedServeApplications, "ApplyServeConfig", "applied serveConfigV2 to RayCluster %s", a.cluster.Name)
+	}
+	for _, c := range p.recordApplied {
+		if err := r.recordApplied(ctx, c); err != nil {
+			return err
+		}
 	}
 	for _, svc := range p.services {
 		if err := r.applyService(ctx, p, svc); err != nil {
@@ -78,6 +85,7 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 			p.eventf(corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "failed to delete RayCluster %s: %v", c.Name, err)
 			return fmt.Errorf("delete RayCluster %s: %w", c.Name, err)
 		}
+		r.applied.Delete(c.UID)
 		p.recordWritten(c.Name)
 	}
 	return nil
@@ -98,40 +106,65 @@ func (r *Reconciler) applyServeConfig(ctx context.Context, a serveApply) error {
 	if err := dash.DeployServeConfigV2(cctx, a.config); err != nil {
 		return err
 	}
-	before := c.ResourceVersion
-	patched := c.DeepCopy()
-	patched.Annotations = maps.Clone(patched.Annotations)
-	if patched.Annotations == nil {
-		patched.Annotations = map[string]string{}
+	// Applied: remembered before it is recorded on the cluster, so that a failed patch does not send it again.
+	rec := appliedRecord{hash: a.hash, headID: a.headID}
+	r.applied.Store(c.UID, rec)
+	if err := r.recordApplied(ctx, c); err != nil {
+		return err
 	}
-	patched.Annotations[builder.AnnotationServeConfigHash] = a.hash
-	patched.Annotations[builder.AnnotationServeConfigHead] = a.headID
-	if err := r.client.Patch(ctx, patched, client.MergeFrom(c)); err != nil {
-		return fmt.Errorf("record the applied config on RayCluster %s: %w", c.Name, err)
-	}
-	r.applied.Store(c.UID, appliedRecord{hash: a.hash, headID: a.headID, over: before})
 	// Later steps of this reconcile (annotation patches) build on the recorded state.
-	c.Annotations = patched.Annotations
+	rec.putOn(c)
 	return nil
 }
 
-// appliedRecord is a Serve config this process applied and recorded on a cluster whose resourceVersion was over.
-type appliedRecord struct {
-	hash, headID, over string
-}
-
-// withApplied puts back on a cluster read from a stale cache the Serve config record this process wrote over that
-// very version; once the cache holds a newer version, the cluster speaks for itself.
-func (r *Reconciler) withApplied(c *rayv1.RayCluster) {
+// recordApplied writes the Serve config this process applied to the cluster (its appliedRecord) on the cluster's
+// annotations, where it outlives the process.
+func (r *Reconciler) recordApplied(ctx context.Context, c *rayv1.RayCluster) error {
 	v, ok := r.applied.Load(c.UID)
 	if !ok {
-		return
+		return nil
 	}
 	rec := v.(appliedRecord)
-	if c.ResourceVersion != rec.over {
-		r.applied.Delete(c.UID)
-		return
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		builder.AnnotationServeConfigHash: rec.hash, builder.AnnotationServeConfigHead: rec.headID,
+	}}})
+	if err != nil {
+		return err
 	}
+	if err := r.client.Patch(ctx, c.DeepCopy(), client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("record the applied config on RayCluster %s: %w", c.Name, err)
+	}
+	rec.written = true
+	r.applied.CompareAndSwap(c.UID, v, rec)
+	return nil
+}
+
+// appliedRecord is a Serve config this process applied (hash) to a head (headID); written once the cluster's
+// annotations say so.
+type appliedRecord struct {
+	hash, headID string
+	written      bool
+}
+
+// withApplied puts on a cluster read from the cache the Serve config this process applied to it while the cached
+// copy does not show it yet (a cache that has not seen the patch, or a patch that failed); once it does, the
+// cluster speaks for itself and the record is dropped. It reports whether the record is still to be written.
+func (r *Reconciler) withApplied(c *rayv1.RayCluster) (unwritten bool) {
+	v, ok := r.applied.Load(c.UID)
+	if !ok {
+		return false
+	}
+	rec := v.(appliedRecord)
+	if c.Annotations[builder.AnnotationServeConfigHash] == rec.hash && c.Annotations[builder.AnnotationServeConfigHead] == rec.headID {
+		r.applied.CompareAndDelete(c.UID, v)
+		return false
+	}
+	rec.putOn(c)
+	return !rec.written
+}
+
+// putOn sets the annotations that record rec on c (a copy of their map: c may share it with the cache).
+func (rec appliedRecord) putOn(c *rayv1.RayCluster) {
 	c.Annotations = maps.Clone(c.Annotations)
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
