@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +27,28 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 	fs.IntVar(&o.EventBurst, "event-burst", operator.DefaultEventBurst, "event write burst (see --event-qps)")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "namespaces to watch (default: all)")
 	fs.DurationVar(&o.RayTimeout, "ray-timeout", 0, "bound on each call to a Ray head's dashboard or Serve endpoint (0: 2s direct, 10s through --use-kubernetes-proxy)")
+	o.NoRedisCleanup = strings.EqualFold(os.Getenv(envRedisCleanup), "false")
+	f := fs.VarPF(negatedBool{&o.NoRedisCleanup}, "gcs-ft-redis-cleanup", "",
+		"when a RayCluster with a Redis-backed GCS is deleted, delete its storage namespace from Redis with a Job before releasing the cluster, as KubeRay does; "+
+			envRedisCleanup+"=false in the environment (KubeRay's switch) makes the default false")
+	f.NoOptDefVal = "true"
+}
+
+// envRedisCleanup is KubeRay's environment switch for the Redis cleanup, honoured as --gcs-ft-redis-cleanup's default.
+const envRedisCleanup = "ENABLE_GCS_FT_REDIS_CLEANUP"
+
+// negatedBool is a boolean flag stored negated (a flag that turns on what an Options field turns off).
+type negatedBool struct{ off *bool }
+
+func (b negatedBool) String() string { return strconv.FormatBool(!*b.off) }
+func (b negatedBool) Type() string   { return "bool" }
+func (b negatedBool) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*b.off = !v
+	return nil
 }
 
 func newOperatorCommand() *cobra.Command {

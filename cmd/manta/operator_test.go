@@ -3,6 +3,10 @@ package main
 import (
 	"runtime/debug"
 	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/manta-dev/manta/internal/operator"
 )
 
 func TestSetGCPercent(t *testing.T) {
@@ -24,5 +28,39 @@ func TestSetGCPercent(t *testing.T) {
 	setGCPercent(true, 30)
 	if got := current(); got != 30 {
 		t.Errorf("--gc-percent=30 with GOGC=100: %d, want 30", got)
+	}
+}
+
+// --gcs-ft-redis-cleanup defaults to true, to false when KubeRay's ENABLE_GCS_FT_REDIS_CLEANUP=false is set, and the
+// flag given wins over the environment.
+func TestRedisCleanupFlag(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		args []string
+		off  bool
+	}{
+		{"", nil, false},
+		{"true", nil, false},
+		{"false", nil, true},
+		{"FALSE", nil, true},
+		{"", []string{"--gcs-ft-redis-cleanup=false"}, true},
+		{"false", []string{"--gcs-ft-redis-cleanup"}, false},
+		{"false", []string{"--gcs-ft-redis-cleanup=true"}, false},
+	} {
+		t.Setenv(envRedisCleanup, c.env)
+		var o operator.Options
+		fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+		addOperatorFlags(fs, &o)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if o.NoRedisCleanup != c.off {
+			t.Errorf("%s=%q %v: NoRedisCleanup %v, want %v", envRedisCleanup, c.env, c.args, o.NoRedisCleanup, c.off)
+		}
+	}
+	fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+	addOperatorFlags(fs, &operator.Options{})
+	if err := fs.Parse([]string{"--gcs-ft-redis-cleanup=maybe"}); err == nil {
+		t.Error("--gcs-ft-redis-cleanup=maybe accepted")
 	}
 }

@@ -22,6 +22,7 @@ func init() {
 				DefaultPodTemplate:      o.DefaultPodTemplate,
 				ClusterDomain:           o.ClusterDomain,
 				MaxConcurrentReconciles: o.ReconcileConcurrency,
+				NoRedisCleanup:          o.NoRedisCleanup,
 			}).SetupWithManager(mgr)
 		},
 		func(mgr ctrl.Manager, o Options) error {

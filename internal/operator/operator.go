@@ -66,6 +66,9 @@ type Options struct {
 	// RayTimeout bounds each call to a Ray head (zero: ray.DefaultDirectTimeout, or ray.DefaultProxyTimeout with
 	// UseKubernetesProxy).
 	RayTimeout time.Duration
+	// NoRedisCleanup turns off the Redis cleanup of deleted clusters with a Redis-backed GCS
+	// (--gcs-ft-redis-cleanup=false, KubeRay's ENABLE_GCS_FT_REDIS_CLEANUP=false).
+	NoRedisCleanup bool
 }
 
 // leaderElectionJitter is client-go's leaderelection.JitterFactor: a renewal retry waits up to RetryPeriod × 1.2.

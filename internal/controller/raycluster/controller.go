@@ -40,6 +40,10 @@ import (
 type Options struct {
 	// DefaultPodTemplate names a core/v1 PodTemplate (<namespace>/<name>) merged under every Ray pod.
 	DefaultPodTemplate string
+	// NoRedisCleanup turns the Redis cleanup of deleted clusters off, as KubeRay's ENABLE_GCS_FT_REDIS_CLEANUP=false
+	// does: clusters with a Redis-backed GCS get no cleanup finalizer, and one that carries it already is released
+	// on deletion without a cleanup Job (reported in an event naming the storage namespace left in Redis).
+	NoRedisCleanup bool
 	// ClusterDomain is the Services' DNS domain; empty means cluster.local.
 	ClusterDomain string
 	// MaxConcurrentReconciles is how many RayClusters reconcile at once (1 when zero).

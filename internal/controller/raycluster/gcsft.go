@@ -116,6 +116,15 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster)
 	if !controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
 		return ctrl.Result{}, nil
 	}
+	if r.opts.NoRedisCleanup {
+		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
+			return ctrl.Result{}, err
+		}
+		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
+			"removed finalizer %s without cleaning Redis: the operator's Redis cleanup is off (--gcs-ft-redis-cleanup=false); delete the keys of storage namespace %q from Redis by hand",
+			builder.FinalizerGCSFTRedisCleanup, builder.ExternalStorageNamespace(c))
+		return ctrl.Result{}, nil
+	}
 	pods := &corev1.PodList{}
 	if err := r.client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels{builder.LabelCluster: c.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list pods: %w", err)
@@ -190,9 +199,10 @@ func (r *Reconciler) createCleanupJob(ctx context.Context, c *rayv1.RayCluster) 
 	return ctrl.Result{RequeueAfter: cleanupWait}, nil
 }
 
-// ensureCleanupFinalizer puts the Redis cleanup finalizer on a cluster with a Redis-backed GCS.
+// ensureCleanupFinalizer puts the Redis cleanup finalizer on a cluster with a Redis-backed GCS (unless the cleanup
+// is off).
 func (r *Reconciler) ensureCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
-	if !builder.GCSFaultTolerance(c) || controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
+	if r.opts.NoRedisCleanup || !builder.GCSFaultTolerance(c) || controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
 		return nil
 	}
 	orig := c.DeepCopy()
