@@ -36,10 +36,12 @@ const (
 )
 
 var (
-	clusterProvisionedDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "kuberay_cluster_provisioned_duration_seconds",
-		Help: "The time, in seconds, when a RayCluster's `RayClusterProvisioned` status transitions from false (or unset) to true",
-	}, []string{"name", "namespace", "uid"})
+	clusterProvisionedDuration = &provisionedGauge{
+		desc: prometheus.NewDesc("kuberay_cluster_provisioned_duration_seconds",
+			"The time, in seconds, when a RayCluster's `RayClusterProvisioned` status transitions from false (or unset) to true",
+			[]string{"name", "namespace", "uid"}, nil),
+		m: map[types.NamespacedName]provisionedSample{},
+	}
 	jobExecutionDuration = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "kuberay_job_execution_duration_seconds",
 		Help: "Duration from when the RayJob CR’s JobDeploymentStatus transitions from Initializing to either the Retrying state or a terminal state, such as Complete or Failed. The Retrying state indicates that the CR previously failed and that spec.backoffLimit is enabled.",
@@ -88,12 +90,47 @@ func ObserveCluster(c *rayv1.RayCluster, old *rayv1.RayClusterStatus, now time.T
 	if meta.IsStatusConditionTrue(old.Conditions, cond) || !meta.IsStatusConditionTrue(c.Status.Conditions, cond) {
 		return
 	}
-	clusterProvisionedDuration.WithLabelValues(c.Name, c.Namespace, string(c.UID)).Set(now.Sub(c.CreationTimestamp.Time).Seconds())
+	g := clusterProvisionedDuration
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.m[types.NamespacedName{Namespace: c.Namespace, Name: c.Name}] = provisionedSample{uid: string(c.UID), seconds: now.Sub(c.CreationTimestamp.Time).Seconds()}
 }
 
 // ForgetCluster deletes the series of a RayCluster that no longer exists.
 func ForgetCluster(key types.NamespacedName) {
-	clusterProvisionedDuration.DeletePartialMatch(prometheus.Labels{"name": key.Name, "namespace": key.Namespace})
+	g := clusterProvisionedDuration
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.m, key)
+}
+
+// provisionedGauge is kuberay_cluster_provisioned_duration_seconds: one series per RayCluster, kept in a compact
+// map and made into samples at scrape time (a GaugeVec child, with its label pairs, hash and metric, cost about
+// 2 KB per cluster, which thousands of clusters feel). A cluster recreated under the same name replaces its
+// predecessor's series.
+type provisionedGauge struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	m    map[types.NamespacedName]provisionedSample
+}
+
+type provisionedSample struct {
+	uid     string
+	seconds float64
+}
+
+func (g *provisionedGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *provisionedGauge) Collect(ch chan<- prometheus.Metric) {
+	g.mu.Lock()
+	out := make([]prometheus.Metric, 0, len(g.m))
+	for k, s := range g.m {
+		out = append(out, prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, s.seconds, k.Name, k.Namespace, s.uid))
+	}
+	g.mu.Unlock()
+	for _, m := range out {
+		ch <- m
+	}
 }
 
 // ObserveJob sets kuberay_job_execution_duration_seconds when j's jobDeploymentStatus moves from a non-terminal

@@ -41,6 +41,13 @@ kuberay_cluster_provisioned_duration_seconds{name="c",namespace="ns",uid="u1"} 4
 	if err := testutil.CollectAndCompare(clusterProvisionedDuration, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
+	// The same name recreated (a new UID) before the old cluster's deletion was seen: its series replaces the old.
+	again := c.DeepCopy()
+	again.UID, again.CreationTimestamp = "u2", metav1.NewTime(t0.Add(time.Hour))
+	ObserveCluster(again, &rayv1.RayClusterStatus{}, t0.Add(time.Hour+7*time.Second))
+	if err := testutil.CollectAndCompare(clusterProvisionedDuration, strings.NewReader(strings.Replace(strings.Replace(want, "u1", "u2", 1), "} 42", "} 7", 1))); err != nil {
+		t.Error(err)
+	}
 	ForgetCluster(types.NamespacedName{Namespace: "ns", Name: "c"})
 	if n := testutil.CollectAndCount(clusterProvisionedDuration); n != 0 {
 		t.Errorf("%d series after ForgetCluster", n)
