@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -342,33 +341,31 @@ func (r *Reconciler) createPullers(ctx context.Context, key types.NamespacedName
 		return w
 	}
 	errs := make([]error, len(pods))
-	var mu sync.Mutex
-	var refused []*corev1.Pod
 	workqueue.ParallelizeUntil(ctx, createParallelism, len(pods), func(i int) {
 		p := pods[i]
-		err := r.client.Create(ctx, p)
-		if err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := r.client.Create(ctx, p); err != nil && !apierrors.IsAlreadyExists(err) {
 			errs[i] = err
-			mu.Lock()
-			refused = append(refused, p)
-			mu.Unlock()
 			return
 		}
 		r.exp.created(job.UID, pendingPod{name: p.Name, node: p.Spec.NodeName, attempt: podAttempt(p), created: now})
 	})
+	var refused []*corev1.Pod
+	var first error
+	var firstPod *corev1.Pod
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		if first == nil {
+			first, firstPod = err, pods[i]
+		}
+		refused = append(refused, pods[i])
+	}
 	if len(refused) == 0 {
 		r.backoff.Succeeded(key)
 		return 0
 	}
 	notCreated(refused, st)
-	var first error
-	var firstPod *corev1.Pod
-	for i, err := range errs {
-		if err != nil {
-			first, firstPod = err, pods[i]
-			break
-		}
-	}
 	delay, report := r.backoff.Failed(key, job.Generation, time.Now(), ReasonFailedCreate)
 	if report {
 		r.recorder.Eventf(job, nil, corev1.EventTypeWarning, ReasonFailedCreate, "Create", "failed to create %d puller pod(s): %s",
