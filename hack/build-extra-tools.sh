@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the developer tools that are not part of the control plane into bin/: helm (renders charts/manta in its
-# tests) and staticcheck (the linter .ci/run runs). Each comes from its own module under hack/tools and is rebuilt
-# only when that module's go.mod/go.sum or this script change (a stamp under bin/.stamps). Kept apart from
-# build-tools.sh, whose hash is in every control-plane stamp, so adding a tool here rebuilds nothing else.
+# Builds the developer tools that share no dependencies with the control plane into bin/: staticcheck (the linter
+# .ci/run runs). Each comes from its own module under hack/tools and is rebuilt only when that module's
+# go.mod/go.sum or this script change (a stamp under bin/.stamps). Kept apart from build-tools.sh, whose hash is in
+# the control-plane stamp, so adding a tool here rebuilds nothing else. (helm, which shares client-go and the API
+# types with the control plane, is built with it by build-tools.sh.)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/bin"
@@ -24,5 +25,4 @@ build() {
 	echo "make tools: built bin/$name in $((SECONDS - start))s" >&2
 }
 
-build helm helm.sh/helm/v4/cmd/helm
 build staticcheck honnef.co/go/tools/cmd/staticcheck

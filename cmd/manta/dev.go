@@ -17,6 +17,7 @@ import (
 
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/logging"
 	"github.com/manta-dev/manta/internal/operator"
 )
 
@@ -60,7 +61,7 @@ func newDevCommand() *cobra.Command {
 			defer logFile.Close()
 			fileOpts := logOptions
 			fileOpts.DestWriter = logFile
-			logger := zap.New(zap.UseFlagOptions(&fileOpts))
+			logger := logging.Lazy(zap.New(zap.UseFlagOptions(&fileOpts)))
 			ctrl.SetLogger(logger)
 			klog.SetLogger(logger)
 			fmt.Fprintf(cmd.ErrOrStderr(), "manta dev: starting; operator and API server logs in %s\n", logPath)

@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/manta-dev/manta/internal/logging"
 	"github.com/manta-dev/manta/internal/version"
 )
 
@@ -42,7 +43,7 @@ func newRootCommand() *cobra.Command {
 			if cmd.Annotations[ownLogger] != "" {
 				return // the command sets the logger itself (controller-runtime takes only the first)
 			}
-			ctrl.SetLogger(zap.New(zap.UseFlagOptions(zapOpts)))
+			ctrl.SetLogger(logging.Lazy(zap.New(zap.UseFlagOptions(zapOpts))))
 		},
 	}
 	logFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)

@@ -36,8 +36,8 @@ import (
 	"github.com/manta-dev/manta/internal/version"
 )
 
-// helmTemplate renders charts/manta with bin/helm (built from hack/tools/helm by `make tools`) as release in
-// namespace ns with the given values, CRDs included, as `helm install` would apply them.
+// helmTemplate renders charts/manta with bin/helm (built with the control plane from hack/tools/k8s by `make
+// tools`) as release in namespace ns with the given values, CRDs included, as `helm install` would apply them.
 func helmTemplate(t *testing.T, root, release, ns string, values map[string]any) ([]*unstructured.Unstructured, error) {
 	t.Helper()
 	data, err := yaml.Marshal(values)

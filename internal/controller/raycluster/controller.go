@@ -552,16 +552,16 @@ func (r *Reconciler) defaultTemplate(ctx context.Context, run *run) *corev1.PodT
 func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 	c := run.c
 	want := []*corev1.Service{builder.HeadService(c)}
-	var unwanted []*corev1.Service
+	var unwanted []string // names only: building a Service to learn its name was most of a reconcile's garbage
 	if builder.WantsServeService(c) {
 		want = append(want, builder.ServeService(c))
 	} else {
-		unwanted = append(unwanted, builder.ServeService(c))
+		unwanted = append(unwanted, builder.ServeServiceName(c))
 	}
 	if builder.WantsHeadlessWorkerService(c) {
 		want = append(want, builder.HeadlessWorkerService(c))
 	} else {
-		unwanted = append(unwanted, builder.HeadlessWorkerService(c))
+		unwanted = append(unwanted, builder.HeadlessWorkerServiceName(c))
 	}
 	if err := r.deleteUnwantedServices(ctx, run, unwanted); err != nil {
 		return err
@@ -599,23 +599,23 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 
 // deleteUnwantedServices deletes the optional Services (serve, headless worker) the cluster made and no longer asks
 // for; a Service of that name that the cluster does not control is left alone.
-func (r *Reconciler) deleteUnwantedServices(ctx context.Context, run *run, unwanted []*corev1.Service) error {
-	for _, svc := range unwanted {
+func (r *Reconciler) deleteUnwantedServices(ctx context.Context, run *run, unwanted []string) error {
+	for _, name := range unwanted {
 		existing := &corev1.Service{}
-		if err := r.client.Get(ctx, client.ObjectKeyFromObject(svc), existing); err != nil {
+		if err := r.client.Get(ctx, client.ObjectKey{Namespace: run.c.Namespace, Name: name}, existing); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}
-			return fmt.Errorf("get service %s: %w", svc.Name, err)
+			return fmt.Errorf("get service %s: %w", name, err)
 		}
 		if !metav1.IsControlledBy(existing, run.c) || existing.DeletionTimestamp != nil {
 			continue
 		}
 		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
-			run.eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s: %v", svc.Name, err)
-			return fmt.Errorf("delete service %s: %w", svc.Name, err)
+			run.eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s: %v", name, err)
+			return fmt.Errorf("delete service %s: %w", name, err)
 		}
-		run.eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s: the cluster no longer asks for it", svc.Name)
+		run.eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s: the cluster no longer asks for it", name)
 	}
 	return nil
 }

@@ -34,14 +34,17 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{builder.LabelCluster: c.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
-	var pods []corev1.Pod
-	for _, p := range list.Items {
-		if p.DeletionTimestamp == nil && metaOwnedBy(&p, c) {
-			pods = append(pods, p)
+	// The expectations read every listed pod, terminating ones included; then the list is filtered in place (a
+	// second slice of pod values was 6 % of the bytes the operator allocated in a 500-cluster benchmark).
+	satisfied := r.exp.satisfied(run.key, list.Items)
+	pods := list.Items[:0]
+	for i := range list.Items {
+		if p := &list.Items[i]; p.DeletionTimestamp == nil && metaOwnedBy(p, c) {
+			pods = append(pods, *p)
 		}
 	}
 	run.obs.pods = pods
-	if !r.exp.satisfied(run.key, list.Items) {
+	if !satisfied {
 		// The cache has not caught up with our own writes: acting now could duplicate pods.
 		run.requeueAfter(time.Second)
 		return nil
