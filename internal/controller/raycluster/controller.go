@@ -552,7 +552,7 @@ func (r *Reconciler) defaultTemplate(ctx context.Context, run *run) *corev1.PodT
 func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 	c := run.c
 	want := []*corev1.Service{builder.HeadService(c)}
-	var unwanted []string // names only: building a Service to learn its name was most of a reconcile's garbage
+	var unwanted []string // names only: a Service built to learn its name was garbage on every reconcile
 	if builder.WantsServeService(c) {
 		want = append(want, builder.ServeService(c))
 	} else {
