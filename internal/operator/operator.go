@@ -197,6 +197,8 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	// Every client the manager makes shares this transport: the event writer holds back while the others write.
 	activity := &writeActivity{}
 	cfg.Wrap(activity.wrap)
+	// The Ray pod watch reaches client-go with what stripPod would drop already gone (see podWatchBody).
+	cfg.Wrap(pruneRayPodWatches(podSel.String()))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Controller:              ctrlOpts,
 		Scheme:                  scheme,
