@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -200,41 +199,54 @@ func UpdateService(existing, desired *corev1.Service) (updated *corev1.Service, 
 	if (existing.Spec.ClusterIP == corev1.ClusterIPNone) != (desired.Spec.ClusterIP == corev1.ClusterIPNone) {
 		return existing, true, true
 	}
-	out := existing.DeepCopy()
-	for k, v := range desired.Labels {
-		if out.Labels[k] != v {
-			if out.Labels == nil {
-				out.Labels = map[string]string{}
-			}
-			out.Labels[k] = v
-			changed = true
-		}
-	}
-	for k, v := range desired.Annotations {
-		if a, ok := out.Annotations[k]; !ok || a != v {
-			if out.Annotations == nil {
-				out.Annotations = map[string]string{}
-			}
-			out.Annotations[k] = v
-			changed = true
-		}
-	}
-	if !maps.Equal(out.Spec.Selector, desired.Spec.Selector) {
-		out.Spec.Selector = copyMap(desired.Spec.Selector)
-		changed = true
-	}
 	typ := desired.Spec.Type
 	if typ == "" {
 		typ = corev1.ServiceTypeClusterIP
 	}
-	if out.Spec.Type != typ {
-		out.Spec.Type = typ
-		changed = true
+	ports := desiredPorts(existing, desired, typ)
+	// Nothing is copied unless something differs: the existing Service is usually the cache's own, read on every
+	// reconcile, and already as wanted.
+	if !missingKeys(existing.Labels, desired.Labels) && !missingKeys(existing.Annotations, desired.Annotations) &&
+		maps.Equal(existing.Spec.Selector, desired.Spec.Selector) && existing.Spec.Type == typ &&
+		existing.Spec.PublishNotReadyAddresses == desired.Spec.PublishNotReadyAddresses && portsEqual(existing.Spec.Ports, ports) {
+		return existing, false, false
 	}
-	if out.Spec.PublishNotReadyAddresses != desired.Spec.PublishNotReadyAddresses {
-		out.Spec.PublishNotReadyAddresses = desired.Spec.PublishNotReadyAddresses
-		changed = true
+	out := existing.DeepCopy()
+	out.Labels = withKeys(out.Labels, desired.Labels)
+	out.Annotations = withKeys(out.Annotations, desired.Annotations)
+	if !maps.Equal(out.Spec.Selector, desired.Spec.Selector) {
+		out.Spec.Selector = copyMap(desired.Spec.Selector)
 	}
+	out.Spec.Type = typ
+	out.Spec.PublishNotReadyAddresses = desired.Spec.PublishNotReadyAddresses
+	if !portsEqual(out.Spec.Ports, ports) {
+		out.Spec.Ports = ports
+	}
+	return out, true, false
+}
+
+// missingKeys says whether want has a key that m lacks or holds with another value.
+func missingKeys(m, want map[string]string) bool {
+	for k, v := range want {
+		if have, ok := m[k]; !ok || have != v {
+			return true
+		}
+	}
+	return false
+}
+
+// withKeys sets want's keys in m (made when nil and there is something to set), keeping m's other keys.
+func withKeys(m, want map[string]string) map[string]string {
+	if m == nil && len(want) > 0 {
+		m = make(map[string]string, len(want))
+	}
+	maps.Copy(m, want)
+	return m
+}
+
+// desiredPorts is desired's ports as the API server would store them: protocol and targetPort defaulted, and the
+// node ports the API server allocated kept.
+func desiredPorts(existing, desired *corev1.Service, typ corev1.ServiceType) []corev1.ServicePort {
 	ports := make([]corev1.ServicePort, len(desired.Spec.Ports))
 	for i, p := range desired.Spec.Ports {
 		if p.Protocol == "" {
@@ -255,11 +267,25 @@ func UpdateService(existing, desired *corev1.Service) (updated *corev1.Service, 
 		}
 		ports[i] = p
 	}
-	if !equality.Semantic.DeepEqual(out.Spec.Ports, ports) {
-		out.Spec.Ports = ports
-		changed = true
+	return ports
+}
+
+// portsEqual compares Service ports field by field (appProtocol by value); no ports and nil are equal.
+func portsEqual(a, b []corev1.ServicePort) bool {
+	if len(a) != len(b) {
+		return false
 	}
-	return out, changed, false
+	for i := range a {
+		x, y := a[i], b[i]
+		if (x.AppProtocol == nil) != (y.AppProtocol == nil) || (x.AppProtocol != nil && *x.AppProtocol != *y.AppProtocol) {
+			return false
+		}
+		x.AppProtocol, y.AppProtocol = nil, nil
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // OwnerHeadService is the head Service a RayJob keeps for the cluster it runs on, <owner>-head-svc: the cluster's

@@ -122,6 +122,9 @@ func TestUpdateService(t *testing.T) {
 				t.Errorf("existing Service mutated:\n%s", diff)
 			}
 			if !changed {
+				if got != existing {
+					t.Error("an unchanged Service was copied: the existing one is the cache's, read on every reconcile")
+				}
 				if diff := cmp.Diff(existing, got); diff != "" {
 					t.Errorf("unchanged Service rewritten:\n%s", diff)
 				}
@@ -141,5 +144,28 @@ func TestUpdateServeService(t *testing.T) {
 	got, changed, recreate := UpdateService(existing, ServeService(c))
 	if !changed || recreate || len(got.Spec.Ports) != 1 || got.Spec.Ports[0].Port != 9000 {
 		t.Errorf("changed %v recreate %v ports %+v", changed, recreate, got.Spec.Ports)
+	}
+}
+
+func TestPortsEqual(t *testing.T) {
+	h2c, h2c2, grpc := "kubernetes.io/h2c", "kubernetes.io/h2c", "grpc"
+	p := corev1.ServicePort{Name: "serve", Protocol: corev1.ProtocolTCP, Port: 8000, TargetPort: intstr.FromInt32(8000)}
+	withApp := func(a *string) corev1.ServicePort { q := p; q.AppProtocol = a; return q }
+	for _, tc := range []struct {
+		a, b []corev1.ServicePort
+		want bool
+	}{
+		{nil, []corev1.ServicePort{}, true},
+		{[]corev1.ServicePort{p}, []corev1.ServicePort{p}, true},
+		{[]corev1.ServicePort{withApp(&h2c)}, []corev1.ServicePort{withApp(&h2c2)}, true}, // by value, not pointer
+		{[]corev1.ServicePort{withApp(&h2c)}, []corev1.ServicePort{withApp(&grpc)}, false},
+		{[]corev1.ServicePort{withApp(&h2c)}, []corev1.ServicePort{p}, false},
+		{[]corev1.ServicePort{p}, nil, false},
+		{[]corev1.ServicePort{p}, []corev1.ServicePort{{Name: "serve", Protocol: corev1.ProtocolTCP, Port: 8000, TargetPort: intstr.FromString("serve")}}, false},
+		{[]corev1.ServicePort{p}, []corev1.ServicePort{{Name: "serve", Protocol: corev1.ProtocolTCP, Port: 8000, TargetPort: intstr.FromInt32(8000), NodePort: 30000}}, false},
+	} {
+		if got := portsEqual(tc.a, tc.b); got != tc.want {
+			t.Errorf("portsEqual(%+v, %+v) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
 	}
 }

@@ -32,6 +32,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/createbackoff"
 	"github.com/manta-dev/manta/internal/metrics"
 )
@@ -105,6 +106,9 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
 // the pods, Services and Redis cleanup Jobs they own; changes to those are reconciled first (see progressPriority).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := clusterpods.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayCluster{}, ctrlbuilder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
@@ -546,6 +550,10 @@ func (r *Reconciler) defaultTemplate(ctx context.Context, run *run) *corev1.PodT
 	return &tmpl.Template
 }
 
+// readOnly reads an object from the cache without copying it: shallow, its maps and slices are the cache's, so it
+// must not be changed (nor decoded into).
+var readOnly = &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}
+
 // reconcileServices creates the head Service and, when asked for, the serve and headless worker Services, and keeps
 // the fields Manta owns (ports, selector, type, its labels and annotations) in line with the spec. Only those fields
 // are patched: users and other controllers annotate the Services too.
@@ -567,8 +575,10 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 		return err
 	}
 	for i, svc := range want {
+		// The cache's own Service, not a copy (readOnly): it is only read here and by computeStatus, and
+		// UpdateService copies it before changing anything.
 		existing := &corev1.Service{}
-		err := r.client.Get(ctx, client.ObjectKeyFromObject(svc), existing)
+		err := r.client.Get(ctx, client.ObjectKeyFromObject(svc), existing, readOnly)
 		switch {
 		case err == nil:
 			existing, err = r.updateService(ctx, run, existing, svc)
@@ -602,7 +612,7 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 func (r *Reconciler) deleteUnwantedServices(ctx context.Context, run *run, unwanted []string) error {
 	for _, name := range unwanted {
 		existing := &corev1.Service{}
-		if err := r.client.Get(ctx, client.ObjectKey{Namespace: run.c.Namespace, Name: name}, existing); err != nil {
+		if err := r.client.Get(ctx, client.ObjectKey{Namespace: run.c.Namespace, Name: name}, existing, readOnly); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue
 			}

@@ -41,6 +41,9 @@ const testCreateBackoffBase = 100 * time.Millisecond
 // env is one envtest control plane with the controller running, shared by the subtests (each in its namespace).
 type env struct {
 	cl client.Client
+	// mgrCl is the manager's client: reads from its cache (which has the pod index), for tests that run a
+	// Reconciler of their own.
+	mgrCl client.Client
 	// wcl watches, for the checks that count writes.
 	wcl client.WithWatch
 	nsN atomic.Int32
@@ -121,6 +124,7 @@ func TestController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.mgrCl = mgr.GetClient()
 	if err := NewReconciler(mgr, Options{DefaultPodTemplate: defaultsNS + "/defaults", MaxConcurrentReconciles: 4,
 		CreateBackoffBase: testCreateBackoffBase, CreateBackoffMax: 5 * time.Second}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
@@ -675,7 +679,7 @@ func testMissingDefaultTemplate(t *testing.T, e *env) {
 	rc.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") // keep the running controller away
 	mustCreate(t, e.cl, rc)
 	rec := events.NewFakeRecorder(10)
-	r := &Reconciler{client: e.cl, reader: e.cl, recorder: rec, opts: Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10}, exp: newExpectations()}
+	r := &Reconciler{client: e.mgrCl, reader: e.cl, recorder: rec, opts: Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10}, exp: newExpectations()}
 	// Reconcile bypasses the managedBy skip by calling the inner steps the way Reconcile does.
 	run := &run{c: e.get(t, rc), key: client.ObjectKeyFromObject(rc)}
 	if err := r.reconcile(context.Background(), run); err != nil {

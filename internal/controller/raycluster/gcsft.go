@@ -16,6 +16,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
 )
 
 // GCS fault tolerance keeps a cluster's GCS state in Redis under a storage namespace; when the cluster is deleted
@@ -126,7 +127,7 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster)
 		return ctrl.Result{}, nil
 	}
 	pods := &corev1.PodList{}
-	if err := r.client.List(ctx, pods, client.InNamespace(c.Namespace), client.MatchingLabels{builder.LabelCluster: c.Name}); err != nil {
+	if err := r.client.List(ctx, pods, client.InNamespace(c.Namespace), clusterpods.Of(c.Name)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list pods: %w", err)
 	}
 	// Read past the cache: it holds only the Jobs labelled as KubeRay's, which a head template can relabel.

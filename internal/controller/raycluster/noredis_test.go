@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -14,6 +15,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -35,7 +37,7 @@ func TestRedisCleanupOff(t *testing.T) {
 	deleted := ft("deleted")
 	deleted.Finalizers = []string{builder.FinalizerGCSFTRedisCleanup}
 	deleted.DeletionTimestamp = &metav1.Time{Time: metav1.Now().Time}
-	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(live, deleted).Build()
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithIndex(&corev1.Pod{}, clusterpods.Index, clusterpods.IndexValue).WithObjects(live, deleted).Build()
 	rec := events.NewFakeRecorder(10)
 	r := &Reconciler{client: cl, reader: cl, recorder: rec, opts: Options{NoRedisCleanup: true}, exp: newExpectations()}
 

@@ -21,6 +21,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/createbackoff"
 )
 
@@ -31,7 +32,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	list := &corev1.PodList{}
 	// Shallow copies of the cached pods (their maps and slices are the cache's): the pod list was the largest
 	// allocation of a reconcile, and the controller only reads pods, except adopt, which patches a copy.
-	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{builder.LabelCluster: c.Name}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), clusterpods.Of(c.Name), client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	// The expectations read every listed pod, terminating ones included; then the list is filtered in place (a

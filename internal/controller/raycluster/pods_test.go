@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -72,7 +73,7 @@ func TestCreateWorkersBounded(t *testing.T) {
 	var inFlight, peak, calls atomic.Int32
 	var mu sync.Mutex
 	var failAfter int32 = -1
-	cl := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithIndex(&corev1.Pod{}, clusterpods.Index, clusterpods.IndexValue).WithInterceptorFuncs(interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
 			n := inFlight.Add(1)
 			defer inFlight.Add(-1)
@@ -139,7 +140,7 @@ func TestEventsSurviveStatusConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc := testutil.MakeRayCluster("ns", "rc").Workers("small", 1).Obj()
-	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(rc).WithStatusSubresource(rc).
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithIndex(&corev1.Pod{}, clusterpods.Index, clusterpods.IndexValue).WithObjects(rc).WithStatusSubresource(rc).
 		WithInterceptorFuncs(interceptor.Funcs{
 			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 				return apierrors.NewConflict(schema.GroupResource{Group: "ray.io", Resource: "rayclusters"}, obj.GetName(), errors.New("changed"))

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/metrics"
 	"github.com/manta-dev/manta/internal/ray"
 )
@@ -87,6 +88,9 @@ func NewReconciler(mgr ctrl.Manager, rays ray.ClientFactory, opts Options) *Reco
 // SetupWithManager watches RayJobs (not the status the controller writes itself), and the RayClusters and
 // submitter Jobs they own.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := clusterpods.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	deleting := predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		return e.ObjectNew.GetDeletionTimestamp() != nil && e.ObjectOld.GetDeletionTimestamp() == nil
 	}}
@@ -306,7 +310,7 @@ func (r *Reconciler) deleteOwned(ctx context.Context, run *run, obj client.Objec
 // pods (which Kueue accounts for) are gone, not only the RayCluster object.
 func (r *Reconciler) clusterPodsGone(ctx context.Context, ns, name string) (bool, error) {
 	pods := &corev1.PodList{}
-	if err := r.client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"ray.io/cluster": name}); err != nil {
+	if err := r.client.List(ctx, pods, client.InNamespace(ns), clusterpods.Of(name)); err != nil {
 		return false, err
 	}
 	return len(pods.Items) == 0, nil

@@ -15,6 +15,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -585,7 +586,7 @@ func (r *Reconciler) sidecarFailure(ctx context.Context, cluster *rayv1.RayClust
 // headPods lists the cluster's head pods (one, unless one is being replaced).
 func (r *Reconciler) headPods(ctx context.Context, cluster *rayv1.RayCluster) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
-	err := r.client.List(ctx, pods, client.InNamespace(cluster.Namespace), client.MatchingLabels{builder.LabelCluster: cluster.Name, builder.LabelNodeType: builder.NodeTypeHead})
+	err := r.client.List(ctx, pods, client.InNamespace(cluster.Namespace), clusterpods.Of(cluster.Name), client.MatchingLabels{builder.LabelNodeType: builder.NodeTypeHead})
 	return pods.Items, err
 }
 

@@ -24,6 +24,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -79,6 +80,9 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 // SetupWithManager watches RayServices, the RayClusters and Services they own, and the pods of their clusters (a
 // pod's readiness moves the serve endpoints).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := clusterpods.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayService{}).
 		Owns(&rayv1.RayCluster{}).

@@ -13,6 +13,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -73,7 +74,7 @@ func (r *Reconciler) observe(ctx context.Context, rs *rayv1.RayService) (observe
 func (r *Reconciler) observeCluster(ctx context.Context, rs *rayv1.RayService, co *clusterObs) error {
 	c := co.cluster
 	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.InNamespace(c.Namespace), client.MatchingLabels{builder.LabelCluster: c.Name}); err != nil {
+	if err := r.client.List(ctx, &pods, client.InNamespace(c.Namespace), clusterpods.Of(c.Name)); err != nil {
 		return fmt.Errorf("list pods of RayCluster %s: %w", c.Name, err)
 	}
 	for i := range pods.Items {
