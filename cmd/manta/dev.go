@@ -106,6 +106,13 @@ func newDevCommand() *cobra.Command {
 			if !mgr.GetCache().WaitForCacheSync(gctx) {
 				return errors.Join(errors.New("operator caches did not sync"), g.Wait())
 			}
+			// The caches can sync before the controllers are launched (an index asks for the pod informer at set-up):
+			// ready means the controllers run, which the manager says by electing itself (no leader election here).
+			select {
+			case <-mgr.Elected():
+			case <-gctx.Done():
+				return g.Wait()
+			}
 
 			fmt.Fprintln(out, "manta dev: ready")
 			fmt.Fprintf(out, "  %d fake nodes, up in %s\n", nodes, time.Since(start).Round(time.Millisecond))

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // TestMantaDev runs the real `manta dev` binary: it must print "manta dev: ready" with how to use it, write a
@@ -85,9 +87,14 @@ func TestMantaDev(t *testing.T) {
 			t.Errorf("a log line on the terminal: %s", l)
 		}
 	}
-	if logs, err := os.ReadFile(logPath); err != nil || !strings.Contains(string(logs), `"controller":"raycluster"`) {
-		t.Errorf("%s lacks the operator's logs (%v):\n%.2000s", logPath, err, logs)
-	}
+	// The controllers are launched by then; their first lines follow within moments.
+	testutil.Eventually(t, 10*time.Second, "the operator's logs in "+logPath, func() (bool, string) {
+		logs, err := os.ReadFile(logPath)
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(string(logs), `"controller":"raycluster"`), fmt.Sprintf("%.2000s", logs)
+	})
 	// The components' logs are in the directory the summary names, one file each.
 	const componentsLine = "component logs (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok): "
 	if _, dir, ok := strings.Cut(text, componentsLine); !ok {
