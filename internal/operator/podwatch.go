@@ -171,10 +171,10 @@ func (b *podWatchBody) event(dst, ev []byte) ([]byte, error) {
 // checkPodUnknown says whether a runtime.Unknown holds a v1 Pod, neither compressed nor in another encoding.
 func checkPodUnknown(u []byte) error {
 	var kind, apiVersion []byte
-	err := fields(u, func(num protowire.Number, typ protowire.Type, v []byte) error {
+	err := eachField(u, func(num protowire.Number, typ protowire.Type, _, v []byte) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType: // typeMeta
-			return fields(v, func(num protowire.Number, typ protowire.Type, v []byte) error {
+			return eachField(v, func(num protowire.Number, typ protowire.Type, _, v []byte) error {
 				switch {
 				case num == 1 && typ == protowire.BytesType:
 					apiVersion = v
@@ -194,9 +194,9 @@ func checkPodUnknown(u []byte) error {
 	return err
 }
 
-// fields calls f with each field of the protobuf message m (v is a length-delimited field's value, or the raw
-// value of any other).
-func fields(m []byte, f func(num protowire.Number, typ protowire.Type, v []byte) error) error {
+// eachField calls f with each field of the protobuf message m: its number, its wire type, the whole field (tag
+// included) and its value (a length-delimited field's content, or the raw value of any other).
+func eachField(m []byte, f func(num protowire.Number, typ protowire.Type, field, v []byte) error) error {
 	for len(m) > 0 {
 		num, typ, n := protowire.ConsumeTag(m)
 		if n < 0 {
@@ -210,7 +210,7 @@ func fields(m []byte, f func(num protowire.Number, typ protowire.Type, v []byte)
 		if typ == protowire.BytesType {
 			v, _ = protowire.ConsumeBytes(v)
 		}
-		if err := f(num, typ, v); err != nil {
+		if err := f(num, typ, m[:n+l], v); err != nil {
 			return err
 		}
 		m = m[n+l:]
@@ -218,77 +218,66 @@ func fields(m []byte, f func(num protowire.Number, typ protowire.Type, v []byte)
 	return nil
 }
 
+// appendMessage appends a length-delimited field num holding inner.
+func appendMessage(dst []byte, num protowire.Number, inner []byte) []byte {
+	return protowire.AppendBytes(protowire.AppendTag(dst, num, protowire.BytesType), inner)
+}
+
 // replace appends to dst the message m with the value of its length-delimited field num rewritten by f, which
 // writes into a buffer of its own (scratch slot slot) so the length can be written before it.
 func (b *podWatchBody) replace(dst, m []byte, num protowire.Number, slot int, f func(dst, v []byte) ([]byte, error)) ([]byte, error) {
 	found := false
-	for len(m) > 0 {
-		n, typ, tl := protowire.ConsumeTag(m)
-		if tl < 0 {
-			return nil, protowire.ParseError(tl)
-		}
-		l := protowire.ConsumeFieldValue(n, typ, m[tl:])
-		if l < 0 {
-			return nil, protowire.ParseError(l)
-		}
+	err := eachField(m, func(n protowire.Number, typ protowire.Type, field, v []byte) error {
 		if n != num {
-			dst = append(dst, m[:tl+l]...)
-			m = m[tl+l:]
-			continue
+			dst = append(dst, field...)
+			return nil
 		}
 		if typ != protowire.BytesType || found {
-			return nil, fmt.Errorf("field %d: wire type %d or repeated", num, typ)
+			return fmt.Errorf("field %d: wire type %d or repeated", num, typ)
 		}
 		found = true
-		v, _ := protowire.ConsumeBytes(m[tl : tl+l])
 		inner, err := f(b.outer[slot][:0], v)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		b.outer[slot] = inner
-		dst = protowire.AppendTag(dst, num, protowire.BytesType)
-		dst = protowire.AppendBytes(dst, inner)
-		m = m[tl+l:]
+		dst = appendMessage(dst, num, inner)
+		return nil
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("field %d missing", num)
 	}
-	if !found {
-		return nil, fmt.Errorf("field %d missing", num)
+	if err != nil {
+		return nil, err
 	}
 	return dst, nil
 }
 
 // message appends to dst the message m pruned by p; depth picks the scratch buffer of the nested messages.
 func (b *podWatchBody) message(dst, m []byte, p prune, depth int) ([]byte, error) {
-	for len(m) > 0 {
-		num, typ, tl := protowire.ConsumeTag(m)
-		if tl < 0 {
-			return nil, protowire.ParseError(tl)
-		}
-		l := protowire.ConsumeFieldValue(num, typ, m[tl:])
-		if l < 0 {
-			return nil, protowire.ParseError(l)
-		}
-		field := m[:tl+l]
-		m = m[tl+l:]
+	err := eachField(m, func(num protowire.Number, typ protowire.Type, field, v []byte) error {
 		sub, listed := p[num]
 		switch {
 		case !listed:
 			dst = append(dst, field...)
 		case sub == nil: // dropped
 		case typ != protowire.BytesType:
-			return nil, fmt.Errorf("field %d: wire type %d, want a message", num, typ)
+			return fmt.Errorf("field %d: wire type %d, want a message", num, typ)
 		default:
-			v, _ := protowire.ConsumeBytes(field[tl:])
 			for len(b.scratch) <= depth {
 				b.scratch = append(b.scratch, nil)
 			}
 			inner, err := b.message(b.scratch[depth][:0], v, sub, depth+1)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			b.scratch[depth] = inner
-			dst = protowire.AppendTag(dst, num, protowire.BytesType)
-			dst = protowire.AppendBytes(dst, inner)
+			dst = appendMessage(dst, num, inner)
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return dst, nil
 }
