@@ -219,9 +219,7 @@ func UpdateService(existing, desired *corev1.Service) (updated *corev1.Service, 
 	}
 	out.Spec.Type = typ
 	out.Spec.PublishNotReadyAddresses = desired.Spec.PublishNotReadyAddresses
-	if !portsEqual(out.Spec.Ports, ports) {
-		out.Spec.Ports = ports
-	}
+	out.Spec.Ports = ports
 	return out, true, false
 }
 

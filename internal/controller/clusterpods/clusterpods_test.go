@@ -78,15 +78,8 @@ func TestClusterPodsIndex(t *testing.T) {
 		{[]client.ListOption{client.InNamespace("one"), Of("c")}, nil},
 		{[]client.ListOption{client.InNamespace("one"), Of("a"), client.MatchingLabels{"ray.io/node-type": "worker"}}, []string{"one/a-worker"}},
 	} {
-		got := names(tc.opts...)
-		if len(got) != len(tc.want) {
+		if got := names(tc.opts...); !slices.Equal(got, tc.want) {
 			t.Errorf("%v: %v, want %v", tc.opts, got, tc.want)
-			continue
-		}
-		for i := range got {
-			if got[i] != tc.want[i] {
-				t.Errorf("%v: %v, want %v", tc.opts, got, tc.want)
-			}
 		}
 	}
 }
