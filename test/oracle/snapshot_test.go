@@ -46,9 +46,10 @@ func runSample(t *testing.T, ns string, s sample, sides ...side) []diff {
 // Initializing, and nothing compared changed for five seconds (events are written after the objects they are
 // about, seconds later on a busy machine); or every Ray object has a status for its generation (after 45 seconds,
 // whether or not) and nothing changed for 15 seconds (a spec whose pods cannot be created, a job waiting for a
-// cluster that does not exist, a status one operator never writes for a spec change); or two minutes passed.
-// Never, short of those two minutes, while a RayJob is Running with its submitter Job finished: both operators
-// fail it 30 s after the submitter finished, and a snapshot inside those 30 s compares a race.
+// cluster that does not exist, a status one operator never writes for a spec change; 30 seconds when one side is
+// ready and the other is not, or their events differ); or two minutes passed. Never, short of those two minutes,
+// while a RayJob is Running with its submitter Job finished (both operators fail it 30 s after the submitter
+// finished, and a snapshot inside those 30 s compares a race) or a RayCluster is Suspending.
 func settle(t *testing.T, ns string, sides ...side) []diff {
 	snaps := make([]*snapshot, len(sides))
 	digests := make([]string, len(sides))
@@ -73,8 +74,10 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 		// Events are written after what they are about, and on a loaded machine one operator's come many seconds
 		// after the other's (KubeRay's recorder writes them one at a time behind its own queue): event sets that
 		// differ get twice the longer quiet period before they count as a difference.
+		// The same for one side ready and the other not: a busy operator (or the kwok behind it) can leave a cluster
+		// or a job's submitter unchanged for more than the shorter quiet period on its way to where the other is.
 		quiet := 30
-		if !maps.Equal(snaps[0].events, snaps[1].events) {
+		if !maps.Equal(snaps[0].events, snaps[1].events) || snaps[0].ready != snaps[1].ready {
 			quiet = 60
 		}
 		if !moving && ((ready && stable >= 10 && quiet == 30) || (stable >= quiet && (touched || time.Until(deadline) < 75*time.Second))) {
@@ -106,8 +109,8 @@ type snapshot struct {
 	// terminating counts the Ray pods being deleted: a side whose pods are still going has not settled (its
 	// operator may be waiting for them, as a suspending cluster does), however long nothing else changes.
 	terminating int
-	// moving: a RayJob is Running though its submitter Job finished; both operators end it within 30 s
-	// (KubeRay's submitter-finished timeout), so no snapshot before that is settled.
+	// moving: a RayJob is Running though its submitter Job finished (both operators end it within 30 s, KubeRay's
+	// submitter-finished timeout), or a RayCluster is Suspending; no snapshot before those end is settled.
 	moving bool
 }
 
@@ -308,6 +311,9 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		s.touched = s.touched && observed == rc.GetGeneration()
 		s.ready = s.ready && observed == rc.GetGeneration() && podsOfCluster[rc.GetName()] == want && readyOfCluster[rc.GetName()] == want &&
 			(state == "ready" || (want == 0 && state == "suspended"))
+		// Suspending is a passage both operators end (Suspended once the pods are gone), however long a busy operator
+		// takes to get back to the cluster after its pods went.
+		s.moving = s.moving || conditionTrue(rc, "RayClusterSuspending")
 	}
 	for _, objs := range [][]unstructured.Unstructured{jobs, services} {
 		for i := range objs {
@@ -339,6 +345,17 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		}
 	}
 	return s
+}
+
+// conditionTrue reports whether the object's status has the condition typ with status True.
+func conditionTrue(o *unstructured.Unstructured, typ string) bool {
+	conds, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == typ && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
 }
 
 // dropServiceAccountToken removes the projected token volume the API server adds to every pod (kube-api-access-<5
