@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -87,6 +88,10 @@ type trialResult struct {
 	// ControlPlaneCPU is each dev cluster component's CPU-seconds over the trial (kube-apiserver, etcd, kwok, ...):
 	// on one machine the operator's and the API server's CPU come from the same two cores.
 	ControlPlaneCPU map[string]float64 `json:"controlPlaneCPUSeconds,omitempty"`
+	// ServerRequests is what the API server served over the trial from every client (operator, kwok, scheduler,
+	// controller manager, the harness), per cluster, by "VERB resource[/subresource]" (apiserver_request_total;
+	// " 409" appended for conflicts): it shows who else works harder beside one operator than beside another.
+	ServerRequests map[string]float64 `json:"serverRequestsPerCluster,omitempty"`
 	// Phases splits each cluster's create -> ready by its pods' own timestamps (1 s resolution): p50 and p99 over
 	// the clusters of each step, in seconds.
 	Phases         map[string][2]float64 `json:"phasesP50P99Seconds,omitempty"`
@@ -148,8 +153,8 @@ func BenchmarkSideBySide(b *testing.B) {
 					}
 					r := runTrial(b, c, bin, kuberayCRDs, n, round)
 					results = append(results, r)
-					progressf(b, "%s, %d clusters, round %d: all ready in %.1fs (created in %.1fs; p50 %.1fs, p99 %.1fs; steps p50/p99 %v), %.1f CPU-s (control plane %v), peak RSS %.0f MiB, %.1f writes/cluster %v",
-						r.Contender, r.Clusters, round, r.AllReadyS, r.CreateS, r.P50S, r.P99S, r.Phases, r.CPUSeconds, r.ControlPlaneCPU, r.PeakRSSMiB, r.WritesPerCl, r.RequestsByVerb)
+					progressf(b, "%s, %d clusters, round %d: all ready in %.1fs (created in %.1fs; p50 %.1fs, p99 %.1fs; steps p50/p99 %v), %.1f CPU-s (control plane %v), peak RSS %.0f MiB, %.1f writes/cluster %v; API server served per cluster %v",
+						r.Contender, r.Clusters, round, r.AllReadyS, r.CreateS, r.P50S, r.P99S, r.Phases, r.CPUSeconds, r.ControlPlaneCPU, r.PeakRSSMiB, r.WritesPerCl, r.RequestsByVerb, r.ServerRequests)
 				}
 			}
 		}
@@ -224,6 +229,7 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 		}
 	}
 
+	served0 := e.serverRequests(b)
 	var apiProfile chan []byte
 	if pprofDir != "" {
 		apiProfile = make(chan []byte, 1)
@@ -282,6 +288,12 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 	r.ControlPlaneCPU = map[string]float64{}
 	for name, pid := range e.cluster.PIDs() {
 		r.ControlPlaneCPU[name] = procCPUSeconds(pid) - cp0[name]
+	}
+	r.ServerRequests = map[string]float64{}
+	for k, v := range e.serverRequests(b) {
+		if d := (v - served0[k]) / float64(clusters); d >= 0.01 {
+			r.ServerRequests[k] = math.Round(d*100) / 100
+		}
 	}
 	if op != nil {
 		r.CPUSeconds = procCPUSeconds(op.cmd.Process.Pid) - cpu0
@@ -668,6 +680,44 @@ func parseMetrics(text string) metricsSnapshot {
 		}
 	}
 	return s
+}
+
+// serverRequests reads apiserver_request_total from the dev cluster's API server, by "VERB resource[/subresource]"
+// (and the same with " 409" for conflicts), watches left out (counted when they start, not by what they carry).
+func (e *trialEnv) serverRequests(b *testing.B) map[string]float64 {
+	body, err := e.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(e.ctx)
+	if err != nil {
+		b.Fatalf("API server metrics: %v", err)
+	}
+	return parseServerRequests(string(body))
+}
+
+func parseServerRequests(text string) map[string]float64 {
+	out := map[string]float64{}
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, "apiserver_request_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		verb := labelValue(labels, "verb")
+		if !ok || verb == "WATCH" {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		key := verb + " " + labelValue(labels, "resource")
+		if sub := labelValue(labels, "subresource"); sub != "" {
+			key += "/" + sub
+		}
+		out[key] += v
+		if labelValue(labels, "code") == "409" {
+			out[key+" 409"] += v
+		}
+	}
+	return out
 }
 
 func labelValue(labels, key string) string {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"maps"
 	"strings"
 	"testing"
 )
@@ -23,6 +24,22 @@ workqueue_depth{controller="raycluster",name="raycluster"} 3
 	d := s.minus(metricsSnapshot{requests: map[string]float64{"POST": 30}, rateLimitWait: 0.75})
 	if d.requests["POST"] != 10 || d.rateLimitWait != 1 {
 		t.Errorf("minus = %+v", d)
+	}
+}
+
+func TestParseServerRequests(t *testing.T) {
+	text := `# HELP apiserver_request_total [STABLE] Counter of apiserver requests
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 400
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 1200
+apiserver_request_total{code="409",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="PATCH",version="v1"} 3
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="namespace",subresource="",verb="WATCH",version="v1"} 7
+apiserver_request_duration_seconds_count{component="apiserver",resource="pods",verb="POST"} 400
+`
+	got := parseServerRequests(text)
+	want := map[string]float64{"POST pods": 400, "PATCH pods/status": 1203, "PATCH pods/status 409": 3}
+	if !maps.Equal(got, want) {
+		t.Fatalf("parseServerRequests = %v, want %v", got, want)
 	}
 }
 
