@@ -1,6 +1,8 @@
 package operator
 
 import (
+	"fmt"
+
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
@@ -10,6 +12,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
 	"github.com/manta-dev/manta/internal/metrics"
+	"github.com/manta-dev/manta/internal/podcreate"
 )
 
 // The API groups and controllers the operator runs. Each controller package exposes a constructor and
@@ -18,11 +21,16 @@ func init() {
 	schemeAdders = append(schemeAdders, rayv1.AddToScheme, mantav1alpha1.AddToScheme)
 	setups = append(setups,
 		func(mgr ctrl.Manager, o Options) error {
+			pods, err := podcreate.New(mgr.GetConfig(), mgr.GetHTTPClient())
+			if err != nil {
+				return fmt.Errorf("pod creator: %w", err)
+			}
 			return raycluster.NewReconciler(mgr, raycluster.Options{
 				DefaultPodTemplate:      o.DefaultPodTemplate,
 				ClusterDomain:           o.ClusterDomain,
 				MaxConcurrentReconciles: o.ReconcileConcurrency,
 				NoRedisCleanup:          o.NoRedisCleanup,
+				PodCreator:              pods,
 			}).SetupWithManager(mgr)
 		},
 		func(mgr ctrl.Manager, o Options) error {

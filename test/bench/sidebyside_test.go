@@ -90,7 +90,8 @@ type trialResult struct {
 	ControlPlaneCPU map[string]float64 `json:"controlPlaneCPUSeconds,omitempty"`
 	// ServerRequests is what the API server served over the trial from every client (operator, kwok, scheduler,
 	// controller manager, the harness), per cluster, by "VERB resource[/subresource]" (apiserver_request_total;
-	// " 409" appended for conflicts): it shows who else works harder beside one operator than beside another.
+	// the same again with the status code appended for refusals such as 409 and 429): it shows who else works harder
+	// beside one operator than beside another.
 	ServerRequests map[string]float64 `json:"serverRequestsPerCluster,omitempty"`
 	// Phases splits each cluster's create -> ready by its pods' own timestamps (1 s resolution): p50 and p99 over
 	// the clusters of each step, in seconds.
@@ -99,7 +100,10 @@ type trialResult struct {
 	RequestsByVerb map[string]float64    `json:"requestsPerClusterByVerb,omitempty"`
 	WritesPerCl    float64               `json:"writesPerCluster"`
 	RateLimitWaitS float64               `json:"rateLimiterWaitSeconds,omitempty"`
-	Profiles       []string              `json:"profiles,omitempty"`
+	// ReconcilesPerCl counts the RayCluster controller's reconciles (controller_runtime_reconcile_total, which
+	// both operators export) per cluster.
+	ReconcilesPerCl float64  `json:"reconcilesPerCluster,omitempty"`
+	Profiles        []string `json:"profiles,omitempty"`
 }
 
 // BenchmarkSideBySide races Manta's operator and KubeRay's (bin/kuberay-operator), each as its own process on a
@@ -153,8 +157,8 @@ func BenchmarkSideBySide(b *testing.B) {
 					}
 					r := runTrial(b, c, bin, kuberayCRDs, n, round)
 					results = append(results, r)
-					progressf(b, "%s, %d clusters, round %d: all ready in %.1fs (created in %.1fs; p50 %.1fs, p99 %.1fs; steps p50/p99 %v), %.1f CPU-s (control plane %v), peak RSS %.0f MiB, %.1f writes/cluster %v; API server served per cluster %v",
-						r.Contender, r.Clusters, round, r.AllReadyS, r.CreateS, r.P50S, r.P99S, r.Phases, r.CPUSeconds, r.ControlPlaneCPU, r.PeakRSSMiB, r.WritesPerCl, r.RequestsByVerb, r.ServerRequests)
+					progressf(b, "%s, %d clusters, round %d: all ready in %.1fs (created in %.1fs; p50 %.1fs, p99 %.1fs; steps p50/p99 %v), %.1f CPU-s (control plane %v), peak RSS %.0f MiB, %.1f writes/cluster %v, %.1f reconciles/cluster; API server served per cluster %v",
+						r.Contender, r.Clusters, round, r.AllReadyS, r.CreateS, r.P50S, r.P99S, r.Phases, r.CPUSeconds, r.ControlPlaneCPU, r.PeakRSSMiB, r.WritesPerCl, r.RequestsByVerb, r.ReconcilesPerCl, r.ServerRequests)
 				}
 			}
 		}
@@ -306,6 +310,7 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 		}
 		r.WritesPerCl = (d.requests["POST"] + d.requests["PUT"] + d.requests["PATCH"] + d.requests["DELETE"]) / float64(clusters)
 		r.RateLimitWaitS = d.rateLimitWait
+		r.ReconcilesPerCl = d.reconciles / float64(clusters)
 		if op.pprofDir != "" {
 			r.Profiles = append(r.Profiles, op.finishProfiles(b, run)...)
 		}
@@ -636,6 +641,7 @@ func httpGetBytes(url string) ([]byte, error) {
 type metricsSnapshot struct {
 	requests      map[string]float64 // rest_client_requests_total by method
 	rateLimitWait float64            // rest_client_rate_limiter_duration_seconds_sum, when the operator exports it
+	reconciles    float64            // controller_runtime_reconcile_total of the raycluster controller (both operators)
 }
 
 func (op *opProcess) scrape(b *testing.B) metricsSnapshot {
@@ -677,13 +683,17 @@ func parseMetrics(text string) metricsSnapshot {
 			}
 		case "rest_client_rate_limiter_duration_seconds_sum":
 			s.rateLimitWait += v
+		case "controller_runtime_reconcile_total":
+			if labelValue(labels, "controller") == "raycluster" {
+				s.reconciles += v
+			}
 		}
 	}
 	return s
 }
 
 // serverRequests reads apiserver_request_total from the dev cluster's API server, by "VERB resource[/subresource]"
-// (and the same with " 409" for conflicts), watches left out (counted when they start, not by what they carry).
+// (and the same with the code appended for answers of 300 and over), watches left out (counted when they start, not by what they carry).
 func (e *trialEnv) serverRequests(b *testing.B) map[string]float64 {
 	body, err := e.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(e.ctx)
 	if err != nil {
@@ -713,8 +723,8 @@ func parseServerRequests(text string) map[string]float64 {
 			key += "/" + sub
 		}
 		out[key] += v
-		if labelValue(labels, "code") == "409" {
-			out[key+" 409"] += v
+		if code := labelValue(labels, "code"); code >= "300" {
+			out[key+" "+code] += v
 		}
 	}
 	return out
@@ -731,7 +741,7 @@ func labelValue(labels, key string) string {
 }
 
 func (s metricsSnapshot) minus(before metricsSnapshot) metricsSnapshot {
-	out := metricsSnapshot{requests: map[string]float64{}, rateLimitWait: s.rateLimitWait - before.rateLimitWait}
+	out := metricsSnapshot{requests: map[string]float64{}, rateLimitWait: s.rateLimitWait - before.rateLimitWait, reconciles: s.reconciles - before.reconciles}
 	for k, v := range s.requests {
 		if d := v - before.requests[k]; d > 0 {
 			out.requests[k] = d

@@ -16,13 +16,16 @@ rest_client_requests_total{code="200",host="127.0.0.1:6443",method="PUT"} 9
 rest_client_rate_limiter_duration_seconds_sum{host="127.0.0.1:6443",verb="POST"} 1.5
 rest_client_rate_limiter_duration_seconds_sum{host="127.0.0.1:6443",verb="PUT"} 0.25
 workqueue_depth{controller="raycluster",name="raycluster"} 3
+controller_runtime_reconcile_total{controller="raycluster",result="success"} 70
+controller_runtime_reconcile_total{controller="raycluster",result="requeue_after"} 5
+controller_runtime_reconcile_total{controller="rayjob",result="success"} 9
 `
 	s := parseMetrics(text)
-	if s.requests["GET"] != 12 || s.requests["POST"] != 40 || s.requests["PUT"] != 10 || s.rateLimitWait != 1.75 {
+	if s.requests["GET"] != 12 || s.requests["POST"] != 40 || s.requests["PUT"] != 10 || s.rateLimitWait != 1.75 || s.reconciles != 75 {
 		t.Errorf("parseMetrics = %+v", s)
 	}
-	d := s.minus(metricsSnapshot{requests: map[string]float64{"POST": 30}, rateLimitWait: 0.75})
-	if d.requests["POST"] != 10 || d.rateLimitWait != 1 {
+	d := s.minus(metricsSnapshot{requests: map[string]float64{"POST": 30}, rateLimitWait: 0.75, reconciles: 25})
+	if d.requests["POST"] != 10 || d.rateLimitWait != 1 || d.reconciles != 50 {
 		t.Errorf("minus = %+v", d)
 	}
 }

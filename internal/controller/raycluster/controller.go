@@ -59,6 +59,11 @@ type Options struct {
 	// CreateBackoffBase and CreateBackoffMax time the retries of refused pod creates: the first waits Base, each
 	// next one twice as long, up to Max (defaults 1 s and 5 minutes); see backoff.go.
 	CreateBackoffBase, CreateBackoffMax time.Duration
+	// PodCreator, when set, creates the Ray pods instead of the manager's client: the operator passes a
+	// podcreate.Creator, which reads back only the created pods' metadata (all the controller reads of them).
+	PodCreator interface {
+		Create(context.Context, *corev1.Pod) error
+	}
 }
 
 // Reconciler reconciles RayClusters.

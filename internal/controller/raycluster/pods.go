@@ -256,7 +256,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 		return err
 	}
 	pod := builder.HeadPod(c, opts)
-	if err := r.client.Create(ctx, pod); err != nil {
+	if err := r.createPod(ctx, pod); err != nil {
 		msg := createbackoff.StableMessage(err, pod)
 		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, msg}
 		r.createRefused(ctx, run, err, EventFailedToCreateHeadPod, func() {
@@ -408,7 +408,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 			next++
 			wg.Go(func() {
 				pod := builder.WorkerPodForReplica(run.c, g, opts, rep)
-				err := r.client.Create(ctx, pod)
+				err := r.createPod(ctx, pod)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -531,4 +531,13 @@ func (r *Reconciler) clearWorkersToDelete(ctx context.Context, run *run) error {
 	// The status is written from what this reconcile saw, on top of the patched object.
 	c.Status = *status
 	return nil
+}
+
+// createPod creates a Ray pod with Options.PodCreator, or the manager's client when there is none. Afterwards the
+// pod's metadata is the API server's (its generated name above all).
+func (r *Reconciler) createPod(ctx context.Context, pod *corev1.Pod) error {
+	if r.opts.PodCreator != nil {
+		return r.opts.PodCreator.Create(ctx, pod)
+	}
+	return r.client.Create(ctx, pod)
 }
