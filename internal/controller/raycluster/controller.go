@@ -117,9 +117,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayCluster{}, ctrlbuilder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Watches(&corev1.Pod{}, ownerHandler(), ctrlbuilder.WithPredicates(podUpdateMatters)).
-		Watches(&corev1.Service{}, ownerHandler()).
-		Watches(&batchv1.Job{}, ownerHandler()).
+		Watches(&corev1.Pod{}, ownerHandler(true), ctrlbuilder.WithPredicates(podUpdateMatters)).
+		Watches(&corev1.Service{}, ownerHandler(false)).
+		Watches(&batchv1.Job{}, ownerHandler(false)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
 		Named("raycluster").
 		Complete(r)

@@ -3,6 +3,7 @@ package raycluster
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,20 +44,95 @@ func TestOwnerHandler(t *testing.T) {
 
 	q := priorityqueue.New[reconcile.Request]("test")
 	defer q.ShutDown()
-	h := ownerHandler()
+	h := ownerHandler(true)
+	ctx := context.Background()
 	old, changed := pod("p", "ray.io/v1", "RayCluster", "rc", true), pod("p", "ray.io/v1", "RayCluster", "rc", true)
 	changed.ResourceVersion = "2"
-	h.Update(context.Background(), crevent.UpdateEvent{ObjectOld: old, ObjectNew: changed}, q)
-	h.Create(context.Background(), crevent.CreateEvent{Object: pod("q", "ray.io/v1", "RayCluster", "listed", true), IsInInitialList: true}, q)
+	changed.Status.PodIP = "10.0.0.1"
+	deleted := pod("d", "ray.io/v1", "RayCluster", "deleting", true)
+	deleted.ResourceVersion = "2"
+	deleted.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	start := time.Now()
+	h.Update(ctx, crevent.UpdateEvent{ObjectOld: old, ObjectNew: changed}, q)
+	h.Update(ctx, crevent.UpdateEvent{ObjectOld: pod("d", "ray.io/v1", "RayCluster", "deleting", true), ObjectNew: deleted}, q)
+	h.Create(ctx, crevent.CreateEvent{Object: pod("q", "ray.io/v1", "RayCluster", "listed", true), IsInInitialList: true}, q)
 	got := map[string]int{}
-	for q.Len() > 0 {
-		item, prio, _ := q.GetWithPriority()
-		got[item.Name] = prio
-		q.Done(item)
+	take := func(n int, within time.Duration) {
+		t.Helper()
+		for deadline := time.Now().Add(within); len(got) < n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("after %s: queued %v, want %d requests", time.Since(start), got, n)
+			}
+			if q.Len() == 0 {
+				time.Sleep(10 * time.Millisecond)
+				continue
+			}
+			item, prio, _ := q.GetWithPriority()
+			got[item.Name] = prio
+			q.Done(item)
+		}
 	}
-	// A pod change is one request at progressPriority; a pod from the initial list stays low.
-	if len(got) != 2 || got["rc"] != progressPriority || got["listed"] != handler.LowPriority {
+	// A pod being deleted is reconciled at once, at progressPriority.
+	take(1, podBatch/2)
+	if got["deleting"] != progressPriority {
+		t.Fatalf("queued at once %v, want deleting at %d", got, progressPriority)
+	}
+	// A pod that got its IP, and one from the initial list, wait podBatch; the first is at progressPriority, the
+	// other stays low.
+	take(3, 3*podBatch)
+	if waited := time.Since(start); waited < podBatch-50*time.Millisecond {
+		t.Errorf("progress events reconciled after %s, want about %s", waited, podBatch)
+	}
+	if got["rc"] != progressPriority || got["listed"] != handler.LowPriority {
 		t.Errorf("queued %v, want rc at %d and listed at %d", got, progressPriority, handler.LowPriority)
+	}
+
+	// Without pods (Services, Jobs), every event is reconciled at once.
+	q2 := priorityqueue.New[reconcile.Request]("test2")
+	defer q2.ShutDown()
+	ownerHandler(false).Update(ctx, crevent.UpdateEvent{ObjectOld: old, ObjectNew: changed}, q2)
+	for deadline := time.Now().Add(podBatch / 2); q2.Len() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a Service or Job event waited")
+		}
+	}
+}
+
+func TestPodProgress(t *testing.T) {
+	pending := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Labels: map[string]string{"a": "b"}}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	if !podProgress(nil, pending) {
+		t.Error("a new pending pod is not progress")
+	}
+	ready := pending.DeepCopy()
+	ready.Status.Phase = corev1.PodRunning
+	ready.Status.PodIP = "10.0.0.1"
+	ready.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	ready.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "wait-gcs-ready", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
+	ready.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "ray", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	if !podProgress(pending, ready) {
+		t.Error("a pod turning Running and Ready (its init container done) is not progress")
+	}
+	for name, change := range map[string]func(p *corev1.Pod){
+		"deleted":   func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} },
+		"failed":    func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed },
+		"succeeded": func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded },
+		"container exited": func(p *corev1.Pod) {
+			p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}
+		},
+		"container restarts": func(p *corev1.Pod) { p.Status.ContainerStatuses[0].RestartCount = 1 },
+		"init failed": func(p *corev1.Pod) {
+			p.Status.InitContainerStatuses[0].State.Terminated.ExitCode = 1
+		},
+		"relabelled":      func(p *corev1.Pod) { p.Labels = map[string]string{"a": "c"} },
+		"annotated":       func(p *corev1.Pod) { p.Annotations = map[string]string{"x": "y"} },
+		"owner":           func(p *corev1.Pod) { p.OwnerReferences = []metav1.OwnerReference{{UID: "u"}} },
+		"no longer ready": func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse },
+	} {
+		changed := ready.DeepCopy()
+		change(changed)
+		if podProgress(ready, changed) {
+			t.Errorf("%s is taken for progress", name)
+		}
 	}
 }
 
