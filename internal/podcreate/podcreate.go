@@ -40,13 +40,12 @@ func init() {
 
 // Creator creates pods through its own REST client.
 type Creator struct {
-	rc      rest.Interface
-	encoder runtime.Encoder
+	rc rest.Interface
 }
 
 // New makes a Creator from the operator's config and HTTP client (one connection pool with the manager's). Its
 // REST client has a token bucket of its own at cfg's QPS and burst, as every resource's client the manager makes
-// has (controller-runtime builds one REST client per kind).
+// has (controller-runtime builds one REST client per kind). It sends pods in protobuf.
 func New(cfg *rest.Config, hc *http.Client) (*Creator, error) {
 	c := rest.CopyConfig(cfg)
 	c.APIPath = "/api"
@@ -61,11 +60,7 @@ func New(cfg *rest.Config, hc *http.Client) (*Creator, error) {
 	if err != nil {
 		return nil, err
 	}
-	info, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
-	if !ok {
-		return nil, fmt.Errorf("no protobuf serializer")
-	}
-	return &Creator{rc: rc, encoder: codecs.EncoderForVersion(info.Serializer, corev1.SchemeGroupVersion)}, nil
+	return &Creator{rc: rc}, nil
 }
 
 // Create creates pod in its namespace. On success pod's ObjectMeta is what the API server stored (the generated
@@ -73,11 +68,7 @@ func New(cfg *rest.Config, hc *http.Client) (*Creator, error) {
 // sent: server-side defaults are not read back. A refused create returns the API server's error
 // (apierrors.IsAlreadyExists, IsInvalid, IsForbidden... work on it).
 func (c *Creator) Create(ctx context.Context, pod *corev1.Pod) error {
-	body, err := runtime.Encode(c.encoder, pod)
-	if err != nil {
-		return fmt.Errorf("encode pod: %w", err)
-	}
-	res := c.rc.Post().Namespace(pod.Namespace).Resource("pods").SetHeader("Content-Type", runtime.ContentTypeProtobuf).Body(body).Do(ctx)
+	res := c.rc.Post().Namespace(pod.Namespace).Resource("pods").Body(pod).Do(ctx)
 	if err := res.Error(); err != nil {
 		return err // the API server's Status, decoded (Raw would leave it unread)
 	}

@@ -106,7 +106,8 @@ func TestCreate(t *testing.T) {
 	}
 
 	// The answer was the metadata alone (managedFields, the larger part of it, cannot be left out).
-	full, err := runtime.Encode(c.encoder, stored)
+	info, _ := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+	full, err := runtime.Encode(codecs.EncoderForVersion(info.Serializer, corev1.SchemeGroupVersion), stored)
 	if err != nil {
 		t.Fatal(err)
 	}
