@@ -47,7 +47,7 @@ func runSample(t *testing.T, ns string, s sample, sides ...side) []diff {
 // about, seconds later on a busy machine); or every Ray object has a status for its generation (after 45 seconds,
 // whether or not) and nothing changed for 15 seconds (a spec whose pods cannot be created, a job waiting for a
 // cluster that does not exist, a status one operator never writes for a spec change; 30 seconds when one side is
-// ready and the other is not, or their events differ); or two minutes passed. Never, short of those two minutes,
+// ready and the other is not, 60 when their events differ); or two minutes passed. Never, short of those two minutes,
 // while a RayJob is Running with its submitter Job finished (both operators fail it 30 s after the submitter
 // finished, and a snapshot inside those 30 s compares a race) or a RayCluster is Suspending.
 func settle(t *testing.T, ns string, sides ...side) []diff {
@@ -76,8 +76,13 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 		// differ get twice the longer quiet period before they count as a difference.
 		// The same for one side ready and the other not: a busy operator (or the kwok behind it) can leave a cluster
 		// or a job's submitter unchanged for more than the shorter quiet period on its way to where the other is.
+		// Manta writes events at 2 a second while it is writing anything else (internal/operator/events.go), so with
+		// every sample at once its events can come more than 30 s after KubeRay's: differing events wait 60 s.
 		quiet := 30
-		if !maps.Equal(snaps[0].events, snaps[1].events) || snaps[0].ready != snaps[1].ready {
+		switch {
+		case !maps.Equal(snaps[0].events, snaps[1].events):
+			quiet = 120
+		case snaps[0].ready != snaps[1].ready:
 			quiet = 60
 		}
 		if !moving && ((ready && stable >= 10 && quiet == 30) || (stable >= quiet && (touched || time.Until(deadline) < 75*time.Second))) {
