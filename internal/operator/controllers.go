@@ -11,8 +11,8 @@ import (
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
+	"github.com/manta-dev/manta/internal/metawrite"
 	"github.com/manta-dev/manta/internal/metrics"
-	"github.com/manta-dev/manta/internal/podcreate"
 )
 
 // The API groups and controllers the operator runs. Each controller package exposes a constructor and
@@ -21,9 +21,13 @@ func init() {
 	schemeAdders = append(schemeAdders, rayv1.AddToScheme, mantav1alpha1.AddToScheme)
 	setups = append(setups,
 		func(mgr ctrl.Manager, o Options) error {
-			pods, err := podcreate.New(mgr.GetConfig(), mgr.GetHTTPClient())
+			pods, err := metawrite.NewPods(mgr.GetConfig(), mgr.GetHTTPClient())
 			if err != nil {
 				return fmt.Errorf("pod creator: %w", err)
+			}
+			status, err := metawrite.NewRayClusters(mgr.GetConfig(), mgr.GetHTTPClient())
+			if err != nil {
+				return fmt.Errorf("RayCluster status writer: %w", err)
 			}
 			return raycluster.NewReconciler(mgr, raycluster.Options{
 				DefaultPodTemplate:      o.DefaultPodTemplate,
@@ -31,6 +35,7 @@ func init() {
 				MaxConcurrentReconciles: o.ReconcileConcurrency,
 				NoRedisCleanup:          o.NoRedisCleanup,
 				PodCreator:              pods,
+				StatusWriter:            status,
 			}).SetupWithManager(mgr)
 		},
 		func(mgr ctrl.Manager, o Options) error {

@@ -60,9 +60,14 @@ type Options struct {
 	// next one twice as long, up to Max (defaults 1 s and 5 minutes); see backoff.go.
 	CreateBackoffBase, CreateBackoffMax time.Duration
 	// PodCreator, when set, creates the Ray pods instead of the manager's client: the operator passes a
-	// podcreate.Creator, which reads back only the created pods' metadata (all the controller reads of them).
+	// metawrite.Pods, which reads back only the created pods' metadata (all the controller reads of them).
 	PodCreator interface {
 		Create(context.Context, *corev1.Pod) error
+	}
+	// StatusWriter, when set, writes the RayClusters' status instead of the manager's client: the operator passes
+	// a metawrite.RayClusters, which reads back only the cluster's metadata (its new resourceVersion).
+	StatusWriter interface {
+		UpdateStatus(context.Context, *rayv1.RayCluster) error
 	}
 }
 
@@ -218,7 +223,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			rv := c.ResourceVersion
 			newStatus.LastUpdateTime = &now
 			c.Status = newStatus
-			statusErr = r.client.Status().Update(ctx, c)
+			statusErr = r.updateStatus(ctx, c)
 			if statusErr == nil {
 				r.pendingStatus().wrote(req.NamespacedName, rv)
 				metrics.ObserveCluster(c, oldStatus, now.Time)

@@ -1,7 +1,8 @@
-package podcreate
+package metawrite
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -16,11 +17,13 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-// recorder keeps the size and type of each answer to a pod create.
+// recorder keeps the size and type of each answer to a write (POST or PUT) whose path ends in suffix.
 type recorder struct {
+	suffix  string
 	mu      sync.Mutex
 	answers []answer
 }
@@ -33,7 +36,7 @@ type answer struct {
 func (r *recorder) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripper(func(req *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(req)
-		if err != nil || req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/pods") {
+		if err != nil || (req.Method != http.MethodPost && req.Method != http.MethodPut) || !strings.HasSuffix(req.URL.Path, r.suffix) {
 			return resp, err
 		}
 		b, rerr := io.ReadAll(resp.Body)
@@ -66,21 +69,41 @@ func rayPod(ns string) *corev1.Pod {
 	}
 }
 
-func TestCreate(t *testing.T) {
+// TestWrites runs both writers against one API server (an envtest control plane costs seconds to start).
+func TestWrites(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "podcreate"}}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metawrite"}}
 	if err := cl.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
+	t.Run("PodCreate", func(t *testing.T) { testPodCreate(t, cfg, cl, ns.Name) })
+	t.Run("RayClusterStatus", func(t *testing.T) { testRayClusterStatus(t, cfg, cl, ns.Name) })
+}
+
+// recording is a REST config whose answers to writes ending in suffix are recorded, and its HTTP client.
+func recording(t *testing.T, cfg *rest.Config, suffix string) (*recorder, *rest.Config, *http.Client) {
+	rec := &recorder{suffix: suffix}
 	wrapped := rest.CopyConfig(cfg)
 	wrapped.Wrap(rec.wrap)
 	hc, err := rest.HTTPClientFor(wrapped)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(wrapped, hc)
+	return rec, wrapped, hc
+}
+
+func (r *recorder) got() []answer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]answer(nil), r.answers...)
+}
+
+func testPodCreate(t *testing.T, cfg *rest.Config, cl client.Client, namespace string) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+	rec, wrapped, hc := recording(t, cfg, "/pods")
+	c, err := NewPods(wrapped, hc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,9 +134,7 @@ func TestCreate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.mu.Lock()
-	got := rec.answers
-	rec.mu.Unlock()
+	got := rec.got()
 	if len(got) != 1 || !strings.HasPrefix(got[0].contentType, "application/vnd.kubernetes.protobuf") || got[0].bytes > len(full)-stored.Spec.Size() {
 		t.Fatalf("answers %+v, want one protobuf answer without the spec (%d of the whole pod's %d bytes)", got, stored.Spec.Size(), len(full))
 	}
@@ -135,5 +156,74 @@ func TestCreate(t *testing.T) {
 	}
 	if err := c.Create(ctx, rayPod("no-such-namespace")); !apierrors.IsNotFound(err) {
 		t.Fatalf("create in a missing namespace: %v, want NotFound", err)
+	}
+}
+
+func testRayClusterStatus(t *testing.T, cfg *rest.Config, cl client.Client, namespace string) {
+	ctx := context.Background()
+	rec, wrapped, hc := recording(t, cfg, "/status")
+	w, err := NewRayClusters(wrapped, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := rayPod(namespace)
+	rc := &rayv1.RayCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "rc", Labels: map[string]string{"team": "a"}},
+		Spec: rayv1.RayClusterSpec{HeadGroupSpec: rayv1.HeadGroupSpec{RayStartParams: map[string]string{},
+			Template: corev1.PodTemplateSpec{Spec: head.Spec}}},
+	}
+	if err := cl.Create(ctx, rc); err != nil {
+		t.Fatal(err)
+	}
+	// What the informer cache hands the controller: no TypeMeta.
+	c := rc.DeepCopy()
+	c.TypeMeta = metav1.TypeMeta{}
+	before := c.ResourceVersion
+	c.Status = rayv1.RayClusterStatus{State: rayv1.Ready, ReadyWorkerReplicas: 3, DesiredWorkerReplicas: 3,
+		Conditions: []metav1.Condition{{Type: string(rayv1.HeadPodReady), Status: metav1.ConditionTrue, Reason: "HeadPodRunningAndReady",
+			LastTransitionTime: metav1.Now()}}}
+	sent := c.DeepCopy()
+	if err := w.UpdateStatus(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	stored := &rayv1.RayCluster{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(rc), stored); err != nil {
+		t.Fatal(err)
+	}
+	if c.ResourceVersion == before || c.ResourceVersion != stored.ResourceVersion || c.UID != rc.UID || c.Labels["team"] != "a" ||
+		c.Generation != stored.Generation {
+		t.Fatalf("metadata after the status write = %+v, want the stored cluster's %+v (resourceVersion before %s)", c.ObjectMeta, stored.ObjectMeta, before)
+	}
+	if !equality.Semantic.DeepEqual(c.Spec, sent.Spec) || !equality.Semantic.DeepEqual(c.Status, sent.Status) || c.TypeMeta != sent.TypeMeta {
+		t.Fatalf("the cluster's spec, status or TypeMeta changed: %+v", c)
+	}
+	if stored.Status.State != rayv1.Ready || stored.Status.ReadyWorkerReplicas != 3 || len(stored.Status.Conditions) != 1 {
+		t.Fatalf("stored status %+v, want the status sent", stored.Status)
+	}
+
+	// The answer was the metadata alone, in JSON.
+	full, err := json.Marshal(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := json.Marshal(stored.Spec)
+	got := rec.got()
+	if len(got) != 1 || !strings.HasPrefix(got[0].contentType, "application/json") || got[0].bytes > len(full)-len(spec) {
+		t.Fatalf("answers %+v, want one JSON answer without the spec (%d of the whole cluster's %d bytes)", got, len(spec), len(full))
+	}
+	t.Logf("status write answered with %d bytes; the whole cluster is %d, its spec %d", got[0].bytes, len(full), len(spec))
+
+	// Refusals come back as the API server's errors, and leave the cluster's metadata alone.
+	stale := sent.DeepCopy()
+	if err := w.UpdateStatus(ctx, stale); !apierrors.IsConflict(err) {
+		t.Fatalf("status write at the old resourceVersion: %v, want Conflict", err)
+	}
+	if stale.ResourceVersion != before {
+		t.Fatalf("a refused write changed the metadata: %+v", stale.ObjectMeta)
+	}
+	gone := sent.DeepCopy()
+	gone.Name = "no-such-cluster"
+	if err := w.UpdateStatus(ctx, gone); !apierrors.IsNotFound(err) {
+		t.Fatalf("status write of a missing cluster: %v, want NotFound", err)
 	}
 }
