@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -13,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/manta-dev/manta/internal/operator"
+	"github.com/manta-dev/manta/internal/procs"
 )
 
 func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
@@ -54,6 +56,7 @@ func (b negatedBool) Set(s string) error {
 func newOperatorCommand() *cobra.Command {
 	var o operator.Options
 	var gcPercent int
+	var adaptive bool
 	cmd := &cobra.Command{
 		Use:   "operator",
 		Short: "Run the RayCluster, RayJob, RayService and ImagePullJob controllers",
@@ -67,7 +70,12 @@ func newOperatorCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return operator.Run(cmd.Context(), cfg, o)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			if adaptProcs(cmd.Flags().Changed("adaptive-procs"), adaptive) {
+				go (&procs.Adapter{}).Run(ctx)
+			}
+			return operator.Run(ctx, cfg, o)
 		},
 	}
 	fs := cmd.Flags()
@@ -77,6 +85,8 @@ func newOperatorCommand() *cobra.Command {
 	fs.StringVar(&o.PprofAddr, "pprof-addr", "", "address of the net/http/pprof endpoints (empty disables them)")
 	fs.IntVar(&gcPercent, "gc-percent", defaultGCPercent, "Go garbage collection target (GOGC): the heap may grow this many percent over what is live before a collection; "+
 		"the GOGC environment variable applies when this flag is not given, "+fmt.Sprint(defaultGCPercent)+" when neither is")
+	fs.BoolVar(&adaptive, "adaptive-procs", true, "run Go at one P (GOMAXPROCS=1) while the operator uses well under a core, and at the runtime's default "+
+		"while it needs more (see internal/procs); the GOMAXPROCS environment variable turns it off when this flag is not given")
 	fs.BoolVar(&o.LeaderElection, "enable-leader-election", true, "elect a leader so only one replica reconciles")
 	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, from when it last saw the lease renewed, before taking over a leader that stopped without releasing it")
@@ -93,6 +103,15 @@ func newOperatorCommand() *cobra.Command {
 // but in the next full run the operator's CPU-s were 1.11-1.23x KubeRay's at concurrency 8, against 0.98-1.04x at
 // 50 in the run before. Raise it (--gc-percent, the chart's operator.gcPercent) where CPU counts more.
 const defaultGCPercent = 35
+
+// adaptProcs says whether to adapt GOMAXPROCS to the load: as --adaptive-procs says when it is given, else unless
+// GOMAXPROCS is set in the environment.
+func adaptProcs(flagGiven, on bool) bool {
+	if flagGiven {
+		return on
+	}
+	return on && os.Getenv("GOMAXPROCS") == ""
+}
 
 // setGCPercent applies --gc-percent when given, else leaves a GOGC from the environment to the runtime, else
 // applies the default.

@@ -31,6 +31,24 @@ func TestSetGCPercent(t *testing.T) {
 	}
 }
 
+// --adaptive-procs is on by default, off when GOMAXPROCS is set in the environment, and the flag given wins.
+func TestAdaptProcs(t *testing.T) {
+	for _, c := range []struct {
+		env             string
+		given, on, want bool
+	}{
+		{"", false, true, true},
+		{"4", false, true, false},
+		{"", true, false, false},
+		{"4", true, true, true},
+	} {
+		t.Setenv("GOMAXPROCS", c.env)
+		if got := adaptProcs(c.given, c.on); got != c.want {
+			t.Errorf("GOMAXPROCS=%q, flag given %v = %v: %v, want %v", c.env, c.given, c.on, got, c.want)
+		}
+	}
+}
+
 // --gcs-ft-redis-cleanup defaults to true, to false when KubeRay's ENABLE_GCS_FT_REDIS_CLEANUP=false is set, and the
 // flag given wins over the environment.
 func TestRedisCleanupFlag(t *testing.T) {

@@ -94,7 +94,7 @@ var nonDefault = map[string]any{
 		"leaderElection": false, "useKubernetesProxy": true, "clusterDomain": "corp.local",
 		"defaultPodTemplate": "ml-system/ray-defaults", "reconcileConcurrency": 3, "qps": 50, "burst": 60,
 		"leaseDuration": "20s", "renewDeadline": "12s", "retryPeriod": "3s", "eventQps": 10, "eventBurst": 20,
-		"rayTimeout": "5s", "gcPercent": 80, "gcsFtRedisCleanup": false,
+		"rayTimeout": "5s", "gcPercent": 80, "adaptiveProcs": false, "gcsFtRedisCleanup": false,
 		"metricsPort": 9090, "healthProbePort": 9091, "nodeSelector": map[string]string{"kubernetes.io/os": "linux"},
 	},
 	"apiserver":      map[string]any{"enabled": false},
@@ -336,6 +336,7 @@ func checkChartNonDefault(t *testing.T, root string, objs []*unstructured.Unstru
 		"--qps": "50", "--burst": "60", "--watch-namespace": "team-a,team-b",
 		"--leader-elect-lease-duration": "20s", "--leader-elect-renew-deadline": "12s", "--leader-elect-retry-period": "3s",
 		"--event-qps": "10", "--event-burst": "20", "--ray-timeout": "5s", "--gc-percent": "80", "--gcs-ft-redis-cleanup": "false",
+		"--adaptive-procs": "false",
 	}
 	if got := flagValues(c.Args); !equalJSON(got, wantArgs) {
 		t.Errorf("operator args %v, want %v", got, wantArgs)
