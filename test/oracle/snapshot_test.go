@@ -229,7 +229,7 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	if err := sd.cl.List(ctx, pods, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
-	podsOfCluster, readyOfCluster := map[string]int{}, map[string]int{}
+	podsOfCluster, readyOfCluster, readyWorkersOfCluster := map[string]int{}, map[string]int{}, map[string]int64{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		nodeType, ok := p.Labels[builder.LabelNodeType]
@@ -250,6 +250,9 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		podsOfCluster[p.Labels[builder.LabelCluster]]++
 		if ready {
 			readyOfCluster[p.Labels[builder.LabelCluster]]++
+			if nodeType == builder.NodeTypeWorker {
+				readyWorkersOfCluster[p.Labels[builder.LabelCluster]]++
+			}
 		}
 		m := toMap(p)
 		deleteFields(m, "metadata.name", "status", "spec.nodeName")
@@ -314,8 +317,12 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		observed, _, _ := unstructured.NestedInt64(rc.Object, "status", "observedGeneration")
 		want := wantPods(rc)
 		s.touched = s.touched && observed == rc.GetGeneration()
+		// The status has counted the ready workers: a progress-only status change (a replaced worker turning Ready)
+		// can wait up to the status coalescing window (10 s and more while many clusters hold one) in Manta,
+		// longer than the short quiet period.
+		readyWorkers, _, _ := unstructured.NestedInt64(rc.Object, "status", "readyWorkerReplicas")
 		s.ready = s.ready && observed == rc.GetGeneration() && podsOfCluster[rc.GetName()] == want && readyOfCluster[rc.GetName()] == want &&
-			(state == "ready" || (want == 0 && state == "suspended"))
+			readyWorkers == readyWorkersOfCluster[rc.GetName()] && (state == "ready" || (want == 0 && state == "suspended"))
 		// Suspending is a passage both operators end (Suspended once the pods are gone), however long a busy operator
 		// takes to get back to the cluster after its pods went.
 		s.moving = s.moving || conditionTrue(rc, "RayClusterSuspending")

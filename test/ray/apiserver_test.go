@@ -180,13 +180,11 @@ func TestAPIServerJobSubmissions(t *testing.T) {
 	}
 
 	// Delete the finished jobs: each answers {} and is gone right away (404 with a JSON error). The list is not
-	// checked afterwards: Ray 2.52's job monitor can write a deleted job back (seen: FAILED "Entrypoint not found.",
-	// "Job supervisor actor died") when the delete comes soon after the job ended; see README.md.
+	// checked afterwards: Ray 2.52's job monitor can write a deleted job back (FAILED "Entrypoint not found.",
+	// "Job supervisor actor died") when the delete comes soon after the job ended, even before the GET that
+	// follows the delete; see README.md. Such a record is Ray's, not the job: it is deleted again.
 	for _, id := range []string{okID, genReply.SubmissionID, longID} {
-		api.do(http.MethodDelete, base+"/"+id, nil, http.StatusOK, nil)
-		if e := api.doError(http.MethodGet, base+"/"+id, nil, http.StatusNotFound); e.Code != 5 {
-			t.Errorf("get %q after delete: code %d, want 5 (NotFound)", id, e.Code)
-		}
+		api.deleteJob(base + "/" + id)
 	}
 
 	// Unknown submission and unknown cluster: 404s that say which.
@@ -273,6 +271,30 @@ func (r *restClient) doError(method, url string, body any, want int) apiserver.S
 		r.t.Fatalf("%s %s: error body %s is not a JSON status (%v)", method, url, raw, err)
 	}
 	return s
+}
+
+// deleteJob deletes the submission at url, which answers {}, and checks that GET then answers 404 (NotFound). A
+// record Ray's job monitor wrote back after the delete (see README.md) is deleted again, at most twice.
+func (r *restClient) deleteJob(url string) {
+	r.t.Helper()
+	for try := 0; ; try++ {
+		r.do(http.MethodDelete, url, nil, http.StatusOK, nil)
+		code, _, raw := r.call(http.MethodGet, url, nil)
+		var back apiserver.JobSubmissionInfo
+		if code == http.StatusOK && try < 2 && json.Unmarshal(raw, &back) == nil && back.Status == "FAILED" &&
+			back.Entrypoint == "Entrypoint not found." && strings.Contains(back.Message, "Job supervisor actor died") {
+			r.t.Logf("GET %s after delete: Ray's job monitor wrote the job back (%s); deleting again", url, raw)
+			continue
+		}
+		if code != http.StatusNotFound {
+			r.t.Fatalf("GET %s after delete: %d %s, want 404", url, code, raw)
+		}
+		var s apiserver.Status
+		if err := json.Unmarshal(raw, &s); err != nil || s.Code != 5 {
+			r.t.Errorf("GET %s after delete: %s, want a JSON status with code 5 (NotFound) (%v)", url, raw, err)
+		}
+		return
+	}
 }
 
 // waitStatus polls GET url until the submission has status want; a terminal status other than want fails.
