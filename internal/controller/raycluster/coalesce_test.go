@@ -91,8 +91,11 @@ func TestLoadWindow(t *testing.T) {
 		{10 * time.Second, 0, 10 * time.Second},
 		{10 * time.Second, 5, 11 * time.Second},
 		{10 * time.Second, 100, 30 * time.Second},
+		{10 * time.Second, 250, time.Minute},
+		{10 * time.Second, 550, 2 * time.Minute},
+		{10 * time.Second, 600, 2 * time.Minute},
 		{10 * time.Second, 10000, maxStatusCoalesceWindow},
-		{2 * time.Minute, 10, 2 * time.Minute}, // a window set above the cap is kept
+		{3 * time.Minute, 10, 3 * time.Minute}, // a window set above the cap is kept
 		{-1, 100, -1},                          // no coalescing stays none
 	} {
 		if got := loadWindow(tc.window, tc.held); got != tc.want {
