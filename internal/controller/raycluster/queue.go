@@ -88,7 +88,10 @@ const podBatch = time.Second
 // ownerHandler enqueues the RayCluster that controls the object, at progressPriority (low for the initial list and
 // for updates that change nothing, as controller-runtime's owner handler does). It reads the controller reference
 // itself: controller-runtime's owner handler looks up the owner's REST mapping on every event, which allocated more
-// per pod event than the reconcile it caused. With pods set, progress-only pod events wait podBatch.
+// per pod event than the reconcile it caused. With pods set, progress-only pod events wait podBatch. A Service
+// that appears waits podBatch too: a cluster's Services are created by its first reconcile, just before its pods,
+// and reconciled at once the new Service was a reconcile of its own (one per cluster) right before the one its
+// pods' events batch into; the status it brings (the head Service's name and IP) is progress.
 func ownerHandler(pods bool) handler.EventHandler {
 	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], after time.Duration, objs ...client.Object) {
 		var seen reconcile.Request
@@ -111,6 +114,10 @@ func ownerHandler(pods bool) handler.EventHandler {
 	}
 	return withProgressPriority(handler.WithLowPriorityWhenUnchanged(handler.Funcs{
 		CreateFunc: func(_ context.Context, e crevent.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			if _, ok := e.Object.(*corev1.Service); ok {
+				enqueue(q, podBatch, e.Object)
+				return
+			}
 			p, ok := e.Object.(*corev1.Pod)
 			enqueue(q, batch(ok && podProgress(nil, p)), e.Object)
 		},

@@ -2,6 +2,7 @@ package raycluster
 
 import (
 	"context"
+	batchv1 "k8s.io/api/batch/v1"
 	"testing"
 	"time"
 
@@ -87,7 +88,7 @@ func TestOwnerHandler(t *testing.T) {
 		t.Errorf("queued %v, want rc at %d and listed at %d", got, progressPriority, handler.LowPriority)
 	}
 
-	// Without pods (Services, Jobs), every event is reconciled at once.
+	// Without pods (Services, Jobs), every event but a Service's creation is reconciled at once.
 	q2 := priorityqueue.New[reconcile.Request]("test2")
 	defer q2.ShutDown()
 	ownerHandler(false).Update(ctx, crevent.UpdateEvent{ObjectOld: old, ObjectNew: changed}, q2)
@@ -96,6 +97,23 @@ func TestOwnerHandler(t *testing.T) {
 			t.Fatal("a Service or Job event waited")
 		}
 	}
+	item, _ := q2.Get()
+	q2.Done(item)
+	svc := &corev1.Service{ObjectMeta: *pod("head-svc", "ray.io/v1", "RayCluster", "svc", true).ObjectMeta.DeepCopy()}
+	added := time.Now()
+	ownerHandler(false).Create(ctx, crevent.CreateEvent{Object: svc}, q2)
+	job := &batchv1.Job{ObjectMeta: *pod("cleanup", "ray.io/v1", "RayCluster", "job", true).ObjectMeta.DeepCopy()}
+	ownerHandler(false).Create(ctx, crevent.CreateEvent{Object: job}, q2)
+	if item, _ := q2.Get(); item.Name != "job" {
+		t.Fatalf("first reconciled %v, want the cluster of the created Job (at once)", item)
+	} else {
+		q2.Done(item)
+	}
+	item, prio, _ := q2.GetWithPriority()
+	if waited := time.Since(added); item.Name != "svc" || waited < podBatch-50*time.Millisecond || prio != progressPriority {
+		t.Errorf("the created Service's cluster %v reconciled after %s at priority %d, want svc after about %s at %d", item, waited, prio, podBatch, progressPriority)
+	}
+	q2.Done(item)
 }
 
 func TestPodProgress(t *testing.T) {
