@@ -363,9 +363,13 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 	if len(apps) != 2 || apps["fruit_app"].Status != "RUNNING" || apps["math_app"].Deployments["Math_app"].Status != "HEALTHY" {
 		t.Errorf("application statuses %+v", apps)
 	}
-	if got.Status.ActiveServiceStatus.RayClusterStatus.Head.PodName == "" {
-		t.Errorf("active rayClusterStatus not reported: %+v", got.Status.ActiveServiceStatus.RayClusterStatus)
-	}
+	// The RayService mirrors its cluster's status as the RayCluster controller last wrote it: the service may turn
+	// Ready (from the head pod and Serve) a moment before the cluster's status write that says ready (its pods'
+	// readiness waits the RayCluster controller's pod batch), and the mirror follows with the next reconcile.
+	eventually(t, "the active cluster's status mirrored", func() (bool, string) {
+		s := e.get(t, rs).Status.ActiveServiceStatus.RayClusterStatus
+		return s.Head.PodName != "" && s.State == rayv1.Ready, fmt.Sprintf("%+v", s)
+	})
 	// As KubeRay v1.5.0: no finalizer, and the spec is never written, so the generation stays 1.
 	if len(got.Finalizers) != 0 || got.Generation != 1 {
 		t.Errorf("finalizers %v, generation %d", got.Finalizers, got.Generation)
