@@ -90,8 +90,8 @@ const podBatch = time.Second
 // itself: controller-runtime's owner handler looks up the owner's REST mapping on every event, which allocated more
 // per pod event than the reconcile it caused. With pods set, progress-only pod events wait podBatch. A Service
 // that appears waits podBatch too: a cluster's Services are created by its first reconcile, just before its pods,
-// and reconciled at once the new Service was a reconcile of its own (one per cluster) right before the one its
-// pods' events batch into; the status it brings (the head Service's name and IP) is progress.
+// and reconciled at once, the new Service cost a reconcile of its own (one per cluster) right before the one
+// its pods' events batch into; the status it brings (the head Service's name and IP) is progress.
 func ownerHandler(pods bool) handler.EventHandler {
 	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], after time.Duration, objs ...client.Object) {
 		var seen reconcile.Request

@@ -2,10 +2,10 @@ package raycluster
 
 import (
 	"context"
-	batchv1 "k8s.io/api/batch/v1"
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
