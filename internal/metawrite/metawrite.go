@@ -11,6 +11,7 @@ package metawrite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -119,15 +120,32 @@ func NewRayClusters(cfg *rest.Config, hc *http.Client) (*RayClusters, error) {
 }
 
 // UpdateStatus replaces c's status (the status subresource, at c's resourceVersion: a stale one is a Conflict).
-// On success c's ObjectMeta is the API server's (the new resourceVersion above all); its spec and status stay as
-// sent.
+// On success c's resourceVersion is the API server's new one (a status write changes no other metadata); its spec
+// and status stay as sent.
 func (r *RayClusters) UpdateStatus(ctx context.Context, c *rayv1.RayCluster) error {
 	// The encoder names the kind from the scheme (a cached object's TypeMeta is empty).
-	meta, err := metadataOf(r.rc.Put().Namespace(c.Namespace).Resource("rayclusters").Name(c.Name).SubResource("status").
-		Body(c).Do(ctx), "RayCluster status written")
-	if err != nil {
+	res := r.rc.Put().Namespace(c.Namespace).Resource("rayclusters").Name(c.Name).SubResource("status").Body(c).Do(ctx)
+	if err := res.Error(); err != nil {
 		return err
 	}
-	c.ObjectMeta = *meta
+	// A status write changes nothing in the metadata but the resourceVersion (and managedFields, which the cache
+	// drops): read that alone. Decoding the whole answer into PartialObjectMetadata (its managedFields list every
+	// field of the spec the cluster's creator set) allocated about 38 KB per write, 7 % of all the operator
+	// allocated in a 500-cluster trial.
+	raw, _ := res.Raw()
+	var answer struct {
+		Kind     string `json:"kind"`
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &answer); err != nil {
+		return fmt.Errorf("decode the metadata of the RayCluster status written: %w", err)
+	}
+	if answer.Kind != "PartialObjectMetadata" || answer.Metadata.ResourceVersion == "" {
+		return fmt.Errorf("the API server answered the RayCluster status written with kind %q, resourceVersion %q; want PartialObjectMetadata with a resourceVersion",
+			answer.Kind, answer.Metadata.ResourceVersion)
+	}
+	c.ResourceVersion = answer.Metadata.ResourceVersion
 	return nil
 }
