@@ -143,6 +143,60 @@ func TestDevClusterSmoke(t *testing.T) {
 		})
 	})
 
+	t.Run("a pod turns Ready in one status write unless it asks for a step delay", func(t *testing.T) {
+		// What each pod went through, as its watch events show it: the states that had an IP.
+		watchPod := func(name string, annotations map[string]string) []corev1.PodStatus {
+			t.Helper()
+			w, err := cs.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: annotations},
+				Spec: corev1.PodSpec{
+					InitContainers: []corev1.Container{{Name: "init", Image: "busybox"}},
+					Containers:     []corev1.Container{{Name: "main", Image: "nginx"}},
+				}}
+			if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			var withIP []corev1.PodStatus
+			timeout := time.After(90 * time.Second)
+			for {
+				select {
+				case ev, ok := <-w.ResultChan():
+					if !ok {
+						t.Fatalf("pod %s: watch closed before it was Ready", name)
+					}
+					p, isPod := ev.Object.(*corev1.Pod)
+					if !isPod || p.Status.PodIP == "" {
+						continue
+					}
+					withIP = append(withIP, p.Status)
+					if podReady(p) {
+						return withIP
+					}
+				case <-timeout:
+					t.Fatalf("pod %s not Ready in 90 s; states with an IP: %+v", name, withIP)
+				}
+			}
+		}
+
+		states := watchPod("at-once", nil)
+		first := states[0]
+		if len(states) != 1 || first.Phase != corev1.PodRunning || len(first.InitContainerStatuses) != 1 ||
+			first.InitContainerStatuses[0].State.Terminated == nil || len(first.ContainerStatuses) != 1 ||
+			first.ContainerStatuses[0].State.Running == nil {
+			t.Fatalf("pod without delay annotations: states with an IP %+v, want one: Running and Ready, its init container terminated, its container running", states)
+		}
+
+		states = watchPod("stepwise", map[string]string{"pod-ready.stage.kwok.x-k8s.io/delay": "1s"})
+		if len(states) < 3 || states[0].Phase != corev1.PodPending || states[0].InitContainerStatuses[0].State.Waiting == nil {
+			t.Fatalf("pod asking for a pod-ready delay: states with an IP %+v, want Pending with its init container waiting, "+
+				"then initialized, then Running and Ready", states)
+		}
+	})
+
 	t.Run("stop leaves nothing behind", func(t *testing.T) {
 		dir := c.Dir()
 		var pids []int
