@@ -543,7 +543,7 @@ func (r *Reconciler) createPod(ctx context.Context, pod *corev1.Pod) error {
 }
 
 // updateStatus writes c's status with Options.StatusWriter, or the manager's client when there is none.
-// Afterwards c's metadata is the API server's (its resourceVersion above all).
+// Afterwards c's resourceVersion is the API server's new one.
 func (r *Reconciler) updateStatus(ctx context.Context, c *rayv1.RayCluster) error {
 	if r.opts.StatusWriter != nil {
 		return r.opts.StatusWriter.UpdateStatus(ctx, c)
