@@ -191,7 +191,8 @@ func TestDevClusterSmoke(t *testing.T) {
 		}
 
 		states = watchPod("stepwise", map[string]string{"pod-ready.stage.kwok.x-k8s.io/delay": "1s"})
-		if len(states) < 3 || states[0].Phase != corev1.PodPending || states[0].InitContainerStatuses[0].State.Waiting == nil {
+		if len(states) < 3 || states[0].Phase != corev1.PodPending || len(states[0].InitContainerStatuses) != 1 ||
+			states[0].InitContainerStatuses[0].State.Waiting == nil {
 			t.Fatalf("pod asking for a pod-ready delay: states with an IP %+v, want Pending with its init container waiting, "+
 				"then initialized, then Running and Ready", states)
 		}
