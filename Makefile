@@ -25,12 +25,18 @@ ray: ## Create bin/ray-venv with the pinned Ray (no-op when up to date).
 generate: tools ## Generate deepcopy, CRDs and RBAC from markers.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd:maxDescLen=0,generateEmbeddedObjectMeta=true paths=./api/... output:crd:artifacts:config=config/crd
-	$(CONTROLLER_GEN) rbac:roleName=manta-operator paths=./internal/controller/... paths=./internal/ray/... output:rbac:artifacts:config=config/rbac/operator
-	$(CONTROLLER_GEN) rbac:roleName=manta-apiserver paths=./internal/apiserver/... paths=./internal/ray/... output:rbac:artifacts:config=config/rbac/apiserver
+	@# One least-privilege role per binary, from its own markers; the proxy subresources are roles of their own,
+	@# bound only when --use-kubernetes-proxy is on (internal/rbac/*proxy).
+	$(CONTROLLER_GEN) rbac:roleName=manta-operator paths=./internal/controller/... paths=./internal/operator/... output:rbac:artifacts:config=config/rbac/operator
+	$(CONTROLLER_GEN) rbac:roleName=manta-operator-proxy paths=./internal/rbac/operatorproxy/... output:rbac:artifacts:config=config/rbac/operator-proxy
+	$(CONTROLLER_GEN) rbac:roleName=manta-apiserver paths=./internal/apiserver/... output:rbac:artifacts:config=config/rbac/apiserver
+	$(CONTROLLER_GEN) rbac:roleName=manta-apiserver-proxy paths=./internal/rbac/apiserverproxy/... output:rbac:artifacts:config=config/rbac/apiserver-proxy
 	@# The chart carries copies of the generated CRDs and roles, so it cannot drift from the markers.
 	rm -f charts/manta/crds/*.yaml && cp config/crd/*_*.yaml charts/manta/crds/
 	cp config/rbac/operator/role.yaml charts/manta/files/operator-role.yaml
 	cp config/rbac/apiserver/role.yaml charts/manta/files/apiserver-role.yaml
+	cp config/rbac/operator-proxy/role.yaml charts/manta/files/operator-proxy-role.yaml
+	cp config/rbac/apiserver-proxy/role.yaml charts/manta/files/apiserver-proxy-role.yaml
 
 .PHONY: verify
 verify: generate ## Fail when generated files drift from the markers.

@@ -9,8 +9,3 @@
 // controllers can act on with errors.Is: ErrNotFound, ErrAlreadySubmitted, ErrUnavailable (retry later),
 // ErrUnauthorized, ErrMalformedResponse; *APIError carries the HTTP status and body.
 package ray
-
-// The Kubernetes proxy transport needs the proxy subresources. DELETE /api/jobs/<id> through the service proxy is
-// authorised as the "delete" verb, so services/proxy needs it too.
-// +kubebuilder:rbac:groups="",resources=services/proxy,verbs=get;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods/proxy,verbs=get;create;update;patch
