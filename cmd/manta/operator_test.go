@@ -1,7 +1,10 @@
 package main
 
 import (
+	"io"
+	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
@@ -80,5 +83,31 @@ func TestRedisCleanupFlag(t *testing.T) {
 	addOperatorFlags(fs, &operator.Options{})
 	if err := fs.Parse([]string{"--gcs-ft-redis-cleanup=maybe"}); err == nil {
 		t.Error("--gcs-ft-redis-cleanup=maybe accepted")
+	}
+}
+
+// TestSecurityOperatorMetricsSecureFlag: `manta operator --metrics-secure=false` is refused on an address other
+// programs on the network can reach, before the operator connects anywhere.
+func TestSecurityOperatorMetricsSecureFlag(t *testing.T) {
+	for _, c := range []struct {
+		args    []string
+		refused bool
+	}{
+		{[]string{"--metrics-secure=false"}, true}, // the default --metrics-addr is :8080
+		{[]string{"--metrics-secure=false", "--metrics-addr=0.0.0.0:9090"}, true},
+		{[]string{"--metrics-secure=false", "--metrics-addr=127.0.0.1:9090"}, false},
+	} {
+		cmd := newOperatorCommand()
+		cmd.SetArgs(c.args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		// With KUBECONFIG pointing nowhere, an accepted command fails later, at loading the config.
+		t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
+		t.Setenv("KUBERNETES_SERVICE_HOST", "")
+		err := cmd.Execute()
+		refused := err != nil && strings.Contains(err.Error(), "--metrics-secure=false")
+		if refused != c.refused {
+			t.Errorf("manta operator %v: error %v, want refused=%v", c.args, err, c.refused)
+		}
 	}
 }

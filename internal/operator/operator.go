@@ -5,6 +5,7 @@ package operator
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -28,7 +29,13 @@ import (
 
 // Options are the operator's settings; flags in cmd/manta map onto them one to one.
 type Options struct {
-	MetricsAddr     string
+	// MetricsAddr is where /metrics is served (empty or "0" disables it): over HTTPS, to callers whose bearer token
+	// Kubernetes authenticates (TokenReview) and authorises for get on the non-resource URL /metrics
+	// (SubjectAccessReview), unless MetricsInsecure.
+	MetricsAddr string
+	// MetricsInsecure serves /metrics as plain HTTP to anyone who connects (--metrics-secure=false): for benchmarks
+	// and local runs, so Validate allows it only on a loopback address.
+	MetricsInsecure bool
 	HealthProbeAddr string
 	// PprofAddr serves net/http/pprof when set (empty or "0" disables it); for profiling under load.
 	PprofAddr        string
@@ -85,6 +92,9 @@ func (o Options) Validate() error {
 			return fmt.Errorf("%s %s: must not be negative", d.name, d.v)
 		}
 	}
+	if err := validateMetrics(o.MetricsAddr, o.MetricsInsecure); err != nil {
+		return err
+	}
 	lease, renew, retry := o.leaderElectionTimes()
 	// client-go's own rules (leaderelection.NewLeaderElector), checked here so a bad setting fails at start, not
 	// when the manager first campaigns.
@@ -95,6 +105,34 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--leader-elect-renew-deadline %s must be greater than %.1f × --leader-elect-retry-period %s", renew, leaderElectionJitter, retry)
 	}
 	return nil
+}
+
+// validateMetrics refuses plain HTTP metrics anywhere but on loopback: they say what runs in the cluster and cost
+// the operator CPU to render, so only callers Kubernetes vouches for get them over the network.
+func validateMetrics(addr string, insecure bool) error {
+	if !insecure || addr == "" || addr == "0" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--metrics-addr %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("--metrics-secure=false with --metrics-addr %q: plain HTTP metrics are served only on a loopback address (127.0.0.1:<port>, [::1]:<port> or localhost:<port>)", addr)
+	}
+	return nil
+}
+
+// metricsOptions serves metrics at addr: HTTPS with a self-signed certificate (controller-runtime's), every
+// request authenticated and authorised by the API server, unless insecure.
+func metricsOptions(addr string, insecure bool) metricsserver.Options {
+	if addr == "" {
+		addr = "0"
+	}
+	if insecure {
+		return metricsserver.Options{BindAddress: addr}
+	}
+	return metricsserver.Options{BindAddress: addr, SecureServing: true, FilterProvider: metricsAuthFilter}
 }
 
 // leaderElectionTimes are the lease duration, renew deadline and retry period in force: the options, or
@@ -181,10 +219,6 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
 		}
 	}
-	metricsAddr := opts.MetricsAddr
-	if metricsAddr == "" {
-		metricsAddr = "0"
-	}
 	pprofAddr := opts.PprofAddr
 	if pprofAddr == "" {
 		pprofAddr = "0"
@@ -203,7 +237,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		Controller:              ctrlOpts,
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 metricsOptions(opts.MetricsAddr, opts.MetricsInsecure),
 		PprofBindAddress:        pprofAddr,
 		HealthProbeBindAddress:  opts.HealthProbeAddr,
 		LeaderElection:          opts.LeaderElection,

@@ -52,14 +52,20 @@ var contenders = map[string]contender{
 	"raw-parallel": {name: "raw-parallel", parallelPods: true},
 	"manta": {name: "manta", args: func(bin, kc, m, pp string) []string {
 		// KUBECONFIG in its environment points it at the dev cluster.
+		// Plain HTTP metrics on loopback, so the harness scrapes them without a token.
 		return []string{bin, "operator", "--enable-leader-election=false",
-			"--metrics-addr=" + m, "--health-probe-bind-address=0", "--pprof-addr=" + pp}
+			"--metrics-addr=" + m, "--metrics-secure=false", "--health-probe-bind-address=0", "--pprof-addr=" + pp}
 	}},
 	// Manta built from another tree (MANTA_BENCH_BASE_BIN), for before/after comparisons in one run.
 	// MANTA_BENCH_BASE_ARGS adds flags (space-separated), for a before/after of a setting.
 	"manta-base": {name: "manta-base", args: func(bin, kc, m, pp string) []string {
-		return append([]string{bin, "operator", "--enable-leader-election=false",
-			"--metrics-addr=" + m, "--health-probe-bind-address=0", "--pprof-addr=" + pp}, strings.Fields(os.Getenv("MANTA_BENCH_BASE_ARGS"))...)
+		args := []string{bin, "operator", "--enable-leader-election=false",
+			"--metrics-addr=" + m, "--health-probe-bind-address=0", "--pprof-addr=" + pp}
+		// A base from before --metrics-secure serves plain HTTP already and would refuse the flag.
+		if help, _ := exec.Command(bin, "operator", "--help").Output(); strings.Contains(string(help), "--metrics-secure") {
+			args = append(args, "--metrics-secure=false")
+		}
+		return append(args, strings.Fields(os.Getenv("MANTA_BENCH_BASE_ARGS"))...)
 	}},
 	// KubeRay's operator at its defaults (--reconcile-concurrency 1, --qps 100, --burst 200).
 	"kuberay": {name: "kuberay", kuberayCRDs: true, kuberay: true, args: func(bin, kc, m, _ string) []string {

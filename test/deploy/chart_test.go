@@ -359,7 +359,7 @@ func checkChartNonDefault(t *testing.T, root string, objs []*unstructured.Unstru
 	gen := generatedRole(t, root, "config/rbac/operator/role.yaml")
 	cr := typed[rbacv1.ClusterRole](t, objs, "ClusterRole", "ml-manta-operator")
 	for _, r := range cr.Rules {
-		if !slices.Equal(r.Resources, []string{"nodes"}) {
+		if len(r.Resources) != 1 || !slices.Contains([]string{"nodes", "tokenreviews", "subjectaccessreviews"}, r.Resources[0]) {
 			t.Errorf("ClusterRole %s with watchNamespaces grants %v: only cluster-scoped resources belong there", cr.Name, r.Resources)
 		}
 	}
@@ -381,7 +381,8 @@ func checkChartNonDefault(t *testing.T, root string, objs []*unstructured.Unstru
 			t.Errorf("Role %s/%s and ClusterRole %s grant %d (group, resource) pairs together, the generated role %d", ns, role.Name, cr.Name, n, want)
 		}
 	}
-	if kinds(objs, "ClusterRoleBinding") == nil || len(kinds(objs, "RoleBinding")) != 3 { // two watched + leader election
+	// Two watched namespaces, each with the operator's Role and its proxy Role (useKubernetesProxy), and leader election.
+	if kinds(objs, "ClusterRoleBinding") == nil || len(kinds(objs, "RoleBinding")) != 5 {
 		t.Errorf("bindings: %d ClusterRoleBindings, %d RoleBindings", len(kinds(objs, "ClusterRoleBinding")), len(kinds(objs, "RoleBinding")))
 	}
 
@@ -540,6 +541,8 @@ func allowed(t *testing.T, ctx context.Context, kc kubernetes.Interface, user, n
 var chartlessFlags = map[string]string{
 	"help":       "not a setting",
 	"pprof-addr": "a profiling endpoint for benchmarks, not for a deployed operator",
+	// A pod's metrics port is not on loopback, where alone the operator serves plain HTTP.
+	"metrics-secure": "the chart always serves metrics over HTTPS with authentication",
 }
 
 // checkEveryOperatorFlagIsAValue: every flag of `manta operator` (but chartlessFlags and the logger's global flags)

@@ -563,13 +563,17 @@ func checkPermissions(t *testing.T, root string, admin *rest.Config) {
 		{namespace, "", "events", "create", true},
 		{namespace, "", "events", "patch", true},
 		{"default", "coordination.k8s.io", "leases", "update", false},
-		{"default", "authentication.k8s.io", "tokenreviews", "create", false}, // the API server's, not the operator's
+		{"default", "", "secrets", "get", false},        // the API server's (Ray auth tokens), not the operator's
+		{"default", "", "services/proxy", "get", false}, // only with --use-kubernetes-proxy: manta-operator-proxy
+		{"default", "", "pods/proxy", "get", false},
 	} {
 		can("manta-operator", c)
 	}
 	for _, c := range []check{
 		{namespace, "coordination.k8s.io", "leases", "update", false},
-		{"default", "", "pods", "create", false}, // the operator's, not the API server's
+		{"default", "", "pods", "create", false},        // the operator's, not the API server's
+		{"default", "", "secrets", "list", false},       // Ray auth tokens are read by name
+		{"default", "", "services/proxy", "get", false}, // only with --use-kubernetes-proxy: manta-apiserver-proxy
 	} {
 		can("manta-apiserver", c)
 	}

@@ -43,7 +43,7 @@ func TestOperatorMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0])
-	ns := startRayJobOperator(t, cfg, cl, "metrics", operator.Options{RayClients: f, MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[0])}, "10.0.0.10")
+	ns := startRayJobOperator(t, cfg, cl, "metrics", operator.Options{RayClients: f, MetricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), MetricsInsecure: true}, "10.0.0.10")
 
 	j := newRayJob(ns, "scraped", `python -c "print('metrics')"`)
 	if err := cl.Create(t.Context(), j); err != nil {
