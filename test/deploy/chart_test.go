@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -567,5 +568,123 @@ func checkEveryOperatorFlagIsAValue(t *testing.T, bin string, objs []*unstructur
 	}
 	if n < 10 {
 		t.Fatalf("found only %d flags in manta operator --help:\n%s", n, out)
+	}
+}
+
+// TestSecurityChartProxyRoles: the chart grants services/proxy and pods/proxy only to a binary run with
+// useKubernetesProxy, and then exactly the generated proxy role, in each watched namespace or cluster-wide.
+func TestSecurityChartProxyRoles(t *testing.T) {
+	root := testutil.MustRepoRoot(t)
+	opProxy := generatedRole(t, root, "config/rbac/operator-proxy/role.yaml")
+	apiProxy := generatedRole(t, root, "config/rbac/apiserver-proxy/role.yaml")
+	proxyRules := func(objs []*unstructured.Unstructured) map[string][]rbacv1.PolicyRule {
+		out := map[string][]rbacv1.PolicyRule{}
+		for _, o := range objs {
+			if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
+				continue
+			}
+			var r rbacv1.ClusterRole
+			if err := runtimeFrom(o, &r); err != nil {
+				t.Fatal(err)
+			}
+			for _, rule := range r.Rules {
+				for _, res := range rule.Resources {
+					if strings.HasSuffix(res, "/proxy") {
+						k := o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+						out[k] = r.Rules
+					}
+				}
+			}
+		}
+		return out
+	}
+	bound := func(objs []*unstructured.Unstructured, kind, ns, name, sa string) bool {
+		for _, o := range kinds(objs, kind+"Binding") {
+			var b rbacv1.RoleBinding
+			if err := runtimeFrom(o, &b); err != nil {
+				t.Fatal(err)
+			}
+			if o.GetNamespace() == ns && b.RoleRef.Kind == kind && b.RoleRef.Name == name &&
+				slices.Contains(b.Subjects, rbacv1.Subject{Kind: "ServiceAccount", Name: sa, Namespace: namespace}) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, watch := range [][]string{nil, {"team-a", "team-b"}} {
+		off := mustHelmTemplate(t, root, "manta", namespace, map[string]any{"watchNamespaces": watch})
+		if got := proxyRules(off); len(got) > 0 {
+			t.Errorf("watchNamespaces %v, useKubernetesProxy off: the chart grants proxy verbs in %v", watch, slices.Sorted(maps.Keys(got)))
+		}
+		on := mustHelmTemplate(t, root, "manta", namespace, map[string]any{"watchNamespaces": watch,
+			"operator": map[string]any{"useKubernetesProxy": true}, "apiserver": map[string]any{"useKubernetesProxy": true}})
+		want := map[string][]rbacv1.PolicyRule{"ClusterRole /manta-apiserver-proxy": apiProxy.Rules}
+		if len(watch) == 0 {
+			want["ClusterRole /manta-operator-proxy"] = opProxy.Rules
+		}
+		for _, ns := range watch {
+			want["Role "+ns+"/manta-operator-proxy"] = opProxy.Rules
+		}
+		got := proxyRules(on)
+		if !equalJSON(got, want) {
+			t.Errorf("watchNamespaces %v, useKubernetesProxy on: proxy rules\n%v\nwant\n%v", watch, got, want)
+		}
+		if !bound(on, "ClusterRole", "", "manta-apiserver-proxy", "manta-apiserver") {
+			t.Errorf("watchNamespaces %v: manta-apiserver-proxy is not bound to the API server's ServiceAccount", watch)
+		}
+		if len(watch) == 0 && !bound(on, "ClusterRole", "", "manta-operator-proxy", "manta-operator") {
+			t.Error("manta-operator-proxy is not bound to the operator's ServiceAccount")
+		}
+		for _, ns := range watch {
+			if !bound(on, "Role", ns, "manta-operator-proxy", "manta-operator") {
+				t.Errorf("the Role %s/manta-operator-proxy is not bound to the operator's ServiceAccount", ns)
+			}
+		}
+		// Only one of the two binaries in proxy mode: only it gets the proxy verbs.
+		opOnly := mustHelmTemplate(t, root, "manta", namespace, map[string]any{"watchNamespaces": watch, "operator": map[string]any{"useKubernetesProxy": true}})
+		for k := range proxyRules(opOnly) {
+			if strings.Contains(k, "apiserver") {
+				t.Errorf("watchNamespaces %v, only the operator in proxy mode: the chart renders %s", watch, k)
+			}
+		}
+	}
+	// Whatever the values, the main roles carry no proxy verb and the apiserver's no list or watch on Secrets.
+	for _, o := range kinds(mustHelmTemplate(t, root, "manta", namespace, map[string]any{}), "ClusterRole") {
+		var r rbacv1.ClusterRole
+		if err := runtimeFrom(o, &r); err != nil {
+			t.Fatal(err)
+		}
+		for _, rule := range r.Rules {
+			if slices.Contains(rule.Resources, "secrets") && !slices.Equal(rule.Verbs, []string{"get"}) {
+				t.Errorf("ClusterRole %s grants %v on secrets: only get, by name", r.Name, rule.Verbs)
+			}
+		}
+	}
+}
+
+// TestSecurityChartMetrics: the ServiceMonitor scrapes https with Prometheus' bearer token, and the chart ships
+// the ClusterRole that token's ServiceAccount needs.
+func TestSecurityChartMetrics(t *testing.T) {
+	root := testutil.MustRepoRoot(t)
+	objs := mustHelmTemplate(t, root, "manta", namespace, map[string]any{"serviceMonitor": map[string]any{"enabled": true}})
+	sms := kinds(objs, "ServiceMonitor")
+	if len(sms) != 1 {
+		t.Fatalf("%d ServiceMonitors", len(sms))
+	}
+	eps, _, _ := unstructured.NestedSlice(sms[0].Object, "spec", "endpoints")
+	if len(eps) != 1 {
+		t.Fatalf("ServiceMonitor endpoints %v", eps)
+	}
+	ep := eps[0].(map[string]any)
+	if ep["scheme"] != "https" || ep["bearerTokenFile"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" {
+		t.Errorf("ServiceMonitor endpoint %v: want scheme https with the ServiceAccount token", ep)
+	}
+	reader := typed[rbacv1.ClusterRole](t, objs, "ClusterRole", "manta-metrics-reader")
+	if !equalJSON(reader.Rules, []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}) {
+		t.Errorf("ClusterRole manta-metrics-reader rules %v: want get on /metrics", reader.Rules)
+	}
+	op := onlyContainer(t, typed[appsv1.Deployment](t, objs, "Deployment", "manta-operator"))
+	if v, ok := flagValues(op.Args)["--metrics-secure"]; ok && v != "true" {
+		t.Errorf("the chart runs the operator with --metrics-secure=%s", v)
 	}
 }
