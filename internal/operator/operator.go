@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -57,6 +58,12 @@ type Options struct {
 	EventBurst int
 	// PullerImage is Manta's own image, from which ImagePullJob puller pods copy their tiny binary.
 	PullerImage string
+	// ImagePullNodeSelector (a label selector), ImagePullPriorityClass, ImagePullTolerateAllTaints and
+	// ImagePullTolerations (key[=value][:effect]) bound every ImagePullJob's pullers: see imagepulljob.Policy.
+	ImagePullNodeSelector      string
+	ImagePullPriorityClass     string
+	ImagePullTolerateAllTaints bool
+	ImagePullTolerations       []string
 	// SkipNameValidation lets more than one operator run in one process, as tests do: controller-runtime otherwise
 	// refuses a second controller of the same name in a process.
 	SkipNameValidation bool
@@ -85,6 +92,9 @@ func (o Options) Validate() error {
 			return fmt.Errorf("%s %s: must not be negative", d.name, d.v)
 		}
 	}
+	if _, err := o.imagePullPolicy(); err != nil {
+		return err
+	}
 	lease, renew, retry := o.leaderElectionTimes()
 	// client-go's own rules (leaderelection.NewLeaderElector), checked here so a bad setting fails at start, not
 	// when the manager first campaigns.
@@ -95,6 +105,24 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--leader-elect-renew-deadline %s must be greater than %.1f × --leader-elect-retry-period %s", renew, leaderElectionJitter, retry)
 	}
 	return nil
+}
+
+// imagePullPolicy is the ImagePullJob policy the --image-pull-* flags describe.
+func (o Options) imagePullPolicy() (imagepulljob.Policy, error) {
+	p := imagepulljob.Policy{PriorityClassName: o.ImagePullPriorityClass, TolerateAllTaints: o.ImagePullTolerateAllTaints}
+	if o.ImagePullNodeSelector != "" {
+		sel, err := labels.Parse(o.ImagePullNodeSelector)
+		if err != nil {
+			return p, fmt.Errorf("--image-pull-node-selector %q: %w", o.ImagePullNodeSelector, err)
+		}
+		p.NodeSelector = sel
+	}
+	t, err := imagepulljob.ParseTolerations(o.ImagePullTolerations)
+	if err != nil {
+		return p, fmt.Errorf("--image-pull-tolerations: %w", err)
+	}
+	p.Tolerations = t
+	return p, nil
 }
 
 // leaderElectionTimes are the lease duration, renew deadline and retry period in force: the options, or
