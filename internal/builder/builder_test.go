@@ -331,11 +331,11 @@ func TestAutoscaler(t *testing.T) {
 		t.Error("ray-logs not shared")
 	}
 	role := AutoscalerRole(c)
-	if role.Name != "rc" || len(role.Rules) != 3 {
+	if role.Name != "rc-autoscaler" || len(role.Rules) != 3 {
 		t.Errorf("role %+v", role)
 	}
 	rb := AutoscalerRoleBinding(c)
-	if rb.Subjects[0].Name != "rc" || rb.RoleRef.Name != "rc" {
+	if rb.Name != "rc-autoscaler" || rb.Subjects[0].Name != "rc" || rb.RoleRef.Name != "rc-autoscaler" {
 		t.Errorf("rolebinding %+v", rb)
 	}
 	w := WorkerPod(c, &c.Spec.WorkerGroupSpecs[0], PodOptions{})

@@ -66,7 +66,8 @@ func HeadlessWorkerServiceName(c *rayv1.RayCluster) string {
 	return fitName(c.Name+"-headless", maxNameLen)
 }
 
-// AutoscalerServiceAccountName is the head template's serviceAccountName, or the cluster's name.
+// AutoscalerServiceAccountName is the head template's serviceAccountName, or the cluster's name (KubeRay's choice:
+// the autoscaler runs as the head pod's ServiceAccount, and users who name none find it under the cluster's name).
 func AutoscalerServiceAccountName(c *rayv1.RayCluster) string {
 	if sa := c.Spec.HeadGroupSpec.Template.Spec.ServiceAccountName; sa != "" {
 		return sa
@@ -74,8 +75,17 @@ func AutoscalerServiceAccountName(c *rayv1.RayCluster) string {
 	return fitName(c.Name, maxNameLen)
 }
 
-// AutoscalerRoleName names the Role and RoleBinding of the autoscaler: the cluster's name.
-func AutoscalerRoleName(c *rayv1.RayCluster) string { return fitName(c.Name, maxNameLen) }
+// AutoscalerServiceAccountManaged says the operator chose the autoscaler's ServiceAccount (the head template names
+// none), so an existing one of that name must be the operator's: one the user names is theirs to bring.
+func AutoscalerServiceAccountManaged(c *rayv1.RayCluster) bool {
+	return c.Spec.HeadGroupSpec.Template.Spec.ServiceAccountName == ""
+}
+
+// AutoscalerRoleName names the Role and RoleBinding of the autoscaler: <cluster>-autoscaler. KubeRay names them
+// after the cluster alone, which collides with any Role a namespace already has under that name ("admin", "ci");
+// nothing reads the name but the operator (the autoscaler needs only its ServiceAccount), so the suffix costs no
+// compatibility.
+func AutoscalerRoleName(c *rayv1.RayCluster) string { return fitName(c.Name+"-autoscaler", maxNameLen) }
 
 // HeadServiceFQDN is <head-svc>.<ns>.svc.<domain>.
 func HeadServiceFQDN(c *rayv1.RayCluster, domain string) string {

@@ -55,9 +55,14 @@ func init() {
 			return r.SetupWithManager(mgr)
 		},
 		func(mgr ctrl.Manager, o Options) error {
+			policy, err := o.imagePullPolicy()
+			if err != nil {
+				return err
+			}
 			r, err := imagepulljob.NewReconciler(mgr, imagepulljob.Options{
 				PullerImage:             o.PullerImage,
 				MaxConcurrentReconciles: o.ReconcileConcurrency,
+				Policy:                  policy,
 			})
 			if err != nil {
 				return err

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -64,6 +65,12 @@ type Options struct {
 	EventBurst int
 	// PullerImage is Manta's own image, from which ImagePullJob puller pods copy their tiny binary.
 	PullerImage string
+	// ImagePullNodeSelector (a label selector), ImagePullPriorityClass, ImagePullTolerateAllTaints and
+	// ImagePullTolerations (key[=value][:effect]) bound every ImagePullJob's pullers: see imagepulljob.Policy.
+	ImagePullNodeSelector      string
+	ImagePullPriorityClass     string
+	ImagePullTolerateAllTaints bool
+	ImagePullTolerations       []string
 	// SkipNameValidation lets more than one operator run in one process, as tests do: controller-runtime otherwise
 	// refuses a second controller of the same name in a process.
 	SkipNameValidation bool
@@ -93,6 +100,9 @@ func (o Options) Validate() error {
 		}
 	}
 	if err := validateMetrics(o.MetricsAddr, o.MetricsInsecure); err != nil {
+		return err
+	}
+	if _, err := o.imagePullPolicy(); err != nil {
 		return err
 	}
 	lease, renew, retry := o.leaderElectionTimes()
@@ -133,6 +143,24 @@ func metricsOptions(addr string, insecure bool) metricsserver.Options {
 		return metricsserver.Options{BindAddress: addr}
 	}
 	return metricsserver.Options{BindAddress: addr, SecureServing: true, FilterProvider: metricsAuthFilter}
+}
+
+// imagePullPolicy is the ImagePullJob policy the --image-pull-* flags describe.
+func (o Options) imagePullPolicy() (imagepulljob.Policy, error) {
+	p := imagepulljob.Policy{PriorityClassName: o.ImagePullPriorityClass, TolerateAllTaints: o.ImagePullTolerateAllTaints}
+	if o.ImagePullNodeSelector != "" {
+		sel, err := labels.Parse(o.ImagePullNodeSelector)
+		if err != nil {
+			return p, fmt.Errorf("--image-pull-node-selector %q: %w", o.ImagePullNodeSelector, err)
+		}
+		p.NodeSelector = sel
+	}
+	t, err := imagepulljob.ParseTolerations(o.ImagePullTolerations)
+	if err != nil {
+		return p, fmt.Errorf("--image-pull-tolerations: %w", err)
+	}
+	p.Tolerations = t
+	return p, nil
 }
 
 // leaderElectionTimes are the lease duration, renew deadline and retry period in force: the options, or

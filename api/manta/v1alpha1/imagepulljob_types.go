@@ -84,14 +84,16 @@ type ImagePullJobSpec struct {
 	// +optional
 	CompletionPolicy CompletionPolicy `json:"completionPolicy,omitempty"`
 
-	// Tolerations of the puller pods. Unset means tolerate every taint, so tainted (e.g. GPU) nodes are reached.
-	// Nodes with a NoSchedule or NoExecute taint that these tolerations do not tolerate are not selected.
+	// Tolerations narrow the taints puller pods tolerate: nodes with a NoSchedule or NoExecute taint that these
+	// tolerations do not tolerate are not selected. Unset means every taint the operator allows. The operator bounds
+	// them (--image-pull-tolerate-all-taints, --image-pull-tolerations): by default pullers tolerate no taint.
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=atomic
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
-	// PriorityClassName of the puller pods.
+	// PriorityClassName is not used: puller pods get the operator's --image-pull-priority-class, or none, so that
+	// a namespace user cannot give them a class meant for system pods. Kept for compatibility.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`

@@ -30,6 +30,11 @@ const (
 
 	// ConditionComplete is True once the job finished.
 	ConditionComplete = "Complete"
+	// ConditionNodesExcluded is True while the operator's policy (Policy) keeps pullers off nodes the job selects;
+	// its message says how many, and why.
+	ConditionNodesExcluded = "NodesExcluded"
+	// ReasonOperatorPolicy is the reason of ConditionNodesExcluded and of its event.
+	ReasonOperatorPolicy = "OperatorPolicy"
 
 	// Reasons recorded for failed nodes and on the Complete condition.
 	ReasonImageNotFound    = "ImageNotFound"

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -54,6 +55,8 @@ type Options struct {
 	CreateBackoffBase, CreateBackoffMax time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Policy bounds every job's pullers: the nodes they may go to, their tolerations and priority class.
+	Policy Policy
 }
 
 // Reconciler reconciles ImagePullJobs.
@@ -251,7 +254,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		podSelectorPods: selectorPods,
 		now:             now,
 		retryBase:       r.opts.RetryBackoff,
-		podOptions:      PodOptions{PullerImage: r.opts.PullerImage, PullerBinaryPath: r.opts.PullerBinaryPath},
+		podOptions:      PodOptions{PullerImage: r.opts.PullerImage, PullerBinaryPath: r.opts.PullerBinaryPath, Policy: r.opts.Policy},
 	})
 	if err != nil {
 		return ctrl.Result{}, r.reportInvalid(ctx, job, fmt.Sprintf("spec.selector is invalid: %v", err))
@@ -387,6 +390,11 @@ func notCreated(pods []*corev1.Pod, st *mantav1alpha1.ImagePullJobStatus) {
 
 // emitEvents runs after the status write succeeded, so events never describe a state that was not stored.
 func (r *Reconciler) emitEvents(job *mantav1alpha1.ImagePullJob, p plan) {
+	if p.excludedChanged {
+		if c := meta.FindStatusCondition(job.Status.Conditions, ConditionNodesExcluded); c != nil {
+			r.recorder.Eventf(job, nil, corev1.EventTypeNormal, ConditionNodesExcluded, "Select", "%s", c.Message)
+		}
+	}
 	if n := len(p.newlyFailed); n > 0 && !(p.completed && job.Status.Message == MessageDeadlineExceeded) {
 		var parts []string
 		for i, f := range p.newlyFailed {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -83,6 +84,12 @@ func (w *writeCounter) refusedTries(ns string) []time.Time {
 }
 
 func startEnv(t *testing.T) *env {
+	return startEnvWith(t, Options{RetryBackoff: 200 * time.Millisecond, PodSelectorResync: time.Second,
+		CreateBackoffBase: testCreateBackoffBase, CreateBackoffMax: 5 * time.Second})
+}
+
+// startEnvWith starts an envtest control plane with the controllers running with these options.
+func startEnvWith(t *testing.T, opts Options) *env {
 	if os.Getenv("MANTA_TEST_LOG") != "" {
 		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(-2))))
 	} else {
@@ -106,8 +113,7 @@ func startEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewReconciler(mgr, Options{RetryBackoff: 200 * time.Millisecond, PodSelectorResync: time.Second,
-		CreateBackoffBase: testCreateBackoffBase, CreateBackoffMax: 5 * time.Second})
+	r, err := NewReconciler(mgr, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +148,7 @@ type fakeKubelet struct {
 	maxActive map[types.UID]int
 	seen      map[types.UID]map[string]int // job -> node -> pods seen
 	seenPods  sets.Set[string]
+	firstSeen map[types.UID][]corev1.Pod // job -> each pod as first seen
 }
 
 func (k *fakeKubelet) run(ctx context.Context) {
@@ -168,6 +175,10 @@ func (k *fakeKubelet) tick(ctx context.Context) {
 				k.seen[job] = map[string]int{}
 			}
 			k.seen[job][p.Spec.NodeName]++
+			if k.firstSeen == nil {
+				k.firstSeen = map[types.UID][]corev1.Pod{}
+			}
+			k.firstSeen[job] = append(k.firstSeen[job], *p.DeepCopy())
 		}
 		k.mu.Unlock()
 		if active[job] == nil {
@@ -213,6 +224,13 @@ func (k *fakeKubelet) stats(job types.UID) (maxActive int, podsPerNode map[strin
 		out[n] = c
 	}
 	return k.maxActive[job], out
+}
+
+// pods returns every puller pod of the job the kubelet saw, as it first saw it.
+func (k *fakeKubelet) pods(job types.UID) []corev1.Pod {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.firstSeen[job])
 }
 
 func (e *env) namespace(t *testing.T) string {

@@ -1,7 +1,9 @@
 package imagepulljob
 
 import (
+	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -9,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
@@ -81,13 +84,89 @@ func nodeHasImage(node *corev1.Node, image string) bool {
 	return false
 }
 
-// effectiveTolerations are the tolerations of the puller pods: every taint is tolerated unless the job says
-// otherwise (tainted GPU nodes are the ones that need large images most).
+// Policy is what the operator lets every ImagePullJob do. Creating an ImagePullJob runs pods on nodes past the
+// scheduler (spec.nodeName is set), so a namespace user could otherwise fill every node's disk: the bounds are the
+// platform's, set by operator flags, and a job can only narrow them.
+type Policy struct {
+	// NodeSelector limits the nodes pullers may go to; it ANDs with the job's own selection. Nil: every node.
+	NodeSelector labels.Selector
+	// PriorityClassName is the priority class of every puller pod, none when empty. The job's
+	// spec.priorityClassName is not used: a user could pick a class meant for system pods.
+	PriorityClassName string
+	// TolerateAllTaints lets pullers tolerate every taint (narrowed by the job's spec.tolerations when set).
+	TolerateAllTaints bool
+	// Tolerations are the taints pullers may tolerate when TolerateAllTaints is false: a node with a NoSchedule or
+	// NoExecute taint outside them is not targeted. The job's spec.tolerations, when set, narrows them further.
+	Tolerations []corev1.Toleration
+}
+
+// Excluded counts the nodes a job selects that the operator's Policy keeps pullers off.
+type Excluded struct {
+	// OutsideSelector are outside Policy.NodeSelector; Tainted have a taint the Policy does not let pullers
+	// tolerate (and the job would).
+	OutsideSelector, Tainted int
+}
+
+// Message says what was excluded, or "" when nothing was.
+func (e Excluded) Message() string {
+	var parts []string
+	if e.OutsideSelector > 0 {
+		parts = append(parts, fmt.Sprintf("%d node(s) outside the operator's image-pull node selector", e.OutsideSelector))
+	}
+	if e.Tainted > 0 {
+		parts = append(parts, fmt.Sprintf("%d node(s) with taints the operator does not let pullers tolerate", e.Tainted))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "not pulling on " + strings.Join(parts, " and ")
+}
+
+// effectiveTolerations are the tolerations the job asks for: every taint unless it says otherwise.
 func effectiveTolerations(job *mantav1alpha1.ImagePullJob) []corev1.Toleration {
 	if job.Spec.Tolerations == nil {
 		return []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
 	}
 	return job.Spec.Tolerations
+}
+
+// pullerTolerations are the tolerations of the puller pods: the job's when the operator lets pullers tolerate every
+// taint, else the operator's list (node selection has already left out the nodes the job's own would not tolerate).
+func pullerTolerations(job *mantav1alpha1.ImagePullJob, p Policy) []corev1.Toleration {
+	if p.TolerateAllTaints {
+		return effectiveTolerations(job)
+	}
+	if len(p.Tolerations) == 0 {
+		return nil
+	}
+	return slices.Clone(p.Tolerations)
+}
+
+// ParseTolerations reads the tolerations of --image-pull-tolerations, in kubectl taint's syntax:
+// key[=value][:effect]. Without a value any value is tolerated; without an effect, every effect.
+func ParseTolerations(specs []string) ([]corev1.Toleration, error) {
+	var out []corev1.Toleration
+	for _, s := range specs {
+		kv, effect, _ := strings.Cut(s, ":")
+		key, value, hasValue := strings.Cut(kv, "=")
+		if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+			return nil, fmt.Errorf("toleration %q: key %q: %s", s, key, strings.Join(errs, "; "))
+		}
+		t := corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffect(effect)}
+		if hasValue {
+			if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
+				return nil, fmt.Errorf("toleration %q: value %q: %s", s, value, strings.Join(errs, "; "))
+			}
+			t.Operator, t.Value = corev1.TolerationOpEqual, value
+		}
+		switch t.Effect {
+		case "", corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute:
+		default:
+			return nil, fmt.Errorf("toleration %q: effect %q is not NoSchedule, PreferNoSchedule or NoExecute", s, effect)
+		}
+		out = append(out, t)
+	}
+	return out, nil
 }
 
 // toleratesNode reports whether pods with these tolerations may run on the node: every NoSchedule and NoExecute
@@ -123,29 +202,31 @@ func nodeReady(node *corev1.Node) bool {
 	return false
 }
 
-// eligibleNode says whether a puller pod can run on the node now: Ready, not being deleted, Linux (the puller
-// binary is a Linux executable), and with every hard taint tolerated.
-func eligibleNode(node *corev1.Node, tolerations []corev1.Toleration) bool {
+// eligibleNode says whether a puller pod can run on the node now, taints aside: Ready, not being deleted, and Linux
+// (the puller binary is a Linux executable).
+func eligibleNode(node *corev1.Node) bool {
 	if node.DeletionTimestamp != nil || !nodeReady(node) {
 		return false
 	}
 	if os, ok := node.Labels[corev1.LabelOSStable]; ok && os != "linux" {
 		return false
 	}
-	return toleratesNode(tolerations, node)
+	return true
 }
 
 // SelectNodes returns the sorted names of the eligible nodes the job targets: the nodes named in spec.selector, or
 // matching its label selector, or running pods matched by spec.podSelector (podSelectorPods are the pods of the job's
-// namespace), or every node.
-func SelectNodes(job *mantav1alpha1.ImagePullJob, nodes []corev1.Node, podSelectorPods []corev1.Pod) ([]string, error) {
+// namespace), or every node; of those, only the ones the operator's policy allows, whose hard taints both the job
+// and the policy tolerate. It counts the nodes the policy alone kept out.
+func SelectNodes(job *mantav1alpha1.ImagePullJob, nodes []corev1.Node, podSelectorPods []corev1.Pod, policy Policy) ([]string, Excluded, error) {
+	var excluded Excluded
 	tolerations := effectiveTolerations(job)
 	var match func(*corev1.Node) bool
 	switch sel := job.Spec.Selector; {
 	case job.Spec.PodSelector != nil:
 		s, err := metav1.LabelSelectorAsSelector(job.Spec.PodSelector)
 		if err != nil {
-			return nil, err
+			return nil, excluded, err
 		}
 		hosts := sets.New[string]()
 		for i := range podSelectorPods {
@@ -163,7 +244,7 @@ func SelectNodes(job *mantav1alpha1.ImagePullJob, nodes []corev1.Node, podSelect
 	case sel != nil:
 		s, err := metav1.LabelSelectorAsSelector(&sel.LabelSelector)
 		if err != nil {
-			return nil, err
+			return nil, excluded, err
 		}
 		match = func(n *corev1.Node) bool { return s.Matches(labels.Set(n.Labels)) }
 	default:
@@ -171,10 +252,23 @@ func SelectNodes(job *mantav1alpha1.ImagePullJob, nodes []corev1.Node, podSelect
 	}
 	var out []string
 	for i := range nodes {
-		if match(&nodes[i]) && eligibleNode(&nodes[i], tolerations) {
-			out = append(out, nodes[i].Name)
+		n := &nodes[i]
+		if !match(n) || !eligibleNode(n) {
+			continue
 		}
+		if policy.NodeSelector != nil && !policy.NodeSelector.Matches(labels.Set(n.Labels)) {
+			excluded.OutsideSelector++
+			continue
+		}
+		if !toleratesNode(tolerations, n) {
+			continue // the job's own choice
+		}
+		if !policy.TolerateAllTaints && !toleratesNode(policy.Tolerations, n) {
+			excluded.Tainted++
+			continue
+		}
+		out = append(out, n.Name)
 	}
 	sort.Strings(out)
-	return out, nil
+	return out, excluded, nil
 }

@@ -57,7 +57,9 @@ type plan struct {
 	requeueAfter time.Duration
 	// newlyFailed are nodes that failed in this reconcile, for the event written after the status.
 	newlyFailed []mantav1alpha1.FailedNode
-	completed   bool
+	// excludedChanged says the NodesExcluded condition changed, for the event written after the status.
+	excludedChanged bool
+	completed       bool
 	// pulls are the attempts whose outcome this reconcile records in the status (each is classified once: the
 	// next reconcile sees it in the observed status), counted in the metrics once that status is written.
 	pulls []finishedPull
@@ -127,10 +129,11 @@ func computePlan(o observed) (plan, error) {
 	for i := range o.nodes {
 		nodesByName[o.nodes[i].Name] = &o.nodes[i]
 	}
-	selected, err := SelectNodes(job, o.nodes, o.podSelectorPods)
+	selected, excluded, err := SelectNodes(job, o.nodes, o.podSelectorPods, o.podOptions.Policy)
 	if err != nil {
 		return p, err
 	}
+	setExcluded(&p, excluded, job.Generation, o.now)
 
 	// Records of nodes that no longer exist are dropped: a node that comes back under the same name is a new machine.
 	succeeded := sets.New[string]()
@@ -358,6 +361,21 @@ func computePlan(o observed) (plan, error) {
 	}
 	st.Message = StatusMessage(st, deadlinePassed)
 	return p, nil
+}
+
+// setExcluded records in the NodesExcluded condition how many nodes the job selects that the operator's policy
+// keeps pullers off, so that a job that reaches fewer nodes than its user expects says why.
+func setExcluded(p *plan, e Excluded, generation int64, now time.Time) {
+	conds := &p.status.Conditions
+	old := meta.FindStatusCondition(*conds, ConditionNodesExcluded)
+	msg := e.Message()
+	if msg == "" {
+		meta.RemoveStatusCondition(conds, ConditionNodesExcluded)
+		return
+	}
+	p.excludedChanged = old == nil || old.Message != msg
+	meta.SetStatusCondition(conds, metav1.Condition{Type: ConditionNodesExcluded, Status: metav1.ConditionTrue,
+		Reason: ReasonOperatorPolicy, Message: msg, ObservedGeneration: generation, LastTransitionTime: metav1.Time{Time: now}})
 }
 
 // StatusMessage is the one-line summary in status.message, worded as OpenKruise's ImagePullJob.

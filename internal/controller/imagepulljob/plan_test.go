@@ -30,19 +30,27 @@ func TestSelectNodes(t *testing.T) {
 			Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: phase}}
 	}
 	app := map[string]string{"app": "ray"}
+	// The job's own selection, with the operator letting pullers tolerate every taint (--image-pull-tolerate-all-taints,
+	// the behaviour before the policy existed); TestSecuritySelectNodesPolicy covers the operator's bounds.
+	tolerateAll := Policy{TolerateAllTaints: true}
 	cases := map[string]struct {
-		job  *mantav1alpha1.ImagePullJob
-		pods []corev1.Pod
-		want []string
+		job    *mantav1alpha1.ImagePullJob
+		policy Policy
+		pods   []corev1.Pod
+		want   []string
 	}{
-		"unset selector: every eligible node, tainted ones too": {job: makeJob("j").obj(), want: []string{"a", "b", "e"}},
-		"names":          {job: makeJob("j").names("b", "c", "zz").obj(), want: []string{"b"}},
-		"label selector": {job: makeJob("j").matchLabels(map[string]string{"pool": "gpu"}).obj(), want: []string{"a"}},
+		"unset selector: every eligible node, tainted ones too": {job: makeJob("j").obj(), policy: tolerateAll, want: []string{"a", "b", "e"}},
+		"names":          {job: makeJob("j").names("b", "c", "zz").obj(), policy: tolerateAll, want: []string{"b"}},
+		"label selector": {job: makeJob("j").matchLabels(map[string]string{"pool": "gpu"}).obj(), policy: tolerateAll, want: []string{"a"}},
 		"explicit tolerations exclude untolerated NoSchedule taints": {
-			job: makeJob("j").tolerations(corev1.Toleration{Key: "other", Operator: corev1.TolerationOpExists}).obj(), want: []string{"b", "e"}},
-		"explicit empty tolerations": {job: makeJob("j").tolerations().obj(), want: []string{"b", "e"}},
+			job: makeJob("j").tolerations(corev1.Toleration{Key: "other", Operator: corev1.TolerationOpExists}).obj(), policy: tolerateAll, want: []string{"b", "e"}},
+		"explicit empty tolerations": {job: makeJob("j").tolerations().obj(), policy: tolerateAll, want: []string{"b", "e"}},
 		"gpu toleration": {
-			job: makeJob("j").tolerations(corev1.Toleration{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}).obj(), want: []string{"a", "b", "e"}},
+			job: makeJob("j").tolerations(corev1.Toleration{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}).obj(), policy: tolerateAll, want: []string{"a", "b", "e"}},
+		// The operator's default: no taint is tolerated, whatever the job asks.
+		"default policy: tainted nodes are not targeted": {job: makeJob("j").obj(), want: []string{"b", "e"}},
+		"default policy: the job's gpu toleration does not reach the gpu node": {
+			job: makeJob("j").tolerations(corev1.Toleration{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}).obj(), want: []string{"b", "e"}},
 		"podSelector: nodes of running matching pods": {
 			job: func() *mantav1alpha1.ImagePullJob {
 				j := makeJob("j").obj()
@@ -56,12 +64,13 @@ func TestSelectNodes(t *testing.T) {
 				podOn("p4", "", app, corev1.PodPending),
 				podOn("p5", "a", app, corev1.PodPending),
 			},
-			want: []string{"a", "b"},
+			policy: tolerateAll,
+			want:   []string{"a", "b"},
 		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			got, err := SelectNodes(tc.job, all, tc.pods)
+			got, _, err := SelectNodes(tc.job, all, tc.pods, tc.policy)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -248,25 +257,25 @@ func TestPodName(t *testing.T) {
 func TestBuildPullerPod(t *testing.T) {
 	job := makeJob("j").always().obj()
 	job.Spec.PullSecrets = []string{"regcred"}
-	job.Spec.PriorityClassName = "low"
-	p := BuildPullerPod(job, "node-1", 2, PodOptions{PullerImage: "example.com/manta:v1"})
+	job.Spec.PriorityClassName = "system-node-critical"
+	p := BuildPullerPod(job, "node-1", 2, PodOptions{PullerImage: "example.com/manta:v1", Policy: Policy{PriorityClassName: "pullers"}})
 	c, ic := p.Spec.Containers[0], p.Spec.InitContainers[0]
 	checks := map[string]bool{
-		"pinned to the node":           p.Spec.NodeName == "node-1",
-		"target image":                 c.Image == job.Spec.Image && c.ImagePullPolicy == corev1.PullAlways,
-		"puller command":               cmp.Equal(c.Command, []string{"/manta-puller/puller"}) && len(c.Args) == 0,
-		"init copies the binary":       ic.Image == "example.com/manta:v1" && cmp.Equal(ic.Command, []string{"/puller", "install", "/manta-puller/puller"}),
-		"no token":                     !*p.Spec.AutomountServiceAccountToken,
-		"non-root fixed user":          *p.Spec.SecurityContext.RunAsNonRoot && *p.Spec.SecurityContext.RunAsUser == 65534,
-		"tolerate all":                 cmp.Equal(p.Spec.Tolerations, []corev1.Toleration{{Operator: corev1.TolerationOpExists}}),
-		"restart never":                p.Spec.RestartPolicy == corev1.RestartPolicyNever,
-		"pull secrets":                 len(p.Spec.ImagePullSecrets) == 1 && p.Spec.ImagePullSecrets[0].Name == "regcred",
-		"priority class":               p.Spec.PriorityClassName == "low",
-		"labels":                       p.Labels[LabelImagePuller] == "true" && p.Labels[LabelJobUID] == string(job.UID),
-		"attempt":                      p.Annotations[AnnotationAttempt] == "2",
-		"owner":                        p.OwnerReferences[0].UID == job.UID && *p.OwnerReferences[0].Controller,
-		"tiny resources":               c.Resources.Requests.Cpu().MilliValue() == 10,
-		"kubelet enforces the timeout": *p.Spec.ActiveDeadlineSeconds == 600,
+		"pinned to the node":            p.Spec.NodeName == "node-1",
+		"target image":                  c.Image == job.Spec.Image && c.ImagePullPolicy == corev1.PullAlways,
+		"puller command":                cmp.Equal(c.Command, []string{"/manta-puller/puller"}) && len(c.Args) == 0,
+		"init copies the binary":        ic.Image == "example.com/manta:v1" && cmp.Equal(ic.Command, []string{"/puller", "install", "/manta-puller/puller"}),
+		"no token":                      !*p.Spec.AutomountServiceAccountToken,
+		"non-root fixed user":           *p.Spec.SecurityContext.RunAsNonRoot && *p.Spec.SecurityContext.RunAsUser == 65534,
+		"no tolerations by default":     len(p.Spec.Tolerations) == 0,
+		"restart never":                 p.Spec.RestartPolicy == corev1.RestartPolicyNever,
+		"pull secrets":                  len(p.Spec.ImagePullSecrets) == 1 && p.Spec.ImagePullSecrets[0].Name == "regcred",
+		"the operator's priority class": p.Spec.PriorityClassName == "pullers",
+		"labels":                        p.Labels[LabelImagePuller] == "true" && p.Labels[LabelJobUID] == string(job.UID),
+		"attempt":                       p.Annotations[AnnotationAttempt] == "2",
+		"owner":                         p.OwnerReferences[0].UID == job.UID && *p.OwnerReferences[0].Controller,
+		"tiny resources":                c.Resources.Requests.Cpu().MilliValue() == 10,
+		"kubelet enforces the timeout":  *p.Spec.ActiveDeadlineSeconds == 600,
 	}
 	for what, ok := range checks {
 		if !ok {

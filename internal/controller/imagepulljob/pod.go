@@ -23,6 +23,8 @@ type PodOptions struct {
 	PullerImage string
 	// PullerBinaryPath is the path of the puller binary inside PullerImage.
 	PullerBinaryPath string
+	// Policy bounds where pullers go and what they may claim, whatever the job says.
+	Policy Policy
 }
 
 func (o PodOptions) withDefaults() PodOptions {
@@ -109,9 +111,9 @@ func BuildPullerPod(job *mantav1alpha1.ImagePullJob, node string, attempt int32,
 			EnableServiceLinks:            ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			ActiveDeadlineSeconds:         ptr.To(int64(timeoutSeconds(job))),
-			PriorityClassName:             job.Spec.PriorityClassName,
+			PriorityClassName:             opts.Policy.PriorityClassName,
 			ImagePullSecrets:              secrets,
-			Tolerations:                   effectiveTolerations(job),
+			Tolerations:                   pullerTolerations(job, opts.Policy),
 			SecurityContext: &corev1.PodSecurityContext{
 				RunAsNonRoot:   ptr.To(true),
 				RunAsUser:      ptr.To(pullerUID),

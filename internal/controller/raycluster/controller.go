@@ -27,7 +27,6 @@ import (
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -139,7 +138,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups="",resources=podtemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
@@ -426,6 +425,11 @@ func validateAutoscaling(c *rayv1.RayCluster) string {
 			return fmt.Sprintf("spec.workerGroupSpecs[%d].suspend: worker group %q cannot be suspended while the autoscaler runs (spec.enableInTreeAutoscaling)", i, g.GroupName)
 		}
 	}
+	if sa := s.HeadGroupSpec.Template.Spec.ServiceAccountName; sa == defaultServiceAccount {
+		// Manta refuses this where KubeRay binds it: the autoscaler's Role would go to every pod of the namespace
+		// that names no ServiceAccount.
+		return fmt.Sprintf("spec.headGroupSpec.template.spec.serviceAccountName: %q cannot be given the autoscaler's Role (every pod of the namespace that names no ServiceAccount runs as it); name another, or none for a ServiceAccount of the cluster's own", sa)
+	}
 	o := s.AutoscalerOptions
 	if o == nil || o.Version == nil {
 		return ""
@@ -666,31 +670,4 @@ func (r *Reconciler) updateService(ctx context.Context, run *run, existing, desi
 	}
 	run.eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "updated Service %s to match the spec", existing.Name)
 	return updated, nil
-}
-
-// ensureAutoscalerRBAC creates the head's ServiceAccount, Role and RoleBinding if they are missing. It runs only
-// before a head pod is created, so a settled cluster costs no writes.
-func (r *Reconciler) ensureAutoscalerRBAC(ctx context.Context, run *run) error {
-	c := run.c
-	objs := []struct {
-		obj               client.Object
-		kind, done, fails string
-	}{
-		{builder.AutoscalerServiceAccount(c), "ServiceAccount", EventCreatedServiceAccount, EventFailedToCreateServiceAccount},
-		{builder.AutoscalerRole(c), "Role", EventCreatedRole, EventFailedToCreateRole},
-		{builder.AutoscalerRoleBinding(c), "RoleBinding", EventCreatedRoleBinding, EventFailedToCreateRoleBinding},
-	}
-	for _, x := range objs {
-		o := x.obj
-		if err := r.client.Create(ctx, o); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				continue
-			}
-			run.eventf(corev1.EventTypeWarning, x.fails, "Create", "failed to create the autoscaler's %s %s: %v", x.kind, o.GetName(), err)
-			return fmt.Errorf("create %s %s: %w", x.kind, o.GetName(), err)
-		}
-		run.eventf(corev1.EventTypeNormal, x.done, "Create", "created the autoscaler's %s %s", x.kind, o.GetName())
-		log.FromContext(ctx).V(1).Info("created autoscaler RBAC object", "kind", fmt.Sprintf("%T", o), "name", o.GetName())
-	}
-	return nil
 }

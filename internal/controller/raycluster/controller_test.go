@@ -78,6 +78,44 @@ func (l *createLog) in(ns string) []createAttempt {
 }
 
 func TestController(t *testing.T) {
+	e := startEnv(t)
+	t.Run("group", func(t *testing.T) {
+		for name, fn := range map[string]func(*testing.T, *env){
+			"CreateAndReady":          testCreateAndReady,
+			"ScaleUpDown":             testScaleUpDown,
+			"WorkersToDelete":         testWorkersToDelete,
+			"FailedPodReplaced":       testFailedPodReplaced,
+			"SuspendResume":           testSuspendResume,
+			"RecreateOnImageChange":   testRecreate,
+			"NoRecreateWithoutPolicy": testNoRecreateWithoutPolicy,
+			"AdoptUnstampedPods":      testAdopt,
+			"RefusedUnderRayJob":      testRefusedUnderRayJob,
+			"RefusedAutoscalerSpec":   testRefusedAutoscalerSpec,
+			"UnsupportedFeature":      testUnsupported,
+			"ServeAndHeadlessService": testServeAndHeadless,
+			"MultiHostReplicas":       testMultiHost,
+			"ServicesFollowSpec":      testServicesFollowSpec,
+			"RayContainerTerminated":  testRayContainerTerminated,
+			"ManagedByOtherSkipped":   testManagedByOther,
+			"HeadRestartDisabled":     testHeadRestartDisabled,
+			"GCSFinalizerReleased":    testGCSFinalizerReleased,
+			"QuotaBackoff":            testQuotaBackoff,
+			"RedisCleanupComplete":    testRedisCleanupComplete,
+			"RedisCleanupFailed":      testRedisCleanupFailed,
+			"RedisCleanupAdopted":     testRedisCleanupAdopted,
+			"NoFinalizerWithoutRedis": testNoFinalizerWithoutRedis,
+		} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				fn(t, e)
+			})
+		}
+	})
+	t.Run("MissingDefaultTemplate", func(t *testing.T) { testMissingDefaultTemplate(t, e) })
+}
+
+// startEnv starts an envtest control plane with the RayCluster controller running, stopped when t ends.
+func startEnv(t *testing.T) *env {
 	cfg, cl := testutil.StartEnvtest(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -134,39 +172,7 @@ func TestController(t *testing.T) {
 			t.Errorf("manager: %v", err)
 		}
 	}()
-	t.Run("group", func(t *testing.T) {
-		for name, fn := range map[string]func(*testing.T, *env){
-			"CreateAndReady":          testCreateAndReady,
-			"ScaleUpDown":             testScaleUpDown,
-			"WorkersToDelete":         testWorkersToDelete,
-			"FailedPodReplaced":       testFailedPodReplaced,
-			"SuspendResume":           testSuspendResume,
-			"RecreateOnImageChange":   testRecreate,
-			"NoRecreateWithoutPolicy": testNoRecreateWithoutPolicy,
-			"AdoptUnstampedPods":      testAdopt,
-			"RefusedUnderRayJob":      testRefusedUnderRayJob,
-			"RefusedAutoscalerSpec":   testRefusedAutoscalerSpec,
-			"UnsupportedFeature":      testUnsupported,
-			"ServeAndHeadlessService": testServeAndHeadless,
-			"MultiHostReplicas":       testMultiHost,
-			"ServicesFollowSpec":      testServicesFollowSpec,
-			"RayContainerTerminated":  testRayContainerTerminated,
-			"ManagedByOtherSkipped":   testManagedByOther,
-			"HeadRestartDisabled":     testHeadRestartDisabled,
-			"GCSFinalizerReleased":    testGCSFinalizerReleased,
-			"QuotaBackoff":            testQuotaBackoff,
-			"RedisCleanupComplete":    testRedisCleanupComplete,
-			"RedisCleanupFailed":      testRedisCleanupFailed,
-			"RedisCleanupAdopted":     testRedisCleanupAdopted,
-			"NoFinalizerWithoutRedis": testNoFinalizerWithoutRedis,
-		} {
-			t.Run(name, func(t *testing.T) {
-				t.Parallel()
-				fn(t, e)
-			})
-		}
-	})
-	t.Run("MissingDefaultTemplate", func(t *testing.T) { testMissingDefaultTemplate(t, e) })
+	return e
 }
 
 func (e *env) namespace(t *testing.T) string {
@@ -406,8 +412,8 @@ func testWorkersToDelete(t *testing.T, e *env) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 3).Autoscaling().Obj()
 	mustCreate(t, e.cl, rc)
 	e.waitPods(t, rc, 4)
-	for _, o := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {
-		if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rc"}, o); err != nil {
+	for o, name := range map[client.Object]string{&corev1.ServiceAccount{}: "rc", &rbacv1.Role{}: "rc-autoscaler", &rbacv1.RoleBinding{}: "rc-autoscaler"} {
+		if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, o); err != nil {
 			t.Errorf("autoscaler %T: %v", o, err)
 		}
 	}

@@ -67,6 +67,18 @@ const (
 	EventFailedToCreateRoleBinding    = "FailedToCreateRoleBinding"
 )
 
+// Event reasons of the autoscaler's RBAC that KubeRay has no word for (it ignores an existing object).
+const (
+	// EventAutoscalerRBACNotOwned: an object under a name the autoscaler's RBAC needs is not this cluster's; the
+	// head pod waits, and nothing is bound.
+	EventAutoscalerRBACNotOwned    = "AutoscalerRBACNotOwned"
+	EventUpdatedRole               = "UpdatedRole"
+	EventFailedToUpdateRole        = "FailedToUpdateRole"
+	EventUpdatedRoleBinding        = "UpdatedRoleBinding"
+	EventFailedToUpdateRoleBinding = "FailedToUpdateRoleBinding"
+	EventDeletedRoleBinding        = "DeletedRoleBinding"
+)
+
 // deleteEvents are the event reasons of a deletion, by the ReplicaFailure reason it reports on failure.
 var deleteEvents = map[string][2]string{
 	rayv1.FailedDeleteHeadPod:   {EventDeletedHeadPod, EventFailedToDeleteHeadPod},
