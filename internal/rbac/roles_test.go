@@ -269,8 +269,8 @@ var mainRoles = map[string]map[string]used{
 		"ray.io/rayservices":                     {"get list patch update watch", `rayv1\.RayService\b`},
 		"ray.io/rayservices/status":              {"get patch update", `Status\(\)\.(Update|Patch)`},
 		"ray.io/rayservices/finalizers":          {"update", `controllerutil\.(Add|Remove)Finalizer|Finalizers`},
-		"rbac.authorization.k8s.io/roles":        {"create get list watch", `&rbacv1\.Role\{`},        // autoscaler Role
-		"rbac.authorization.k8s.io/rolebindings": {"create get list watch", `&rbacv1\.RoleBinding\{`}, // autoscaler RoleBinding
+		"rbac.authorization.k8s.io/roles":        {"create delete get list update watch", `&rbacv1\.Role\{`},        // autoscaler Role, restored when edited (autoscalerrbac.go)
+		"rbac.authorization.k8s.io/rolebindings": {"create delete get list update watch", `&rbacv1\.RoleBinding\{`}, // autoscaler RoleBinding, restored or removed (autoscalerrbac.go)
 	},
 	"apiserver": {
 		"authentication.k8s.io/tokenreviews":        {"create", `TokenReview\{`},
