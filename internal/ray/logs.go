@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -209,32 +208,42 @@ func (s *jsonStream) escape(w *tailBuffer) error {
 					return err
 				}
 				if r2 = utf16.DecodeRune(r, lo); r2 == utf8.RuneError {
-					w.Write(utf8.AppendRune(nil, utf8.RuneError))
+					w.writeRune(utf8.RuneError)
 					r2 = lo
 				}
 			}
 			r = r2
 		}
-		var enc [utf8.UTFMax]byte
-		w.Write(enc[:utf8.EncodeRune(enc[:], r)])
+		w.writeRune(r)
 		return nil
 	default:
 		return syntaxErr("invalid escape %q in a string", c)
 	}
-	w.Write([]byte{b})
+	w.writeByte(b)
 	return nil
 }
 
 func (s *jsonStream) hex4() (rune, error) {
-	var h [4]byte
-	if _, err := io.ReadFull(s.r, h[:]); err != nil {
-		return 0, unexpectedEOF(err)
+	var r rune
+	for range 4 {
+		c, err := s.r.ReadByte()
+		if err != nil {
+			return 0, unexpectedEOF(err)
+		}
+		var d byte
+		switch {
+		case '0' <= c && c <= '9':
+			d = c - '0'
+		case 'a' <= c && c <= 'f':
+			d = c - 'a' + 10
+		case 'A' <= c && c <= 'F':
+			d = c - 'A' + 10
+		default:
+			return 0, syntaxErr("invalid \\u escape: %q is not a hex digit", c)
+		}
+		r = r<<4 | rune(d)
 	}
-	v, err := strconv.ParseUint(string(h[:]), 16, 16)
-	if err != nil {
-		return 0, syntaxErr("invalid \\u escape %q", h[:])
-	}
-	return rune(v), nil
+	return r, nil
 }
 
 // skipValue reads past a value whose first byte c was read, keeping nothing of it.
@@ -279,8 +288,9 @@ func (s *jsonStream) skipValue(c byte) error {
 type tailBuffer struct {
 	max   int
 	buf   []byte // once len(buf) == max, a ring whose oldest byte is buf[start]
-	start int
-	total int64
+	start   int
+	total   int64
+	scratch [utf8.UTFMax]byte
 }
 
 func (t *tailBuffer) Write(p []byte) {
@@ -301,6 +311,17 @@ func (t *tailBuffer) Write(p []byte) {
 	n := copy(t.buf[t.start:], p)
 	copy(t.buf, p[n:])
 	t.start = (t.start + len(p)) % t.max
+}
+
+// writeByte and writeRune write through a buffer of the tailBuffer's own: a slice of a local array passed to
+// Write would be allocated on the heap, once per escape sequence of a log of millions.
+func (t *tailBuffer) writeByte(b byte) {
+	t.scratch[0] = b
+	t.Write(t.scratch[:1])
+}
+
+func (t *tailBuffer) writeRune(r rune) {
+	t.Write(t.scratch[:utf8.EncodeRune(t.scratch[:], r)])
 }
 
 func (t *tailBuffer) truncated() bool { return t.total > int64(len(t.buf)) }
