@@ -286,8 +286,8 @@ func (s *jsonStream) skipValue(c byte) error {
 
 // tailBuffer keeps the last max bytes written to it, and counts them all.
 type tailBuffer struct {
-	max   int
-	buf   []byte // once len(buf) == max, a ring whose oldest byte is buf[start]
+	max     int
+	buf     []byte // once len(buf) == max, a ring whose oldest byte is buf[start]
 	start   int
 	total   int64
 	scratch [utf8.UTFMax]byte
