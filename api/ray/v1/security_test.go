@@ -6,10 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/testutil"
@@ -18,6 +20,7 @@ import (
 // The CRDs refuse a head Service name that is not a DNS-1035 label: clients build the dashboard's URL from it, and
 // "192.0.2.2?" would make 192.0.2.2 the host. The rule is on HeadGroupSpec, so all three kinds carry it.
 func TestSecurityAdmissionRefusesHeadServiceNames(t *testing.T) {
+	ctrllog.SetLogger(logr.Discard())
 	_, k := testutil.StartEnvtest(t)
 	ctx := context.Background()
 	spec := func(name string) rayv1.RayClusterSpec {
