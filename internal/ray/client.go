@@ -30,7 +30,7 @@ const (
 	MaxResponseBytes = 8 << 20
 )
 
-// ErrResponseTooLarge: the head answered with more than the client reads (MaxResponseBytes).
+// ErrResponseTooLarge means the head answered with more than the client reads (MaxResponseBytes).
 var ErrResponseTooLarge = errors.New("response too large")
 
 // DashboardClient calls the Jobs API, the Serve REST API and the GCS health check on a Ray head's dashboard.

@@ -79,7 +79,7 @@ type Factory struct {
 	proxyHTTP, directHTTP *http.Client
 }
 
-// ErrInvalidTarget: a Target names something that cannot be a Kubernetes object or address (a head Service name
+// ErrInvalidTarget means a Target names something that cannot be a Kubernetes object or address (a head Service name
 // such as "10.0.0.1?" that would change the host of the URL built from it). Names come from objects tenants
 // write, including status fields, so the factory checks them whatever the callers checked.
 var ErrInvalidTarget = errors.New("invalid ray target")
