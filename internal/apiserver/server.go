@@ -151,7 +151,8 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 // factoryDashboard reaches the head through internal/ray, with the cluster's Ray auth token when it has one.
 func factoryDashboard(c client.Client, f *ray.Factory) DashboardFunc {
 	return func(ctx context.Context, rc *rayv1.RayCluster, svc *corev1.Service) (Dashboard, error) {
-		t := ray.Target{Namespace: rc.Namespace, HeadServiceName: headServiceName(rc), DashboardPort: ray.DashboardPort(svc)}
+		svcName, _ := headServiceName(rc)
+		t := ray.Target{Namespace: rc.Namespace, HeadServiceName: svcName, DashboardPort: ray.DashboardPort(svc)}
 		if o := rc.Spec.AuthOptions; o != nil && o.Mode == rayv1.AuthModeToken {
 			name := rc.Name
 			if o.SecretName != nil && *o.SecretName != "" {
@@ -167,14 +168,15 @@ func factoryDashboard(c client.Client, f *ray.Factory) DashboardFunc {
 	}
 }
 
-func headServiceName(rc *rayv1.RayCluster) string {
+// headServiceName is the name of the cluster's head Service and the field it was read from.
+func headServiceName(rc *rayv1.RayCluster) (name, field string) {
 	if n := rc.Status.Head.ServiceName; n != "" {
-		return n
+		return n, "status.head.serviceName"
 	}
 	if hs := rc.Spec.HeadGroupSpec.HeadService; hs != nil && hs.Name != "" {
-		return hs.Name
+		return hs.Name, "spec.headGroupSpec.headService.metadata.name"
 	}
-	return rc.Name + "-head-svc"
+	return rc.Name + "-head-svc", "metadata.name"
 }
 
 // Handler is the server's HTTP handler.

@@ -22,9 +22,16 @@ func (s *Server) dashboard(r *http.Request) (Dashboard, *apiError) {
 	if err := s.c.Get(r.Context(), client.ObjectKey{Namespace: ns, Name: name}, &rc); err != nil {
 		return nil, fromKubernetes(err, fmt.Sprintf("cluster %q in namespace %q", name, ns))
 	}
+	// The name becomes the dashboard's host name or API server path: one a tenant wrote (the status is writable
+	// by whoever may update it, and objects may predate the schema's rule) must not be able to point elsewhere.
+	svcName, svcField := headServiceName(&rc)
+	if err := ray.CheckHeadServiceName(svcName); err != nil {
+		return nil, fieldError(http.StatusBadRequest, codeFailedPrecondition, []FieldViolation{{Field: svcField,
+			Description: fmt.Sprintf("cluster %q: the head service name %q is not a DNS-1035 label", name, svcName)}})
+	}
 	var svc *corev1.Service
 	var got corev1.Service
-	switch err := s.c.Get(r.Context(), client.ObjectKey{Namespace: ns, Name: headServiceName(&rc)}, &got); {
+	switch err := s.c.Get(r.Context(), client.ObjectKey{Namespace: ns, Name: svcName}, &got); {
 	case err == nil:
 		svc = &got
 	case !apierrors.IsNotFound(err):

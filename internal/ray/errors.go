@@ -1,9 +1,13 @@
 package ray
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
+	"unicode"
 )
 
 var (
@@ -19,14 +23,24 @@ var (
 	ErrJobNotTerminal = errors.New("job is not in a terminal state")
 	// ErrMalformedResponse: the head answered with a body this client cannot decode.
 	ErrMalformedResponse = errors.New("malformed response")
+	// ErrRedirected: the head answered with a redirect. Ray's API never redirects, and following one would send
+	// the request (its body, and through the Kubernetes proxy the operator's credentials) wherever the answer
+	// says, so the client refuses it.
+	ErrRedirected = errors.New("redirect refused")
 )
 
 // APIError is an unsuccessful HTTP answer from the Ray head or from the Kubernetes API server proxying to it.
+// Its message names the Ray path (GET /api/jobs/<id>), not the address: the message reaches API callers.
 type APIError struct {
-	Method     string
+	Method string
+	// Path is the path on the Ray endpoint, e.g. /api/jobs/<id>.
+	Path string
+	// URL is the full address (head Service or API server proxy path), for logs.
 	URL        string
 	StatusCode int
-	// Body is the (possibly truncated) response body: Ray answers errors in plain text, often a Python traceback.
+	// Body is a short excerpt of the answer: its last line (Ray answers errors in plain text, often a Python
+	// traceback that ends in the exception), control characters removed, at most excerptLen characters. The
+	// answer itself is never kept: it comes from a head a tenant controls.
 	Body string
 	// FromProxy is true when the Kubernetes API server produced the answer itself (a metav1.Status), rather than
 	// passing on Ray's.
@@ -39,12 +53,12 @@ func (e *APIError) Error() string {
 	if e.FromProxy {
 		src = "kubernetes proxy"
 	}
-	msg := fmt.Sprintf("%s %s: %s answered %d", e.Method, e.URL, src, e.StatusCode)
+	msg := fmt.Sprintf("%s %s: %s answered %d", e.Method, e.Path, src, e.StatusCode)
 	if e.kind != nil {
 		msg += " (" + e.kind.Error() + ")"
 	}
-	if b := strings.TrimSpace(e.Body); b != "" {
-		msg += ": " + lastLines(b, 3)
+	if e.Body != "" {
+		msg += ": " + e.Body
 	}
 	return msg
 }
@@ -54,26 +68,58 @@ func (e *APIError) Unwrap() error { return e.kind }
 
 // transportError is a request that got no HTTP answer (connection refused, DNS failure, timeout).
 type transportError struct {
-	method, url string
-	cause       error
+	method, path string
+	cause        error
 }
 
 func (e *transportError) Error() string {
-	return fmt.Sprintf("%s %s: %v", e.method, e.url, e.cause)
+	return fmt.Sprintf("%s %s: %s", e.method, e.path, describeCause(e.cause))
 }
 
 // Unwrap matches both ErrUnavailable and the cause (e.g. context.DeadlineExceeded).
 func (e *transportError) Unwrap() []error { return []error{ErrUnavailable, e.cause} }
 
+// describeCause says why a request failed without the address it went to: net/http's *url.Error quotes the whole
+// URL, and dial and DNS errors name the host.
+func describeCause(err error) string {
+	var dns *net.DNSError
+	var op *net.OpError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return context.DeadlineExceeded.Error()
+	case errors.Is(err, context.Canceled):
+		return context.Canceled.Error()
+	case errors.As(err, &dns):
+		if dns.IsNotFound {
+			return "lookup: no such host"
+		}
+		return "lookup: " + dns.Err
+	case errors.As(err, &op):
+		if op.Err == nil {
+			return op.Op + " failed"
+		}
+		return op.Op + ": " + describeCause(op.Err)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return describeCause(ue.Err)
+	}
+	return err.Error()
+}
+
 // decodeError is a 2xx answer whose body does not decode.
 type decodeError struct {
-	method, url string
-	body        string
-	cause       error
+	method, path string
+	excerpt      string
+	cause        error
 }
 
 func (e *decodeError) Error() string {
-	return fmt.Sprintf("%s %s: %v: %v: %q", e.method, e.url, ErrMalformedResponse, e.cause, truncate(e.body, 200))
+	msg := fmt.Sprintf("%s %s: %v: %v", e.method, e.path, ErrMalformedResponse, e.cause)
+	if e.excerpt != "" {
+		msg += fmt.Sprintf(": %q", e.excerpt)
+	}
+	return msg
 }
 
 func (e *decodeError) Unwrap() []error { return []error{ErrMalformedResponse, e.cause} }
@@ -111,18 +157,36 @@ func isNotTerminal(body string) bool {
 	return strings.Contains(body, "non-terminal state")
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}
+// excerptLen bounds the part of an upstream answer that error messages carry.
+const excerptLen = 200
 
-// lastLines keeps the end of a Python traceback, where the exception message is.
-func lastLines(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+// excerpt is what error messages may repeat of an answer from a head: its last non-empty line (the exception of
+// a Python traceback), printable characters only, at most excerptLen runes.
+func excerpt(raw []byte) string {
+	const window = 4 << 10 // the end is enough to find the last line
+	if len(raw) > window {
+		raw = raw[len(raw)-window:]
 	}
-	return truncate(strings.Join(lines, " | "), 500)
+	s := strings.TrimRightFunc(strings.ToValidUTF8(string(raw), ""), unicode.IsSpace)
+	if i := strings.LastIndexAny(s, "\r\n"); i >= 0 {
+		s = s[i+1:]
+	}
+	var b strings.Builder
+	n := 0
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			if r == '\t' {
+				r = ' '
+			} else {
+				continue
+			}
+		}
+		if n == excerptLen {
+			b.WriteString("...")
+			break
+		}
+		b.WriteRune(r)
+		n++
+	}
+	return strings.TrimSpace(b.String())
 }

@@ -5,10 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 )
 
@@ -69,15 +73,25 @@ type Target struct {
 
 // Factory builds Ray clients for heads. It is safe for concurrent use.
 type Factory struct {
-	opts      Options
-	proxyHTTP *http.Client
+	opts Options
+	// proxyHTTP carries the API server credentials; directHTTP carries none. Both refuse redirects and are shared
+	// by every client the factory makes, so connections are reused.
+	proxyHTTP, directHTTP *http.Client
 }
+
+// ErrInvalidTarget means a Target names something that cannot be a Kubernetes object or address (a head Service name
+// such as "10.0.0.1?" that would change the host of the URL built from it). Names come from objects tenants
+// write, including status fields, so the factory checks them whatever the callers checked.
+var ErrInvalidTarget = errors.New("invalid ray target")
 
 // NewFactory validates opts and prepares the shared HTTP clients.
 func NewFactory(opts Options) (*Factory, error) {
 	f := &Factory{opts: opts}
 	if f.opts.ClusterDomain == "" {
 		f.opts.ClusterDomain = DefaultClusterDomain
+	}
+	if errs := validation.IsDNS1123Subdomain(strings.TrimSuffix(f.opts.ClusterDomain, ".")); len(errs) > 0 {
+		return nil, fmt.Errorf("ray client: cluster domain %q: %s", f.opts.ClusterDomain, strings.Join(errs, "; "))
 	}
 	if opts.UseKubernetesProxy {
 		if opts.RESTConfig == nil {
@@ -87,10 +101,14 @@ func NewFactory(opts Options) (*Factory, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ray client: %w", err)
 		}
-		f.proxyHTTP = c
+		f.proxyHTTP = withoutRedirects(c)
 		if f.opts.Timeout <= 0 {
 			f.opts.Timeout = DefaultProxyTimeout
 		}
+	}
+	f.directHTTP = defaultDirectClient
+	if opts.HTTPClient != nil {
+		f.directHTTP = withoutRedirects(opts.HTTPClient)
 	}
 	if f.opts.Timeout <= 0 {
 		f.opts.Timeout = DefaultDirectTimeout
@@ -98,22 +116,72 @@ func NewFactory(opts Options) (*Factory, error) {
 	return f, nil
 }
 
+func invalidTarget(what, value string, errs []string) error {
+	return fmt.Errorf("%w: %s %q: %s", ErrInvalidTarget, what, value, strings.Join(errs, "; "))
+}
+
+func checkNamespace(ns string) error {
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return invalidTarget("namespace", ns, errs)
+	}
+	return nil
+}
+
+func checkPort(what string, p int32) error {
+	if p < 0 || p > 65535 {
+		return invalidTarget(what, strconv.Itoa(int(p)), []string{"must be between 1 and 65535"})
+	}
+	return nil
+}
+
+// CheckHeadServiceName refuses a head Service name that is not a DNS-1035 label, as Kubernetes requires of
+// Service names: the name becomes a host name (direct) or a path segment (through the API server).
+func CheckHeadServiceName(name string) error {
+	if errs := validation.IsDNS1035Label(name); len(errs) > 0 {
+		return invalidTarget("head service name", name, errs)
+	}
+	return nil
+}
+
+func (t Target) dashboardPort() int32 {
+	if t.DashboardPort == 0 {
+		return DefaultDashboardPort
+	}
+	return t.DashboardPort
+}
+
+func (t Target) servePort() int32 {
+	if t.ServePort == 0 {
+		return DefaultServePort
+	}
+	return t.ServePort
+}
+
+// checkDashboard validates what a dashboard URL is built from.
+func (t Target) checkDashboard() error {
+	if t.Namespace == "" || t.HeadServiceName == "" {
+		return fmt.Errorf("%w: namespace and head service name are required", ErrInvalidTarget)
+	}
+	return errors.Join(checkNamespace(t.Namespace), CheckHeadServiceName(t.HeadServiceName), checkPort("dashboard port", t.DashboardPort))
+}
+
+// dashboardURL is http://<svc>.<ns>.svc.<domain>:<port> of a checked target.
+func (f *Factory) dashboardURL(t Target) *url.URL {
+	host := t.HeadServiceName + "." + t.Namespace + ".svc." + f.opts.ClusterDomain
+	return &url.URL{Scheme: "http", Host: net.JoinHostPort(host, strconv.Itoa(int(t.dashboardPort())))}
+}
+
 // Dashboard returns a client for the head's dashboard.
 func (f *Factory) Dashboard(t Target) (*DashboardClient, error) {
-	if t.Namespace == "" || t.HeadServiceName == "" {
-		return nil, errors.New("ray dashboard client: namespace and head service name are required")
+	if err := t.checkDashboard(); err != nil {
+		return nil, fmt.Errorf("ray dashboard client: %w", err)
 	}
 	var tr Transport
 	var err error
 	if f.opts.UseKubernetesProxy {
-		tr, err = NewProxyTransport(f.opts.RESTConfig, f.proxyHTTP, ServiceProxyPath(t.Namespace, t.HeadServiceName, DashboardPortName))
+		tr, err = f.proxyTransport(ServiceProxyPath(t.Namespace, t.HeadServiceName, DashboardPortName))
 	} else {
-		port := t.DashboardPort
-		if port == 0 {
-			port = DefaultDashboardPort
-		}
-		host := t.HeadServiceName + "." + t.Namespace + ".svc." + f.opts.ClusterDomain
-		tr, err = NewDirectTransport("http://"+net.JoinHostPort(host, strconv.Itoa(int(port))), f.opts.HTTPClient)
+		tr = &DirectTransport{base: f.dashboardURL(t), client: f.directHTTP}
 	}
 	if err != nil {
 		return nil, err
@@ -123,25 +191,41 @@ func (f *Factory) Dashboard(t Target) (*DashboardClient, error) {
 
 // ServeProxy returns a client for the Serve HTTP proxy on the head pod.
 func (f *Factory) ServeProxy(t Target) (*ServeProxyClient, error) {
-	port := t.ServePort
-	if port == 0 {
-		port = DefaultServePort
+	if err := checkPort("serve port", t.ServePort); err != nil {
+		return nil, fmt.Errorf("ray serve proxy client: %w", err)
 	}
+	port := strconv.Itoa(int(t.servePort()))
 	var tr Transport
 	var err error
 	if f.opts.UseKubernetesProxy {
 		if t.Namespace == "" || t.HeadPodName == "" {
-			return nil, errors.New("ray serve proxy client: namespace and head pod name are required")
+			return nil, fmt.Errorf("ray serve proxy client: %w: namespace and head pod name are required", ErrInvalidTarget)
 		}
-		tr, err = NewProxyTransport(f.opts.RESTConfig, f.proxyHTTP, PodProxyPath(t.Namespace, t.HeadPodName, strconv.Itoa(int(port))))
+		err = checkNamespace(t.Namespace)
+		if errs := validation.IsDNS1123Subdomain(t.HeadPodName); len(errs) > 0 {
+			err = errors.Join(err, invalidTarget("head pod name", t.HeadPodName, errs))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ray serve proxy client: %w", err)
+		}
+		tr, err = f.proxyTransport(PodProxyPath(t.Namespace, t.HeadPodName, port))
 	} else {
 		if t.HeadPodIP == "" {
-			return nil, errors.New("ray serve proxy client: head pod IP is required")
+			return nil, fmt.Errorf("ray serve proxy client: %w: head pod IP is required", ErrInvalidTarget)
 		}
-		tr, err = NewDirectTransport("http://"+net.JoinHostPort(t.HeadPodIP, strconv.Itoa(int(port))), f.opts.HTTPClient)
+		ip, perr := netip.ParseAddr(t.HeadPodIP)
+		if perr != nil || ip.Zone() != "" {
+			return nil, fmt.Errorf("ray serve proxy client: %w", invalidTarget("head pod IP", t.HeadPodIP, []string{"must be an IP address"}))
+		}
+		tr = &DirectTransport{base: &url.URL{Scheme: "http", Host: net.JoinHostPort(ip.String(), port)}, client: f.directHTTP}
 	}
 	if err != nil {
 		return nil, err
 	}
 	return NewServeProxyClient(tr, WithTimeout(f.opts.Timeout)), nil
+}
+
+func (f *Factory) proxyTransport(path string) (Transport, error) {
+	// f.proxyHTTP refuses redirects already; NewProxyTransport's copy of it shares its connections.
+	return NewProxyTransport(f.opts.RESTConfig, f.proxyHTTP, path)
 }

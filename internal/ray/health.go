@@ -16,7 +16,7 @@ func (c *DashboardClient) CheckGCSHealth(ctx context.Context) error {
 		return fmt.Errorf("gcs health: %w", unhealthy(err))
 	}
 	if !strings.Contains(string(raw), "success") {
-		return fmt.Errorf("gcs health: %w: answered %q", ErrUnavailable, truncate(string(raw), 200))
+		return fmt.Errorf("gcs health: %w: answered %q", ErrUnavailable, excerpt(raw))
 	}
 	return nil
 }

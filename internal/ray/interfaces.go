@@ -2,8 +2,6 @@ package ray
 
 import (
 	"context"
-	"net"
-	"strconv"
 )
 
 // Dashboard is what controllers call on a Ray head's dashboard. *DashboardClient implements it; tests wrap it to
@@ -62,13 +60,13 @@ func (f *Factory) ServeProxyFor(t Target) (ServeProxy, error) {
 	return c, nil
 }
 
-// InClusterDashboardURL implements ClientFactory.
+// InClusterDashboardURL implements ClientFactory. A target whose names are not valid gives "" (a submitter pod
+// with no address fails instead of dialling a host chosen by the names); controllers validate their objects first.
 func (f *Factory) InClusterDashboardURL(t Target) string {
-	port := t.DashboardPort
-	if port == 0 {
-		port = DefaultDashboardPort
+	if t.checkDashboard() != nil {
+		return ""
 	}
-	return "http://" + net.JoinHostPort(t.HeadServiceName+"."+t.Namespace+".svc."+f.opts.ClusterDomain, strconv.Itoa(int(port)))
+	return f.dashboardURL(t).String()
 }
 
 // UsesKubernetesProxy reports whether clients go through the API server's proxy.

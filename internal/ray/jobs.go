@@ -86,7 +86,7 @@ func (c *DashboardClient) SubmitJob(ctx context.Context, req JobSubmitRequest) (
 		JobID        string `json:"job_id"`
 		SubmissionID string `json:"submission_id"`
 	}
-	if err := decode(http.MethodPost, c.Endpoint()+path, raw, &out); err != nil {
+	if err := decode(http.MethodPost, path, raw, &out); err != nil {
 		return "", fmt.Errorf("submit job %q: %w", req.SubmissionID, err)
 	}
 	if out.SubmissionID == "" {
@@ -104,7 +104,7 @@ func (c *DashboardClient) GetJob(ctx context.Context, id string) (*JobInfo, erro
 		return nil, fmt.Errorf("get job %q: %w", id, err)
 	}
 	var info JobInfo
-	if err := decode(http.MethodGet, c.Endpoint()+path, raw, &info); err != nil {
+	if err := decode(http.MethodGet, path, raw, &info); err != nil {
 		return nil, fmt.Errorf("get job %q: %w", id, err)
 	}
 	return &info, nil
@@ -118,29 +118,10 @@ func (c *DashboardClient) ListJobs(ctx context.Context) ([]JobInfo, error) {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
 	var jobs []JobInfo
-	if err := decode(http.MethodGet, c.Endpoint()+path, raw, &jobs); err != nil {
+	if err := decode(http.MethodGet, path, raw, &jobs); err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
 	return jobs, nil
-}
-
-// GetJobLogs returns the job's driver output so far.
-func (c *DashboardClient) GetJobLogs(ctx context.Context, id string) (string, error) {
-	path := "/api/jobs/" + url.PathEscape(id) + "/logs"
-	raw, err := c.call(ctx, http.MethodGet, path, nil, nil)
-	if err != nil {
-		return "", fmt.Errorf("get logs of job %q: %w", id, err)
-	}
-	var out struct {
-		Logs *string `json:"logs"`
-	}
-	if err := decode(http.MethodGet, c.Endpoint()+path, raw, &out); err != nil {
-		return "", fmt.Errorf("get logs of job %q: %w", id, err)
-	}
-	if out.Logs == nil {
-		return "", fmt.Errorf("get logs of job %q: %w", id, &decodeError{method: http.MethodGet, url: c.Endpoint() + path, body: string(raw), cause: errors.New(`no "logs" field`)})
-	}
-	return *out.Logs, nil
 }
 
 // StopJob asks Ray to stop a job. It reports false when the job had already finished.
@@ -153,7 +134,7 @@ func (c *DashboardClient) StopJob(ctx context.Context, id string) (bool, error) 
 	var out struct {
 		Stopped bool `json:"stopped"`
 	}
-	if err := decode(http.MethodPost, c.Endpoint()+path, raw, &out); err != nil {
+	if err := decode(http.MethodPost, path, raw, &out); err != nil {
 		return false, fmt.Errorf("stop job %q: %w", id, err)
 	}
 	return out.Stopped, nil
@@ -171,7 +152,7 @@ func (c *DashboardClient) DeleteJob(ctx context.Context, id string) (bool, error
 	var out struct {
 		Deleted bool `json:"deleted"`
 	}
-	if err := decode(http.MethodDelete, c.Endpoint()+path, raw, &out); err != nil {
+	if err := decode(http.MethodDelete, path, raw, &out); err != nil {
 		return false, fmt.Errorf("delete job %q: %w", id, err)
 	}
 	return out.Deleted, nil

@@ -134,7 +134,7 @@ func (c *DashboardClient) GetServeDetails(ctx context.Context) (*ServeDetails, e
 		return nil, fmt.Errorf("get serve details: %w", err)
 	}
 	var d ServeDetails
-	if err := decode(http.MethodGet, c.Endpoint()+path, raw, &d); err != nil {
+	if err := decode(http.MethodGet, path, raw, &d); err != nil {
 		return nil, fmt.Errorf("get serve details: %w", err)
 	}
 	return &d, nil

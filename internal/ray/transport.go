@@ -32,37 +32,54 @@ type DirectTransport struct {
 
 // NewDirectTransport returns a transport to base. client may be nil: then a shared client that never goes through
 // an HTTP(S)_PROXY from the environment (the head is an in-cluster address); calls are bounded by contexts.
+// Redirects are never followed, whatever client's CheckRedirect says.
 func NewDirectTransport(base string, client *http.Client) (*DirectTransport, error) {
 	u, err := url.Parse(strings.TrimSuffix(base, "/"))
 	if err != nil {
-		return nil, fmt.Errorf("ray endpoint %q: %w", base, err)
+		return nil, fmt.Errorf("ray endpoint: %w", err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("ray endpoint %q: want http(s)://host:port", base)
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("ray endpoint %q: want http(s)://host:port", u.Redacted())
 	}
 	if client == nil {
 		client = defaultDirectClient
 	}
-	return &DirectTransport{base: u, client: client}, nil
+	return &DirectTransport{base: u, client: withoutRedirects(client)}, nil
 }
 
 func (t *DirectTransport) Endpoint() string { return t.base.String() }
 
 func (t *DirectTransport) Do(ctx context.Context, method, path string, query url.Values, body io.Reader, header http.Header) (*http.Response, error) {
-	u := join(t.base, path, query)
-	resp, err := send(ctx, t.client, method, u, body, header)
+	resp, err := send(ctx, t.client, method, join(t.base, path, query), body, header)
 	if err != nil {
-		return nil, &transportError{method: method, url: u, cause: err}
+		return nil, &transportError{method: method, path: path, cause: err}
 	}
 	return resp, nil
 }
 
-var defaultDirectClient = &http.Client{Transport: &http.Transport{
-	Proxy:               nil,
-	DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-	MaxIdleConnsPerHost: 4,
-	IdleConnTimeout:     90 * time.Second,
-}}
+var defaultDirectClient = &http.Client{
+	Transport: &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     90 * time.Second,
+	},
+	CheckRedirect: refuseRedirect,
+}
+
+// refuseRedirect makes an http.Client hand a 3xx answer back instead of following it. Ray never redirects; a head
+// that does is trying to send the request elsewhere: with its body (a job's entrypoint and runtime_env), and,
+// through the Kubernetes proxy, with the operator's own credentials, which net/http keeps on a redirect to the
+// same host and which the API server's client round tripper adds to every request whatever its host.
+func refuseRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// withoutRedirects is a copy of c that refuses redirects. The copy shares c's Transport, so connections are still
+// pooled across the clients a Factory hands out.
+func withoutRedirects(c *http.Client) *http.Client {
+	cp := *c
+	cp.CheckRedirect = refuseRedirect
+	return &cp
+}
 
 // ProxyTransport reaches a Ray endpoint through a Kubernetes API server proxy subresource:
 // <server>/api/v1/namespaces/<ns>/services/<svc>:<port>/proxy or .../pods/<pod>:<port>/proxy.
@@ -71,35 +88,43 @@ type ProxyTransport struct {
 	client *http.Client
 }
 
-// Kubernetes object names are DNS labels/subdomains, so the path segments need no escaping.
-
-// ServiceProxyPath is the API server path that proxies to port (a port name or number) of a Service.
+// ServiceProxyPath is the API server path (escaped) that proxies to port (a port name or number) of a Service.
+// Callers validate the names (see Factory); each is escaped as one path segment all the same.
 func ServiceProxyPath(namespace, service, port string) string {
-	return "/api/v1/namespaces/" + namespace + "/services/" + service + ":" + port + "/proxy"
+	return "/api/v1/namespaces/" + url.PathEscape(namespace) + "/services/" + url.PathEscape(service) + ":" + url.PathEscape(port) + "/proxy"
 }
 
-// PodProxyPath is the API server path that proxies to port of a Pod.
+// PodProxyPath is the API server path (escaped) that proxies to port of a Pod.
 func PodProxyPath(namespace, pod, port string) string {
-	return "/api/v1/namespaces/" + namespace + "/pods/" + pod + ":" + port + "/proxy"
+	return "/api/v1/namespaces/" + url.PathEscape(namespace) + "/pods/" + url.PathEscape(pod) + ":" + url.PathEscape(port) + "/proxy"
 }
 
-// NewProxyTransport returns a transport through the API server described by cfg to proxyPath (see
+// NewProxyTransport returns a transport through the API server described by cfg to proxyPath, an escaped path (see
 // ServiceProxyPath, PodProxyPath). client must carry cfg's credentials (rest.HTTPClientFor(cfg)); it is shared
-// between transports so connections are reused.
+// between transports so connections are reused. Redirects are never followed, whatever client's CheckRedirect
+// says: cfg's credentials go to the API server only.
 func NewProxyTransport(cfg *rest.Config, client *http.Client, proxyPath string) (*ProxyTransport, error) {
 	server, _, err := rest.DefaultServerUrlFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes proxy: %w", err)
 	}
+	if !strings.HasPrefix(proxyPath, "/") || strings.ContainsAny(proxyPath, "?#") {
+		return nil, fmt.Errorf("kubernetes proxy: %q is not an escaped absolute path", proxyPath)
+	}
+	unescaped, err := url.PathUnescape(proxyPath)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes proxy: %w", err)
+	}
 	base := *server
-	base.Path = strings.TrimSuffix(base.Path, "/") + proxyPath
-	base.RawPath = ""
+	base.RawPath = strings.TrimSuffix(server.EscapedPath(), "/") + proxyPath
+	base.Path = strings.TrimSuffix(server.Path, "/") + unescaped
+	base.RawQuery, base.Fragment = "", ""
 	if client == nil {
 		if client, err = rest.HTTPClientFor(cfg); err != nil {
 			return nil, fmt.Errorf("kubernetes proxy: %w", err)
 		}
 	}
-	return &ProxyTransport{base: &base, client: client}, nil
+	return &ProxyTransport{base: &base, client: withoutRedirects(client)}, nil
 }
 
 func (t *ProxyTransport) Endpoint() string { return t.base.String() }
@@ -108,7 +133,7 @@ func (t *ProxyTransport) Do(ctx context.Context, method, path string, query url.
 	u := join(t.base, path, query)
 	resp, err := send(ctx, t.client, method, u, body, header)
 	if err != nil {
-		return nil, &transportError{method: method, url: u, cause: err}
+		return nil, &transportError{method: method, path: path, cause: err}
 	}
 	if resp.StatusCode < 400 {
 		return resp, nil
@@ -119,7 +144,7 @@ func (t *ProxyTransport) Do(ctx context.Context, method, path string, query url.
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	_ = resp.Body.Close()
 	if msg, ok := apiServerStatus(resp.Header, raw); ok {
-		return nil, &APIError{Method: method, URL: u, StatusCode: resp.StatusCode, Body: msg, FromProxy: true, kind: ErrUnavailable}
+		return nil, &APIError{Method: method, Path: path, URL: u, StatusCode: resp.StatusCode, Body: excerpt([]byte(msg)), FromProxy: true, kind: ErrUnavailable}
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(raw))
 	return resp, nil

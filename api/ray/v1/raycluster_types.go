@@ -307,6 +307,10 @@ type AutoscalerOptions struct {
 }
 
 // HeadGroupSpec is the spec of the head pod and its Service.
+// The head Service's name becomes a host name and an API server path segment where clients reach the dashboard, so
+// it must be a DNS-1035 label, as Kubernetes requires of Service names; refused here, before any client builds a URL
+// from it.
+// +kubebuilder:validation:XValidation:rule="!has(self.headService) || !has(self.headService.metadata) || !has(self.headService.metadata.name) || size(self.headService.metadata.name) == 0 || (size(self.headService.metadata.name) <= 63 && self.headService.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$'))",message="headGroupSpec.headService.metadata.name must be a DNS-1035 label: at most 63 lower-case letters, digits or '-', starting with a letter and ending with a letter or digit",fieldPath=".headService.metadata.name"
 type HeadGroupSpec struct {
 	// Template is the head pod's template.
 	Template corev1.PodTemplateSpec `json:"template"`

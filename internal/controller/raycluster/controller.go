@@ -377,6 +377,12 @@ func validate(c *rayv1.RayCluster) *failure {
 		return &failure{ReasonInvalidSpec, fmt.Sprintf("metadata.name: %q is not a DNS-1035 label (the head Service is named after it): %s", c.Name, strings.Join(errs, "; "))}
 	}
 	h := &c.Spec.HeadGroupSpec
+	if hs := h.HeadService; hs != nil && hs.Name != "" {
+		// The schema refuses it too; objects stored before that rule existed reach here.
+		if errs := validation.IsDNS1035Label(hs.Name); len(errs) > 0 {
+			return &failure{ReasonInvalidSpec, fmt.Sprintf("spec.headGroupSpec.headService.metadata.name: %q is not a DNS-1035 label (clients reach the dashboard by this name): %s", hs.Name, strings.Join(errs, "; "))}
+		}
+	}
 	if len(h.Template.Spec.Containers) == 0 {
 		return &failure{ReasonInvalidSpec, "spec.headGroupSpec.template.spec.containers: the head needs at least one container"}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
@@ -51,6 +52,14 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 		}
 	} else if s.RayClusterSpec == nil {
 		errs = append(errs, field.Required(spec.Child("rayClusterSpec"), "set rayClusterSpec or clusterSelector"))
+	}
+	if s.RayClusterSpec != nil {
+		if hs := s.RayClusterSpec.HeadGroupSpec.HeadService; hs != nil && hs.Name != "" {
+			// The controller reaches the dashboard by this name: it must not be able to name another host.
+			if msgs := validation.IsDNS1035Label(hs.Name); len(msgs) > 0 {
+				errs = append(errs, field.Invalid(spec.Child("rayClusterSpec", "headGroupSpec", "headService", "metadata", "name"), hs.Name, "must be a DNS-1035 label: "+strings.Join(msgs, "; ")))
+			}
+		}
 	}
 	if s.RayClusterSpec != nil && len(s.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers) == 0 {
 		errs = append(errs, field.Required(spec.Child("rayClusterSpec", "headGroupSpec", "template", "spec", "containers"), "the head needs a container"))
