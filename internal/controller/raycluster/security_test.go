@@ -223,7 +223,6 @@ func waitEventNaming(t *testing.T, e *env, ns, reason, what string) corev1.Event
 	return found
 }
 
-
 // A head Service name that is not a DNS-1035 label would choose the host of the dashboard URL the operator and the
 // REST API server build from it ("192.0.2.2?" makes "192.0.2.2" the host): the cluster is invalid.
 func TestSecurityValidateRefusesHeadServiceNames(t *testing.T) {
