@@ -34,6 +34,9 @@ func newAPIServerCommand() *cobra.Command {
 			if (opts.TLSCertFile == "") != (opts.TLSKeyFile == "") {
 				return fmt.Errorf("--tls-cert-file and --tls-key-file go together: give both or neither")
 			}
+			if opts.MaxRequestsInflight < 1 {
+				return fmt.Errorf("--max-requests-inflight %d: must be at least 1", opts.MaxRequestsInflight)
+			}
 			if err := apiserver.CheckServing(listen, opts); err != nil {
 				return err
 			}

@@ -44,6 +44,7 @@ func TestSecurityAPIServerFlags(t *testing.T) {
 		{[]string{"--auth=none", "--listen=:8888", "--insecure-http"}, "loopback"},
 		{[]string{"--listen=:8888"}, "--insecure-http"},
 		{[]string{"--listen=127.0.0.1:0", "--tls-cert-file=/nonexistent/tls.crt"}, "both or neither"},
+		{[]string{"--listen=127.0.0.1:0", "--max-requests-inflight=0"}, "at least 1"},
 		{[]string{"--auth=none", "--listen=127.0.0.1:0"}, ""},
 		{[]string{"--auth=none", "--listen=localhost:0"}, ""},
 		{[]string{"--listen=127.0.0.1:0"}, ""},
