@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -259,6 +260,11 @@ func (e *testEnv) testInflightBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := newLoopbackServer(t, s)
+	// Registered after the server's cleanup, so it runs first: a failed check does not leave handlers held for the
+	// shutdown to wait on.
+	var releaseOnce sync.Once
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(releaseAll)
 	held := make(chan resp, n)
 	for range n {
 		go func() {
@@ -274,7 +280,7 @@ func (e *testEnv) testInflightBound(t *testing.T) {
 	if r := call(t, srv, "GET", "/healthz", nil, ""); r.code != 200 {
 		t.Errorf("/healthz while full: %d", r.code)
 	}
-	close(release)
+	releaseAll()
 	for range n {
 		if r := <-held; r.code != 200 {
 			t.Errorf("held request: %d %s", r.code, r.body)
@@ -382,14 +388,24 @@ func (e *testEnv) testCallerReads(t *testing.T) {
 
 // /metrics under Kubernetes auth: a token, and RBAC allowing get on the non-resource URL /metrics.
 func (e *testEnv) testMetricsAuth(t *testing.T) {
-	ctx := context.Background()
 	ns := e.namespace(t)
 	g := e.guarded.URL
 	mustFail(t, call(t, g, "GET", "/metrics", nil, ""), 401, codeUnauthenticated, "")
 	nobody := e.serviceAccountToken(t, ns, "nobody")
 	mustFail(t, call(t, g, "GET", "/metrics", nil, nobody), 403, codePermissionDenied, "")
 
-	scraper := e.serviceAccountToken(t, ns, "scraper")
+	r := call(t, g, "GET", "/metrics", nil, e.metricsToken(t, ns))
+	if r.code != 200 || !strings.Contains(string(r.body), "manta_apiserver_requests_total") {
+		t.Fatalf("/metrics with an authorised token: %d %.200s", r.code, r.body)
+	}
+}
+
+// metricsToken is a token of a new ServiceAccount "scraper" in ns that RBAC allows get on /metrics, as a
+// Prometheus scraping kube-apiserver holds.
+func (e *testEnv) metricsToken(t *testing.T, ns string) string {
+	t.Helper()
+	ctx := context.Background()
+	tok := e.serviceAccountToken(t, ns, "scraper")
 	rule := rbacv1.PolicyRule{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}
 	name := ns + "-scraper"
 	if err := e.k.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{rule}}); err != nil {
@@ -401,8 +417,5 @@ func (e *testEnv) testMetricsAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitRBAC(t, ns, "scraper", "", rule)
-	r := call(t, g, "GET", "/metrics", nil, scraper)
-	if r.code != 200 || !strings.Contains(string(r.body), "manta_apiserver_requests_total") {
-		t.Fatalf("/metrics with an authorised token: %d %.200s", r.code, r.body)
-	}
+	return tok
 }
