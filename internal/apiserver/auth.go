@@ -32,12 +32,16 @@ type userInfo struct {
 	Extra  map[string]authzv1.ExtraValue
 }
 
-// access is one Kubernetes permission an operation needs.
+// access is one Kubernetes permission an operation needs: on a resource, or with Path set on a non-resource URL.
 type access struct {
 	Group, Resource, Subresource, Verb, Namespace, Name string
+	Path                                                string
 }
 
 func (a access) String() string {
+	if a.Path != "" {
+		return fmt.Sprintf("%s %s", a.Verb, a.Path)
+	}
 	r := a.Resource
 	if a.Group != "" {
 		r += "." + a.Group
@@ -129,7 +133,7 @@ func (k *kubeAuth) authenticate(ctx context.Context, r *http.Request) (*userInfo
 	}
 	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok}}
 	if err := k.c.Create(ctx, tr); err != nil {
-		return nil, newError(http.StatusServiceUnavailable, codeUnavailable, "could not review the token with Kubernetes: %s", statusMessage(err))
+		return nil, internalError(http.StatusServiceUnavailable, codeUnavailable, err, "could not review the token with Kubernetes, retry later")
 	}
 	if !tr.Status.Authenticated {
 		k.tokens.put(key, nil)
@@ -154,13 +158,17 @@ func (k *kubeAuth) authorize(ctx context.Context, u *userInfo, need []access) *a
 		if !ok {
 			sar := &authzv1.SubjectAccessReview{Spec: authzv1.SubjectAccessReviewSpec{
 				User: u.Name, UID: u.UID, Groups: u.Groups, Extra: u.Extra,
-				ResourceAttributes: &authzv1.ResourceAttributes{
+			}}
+			if a.Path != "" {
+				sar.Spec.NonResourceAttributes = &authzv1.NonResourceAttributes{Path: a.Path, Verb: a.Verb}
+			} else {
+				sar.Spec.ResourceAttributes = &authzv1.ResourceAttributes{
 					Namespace: a.Namespace, Verb: a.Verb, Group: a.Group, Resource: a.Resource,
 					Subresource: a.Subresource, Name: a.Name,
-				},
-			}}
+				}
+			}
 			if err := k.c.Create(ctx, sar); err != nil {
-				return newError(http.StatusServiceUnavailable, codeUnavailable, "could not check access with Kubernetes: %s", statusMessage(err))
+				return internalError(http.StatusServiceUnavailable, codeUnavailable, err, "could not check access with Kubernetes, retry later")
 			}
 			allowed = sar.Status.Allowed && !sar.Status.Denied
 			k.allows.put(key, allowed)

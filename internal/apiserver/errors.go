@@ -16,6 +16,7 @@ const (
 	codeNotFound           = 5
 	codeAlreadyExists      = 6
 	codePermissionDenied   = 7
+	codeResourceExhausted  = 8
 	codeFailedPrecondition = 9
 	codeAborted            = 10
 	codeUnimplemented      = 12
@@ -42,7 +43,7 @@ type BadRequest struct {
 // Status is the body of every error answer: google.rpc.Status in protobuf's JSON mapping, as grpc-gateway (and so
 // KubeRay's API server) answers, decodable by protojson. Field errors are one BadRequest detail.
 type Status struct {
-	Code    int          `json:"code" api:"required" doc:"gRPC status code (3 InvalidArgument, 5 NotFound, 6 AlreadyExists, 7 PermissionDenied, 9 FailedPrecondition, 10 Aborted, 12 Unimplemented, 13 Internal, 14 Unavailable, 16 Unauthenticated)"`
+	Code    int          `json:"code" api:"required" doc:"gRPC status code (3 InvalidArgument, 5 NotFound, 6 AlreadyExists, 7 PermissionDenied, 8 ResourceExhausted, 9 FailedPrecondition, 10 Aborted, 12 Unimplemented, 13 Internal, 14 Unavailable, 16 Unauthenticated)"`
 	Message string       `json:"message" api:"required"`
 	Details []BadRequest `json:"details,omitempty" doc:"google.protobuf.Any messages; field errors are a google.rpc.BadRequest"`
 }
@@ -60,9 +61,19 @@ func (s Status) Violations() []FieldViolation {
 type apiError struct {
 	httpStatus int
 	Status
+	// cause is what went wrong inside, for the server's log only: it may name this server's ServiceAccount or
+	// in-cluster URLs, which callers are not told.
+	cause error
 }
 
 func (e *apiError) Error() string { return e.Message }
+
+// internalError answers with msg and keeps err for the server's log.
+func internalError(httpStatus, code int, err error, format string, args ...any) *apiError {
+	e := newError(httpStatus, code, format, args...)
+	e.cause = err
+	return e
+}
 
 func newError(httpStatus, code int, format string, args ...any) *apiError {
 	return &apiError{httpStatus: httpStatus, Status: Status{Code: code, Message: fmt.Sprintf(format, args...)}}
@@ -127,12 +138,14 @@ func fromKubernetes(err error, what string) *apiError {
 	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 		return fieldError(http.StatusBadRequest, codeInvalidArgument, []FieldViolation{{Field: "continue", Description: "the continue token has expired; list again from the start"}})
 	case apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) || apierrors.IsServiceUnavailable(err):
-		return newError(http.StatusServiceUnavailable, codeUnavailable, "kubernetes is busy, retry later: %s", statusMessage(err))
+		return internalError(http.StatusServiceUnavailable, codeUnavailable, err, "%s: kubernetes is busy, retry later", what)
 	case apierrors.IsForbidden(err), apierrors.IsUnauthorized(err):
-		// The server's own identity lacks a permission: a deployment problem, not the caller's.
-		return newError(http.StatusInternalServerError, codeInternal, "the API server's service account may not do this (%s); check its RBAC", statusMessage(err))
+		// The server's own identity lacks a permission: a deployment problem, not the caller's. Kubernetes' message
+		// names that identity, which is the operator's business, so it goes to the log only.
+		return internalError(http.StatusInternalServerError, codeInternal, err, "%s: the API server is not permitted to do this; its administrator should check its RBAC (details in its log)", what)
 	default:
-		return newError(http.StatusInternalServerError, codeInternal, "%s: %v", what, err)
+		// Transport errors carry the API server's in-cluster URL.
+		return internalError(http.StatusInternalServerError, codeInternal, err, "%s: internal error (details in the API server's log)", what)
 	}
 }
 

@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 
@@ -45,14 +44,19 @@ func (s *Server) deleteOwned(r *http.Request, kind string, obj client.Object, ow
 	return Empty{}, nil
 }
 
-// lookupTemplates reads the compute templates a spec names; a missing one is a 422 naming the field.
-func (s *Server) lookupTemplates(ctx context.Context, ns string, spec *ClusterSpec, field string) (templates, *apiError) {
+// lookupTemplates reads the compute templates a spec names; a missing one is a 422 naming the field. The caller
+// must be allowed to get each one: otherwise a spec would copy a ConfigMap RBAC keeps from them into a cluster.
+func (s *Server) lookupTemplates(r *http.Request, ns string, spec *ClusterSpec, field string) (templates, *apiError) {
+	ctx := r.Context()
 	ts := templates{}
 	var missing []FieldViolation
 	for _, ref := range templateNames(spec, field) {
 		name := ref.Description
 		if _, ok := ts[name]; ok {
 			continue
+		}
+		if e := s.checkRead(r, access{Resource: "configmaps", Verb: "get", Namespace: ns, Name: name}); e != nil {
+			return nil, e
 		}
 		var cm corev1.ConfigMap
 		err := s.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &cm)
@@ -138,7 +142,7 @@ func (s *Server) createCluster(w http.ResponseWriter, r *http.Request) (any, *ap
 	if v := validateCluster(&c, r.PathValue("namespace")); len(v) > 0 {
 		return nil, invalid(v...)
 	}
-	ts, e := s.lookupTemplates(r.Context(), c.Namespace, c.ClusterSpec, "clusterSpec")
+	ts, e := s.lookupTemplates(r, c.Namespace, c.ClusterSpec, "clusterSpec")
 	if e != nil {
 		return nil, e
 	}
@@ -155,14 +159,18 @@ func (s *Server) getCluster(_ http.ResponseWriter, r *http.Request) (any, *apiEr
 		return nil, e
 	}
 	c := clusterFromRay(&rc)
-	c.Events = s.events(r.Context(), "RayCluster", rc.Namespace, rc.Name)
+	c.Events = s.events(r, "RayCluster", rc.Namespace, rc.Name)
 	return c, nil
 }
 
-// events lists the events about an object; events are a convenience, so failing to list them is not an error.
-func (s *Server) events(ctx context.Context, kind, ns, name string) []ClusterEvent {
+// events lists the events about an object; events are a convenience, so failing to list them, or the caller not
+// being allowed to, is not an error: the answer has none.
+func (s *Server) events(r *http.Request, kind, ns, name string) []ClusterEvent {
+	if e := s.checkRead(r, access{Resource: "events", Verb: "list", Namespace: ns}); e != nil {
+		return nil
+	}
 	var l corev1.EventList
-	err := s.c.List(ctx, &l, client.InNamespace(ns),
+	err := s.c.List(r.Context(), &l, client.InNamespace(ns),
 		client.MatchingFields{"involvedObject.name": name, "involvedObject.kind": kind})
 	if err != nil {
 		return nil
@@ -212,7 +220,7 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) (any, *apiErr
 	var ts templates
 	if len(j.ClusterSelector) == 0 {
 		var e *apiError
-		if ts, e = s.lookupTemplates(r.Context(), j.Namespace, j.ClusterSpec, "clusterSpec"); e != nil {
+		if ts, e = s.lookupTemplates(r, j.Namespace, j.ClusterSpec, "clusterSpec"); e != nil {
 			return nil, e
 		}
 	}
@@ -262,7 +270,7 @@ func (s *Server) decodeService(w http.ResponseWriter, r *http.Request, pathName 
 	if v := validateService(&svc, r.PathValue("namespace"), pathName); len(v) > 0 {
 		return nil, invalid(v...)
 	}
-	ts, e := s.lookupTemplates(r.Context(), svc.Namespace, svc.ClusterSpec, "clusterSpec")
+	ts, e := s.lookupTemplates(r, svc.Namespace, svc.ClusterSpec, "clusterSpec")
 	if e != nil {
 		return nil, e
 	}
@@ -305,7 +313,7 @@ func (s *Server) getService(_ http.ResponseWriter, r *http.Request) (any, *apiEr
 		return nil, e
 	}
 	out := serviceFromRay(&rs)
-	if ev := s.events(r.Context(), "RayService", rs.Namespace, rs.Name); len(ev) > 0 {
+	if ev := s.events(r, "RayService", rs.Namespace, rs.Name); len(ev) > 0 {
 		if out.RayServiceStatus == nil {
 			out.RayServiceStatus = &RayServiceStatus{}
 		}

@@ -68,12 +68,13 @@ func OpenAPI() map[string]any {
 var errorDescriptions = map[int]string{
 	400: "The request is invalid; details name the fields.",
 	401: "No bearer token, or Kubernetes does not accept it.",
-	403: "RBAC does not allow the caller this operation.",
+	403: "RBAC does not allow the caller this operation, or a read it does for them (see the description).",
 	404: "The object does not exist (or is not managed by this API).",
 	409: "The object already exists or was changed concurrently.",
 	413: "The body is too large.",
 	415: "The body is not JSON.",
 	422: "The request names something that does not exist (e.g. a compute template), or Kubernetes refused the object.",
+	429: "Too many requests in flight; retry after Retry-After seconds.",
 	500: "Internal error.",
 	502: "The Ray dashboard failed.",
 	503: "Kubernetes or the Ray dashboard is unavailable; retry later.",
@@ -87,6 +88,13 @@ func (g *schemaGen) operation(rt *route) map[string]any {
 		"operationId": rt.op,
 		"summary":     rt.summary,
 		"tags":        []string{rt.tag},
+	}
+	if len(rt.reads) > 0 {
+		var rs []string
+		for _, a := range rt.reads {
+			rs = append(rs, a.Verb+" "+a.Resource)
+		}
+		op["description"] = "This server reads for the caller, who needs RBAC for it too, on the objects concerned: " + strings.Join(rs, ", ") + "."
 	}
 	var params []any
 	for _, p := range pathParams(rt.pattern) {
@@ -131,7 +139,7 @@ func (g *schemaGen) operation(rt *route) map[string]any {
 		}}
 	}
 	responses := map[string]any{"200": ok}
-	codes := append(slices.Clone(rt.errs), 401, 403, 500, 503)
+	codes := append(slices.Clone(rt.errs), 401, 403, 429, 500, 503)
 	if rt.method == http.MethodDelete {
 		codes = append(codes, 400)
 	}
@@ -212,6 +220,7 @@ func (g *schemaGen) v2Operation(rt *route) map[string]any {
 		400: "Refused by Kubernetes or by this server (e.g. watch).", 401: "No token, or Kubernetes does not accept it.",
 		403: "Kubernetes RBAC does not allow the caller this.", 404: "Not found.", 409: "Exists already or changed concurrently.",
 		413: "The body is too large.", 415: "Kubernetes does not accept the content type.", 422: "Refused by the CRD schema or its CEL rules; details.causes name the fields.",
+		429: "Too many requests in flight (this server's bound, or Kubernetes' own).",
 		500: "Internal error.", 502: "The Kubernetes API server could not be reached.", 503: "Kubernetes did not answer in time.",
 	} {
 		responses[strconv.Itoa(c)] = map[string]any{"description": desc, "content": either}

@@ -23,6 +23,10 @@ type route struct {
 	// access is what this server asks SubjectAccessReview before handling; nil for v2 operations, which
 	// Kubernetes authorises itself with the caller's own token.
 	access func(r *http.Request) []access
+	// reads are what the handler reads with this server's identity on the caller's behalf, beyond access (kinds
+	// only: Group, Resource, Verb). Which objects it reads shows only from the body or the object, so the handler
+	// asks checkRead for each as it reads it, and checkRead refuses a kind not declared here.
+	reads  []access
 	handle func(s *Server, w http.ResponseWriter, r *http.Request) (any, *apiError)
 	// v2 marks the v2 resource API: proxy forwards the request to Kubernetes and writes Kubernetes' answer.
 	v2    bool
@@ -67,7 +71,12 @@ func routes() []*route {
 		create, get, listNS, listAll, delete func(*Server, http.ResponseWriter, *http.Request) (any, *apiError)
 		createErrs                           []int
 		paging                               string
+		createReads, getReads                []access
 	}
+	// Compute templates are ConfigMaps the caller names in the spec; events are listed into the answer (and left
+	// out when the caller may not list them: KubeRay's clients treat them as optional).
+	templatesRead := []access{{Resource: "configmaps", Verb: "get"}}
+	eventsRead := []access{{Resource: "events", Verb: "list"}}
 	kinds := []kind{
 		{path: "compute_templates", tag: "ComputeTemplateService", group: "", resource: "configmaps", singular: "compute template",
 			item: &ComputeTemplate{}, list: ListComputeTemplatesResponse{}, paging: pagingLimit,
@@ -76,15 +85,15 @@ func routes() []*route {
 		{path: "clusters", tag: "ClusterService", group: groupRay, resource: "rayclusters", singular: "cluster",
 			item: &Cluster{}, list: ListClustersResponse{}, paging: pagingLimit,
 			create: (*Server).createCluster, get: (*Server).getCluster, listNS: (*Server).listClusters, listAll: (*Server).listClusters, delete: (*Server).deleteCluster,
-			createErrs: []int{400, 409, 413, 415, 422}},
+			createErrs: []int{400, 409, 413, 415, 422}, createReads: templatesRead, getReads: eventsRead},
 		{path: "jobs", tag: "RayJobService", group: groupRay, resource: "rayjobs", singular: "job",
 			item: &RayJob{}, list: ListRayJobsResponse{}, paging: pagingLimit,
 			create: (*Server).createJob, get: (*Server).getJob, listNS: (*Server).listJobs, listAll: (*Server).listJobs, delete: (*Server).deleteJob,
-			createErrs: []int{400, 409, 413, 415, 422}},
+			createErrs: []int{400, 409, 413, 415, 422}, createReads: templatesRead},
 		{path: "services", tag: "RayServeService", group: groupRay, resource: "rayservices", singular: "service",
 			item: &RayService{}, list: ListRayServicesResponse{}, paging: pagingPage,
 			create: (*Server).createService, get: (*Server).getService, listNS: (*Server).listServices, listAll: (*Server).listServices, delete: (*Server).deleteService,
-			createErrs: []int{400, 409, 413, 415, 422}},
+			createErrs: []int{400, 409, 413, 415, 422}, createReads: templatesRead, getReads: eventsRead},
 		{path: "image_pull_jobs", tag: "ImagePullJobService", group: groupManta, resource: "imagepulljobs", singular: "image pull job",
 			item: &ImagePullJob{}, list: ListImagePullJobsResponse{}, paging: pagingLimit,
 			create: (*Server).createImagePullJob, get: (*Server).getImagePullJob, listNS: (*Server).listImagePullJobs, listAll: (*Server).listImagePullJobs, delete: (*Server).deleteImagePullJob,
@@ -95,10 +104,10 @@ func routes() []*route {
 		rs = append(rs,
 			&route{method: http.MethodPost, pattern: ns + "/" + k.path, op: "Create" + name, tag: k.tag,
 				summary: "Create a " + k.singular + "; answers with the created " + k.singular + ".",
-				body:    k.item, resp: k.item, errs: k.createErrs, access: needs(k.group, k.resource, "create"), handle: k.create},
+				body:    k.item, resp: k.item, errs: k.createErrs, access: needs(k.group, k.resource, "create"), reads: k.createReads, handle: k.create},
 			&route{method: http.MethodGet, pattern: ns + "/" + k.path + "/{name}", op: "Get" + name, tag: k.tag,
 				summary: "Get a " + k.singular + ".", resp: k.item, errs: []int{400, 404},
-				access: needs(k.group, k.resource, "get"), handle: k.get},
+				access: needs(k.group, k.resource, "get"), reads: k.getReads, handle: k.get},
 			&route{method: http.MethodGet, pattern: ns + "/" + k.path, op: "List" + name + "s", tag: k.tag,
 				summary: "List the " + k.singular + "s of a namespace.", resp: k.list, paging: k.paging, errs: []int{400},
 				access: needs(k.group, k.resource, "list"), handle: k.listNS},
@@ -112,29 +121,32 @@ func routes() []*route {
 	}
 	rs = append(rs, &route{method: http.MethodPut, pattern: ns + "/services/{name}", op: "UpdateRayService", tag: "RayServeService",
 		summary: "Replace a service's spec; answers with the updated service.", body: &RayService{}, resp: &RayService{},
-		errs: []int{400, 404, 409, 413, 415, 422}, access: needs(groupRay, "rayservices", "update"), handle: (*Server).updateService})
+		errs: []int{400, 404, 409, 413, 415, 422}, access: needs(groupRay, "rayservices", "update"), reads: templatesRead, handle: (*Server).updateService})
+
+	// A cluster with Ray token auth is reached with the token from its Secret.
+	tokenRead := []access{{Resource: "secrets", Verb: "get"}}
 
 	const sub = ns + "/jobsubmissions/{clustername}"
 	const tag = "RayJobSubmissionService"
 	rs = append(rs,
 		&route{method: http.MethodPost, pattern: sub, op: "SubmitRayJob", tag: tag,
 			summary: "Submit a job to the Ray dashboard of a running cluster.", body: &RayJobSubmission{}, resp: SubmitRayJobReply{},
-			errs: []int{400, 404, 409, 413, 415, 502}, access: submissionAccess("create"), handle: (*Server).submitJob},
+			errs: []int{400, 404, 409, 413, 415, 502}, access: submissionAccess("create"), reads: tokenRead, handle: (*Server).submitJob},
 		&route{method: http.MethodGet, pattern: sub, op: "ListJobDetails", tag: tag,
 			summary: "List the jobs of a cluster's Ray dashboard.", resp: ListJobSubmissionInfo{},
-			errs: []int{400, 404, 502}, access: submissionAccess("get"), handle: (*Server).listSubmissions},
+			errs: []int{400, 404, 502}, access: submissionAccess("get"), reads: tokenRead, handle: (*Server).listSubmissions},
 		&route{method: http.MethodGet, pattern: sub + "/{submissionid}", op: "GetJobDetails", tag: tag,
 			summary: "Get a submitted job.", resp: JobSubmissionInfo{},
-			errs: []int{400, 404, 502}, access: submissionAccess("get"), handle: (*Server).getSubmission},
+			errs: []int{400, 404, 502}, access: submissionAccess("get"), reads: tokenRead, handle: (*Server).getSubmission},
 		&route{method: http.MethodGet, pattern: sub + "/log/{submissionid}", op: "GetJobLog", tag: tag,
 			summary: "Get a submitted job's log from the beginning.", resp: GetJobLogReply{},
-			errs: []int{400, 404, 502}, access: submissionAccess("get"), handle: (*Server).getSubmissionLog},
+			errs: []int{400, 404, 502}, access: submissionAccess("get"), reads: tokenRead, handle: (*Server).getSubmissionLog},
 		&route{method: http.MethodPost, pattern: sub + "/{submissionid}", op: "StopRayJob", tag: tag,
 			summary: "Stop a submitted job.", resp: Empty{},
-			errs: []int{400, 404, 502}, access: submissionAccess("create"), handle: (*Server).stopSubmission},
+			errs: []int{400, 404, 502}, access: submissionAccess("create"), reads: tokenRead, handle: (*Server).stopSubmission},
 		&route{method: http.MethodDelete, pattern: sub + "/{submissionid}", op: "DeleteRayJob", tag: tag,
 			summary: "Delete a finished submitted job.", resp: Empty{},
-			errs: []int{400, 404, 502}, access: submissionAccess("delete"), handle: (*Server).deleteSubmission},
+			errs: []int{400, 404, 502}, access: submissionAccess("delete"), reads: tokenRead, handle: (*Server).deleteSubmission},
 	)
 	return append(rs, v2Routes()...)
 }

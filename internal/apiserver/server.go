@@ -60,7 +60,19 @@ type Options struct {
 	// FieldValidation is what happens to unknown fields of request bodies: Warn (default) or Strict. Requests can
 	// ask for Strict with ?fieldValidation=Strict; under Strict they cannot ask for Warn.
 	FieldValidation FieldValidation
+	// TLSCertFile and TLSKeyFile, both or neither, make Serve speak HTTPS (TLS 1.2 or later); the files are read
+	// again when they change, so a renewed certificate (cert-manager, a rotated Secret) needs no restart.
+	TLSCertFile, TLSKeyFile string
+	// InsecureHTTP allows plain HTTP on a non-loopback address, for a TLS-terminating proxy or mesh in front.
+	InsecureHTTP bool
+	// MaxRequestsInflight bounds the requests handled at once; more are answered 429 with Retry-After. Default
+	// DefaultMaxRequestsInflight. /healthz and /metrics are not counted, so probes and scrapes see an overload.
+	MaxRequestsInflight int
 }
+
+// DefaultMaxRequestsInflight bounds concurrent requests when Options do not say: each holds a few Kubernetes or Ray
+// calls of up to requestTimeout, so a flood must not pile up goroutines, memory and load on kube-apiserver.
+const DefaultMaxRequestsInflight = 100
 
 // Dashboard is what job submission endpoints need from a Ray head; *ray.DashboardClient implements it.
 type Dashboard interface {
@@ -85,6 +97,8 @@ type Server struct {
 	registry *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// certs serves the TLS certificate; nil for plain HTTP.
+	certs *certReloader
 }
 
 // Scheme holds every type the server reads and writes.
@@ -114,6 +128,22 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 	if opts.Log.GetSink() == nil {
 		opts.Log = logr.Discard()
 	}
+	if opts.MaxRequestsInflight == 0 {
+		opts.MaxRequestsInflight = DefaultMaxRequestsInflight
+	}
+	if opts.MaxRequestsInflight < 0 {
+		return nil, fmt.Errorf("max requests in flight %d: must be positive", opts.MaxRequestsInflight)
+	}
+	var certs *certReloader
+	if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
+		if opts.TLSCertFile == "" || opts.TLSKeyFile == "" {
+			return nil, errors.New("a TLS certificate file and key file go together: give both or neither")
+		}
+		var err error
+		if certs, err = newCertReloader(opts.TLSCertFile, opts.TLSKeyFile, opts.Log); err != nil {
+			return nil, err
+		}
+	}
 	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
@@ -129,7 +159,7 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, c: c, kube: kube, registry: prometheus.NewRegistry()}
+	s := &Server{opts: opts, c: c, kube: kube, registry: prometheus.NewRegistry(), certs: certs}
 	if opts.Auth == AuthKubernetes {
 		s.auth = &kubeAuth{c: c}
 	} else {
@@ -153,11 +183,7 @@ func factoryDashboard(c client.Client, f *ray.Factory) DashboardFunc {
 	return func(ctx context.Context, rc *rayv1.RayCluster, svc *corev1.Service) (Dashboard, error) {
 		svcName, _ := headServiceName(rc)
 		t := ray.Target{Namespace: rc.Namespace, HeadServiceName: svcName, DashboardPort: ray.DashboardPort(svc)}
-		if o := rc.Spec.AuthOptions; o != nil && o.Mode == rayv1.AuthModeToken {
-			name := rc.Name
-			if o.SecretName != nil && *o.SecretName != "" {
-				name = *o.SecretName
-			}
+		if name, ok := rayTokenSecretName(rc); ok {
 			var sec corev1.Secret
 			if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: name}, &sec); err != nil {
 				return nil, fmt.Errorf("ray auth token secret %q: %w", name, err)
@@ -166,6 +192,18 @@ func factoryDashboard(c client.Client, f *ray.Factory) DashboardFunc {
 		}
 		return f.Dashboard(t)
 	}
+}
+
+// rayTokenSecretName is the Secret holding a cluster's Ray auth token, when it uses token auth.
+func rayTokenSecretName(rc *rayv1.RayCluster) (string, bool) {
+	o := rc.Spec.AuthOptions
+	if o == nil || o.Mode != rayv1.AuthModeToken {
+		return "", false
+	}
+	if o.SecretName != nil && *o.SecretName != "" {
+		return *o.SecretName, true
+	}
+	return rc.Name, true
 }
 
 // headServiceName is the name of the cluster's head Service and the field it was read from.
@@ -182,8 +220,15 @@ func headServiceName(rc *rayv1.RayCluster) (name, field string) {
 // Handler is the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Serve serves on ln until ctx is done, then shuts down gracefully: in-flight requests get shutdownTimeout.
+// Serve serves on ln until ctx is done, then shuts down gracefully: in-flight requests get shutdownTimeout. It
+// refuses a TCP listener that CheckServing refuses, and speaks HTTPS when the options give a certificate.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		if err := CheckServing(a.String(), s.opts); err != nil {
+			_ = ln.Close()
+			return err
+		}
+	}
 	srv := &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: readHeaderTimeout,
@@ -194,7 +239,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	if s.certs != nil {
+		srv.TLSConfig = s.certs.tlsConfig()
+		go func() { errc <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { errc <- srv.Serve(ln) }()
+	}
 	select {
 	case err := <-errc:
 		return err
@@ -216,6 +266,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 
 // ListenAndServe listens on addr and serves until ctx is done.
 func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	if err := CheckServing(addr, s.opts); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -223,10 +276,12 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 	return s.Serve(ctx, ln)
 }
 
-// statusRecorder remembers the status code for logs and metrics.
+// statusRecorder remembers the status code for logs and metrics, and the inside cause of an error answer for the
+// log.
 type statusRecorder struct {
 	http.ResponseWriter
-	code int
+	code  int
+	cause error
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -256,6 +311,9 @@ type requestInfo struct {
 	user string
 	// fieldValidation is the request's mode for unknown body fields (set for operations that take a body).
 	fieldValidation FieldValidation
+	// route is the operation, caller the authenticated caller (nil under auth none): checkRead needs both.
+	route  *route
+	caller *userInfo
 }
 
 func info(r *http.Request) *requestInfo {
@@ -287,8 +345,12 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			d := time.Since(start)
 			s.requests.WithLabelValues(ri.op, strconv.Itoa(code)).Inc()
 			s.duration.WithLabelValues(ri.op).Observe(d.Seconds())
-			s.opts.Log.Info("request", "method", r.Method, "path", r.URL.Path, "status", code,
-				"duration", d.Round(time.Microsecond).String(), "operation", ri.op, "user", ri.user)
+			kv := []any{"method", r.Method, "path", r.URL.Path, "status", code,
+				"duration", d.Round(time.Microsecond).String(), "operation", ri.op, "user", ri.user}
+			if rec.cause != nil {
+				kv = append(kv, "error", rec.cause.Error())
+			}
+			s.opts.Log.Info("request", kv...)
 		}()
 		next.ServeHTTP(rec, r)
 	})
@@ -302,6 +364,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e *apiError) {
+	if rec, ok := w.(*statusRecorder); ok && e.cause != nil {
+		rec.cause = e.cause
+	}
 	if e.httpStatus == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="manta"`)
 	}
@@ -335,10 +400,25 @@ func (s *Server) buildMux() http.Handler {
 	})
 	metrics := promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
-		info(r).op = "metrics"
+		ri := info(r)
+		ri.op = "metrics"
 		if r.Method != http.MethodGet {
 			methodNotAllowed(w, []string{http.MethodGet})
 			return
+		}
+		// Metrics describe the callers' traffic: scrapers authenticate as for kube-apiserver's /metrics (a token
+		// whose RBAC allows get on the non-resource URL /metrics).
+		if s.auth != nil {
+			u, e := s.auth.authenticate(r.Context(), r)
+			if e != nil {
+				writeError(w, e)
+				return
+			}
+			ri.user = u.Name
+			if e := s.auth.authorize(r.Context(), u, []access{{Verb: "get", Path: "/metrics"}}); e != nil {
+				writeError(w, e)
+				return
+			}
 		}
 		metrics.ServeHTTP(w, r)
 	})
@@ -355,7 +435,28 @@ func (s *Server) buildMux() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no such path: %s", r.URL.Path))
 	})
-	return s.observe(withRequestTimeout(mux))
+	return s.observe(limitInflight(s.opts.MaxRequestsInflight, withRequestTimeout(mux)))
+}
+
+// limitInflight answers 429 with Retry-After once n requests are being handled. /healthz and /metrics pass: a
+// probe failing under load would restart a server that is only busy, and the scrape is how one sees the load.
+func limitInflight(n int, next http.Handler) http.Handler {
+	slots := make(chan struct{}, n)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+			next.ServeHTTP(w, r)
+		default:
+			info(r).op = "throttled"
+			w.Header().Set("Retry-After", "1")
+			writeError(w, newError(http.StatusTooManyRequests, codeResourceExhausted, "too many requests in flight (%d); retry later", n))
+		}
+	})
 }
 
 // withRequestTimeout gives every request a deadline.
@@ -388,7 +489,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rs []*route) {
 		return
 	}
 	ri := info(r)
-	ri.op = rt.op
+	ri.op, ri.route = rt.op, rt
 	var user *userInfo
 	if s.auth != nil {
 		u, e := s.auth.authenticate(r.Context(), r)
@@ -396,7 +497,7 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rs []*route) {
 			writeError(w, e)
 			return
 		}
-		user, ri.user = u, u.Name
+		user, ri.user, ri.caller = u, u.Name, u
 	}
 	if e := checkPathParams(r, rt.pattern); e != nil {
 		writeError(w, e)
@@ -432,6 +533,22 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rs []*route) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// checkRead asks whether the caller may do a (a read of a declared kind that the handler does with this server's
+// identity on the caller's behalf). Asking for an undeclared kind is a bug: the route table would not say
+// what the operation reads.
+func (s *Server) checkRead(r *http.Request, a access) *apiError {
+	ri := info(r)
+	if ri.route == nil || !slices.ContainsFunc(ri.route.reads, func(d access) bool {
+		return d.Group == a.Group && d.Resource == a.Resource && d.Verb == a.Verb
+	}) {
+		return internalError(http.StatusInternalServerError, codeInternal, fmt.Errorf("operation %s reads %s, which its route does not declare", ri.op, a), "internal error")
+	}
+	if s.auth == nil {
+		return nil
+	}
+	return s.auth.authorize(r.Context(), ri.caller, []access{a})
 }
 
 // checkPathParams refuses path parameters that cannot name a Kubernetes object before anything reaches

@@ -37,11 +37,27 @@ func (s *Server) dashboard(r *http.Request) (Dashboard, *apiError) {
 	case !apierrors.IsNotFound(err):
 		return nil, fromKubernetes(err, fmt.Sprintf("head service of cluster %q", name))
 	}
+	// The dashboard client authenticates with the cluster's Ray token, read as this server: the caller must be
+	// allowed to read that Secret, or the API would hand them a credential RBAC keeps from them.
+	if name, ok := rayTokenSecretName(&rc); ok {
+		if e := s.checkRead(r, access{Resource: "secrets", Verb: "get", Namespace: ns, Name: name}); e != nil {
+			return nil, e
+		}
+	}
 	d, err := s.opts.Dashboard(r.Context(), &rc, svc)
 	if err != nil {
-		return nil, newError(http.StatusServiceUnavailable, codeUnavailable, "cannot reach the Ray dashboard of cluster %q: %v", name, err)
+		return nil, fromDashboardSetup(err, name)
 	}
 	return d, nil
+}
+
+// fromDashboardSetup maps a failure to build a cluster's dashboard client (reading its Ray token Secret, most
+// often) to an answer; Kubernetes' message may name this server's identity, so it goes to the log only.
+func fromDashboardSetup(err error, cluster string) *apiError {
+	if apierrors.IsNotFound(err) {
+		return internalError(http.StatusServiceUnavailable, codeUnavailable, err, "cannot reach the Ray dashboard of cluster %q: its Ray auth token Secret does not exist", cluster)
+	}
+	return internalError(http.StatusServiceUnavailable, codeUnavailable, err, "cannot reach the Ray dashboard of cluster %q (details in the API server's log)", cluster)
 }
 
 // fromRay maps a Ray dashboard error to an answer.
@@ -55,11 +71,15 @@ func fromRay(err error, what string) *apiError {
 	case errors.Is(err, ray.ErrJobNotTerminal):
 		return newError(http.StatusBadRequest, codeFailedPrecondition, "%s has not finished; stop it first", what)
 	case errors.Is(err, ray.ErrUnavailable):
-		return newError(http.StatusServiceUnavailable, codeUnavailable, "the Ray dashboard is not reachable now, retry later: %v", err)
+		// The error names the dashboard's in-cluster URL: logged, not told.
+		return internalError(http.StatusServiceUnavailable, codeUnavailable, err, "the Ray dashboard is not reachable now, retry later")
 	case errors.As(err, &ae) && ae.StatusCode == http.StatusBadRequest && !ae.FromProxy:
 		return newError(http.StatusBadRequest, codeFailedPrecondition, "ray refused: %s", ae.Body)
+	case errors.As(err, &ae) && !ae.FromProxy:
+		return internalError(http.StatusBadGateway, codeInternal, err, "the Ray dashboard failed with HTTP %d", ae.StatusCode)
 	default:
-		return newError(http.StatusBadGateway, codeInternal, "the Ray dashboard failed: %v", err)
+		// Through the Kubernetes proxy the answer may be Kubernetes' own, naming this server's identity.
+		return internalError(http.StatusBadGateway, codeInternal, err, "the Ray dashboard failed (details in the API server's log)")
 	}
 }
 

@@ -125,7 +125,7 @@ func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, token string, q
 	if errors.Is(proxyErr, context.DeadlineExceeded) || errors.Is(proxyErr, context.Canceled) {
 		return newError(http.StatusServiceUnavailable, codeUnavailable, "kubernetes did not answer in time, retry later")
 	}
-	return newError(http.StatusBadGateway, codeUnavailable, "could not reach the Kubernetes API server: %v", proxyErr)
+	return internalError(http.StatusBadGateway, codeUnavailable, proxyErr, "could not reach the Kubernetes API server")
 }
 
 // rayEventsOnly narrows an events list to events about ray.io/v1 objects, as KubeRay's v2 events path does.

@@ -142,7 +142,7 @@ func (e *testEnv) testV2(t *testing.T) {
 	// Under auth mode none the server's own identity is used, as for v1.
 	mustOK(t, call(t, e.open.URL, "GET", coll+"/v2", nil, ""), nil)
 	// Metrics and logs name the v2 operations like v1's.
-	if m := string(call(t, g, "GET", "/metrics", nil, "").body); !strings.Contains(m, `manta_apiserver_requests_total{code="201",operation="V2CreateRayCluster"}`) ||
+	if m := string(call(t, g, "GET", "/metrics", nil, e.metricsToken(t, ns)).body); !strings.Contains(m, `manta_apiserver_requests_total{code="201",operation="V2CreateRayCluster"}`) ||
 		!strings.Contains(m, `manta_apiserver_requests_total{code="403",operation="V2ListRayClusters"}`) {
 		t.Errorf("metrics lack the v2 operations")
 	}
