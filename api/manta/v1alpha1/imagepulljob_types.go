@@ -93,7 +93,8 @@ type ImagePullJobSpec struct {
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
 	// PriorityClassName is not used: puller pods get the operator's --image-pull-priority-class, or none, so that
-	// a namespace user cannot give them a class meant for system pods. Kept for compatibility.
+	// a namespace user cannot give them a class meant for system pods. Kept for compatibility; a value other than
+	// the operator's class is reported in the PriorityClassNotUsed condition and a Warning event.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`

@@ -33,6 +33,9 @@ const (
 	// ConditionNodesExcluded is True while the operator's policy (Policy) keeps pullers off nodes the job selects;
 	// its message says how many, and why.
 	ConditionNodesExcluded = "NodesExcluded"
+	// ConditionPriorityClassNotUsed is True while spec.priorityClassName names a class the operator does not give
+	// pullers (Policy.PriorityClassName decides it).
+	ConditionPriorityClassNotUsed = "PriorityClassNotUsed"
 	// ReasonOperatorPolicy is the reason of ConditionNodesExcluded and of its event.
 	ReasonOperatorPolicy = "OperatorPolicy"
 

@@ -395,6 +395,11 @@ func (r *Reconciler) emitEvents(job *mantav1alpha1.ImagePullJob, p plan) {
 			r.recorder.Eventf(job, nil, corev1.EventTypeNormal, ConditionNodesExcluded, "Select", "%s", c.Message)
 		}
 	}
+	if p.priorityClassChanged {
+		if c := meta.FindStatusCondition(job.Status.Conditions, ConditionPriorityClassNotUsed); c != nil {
+			r.recorder.Eventf(job, nil, corev1.EventTypeWarning, ConditionPriorityClassNotUsed, "Create", "%s", c.Message)
+		}
+	}
 	if n := len(p.newlyFailed); n > 0 && !(p.completed && job.Status.Message == MessageDeadlineExceeded) {
 		var parts []string
 		for i, f := range p.newlyFailed {

@@ -59,7 +59,9 @@ type plan struct {
 	newlyFailed []mantav1alpha1.FailedNode
 	// excludedChanged says the NodesExcluded condition changed, for the event written after the status.
 	excludedChanged bool
-	completed       bool
+	// priorityClassChanged says the PriorityClassNotUsed condition appeared or changed, for its event.
+	priorityClassChanged bool
+	completed            bool
 	// pulls are the attempts whose outcome this reconcile records in the status (each is classified once: the
 	// next reconcile sees it in the observed status), counted in the metrics once that status is written.
 	pulls []finishedPull
@@ -134,6 +136,7 @@ func computePlan(o observed) (plan, error) {
 		return p, err
 	}
 	setExcluded(&p, excluded, job.Generation, o.now)
+	setPriorityClassNotUsed(&p, job, o.podOptions.Policy.PriorityClassName, o.now)
 
 	// Records of nodes that no longer exist are dropped: a node that comes back under the same name is a new machine.
 	succeeded := sets.New[string]()
@@ -376,6 +379,27 @@ func setExcluded(p *plan, e Excluded, generation int64, now time.Time) {
 	p.excludedChanged = old == nil || old.Message != msg
 	meta.SetStatusCondition(conds, metav1.Condition{Type: ConditionNodesExcluded, Status: metav1.ConditionTrue,
 		Reason: ReasonOperatorPolicy, Message: msg, ObservedGeneration: generation, LastTransitionTime: metav1.Time{Time: now}})
+}
+
+// setPriorityClassNotUsed says, in the PriorityClassNotUsed condition, that the job's spec.priorityClassName is not
+// what its pullers get: the operator chooses their class (--image-pull-priority-class), so that a namespace user
+// cannot give them one meant for system pods. A field the user set is reported, never silently dropped.
+func setPriorityClassNotUsed(p *plan, job *mantav1alpha1.ImagePullJob, allowed string, now time.Time) {
+	conds := &p.status.Conditions
+	want := job.Spec.PriorityClassName
+	if want == "" || want == allowed {
+		meta.RemoveStatusCondition(conds, ConditionPriorityClassNotUsed)
+		return
+	}
+	got := "no priority class"
+	if allowed != "" {
+		got = fmt.Sprintf("priority class %q", allowed)
+	}
+	msg := fmt.Sprintf("spec.priorityClassName %q is not used: the operator gives puller pods %s (--image-pull-priority-class)", want, got)
+	old := meta.FindStatusCondition(*conds, ConditionPriorityClassNotUsed)
+	p.priorityClassChanged = old == nil || old.Message != msg
+	meta.SetStatusCondition(conds, metav1.Condition{Type: ConditionPriorityClassNotUsed, Status: metav1.ConditionTrue,
+		Reason: ReasonOperatorPolicy, Message: msg, ObservedGeneration: job.Generation, LastTransitionTime: metav1.Time{Time: now}})
 }
 
 // StatusMessage is the one-line summary in status.message, worded as OpenKruise's ImagePullJob.

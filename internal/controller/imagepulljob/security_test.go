@@ -3,6 +3,7 @@ package imagepulljob
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,6 +111,11 @@ func TestSecurityPullerPods(t *testing.T) {
 	}
 	if p.status.Desired != 2 {
 		t.Errorf("desired %d, want 2", p.status.Desired)
+	}
+	// The job's own class is reported as not used, not silently dropped.
+	pc := meta.FindStatusCondition(p.status.Conditions, ConditionPriorityClassNotUsed)
+	if pc == nil || !p.priorityClassChanged || !strings.Contains(pc.Message, `spec.priorityClassName "system-node-critical" is not used`) || !strings.Contains(pc.Message, `"image-pullers"`) {
+		t.Errorf("PriorityClassNotUsed condition %+v (changed %v), want one naming spec.priorityClassName and the operator's class", pc, p.priorityClassChanged)
 	}
 	c := meta.FindStatusCondition(p.status.Conditions, ConditionNodesExcluded)
 	want := "not pulling on 1 node(s) outside the operator's image-pull node selector and 1 node(s) with taints the operator does not let pullers tolerate"
