@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -89,19 +90,29 @@ func TestEventsHeldWhileOperatorWrites(t *testing.T) {
 		return n
 	}
 
-	// The operator's own client writes (a ConfigMap update every 100 ms) for 3 s: it is busy.
-	busyFor := 3 * time.Second
-	start := time.Now()
+	// The operator's own client writes (a ConfigMap update every 100 ms) until stopWriting: it is busy for as long
+	// as the test needs, however long the manager takes to start on a loaded machine.
+	stopBusy, busyDone := make(chan struct{}), make(chan struct{})
 	writer := mgr.GetClient()
 	go func() {
-		for i := 0; time.Since(start) < busyFor; i++ {
+		defer close(busyDone)
+		for i := 0; ; i++ {
+			select {
+			case <-stopBusy:
+				return
+			case <-ctx.Done():
+				return
+			default:
+			}
 			c := cm.DeepCopy()
 			c.Data = map[string]string{"i": fmt.Sprint(i)}
 			c.ResourceVersion = ""
 			_ = writer.Update(ctx, c)
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // paces the load, proves nothing
 		}
 	}()
+	stopWriting := sync.OnceFunc(func() { close(stopBusy); <-busyDone })
+	t.Cleanup(stopWriting)
 	testutil.Eventually(t, 30*time.Second, "the manager's cache running", func() (bool, string) {
 		return em.activity.busy(time.Now()), "no write seen yet"
 	})
@@ -111,11 +122,18 @@ func TestEventsHeldWhileOperatorWrites(t *testing.T) {
 	for i := range n {
 		rec.Eventf(cm, nil, corev1.EventTypeNormal, fmt.Sprintf("Reason%d", i), "Create", "event %d", i)
 	}
-	time.Sleep(busyFor - time.Since(start) - 200*time.Millisecond)
+	// Barrier: the event writer has started and has written some of the events while the operator writes; the
+	// rest must still be held.
+	const written = n / 4
+	testutil.Eventually(t, time.Minute, "the event writer writing while the operator writes", func() (bool, string) {
+		got := count()
+		return got >= written, fmt.Sprintf("%d of %d events written, %d queued", got, n, em.Pending())
+	})
 	// At most one per eventBusyInterval since they were recorded (and one more for timing slack).
 	if got, max := count(), int(time.Since(recorded)/eventBusyInterval)+2; got > max || got >= n {
 		t.Errorf("%d of %d events written while the operator was writing (at most %d expected)", got, n, max)
 	}
+	stopWriting()
 	testutil.Eventually(t, time.Minute, "every event written once the writes pause", func() (bool, string) {
 		got := count()
 		return got == n, fmt.Sprintf("%d of %d events, %d queued", got, n, em.Pending())
