@@ -106,6 +106,8 @@ type eventManager struct {
 	series  map[uint64]*pendingEvent
 	wake    chan struct{}
 	stopped bool
+	// writing says the writer has taken an event from the queue and not come back for the next (see EventsIdle).
+	writing bool
 }
 
 // pendingEvent is one Event as the API server has it (or will), kept compact: every event of the last seriesWindow
@@ -297,6 +299,14 @@ func (m *eventManager) Pending() int {
 	return len(m.queue)
 }
 
+// EventsIdle says whether no event write waits in the queue or is on its way: every event recorded so far has been
+// sent (or dropped). Tests use it as a barrier before counting the operator's writes.
+func (m *eventManager) EventsIdle() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.queue) == 0 && !m.writing
+}
+
 // run writes the queued events until ctx ends; what is still queued then is dropped (and counted in a log line).
 func (m *eventManager) run(ctx context.Context) error {
 	sweep := time.NewTicker(time.Minute)
@@ -344,6 +354,7 @@ func (m *eventManager) run(ctx context.Context) error {
 func (m *eventManager) next() *pendingEvent {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.writing = len(m.queue) > 0
 	if len(m.queue) == 0 {
 		return nil
 	}
