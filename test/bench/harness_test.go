@@ -190,24 +190,98 @@ func (e *env) startOperator(b testing.TB, opts operator.Options) *operatorRun {
 // reconciles is how many reconciles the named controller has finished in this process, from controller-runtime's
 // controller_runtime_reconcile_total (which outlives each manager, so take differences).
 func reconciles(controller string) float64 {
+	return metricSum("controller_runtime_reconcile_total", "controller", controller)
+}
+
+// metricSum is the sum of the named metric's series (counters and gauges) in controller-runtime's registry whose
+// label has value (NaN when the registry cannot be read).
+func metricSum(name, label, value string) float64 {
 	mfs, err := metrics.Registry.Gather()
 	if err != nil {
 		return math.NaN()
 	}
 	total := 0.0
 	for _, mf := range mfs {
-		if mf.GetName() != "controller_runtime_reconcile_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controller {
-					total += m.GetCounter().GetValue()
+				if l.GetName() == label && l.GetValue() == value {
+					total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 				}
 			}
 		}
 	}
 	return total
+}
+
+// touchAnnotation is the annotation settle changes on every RayCluster of a run: metadata the operator must look
+// at (the RayCluster controller reconciles on annotation changes) and that asks nothing of it.
+const touchAnnotation = "bench.manta.dev/touch"
+
+// settle is the barrier that stands for "long enough" before and after counting the operator's writes. It changes
+// touchAnnotation on every RayCluster labelled run (through the harness's uncounted client) and returns once the
+// operator has processed every change: its cache holds each new value, its raycluster work queue counted an add
+// for each cluster since, nothing is queued or in flight there, a reconcile finished for every add counted since
+// the change, and every event recorded so far has been sent. So every cluster has been reconciled again after the
+// change, and every write of a reconcile that started before it (an event included) has been sent.
+func (e *env) settle(b testing.TB, op *operatorRun, run string, timeout time.Duration) {
+	b.Helper()
+	const controller = "raycluster"
+	queue := func() (depth, active float64) {
+		return metricSum("workqueue_depth", "name", controller), metricSum("controller_runtime_active_workers", "controller", controller)
+	}
+	events, ok := op.mgr.(interface{ EventsIdle() bool })
+	if !ok {
+		b.Fatalf("the operator's manager (%T) does not say when its events are sent", op.mgr)
+	}
+	// Nothing queued or in flight before the change, so that an add counted from here on is one the change
+	// caused or one that comes after it.
+	waitFor(b, e.ctx, "the operator's raycluster queue idle", timeout, 50*time.Millisecond, func(context.Context) (bool, string, error) {
+		depth, active := queue()
+		return depth == 0 && active == 0, fmt.Sprintf("%.0f queued, %.0f in flight", depth, active), nil
+	})
+	var list rayv1.RayClusterList
+	if err := e.cl.List(e.ctx, &list, client.MatchingLabels{benchLabel: run}); err != nil {
+		b.Fatal(err)
+	}
+	adds0, rec0 := metricSum("workqueue_adds_total", "name", controller), reconciles(controller)
+	token := fmt.Sprint(time.Now().UnixNano())
+	for i := range list.Items {
+		c := &list.Items[i]
+		patch := client.MergeFrom(c.DeepCopy())
+		if c.Annotations == nil {
+			c.Annotations = map[string]string{}
+		}
+		c.Annotations[touchAnnotation] = token
+		if err := e.cl.Patch(e.ctx, c, patch); err != nil {
+			b.Fatalf("touch RayCluster %s/%s: %v", c.Namespace, c.Name, err)
+		}
+	}
+	n := float64(len(list.Items))
+	last := ""
+	took := waitFor(b, e.ctx, fmt.Sprintf("the operator to process a change to %d RayClusters", len(list.Items)), timeout, 50*time.Millisecond, func(ctx context.Context) (bool, string, error) {
+		var cached rayv1.RayClusterList
+		if err := op.mgr.GetCache().List(ctx, &cached, client.MatchingLabels{benchLabel: run}); err != nil {
+			return false, "", err
+		}
+		seen := 0
+		for _, c := range cached.Items {
+			if c.Annotations[touchAnnotation] == token {
+				seen++
+			}
+		}
+		adds, recs := metricSum("workqueue_adds_total", "name", controller)-adds0, reconciles(controller)-rec0
+		depth, active := queue()
+		p := fmt.Sprintf("%d/%d changes in the cache, %.0f adds, %.0f reconciles, %.0f queued, %.0f in flight", seen, len(list.Items), adds, recs, depth, active)
+		last = p
+		if seen < len(list.Items) || adds < n || depth > 0 || active > 0 || recs < adds {
+			return false, p, nil
+		}
+		return events.EventsIdle(), p + ", events not all sent", nil
+	})
+	b.Logf("settled in %s: %s", took.Round(time.Millisecond), last)
 }
 
 // waitFor polls cond every interval until it reports done, logging its progress line every 15 s, and returns how
