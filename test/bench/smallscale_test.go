@@ -19,7 +19,6 @@ import (
 // pod cache holds only Ray pods, and once its RayClusters are ready it makes no writes while nothing changes.
 func TestOperatorQuietAndScoped(t *testing.T) {
 	const plainPods, clusters, workers = 20, 2, 1
-	const steady = 10 * time.Second
 	e := startEnv(t, 5*time.Minute, devcluster.Options{Nodes: 2, NodeCPU: "32", NodeMemory: "128Gi", NodeMaxPods: 110})
 	const plainNS, rayNS = "small-plain", "small-ray"
 	e.createNamespaces(t, plainNS, rayNS)
@@ -40,12 +39,14 @@ func TestOperatorQuietAndScoped(t *testing.T) {
 	e.createClustersAndWait(t, op, "small", rcs, 1+workers, 3*time.Minute)
 
 	// A late status write or event after the last cluster turned ready belongs to getting ready, not to the
-	// steady state: let them land first.
-	e.sleep(3 * time.Second)
+	// steady state: wait until the operator has processed a later change to every cluster and sent its events.
+	e.settle(t, op, "small", time.Minute)
 	from := op.calls.snapshot()
-	e.sleep(steady)
+	// Nothing changes for the operator: it looks at every cluster again (another metadata-only change) and must
+	// write nothing, events included.
+	e.settle(t, op, "small", time.Minute)
 	if calls := op.calls.since(from); calls.writes() > 0 {
-		t.Errorf("the operator wrote %d times in %s with nothing changing; want 0:\n%s", calls.writes(), steady, calls)
+		t.Errorf("the operator wrote %d times while it reconciled every ready cluster again with nothing to change; want 0:\n%s", calls.writes(), calls)
 	}
 
 	var all corev1.PodList
