@@ -38,10 +38,11 @@ func BenchmarkOperatorAPICalls(b *testing.B) {
 
 		b.StopTimer()
 		// Writes that land just after the last cluster turned ready (a late status or event) belong to the
-		// reconcile-to-ready phase, not to the steady state: give them a few seconds.
-		settleFrom := op.calls.snapshot()
-		e.sleep(5 * time.Second)
-		settle := op.calls.since(settleFrom)
+		// reconcile-to-ready phase, not to the steady state: wait until the operator has processed a later change
+		// to every cluster and sent its events.
+		settleFrom, settleStart := op.calls.snapshot(), time.Now()
+		e.settle(b, op, run, time.Minute)
+		settle, settleTook := op.calls.since(settleFrom), time.Since(settleStart).Round(time.Millisecond)
 		steadyFrom, rec0 := op.calls.snapshot(), reconciles("raycluster")
 		e.sleep(steadyWindow)
 		steady := op.calls.since(steadyFrom)
@@ -59,11 +60,11 @@ func BenchmarkOperatorAPICalls(b *testing.B) {
 			float64(r.calls.writes())/n, float64(r.calls.count("create", "pods"))/n,
 			float64(r.calls.count("", "rayclusters.ray.io/status"))/n, float64(r.calls.count("", "events"))/n,
 			float64(r.calls.total())/n, r.reconciles/n)
-		b.Logf("  in the %s after ready: %d requests, %d writes", 5*time.Second, settle.total(), settle.writes())
+		b.Logf("  settling after ready (%s): %d requests, %d writes", settleTook, settle.total(), settle.writes())
 		b.Logf("  steady state, %s with no changes: %d requests, %d writes, %.0f reconciles", steadyWindow, steady.total(), steady.writes(), steadyReconciles)
 		detailf(b, "operator API requests from the first create until all ready:\n%s", r.calls)
 		if settle.total() > 0 {
-			detailf(b, "operator API requests in the %s after ready:\n%s", 5*time.Second, settle)
+			detailf(b, "operator API requests settling after ready (%s):\n%s", settleTook, settle)
 		}
 		if steady.total() > 0 {
 			detailf(b, "operator API requests in the steady state:\n%s", steady)
