@@ -241,7 +241,17 @@ func testJobEntrypointResources(t *testing.T, s suite) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
+	// Barrier: a job submitted after the waiter, asking for what is free, runs to the end; Ray has then placed a
+	// request that came later than the waiter's, so the waiter is PENDING for the gate, not for lack of a look.
+	probe := s.id("probe")
+	if _, err := c.SubmitJob(t.Context(), ray.JobSubmitRequest{
+		SubmissionID:      probe,
+		Entrypoint:        `python -c "print('no gate')"`,
+		EntrypointNumCPUs: 0.1,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitJob(t, c, probe, jobTimeout, ray.JobStatusSucceeded)
 	info, err := c.GetJob(t.Context(), waiter)
 	if err != nil {
 		t.Fatal(err)
