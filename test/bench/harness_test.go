@@ -133,6 +133,9 @@ type operatorRun struct {
 	mgr   ctrl.Manager
 	calls *apiCounter
 	stop  func()
+	// queued0 and active0 are the raycluster work queue's depth and workers in flight before this operator
+	// started: the gauges outlive each manager, and one stopped with work queued leaves its count behind.
+	queued0, active0 float64
 }
 
 // startOperator runs the operator the way `manta operator` does (operator.NewManager + operator.Setup), with
@@ -156,6 +159,7 @@ func (e *env) startOperator(b testing.TB, opts operator.Options) *operatorRun {
 	if err := operator.Setup(mgr, opts); err != nil {
 		b.Fatalf("operator setup: %v", err)
 	}
+	queued0, active0 := rayclusterQueue()
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -184,7 +188,7 @@ func (e *env) startOperator(b testing.TB, opts operator.Options) *operatorRun {
 		b.Fatal("operator caches did not sync within a minute")
 	}
 	e.sleep(time.Second)
-	return &operatorRun{mgr: mgr, calls: calls, stop: stop}
+	return &operatorRun{mgr: mgr, calls: calls, stop: stop, queued0: queued0, active0: active0}
 }
 
 // reconciles is how many reconciles the named controller has finished in this process, from controller-runtime's
@@ -216,6 +220,12 @@ func metricSum(name, label, value string) float64 {
 	return total
 }
 
+// rayclusterQueue is the depth of the raycluster controller's work queue and its reconciles in flight, summed over
+// the managers this process has run.
+func rayclusterQueue() (depth, active float64) {
+	return metricSum("workqueue_depth", "name", "raycluster"), metricSum("controller_runtime_active_workers", "controller", "raycluster")
+}
+
 // touchAnnotation is the annotation settle changes on every RayCluster of a run: metadata the operator must look
 // at (the RayCluster controller reconciles on annotation changes) and that asks nothing of it.
 const touchAnnotation = "bench.manta.dev/touch"
@@ -230,7 +240,8 @@ func (e *env) settle(b testing.TB, op *operatorRun, run string, timeout time.Dur
 	b.Helper()
 	const controller = "raycluster"
 	queue := func() (depth, active float64) {
-		return metricSum("workqueue_depth", "name", controller), metricSum("controller_runtime_active_workers", "controller", controller)
+		depth, active = rayclusterQueue()
+		return depth - op.queued0, active - op.active0
 	}
 	events, ok := op.mgr.(interface{ EventsIdle() bool })
 	if !ok {
