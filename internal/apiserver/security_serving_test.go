@@ -140,20 +140,7 @@ func TestSecurityTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	addr := ln.Addr().String()
+	addr := strings.TrimPrefix(newLoopbackServer(t, s), "http://")
 	get := func(c *http.Client, url string) (int, error) {
 		res, err := c.Get(url)
 		if err != nil {
