@@ -343,6 +343,7 @@ func (e *testEnv) testClusterValidation(t *testing.T) {
 		{"clusterSpec", func(c *Cluster) { c.ClusterSpec = nil }},
 		{"clusterSpec.headGroupSpec", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec = nil }},
 		{"clusterSpec.headGroupSpec.computeTemplate", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.ComputeTemplate = "" }},
+		{"clusterSpec.headGroupSpec.computeTemplate", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.ComputeTemplate = "../../etc/passwd" }},
 		{"clusterSpec.headGroupSpec.rayStartParams", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.RayStartParams = nil }},
 		{"clusterSpec.headGroupSpec.rayStartParams.--port", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.RayStartParams["--port"] = "1" }},
 		{"clusterSpec.headGroupSpec.imagePullPolicy", func(c *Cluster) { c.ClusterSpec.HeadGroupSpec.ImagePullPolicy = "Sometimes" }},
@@ -416,6 +417,7 @@ func (e *testEnv) testClusterValidation(t *testing.T) {
 			c.ClusterSpec.WorkerGroupSpec = append(c.ClusterSpec.WorkerGroupSpec, c.ClusterSpec.WorkerGroupSpec[0])
 		}},
 		{"clusterSpec.workerGroupSpec[0].computeTemplate", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].ComputeTemplate = "" }},
+		{"clusterSpec.workerGroupSpec[0].computeTemplate", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].ComputeTemplate = "a/b" }},
 		{"clusterSpec.workerGroupSpec[0].maxReplicas", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].MaxReplicas = 0 }},
 		{"clusterSpec.workerGroupSpec[0].minReplicas", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].MinReplicas = 4 }},
 		{"clusterSpec.workerGroupSpec[0].minReplicas", func(c *Cluster) { c.ClusterSpec.WorkerGroupSpec[0].MinReplicas = -1 }},

@@ -217,7 +217,9 @@ func validateClusterSpec(s *ClusterSpec, field string) violations {
 	if h == nil {
 		v.add(hf, "is required")
 	} else {
-		v.required(hf+".computeTemplate", h.ComputeTemplate)
+		if v.required(hf+".computeTemplate", h.ComputeTemplate) {
+			v.subdomain(hf+".computeTemplate", h.ComputeTemplate)
+		}
 		if len(h.RayStartParams) == 0 {
 			v.add(hf+".rayStartParams", "must not be empty (for example {\"dashboard-host\": \"0.0.0.0\"})")
 		}
@@ -241,7 +243,9 @@ func validateClusterSpec(s *ClusterSpec, field string) violations {
 			v.add(wf+".groupName", "duplicates another worker group's name %q", w.GroupName)
 		}
 		seen[w.GroupName] = true
-		v.required(wf+".computeTemplate", w.ComputeTemplate)
+		if v.required(wf+".computeTemplate", w.ComputeTemplate) {
+			v.subdomain(wf+".computeTemplate", w.ComputeTemplate)
+		}
 		v.image(wf+".image", w.Image)
 		switch {
 		case w.MaxReplicas <= 0:
