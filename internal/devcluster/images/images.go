@@ -43,6 +43,13 @@ const recipeVersion = "1"
 type builder struct {
 	binDir string
 	logf   func(format string, args ...any)
+	start  time.Time // of the image being built
+}
+
+// progress logs a step of the image being built with the time since its build started, so a slow build shows
+// where its time goes.
+func (b *builder) progress(format string, args ...any) {
+	b.logf("images: %s: "+format, append([]any{time.Since(b.start).Round(time.Second)}, args...)...)
 }
 
 func (r recipe) hash() string {
@@ -55,7 +62,7 @@ func (r recipe) hash() string {
 
 // recipes is every image the dev cluster serves, in build order: pause first, since no pod runs without it.
 func recipes() []recipe {
-	return []recipe{pauseRecipe(), rayRecipe()}
+	return []recipe{pauseRecipe(), rayRecipe(), redisRecipe()}
 }
 
 // Ensure builds every image that is missing or whose inputs changed (stamped under <bin>/.stamps), and returns them all.
@@ -136,6 +143,7 @@ func fresh(path, stamp, want string) bool {
 // that a later Ensure would take for a finished one.
 func build(ctx context.Context, b *builder, r recipe, root, path string) error {
 	start := time.Now()
+	b.start = start
 	b.logf("images: building %s (%s)", r.ref, r.name)
 	work := filepath.Join(root, ".work-"+r.name)
 	tmp := filepath.Join(root, ".new-"+r.name)
@@ -156,10 +164,18 @@ func build(ctx context.Context, b *builder, r recipe, root, path string) error {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("images: building %s: %w", r.ref, err)
 	}
-	if err := os.RemoveAll(path); err != nil {
+	// Two renames, so a reader of the old layout sees it or the new one, each whole, but for an instant neither.
+	old := filepath.Join(root, ".old-"+r.name)
+	if err := os.RemoveAll(old); err != nil {
+		return fmt.Errorf("images: %s: %w", r.name, err)
+	}
+	if err := os.Rename(path, old); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("images: %s: %w", r.name, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("images: %s: %w", r.name, err)
+	}
+	if err := os.RemoveAll(old); err != nil {
 		return fmt.Errorf("images: %s: %w", r.name, err)
 	}
 	b.logf("images: built %s in %s", r.ref, time.Since(start).Round(time.Second))

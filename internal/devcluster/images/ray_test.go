@@ -75,10 +75,6 @@ func TestRayImage(t *testing.T) {
 	if len(layers) != 2 {
 		t.Errorf("%d layers, want 2 (Debian base, Ray venv)", len(layers))
 	}
-	for i, l := range layers {
-		size, _ := l.Size()
-		t.Logf("layer %d: %d MB compressed", i, size>>20)
-	}
 
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
 	t.Cleanup(func() {
@@ -143,15 +139,23 @@ func unpack(t *testing.T, img v1.Image, dir string) map[string]*tar.Header {
 		t.Fatal(err)
 	}
 	hdrs := map[string]*tar.Header{}
-	for _, l := range layers {
+	for i, l := range layers {
 		rc, err := l.Uncompressed()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := untar(rc, dir, hdrs); err != nil {
+		layerHdrs := map[string]*tar.Header{}
+		if err := untar(rc, dir, layerHdrs); err != nil {
 			t.Fatal(err)
 		}
 		rc.Close()
+		var size int64
+		for p, h := range layerHdrs {
+			hdrs[p] = h
+			size += h.Size
+		}
+		compressed, _ := l.Size()
+		t.Logf("layer %d: %d files, %d MB unpacked, %d MB compressed", i, len(layerHdrs), size>>20, compressed>>20)
 	}
 	return hdrs
 }
