@@ -102,32 +102,44 @@ func ensure(ctx context.Context, binDir string, logf func(format string, args ..
 			return nil, fmt.Errorf("images: %w", err)
 		}
 	}
-	// Test binaries of several packages and `manta dev` may call Ensure at once; one builds, the others wait.
-	unlock, err := lockFile(ctx, filepath.Join(root, ".lock"), logf)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-
 	b := &builder{binDir: binDir, logf: logf}
 	var out []Image
 	for _, r := range rs {
-		path := filepath.Join(root, r.name)
-		stamp := filepath.Join(stamps, "image-"+r.name)
-		want := r.hash()
-		if fresh(path, stamp, want) {
-			out = append(out, Image{Ref: r.ref, Path: path})
-			continue
-		}
-		if err := build(ctx, b, r, root, path); err != nil {
+		img, err := ensureOne(ctx, b, r, root, stamps)
+		if err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(stamp, []byte(want+"\n"), 0o644); err != nil {
-			return nil, fmt.Errorf("images: %s: %w", r.name, err)
-		}
-		out = append(out, Image{Ref: r.ref, Path: path})
+		out = append(out, img)
 	}
 	return out, nil
+}
+
+// ensureOne builds r unless its stamp matches. Test binaries of several packages and `manta dev` may call Ensure at
+// once: one builds each image, the others wait for that image only (so the pause image is not held up by a Ray
+// build), and since every caller goes through the recipes in the same order no two debootstraps share the
+// package cache at once.
+func ensureOne(ctx context.Context, b *builder, r recipe, root, stamps string) (Image, error) {
+	img := Image{Ref: r.ref, Path: filepath.Join(root, r.name)}
+	stamp := filepath.Join(stamps, "image-"+r.name)
+	want := r.hash()
+	if fresh(img.Path, stamp, want) {
+		return img, nil
+	}
+	unlock, err := lockFile(ctx, filepath.Join(root, ".lock-"+r.name), b.logf)
+	if err != nil {
+		return Image{}, err
+	}
+	defer unlock()
+	if fresh(img.Path, stamp, want) { // built by the caller we waited for
+		return img, nil
+	}
+	if err := build(ctx, b, r, root, img.Path); err != nil {
+		return Image{}, err
+	}
+	if err := os.WriteFile(stamp, []byte(want+"\n"), 0o644); err != nil {
+		return Image{}, fmt.Errorf("images: %s: %w", r.name, err)
+	}
+	return img, nil
 }
 
 func fresh(path, stamp, want string) bool {
