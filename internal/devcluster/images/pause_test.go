@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -210,7 +211,7 @@ type countingRegistry struct {
 
 func newCountingRegistry(t *testing.T) *countingRegistry {
 	c := &countingRegistry{}
-	reg := registry.New()
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/blobs/uploads/") {
 			c.uploads.Add(1)
