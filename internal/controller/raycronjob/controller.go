@@ -85,9 +85,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if !p.run.IsZero() {
 		// Decide a create on the object as stored: a cache that lags the last status write would repeat a run
 		// whose RayJob may already have finished and been deleted.
-		if err := r.reader.Get(ctx, req.NamespacedName, cj); err != nil {
+		stored := &rayv1.RayCronJob{}
+		if err := r.reader.Get(ctx, req.NamespacedName, stored); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
+		cj = stored
 		p = computePlan(cj, now, r.opts.Local)
 	}
 

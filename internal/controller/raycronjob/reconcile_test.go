@@ -13,6 +13,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 )
@@ -72,5 +73,38 @@ func TestReconcileRunNameAlreadyTaken(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A cache that has not seen the last status write still shows the previous run due. The RayJob of that run may be
+// gone already (finished and deleted by its own deletion settings); the controller must read the RayCronJob as
+// stored before creating, or it would run the job a second time.
+func TestReconcileStaleCacheDoesNotRepeatARun(t *testing.T) {
+	cj := cronJob("*/5 * * * *", "2024-01-01T00:00:10Z", lastRun("2024-01-01T00:05:00Z"))
+	r, cl, _ := fakeReconciler(t, at("2024-01-01T00:05:30Z"), cj)
+	r.client = interceptor.NewClient(cl.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if err := c.Get(ctx, key, obj, opts...); err != nil {
+				return err
+			}
+			if stale, ok := obj.(*rayv1.RayCronJob); ok {
+				stale.Status.LastScheduleTime = nil
+			}
+			return nil
+		},
+	})
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(cj)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := &rayv1.RayJobList{}
+	if err := cl.List(context.Background(), jobs); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) != 0 {
+		t.Errorf("created %s for a run already recorded", jobs.Items[0].Name)
+	}
+	if res.RequeueAfter != 4*time.Minute+30*time.Second {
+		t.Errorf("requeueAfter %v, want 4m30s (the 00:10 run)", res.RequeueAfter)
 	}
 }
