@@ -68,8 +68,8 @@ func compile(cj *rayv1.RayCronJob, now time.Time, local *time.Location) (schedul
 	return schedule{parsed, loc}, nil
 }
 
-// loadZone reads spec.timeZone as KubeRay does (time.LoadLocation), except that "Local" is the operator's zone as
-// this controller sees it (local) and "", which LoadLocation reads as UTC, is refused as KubeRay refuses it.
+// loadZone reads spec.timeZone as KubeRay does: time.LoadLocation, with "Local" the operator's zone (local, so tests
+// can set it) and "", which LoadLocation would read as UTC, refused.
 func loadZone(name string, local *time.Location) (*time.Location, error) {
 	switch name {
 	case "":
