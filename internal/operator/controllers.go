@@ -9,6 +9,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
+	"github.com/manta-dev/manta/internal/controller/raycronjob"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
 	"github.com/manta-dev/manta/internal/metawrite"
@@ -43,6 +44,9 @@ func init() {
 				ClusterDomain:           o.ClusterDomain,
 				MaxConcurrentReconciles: o.ReconcileConcurrency,
 			}).SetupWithManager(mgr)
+		},
+		func(mgr ctrl.Manager, o Options) error {
+			return raycronjob.NewReconciler(mgr, raycronjob.Options{MaxConcurrentReconciles: o.ReconcileConcurrency}).SetupWithManager(mgr)
 		},
 		func(mgr ctrl.Manager, o Options) error {
 			r, err := rayservice.NewReconciler(mgr, rayservice.Options{
