@@ -37,7 +37,7 @@ func TestMantaDev(t *testing.T) {
 		t.Fatalf("build manta: %v\n%s", err, out)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	cmd := exec.Command(bin, "dev", "--nodes", "2", "--kubeconfig", kubeconfig)
+	cmd := exec.Command(bin, "dev", "--nodes", "2", "--kubeconfig", kubeconfig, "--real-node=false")
 	cmd.Dir = root
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
