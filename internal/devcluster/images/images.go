@@ -55,7 +55,7 @@ func (r recipe) hash() string {
 
 // recipes is every image the dev cluster serves, in build order: pause first, since no pod runs without it.
 func recipes() []recipe {
-	return []recipe{pauseRecipe()}
+	return []recipe{pauseRecipe(), rayRecipe()}
 }
 
 // Ensure builds every image that is missing or whose inputs changed (stamped under <bin>/.stamps), and returns them all.
