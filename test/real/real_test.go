@@ -40,6 +40,10 @@ func TestRealNode(t *testing.T) {
 		run  func(*testing.T, context.Context, *env)
 	}{
 		{"pause pod on the real node", testPausePod},
+		{"cluster DNS and Services", testDNSAndServices},
+		{"RayJob sample succeeds", testRayJobSample},
+		{"RayCluster worker joins the head", testRayClusterWorkerJoins},
+		{"a killed run is swept by the next start", testKilledRunIsSwept},
 	}
 	for _, s := range steps {
 		start := time.Now()
@@ -85,12 +89,10 @@ func testPausePod(t *testing.T, ctx context.Context, e *env) {
 	e.deleteNamespace(t, ctx, ns)
 }
 
-// testStopLeavesNothing stops the cluster and looks for what the real node made: processes, mounts under the
-// cluster's directory, its network namespace, the root end of its link and routes, its cgroups, its resolv.conf.
+// testStopLeavesNothing stops the cluster and looks for what the real node made.
 func testStopLeavesNothing(t *testing.T, ctx context.Context, e *env) {
 	c := e.cluster
-	dir, netns, nodeIP := c.Dir(), c.NodeNetns(), c.NodeIP()
-	slot := strings.TrimPrefix(netns, "manta-node-")
+	dir, netns := c.Dir(), c.NodeNetns()
 	pids := c.PIDs()
 	e.stopOperator()
 	if err := c.Stop(); err != nil {
@@ -101,6 +103,24 @@ func testStopLeavesNothing(t *testing.T, ctx context.Context, e *env) {
 			t.Errorf("%s (pid %d) still runs", name, pid)
 		}
 	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cluster directory %s left (%v)", dir, err)
+	}
+	checkNodeGone(t, ctx, dir, strings.TrimPrefix(netns, "manta-node-"))
+}
+
+// checkNodeGone looks for what the real node of slot k, with its files under dir, made: processes naming dir
+// (containerd's shims, containers' processes), mounts under dir, its network namespace, the root end of its link
+// and routes, its cgroups, /etc/netns/<netns> and the slot's record.
+func checkNodeGone(t *testing.T, ctx context.Context, dir, slot string) {
+	t.Helper()
+	k, err := strconv.Atoi(slot)
+	if err != nil {
+		t.Fatalf("slot %q: %v", slot, err)
+	}
+	netns := "manta-node-" + slot
+	hostIP := fmt.Sprintf("198.18.254.%d", 4*k+1)
+	nodeIP := fmt.Sprintf("198.18.254.%d", 4*k+2)
 	entries, _ := os.ReadDir("/proc")
 	for _, d := range entries {
 		if _, err := strconv.Atoi(d.Name()); err != nil {
@@ -111,26 +131,24 @@ func testStopLeavesNothing(t *testing.T, ctx context.Context, e *env) {
 			t.Errorf("process %s still runs: %s", d.Name(), strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
 	}
+	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/manta-dev-" + slot)
+	if len(cgroups) > 0 {
+		t.Errorf("cgroups left: %v", cgroups)
+	}
 	mounts, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(string(mounts), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && (strings.HasPrefix(f[4], dir) || strings.Contains(f[4], "/netns/"+netns)) {
+		if f := strings.Fields(line); len(f) > 4 && (strings.HasPrefix(f[4], dir) || strings.HasSuffix(f[4], "/netns/"+netns)) {
 			t.Errorf("mount left: %s", line)
 		}
 	}
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("cluster directory %s left (%v)", dir, err)
+	for _, path := range []string{"/run/netns/" + netns, "/etc/netns/" + netns, "/run/manta-dev/node-" + slot + ".json"} {
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left (%v)", path, err)
+		}
 	}
-	if _, err := os.Stat("/run/netns/" + netns); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("network namespace %s left (%v)", netns, err)
-	}
-	if _, err := os.Stat("/etc/netns/" + netns); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("/etc/netns/%s left (%v)", netns, err)
-	}
-	node := netip.MustParseAddr(nodeIP)
-	hostIP := node.Prev().String()
 	out, err := exec.CommandContext(ctx, "ip", "-o", "addr", "show").CombinedOutput()
 	if err != nil {
 		t.Fatalf("ip addr: %v: %s", err, out)
@@ -144,12 +162,5 @@ func testStopLeavesNothing(t *testing.T, ctx context.Context, e *env) {
 	}
 	if strings.Contains(string(out), "via "+nodeIP+" ") {
 		t.Errorf("routes through the node are left:\n%s", out)
-	}
-	cgroups, _ := filepath.Glob("/sys/fs/cgroup/*/manta-dev-" + slot)
-	if len(cgroups) > 0 {
-		t.Errorf("cgroups left: %v", cgroups)
-	}
-	if _, err := os.Stat(fmt.Sprintf("/run/manta-dev/node-%s.json", slot)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the slot's record is left (%v)", err)
 	}
 }
