@@ -197,3 +197,25 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+func TestChooseRealNode(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := chooseRealNode("yes", &out); err == nil || !strings.Contains(err.Error(), "--real-node") {
+		t.Errorf(`--real-node=yes: %v, want an error naming the flag`, err)
+	}
+	if on, err := chooseRealNode("false", &out); on || err != nil || out.Len() != 0 {
+		t.Errorf("--real-node=false: %v %v %q, want off, silently", on, err, out.String())
+	}
+	bin, err := devcluster.DefaultBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	why := devcluster.RealNodeSupport(bin)
+	on, err := chooseRealNode("auto", &out)
+	switch {
+	case why == nil && (!on || err != nil):
+		t.Errorf("--real-node=auto on a machine that allows it: %v %v", on, err)
+	case why != nil && (on || err != nil || strings.Count(out.String(), "\n") != 1 || !strings.Contains(out.String(), why.Error())):
+		t.Errorf("--real-node=auto where %v: %v %v, printed %q; want off and one line saying why", why, on, err, out.String())
+	}
+}

@@ -20,7 +20,7 @@ import (
 //
 //	slot k: the link       198.18.254.4k/30 (.4k+1 on the root side, .4k+2 the node's address)
 //	        pods           198.18.k.0/24    (the node's bridge, inside its namespace)
-//	        Services       198.18.(128+32k).0/19 (the API server's --service-cluster-ip-range)
+//	        Services       198.18.(128+16k).0/20 (the API server's --service-cluster-ip-range)
 //
 // The root namespace gets only the link's address and two routes through it (pods and Services); the bridge, the
 // pods' veths and every rule kube-proxy writes are inside the node's namespace, so deleting it removes them.
@@ -52,7 +52,7 @@ func slotNet(k int) nodeNet {
 		hostIP:        netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 254, byte(4*k + 1)}), 30),
 		nodeIP:        netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, 254, byte(4*k + 2)}), 30),
 		podCIDR:       netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(k), 0}), 24),
-		serviceCIDR:   netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(128 + 32*k), 0}), 19),
+		serviceCIDR:   netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(128 + 16*k), 0}), 20),
 		cgroupParent:  "manta-dev-" + strconv.Itoa(k),
 		cniNetwork:    "manta-dev-" + strconv.Itoa(k),
 		resolvConfDir: "/etc/netns/manta-node-" + strconv.Itoa(k),

@@ -130,41 +130,43 @@ func cleanSlot(ctx context.Context, k int, logf func(string, ...any)) error {
 	if err != nil {
 		return fmt.Errorf("devcluster: real node record %s: %w", recPath, err)
 	}
-	logf("devcluster: cleaning what a stopped real node (slot %d, pid %d, %s) left", k, rec.PID, rec.Dir)
-	if err := cleanNode(ctx, slotNet(k), rec.Dir); err != nil {
+	took, err := cleanNode(ctx, slotNet(k), rec.Dir)
+	if err != nil {
 		return err
 	}
+	logf("devcluster: removed what a real node left when its process (pid %d) died: slot %d, %s (%s)", rec.PID, k, rec.Dir, took)
 	return os.Remove(recPath)
 }
 
 // cleanNode removes what a real node made, in the order that lets each step succeed: its containers' processes
 // (every process in its cgroups) and containerd's shims, then the mounts under dir, the network, the cgroups and
-// the files outside dir. The node's own daemons are stopped by then (or died with their parent).
-func cleanNode(ctx context.Context, n nodeNet, dir string) error {
+// the files outside dir. The node's own daemons are stopped by then (or died with their parent). It says how long each
+// step took.
+func cleanNode(ctx context.Context, n nodeNet, dir string) (took string, _ error) {
 	var errs []error
-	if err := killCgroupTree(ctx, n.cgroupParent); err != nil {
-		errs = append(errs, err)
+	var steps []string
+	for _, step := range []struct {
+		name string
+		do   func() error
+	}{
+		{"containers", func() error { return killCgroupTree(ctx, n.cgroupParent) }},
+		{"shims", func() error { return killShims(ctx, dir) }},
+		{"mounts", func() error { return unmountUnder(dir) }},
+		{"network", func() error { return n.tearDown(ctx) }},
+		{"cgroups", func() error { return removeCgroupTree(n.cgroupParent) }},
+		{"files", func() error {
+			err := errors.Join(os.RemoveAll(n.resolvConfDir), removeOutsideFiles(n, dir))
+			_ = os.Remove(filepath.Dir(n.resolvConfDir)) // /etc/netns, when no other namespace has files there
+			return err
+		}},
+	} {
+		start := time.Now()
+		if err := step.do(); err != nil {
+			errs = append(errs, err)
+		}
+		steps = append(steps, fmt.Sprintf("%s %s", step.name, time.Since(start).Round(time.Millisecond)))
 	}
-	if err := killShims(ctx, dir); err != nil {
-		errs = append(errs, err)
-	}
-	if err := unmountUnder(dir); err != nil {
-		errs = append(errs, err)
-	}
-	if err := n.tearDown(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if err := removeCgroupTree(n.cgroupParent); err != nil {
-		errs = append(errs, err)
-	}
-	if err := os.RemoveAll(n.resolvConfDir); err != nil {
-		errs = append(errs, err)
-	}
-	_ = os.Remove(filepath.Dir(n.resolvConfDir)) // /etc/netns, when no other namespace has files there
-	if err := removeOutsideFiles(n, dir); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
+	return strings.Join(steps, ", "), errors.Join(errs...)
 }
 
 // cgroupMounts returns the mount points of every cgroup hierarchy (v1 controllers and the unified one).

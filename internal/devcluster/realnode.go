@@ -401,9 +401,10 @@ func (c *Cluster) stopRealNode() error {
 		_ = rn.forwarder.Close()
 		rn.forwarding.Wait()
 	}
-	if err := cleanNode(ctx, rn.net, rn.paths.dir); err != nil {
+	if took, err := cleanNode(ctx, rn.net, rn.paths.dir); err != nil {
 		errs = append(errs, err)
 	} else {
+		c.opts.Logf("devcluster: removed the real node (%s)", took)
 		rn.slot.release()
 	}
 	c.node = nil

@@ -139,15 +139,21 @@ func smallResources(cpu string) corev1.ResourceRequirements {
 }
 
 // fitRayResources is the patch that makes a sample fit the real node's 2 CPUs beside the submitter pod (500m
-// requested): every Ray container requests 500m CPU and has no CPU limit, so Ray counts one CPU (--num-cpus rounds
-// the request up) and the kernel does not throttle the head's dozen processes while they start (with a limit of 1
-// on a busy machine, the dashboard's modules missed their 30 s start-up deadline and the head never got ready).
+// requested) on a machine that other work keeps busy:
+//   - every Ray container requests 500m CPU and has no CPU limit: Ray counts one CPU (--num-cpus rounds the request
+//     up) and the kernel does not throttle a head's dozen processes while they start;
+//   - the dashboard waits up to 10 minutes, not 30 s, for its modules' processes to start
+//     (RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT): each imports Ray for about 1.3 s of CPU, and with the
+//     machine's load at 15-20 on 2 cores, nine of them at once missed the 30 s, the dashboard exited and the head
+//     never passed its readiness probe (GCS health on :8265).
+//
 // Memory stays as the sample asks.
 func fitRayResources(spec *rayv1.RayClusterSpec) {
 	patch := func(cs []corev1.Container) {
 		for i := range cs {
 			cs[i].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("500m")
 			delete(cs[i].Resources.Limits, corev1.ResourceCPU)
+			cs[i].Env = append(cs[i].Env, corev1.EnvVar{Name: "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", Value: "600"})
 		}
 	}
 	patch(spec.HeadGroupSpec.Template.Spec.Containers)
