@@ -263,19 +263,32 @@ func nodeEnv(binDir string) []string {
 	return env
 }
 
-// makeCgroupParent creates the kubelet's cgroupRoot in every hierarchy, as the kubelet requires it to exist.
+// makeCgroupParent creates the kubelet's cgroupRoot in every hierarchy, as the kubelet requires it to exist, and
+// weighs it as nodeCPUShares.
 func makeCgroupParent(parent string) error {
 	roots, err := cgroupMounts()
 	if err != nil {
 		return err
 	}
 	for _, r := range roots {
-		if err := os.MkdirAll(filepath.Join(r, parent), 0o755); err != nil {
-			return fmt.Errorf("devcluster: cgroup %s: %w", filepath.Join(r, parent), err)
+		dir := filepath.Join(r, parent)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("devcluster: cgroup %s: %w", dir, err)
+		}
+		if exists(filepath.Join(dir, "cpu.shares")) {
+			if err := writeFile(filepath.Join(dir, "cpu.shares"), strconv.Itoa(nodeCPUShares)); err != nil {
+				return fmt.Errorf("devcluster: cgroup %s: cpu.shares: %w", dir, err)
+			}
 		}
 	}
 	return nil
 }
+
+// nodeCPUShares is the CPU weight of all the node's pods together against the machine's other processes. On this
+// machine those run at the top of the cgroup tree, where each busy process weighs 1024 like a whole cgroup: at the
+// default weight, with twenty build and test processes running, every pod together got a twentieth of the CPU and
+// a Ray head's dashboard could not start its modules in its 30 s. 8192 weighs the pods as eight busy processes.
+const nodeCPUShares = 8192
 
 // startForwarder lets the node's namespace reach the API server, which listens on 127.0.0.1 only: a TCP forwarder
 // on the node's address and the API server's port, where the API server advertises itself (the kubernetes

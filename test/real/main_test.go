@@ -132,6 +132,12 @@ func (e *env) namespace(t *testing.T, ctx context.Context, name string) string {
 // deleteNamespace deletes ns and waits until its pods are gone, so the next step has the node's CPUs.
 func (e *env) deleteNamespace(t *testing.T, ctx context.Context, ns string) {
 	t.Helper()
+	// A container's PID 1 that installs no SIGTERM handler (bash, python's http.server) ignores it: one second of
+	// grace instead of 30 keeps the suite short.
+	grace := int64(1)
+	if err := e.cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &grace}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.cs.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
