@@ -81,7 +81,6 @@ type realNode struct {
 	registry   *http.Server
 	forwarder  net.Listener
 	forwarding sync.WaitGroup
-	resolvConf string
 }
 
 type imagesResult struct {

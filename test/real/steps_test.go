@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -254,10 +255,31 @@ func testRayClusterWorkerJoins(t *testing.T, ctx context.Context, e *env) {
 		if err != nil {
 			return false, fmt.Sprintf("%v: %s", err, out)
 		}
-		return strings.Count(out, " node_") == 2, out
+		return rayStatusNodes(out) == 2, out
 	})
 	t.Logf("ray status in the head:\n%s", status)
 	e.deleteNamespace(t, ctx, ns)
+}
+
+// rayStatusNodes counts the nodes `ray status` lists as active or idle: lines such as " 1 headgroup" (Ray 2.52
+// groups them by node type) under "Active:" and "Idle:".
+func rayStatusNodes(out string) int {
+	n, counting := 0, false
+	for _, line := range strings.Split(out, "\n") {
+		switch strings.TrimSpace(line) {
+		case "Active:", "Idle:":
+			counting = true
+			continue
+		case "Pending:", "Recent failures:":
+			counting = false
+		}
+		if f := strings.Fields(line); counting && len(f) == 2 {
+			if c, err := strconv.Atoi(f[0]); err == nil {
+				n += c
+			}
+		}
+	}
+	return n
 }
 
 func ptrTo[T any](v T) *T { return &v }
@@ -273,4 +295,14 @@ func (e *env) nsReport(ctx context.Context, ns string) string {
 		parts = append(parts, p.Name+": "+e.podReport(ctx, ns, p.Name))
 	}
 	return "pods: " + strings.Join(parts, " | ")
+}
+
+func TestRayStatusNodes(t *testing.T) {
+	out := "Node status\n---\nActive:\n (no active nodes)\nIdle:\n 1 headgroup\n 1 workers\nPending:\n (no pending nodes)\nRecent failures:\n (no failures)\n"
+	if got := rayStatusNodes(out); got != 2 {
+		t.Errorf("rayStatusNodes = %d, want 2", got)
+	}
+	if got := rayStatusNodes("Active:\n 1 node_abc\nPending:\n 3 workers\n"); got != 1 {
+		t.Errorf("rayStatusNodes counts pending nodes: %d, want 1", got)
+	}
 }
