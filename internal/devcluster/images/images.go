@@ -43,6 +43,13 @@ const recipeVersion = "1"
 type builder struct {
 	binDir string
 	logf   func(format string, args ...any)
+	start  time.Time // of the image being built
+}
+
+// progress logs a step of the image being built with the time since its build started, so a slow build shows
+// where its time goes.
+func (b *builder) progress(format string, args ...any) {
+	b.logf("images: %s: "+format, append([]any{time.Since(b.start).Round(time.Second)}, args...)...)
 }
 
 func (r recipe) hash() string {
@@ -55,7 +62,7 @@ func (r recipe) hash() string {
 
 // recipes is every image the dev cluster serves, in build order: pause first, since no pod runs without it.
 func recipes() []recipe {
-	return []recipe{pauseRecipe(), rayRecipe()}
+	return []recipe{pauseRecipe(), rayRecipe(), redisRecipe()}
 }
 
 // Ensure builds every image that is missing or whose inputs changed (stamped under <bin>/.stamps), and returns them all.
@@ -95,32 +102,44 @@ func ensure(ctx context.Context, binDir string, logf func(format string, args ..
 			return nil, fmt.Errorf("images: %w", err)
 		}
 	}
-	// Test binaries of several packages and `manta dev` may call Ensure at once; one builds, the others wait.
-	unlock, err := lockFile(ctx, filepath.Join(root, ".lock"), logf)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-
 	b := &builder{binDir: binDir, logf: logf}
 	var out []Image
 	for _, r := range rs {
-		path := filepath.Join(root, r.name)
-		stamp := filepath.Join(stamps, "image-"+r.name)
-		want := r.hash()
-		if fresh(path, stamp, want) {
-			out = append(out, Image{Ref: r.ref, Path: path})
-			continue
-		}
-		if err := build(ctx, b, r, root, path); err != nil {
+		img, err := ensureOne(ctx, b, r, root, stamps)
+		if err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(stamp, []byte(want+"\n"), 0o644); err != nil {
-			return nil, fmt.Errorf("images: %s: %w", r.name, err)
-		}
-		out = append(out, Image{Ref: r.ref, Path: path})
+		out = append(out, img)
 	}
 	return out, nil
+}
+
+// ensureOne builds r unless its stamp matches. Test binaries of several packages and `manta dev` may call Ensure at
+// once: one builds each image, the others wait for that image only (so the pause image is not held up by a Ray
+// build), and since every caller goes through the recipes in the same order no two debootstraps share the
+// package cache at once.
+func ensureOne(ctx context.Context, b *builder, r recipe, root, stamps string) (Image, error) {
+	img := Image{Ref: r.ref, Path: filepath.Join(root, r.name)}
+	stamp := filepath.Join(stamps, "image-"+r.name)
+	want := r.hash()
+	if fresh(img.Path, stamp, want) {
+		return img, nil
+	}
+	unlock, err := lockFile(ctx, filepath.Join(root, ".lock-"+r.name), b.logf)
+	if err != nil {
+		return Image{}, err
+	}
+	defer unlock()
+	if fresh(img.Path, stamp, want) { // built by the caller we waited for
+		return img, nil
+	}
+	if err := build(ctx, b, r, root, img.Path); err != nil {
+		return Image{}, err
+	}
+	if err := os.WriteFile(stamp, []byte(want+"\n"), 0o644); err != nil {
+		return Image{}, fmt.Errorf("images: %s: %w", r.name, err)
+	}
+	return img, nil
 }
 
 func fresh(path, stamp, want string) bool {
@@ -136,6 +155,7 @@ func fresh(path, stamp, want string) bool {
 // that a later Ensure would take for a finished one.
 func build(ctx context.Context, b *builder, r recipe, root, path string) error {
 	start := time.Now()
+	b.start = start
 	b.logf("images: building %s (%s)", r.ref, r.name)
 	work := filepath.Join(root, ".work-"+r.name)
 	tmp := filepath.Join(root, ".new-"+r.name)
@@ -156,10 +176,18 @@ func build(ctx context.Context, b *builder, r recipe, root, path string) error {
 		_ = os.RemoveAll(tmp)
 		return fmt.Errorf("images: building %s: %w", r.ref, err)
 	}
-	if err := os.RemoveAll(path); err != nil {
+	// Two renames, so a reader of the old layout sees it or the new one, each whole, but for an instant neither.
+	old := filepath.Join(root, ".old-"+r.name)
+	if err := os.RemoveAll(old); err != nil {
+		return fmt.Errorf("images: %s: %w", r.name, err)
+	}
+	if err := os.Rename(path, old); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("images: %s: %w", r.name, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("images: %s: %w", r.name, err)
+	}
+	if err := os.RemoveAll(old); err != nil {
 		return fmt.Errorf("images: %s: %w", r.name, err)
 	}
 	b.logf("images: built %s in %s", r.ref, time.Since(start).Round(time.Second))

@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// layerFile is a gzip-compressed layer tarball written once, so the layout and every push reuse the same bytes
+// layerFromFile opens a gzip-compressed layer tarball written once, so the layout and every push reuse the same bytes
 // instead of compressing again.
 func layerFromFile(path string) (v1.Layer, error) {
 	l, err := tarball.LayerFromFile(path, tarball.WithMediaType(types.OCILayer))

@@ -28,7 +28,7 @@ func pauseRecipe() recipe {
 		name: "pause",
 		ref:  PauseRef,
 		// The Go toolchain's version is an input: a new compiler gives a new binary.
-		inputs: []string{pauseSource, pauseGoMod, runtime.GOARCH, goVersion()},
+		inputs: []string{pauseSource, pauseGoMod, runtime.GOARCH, goVersion(), configString(pauseConfig)},
 		build:  buildPause,
 	}
 }
@@ -71,9 +71,11 @@ func buildPause(ctx context.Context, b *builder, out, work string) error {
 	if err := filesLayer(lf, []fileEntry{{name: "pause", mode: 0o755, data: data}}); err != nil {
 		return err
 	}
-	return writeLayout(out, PauseRef, v1.Config{
-		Entrypoint: []string{"/pause"},
-		// The upstream image runs as nobody; a sandbox needs no privilege.
-		User: "65535:65535",
-	}, lf)
+	return writeLayout(out, PauseRef, pauseConfig, lf)
+}
+
+var pauseConfig = v1.Config{
+	Entrypoint: []string{"/pause"},
+	// The upstream image runs as nobody; a sandbox needs no privilege.
+	User: "65535:65535",
 }

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -110,8 +112,8 @@ func TestPauseImage(t *testing.T) {
 		t.Fatalf("layer has no executable /pause: %+v", h)
 	}
 
-	// The binary in the layer is the program the entrypoint names: run it, signal it, and see it reap a child
-	// and exit 0 on SIGTERM as a sandbox must.
+	// The binary in the layer is the program the entrypoint names: run it and see it exit 0 on SIGTERM, as a
+	// sandbox must (TestPauseReapsOrphans checks the reaping).
 	bin := filepath.Join(t.TempDir(), "pause")
 	if err := os.WriteFile(bin, data["pause"], 0o755); err != nil {
 		t.Fatal(err)
@@ -209,7 +211,7 @@ type countingRegistry struct {
 
 func newCountingRegistry(t *testing.T) *countingRegistry {
 	c := &countingRegistry{}
-	reg := registry.New()
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/blobs/uploads/") {
 			c.uploads.Add(1)
@@ -279,4 +281,84 @@ func TestPushNamesTheRegistry(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `"pause"`) {
 		t.Fatalf("push of an untagged reference: %v, want an error naming it", err)
 	}
+}
+
+// TestPauseReapsOrphans runs the packed pause binary as PID 1 of a new PID namespace, as a pod sandbox with a
+// shared process namespace does, leaves an orphan in that namespace, kills it, and waits for pause to reap it:
+// a pause that does not reap keeps the zombie as its child and the test runs into its deadline.
+func TestPauseReapsOrphans(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	img, err := EnsurePause(ctx, repoBin(t), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := readLayout(img.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, data := layerFiles(t, v, 64<<20)
+	bin := filepath.Join(t.TempDir(), "pause")
+	if err := os.WriteFile(bin, data["pause"], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+
+	// nsenter waits for sh, so when it returns sh has exited and its background sleep is pause's child.
+	out, err := exec.CommandContext(ctx, "nsenter", "--target", strconv.Itoa(pid), "--pid", "--",
+		"sh", "-c", "sleep 600 >/dev/null 2>&1 &").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nsenter: %v: %s", err, out)
+	}
+	kids := childrenOf(t, pid)
+	if len(kids) != 1 {
+		t.Fatalf("pause has children %v, want the orphaned sleep", kids)
+	}
+	if err := syscall.Kill(kids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for len(childrenOf(t, pid)) > 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pause did not reap its killed child %d", kids[0])
+		case <-tick.C:
+		}
+	}
+}
+
+// childrenOf lists the processes whose parent is pid, zombies included.
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// Fields after the command's closing parenthesis: state, ppid, ...
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+		f := strings.Fields(rest)
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, p)
+		}
+	}
+	return kids
 }

@@ -2,6 +2,8 @@ package images
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 
@@ -69,11 +71,11 @@ func buildRay(ctx context.Context, b *builder, out, work string) error {
 		return err
 	}
 	base := filepath.Join(work, "base.tar.gz")
-	b.logf("images: packing the Debian base layer of %s", RayRef)
+	b.progress("packing the Debian base layer of %s", RayRef)
 	if err := dirLayer(rootfs, base, baseKeep); err != nil {
 		return err
 	}
-	b.logf("images: installing %s in a venv at %s", strings.Join(rayPipPackages, " "), rayVenv)
+	b.progress("installing %s in a venv at %s", strings.Join(rayPipPackages, " "), rayVenv)
 	err := withBuildFiles(rootfs, func() error {
 		return withMounts(rootfs, func() error { return b.chroot(ctx, rootfs, env, rayVenvScript) })
 	})
@@ -81,7 +83,7 @@ func buildRay(ctx context.Context, b *builder, out, work string) error {
 		return err
 	}
 	venv := filepath.Join(work, "ray.tar.gz")
-	b.logf("images: packing the Ray layer of %s", RayRef)
+	b.progress("packing the Ray layer of %s", RayRef)
 	rel := strings.TrimPrefix(rayVenv, "/")
 	if err := dirLayer(rootfs, venv, func(p string) bool {
 		return hasPrefixPath(p, rel) || strings.HasPrefix(rel, p+"/")
@@ -100,8 +102,11 @@ func shellQuote(words []string) string {
 	return strings.Join(q, " ")
 }
 
-// configString is the part of an image config that is a recipe input.
+// configString is an image config as a recipe input.
 func configString(c v1.Config) string {
-	return strings.Join([]string{c.User, c.WorkingDir, strings.Join(c.Env, "\x00"), strings.Join(c.Entrypoint, "\x00"),
-		strings.Join(c.Cmd, "\x00")}, "\x01")
+	b, err := json.Marshal(c)
+	if err != nil {
+		panic(fmt.Sprintf("image config %+v: %v", c, err))
+	}
+	return string(b)
 }

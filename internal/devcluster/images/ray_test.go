@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/crane"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 )
@@ -74,10 +75,6 @@ func TestRayImage(t *testing.T) {
 	}
 	if len(layers) != 2 {
 		t.Errorf("%d layers, want 2 (Debian base, Ray venv)", len(layers))
-	}
-	for i, l := range layers {
-		size, _ := l.Size()
-		t.Logf("layer %d: %d MB compressed", i, size>>20)
 	}
 
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
@@ -143,15 +140,23 @@ func unpack(t *testing.T, img v1.Image, dir string) map[string]*tar.Header {
 		t.Fatal(err)
 	}
 	hdrs := map[string]*tar.Header{}
-	for _, l := range layers {
+	for i, l := range layers {
 		rc, err := l.Uncompressed()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := untar(rc, dir, hdrs); err != nil {
+		layerHdrs := map[string]*tar.Header{}
+		if err := untar(rc, dir, layerHdrs); err != nil {
 			t.Fatal(err)
 		}
 		rc.Close()
+		var size int64
+		for p, h := range layerHdrs {
+			hdrs[p] = h
+			size += h.Size
+		}
+		compressed, _ := l.Size()
+		t.Logf("layer %d: %d files, %d MB unpacked, %d MB compressed", i, len(layerHdrs), size>>20, compressed>>20)
 	}
 	return hdrs
 }
@@ -242,4 +247,45 @@ func fileMode(h *tar.Header) os.FileMode {
 		m |= os.ModeSticky
 	}
 	return m
+}
+
+// TestPushRayAndRedis pushes the rootfs images to a registry on loopback and pulls back the digests pods will get.
+func TestPushRayAndRedis(t *testing.T) {
+	ctx := testContext(t, 40*time.Minute)
+	imgs, err := Ensure(ctx, repoBin(t), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := newCountingRegistry(t)
+	for _, tc := range []struct{ ref, pushed string }{
+		{"docker.io/rayproject/ray:2.52.0", "rayproject/ray:2.52.0"},
+		{"docker.io/library/redis:7.4.0", "library/redis:7.4.0"},
+	} {
+		img := find(t, imgs, tc.ref)
+		if err := Push(ctx, img, reg.host, nil); err != nil {
+			t.Fatal(err)
+		}
+		local, err := readLayout(img.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := local.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := crane.Digest(reg.host+"/"+tc.pushed, crane.Insecure, crane.WithContext(ctx))
+		if err != nil {
+			t.Fatalf("%s at the registry: %v", tc.pushed, err)
+		}
+		if got != want.String() {
+			t.Fatalf("%s at the registry is %s, pushed %s", tc.pushed, got, want)
+		}
+	}
+	before := reg.uploads.Load()
+	if err := Push(ctx, find(t, imgs, "docker.io/rayproject/ray:2.52.0"), reg.host, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := reg.uploads.Load() - before; n != 0 {
+		t.Fatalf("pushing the Ray image again started %d blob uploads, want none", n)
+	}
 }

@@ -113,7 +113,7 @@ func (b *builder) ensureDebootstrap(ctx context.Context) error {
 	if _, err := exec.LookPath("debootstrap"); err == nil {
 		return nil
 	}
-	b.logf("images: installing debootstrap with apt-get")
+	b.progress("installing debootstrap with apt-get")
 	install := func() error { return b.run(ctx, "apt-get", "install", "-y", "--no-install-recommends", "debootstrap") }
 	if err := install(); err != nil {
 		// A machine whose package lists were cleaned knows no package until it updates them.
@@ -141,7 +141,7 @@ func (b *builder) debootstrap(ctx context.Context, dir string, include []string)
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return err
 	}
-	b.logf("images: debootstrap %s from %s", debianSuite, mirror)
+	b.progress("debootstrap %s from %s", debianSuite, mirror)
 	err = b.run(ctx, "debootstrap", "--variant=minbase", "--include="+strings.Join(include, ","),
 		"--cache-dir="+cache, debianSuite, dir, mirror)
 	// debootstrap mounts proc and sys in the target for its second stage and may leave them on failure.
