@@ -55,6 +55,13 @@ func startEnv(t *testing.T, ctx context.Context) *env {
 		t.Fatalf("start the dev cluster with a real node: %v", err)
 	}
 	e := &env{cluster: c, kubectl: filepath.Join(binDir, "kubectl")}
+	// Stop is idempotent: the suite's last step stops the cluster itself and checks what is left.
+	t.Cleanup(func() {
+		e.stopOperator()
+		if err := c.Stop(); err != nil {
+			t.Errorf("stop the dev cluster: %v", err)
+		}
+	})
 	t.Logf("dev cluster with a real node up in %s", time.Since(start).Round(time.Millisecond))
 	e.cs = kubernetes.NewForConfigOrDie(c.RESTConfig())
 	scheme, err := testutil.Scheme()

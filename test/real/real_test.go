@@ -27,13 +27,6 @@ func TestRealNode(t *testing.T) {
 	defer cancel()
 	suiteStart := time.Now()
 	e := startEnv(t, ctx)
-	stopped := false
-	defer func() {
-		if !stopped {
-			e.stopOperator()
-			_ = e.cluster.Stop()
-		}
-	}()
 
 	steps := []struct {
 		name string
@@ -51,10 +44,7 @@ func TestRealNode(t *testing.T) {
 		t.Logf("step %q took %s", s.name, time.Since(start).Round(time.Second))
 	}
 
-	t.Run("stop leaves the machine clean", func(t *testing.T) {
-		stopped = true
-		testStopLeavesNothing(t, ctx, e)
-	})
+	t.Run("stop leaves the machine clean", func(t *testing.T) { testStopLeavesNothing(t, ctx, e) })
 	t.Logf("real-node suite took %s", time.Since(suiteStart).Round(time.Second))
 }
 
