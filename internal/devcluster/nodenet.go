@@ -3,6 +3,7 @@ package devcluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -120,24 +121,41 @@ func ip(ctx context.Context, args ...string) error {
 	return nil
 }
 
-// inNetns runs f on an OS thread moved into the network namespace at path. The thread is never handed back to
-// the Go scheduler (it ends with the goroutine), so no other goroutine runs there; sockets f opens stay in the
-// namespace after it returns.
+// inNetns runs f on an OS thread moved into the network namespace at path, and moves the thread back before
+// handing it back to the Go scheduler; sockets f opens stay in the namespace. The thread must not end instead: the
+// components were started with Pdeathsig, which the kernel sends when the thread that forked them ends, and any
+// thread of this process may have forked one.
 func inNetns(path string, f func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
+		own, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			done <- fmt.Errorf("open this thread's network namespace: %w", err)
+			return
+		}
+		defer unix.Close(own)
 		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
+			runtime.UnlockOSThread()
 			done <- fmt.Errorf("open network namespace %s: %w", path, err)
 			return
 		}
 		defer unix.Close(fd)
 		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			done <- fmt.Errorf("enter network namespace %s: %w", path, err)
 			return
 		}
-		done <- f()
+		err = f()
+		if berr := unix.Setns(own, unix.CLONE_NEWNET); berr != nil {
+			// Stuck in the node's namespace: the thread ends with this goroutine (locked), whatever that costs.
+			done <- errors.Join(err, fmt.Errorf("leave network namespace %s: %w", path, berr))
+			return
+		}
+		runtime.UnlockOSThread()
+		done <- err
 	}()
 	return <-done
 }
