@@ -27,10 +27,11 @@ echo "make tools: installing the Debian packages ${missing[*]} (apt-get)" >&2
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 install() {
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" >>"$log" 2>&1
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 "${missing[@]}" >>"$log" 2>&1
 }
-# The package lists may be missing or stale (a fresh image): refresh them once, only when an install fails.
-if ! install && ! { apt-get update -q >>"$log" 2>&1 && install; }; then
+# Waits for another apt-get holding the lock. The package lists may be missing or stale (a fresh image): refresh
+# them once, only when an install fails.
+if ! install && ! { apt-get update -q -o DPkg::Lock::Timeout=300 >>"$log" 2>&1 && install; }; then
 	cat "$log" >&2
 	echo "make tools: apt-get could not install ${missing[*]} (its output is above)" >&2
 	exit 1

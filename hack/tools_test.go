@@ -411,7 +411,7 @@ echo "Setting up packages"
 func TestNodePackages(t *testing.T) {
 	all := []string{"iptables", "nftables", "conntrack", "debootstrap", "libseccomp-dev"}
 	some := []string{"iptables", "nftables", "libseccomp-dev"}
-	const install = "apt-get install -y -q --no-install-recommends conntrack debootstrap"
+	const install = "apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 conntrack debootstrap"
 
 	for _, uid := range []int{0, 1000} {
 		stderr, apt, err := runNodePackages(t, all, uid, false)
@@ -435,7 +435,7 @@ func TestNodePackages(t *testing.T) {
 	if err != nil {
 		t.Errorf("root, stale package lists: %v\n%s", err, stderr)
 	}
-	if want := []string{install, "apt-get update -q", install}; !slices.Equal(apt, want) {
+	if want := []string{install, "apt-get update -q -o DPkg::Lock::Timeout=300", install}; !slices.Equal(apt, want) {
 		t.Errorf("root, stale package lists: apt-get calls %q, want %q", apt, want)
 	}
 
