@@ -2,6 +2,8 @@ package hack
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,5 +99,108 @@ func TestNodeBinariesAnswer(t *testing.T) {
 		if !plugins[p] {
 			t.Errorf("bin/coredns lacks the %s plugin", p)
 		}
+	}
+}
+
+// TestOperationsDocNamesThePinnedVersions: docs/operations.md's table of what `make tools` builds names the
+// versions the modules pin.
+func TestOperationsDocNamesThePinnedVersions(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, mod := range map[string]string{
+		"k8s":             "k8s.io/kubernetes",
+		"node/containerd": "github.com/containerd/containerd/v2",
+		"node/runc":       "github.com/opencontainers/runc",
+		"node/cni":        "github.com/containernetworking/plugins",
+		"node/coredns":    "github.com/coredns/coredns",
+	} {
+		if want := fmt.Sprintf("`hack/tools/%s` (%s) | %s |", dir, mod, pinned(t, dir, mod)); !strings.Contains(string(doc), want) {
+			t.Errorf("docs/operations.md does not say %q", want)
+		}
+	}
+}
+
+// TestRuncAppliesSeccomp runs a container with bin/runc whose seccomp filter refuses mkdir: the process inside sees
+// EPERM, so the seccomp runc was built with works on this machine (RuntimeDefault profiles rely on it).
+func TestRuncAppliesSeccomp(t *testing.T) {
+	dir := t.TempDir()
+	rootfs := filepath.Join(dir, "bundle", "rootfs")
+	src := filepath.Join(dir, "src")
+	for _, d := range []string{rootfs, src} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		"go.mod": "module probe\n\ngo 1.26\n",
+		"main.go": `package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() { fmt.Println("mkdir:", os.Mkdir("/made", 0o755)) }
+`,
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	build := exec.Command("go", "build", "-o", filepath.Join(rootfs, "probe"), ".")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the probe: %v\n%s", err, out)
+	}
+
+	runc, err := filepath.Abs(filepath.Join("..", "bin", "runc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(dir, "bundle")
+	spec := exec.Command(runc, "spec")
+	spec.Dir = bundle
+	if out, err := spec.CombinedOutput(); err != nil {
+		t.Fatalf("runc spec: %v\n%s", err, out)
+	}
+	var config map[string]any
+	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &config); err != nil {
+		t.Fatal(err)
+	}
+	process := config["process"].(map[string]any)
+	process["args"] = []string{"/probe"}
+	process["terminal"] = false
+	config["root"].(map[string]any)["readonly"] = false
+	config["linux"].(map[string]any)["seccomp"] = map[string]any{
+		"defaultAction": "SCMP_ACT_ALLOW",
+		"architectures": []string{"SCMP_ARCH_X86_64"},
+		"syscalls":      []map[string]any{{"names": []string{"mkdir", "mkdirat"}, "action": "SCMP_ACT_ERRNO", "errnoRet": 1}},
+	}
+	if b, err = json.Marshal(config); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// runc run waits for the container and deletes it (and its cgroups) when the process exits.
+	run := exec.CommandContext(ctx, runc, "--root", filepath.Join(dir, "state"), "run", fmt.Sprintf("manta-seccomp-probe-%d", os.Getpid()))
+	run.Dir = bundle
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("runc run: %v\n%s", err, out)
+	}
+	if got, want := strings.TrimSpace(string(out)), "mkdir: mkdir /made: operation not permitted"; got != want {
+		t.Errorf("inside the container: %q, want %q (the seccomp filter refusing mkdir)", got, want)
 	}
 }
