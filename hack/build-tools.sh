@@ -3,8 +3,8 @@
 # into bin/ from the one Go module pinned under hack/tools/k8s. One module and one `go build` on purpose: the tools
 # share most of their dependencies (client-go, apimachinery, the API types), and built together each shared package
 # is compiled once; as separate modules with their own versions, kwok, helm and controller-gen each compiled their
-# own copy. Rebuilt only when the
-# module's go.mod/go.sum (or this script) change: a stamp under bin/.stamps records the hash of what was built last.
+# own copy. Rebuilt only when the module's go.mod/go.sum (or this script) change: a stamp under bin/.stamps records
+# the hash of what was built last.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin="$root/bin"

@@ -4,10 +4,10 @@
 # out of date:
 #   hack/tools/k8s              the control plane, kubectl, the kubelet, kube-proxy, kwok, controller-gen and helm
 #                               (build-tools.sh: one module, one build): about 10 minutes on 2 cores
-#   hack/tools/node/containerd  containerd, containerd-shim-runc-v2, ctr: about 4 minutes on 2 cores
-#   hack/tools/node/runc        runc: about 1 minute on 2 cores
+#   hack/tools/node/containerd  containerd, containerd-shim-runc-v2, ctr: about 2 minutes on 2 cores
+#   hack/tools/node/runc        runc: about half a minute on 2 cores
 #   hack/tools/node/cni         the CNI plugins bridge, host-local, loopback, portmap: about 1 minute on 2 cores
-#   hack/tools/node/coredns     CoreDNS: about 5 minutes on 2 cores
+#   hack/tools/node/coredns     CoreDNS: about 4 minutes on 2 cores
 # (cold: an empty Go build cache). For each build it says what it builds, downloads the module's dependencies first,
 # so Go's download lines do not stand for progress, reports every 30 seconds how many of the binaries are built and
 # how long it has been (MANTA_TOOLS_PROGRESS_SECONDS changes the period; hack/tools_test.go uses it), and says how
