@@ -13,7 +13,7 @@ GO_TEST_FLAGS ?= -timeout 75m -count=1
 all: build
 
 .PHONY: tools
-tools: ## Build the control-plane binaries, generators, helm, staticcheck and the KubeRay oracle into bin/ (no-op when up to date).
+tools: ## Build the control plane, the real node (kubelet, kube-proxy, containerd, runc, CNI plugins, CoreDNS; installs the Debian packages it needs), generators, helm, staticcheck and the KubeRay oracle into bin/ (no-op when up to date).
 	@hack/tools.sh
 	@hack/build-kuberay.sh
 
