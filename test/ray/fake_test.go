@@ -40,5 +40,5 @@ func TestFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	opt := ray.WithTimeout(defaultCallTimeout)
-	runConformance(t, suite{name: "fake", dashboard: ray.NewDashboardClient(dash, opt), serve: ray.NewServeProxyClient(serve, opt)})
+	runConformance(t, suite{name: "fake", dashboard: ray.NewDashboardClient(dash, opt), serve: ray.NewServeProxyClient(serve, opt), agent: srv.Agent.URL})
 }

@@ -34,6 +34,8 @@ type Options struct {
 	Resources map[string]float64
 	// Run runs each job; nil means Scripted(time.Second).
 	Run RunFunc
+	// PendingFor keeps each job PENDING at least this long after its submission (a runtime environment set up).
+	PendingFor time.Duration
 	// ServeDeploying is how long an application stays DEPLOYING after a PUT before it is RUNNING.
 	ServeDeploying time.Duration
 	// RouteReply answers a request to an application's route on the Serve proxy; nil answers 200 "<app name>".
@@ -50,10 +52,11 @@ type Head struct {
 	nextJob int
 	used    map[string]float64
 	serve   *serveState
-	// submissions counts accepted submissions, refused the repeated submission IDs.
-	submissions, refused int
-	closed               bool
-	wg                   sync.WaitGroup
+	// submissions counts accepted submissions, refused the repeated submission IDs, notFound the requests for a
+	// job the head does not hold, deploys the Serve PUTs.
+	submissions, refused, notFound, deploys int
+	closed                                  bool
+	wg                                      sync.WaitGroup
 }
 
 type job struct {
@@ -62,9 +65,10 @@ type job struct {
 	logs   bytes.Buffer
 	cancel context.CancelFunc
 	// stopping: a stop was asked while the job was PENDING or RUNNING.
-	stopping bool
-	started  bool
-	done     chan struct{}
+	stopping  bool
+	started   bool
+	submitted time.Time
+	done      chan struct{}
 }
 
 type serveState struct {
@@ -129,6 +133,20 @@ func (h *Head) Submissions() (accepted, refused int) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.submissions, h.refused
+}
+
+// NotFound returns how many requests named a job the head does not hold.
+func (h *Head) NotFound() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.notFound
+}
+
+// ServeDeploys returns how many Serve configs were PUT.
+func (h *Head) ServeDeploys() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deploys
 }
 
 // ServeConfig returns the last Serve config deployed (the request body), nil when none is.
@@ -277,6 +295,9 @@ func (h *Head) serveJobs(w http.ResponseWriter, r *http.Request) {
 	}
 	h.mu.Lock()
 	j := h.jobs[id]
+	if j == nil {
+		h.notFound++
+	}
 	h.mu.Unlock()
 	if j == nil {
 		text(w, http.StatusNotFound, fmt.Sprintf("Job %s does not exist", id))
@@ -335,7 +356,7 @@ func (h *Head) submit(req ray.JobSubmitRequest) (int, any) {
 		return http.StatusInternalServerError, fmt.Sprintf("ValueError: Job with submission_id %s already exists. Please use a different submission_id.", req.SubmissionID)
 	}
 	h.submissions++
-	j := &job{req: req, done: make(chan struct{}), info: ray.JobInfo{
+	j := &job{req: req, submitted: time.Now(), done: make(chan struct{}), info: ray.JobInfo{
 		Type: "SUBMISSION", SubmissionID: req.SubmissionID, Status: ray.JobStatusPending, Entrypoint: req.Entrypoint,
 		Metadata: req.Metadata, RuntimeEnv: req.RuntimeEnv, StartTime: time.Now().UnixMilli(),
 		EntrypointNumCPUs: req.EntrypointNumCPUs, EntrypointNumGPUs: req.EntrypointNumGPUs,
@@ -348,6 +369,15 @@ func (h *Head) submit(req ray.JobSubmitRequest) (int, any) {
 	h.jobs[req.SubmissionID] = j
 	h.order = append(h.order, req.SubmissionID)
 	h.schedule()
+	if h.opts.PendingFor > 0 {
+		time.AfterFunc(h.opts.PendingFor, func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if !h.closed {
+				h.schedule()
+			}
+		})
+	}
 	return http.StatusOK, map[string]string{"job_id": req.SubmissionID, "submission_id": req.SubmissionID}
 }
 
@@ -381,7 +411,7 @@ func demand(req ray.JobSubmitRequest) map[string]float64 {
 func (h *Head) schedule() {
 	for _, id := range h.order {
 		j := h.jobs[id]
-		if j.started || j.info.Status != ray.JobStatusPending || j.stopping {
+		if j.started || j.info.Status != ray.JobStatusPending || j.stopping || time.Since(j.submitted) < h.opts.PendingFor {
 			continue
 		}
 		need := demand(j.req)
@@ -492,6 +522,7 @@ func (h *Head) serveApplications(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		h.mu.Lock()
+		h.deploys++
 		if h.serve == nil || !bytes.Equal(h.serve.raw, raw) {
 			h.serve = &serveState{raw: raw, apps: cfg.Applications, deployed: time.Now()}
 		}
