@@ -34,6 +34,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/createbackoff"
 	"github.com/manta-dev/manta/internal/metrics"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Options configure the controller.
@@ -142,18 +143,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// event is recorded after the status write, so that what the events say has been persisted.
-type event struct {
-	typ, reason, action, note string
-}
-
-// run is the state of one reconcile.
+// run is the state of one reconcile; its Result gathers the events and the requeue (see internal/reconcile).
 type run struct {
-	c      *rayv1.RayCluster
-	key    types.NamespacedName
-	obs    observed
-	events []event
-	result ctrl.Result
+	reconcile.Result
+	c   *rayv1.RayCluster
+	key types.NamespacedName
+	obs observed
 	// liveChecked says clusterLive has asked the API server in this reconcile, live what it found.
 	liveChecked, live bool
 	// clearWorkers says reconcilePods went through every group: workersToDelete may be cleared.
@@ -162,16 +157,6 @@ type run struct {
 	// creates all went through ends the create backoff (a head let in by a freed quota slot, then its workers
 	// refused, continues the streak instead of starting it again at the base delay).
 	created, refused bool
-}
-
-func (r *run) eventf(typ, reason, action, format string, args ...any) {
-	r.events = append(r.events, event{typ, reason, action, fmt.Sprintf(format, args...)})
-}
-
-func (r *run) requeueAfter(d time.Duration) {
-	if r.result.RequeueAfter == 0 || d < r.result.RequeueAfter {
-		r.result.RequeueAfter = d
-	}
 }
 
 // newRun starts the state of one reconcile (or of a part of one that runs beside the rest).
@@ -198,7 +183,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.reconcileDeletion(ctx, c)
 	}
 	run := &run{c: c, key: req.NamespacedName}
-	run.result.RequeueAfter = r.opts.ResyncPeriod
+	run.Requeue(r.opts.ResyncPeriod)
 	oldStatus := c.Status.DeepCopy()
 	recErr := r.reconcile(ctx, run)
 	run.obs.reconcileOK = recErr == nil
@@ -214,10 +199,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else {
 		switch hold := r.pendingStatus().hold(req.NamespacedName, oldStatus, &newStatus, now.Time, r.opts.StatusCoalesceWindow); {
 		case hold > 0:
-			run.requeueAfter(hold)
+			run.Requeue(hold)
 		case r.pendingStatus().stale(req.NamespacedName, c.ResourceVersion):
 			// The cache has not seen our last status write yet: writing now would only conflict.
-			run.requeueAfter(200 * time.Millisecond)
+			run.Requeue(200 * time.Millisecond)
 		default:
 			rv := c.ResourceVersion
 			newStatus.LastUpdateTime = &now
@@ -229,23 +214,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 		}
 	}
-	// The events report pods and Services already written (or writes that failed), which a lost status write
-	// does not undo: they are recorded even when the status write fails, or nobody would hear of them.
-	for _, e := range run.events {
-		r.recorder.Eventf(c, nil, e.typ, e.reason, e.action, "%s", e.note)
+	if onlyBackedOff(recErr) {
+		// Refused pod creates: the retry is scheduled (run.Requeue) by createBackoff, not the work queue's limiter.
+		recErr = nil
 	}
-	switch {
-	case onlyBackedOff(recErr):
-		// Refused pod creates: the retry is scheduled (run.result) by createBackoff, not the work queue's limiter.
-		return run.result, nil
-	case recErr != nil:
-		return ctrl.Result{}, recErr
-	case apierrors.IsConflict(statusErr):
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	case statusErr != nil:
-		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
-	}
-	return run.result, nil
+	return run.Finish(r.recorder, c, recErr, statusErr)
 }
 
 // clusterLive confirms with the API server, before the first pod create of a reconcile, that the cluster still
@@ -325,7 +298,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	if f := validate(c); f != nil {
 		run.obs.invalid = f
 		if !conditionMessageIs(c, ConditionInvalidSpec, f.message) {
-			run.eventf(corev1.EventTypeWarning, ConditionInvalidSpec, "Validate", "%s", f.message)
+			run.StatusEventf(corev1.EventTypeWarning, ConditionInvalidSpec, "Validate", "%s", f.message)
 		}
 		return nil
 	}
@@ -334,7 +307,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	}
 	run.obs.unsupported = builder.UnsupportedFields(c)
 	if len(run.obs.unsupported) > 0 && !conditionMessageIs(c, ConditionUnsupportedFeature, builder.UnsupportedMessage(run.obs.unsupported)) {
-		run.eventf(corev1.EventTypeWarning, ConditionUnsupportedFeature, "Validate", "%s", builder.UnsupportedMessage(run.obs.unsupported))
+		run.StatusEventf(corev1.EventTypeWarning, ConditionUnsupportedFeature, "Validate", "%s", builder.UnsupportedMessage(run.obs.unsupported))
 	}
 	defTmpl := r.defaultTemplate(ctx, run)
 
@@ -343,7 +316,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	// time when the API server is busy. The Services work on their own run, merged afterwards; both only read the
 	// cluster until they are done (clearWorkersToDelete, which writes it, comes after).
 	svc := newRun(c, run.key)
-	before := len(run.events) // validation and template events stay first
+	before := len(run.Events) // validation and template events stay first
 	var svcErr error
 	done := make(chan struct{})
 	go func() {
@@ -356,10 +329,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 		podErr = errors.Join(podErr, r.clearWorkersToDelete(ctx, run))
 	}
 	run.obs.headService = svc.obs.headService
-	run.events = slices.Concat(run.events[:before], svc.events, run.events[before:])
-	if svc.result.RequeueAfter > 0 {
-		run.requeueAfter(svc.result.RequeueAfter)
-	}
+	run.Merge(&svc.Result, before)
 	return errors.Join(svcErr, podErr)
 }
 
@@ -563,7 +533,7 @@ func (r *Reconciler) defaultTemplate(ctx context.Context, run *run) *corev1.PodT
 	if f != nil {
 		run.obs.templateErr = f
 		if !conditionMessageIs(run.c, ConditionDefaultPodTemplateFailure, f.message) {
-			run.eventf(corev1.EventTypeWarning, f.reason, "GetDefaultPodTemplate", "%s", f.message)
+			run.StatusEventf(corev1.EventTypeWarning, f.reason, "GetDefaultPodTemplate", "%s", f.message)
 		}
 		return nil
 	}
@@ -612,10 +582,10 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 					existing = svc
 					break
 				}
-				run.eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", svc.Name, err)
+				run.Eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", svc.Name, err)
 				return fmt.Errorf("create service %s: %w", svc.Name, err)
 			}
-			run.eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s", svc.Name)
+			run.Eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s", svc.Name)
 			existing = svc
 		default:
 			return fmt.Errorf("get service %s: %w", svc.Name, err)
@@ -642,10 +612,10 @@ func (r *Reconciler) deleteUnwantedServices(ctx context.Context, run *run, unwan
 			continue
 		}
 		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
-			run.eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s: %v", name, err)
+			run.Eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s: %v", name, err)
 			return fmt.Errorf("delete service %s: %w", name, err)
 		}
-		run.eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s: the cluster no longer asks for it", name)
+		run.Eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s: the cluster no longer asks for it", name)
 	}
 	return nil
 }
@@ -663,17 +633,17 @@ func (r *Reconciler) updateService(ctx context.Context, run *run, existing, desi
 		return existing, nil
 	case recreate:
 		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
-			run.eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s to recreate it: %v", existing.Name, err)
+			run.Eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s to recreate it: %v", existing.Name, err)
 			return nil, fmt.Errorf("delete service %s: %w", existing.Name, err)
 		}
-		run.eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s to recreate it: it cannot switch between headless and not in place", existing.Name)
-		run.requeueAfter(time.Second)
+		run.Eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s to recreate it: it cannot switch between headless and not in place", existing.Name)
+		run.Requeue(time.Second)
 		return existing, nil
 	}
 	if err := r.client.Patch(ctx, updated, client.MergeFrom(existing)); err != nil {
-		run.eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
+		run.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
 		return nil, fmt.Errorf("update service %s: %w", existing.Name, err)
 	}
-	run.eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "updated Service %s to match the spec", existing.Name)
+	run.Eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "updated Service %s to match the spec", existing.Name)
 	return updated, nil
 }

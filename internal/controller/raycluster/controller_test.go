@@ -701,8 +701,8 @@ func testMissingDefaultTemplate(t *testing.T, e *env) {
 	if c := meta.FindStatusCondition(st.Conditions, ConditionDefaultPodTemplateFailure); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("condition: %+v", st.Conditions)
 	}
-	if len(run.events) == 0 || run.events[0].reason != ReasonDefaultTemplateNotFound {
-		t.Errorf("events: %+v", run.events)
+	if len(run.Events) == 0 || run.Events[0].Reason != ReasonDefaultTemplateNotFound {
+		t.Errorf("events: %+v", run.Events)
 	}
 	eventually(t, "head pod without defaults", func() (bool, string) {
 		h := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)

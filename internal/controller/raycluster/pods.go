@@ -47,7 +47,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	run.obs.pods = pods
 	if !satisfied {
 		// The cache has not caught up with our own writes: acting now could duplicate pods.
-		run.requeueAfter(time.Second)
+		run.Requeue(time.Second)
 		return nil
 	}
 
@@ -61,7 +61,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		}
 		return r.deleteAll(ctx, run, pods, "the cluster is suspended")
 	case phase == suspended, ptr.Deref(c.Spec.Suspend, false):
-		run.requeueAfter(time.Second)
+		run.Requeue(time.Second)
 		return nil
 	}
 
@@ -224,7 +224,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 		// A SidecarMode RayJob's head runs once: a new head would have lost the job its sidecar submitted, and the
 		// sidecar would submit it again. The terminated head stays, for the RayJob to read why it ended.
 		if len(dead) > 0 {
-			run.eventf(corev1.EventTypeWarning, "HeadPodNotRestarted", "Reconcile", "head pod %s terminated; not replaced: the cluster is labelled %s=true", dead[0].Name, builder.LabelDisableProvisionedHeadRestart)
+			run.Eventf(corev1.EventTypeWarning, "HeadPodNotRestarted", "Reconcile", "head pod %s terminated; not replaced: the cluster is labelled %s=true", dead[0].Name, builder.LabelDisableProvisionedHeadRestart)
 		}
 		return nil
 	}
@@ -249,7 +249,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	}
 	if w := r.createBackoff().Wait(run.key, c.Generation, time.Now()); w > 0 {
 		run.obs.failure = heldFailure(c, rayv1.FailedCreateHeadPod)
-		run.requeueAfter(w)
+		run.Requeue(w)
 		return &backedOff{errCreatesBackedOff}
 	}
 	if live, err := r.clusterLive(ctx, run); !live || err != nil {
@@ -260,14 +260,14 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 		msg := createbackoff.StableMessage(err, pod)
 		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, msg}
 		r.createRefused(ctx, run, err, EventFailedToCreateHeadPod, func() {
-			run.eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "failed to create the head pod: %s", msg)
+			run.Eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "failed to create the head pod: %s", msg)
 		})
 		return &backedOff{fmt.Errorf("create head pod: %w", err)}
 	}
 	run.created = true
 	r.exp.expectCreate(run.key, pod.Name)
 	r.madePods.Store(run.key, c.UID)
-	run.eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "created head pod %s", pod.Name)
+	run.Eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "created head pod %s", pod.Name)
 	return nil
 }
 
@@ -367,7 +367,7 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 	if len(create) > 0 {
 		if w := r.createBackoff().Wait(run.key, c.Generation, time.Now()); w > 0 {
 			run.obs.failure = heldFailure(c, rayv1.FailedCreateWorkerPod)
-			run.requeueAfter(w)
+			run.Requeue(w)
 			errs = append(errs, &backedOff{errCreatesBackedOff})
 		} else if live, err := r.clusterLive(ctx, run); err != nil {
 			errs = append(errs, err)
@@ -424,13 +424,13 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 		wg.Wait()
 	}
 	if created > 0 {
-		run.eventf(corev1.EventTypeNormal, EventCreatedWorkerPod, "Create", "created %d worker pods in group %s", created, g.GroupName)
+		run.Eventf(corev1.EventTypeNormal, EventCreatedWorkerPod, "Create", "created %d worker pods in group %s", created, g.GroupName)
 	}
 	if err := errors.Join(errs...); err != nil {
 		msg := strings.Join(msgs, "\n")
 		run.obs.failure = &failure{rayv1.FailedCreateWorkerPod, msg}
 		r.createRefused(ctx, run, err, EventFailedToCreateWorkerPod, func() {
-			run.eventf(corev1.EventTypeWarning, EventFailedToCreateWorkerPod, "Create", "failed to create worker pods in group %s: %s", g.GroupName, msg)
+			run.Eventf(corev1.EventTypeWarning, EventFailedToCreateWorkerPod, "Create", "failed to create worker pods in group %s: %s", g.GroupName, msg)
 		})
 		return &backedOff{fmt.Errorf("create workers of group %s: %w", g.GroupName, err)}
 	}
@@ -446,7 +446,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 func (r *Reconciler) createRefused(ctx context.Context, run *run, err error, kind string, report func()) {
 	run.refused = true
 	delay, first := r.createBackoff().Failed(run.key, run.c.Generation, time.Now(), kind)
-	run.requeueAfter(delay)
+	run.Requeue(delay)
 	if first {
 		report()
 	}
@@ -487,12 +487,12 @@ func (r *Reconciler) deletePods(ctx context.Context, run *run, pods []corev1.Pod
 		if len(names) > 10 {
 			names = append(names[:10], fmt.Sprintf("and %d more", len(deleted)-10))
 		}
-		run.eventf(corev1.EventTypeNormal, deleteEvents[failReason][0], "Delete", "deleted %d pods because %s: %v", len(deleted), why, names)
+		run.Eventf(corev1.EventTypeNormal, deleteEvents[failReason][0], "Delete", "deleted %d pods because %s: %v", len(deleted), why, names)
 		log.FromContext(ctx).V(1).Info("deleted pods", "count", len(deleted), "why", why)
 	}
 	if err := errors.Join(errs...); err != nil {
 		run.obs.failure = &failure{failReason, err.Error()}
-		run.eventf(corev1.EventTypeWarning, deleteEvents[failReason][1], "Delete", "failed to delete pods: %v", err)
+		run.Eventf(corev1.EventTypeWarning, deleteEvents[failReason][1], "Delete", "failed to delete pods: %v", err)
 		return fmt.Errorf("delete pods: %w", err)
 	}
 	return nil
@@ -523,7 +523,7 @@ func (r *Reconciler) clearWorkersToDelete(ctx context.Context, run *run) error {
 	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		*c = *orig
 		if apierrors.IsConflict(err) {
-			run.requeueAfter(time.Second)
+			run.Requeue(time.Second)
 			return nil
 		}
 		return fmt.Errorf("clear workersToDelete: %w", err)
