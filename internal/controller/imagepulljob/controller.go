@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -97,7 +98,7 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		cache:     c,
 		recorder:  mgr.GetEventRecorder("imagepulljob-controller"),
 		opts:      opts,
-		exp:       newExpectations(),
+		exp:       newExpectations(opts.Now),
 		backoff:   createbackoff.New(opts.CreateBackoffBase, opts.CreateBackoffMax),
 	}, nil
 }
@@ -153,7 +154,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			// Our own status writes come back as updates; they are needed (pods are deleted once their node's
 			// outcome is stored), so only deletions are filtered out.
 			DeleteFunc: func(e event.DeleteEvent) bool {
-				r.exp.forget(e.Object.GetUID())
+				r.exp.Forget(e.Object.GetUID())
 				return false
 			},
 		})).
@@ -251,7 +252,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		job:             job,
 		nodes:           nodes.Items,
 		pods:            pods.Items,
-		pendingCreates:  r.exp.observe(job.UID, pods.Items, now),
+		pendingCreates:  pendingCreates(r.exp, job.UID, pods.Items),
 		podSelectorPods: selectorPods,
 		now:             now,
 		retryBase:       r.opts.RetryBackoff,
@@ -299,7 +300,10 @@ func (r *Reconciler) reportInvalid(ctx context.Context, job *mantav1alpha1.Image
 func (r *Reconciler) deletePods(ctx context.Context, job *mantav1alpha1.ImagePullJob, pods []*corev1.Pod) error {
 	var todo []*corev1.Pod
 	for _, p := range pods {
-		if r.exp.shouldDelete(job.UID, p.UID) {
+		if p.DeletionTimestamp != nil && ptr.Deref(p.DeletionGracePeriodSeconds, -1) == 0 {
+			continue // already deleted with no grace: a second delete changes nothing
+		}
+		if r.exp.ExpectDelete(job.UID, p.UID) {
 			todo = append(todo, p)
 		}
 	}
@@ -310,7 +314,7 @@ func (r *Reconciler) deletePods(ctx context.Context, job *mantav1alpha1.ImagePul
 		// Grace 0: a puller holds no state, and the slot should free at once.
 		err := r.client.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			r.exp.deleteFailed(job.UID, p.UID)
+			r.exp.DeleteFailed(job.UID, p.UID)
 			errs[i] = fmt.Errorf("deleting pod %s: %w", p.Name, err)
 		}
 	})
@@ -338,7 +342,7 @@ func (r *Reconciler) createPullers(ctx context.Context, key types.NamespacedName
 			errs[i] = err
 			return
 		}
-		r.exp.created(job.UID, pendingPod{name: p.Name, node: p.Spec.NodeName, attempt: podAttempt(p), created: now})
+		r.exp.ExpectCreate(job.UID, p.Name, pendingPod{name: p.Name, node: p.Spec.NodeName, attempt: podAttempt(p), created: now})
 	})
 	var refused []*corev1.Pod
 	var first error

@@ -79,7 +79,7 @@ type Reconciler struct {
 	clusterMeta metadata.Getter
 	recorder    events.EventRecorder
 	opts        Options
-	exp         *expectations
+	exp         *reconcile.Expectations[types.NamespacedName, struct{}]
 	pending     *pendingStatus
 	backoff     *createbackoff.Backoff
 
@@ -90,6 +90,14 @@ type Reconciler struct {
 	hashes sync.Map
 	// madePods has, by cluster key, the UID of the cluster this process has created pods for (clusterLive).
 	madePods sync.Map
+}
+
+// expectationTTL bounds how long the controller waits for the cache to show its own pod writes.
+const expectationTTL = time.Minute
+
+// newExpectations remembers the pods created and deleted for each cluster until the cache shows them.
+func newExpectations() *reconcile.Expectations[types.NamespacedName, struct{}] {
+	return reconcile.NewExpectations[types.NamespacedName, struct{}](time.Now, expectationTTL)
 }
 
 // newClusterAge: see clusterLive.
@@ -167,7 +175,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	c := &rayv1.RayCluster{}
 	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.exp.forget(req.NamespacedName)
+			r.exp.Forget(req.NamespacedName)
 			r.createBackoff().Succeeded(req.NamespacedName)
 			r.pendingStatus().forget(req.NamespacedName)
 			r.hashes.Delete(req.NamespacedName)

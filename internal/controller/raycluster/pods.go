@@ -37,7 +37,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	}
 	// The expectations read every listed pod, terminating ones included; then the list is filtered in place (a
 	// second slice of pod values was 6 % of the bytes the operator allocated in a 500-cluster benchmark).
-	satisfied := r.exp.satisfied(run.key, list.Items)
+	_, satisfied := r.exp.Observe(run.key, list.Items)
 	pods := list.Items[:0]
 	for i := range list.Items {
 		if p := &list.Items[i]; p.DeletionTimestamp == nil && metaOwnedBy(p, c) {
@@ -265,7 +265,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 		return &backedOff{fmt.Errorf("create head pod: %w", err)}
 	}
 	run.created = true
-	r.exp.expectCreate(run.key, pod.Name)
+	r.exp.ExpectCreate(run.key, pod.Name, struct{}{})
 	r.madePods.Store(run.key, c.UID)
 	run.Eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "created head pod %s", pod.Name)
 	return nil
@@ -416,7 +416,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 					msgs = append(msgs, createbackoff.StableMessage(err, pod))
 					return
 				}
-				r.exp.expectCreate(run.key, pod.Name)
+				r.exp.ExpectCreate(run.key, pod.Name, struct{}{})
 				r.madePods.Store(run.key, run.c.UID)
 				created++
 			})
@@ -472,7 +472,7 @@ func (r *Reconciler) deletePods(ctx context.Context, run *run, pods []corev1.Pod
 				errs = append(errs, err)
 				return
 			}
-			r.exp.expectDelete(run.key, p.Name)
+			r.exp.ExpectDelete(run.key, p.UID)
 			deleted[p.Name] = true
 		})
 	}
