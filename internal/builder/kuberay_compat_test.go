@@ -71,15 +71,6 @@ func TestResourceQuantitiesForRayStart(t *testing.T) {
 	}
 }
 
-func TestValidateGroupResources(t *testing.T) {
-	if err := ValidateGroupResources("p", map[string]string{"cpu": "500m", "memory": "8Gi", "x": "1"}); err != nil {
-		t.Errorf("quantities refused: %v", err)
-	}
-	if err := ValidateGroupResources("spec.headGroupSpec.resources", map[string]string{"cpu": "lots"}); err == nil || !strings.Contains(err.Error(), "spec.headGroupSpec.resources[cpu]") {
-		t.Errorf("err = %v, want the field named", err)
-	}
-}
-
 // A head template labelled app.kubernetes.io/name keeps that label on the head pod; the head Service must select it
 // or workers never find the head (issue 11).
 func TestHeadServiceFollowsAppNameLabel(t *testing.T) {

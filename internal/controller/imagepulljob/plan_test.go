@@ -108,20 +108,6 @@ func TestNodeHasImage(t *testing.T) {
 	}
 }
 
-func TestValidImage(t *testing.T) {
-	for _, ok := range []string{"busybox", "rayproject/ray:2.9.0", "localhost:5000/a/b:c", "a.b.c/d-e/f__g:1.0-rc",
-		"rayproject/ray@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"} {
-		if !ValidImage(ok) {
-			t.Errorf("ValidImage(%q) = false", ok)
-		}
-	}
-	for _, bad := range []string{"", "Ray:latest", "ray:", "ray:-x", "-ray", "ray@sha256:xyz", "a//b", "ray tag", "ray:latest:latest"} {
-		if ValidImage(bad) {
-			t.Errorf("ValidImage(%q) = true", bad)
-		}
-	}
-}
-
 func TestClassifyAttempt(t *testing.T) {
 	job := makeJob("j").obj()
 	digestJob := makeJob("j").obj()

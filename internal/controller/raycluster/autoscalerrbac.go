@@ -18,9 +18,6 @@ import (
 	"github.com/manta-dev/manta/internal/builder"
 )
 
-// defaultServiceAccount is the ServiceAccount of every pod that names none: never given the autoscaler's Role.
-const defaultServiceAccount = "default"
-
 // autoscalerRBACRetry is when a cluster whose autoscaler RBAC was refused is looked at again: only its user can
 // clear the refusal (by deleting or renaming the object), and nothing watches Roles.
 const autoscalerRBACRetry = 30 * time.Second

@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -35,6 +32,7 @@ import (
 	"github.com/manta-dev/manta/internal/createbackoff"
 	"github.com/manta-dev/manta/internal/metrics"
 	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/validation"
 )
 
 // Options configure the controller.
@@ -341,158 +339,18 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	return errors.Join(svcErr, podErr)
 }
 
-// validate finds what stops the cluster from being reconciled at all.
+// validate finds what stops the cluster from being reconciled at all: a parent's upgradeStrategy, then the
+// RayCluster rules (internal/validation), reported by the first error.
 func validate(c *rayv1.RayCluster) *failure {
 	if c.Spec.UpgradeStrategy != nil && c.Spec.UpgradeStrategy.Type != nil {
 		if owner := parentKind(c); owner != "" {
 			return &failure{ReasonUpgradeStrategyNotAllowed, fmt.Sprintf("upgradeStrategy cannot be set when RayCluster is created by %s", owner)}
 		}
 	}
-	if len(c.Name) > maxClusterNameLen {
-		return &failure{ReasonInvalidSpec, fmt.Sprintf("metadata.name: a RayCluster name may have at most %d characters, so that the names of its pods and Services fit", maxClusterNameLen)}
-	}
-	if errs := validation.IsDNS1035Label(c.Name); len(errs) > 0 {
-		return &failure{ReasonInvalidSpec, fmt.Sprintf("metadata.name: %q is not a DNS-1035 label (the head Service is named after it): %s", c.Name, strings.Join(errs, "; "))}
-	}
-	h := &c.Spec.HeadGroupSpec
-	if hs := h.HeadService; hs != nil && hs.Name != "" {
-		// The schema refuses it too; objects stored before that rule existed reach here.
-		if errs := validation.IsDNS1035Label(hs.Name); len(errs) > 0 {
-			return &failure{ReasonInvalidSpec, fmt.Sprintf("spec.headGroupSpec.headService.metadata.name: %q is not a DNS-1035 label (clients reach the dashboard by this name): %s", hs.Name, strings.Join(errs, "; "))}
-		}
-	}
-	if len(h.Template.Spec.Containers) == 0 {
-		return &failure{ReasonInvalidSpec, "spec.headGroupSpec.template.spec.containers: the head needs at least one container"}
-	}
-	if msg := validateGroup("spec.headGroupSpec", h.RayStartParams, h.Resources, h.Labels); msg != "" {
-		return &failure{ReasonInvalidSpec, msg}
-	}
-	if msg := validateGCSFaultTolerance(c); msg != "" {
-		return &failure{ReasonInvalidSpec, msg}
-	}
-	for i, g := range c.Spec.WorkerGroupSpecs {
-		path := fmt.Sprintf("spec.workerGroupSpecs[%d]", i)
-		if len(g.Template.Spec.Containers) == 0 {
-			return &failure{ReasonInvalidSpec, fmt.Sprintf("%s.template.spec.containers: worker group %q needs at least one container", path, g.GroupName)}
-		}
-		if msg := validateGroup(path, g.RayStartParams, g.Resources, g.Labels); msg != "" {
-			return &failure{ReasonInvalidSpec, msg}
-		}
-	}
-	if msg := validateAutoscaling(c); msg != "" {
-		return &failure{ReasonInvalidSpec, msg}
+	if errs := validation.RayCluster(c); len(errs) > 0 {
+		return &failure{ReasonInvalidSpec, validation.Message(errs)}
 	}
 	return nil
-}
-
-// validateAutoscaling refuses what KubeRay refuses about the autoscaler: autoscaler v2 asked for by env without
-// the autoscaler, a suspended worker group the autoscaler would scale anyway, the version chosen twice, and pods
-// that restart in place under autoscaler v2 (which replaces dead Ray nodes itself).
-func validateAutoscaling(c *rayv1.RayCluster) string {
-	s := &c.Spec
-	v2Env, hasV2Env := corev1.EnvVar{}, false
-	for _, e := range s.HeadGroupSpec.Template.Spec.Containers[builder.RayContainerIndex].Env {
-		if e.Name == builder.EnvAutoscalerV2 {
-			v2Env, hasV2Env = e, true
-			break
-		}
-	}
-	envPath := fmt.Sprintf("spec.headGroupSpec.template.spec.containers[%d].env[%s]", builder.RayContainerIndex, builder.EnvAutoscalerV2)
-	if !builder.AutoscalingEnabled(c) {
-		if hasV2Env && (v2Env.Value == "1" || v2Env.Value == "true") {
-			return fmt.Sprintf("%s: %q asks for autoscaler v2, which needs spec.enableInTreeAutoscaling: true", envPath, v2Env.Value)
-		}
-		return ""
-	}
-	for i, g := range s.WorkerGroupSpecs {
-		if ptr.Deref(g.Suspend, false) {
-			return fmt.Sprintf("spec.workerGroupSpecs[%d].suspend: worker group %q cannot be suspended while the autoscaler runs (spec.enableInTreeAutoscaling)", i, g.GroupName)
-		}
-	}
-	if sa := s.HeadGroupSpec.Template.Spec.ServiceAccountName; sa == defaultServiceAccount {
-		// Manta refuses this where KubeRay binds it: the autoscaler's Role would go to every pod of the namespace
-		// that names no ServiceAccount.
-		return fmt.Sprintf("spec.headGroupSpec.template.spec.serviceAccountName: %q cannot be given the autoscaler's Role (every pod of the namespace that names no ServiceAccount runs as it); name another, or none for a ServiceAccount of the cluster's own", sa)
-	}
-	o := s.AutoscalerOptions
-	if o == nil || o.Version == nil {
-		return ""
-	}
-	if hasV2Env {
-		return fmt.Sprintf("%s: spec.autoscalerOptions.version also chooses the autoscaler version; use only spec.autoscalerOptions.version", envPath)
-	}
-	if *o.Version != rayv1.AutoscalerVersionV2 {
-		return ""
-	}
-	restarts := func(p corev1.RestartPolicy) bool { return p != "" && p != corev1.RestartPolicyNever }
-	if p := s.HeadGroupSpec.Template.Spec.RestartPolicy; restarts(p) {
-		return fmt.Sprintf("spec.headGroupSpec.template.spec.restartPolicy: %s; autoscaler v2 needs Never (or unset)", p)
-	}
-	for i, g := range s.WorkerGroupSpecs {
-		if p := g.Template.Spec.RestartPolicy; restarts(p) {
-			return fmt.Sprintf("spec.workerGroupSpecs[%d].template.spec.restartPolicy: %s; autoscaler v2 needs Never (or unset)", i, p)
-		}
-	}
-	return ""
-}
-
-// validateGCSFaultTolerance refuses what KubeRay refuses about GCS fault tolerance: two ways of saying it at once,
-// and Redis settings outside gcsFaultToleranceOptions that would be silently overridden or half applied.
-func validateGCSFaultTolerance(c *rayv1.RayCluster) string {
-	h := &c.Spec.HeadGroupSpec
-	env := h.Template.Spec.Containers[builder.RayContainerIndex].Env
-	hasEnv := func(name string) bool {
-		return slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
-	}
-	o := c.Spec.GcsFaultToleranceOptions
-	switch {
-	case o != nil && c.Annotations[builder.AnnotationFTEnabled] != "":
-		return fmt.Sprintf("metadata.annotations[%s]: set together with spec.gcsFaultToleranceOptions; use only the options", builder.AnnotationFTEnabled)
-	case !builder.GCSFaultTolerance(c) && o == nil && hasEnv(builder.EnvRedisAddress):
-		return fmt.Sprintf("spec.headGroupSpec.template: %s is set, which enables GCS fault tolerance; set spec.gcsFaultToleranceOptions instead", builder.EnvRedisAddress)
-	case o != nil && h.RayStartParams["redis-password"] != "":
-		return "spec.headGroupSpec.rayStartParams[redis-password]: use spec.gcsFaultToleranceOptions.redisPassword"
-	case o != nil && hasEnv(builder.EnvRedisPassword):
-		return "spec.headGroupSpec.template: REDIS_PASSWORD is set; use spec.gcsFaultToleranceOptions.redisPassword"
-	case o != nil && hasEnv(builder.EnvRedisAddress):
-		return "spec.headGroupSpec.template: RAY_REDIS_ADDRESS is set; use spec.gcsFaultToleranceOptions.redisAddress"
-	case o != nil && c.Annotations[builder.AnnotationExternalStorageNamespace] != "":
-		return fmt.Sprintf("metadata.annotations[%s]: use spec.gcsFaultToleranceOptions.externalStorageNamespace", builder.AnnotationExternalStorageNamespace)
-	case h.RayStartParams["redis-username"] != "" || hasEnv(builder.EnvRedisUsername):
-		return "spec.headGroupSpec: a Redis username in rayStartParams or env; use spec.gcsFaultToleranceOptions.redisUsername"
-	}
-	return ""
-}
-
-// maxClusterNameLen leaves room in 63 characters for the suffixes of the names derived from a cluster's.
-const maxClusterNameLen = 53
-
-// validateGroup refuses what KubeRay refuses in a group: resources said both in rayStartParams and in `resources`
-// (which one would Ray get?), rayStartParams labels (the `labels` field says them), labels that are not Kubernetes
-// labels, and `resources` values that are not quantities.
-func validateGroup(path string, params, resources, labels map[string]string) string {
-	if len(resources) > 0 {
-		for _, k := range []string{"num-cpus", "num-gpus", "memory", "resources"} {
-			if params[k] != "" {
-				return fmt.Sprintf("%s: rayStartParams[%s] and resources both set the group's resources; use only one", path, k)
-			}
-		}
-	}
-	if _, ok := params["labels"]; ok {
-		return fmt.Sprintf("%s.rayStartParams[labels]: not supported; use %s.labels", path, path)
-	}
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return fmt.Sprintf("%s.labels: invalid key %q: %s", path, k, strings.Join(errs, "; "))
-		}
-		if errs := validation.IsValidLabelValue(labels[k]); len(errs) > 0 {
-			return fmt.Sprintf("%s.labels[%s]: invalid value %q: %s", path, k, labels[k], strings.Join(errs, "; "))
-		}
-	}
-	if err := builder.ValidateGroupResources(path+".resources", resources); err != nil {
-		return err.Error()
-	}
-	return ""
 }
 
 // parentKind is RayJob or RayService when one of them created the cluster.

@@ -94,6 +94,15 @@ func TestValidate(t *testing.T) {
 		{"entrypointResources not JSON", func(j *rayv1.RayJob) { j.Spec.EntrypointResources = "custom=1" }, "spec.entrypointResources"},
 		{"entrypointResources negative", func(j *rayv1.RayJob) { j.Spec.EntrypointResources = `{"a": -1}` }, "spec.entrypointResources"},
 		{"cluster suspend", func(j *rayv1.RayJob) { j.Spec.RayClusterSpec.Suspend = ptr.To(true) }, "spec.rayClusterSpec.suspend"},
+		// The RayCluster rules apply to rayClusterSpec, naming the field under it.
+		{"cluster rule: head container", func(j *rayv1.RayJob) { j.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers = nil }, "spec.rayClusterSpec.headGroupSpec.template.spec.containers"},
+		{"cluster rule: rayStartParams labels", func(j *rayv1.RayJob) {
+			j.Spec.RayClusterSpec.HeadGroupSpec.RayStartParams = map[string]string{"labels": "a=b"}
+		}, "spec.rayClusterSpec.headGroupSpec.rayStartParams[labels]"},
+		{"cluster rule: GCS fault tolerance said twice", func(j *rayv1.RayJob) {
+			j.Annotations = map[string]string{"ray.io/ft-enabled": "true"}
+			j.Spec.RayClusterSpec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "redis:6379"}
+		}, "metadata.annotations[ray.io/ft-enabled]"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -43,7 +43,7 @@ func (r *Reconciler) observe(ctx context.Context, rs *rayv1.RayService) (observe
 	if o.clusters, err = r.ownedClusters(ctx, rs); err != nil {
 		return o, err
 	}
-	if rs.Spec.Suspend || validate(rs) != "" {
+	if rs.Spec.Suspend || len(validate(rs)) > 0 {
 		return o, nil
 	}
 	for _, slot := range []struct {

@@ -18,6 +18,7 @@ import (
 	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/validation"
 )
 
 // clusterObs is what one reconcile saw of one of the service's clusters.
@@ -138,7 +139,8 @@ func computePlan(o observed) *plan {
 		meta.RemoveStatusCondition(&st.Conditions, ConditionUnsupportedFeature)
 	}
 
-	if msg := validate(rs); msg != "" {
+	if errs := validate(rs); len(errs) > 0 {
+		msg := validation.Message(errs)
 		if oldReady == nil || oldReady.Reason != string(rayv1.RayServiceValidationFailed) || oldReady.Message != msg {
 			p.StatusEventf(corev1.EventTypeWarning, EventInvalidRayServiceSpec, "Validate", "%s", msg)
 		}

@@ -15,6 +15,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/validation"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -170,14 +171,23 @@ func TestValidateNamesTheField(t *testing.T) {
 			rs.Spec.RayClusterSpec.HeadGroupSpec.HeadService = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "fixed"}}
 		}, "spec.rayClusterConfig.headGroupSpec.headService.metadata.name"},
 		"cluster managedBy": {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") }, "spec.rayClusterConfig.managedBy"},
+		// The RayCluster rules apply to rayClusterConfig, naming the field under it.
+		"cluster rule: group resources": {func(rs *rayv1.RayService) {
+			g := &rs.Spec.RayClusterSpec.WorkerGroupSpecs[0]
+			g.Resources = map[string]string{"CPU": "lots"}
+		}, "spec.rayClusterConfig.workerGroupSpecs[0].resources[CPU]: \"lots\" is not a quantity"},
+		"cluster rule: autoscaler v2 without autoscaling": {func(rs *rayv1.RayService) {
+			c := &rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0]
+			c.Env = append(c.Env, corev1.EnvVar{Name: "RAY_enable_autoscaler_v2", Value: "1"})
+		}, `spec.rayClusterConfig.headGroupSpec.template.spec.containers[0].env[RAY_enable_autoscaler_v2]: "1" asks for autoscaler v2, which needs spec.rayClusterConfig.enableInTreeAutoscaling: true`},
 	} {
 		rs := planService()
 		tc.mutate(rs)
-		if got := validate(rs); !strings.HasPrefix(got, tc.want) {
+		if got := validation.Message(validate(rs)); !strings.HasPrefix(got, tc.want) {
 			t.Errorf("%s: %q, want it to start with %q", name, got, tc.want)
 		}
 	}
-	if got := validate(planService()); got != "" {
+	if got := validation.Message(validate(planService())); got != "" {
 		t.Errorf("valid service: %q", got)
 	}
 	rs := planService()
