@@ -75,7 +75,7 @@ func TestResourceQuantitiesForRayStart(t *testing.T) {
 // or workers never find the head (issue 11).
 func TestHeadServiceFollowsAppNameLabel(t *testing.T) {
 	c := cluster()
-	c.Spec.HeadGroupSpec.Template.Labels = map[string]string{LabelAppName: "my-app"}
+	c.Spec.HeadGroupSpec.Template.Labels = map[string]string{rayv1.LabelAppName: "my-app"}
 	pod := HeadPod(c, PodOptions{})
 	svc := HeadService(c)
 	for k, v := range svc.Spec.Selector {
@@ -83,7 +83,7 @@ func TestHeadServiceFollowsAppNameLabel(t *testing.T) {
 			t.Errorf("selector %s=%s does not match the head pod's %q", k, v, pod.Labels[k])
 		}
 	}
-	if svc.Labels[LabelAppName] != "my-app" {
+	if svc.Labels[rayv1.LabelAppName] != "my-app" {
 		t.Errorf("service labels %v", svc.Labels)
 	}
 }
@@ -128,9 +128,9 @@ func TestGroupLabelsOnPods(t *testing.T) {
 	c := cluster()
 	g := &c.Spec.WorkerGroupSpecs[0]
 	g.Template.Labels = map[string]string{"zone": "template", "team": "a"}
-	g.Labels = map[string]string{"zone": "group", LabelGroup: "hijack"}
+	g.Labels = map[string]string{"zone": "group", rayv1.LabelGroup: "hijack"}
 	pod := WorkerPod(c, g, PodOptions{})
-	if pod.Labels["zone"] != "group" || pod.Labels["team"] != "a" || pod.Labels[LabelGroup] != "small" {
+	if pod.Labels["zone"] != "group" || pod.Labels["team"] != "a" || pod.Labels[rayv1.LabelGroup] != "small" {
 		t.Errorf("labels %v", pod.Labels)
 	}
 	if !strings.Contains(envMap(pod.Spec.Containers[0])["KUBERAY_GEN_RAY_START_CMD"], "--labels=ray.io/group=hijack,zone=group") {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
 )
 
@@ -232,7 +233,7 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	podsOfCluster, readyOfCluster, readyWorkersOfCluster := map[string]int{}, map[string]int{}, map[string]int64{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		nodeType, ok := p.Labels[builder.LabelNodeType]
+		nodeType, ok := p.Labels[rayv1.LabelNodeType]
 		if ok && p.DeletionTimestamp != nil {
 			s.terminating++ // on its way out: not compared, but nothing has settled while it goes
 		}
@@ -241,24 +242,24 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		}
 		key := "pod/" + nodeType
 		if len(clusters) > 1 {
-			key = "pod/" + name(p.Labels[builder.LabelCluster]) + "/" + nodeType
+			key = "pod/" + name(p.Labels[rayv1.LabelCluster]) + "/" + nodeType
 		}
-		if nodeType == builder.NodeTypeWorker {
-			key += ":" + p.Labels[builder.LabelGroup]
+		if nodeType == rayv1.NodeTypeWorker {
+			key += ":" + p.Labels[rayv1.LabelGroup]
 		}
 		ready := builder.PodRunningAndReady(p)
-		podsOfCluster[p.Labels[builder.LabelCluster]]++
+		podsOfCluster[p.Labels[rayv1.LabelCluster]]++
 		if ready {
-			readyOfCluster[p.Labels[builder.LabelCluster]]++
-			if nodeType == builder.NodeTypeWorker {
-				readyWorkersOfCluster[p.Labels[builder.LabelCluster]]++
+			readyOfCluster[p.Labels[rayv1.LabelCluster]]++
+			if nodeType == rayv1.NodeTypeWorker {
+				readyWorkersOfCluster[p.Labels[rayv1.LabelCluster]]++
 			}
 		}
 		m := toMap(p)
 		deleteFields(m, "metadata.name", "status", "spec.nodeName")
 		dropServiceAccountToken(m)
-		if v, ok := p.Labels[builder.LabelReplicaName]; ok {
-			m["metadata"].(map[string]any)["labels"].(map[string]any)[builder.LabelReplicaName] = regexp.MustCompile(`-[a-z0-9]{5}$`).ReplaceAllString(v, "-XXXXX")
+		if v, ok := p.Labels[rayv1.LabelReplicaName]; ok {
+			m["metadata"].(map[string]any)["labels"].(map[string]any)[rayv1.LabelReplicaName] = regexp.MustCompile(`-[a-z0-9]{5}$`).ReplaceAllString(v, "-XXXXX")
 		}
 		m["_ready"] = ready
 		s.pods[key] = append(s.pods[key], m)
@@ -520,7 +521,7 @@ func podRepresentative(ps []map[string]any) map[string]any {
 	sorted := slices.Clone(ps)
 	idx := func(p map[string]any) string {
 		l, _ := p["metadata"].(map[string]any)["labels"].(map[string]any)
-		return fmt.Sprint(l[builder.LabelReplicaIndex], "/", l[builder.LabelHostIndex])
+		return fmt.Sprint(l[rayv1.LabelReplicaIndex], "/", l[rayv1.LabelHostIndex])
 	}
 	slices.SortFunc(sorted, func(a, b map[string]any) int { return strings.Compare(idx(a), idx(b)) })
 	p := maps.Clone(sorted[0])

@@ -360,7 +360,7 @@ func parentKind(c *rayv1.RayCluster) string {
 			return o.Kind
 		}
 	}
-	if k := c.Labels[builder.LabelOriginCRD]; k == builder.KindRayJob || k == builder.KindRayService {
+	if k := c.Labels[rayv1.LabelOriginCRD]; k == builder.KindRayJob || k == builder.KindRayService {
 		return k
 	}
 	return ""

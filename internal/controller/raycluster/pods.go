@@ -96,7 +96,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	// Workers of groups that are no longer in the spec.
 	var orphans []corev1.Pod
 	for _, p := range run.obs.pods {
-		if p.Labels[builder.LabelNodeType] == builder.NodeTypeWorker && !groups[p.Labels[builder.LabelGroup]] {
+		if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeWorker && !groups[p.Labels[rayv1.LabelGroup]] {
 			orphans = append(orphans, p)
 		}
 	}
@@ -201,9 +201,9 @@ func shouldReplace(p *corev1.Pod) bool {
 	return false
 }
 
-// headRestartDisabled: see builder.LabelDisableProvisionedHeadRestart.
+// headRestartDisabled: see rayv1.LabelDisableProvisionedHeadRestart.
 func headRestartDisabled(c *rayv1.RayCluster) bool {
-	return c.Labels[builder.LabelDisableProvisionedHeadRestart] == "true" &&
+	return c.Labels[rayv1.LabelDisableProvisionedHeadRestart] == "true" &&
 		meta.IsStatusConditionTrue(c.Status.Conditions, string(rayv1.RayClusterProvisioned))
 }
 
@@ -211,7 +211,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	c := run.c
 	var heads, dead []corev1.Pod
 	for _, p := range run.obs.pods {
-		if p.Labels[builder.LabelNodeType] != builder.NodeTypeHead {
+		if p.Labels[rayv1.LabelNodeType] != rayv1.NodeTypeHead {
 			continue
 		}
 		if shouldReplace(&p) {
@@ -224,7 +224,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 		// A SidecarMode RayJob's head runs once: a new head would have lost the job its sidecar submitted, and the
 		// sidecar would submit it again. The terminated head stays, for the RayJob to read why it ended.
 		if len(dead) > 0 {
-			run.Eventf(corev1.EventTypeWarning, "HeadPodNotRestarted", "Reconcile", "head pod %s terminated; not replaced: the cluster is labelled %s=true", dead[0].Name, builder.LabelDisableProvisionedHeadRestart)
+			run.Eventf(corev1.EventTypeWarning, "HeadPodNotRestarted", "Reconcile", "head pod %s terminated; not replaced: the cluster is labelled %s=true", dead[0].Name, rayv1.LabelDisableProvisionedHeadRestart)
 		}
 		return nil
 	}
@@ -283,11 +283,11 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 	replicas := map[string][]corev1.Pod{}
 	var order []string
 	for _, p := range run.obs.pods {
-		if p.Labels[builder.LabelNodeType] != builder.NodeTypeWorker || p.Labels[builder.LabelGroup] != groupLabel(g) {
+		if p.Labels[rayv1.LabelNodeType] != rayv1.NodeTypeWorker || p.Labels[rayv1.LabelGroup] != groupLabel(g) {
 			continue
 		}
 		key := p.Name
-		if name := p.Labels[builder.LabelReplicaName]; multiHost && name != "" {
+		if name := p.Labels[rayv1.LabelReplicaName]; multiHost && name != "" {
 			key = name
 		}
 		if _, ok := replicas[key]; !ok {
@@ -325,7 +325,7 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 
 	used := map[int]bool{}
 	for _, pods := range alive {
-		if i, err := strconv.Atoi(pods[0].Labels[builder.LabelReplicaIndex]); err == nil {
+		if i, err := strconv.Atoi(pods[0].Labels[rayv1.LabelReplicaIndex]); err == nil {
 			used[i] = true
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 )
 
 func job(mutate func(*rayv1.RayJob)) *rayv1.RayJob {
@@ -207,7 +206,7 @@ func TestClusterFor(t *testing.T) {
 	})
 	c := ClusterFor(j, "j-abcde")
 	if c.Name != "j-abcde" || c.Labels["ray.io/originated-from-crd"] != "RayJob" || c.Labels["ray.io/originated-from-cr-name"] != "j" ||
-		c.Labels["kueue.x-k8s.io/queue-name"] != "q" || c.Annotations["a"] != "b" || c.Labels[builder.LabelDisableProvisionedHeadRestart] != "true" {
+		c.Labels["kueue.x-k8s.io/queue-name"] != "q" || c.Annotations["a"] != "b" || c.Labels[rayv1.LabelDisableProvisionedHeadRestart] != "true" {
 		t.Errorf("metadata = %+v", c.ObjectMeta)
 	}
 	if len(c.OwnerReferences) != 1 || !ptr.Deref(c.OwnerReferences[0].Controller, false) || c.OwnerReferences[0].Kind != "RayJob" {

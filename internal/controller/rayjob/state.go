@@ -91,7 +91,7 @@ func (r *Reconciler) initialize(run *run) {
 	default:
 		s.JobId = builder.ChildClusterName(j.Name, r.opts.Rand)
 	}
-	if sel := j.Spec.ClusterSelector[builder.LabelCluster]; sel != "" {
+	if sel := j.Spec.ClusterSelector[rayv1.LabelCluster]; sel != "" {
 		s.RayClusterName = sel
 	} else {
 		s.RayClusterName = builder.ChildClusterName(j.Name, r.opts.Rand)
@@ -586,7 +586,7 @@ func (r *Reconciler) sidecarFailure(ctx context.Context, cluster *rayv1.RayClust
 // headPods lists the cluster's head pods (one, unless one is being replaced).
 func (r *Reconciler) headPods(ctx context.Context, cluster *rayv1.RayCluster) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
-	err := r.client.List(ctx, pods, client.InNamespace(cluster.Namespace), clusterpods.Of(cluster.Name), client.MatchingLabels{builder.LabelNodeType: builder.NodeTypeHead})
+	err := r.client.List(ctx, pods, client.InNamespace(cluster.Namespace), clusterpods.Of(cluster.Name), client.MatchingLabels{rayv1.LabelNodeType: rayv1.NodeTypeHead})
 	return pods.Items, err
 }
 
@@ -672,7 +672,7 @@ func (r *Reconciler) ensureHeadService(ctx context.Context, run *run, cluster *r
 		return nil
 	case err != nil:
 		return err
-	case have.Spec.Selector[builder.LabelCluster] == cluster.Name:
+	case have.Spec.Selector[rayv1.LabelCluster] == cluster.Name:
 		return nil
 	}
 	// A new cluster (a retry): point the Service at it; the cluster IP cannot change.

@@ -10,7 +10,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/validation"
 )
@@ -27,12 +26,12 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 	mode := submissionMode(j)
 	hasSelector := len(s.ClusterSelector) > 0
 	if hasSelector {
-		if s.ClusterSelector[builder.LabelCluster] == "" {
-			errs = append(errs, field.Required(spec.Child("clusterSelector").Key(builder.LabelCluster), "the selector must name the cluster with ray.io/cluster"))
+		if s.ClusterSelector[rayv1.LabelCluster] == "" {
+			errs = append(errs, field.Required(spec.Child("clusterSelector").Key(rayv1.LabelCluster), "the selector must name the cluster with ray.io/cluster"))
 		}
 		for k := range s.ClusterSelector {
-			if k != builder.LabelCluster {
-				errs = append(errs, field.NotSupported(spec.Child("clusterSelector").Key(k), k, []string{builder.LabelCluster}))
+			if k != rayv1.LabelCluster {
+				errs = append(errs, field.NotSupported(spec.Child("clusterSelector").Key(k), k, []string{rayv1.LabelCluster}))
 			}
 		}
 		if s.RayClusterSpec != nil {

@@ -95,8 +95,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // serviceOfPod maps a Ray pod to the RayService that controls its cluster.
 func (r *Reconciler) serviceOfPod(ctx context.Context, o client.Object) []reconcile.Request {
-	name := o.GetLabels()[builder.LabelCluster]
-	if _, serve := o.GetLabels()[builder.LabelServe]; name == "" || !serve {
+	name := o.GetLabels()[rayv1.LabelCluster]
+	if _, serve := o.GetLabels()[rayv1.LabelServe]; name == "" || !serve {
 		// Every pod of a RayService's cluster carries ray.io/serve (KubeRay's and Manta's builders set it
 		// from the cluster's originated-from-crd label); a plain RayCluster's pods are not looked up, which
 		// cost a copy of their cluster from the cache on every pod event.

@@ -439,11 +439,11 @@ func planServeLabels(rs *rayv1.RayService, p *plan, active, pending *clusterObs)
 		for i := range c.pods {
 			pod := &c.pods[i]
 			want := "false"
-			isHead := pod.Labels[builder.LabelNodeType] == builder.NodeTypeHead
+			isHead := pod.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead
 			if !isHead || (c.proxyHealthy[pod.Name] && !rs.Spec.ExcludeHeadPodFromServeSvc) {
 				want = "true"
 			}
-			if pod.Labels[builder.LabelServe] != want {
+			if pod.Labels[rayv1.LabelServe] != want {
 				p.podLabels = append(p.podLabels, podLabel{pod: pod, value: want})
 			}
 			if c == active && want == "true" && builder.PodRunningAndReady(pod) {

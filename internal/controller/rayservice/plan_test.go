@@ -38,7 +38,7 @@ func names(seq ...string) func() string {
 // readyCluster is a cluster of rs whose head is ready, with the current config applied and all apps RUNNING.
 func readyCluster(rs *rayv1.RayService, name string) *clusterObs {
 	c := builder.RayServiceCluster(rs, name)
-	head := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name + "-head-x", UID: "head-uid", Labels: map[string]string{builder.LabelNodeType: builder.NodeTypeHead, builder.LabelServe: "true"}},
+	head := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name + "-head-x", UID: "head-uid", Labels: map[string]string{rayv1.LabelNodeType: rayv1.NodeTypeHead, rayv1.LabelServe: "true"}},
 		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
 	c.Annotations[builder.AnnotationServeConfigHash] = builder.ServeConfigHash(rs.Spec.ServeConfigV2)
@@ -88,7 +88,7 @@ func TestPlanPromotionAndDeletionDelay(t *testing.T) {
 	// Not RUNNING yet: no switch.
 	pending.details.Applications["fruit_app"] = ray.ServeApplication{Status: ray.ApplicationStatusUnhealthy}
 	p := computePlan(observed{rs: rs, now: t0, active: old, pending: pending, clusters: []rayv1.RayCluster{*old.cluster, *pending.cluster}})
-	if p.status.ActiveServiceStatus.RayClusterName != "svc-old" || p.services[0].Spec.Selector[builder.LabelCluster] != "svc-old" {
+	if p.status.ActiveServiceStatus.RayClusterName != "svc-old" || p.services[0].Spec.Selector[rayv1.LabelCluster] != "svc-old" {
 		t.Fatalf("switched to a cluster with an UNHEALTHY application")
 	}
 	if c := meta.FindStatusCondition(p.status.Conditions, string(rayv1.UpgradeInProgress)); c.Status != metav1.ConditionTrue || c.Reason != string(rayv1.BothActivePendingClustersExist) {
@@ -101,7 +101,7 @@ func TestPlanPromotionAndDeletionDelay(t *testing.T) {
 		t.Fatalf("not switched: active %q pending %q", p.status.ActiveServiceStatus.RayClusterName, p.status.PendingServiceStatus.RayClusterName)
 	}
 	for _, svc := range p.services {
-		if svc.Spec.Selector[builder.LabelCluster] != "svc-new" {
+		if svc.Spec.Selector[rayv1.LabelCluster] != "svc-new" {
 			t.Errorf("Service %s selects %v", svc.Name, svc.Spec.Selector)
 		}
 	}

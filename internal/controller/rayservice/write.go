@@ -60,7 +60,7 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 		if patched.Labels == nil {
 			patched.Labels = map[string]string{}
 		}
-		patched.Labels[builder.LabelServe] = l.value
+		patched.Labels[rayv1.LabelServe] = l.value
 		if err := r.client.Patch(ctx, patched, client.MergeFrom(l.pod)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("label pod %s: %w", l.pod.Name, err)
 		}
@@ -204,7 +204,7 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 			p.Eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", desired.Name, err)
 			return fmt.Errorf("create Service %s: %w", desired.Name, err)
 		}
-		p.Eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s for RayCluster %s", desired.Name, desired.Spec.Selector[builder.LabelCluster])
+		p.Eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s for RayCluster %s", desired.Name, desired.Spec.Selector[rayv1.LabelCluster])
 		return nil
 	}
 	if err != nil {
@@ -230,8 +230,8 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 		p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
 		return fmt.Errorf("update Service %s: %w", existing.Name, err)
 	}
-	if existing.Spec.Selector[builder.LabelCluster] != updated.Spec.Selector[builder.LabelCluster] {
-		p.Eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "Service %s now points at RayCluster %s", existing.Name, updated.Spec.Selector[builder.LabelCluster])
+	if existing.Spec.Selector[rayv1.LabelCluster] != updated.Spec.Selector[rayv1.LabelCluster] {
+		p.Eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "Service %s now points at RayCluster %s", existing.Name, updated.Spec.Selector[rayv1.LabelCluster])
 	}
 	return nil
 }
