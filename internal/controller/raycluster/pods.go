@@ -271,18 +271,35 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	return nil
 }
 
-func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts builder.PodOptions) error {
-	c := run.c
+// groupPlan is what reconcileGroup writes for one worker group: whole replicas to delete, by why, then the pods to
+// create.
+type groupPlan struct {
+	// named are the replicas workersToDelete names, dead those with a pod that terminated (or a multi-host replica
+	// short of a host), surplus those above the wanted count; each flattened to its pods.
+	named, dead, surplus []corev1.Pod
+	// create are the new pods, numOfHosts per new replica.
+	create []builder.Replica
+}
+
+// planGroup decides what happens to one worker group, from the cluster's pods and nothing else (newName draws the
+// random part of a new replica's name). Its rules:
+//   - A replica is numOfHosts pods that live and die together: the pods of a multi-host replica share
+//     ray.io/worker-group-replica-name; every other pod is a replica of its own.
+//   - A replica with a pod named in workersToDelete goes; else one with a pod to replace (shouldReplace), or a
+//     multi-host replica that lost a host, goes too (replaced whole, as KubeRay does: the hosts of a TPU slice are
+//     provisioned together and cannot take in a single new one). The rest are alive.
+//   - Fewer alive replicas than wanted: new ones take the lowest free replica indexes.
+//   - More alive than wanted, without the autoscaler: the least useful go first (not ready, then the newest). With
+//     the autoscaler only workersToDelete removes pods, as in KubeRay.
+func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod, newName func() string) groupPlan {
 	toDelete := map[string]bool{}
 	for _, n := range g.ScaleStrategy.WorkersToDelete {
 		toDelete[n] = true
 	}
-	// A replica is numOfHosts pods that live and die together: pods of a multi-host replica share
-	// ray.io/worker-group-replica-name; every other pod is a replica of its own.
 	multiHost := hosts(g) > 1
 	replicas := map[string][]corev1.Pod{}
 	var order []string
-	for _, p := range run.obs.pods {
+	for _, p := range pods {
 		if p.Labels[rayv1.LabelNodeType] != rayv1.NodeTypeWorker || p.Labels[rayv1.LabelGroup] != groupLabel(g) {
 			continue
 		}
@@ -295,31 +312,18 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 		}
 		replicas[key] = append(replicas[key], p)
 	}
-	var named, dead, alive [][]corev1.Pod
+	var plan groupPlan
+	var alive [][]corev1.Pod
 	for _, key := range order {
 		pods := replicas[key]
 		switch {
 		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return toDelete[p.Name] }):
-			named = append(named, pods)
-		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return shouldReplace(&p) }):
-			dead = append(dead, pods)
-		case multiHost && len(pods) < int(hosts(g)):
-			// A multi-host replica that lost a host is replaced whole, as KubeRay does: the hosts of a TPU slice
-			// are provisioned together and cannot take in a single new one.
-			dead = append(dead, pods)
+			plan.named = append(plan.named, pods...)
+		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return shouldReplace(&p) }),
+			multiHost && len(pods) < int(hosts(g)):
+			plan.dead = append(plan.dead, pods...)
 		default:
 			alive = append(alive, pods)
-		}
-	}
-	var errs []error
-	if len(named) > 0 {
-		if err := r.deletePods(ctx, run, slices.Concat(named...), rayv1.FailedDeleteWorkerPod, "the autoscaler asked for it (workersToDelete)"); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(dead) > 0 {
-		if err := r.deletePods(ctx, run, slices.Concat(dead...), rayv1.FailedDeleteWorkerPod, "the pod (or a host of its replica) terminated"); err != nil {
-			errs = append(errs, err)
 		}
 	}
 
@@ -337,20 +341,16 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 			}
 		}
 	}
-	var create []builder.Replica
-	want := int(groupReplicas(c, g))
-	switch diff := want - len(alive); {
+	switch diff := int(groupReplicas(c, g)) - len(alive); {
 	case diff > 0:
 		for range diff {
-			rep := builder.Replica{Index: nextIndex(), Name: builder.ReplicaName(g.GroupName, utilrand.String(5))}
+			rep := builder.Replica{Index: nextIndex(), Name: builder.ReplicaName(g.GroupName, newName())}
 			for h := range int(hosts(g)) {
 				rep.HostIndex = h
-				create = append(create, rep)
+				plan.create = append(plan.create, rep)
 			}
 		}
 	case diff < 0 && !builder.AutoscalingEnabled(c):
-		// Without the autoscaler nobody names the pods to remove: take the least useful replicas first (not
-		// ready, then the newest). With the autoscaler, only workersToDelete removes pods, as in KubeRay.
 		slices.SortStableFunc(alive, func(a, b []corev1.Pod) int {
 			if ra, rb := replicaReady(a), replicaReady(b); ra != rb {
 				if ra {
@@ -360,11 +360,33 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 			}
 			return b[0].CreationTimestamp.Compare(a[0].CreationTimestamp.Time)
 		})
-		if err := r.deletePods(ctx, run, slices.Concat(alive[:-diff]...), rayv1.FailedDeleteWorkerPod, "the group scaled down"); err != nil {
+		plan.surplus = slices.Concat(alive[:-diff]...)
+	}
+	return plan
+}
+
+// reconcileGroup writes a worker group's plan (planGroup): the deletions, then the creates, which wait out a
+// create backoff and are made only for a cluster that still exists (clusterLive).
+func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts builder.PodOptions) error {
+	c := run.c
+	plan := planGroup(c, g, run.obs.pods, func() string { return utilrand.String(5) })
+	var errs []error
+	for _, d := range []struct {
+		pods []corev1.Pod
+		why  string
+	}{
+		{plan.named, "the autoscaler asked for it (workersToDelete)"},
+		{plan.dead, "the pod (or a host of its replica) terminated"},
+		{plan.surplus, "the group scaled down"},
+	} {
+		if len(d.pods) == 0 {
+			continue
+		}
+		if err := r.deletePods(ctx, run, d.pods, rayv1.FailedDeleteWorkerPod, d.why); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(create) > 0 {
+	if len(plan.create) > 0 {
 		if w := r.createBackoff().Wait(run.key, c.Generation, time.Now()); w > 0 {
 			run.obs.failure = heldFailure(c, rayv1.FailedCreateWorkerPod)
 			run.Requeue(w)
@@ -372,7 +394,7 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 		} else if live, err := r.clusterLive(ctx, run); err != nil {
 			errs = append(errs, err)
 		} else if live {
-			if err := r.createWorkers(ctx, run, g, opts, create); err != nil {
+			if err := r.createWorkers(ctx, run, g, opts, plan.create); err != nil {
 				errs = append(errs, err)
 			}
 		}
