@@ -13,13 +13,17 @@ GO_TEST_FLAGS ?= -timeout 75m -count=1
 all: build
 
 .PHONY: tools
-tools: ## Build the control-plane binaries, generators, helm, staticcheck and the KubeRay oracle into bin/ (no-op when up to date).
+tools: ## Build the control plane, the real node (kubelet, kube-proxy, containerd, runc, CNI plugins, CoreDNS; installs the Debian packages it needs), generators, helm, staticcheck and the KubeRay oracle into bin/ (no-op when up to date).
 	@hack/tools.sh
 	@hack/build-kuberay.sh
 
 .PHONY: ray
 ray: ## Create bin/ray-venv with the pinned Ray (no-op when up to date).
 	@hack/ray-venv.sh
+
+.PHONY: images
+images: ## Build the dev cluster's real-node images (pause, Ray, Redis) into bin/images (no-op when up to date).
+	@go run ./hack/images $(BIN)
 
 .PHONY: generate
 generate: tools ## Generate deepcopy, CRDs and RBAC from markers.
@@ -55,7 +59,7 @@ build: ## Build bin/manta (stamped with the git commit).
 	go build -ldflags "-X github.com/manta-dev/manta/internal/version.Commit=$$(git rev-parse HEAD 2>/dev/null)" -o $(BIN)/manta ./cmd/manta
 
 .PHONY: test
-test: tools ray ## Run every test: unit, envtest, Ray conformance, end-to-end on the dev cluster.
+test: tools ray images ## Run every test: unit, envtest, Ray conformance, end-to-end on the dev cluster.
 	go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: oracle
@@ -63,7 +67,7 @@ oracle: tools ## Compare Manta's RayCluster controller with KubeRay's operator o
 	go test $(GO_TEST_FLAGS) -run TestOracle ./test/oracle/
 
 .PHONY: run
-run: tools build ## Start `manta dev`: the local simulated cluster with Manta running.
+run: tools build images ## Start `manta dev`: the local simulated cluster with Manta running.
 	$(BIN)/manta dev
 
 # BENCH_SIZES: RayClusters per trial; BENCH_CONTENDERS: see test/bench/README.md.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/logging"
 	"github.com/manta-dev/manta/internal/operator"
+	"github.com/manta-dev/manta/internal/ray"
 )
 
 // devService is something `manta dev` runs in-process beside the operator (the REST API server).
@@ -37,6 +40,7 @@ func newDevCommand() *cobra.Command {
 		nodeMemory string
 		maxPods    int
 		kubeconfig string
+		realNode   string
 		opOpts     operator.Options
 	)
 	cmd := &cobra.Command{
@@ -66,9 +70,14 @@ func newDevCommand() *cobra.Command {
 			klog.SetLogger(logger)
 			fmt.Fprintf(cmd.ErrOrStderr(), "manta dev: starting; operator and API server logs in %s\n", logPath)
 
+			withNode, err := chooseRealNode(realNode, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
 			start := time.Now()
 			c, err := devcluster.Start(ctx, devcluster.Options{
 				Nodes: nodes, NodeCPU: nodeCPU, NodeMemory: nodeMemory, NodeMaxPods: maxPods,
+				RealNode:       withNode,
 				KubeconfigPath: abs,
 				// Puller pods exit on fake nodes (and pulls of images named *does-not-exist* fail) as on real ones.
 				ExtraStages: [][]byte{imagepulljob.KwokStages},
@@ -84,6 +93,15 @@ func newDevCommand() *cobra.Command {
 
 			g, gctx := errgroup.WithContext(ctx)
 			cfg := c.RESTConfig()
+			if withNode {
+				// The operator runs outside the cluster: it resolves head Services through the node's CoreDNS.
+				direct := &http.Client{Transport: &http.Transport{Proxy: nil, DialContext: c.DialContext}}
+				opOpts.RayClients, err = ray.NewFactory(ray.Options{UseKubernetesProxy: opOpts.UseKubernetesProxy, RESTConfig: cfg,
+					ClusterDomain: opOpts.ClusterDomain, Timeout: opOpts.RayTimeout, HTTPClient: direct})
+				if err != nil {
+					return err
+				}
+			}
 			mgr, err := operator.NewManager(cfg, opOpts)
 			if err != nil {
 				return err
@@ -115,9 +133,18 @@ func newDevCommand() *cobra.Command {
 			}
 
 			fmt.Fprintln(out, "manta dev: ready")
-			fmt.Fprintf(out, "  %d fake nodes, up in %s\n", nodes, time.Since(start).Round(time.Millisecond))
+			if withNode {
+				fmt.Fprintf(out, "  real node %s (pods run in containers there; the %d fake nodes carry the taint %s=fake:NoSchedule), up in %s\n",
+					devcluster.RealNodeName, nodes, devcluster.FakeNodeTaint, time.Since(start).Round(time.Millisecond))
+			} else {
+				fmt.Fprintf(out, "  %d fake nodes, up in %s\n", nodes, time.Since(start).Round(time.Millisecond))
+			}
 			fmt.Fprintf(out, "  operator and API server logs: %s\n", logPath)
-			fmt.Fprintf(out, "  component logs (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok): %s\n", filepath.Join(c.Dir(), "logs"))
+			components := "etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok"
+			if withNode {
+				components += ", containerd, coredns, kube-proxy, kubelet, registry"
+			}
+			fmt.Fprintf(out, "  component logs (%s): %s\n", components, filepath.Join(c.Dir(), "logs"))
 			fmt.Fprintf(out, "  export KUBECONFIG=%s\n", abs)
 			fmt.Fprintln(out, "  kubectl apply -f config/samples/raycluster.yaml   # kubectl is in bin/ after `make tools`")
 			fmt.Fprintln(out, "  kubectl get rayclusters,pods")
@@ -138,9 +165,35 @@ func newDevCommand() *cobra.Command {
 	fs.StringVar(&nodeMemory, "node-memory", "128Gi", "memory capacity of each fake node")
 	fs.IntVar(&maxPods, "node-max-pods", 110, "pod capacity of each fake node")
 	fs.StringVar(&kubeconfig, "kubeconfig", ".manta/dev/kubeconfig", "where to write the admin kubeconfig")
+	fs.StringVar(&realNode, "real-node", "auto", "run a real node (kubelet, containerd, CoreDNS, kube-proxy, a local registry) beside the fake ones: "+
+		"auto (when the machine allows it: root, cgroups, the node binaries from `make tools`), true, or false")
 	addOperatorFlags(fs, &opOpts)
 	opOpts.MetricsAddr = "0"
 	return cmd
+}
+
+// chooseRealNode decides --real-node: auto runs the real node when the machine allows it and otherwise says in one
+// line why the cluster has fake nodes only.
+func chooseRealNode(flag string, stderr io.Writer) (bool, error) {
+	switch flag {
+	case "false":
+		return false, nil
+	case "true", "auto":
+	default:
+		return false, fmt.Errorf("--real-node: %q is not auto, true or false", flag)
+	}
+	bin, err := devcluster.DefaultBinDir()
+	if err == nil {
+		err = devcluster.RealNodeSupport(bin)
+	}
+	if err == nil {
+		return true, nil
+	}
+	if flag == "true" {
+		return false, fmt.Errorf("--real-node=true: %w", err)
+	}
+	fmt.Fprintf(stderr, "manta dev: fake (kwok) nodes only: %v\n", err)
+	return false, nil
 }
 
 // openLog creates (or truncates) the log file of one `manta dev` run.

@@ -37,7 +37,7 @@ func TestMantaDev(t *testing.T) {
 		t.Fatalf("build manta: %v\n%s", err, out)
 	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	cmd := exec.Command(bin, "dev", "--nodes", "2", "--kubeconfig", kubeconfig)
+	cmd := exec.Command(bin, "dev", "--nodes", "2", "--kubeconfig", kubeconfig, "--real-node=false")
 	cmd.Dir = root
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
@@ -196,4 +196,26 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+func TestChooseRealNode(t *testing.T) {
+	var out bytes.Buffer
+	if _, err := chooseRealNode("yes", &out); err == nil || !strings.Contains(err.Error(), "--real-node") {
+		t.Errorf(`--real-node=yes: %v, want an error naming the flag`, err)
+	}
+	if on, err := chooseRealNode("false", &out); on || err != nil || out.Len() != 0 {
+		t.Errorf("--real-node=false: %v %v %q, want off, silently", on, err, out.String())
+	}
+	bin, err := devcluster.DefaultBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	why := devcluster.RealNodeSupport(bin)
+	on, err := chooseRealNode("auto", &out)
+	switch {
+	case why == nil && (!on || err != nil):
+		t.Errorf("--real-node=auto on a machine that allows it: %v %v", on, err)
+	case why != nil && (on || err != nil || strings.Count(out.String(), "\n") != 1 || !strings.Contains(out.String(), why.Error())):
+		t.Errorf("--real-node=auto where %v: %v %v, printed %q; want off and one line saying why", why, on, err, out.String())
+	}
 }

@@ -75,6 +75,11 @@ type Options struct {
 	KubeconfigPath string
 	// Profiling serves the API server's /debug/pprof (to the admin), for benchmarks that profile it.
 	Profiling bool
+	// RealNode starts a real node beside the fake ones (see realnode.go): a kubelet, containerd and runc,
+	// CoreDNS, kube-proxy and a local registry with the images of package images, in a network namespace of its
+	// own. While it runs, every fake node carries FakeNodeTaint, so pods land on the real node unless they
+	// tolerate it. It needs what RealNodeSupport checks; Start fails naming what is missing.
+	RealNode bool
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -88,6 +93,9 @@ type Cluster struct {
 	Server     string // https://127.0.0.1:<port>
 	config     *rest.Config
 	procs      []*process
+	apiPort    int
+	pki        *pki
+	node       *realNode // nil without a real node
 
 	stopOnce sync.Once
 	stopErr  error
@@ -116,6 +124,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 		opts.Pools = []NodePool{{Name: "kwok-node", Count: n, CPU: opts.NodeCPU, Memory: opts.NodeMemory, Pods: opts.NodeMaxPods}}
 	}
+	if opts.RealNode {
+		fake := corev1.Taint{Key: FakeNodeTaint, Value: "fake", Effect: corev1.TaintEffectNoSchedule}
+		for i := range opts.Pools {
+			opts.Pools[i].Taints = append(append([]corev1.Taint(nil), opts.Pools[i].Taints...), fake)
+		}
+	}
 	for _, name := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok"} {
 		if _, err := os.Stat(filepath.Join(opts.BinDir, name)); err != nil {
 			return nil, fmt.Errorf("devcluster: %s not found in %s (run `make tools`): %w", name, opts.BinDir, err)
@@ -123,6 +137,12 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 
 	c := &Cluster{opts: opts, dir: opts.Dir}
+	// A killed real node's mounts may sit in a stale temp dir: unmount them before sweepStaleDirs removes it.
+	if os.Geteuid() == 0 {
+		if err := SweepRealNodes(ctx, opts.Logf); err != nil {
+			return nil, err
+		}
+	}
 	if c.dir == "" {
 		// Short paths: etcd and the components put sockets and files here.
 		sweepStaleDirs()
@@ -143,6 +163,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}()
 	start := time.Now()
+	if opts.RealNode {
+		if err := c.prepareRealNode(ctx); err != nil {
+			return nil, err
+		}
+	}
 	// FreePorts only reserves the ports until it returns; another process can take one before a component binds
 	// it. Start again on fresh ports then, as the Ray head in test/ray does.
 	for attempt := 1; ; attempt++ {
@@ -168,6 +193,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	for _, p := range opts.Pools {
 		if err := c.AddNodes(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	if c.node != nil {
+		if err := c.startRealNode(ctx, c.pki); err != nil {
 			return nil, err
 		}
 	}
@@ -197,7 +227,11 @@ func (c *Cluster) PIDs() map[string]int {
 // to call more than once.
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
-		errs := []error{c.stopProcesses()}
+		var errs []error
+		if c.node != nil {
+			errs = append(errs, c.stopRealNode())
+		}
+		errs = append(errs, c.stopProcesses())
 		if c.removeDir {
 			errs = append(errs, os.RemoveAll(c.dir))
 		}
@@ -219,15 +253,26 @@ func (c *Cluster) stopProcesses() error {
 }
 
 func (c *Cluster) startControlPlane(ctx context.Context) error {
-	pki, err := writePKI(c.dir)
+	serviceCIDR := kwokServiceCIDR
+	pkiOpts := pkiOptions{}
+	if c.node != nil {
+		serviceCIDR = c.node.net.serviceCIDR
+		pkiOpts.node = &nodeIdentity{name: RealNodeName, ip: net.IP(c.node.net.nodeIP.Addr().AsSlice())}
+		pkiOpts.servingIPs = append(pkiOpts.servingIPs, net.IP(c.node.net.nodeIP.Addr().AsSlice()))
+	}
+	// Pods reach the API server through the kubernetes Service's ClusterIP, the first of the range.
+	pkiOpts.servingIPs = append(pkiOpts.servingIPs, net.IP(firstIP(serviceCIDR).AsSlice()))
+	pki, err := writePKI(c.dir, pkiOpts)
 	if err != nil {
 		return err
 	}
+	c.pki = pki
 	ports, err := FreePorts(3)
 	if err != nil {
 		return err
 	}
 	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
+	c.apiPort = apiPort
 	c.Server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
 
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
@@ -246,28 +291,46 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 		return err
 	}
 
-	if err := c.run(ctx, "kube-apiserver",
-		"--etcd-servers="+etcdURL,
+	apiArgs := []string{
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		// Loopback cannot back the kubernetes Service's endpoints; nothing in the dev cluster needs them.
-		"--endpoint-reconciler-type=none",
-		"--secure-port="+strconv.Itoa(apiPort),
+		"--secure-port=" + strconv.Itoa(apiPort),
+		"--service-cluster-ip-range=" + serviceCIDR.String(),
+	}
+	if c.node != nil {
+		// The API server listens on 127.0.0.1 only; the node's namespace reaches it through a forwarder on the
+		// node's address and the same port (startForwarder), which is what the kubernetes Service leads to.
+		apiArgs = append(apiArgs,
+			"--advertise-address="+c.node.net.nodeIP.Addr().String(),
+			"--endpoint-reconciler-type=lease",
+			"--authorization-mode=Node,RBAC",
+			"--kubelet-client-certificate="+pki.kubeletClientCert,
+			"--kubelet-client-key="+pki.kubeletClientKey,
+			"--kubelet-certificate-authority="+pki.caCert,
+			"--kubelet-preferred-address-types=InternalIP",
+		)
+	} else {
+		apiArgs = append(apiArgs,
+			"--advertise-address=127.0.0.1",
+			// Loopback cannot back the kubernetes Service's endpoints; nothing on fake nodes needs them.
+			"--endpoint-reconciler-type=none",
+			"--authorization-mode=RBAC",
+		)
+	}
+	if err := c.run(ctx, "kube-apiserver", append(apiArgs,
 		"--tls-cert-file="+pki.servingCert, "--tls-private-key-file="+pki.servingKey,
 		"--client-ca-file="+pki.caCert,
 		"--token-auth-file="+pki.tokenFile,
-		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+pki.saPub,
 		"--service-account-signing-key-file="+pki.saKey,
 		"--api-audiences=https://kubernetes.default.svc.cluster.local",
-		"--service-cluster-ip-range=10.96.0.0/16",
 		"--allow-privileged=true",
 		"--max-requests-inflight=1000",
 		"--max-mutating-requests-inflight=500",
 		"--profiling="+strconv.FormatBool(c.opts.Profiling),
 		"--v=0",
-	); err != nil {
+	)...); err != nil {
 		return err
 	}
 
@@ -494,6 +557,9 @@ func (c *Cluster) WaitForNodesReady(ctx context.Context) error {
 	for _, p := range c.opts.Pools {
 		want += p.Count
 	}
+	if c.node != nil {
+		want++
+	}
 	return poll(ctx, 5*time.Minute, func() (bool, error) {
 		nodes, err := cs.CoreV1().Nodes().List(ctx, listOpts)
 		if err != nil {
@@ -576,6 +642,15 @@ func FreePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// DefaultBinDir is where Start finds the binaries when Options.BinDir is empty: <repo>/bin.
+func DefaultBinDir() (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "bin"), nil
 }
 
 // ModulePath is Manta's Go module path; RepoRoot looks for the go.mod that declares it.

@@ -25,11 +25,39 @@ type pki struct {
 	saKey, saPub, tokenFile         string
 	caPEM                           []byte
 	adminToken                      string
+	// The real node's credentials (see pkiOptions.node): the API server's client certificate for the kubelet, the
+	// kubelet's serving certificate, and tokens for the kubelet, kube-proxy and CoreDNS.
+	kubeletClientCert, kubeletClientKey   string
+	kubeletServingCert, kubeletServingKey string
+	nodeToken, proxyToken, dnsToken       string
 }
 
-// writePKI creates a CA, the API server's serving certificate for 127.0.0.1/localhost, the service-account signing
-// key pair and a token file whose one token is in system:masters.
-func writePKI(dir string) (*pki, error) {
+// pkiOptions shape the certificates: the API server's serving addresses beside 127.0.0.1, and the real node, when
+// there is one.
+type pkiOptions struct {
+	servingIPs []net.IP
+	node       *nodeIdentity
+}
+
+// nodeIdentity names the real node for its certificates and tokens.
+type nodeIdentity struct {
+	name string
+	ip   net.IP
+}
+
+// Users the real node's components authenticate as (tokens in the token file). The kubelet's is what the Node
+// authorizer expects; kube-proxy's is bound to system:node-proxier by the API server's bootstrap policy.
+const (
+	kubeProxyUser = "system:kube-proxy"
+	coreDNSUser   = "manta-dev:coredns"
+)
+
+func nodeUser(node string) string { return "system:node:" + node }
+
+// writePKI creates a CA, the API server's serving certificate for 127.0.0.1/localhost and o.servingIPs, the
+// service-account signing key pair and a token file whose first token is in system:masters; with o.node, the
+// real node's certificates and tokens too.
+func writePKI(dir string, o pkiOptions) (*pki, error) {
 	pkiDir := filepath.Join(dir, "pki")
 	if err := os.MkdirAll(pkiDir, 0o700); err != nil {
 		return nil, err
@@ -78,7 +106,7 @@ func writePKI(dir string) (*pki, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.96.0.1")},
+		IPAddresses:  append([]net.IP{net.ParseIP("127.0.0.1")}, o.servingIPs...),
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
 	if err != nil {
@@ -110,16 +138,87 @@ func writePKI(dir string) (*pki, error) {
 		return nil, err
 	}
 
-	tok := make([]byte, 24)
-	if _, err := rand.Read(tok); err != nil {
+	if p.adminToken, err = newToken(); err != nil {
 		return nil, err
 	}
-	p.adminToken = hex.EncodeToString(tok)
-	line := fmt.Sprintf("%s,manta-dev-admin,manta-dev-admin,\"system:masters\"\n", p.adminToken)
-	if err := os.WriteFile(p.tokenFile, []byte(line), 0o600); err != nil {
+	lines := fmt.Sprintf("%s,manta-dev-admin,manta-dev-admin,\"system:masters\"\n", p.adminToken)
+	if o.node != nil {
+		if err := p.writeNodePKI(pkiDir, ca, caKey, o.node); err != nil {
+			return nil, err
+		}
+		for _, t := range []struct {
+			tok         *string
+			user, group string
+		}{
+			{&p.nodeToken, nodeUser(o.node.name), "system:nodes"},
+			{&p.proxyToken, kubeProxyUser, ""},
+			{&p.dnsToken, coreDNSUser, ""},
+		} {
+			if *t.tok, err = newToken(); err != nil {
+				return nil, err
+			}
+			lines += fmt.Sprintf("%s,%s,%s,\"%s\"\n", *t.tok, t.user, t.user, t.group)
+		}
+	}
+	if err := os.WriteFile(p.tokenFile, []byte(lines), 0o600); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+func newToken() (string, error) {
+	tok := make([]byte, 24)
+	if _, err := rand.Read(tok); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(tok), nil
+}
+
+// writeNodePKI signs the API server's client certificate for the kubelet (in system:masters, which the kubelet's
+// x509 authentication accepts from the dev cluster's CA) and the kubelet's serving certificate for the node's address,
+// which the API server checks with --kubelet-certificate-authority.
+func (p *pki) writeNodePKI(pkiDir string, ca *x509.Certificate, caKey *ecdsa.PrivateKey, node *nodeIdentity) error {
+	p.kubeletClientCert, p.kubeletClientKey = filepath.Join(pkiDir, "apiserver-kubelet-client.crt"), filepath.Join(pkiDir, "apiserver-kubelet-client.key")
+	p.kubeletServingCert, p.kubeletServingKey = filepath.Join(pkiDir, "kubelet.crt"), filepath.Join(pkiDir, "kubelet.key")
+	now := time.Now()
+	for i, c := range []struct {
+		tmpl      *x509.Certificate
+		cert, key string
+	}{
+		{&x509.Certificate{
+			Subject:     pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		}, p.kubeletClientCert, p.kubeletClientKey},
+		{&x509.Certificate{
+			Subject:     pkix.Name{CommonName: nodeUser(node.name)},
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			DNSNames:    []string{node.name},
+			IPAddresses: []net.IP{node.ip},
+		}, p.kubeletServingCert, p.kubeletServingKey},
+	} {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return err
+		}
+		c.tmpl.SerialNumber = big.NewInt(int64(10 + i))
+		c.tmpl.NotBefore, c.tmpl.NotAfter = now.Add(-time.Hour), now.Add(10*365*24*time.Hour)
+		c.tmpl.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+		der, err := x509.CreateCertificate(rand.Reader, c.tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			return err
+		}
+		if err := writePEM(c.cert, "CERTIFICATE", der); err != nil {
+			return err
+		}
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			return err
+		}
+		if err := writePEM(c.key, "EC PRIVATE KEY", keyDER); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func writePEM(path, typ string, der []byte) error {

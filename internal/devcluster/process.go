@@ -31,9 +31,24 @@ type process struct {
 
 func (c *Cluster) logPath(name string) string { return filepath.Join(c.dir, "logs", name+".log") }
 
-// run starts a component from BinDir with its output in <dir>/logs/<name>.log. The process gets its own process
-// group and is killed by the kernel if this process dies, so nothing outlives a crashed test or `manta dev`.
+// run starts a component from BinDir with its output in <dir>/logs/<name>.log.
 func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
+	return c.start(ctx, procSpec{name: name, args: args})
+}
+
+// procSpec is a component to start: BinDir/name with args, optionally inside a network namespace (through
+// nsenter, which execs the component in place: the process is the component) and with its own environment.
+type procSpec struct {
+	name  string
+	args  []string
+	netns string   // a network namespace's path, or "" for this process's own
+	env   []string // nil: this process's environment
+}
+
+// start starts a component. The process gets its own process group and is killed by the kernel if this process
+// dies, so nothing outlives a crashed test or `manta dev`.
+func (c *Cluster) start(ctx context.Context, s procSpec) error {
+	name := s.name
 	if err := os.MkdirAll(filepath.Join(c.dir, "logs"), 0o755); err != nil {
 		return err
 	}
@@ -41,7 +56,12 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(c.opts.BinDir, name), args...)
+	bin := filepath.Join(c.opts.BinDir, name)
+	cmd := exec.Command(bin, s.args...)
+	if s.netns != "" {
+		cmd = exec.Command("nsenter", append([]string{"--net=" + s.netns, "--", bin}, s.args...)...)
+	}
+	cmd.Env = s.env
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Dir = c.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -63,6 +83,19 @@ func (c *Cluster) run(ctx context.Context, name string, args ...string) error {
 	case <-time.After(300 * time.Millisecond):
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+	return nil
+}
+
+// exitedEarly returns an error naming the first component that has exited, with the end of its log.
+func (c *Cluster) exitedEarly() error {
+	for _, p := range c.procs {
+		select {
+		case <-p.done:
+			out, _ := os.ReadFile(c.logPath(p.name))
+			return fmt.Errorf("%s exited: %v\n%s", p.name, p.err, tail(out, 2000))
+		default:
+		}
 	}
 	return nil
 }
@@ -101,13 +134,8 @@ func (c *Cluster) waitHealthy(ctx context.Context, path string, timeout time.Dur
 		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
 	}
 	return poll(ctx, timeout, func() (bool, error) {
-		for _, p := range c.procs {
-			select {
-			case <-p.done:
-				out, _ := os.ReadFile(c.logPath(p.name))
-				return false, fmt.Errorf("%s exited: %v\n%s", p.name, p.err, tail(out, 2000))
-			default:
-			}
+		if err := c.exitedEarly(); err != nil {
+			return false, err
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, c.Server+path, nil)
 		req.Header.Set("Authorization", "Bearer "+c.config.BearerToken)

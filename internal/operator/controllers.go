@@ -10,6 +10,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
+	"github.com/manta-dev/manta/internal/controller/raycronjob"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
 	"github.com/manta-dev/manta/internal/metawrite"
@@ -45,6 +46,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		MaxConcurrentReconciles: opts.ReconcileConcurrency,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("RayJob controller: %w", err)
+	}
+	if err := raycronjob.NewReconciler(mgr, raycronjob.Options{MaxConcurrentReconciles: opts.ReconcileConcurrency}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("RayCronJob controller: %w", err)
 	}
 	rs, err := rayservice.NewReconciler(mgr, rayservice.Options{
 		RayClients:              opts.RayClients,

@@ -263,7 +263,10 @@ var mainRoles = map[string]map[string]used{
 		"ray.io/rayclusters":                     {"create delete get list patch update watch", `rayv1\.RayCluster\b`},
 		"ray.io/rayclusters/status":              {"get patch update", `Status\(\)\.(Update|Patch)`},
 		"ray.io/rayclusters/finalizers":          {"update", `controllerutil\.(Add|Remove)Finalizer|Finalizers`},
-		"ray.io/rayjobs":                         {"delete get list patch update watch", `rayv1\.RayJob\b`},
+		"ray.io/rayjobs":                         {"create delete get list patch update watch", `rayv1\.RayJob\b`}, // RayCronJob creates them
+		"ray.io/raycronjobs":                     {"get list watch", `rayv1\.RayCronJob\b`},
+		"ray.io/raycronjobs/status":              {"get patch update", `Status\(\)\.(Update|Patch)`},
+		"ray.io/raycronjobs/finalizers":          {"update", `NewControllerRef\(cj,`}, // blockOwnerDeletion on the RayJobs it owns
 		"ray.io/rayjobs/status":                  {"get patch update", `Status\(\)\.(Update|Patch)`},
 		"ray.io/rayjobs/finalizers":              {"update", `controllerutil\.(Add|Remove)Finalizer|Finalizers`},
 		"ray.io/rayservices":                     {"get list patch update watch", `rayv1\.RayService\b`},

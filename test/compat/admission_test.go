@@ -27,7 +27,7 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-var resources = map[string]string{"RayCluster": "rayclusters", "RayJob": "rayjobs", "RayService": "rayservices"}
+var resources = map[string]string{"RayCluster": "rayclusters", "RayJob": "rayjobs", "RayService": "rayservices", "RayCronJob": "raycronjobs"}
 
 // TestAdmission runs the envtest cases in one control plane: starting one takes seconds.
 func TestAdmission(t *testing.T) {

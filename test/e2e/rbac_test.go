@@ -396,6 +396,37 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 			return apierrors.IsNotFound(err) && len(left.Items) == 0, fmt.Sprintf("get: %v, %d clusters left", err, len(left.Items))
 		})
 
+		// RayCronJob: the first run's RayJob, created with the RayCronJob as its controller (blockOwnerDeletion needs
+		// raycronjobs/finalizers), and the status written. "@every 1s" runs again within the minute, whose RayJob
+		// name is taken by the first: the controller reads it to see it is its own. The template's RayJob stays
+		// suspended, so no cluster follows.
+		cron := &rayv1.RayCronJob{
+			ObjectMeta: metav1.ObjectMeta{Name: "every-second", Namespace: "rbac-b"},
+			Spec: rayv1.RayCronJobSpec{Schedule: "@every 1s", JobTemplate: rayv1.RayJobSpec{
+				Entrypoint: "python -c 'print(1)'", Suspend: true, ShutdownAfterJobFinishes: true,
+				RayClusterSpec: ptr.To(testutil.MakeRayCluster("rbac-b", "x").Workers("small", 1).Obj().Spec),
+			}},
+		}
+		if err := cl.Create(ctx, cron); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, 2*time.Minute, "RayCronJob's first RayJob and lastScheduleTime", func() (bool, string) {
+			failFast(t)
+			got := &rayv1.RayCronJob{}
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(cron), got); err != nil {
+				return false, err.Error()
+			}
+			var jobs rayv1.RayJobList
+			if err := cl.List(ctx, &jobs, client.InNamespace(cron.Namespace), client.MatchingLabels{"ray.io/cronjob-name": cron.Name}); err != nil {
+				return false, err.Error()
+			}
+			owned := len(jobs.Items) > 0 && metav1.IsControlledBy(&jobs.Items[0], got)
+			return owned && got.Status.LastScheduleTime != nil, fmt.Sprintf("%d RayJobs (owned %v), status %+v", len(jobs.Items), owned, got.Status)
+		})
+		if err := cl.Delete(ctx, cron); err != nil {
+			t.Fatal(err)
+		}
+
 		// Anything the operator reported on the objects that reads like a refusal.
 		var evs corev1.EventList
 		if err := cl.List(ctx, &evs); err != nil {

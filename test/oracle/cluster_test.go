@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -25,6 +28,18 @@ import (
 	"github.com/manta-dev/manta/internal/operator"
 	"github.com/manta-dev/manta/internal/testutil"
 )
+
+// harness is what every sample and scenario of a run shares besides the sides: the fake Ray heads, the played
+// submitters and the operators' metrics.
+type harness struct {
+	heads      *rayHeads
+	submitters *submitters
+	// metrics are the operators' /metrics URLs (KubeRay's, Manta's).
+	metrics []string
+}
+
+// env is the run's harness, set by startSides.
+var env *harness
 
 // side is one operator and the namespaces it watches: <prefix><name>.
 type side struct {
@@ -40,7 +55,9 @@ func (s side) ns(name string) string { return s.prefix + name }
 func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, nss []string) (kuberay, manta side) {
 	ctx, cancel := context.WithCancel(context.Background())
 	start := time.Now()
-	c, err := devcluster.Start(ctx, devcluster.Options{Pools: nodePools(objs), Logf: t.Logf})
+	podNet := newPodNetwork(t)
+	// The oracle plays every submitter pod (submitters): kwok must not end them.
+	c, err := devcluster.Start(ctx, devcluster.Options{Pools: nodePools(objs), Logf: t.Logf, HoldJobPods: true})
 	if err != nil {
 		cancel()
 		t.Fatalf("start dev cluster: %v", err)
@@ -74,6 +91,19 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 	}
 	kuberay = side{name: "kuberay", prefix: "k-", cl: cl}
 	manta = side{name: "manta", prefix: "m-", cl: cl}
+	// Before any pod, and straight to the API server: the cache may not have started yet.
+	direct, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setPodCIDRs(t, ctx, direct)
+	heads := serveRayHeads(t, podNet, cl, objs)
+	ports, err := devcluster.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = &harness{heads: heads, submitters: newSubmitters(heads), metrics: []string{
+		fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0]), fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1])}}
 
 	// Every namespace exists, with its default ServiceAccount (pods cannot be created before it), before either
 	// operator starts, so neither sees a failure the other does not.
@@ -109,8 +139,8 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 			t.Fatal(err)
 		}
 	}
-	startKubeRay(t, ctx, root, c, kns)
-	startManta(t, ctx, c, mns)
+	startKubeRay(t, ctx, root, c, kns, ports[0])
+	startManta(t, ctx, c, mns, ports[1])
 	// An operator watching many namespaces starts its controllers only once every informer has synced: the samples
 	// start when both have written the status of a probe cluster, not before.
 	for _, sd := range []side{kuberay, manta} {
@@ -128,6 +158,10 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 			}
 			if g, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration"); g != u.GetGeneration() {
 				return false, sd.name + " has not reconciled the probe cluster"
+			}
+			// The head's IP comes from the node's pod CIDR, where the fake Ray heads answer.
+			if ip, _, _ := unstructured.NestedString(u.Object, "status", "head", "podIP"); !inPodRange(ip) {
+				return false, fmt.Sprintf("%s's probe head has IP %q, not in %s", sd.name, ip, podRange)
 			}
 		}
 		return true, ""
@@ -190,8 +224,36 @@ func nodePools(objs []*unstructured.Unstructured) []devcluster.NodePool {
 	return pools
 }
 
-// startKubeRay runs bin/kuberay-operator watching namespaces.
-func startKubeRay(t *testing.T, ctx context.Context, root string, c *devcluster.Cluster, namespaces []string) {
+// setPodCIDRs gives every fake node a pod CIDR in podRange, which kwok allocates pod IPs from.
+func setPodCIDRs(t *testing.T, ctx context.Context, cl client.Client) {
+	nodes := &corev1.NodeList{}
+	if err := cl.List(ctx, nodes); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(nodes.Items, func(i, j int) bool { return nodes.Items[i].Name < nodes.Items[j].Name })
+	for i := range nodes.Items {
+		cidr, err := nodeCIDR(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%[1]q]}}`, cidr)
+		if err := cl.Patch(ctx, &nodes.Items[i], client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+			t.Fatalf("node %s: pod CIDR: %v", nodes.Items[i].Name, err)
+		}
+	}
+}
+
+func inPodRange(ip string) bool {
+	_, n, _ := net.ParseCIDR(podRange)
+	a := net.ParseIP(ip)
+	return a != nil && n.Contains(a)
+}
+
+// startKubeRay runs bin/kuberay-operator watching namespaces, at its defaults but for what the oracle needs: no
+// leader election, the namespaces, its metrics on loopback, the API server's proxy to reach Ray heads (as Manta
+// does here: the test process has no cluster DNS), 4 reconciles at once (as Manta here, so neither side lags for
+// want of workers), and the feature gates below.
+func startKubeRay(t *testing.T, ctx context.Context, root string, c *devcluster.Cluster, namespaces []string, metricsPort int) {
 	logPath := filepath.Join(c.Dir(), "logs", "kuberay-operator.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -199,13 +261,15 @@ func startKubeRay(t *testing.T, ctx context.Context, root string, c *devcluster.
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "kuberay-operator"),
-		"--kubeconfig="+c.Kubeconfig, "--enable-leader-election=false", "--metrics-addr=0", "--health-probe-bind-address=0",
+		"--kubeconfig="+c.Kubeconfig, "--enable-leader-election=false", fmt.Sprintf("--metrics-addr=127.0.0.1:%d", metricsPort),
+		"--health-probe-bind-address=0", "--use-kubernetes-proxy",
 		"--reconcile-concurrency=4", "--watch-namespace="+strings.Join(namespaces, ","),
 		// On by default in KubeRay after v1.5.0, and what Manta implements: the replica labels of workers, and
 		// RayJob deletionStrategy rules.
 		"--feature-gates=RayMultiHostIndexing=true,RayJobDeletionPolicy=true")
-	cmd.Env = append(os.Environ(), "RAYCLUSTER_DEFAULT_REQUEUE_SECONDS_ENV=2")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// A killed test takes the operator with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		cancel()
 		t.Fatalf("starting bin/kuberay-operator (run make tools): %v", err)
@@ -222,7 +286,7 @@ func startKubeRay(t *testing.T, ctx context.Context, root string, c *devcluster.
 
 // startManta runs Manta's operator, every controller, in this process (operator.Run, what `manta operator` runs)
 // watching namespaces; its log goes to the dev cluster's log directory.
-func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namespaces []string) {
+func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namespaces []string, metricsPort int) {
 	logPath := filepath.Join(c.Dir(), "logs", "manta-operator.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -234,7 +298,8 @@ func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namesp
 	go func() {
 		defer close(done)
 		err := operator.Run(ctx, c.RESTConfig(), operator.Options{
-			WatchNamespaces: namespaces, ReconcileConcurrency: 4, ClusterDomain: "cluster.local",
+			WatchNamespaces: namespaces, ReconcileConcurrency: 4, ClusterDomain: "cluster.local", UseKubernetesProxy: true,
+			MetricsAddr: fmt.Sprintf("127.0.0.1:%d", metricsPort), MetricsInsecure: true,
 		})
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("manta operator: %v", err)

@@ -161,7 +161,13 @@ type allowed struct {
 	Rewrite *rewrite `json:"rewrite,omitempty"`
 	Reason  string   `json:"reason"`
 	// Random marks a difference that depends on KubeRay's random choices, so a run may not see it.
-	Random  bool `json:"random,omitempty"`
+	Random bool `json:"random,omitempty"`
+	// Transient marks Manta's answer to a transient failure that a loaded machine brings about (a call to a Ray
+	// head through the API server timing out), so a run may not see it.
+	Transient bool `json:"transient,omitempty"`
+	// Only, when set, limits the entry to one direction: "manta" when only Manta has the field, event or object
+	// (KubeRay's side is absent), "kuberay" when only KubeRay has it.
+	Only    string `json:"only,omitempty"`
 	re, sre *regexp.Regexp
 	used    bool
 }
@@ -200,6 +206,9 @@ func loadDifferences(path string) (*differences, error) {
 				return nil, fmt.Errorf("%s: %w", path, err)
 			}
 		}
+		if a.Only != "" && a.Only != "manta" && a.Only != "kuberay" {
+			return nil, fmt.Errorf("%s: %q: only must be manta or kuberay, not %q", path, a.Match, a.Only)
+		}
 		if a.Samples != "" {
 			if a.sre, err = regexp.Compile(a.Samples); err != nil {
 				return nil, fmt.Errorf("%s: %w", path, err)
@@ -215,6 +224,9 @@ func (d *differences) allows(sample string, df diff) bool {
 		if a.Rewrite != nil && !sameText(a.Rewrite.re.ReplaceAllString(df.Manta, a.Rewrite.To), df.KubeRay) {
 			continue
 		}
+		if (a.Only == "manta" && !df.absent(df.KubeRay)) || (a.Only == "kuberay" && !df.absent(df.Manta)) {
+			continue
+		}
 		if a.re.MatchString(df.key()) && (a.sre == nil || a.sre.MatchString(sample)) {
 			a.used = true
 			return true
@@ -222,6 +234,9 @@ func (d *differences) allows(sample string, df diff) bool {
 	}
 	return false
 }
+
+// absent says whether v, one side's value of d, is the absence of the field, event or object.
+func (d diff) absent(v string) bool { return v == "<absent>" || (d.Path == "exists" && v == "false") }
 
 func TestFlattenAndCompare(t *testing.T) {
 	kuberay := map[string]any{"spec": map[string]any{

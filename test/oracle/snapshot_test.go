@@ -1,10 +1,12 @@
 package oracle
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -42,66 +44,162 @@ func runSample(t *testing.T, ns string, s sample, sides ...side) []diff {
 	return settle(t, ns, sides...)
 }
 
-// settle waits until both sides have settled, then compares what they wrote. Settled: every RayCluster has the
-// pods its spec asks for, all Running and Ready, and a ready status for its generation, every RayJob is past
-// Initializing, and nothing compared changed for five seconds (events are written after the objects they are
-// about, seconds later on a busy machine); or every Ray object has a status for its generation (after 45 seconds,
-// whether or not) and nothing changed for 15 seconds (a spec whose pods cannot be created, a job waiting for a
-// cluster that does not exist, a status one operator never writes for a spec change; 30 seconds when one side is
-// ready and the other is not, 60 when their events differ); or two minutes passed. Never, short of those two minutes,
-// while a RayJob is Running with its submitter Job finished (both operators fail it 30 s after the submitter
-// finished, and a snapshot inside those 30 s compares a race) or a RayCluster is Suspending.
+// settleDeadline bounds one settle; a sample or step that has not settled by then fails.
+const settleDeadline = 6 * time.Minute
+
+// settle plays the submitters of both sides until both have settled, then compares what they wrote. Settled: no
+// write in the namespace pair (no resourceVersion changed) since a mark, and since the mark each operator has
+// drained what it had then: every controller has finished at least as many reconciles as it had queued and in
+// flight at the mark, and Manta's event queue has been empty for a second; and nothing is on its way that no
+// operator's queue holds: no Ray job running on a fake head, no pod waiting for kwok or being deleted, no submitter
+// Job waiting for the Job controller, no cluster suspending, no RayJob whose TTL or deletion rules are still to
+// run, no RayService with a head that is not Ready yet (see snapshot.moving). A write moves the mark.
 func settle(t *testing.T, ns string, sides ...side) []diff {
 	snaps := make([]*snapshot, len(sides))
-	digests := make([]string, len(sides))
-	deadline := time.Now().Add(2 * time.Minute)
-	stable := 0
+	start := time.Now()
+	deadline := start.Add(settleDeadline)
+	var mark []operatorState
+	var eventsEmpty time.Time // when Manta's event queue was first seen empty since the mark
+	markWrites, why := "", ""
 	for {
-		ready, touched, same, moving := true, true, true, false
+		writes, moving := "", ""
 		for i, sd := range sides {
+			env.submitters.play(t, sd, sd.ns(ns))
 			snaps[i] = takeSnapshot(t, sd, sd.ns(ns))
-			d := snaps[i].digest(t)
-			same = same && d == digests[i]
-			digests[i] = d
-			ready = ready && snaps[i].ready
-			touched = touched && snaps[i].touched && snaps[i].terminating == 0
-			moving = moving || snaps[i].moving
+			writes += snaps[i].writes
+			if moving == "" && snaps[i].moving != "" {
+				moving = sd.name + ": " + snaps[i].moving
+			}
 		}
-		if same {
-			stable++
-		} else {
-			stable = 0
-		}
-		// Events are written after what they are about, and on a loaded machine one operator's come many seconds
-		// after the other's (KubeRay's recorder writes them one at a time behind its own queue): event sets that
-		// differ get twice the longer quiet period before they count as a difference.
-		// The same for one side ready and the other not: a busy operator (or the kwok behind it) can leave a cluster
-		// or a job's submitter unchanged for more than the shorter quiet period on its way to where the other is.
-		// Manta writes events at 2 a second while it is writing anything else (internal/operator/events.go), so with
-		// every sample at once its events can come more than 30 s after KubeRay's: differing events wait 60 s.
-		quiet := 30
+		states, err := env.operatorStates()
 		switch {
-		case !maps.Equal(snaps[0].events, snaps[1].events):
-			quiet = 120
-		case snaps[0].ready != snaps[1].ready:
-			quiet = 60
+		case err != nil:
+			why = err.Error()
+		case mark == nil || writes != markWrites:
+			mark, markWrites, eventsEmpty, why = states, writes, time.Time{}, "written since the last poll"
+		default:
+			if eventsEmpty.IsZero() && states[1].eventsQueued == 0 {
+				eventsEmpty = time.Now()
+			}
+			why = drained(mark, states)
+			// Once Manta's event queue is empty its writer holds at most the event it took last, which it sends
+			// within a token of its rate limiter (operator.DefaultEventQPS, 20 a second) and one API call.
+			if why == "" && (eventsEmpty.IsZero() || time.Since(eventsEmpty) < time.Second) {
+				why = "Manta's events queued since the mark are not all sent"
+			}
+			if why == "" {
+				why = moving
+			}
 		}
-		if !moving && ((ready && stable >= 10 && quiet == 30) || (stable >= quiet && (touched || time.Until(deadline) < 75*time.Second))) {
+		if why == "" {
 			if os.Getenv("ORACLE_DEBUG") != "" {
-				t.Logf("%s: settled (ready %v) after %s", ns, ready, time.Since(deadline.Add(-2*time.Minute)).Round(time.Millisecond))
-				for i := range snaps {
-					t.Logf("%s %s: ready %v touched %v", ns, sides[i].name, snaps[i].ready, snaps[i].touched)
-				}
+				t.Logf("%s: settled after %s", ns, time.Since(start).Round(time.Millisecond))
 			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Logf("%s: not settled after two minutes (ready %v, touched %v, unchanged for %d polls)", ns, ready, touched, stable)
+			t.Errorf("%s: not settled after %s (%s); compared anyway", ns, settleDeadline, why)
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 	return snaps[0].compare(snaps[1])
+}
+
+// operatorState is what one operator's /metrics say of its controllers, by controller name.
+type operatorState struct {
+	url          string
+	backlog      map[string]float64 // queued and in flight
+	done         map[string]float64 // reconciles finished, every result
+	eventsQueued float64            // Manta's event writes waiting (manta_events_queued)
+}
+
+// operatorStates reads both operators' metrics (KubeRay's, Manta's).
+func (h *harness) operatorStates() ([]operatorState, error) {
+	var out []operatorState
+	for _, u := range h.metrics {
+		series, err := scrape(u)
+		if err != nil {
+			return nil, err
+		}
+		st := operatorState{url: u, backlog: map[string]float64{}, done: map[string]float64{}}
+		for _, s := range series {
+			switch s.name {
+			case "workqueue_depth":
+				st.backlog[s.labels["name"]] += s.value
+			case "controller_runtime_active_workers":
+				st.backlog[s.labels["controller"]] += s.value
+			case "controller_runtime_reconcile_total":
+				st.done[s.labels["controller"]] += s.value
+			case "manta_events_queued":
+				st.eventsQueued += s.value
+			}
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// drained says which controller has not yet finished what it had queued and in flight at the mark (controller-
+// runtime's queue hands items out in order); empty when none.
+func drained(mark, now []operatorState) string {
+	for i := range mark {
+		for c, backlog := range mark[i].backlog {
+			if did := now[i].done[c] - mark[i].done[c]; did < backlog {
+				return fmt.Sprintf("%s: controller %s has finished %.0f of the %.0f reconciles it had queued", mark[i].url, c, did, backlog)
+			}
+		}
+	}
+	return ""
+}
+
+// series is one sample of a Prometheus text exposition.
+type series struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// scrape reads a Prometheus text exposition (label values without escaped quotes or commas, as these are).
+func scrape(u string) ([]series, error) {
+	resp, err := http.Get(u)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", u, resp.Status)
+	}
+	var out []series
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		s := series{labels: map[string]string{}}
+		rest := ""
+		if i := strings.IndexByte(line, '{'); i >= 0 {
+			j := strings.LastIndexByte(line, '}')
+			s.name, rest = line[:i], line[j+1:]
+			for _, kv := range strings.Split(line[i+1:j], ",") {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					s.labels[k] = strings.Trim(v, `"`)
+				}
+			}
+		} else {
+			s.name, rest, _ = strings.Cut(line, " ")
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		if s.value, err = strconv.ParseFloat(fields[0], 64); err == nil {
+			out = append(out, s)
+		}
+	}
+	return out, sc.Err()
 }
 
 // snapshot is what one operator wrote into a namespace, normalised.
@@ -110,34 +208,12 @@ type snapshot struct {
 	pods    map[string][]map[string]any // by pod/[<cluster>/]<node-type>[:group]
 	objects map[string]map[string]any   // Ray objects' status and metadata, Services, Jobs, RBAC
 	events  map[string]bool             // <object> Type/Reason of the events about Ray objects
-	ready   bool                        // every RayCluster ready with its pods, every RayJob past Initializing
-	touched bool                        // every Ray object has a status written for its generation
-	// terminating counts the Ray pods being deleted: a side whose pods are still going has not settled (its
-	// operator may be waiting for them, as a suspending cluster does), however long nothing else changes.
-	terminating int
-	// moving: a RayJob is Running though its submitter Job finished (both operators end it within 30 s, KubeRay's
-	// submitter-finished timeout), or a RayCluster is Suspending; no snapshot before those end is settled.
-	moving bool
-}
-
-// digest renders the snapshot, pods of a key in a fixed order (a cache lists them in any order).
-func (s *snapshot) digest(t *testing.T) string {
-	pods := map[string][]string{}
-	for k, ps := range s.pods {
-		for _, p := range ps {
-			b, err := json.Marshal(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			pods[k] = append(pods[k], string(b))
-		}
-		slices.Sort(pods[k])
-	}
-	b, err := json.Marshal([]any{pods, s.objects, s.events, s.terminating})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
+	// moving says what is on its way that no operator's work queue shows (empty when nothing is): a pod kwok
+	// has still to start, or being deleted; a submitter Job waiting for the Job controller; a cluster suspending;
+	// a RayJob whose Ray job runs or whose TTL or deletion rules are still to run; a RayService not yet Ready.
+	moving string
+	// writes lists every object's resourceVersion: a write in the namespace changes it.
+	writes string
 }
 
 var (
@@ -201,7 +277,14 @@ func normaliser(ns string, clusters, jobs, services []unstructured.Unstructured)
 
 func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	ctx := context.Background()
-	s := &snapshot{side: sd.name, pods: map[string][]map[string]any{}, objects: map[string]map[string]any{}, events: map[string]bool{}, ready: true, touched: true}
+	s := &snapshot{side: sd.name, pods: map[string][]map[string]any{}, objects: map[string]map[string]any{}, events: map[string]bool{}}
+	var rvs []string
+	saw := func(kind string, o metav1.Object) { rvs = append(rvs, kind+"/"+o.GetName()+"@"+o.GetResourceVersion()) }
+	move := func(format string, args ...any) {
+		if s.moving == "" {
+			s.moving = fmt.Sprintf(format, args...)
+		}
+	}
 	clusters := listRay(t, sd, ns, rayClusterGVK)
 	jobs := listRay(t, sd, ns, rayJobGVK)
 	services := listRay(t, sd, ns, rayServiceGVK)
@@ -230,15 +313,30 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	if err := sd.cl.List(ctx, pods, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
-	podsOfCluster, readyOfCluster, readyWorkersOfCluster := map[string]int{}, map[string]int{}, map[string]int64{}
+	podsOfJob := map[string]int{} // submitter Job name -> its pods that are pending or running
+	workersOfCluster := map[string]int{}
+	headRunning := map[string]bool{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		saw("pod", p)
 		nodeType, ok := p.Labels[rayv1.LabelNodeType]
-		if ok && p.DeletionTimestamp != nil {
-			s.terminating++ // on its way out: not compared, but nothing has settled while it goes
+		switch {
+		case p.DeletionTimestamp != nil:
+			move("pod %s is being deleted", p.Name)
+		case p.Status.Phase == corev1.PodPending && !unschedulable(p):
+			move("pod %s is pending", p.Name)
+		}
+		if j := p.Labels["batch.kubernetes.io/job-name"]; j != "" && (p.Status.Phase == corev1.PodPending || p.Status.Phase == corev1.PodRunning) {
+			podsOfJob[j]++
 		}
 		if !ok || p.DeletionTimestamp != nil {
 			continue // a submitter Job's pod (the Job is compared), or a pod on its way out
+		}
+		if nodeType == rayv1.NodeTypeWorker {
+			workersOfCluster[p.Labels[rayv1.LabelCluster]]++
+		}
+		if nodeType == rayv1.NodeTypeHead && p.Status.Phase == corev1.PodRunning {
+			headRunning[p.Labels[rayv1.LabelCluster]] = true
 		}
 		key := "pod/" + nodeType
 		if len(clusters) > 1 {
@@ -247,21 +345,13 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		if nodeType == rayv1.NodeTypeWorker {
 			key += ":" + p.Labels[rayv1.LabelGroup]
 		}
-		ready := builder.PodRunningAndReady(p)
-		podsOfCluster[p.Labels[rayv1.LabelCluster]]++
-		if ready {
-			readyOfCluster[p.Labels[rayv1.LabelCluster]]++
-			if nodeType == rayv1.NodeTypeWorker {
-				readyWorkersOfCluster[p.Labels[rayv1.LabelCluster]]++
-			}
-		}
 		m := toMap(p)
 		deleteFields(m, "metadata.name", "status", "spec.nodeName")
 		dropServiceAccountToken(m)
 		if v, ok := p.Labels[rayv1.LabelReplicaName]; ok {
 			m["metadata"].(map[string]any)["labels"].(map[string]any)[rayv1.LabelReplicaName] = regexp.MustCompile(`-[a-z0-9]{5}$`).ReplaceAllString(v, "-XXXXX")
 		}
-		m["_ready"] = ready
+		m["_ready"] = builder.PodRunningAndReady(p)
 		s.pods[key] = append(s.pods[key], m)
 	}
 
@@ -270,6 +360,7 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		t.Fatal(err)
 	}
 	for i := range svcs.Items {
+		saw("service", &svcs.Items[i])
 		m := toMap(&svcs.Items[i])
 		if svcs.Items[i].Spec.ClusterIP != corev1.ClusterIPNone {
 			deleteFields(m, "spec.clusterIP", "spec.clusterIPs")
@@ -284,23 +375,26 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	if err := sd.cl.List(ctx, batch, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
-	submitterDone := map[string]bool{} // RayJob name -> its submitter Job finished
 	for i := range batch.Items {
 		b := &batch.Items[i]
+		saw("job", b)
 		m := toMap(b)
 		deleteFields(m, "status")
 		s.objects["job/"+repl.Replace(b.Name)] = m
+		finished := false
 		for _, c := range b.Status.Conditions {
-			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-				if owner := metav1.GetControllerOf(b); owner != nil && owner.Kind == "RayJob" {
-					submitterDone[owner.Name] = true
-				}
-			}
+			finished = finished || (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue
+		}
+		if !finished && podsOfJob[b.Name] == 0 && b.DeletionTimestamp == nil {
+			move("Job %s waits for the Job controller", b.Name)
 		}
 	}
 
+	clusterExists := map[string]bool{}
 	for i := range clusters {
 		rc := &clusters[i]
+		saw("raycluster", rc)
+		clusterExists[rc.GetName()] = true
 		m := toMap(rc.Object)
 		key := "raycluster/" + name(rc.GetName())
 		status, _ := m["status"].(map[string]any)
@@ -314,33 +408,30 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 			s.objects[key+".spec"] = m["spec"].(map[string]any)
 		}
 		s.objects[key+".metadata"] = meta
-		state, _, _ := unstructured.NestedString(rc.Object, "status", "state")
-		observed, _, _ := unstructured.NestedInt64(rc.Object, "status", "observedGeneration")
-		want := wantPods(rc)
-		s.touched = s.touched && observed == rc.GetGeneration()
-		// The status has counted the ready workers: a progress-only status change (a replaced worker turning Ready)
-		// can wait up to the status coalescing window (10 s and more while many clusters hold one) in Manta,
-		// longer than the short quiet period.
-		readyWorkers, _, _ := unstructured.NestedInt64(rc.Object, "status", "readyWorkerReplicas")
-		s.ready = s.ready && observed == rc.GetGeneration() && podsOfCluster[rc.GetName()] == want && readyOfCluster[rc.GetName()] == want &&
-			readyWorkers == readyWorkersOfCluster[rc.GetName()] && (state == "ready" || (want == 0 && state == "suspended"))
-		// Suspending is a passage both operators end (Suspended once the pods are gone), however long a busy operator
-		// takes to get back to the cluster after its pods went.
-		s.moving = s.moving || conditionTrue(rc, "RayClusterSuspending")
+		if conditionTrue(rc, "RayClusterSuspending") {
+			move("RayCluster %s is suspending", rc.GetName())
+		}
 	}
 	for _, objs := range [][]unstructured.Unstructured{jobs, services} {
 		for i := range objs {
 			o := &objs[i]
+			saw(o.GetKind(), o)
 			m := toMap(o.Object)
 			key := strings.ToLower(o.GetKind()) + "/" + o.GetName()
 			status, _ := m["status"].(map[string]any)
 			s.objects[key+".status"] = normaliseStatus(status)
 			s.objects[key+".metadata"] = map[string]any{"finalizers": m["metadata"].(map[string]any)["finalizers"]}
-			s.touched = s.touched && len(status) > 0
 			if o.GetKind() == "RayJob" {
-				st, _, _ := unstructured.NestedString(o.Object, "status", "jobDeploymentStatus")
-				s.ready = s.ready && st != "" && st != "Initializing"
-				s.moving = s.moving || (st == "Running" && submitterDone[o.GetName()])
+				if why := rayJobMoving(o, clusterExists, workersOfCluster); why != "" {
+					move("RayJob %s: %s", o.GetName(), why)
+				}
+			} else if !conditionTrue(o, "Ready") {
+				// With a head running, the operator polls its Serve applications until they run.
+				for _, path := range [][]string{{"status", "activeServiceStatus", "rayClusterName"}, {"status", "pendingServiceStatus", "rayClusterName"}} {
+					if c, _, _ := unstructured.NestedString(o.Object, path...); c != "" && headRunning[c] {
+						move("RayService %s is not Ready, its cluster %s has a head", o.GetName(), c)
+					}
+				}
 			}
 		}
 	}
@@ -349,7 +440,8 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	if err := sd.cl.List(ctx, events, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
-	for _, e := range events.Items {
+	for i, e := range events.Items {
+		saw("event", &events.Items[i])
 		switch e.InvolvedObject.Kind {
 		case "RayCluster":
 			s.events["events "+e.Type+"/"+e.Reason] = true
@@ -357,7 +449,58 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 			s.events["events/"+e.InvolvedObject.Kind+" "+e.Type+"/"+e.Reason] = true
 		}
 	}
+	slices.Sort(rvs)
+	s.writes = strings.Join(rvs, ",")
 	return s
+}
+
+// rayJobMoving says what a RayJob still waits for that no work queue shows: its Ray job (the operator polls the
+// head), or the TTL or the deletion rules of a finished job (a timer). Empty when nothing.
+func rayJobMoving(o *unstructured.Unstructured, clusterExists map[string]bool, workers map[string]int) string {
+	st, _, _ := unstructured.NestedString(o.Object, "status", "jobDeploymentStatus")
+	jobStatus, _, _ := unstructured.NestedString(o.Object, "status", "jobStatus")
+	cluster, _, _ := unstructured.NestedString(o.Object, "status", "rayClusterName")
+	switch st {
+	case "Running", "Retrying":
+		// The operator polls the head for the Ray job, or waits out a retry's delay.
+		return "deployment status " + st
+	case "Complete", "Failed":
+	default:
+		return ""
+	}
+	if shutdown, _, _ := unstructured.NestedBool(o.Object, "spec", "shutdownAfterJobFinishes"); shutdown && clusterExists[cluster] {
+		return "finished, its cluster is still to be deleted"
+	}
+	rules, _, _ := unstructured.NestedSlice(o.Object, "spec", "deletionStrategy", "deletionRules")
+	for _, r := range rules {
+		rm, _ := r.(map[string]any)
+		if s, _, _ := unstructured.NestedString(rm, "condition", "jobStatus"); s != jobStatus {
+			continue
+		}
+		switch policy, _, _ := unstructured.NestedString(rm, "policy"); policy {
+		case "DeleteSelf":
+			return "finished, a rule deletes it"
+		case "DeleteCluster":
+			if clusterExists[cluster] {
+				return "finished, a rule deletes its cluster"
+			}
+		case "DeleteWorkers":
+			if workers[cluster] > 0 {
+				return "finished, a rule deletes its workers"
+			}
+		}
+	}
+	return ""
+}
+
+// unschedulable says whether the scheduler found no node for the pod: it stays pending, nothing is on its way.
+func unschedulable(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
 }
 
 // conditionTrue reports whether the object's status has the condition typ with status True.
@@ -402,7 +545,9 @@ func normaliseStatus(status map[string]any) map[string]any {
 	}
 	deleteFields(status, "lastUpdateTime", "stateTransitionTimes", "conditions.lastTransitionTime", "head.podIP", "head.podName", "head.serviceIP",
 		"rayClusterStatus.lastUpdateTime", "rayClusterStatus.stateTransitionTimes", "rayClusterStatus.conditions.lastTransitionTime",
-		"rayClusterStatus.head.podIP", "rayClusterStatus.head.podName", "rayClusterStatus.head.serviceIP")
+		"rayClusterStatus.head.podIP", "rayClusterStatus.head.podName", "rayClusterStatus.head.serviceIP",
+		"activeServiceStatus.rayClusterStatus.head.podIP", "activeServiceStatus.rayClusterStatus.head.podName", "activeServiceStatus.rayClusterStatus.head.serviceIP",
+		"pendingServiceStatus.rayClusterStatus.head.podIP", "pendingServiceStatus.rayClusterStatus.head.podName", "pendingServiceStatus.rayClusterStatus.head.serviceIP")
 	var walk func(v any) any
 	walk = func(v any) any {
 		switch t := v.(type) {
@@ -440,33 +585,6 @@ func normaliseStatus(status map[string]any) map[string]any {
 func nestedAny(m map[string]any, path ...string) any {
 	v, _, _ := unstructured.NestedFieldNoCopy(m, path...)
 	return v
-}
-
-// wantPods is how many pods a RayCluster asks for: a head and each group's replicas (clamped to min and max) times
-// its hosts; none when suspended.
-func wantPods(rc *unstructured.Unstructured) int {
-	if v, _, _ := unstructured.NestedBool(rc.Object, "spec", "suspend"); v {
-		return 0
-	}
-	n := 1
-	groups, _, _ := unstructured.NestedSlice(rc.Object, "spec", "workerGroupSpecs")
-	for _, g := range groups {
-		gm := g.(map[string]any)
-		get := func(k string, def int64) int64 {
-			v, ok, _ := unstructured.NestedInt64(gm, k)
-			if !ok {
-				return def
-			}
-			return v
-		}
-		if v, _, _ := unstructured.NestedBool(gm, "suspend"); v {
-			continue
-		}
-		r := max(get("replicas", 0), get("minReplicas", 0))
-		r = min(r, get("maxReplicas", 1<<31-1))
-		n += int(r * max(get("numOfHosts", 1), 1))
-	}
-	return n
 }
 
 // compare lists what m (Manta) wrote differently from s (KubeRay).

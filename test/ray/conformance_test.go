@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,9 @@ type suite struct {
 	name      string // distinguishes submission IDs and Serve applications between runs on the shared head
 	dashboard *ray.DashboardClient
 	serve     *ray.ServeProxyClient
+	// agent is the dashboard agent's base URL, where the pods' probes check the raylet; empty where the suite
+	// cannot reach it (through the API server's Service proxy only the dashboard and Serve ports are published).
+	agent string
 }
 
 func runConformance(t *testing.T, s suite) {
@@ -24,6 +29,9 @@ func runConformance(t *testing.T, s suite) {
 			t.Fatal(err)
 		}
 	})
+	if s.agent != "" {
+		t.Run("RayletHealth", func(t *testing.T) { testRayletHealth(t, s.agent) })
+	}
 	t.Run("Jobs", func(t *testing.T) {
 		t.Run("Succeeded", func(t *testing.T) { t.Parallel(); testJobSucceeded(t, s) })
 		t.Run("Failed", func(t *testing.T) { t.Parallel(); testJobFailed(t, s) })
@@ -32,6 +40,23 @@ func runConformance(t *testing.T, s suite) {
 		t.Run("EntrypointResources", func(t *testing.T) { t.Parallel(); testJobEntrypointResources(t, s) })
 	})
 	t.Run("Serve", func(t *testing.T) { testServe(t, s) })
+}
+
+// testRayletHealth checks the raylet health endpoint KubeRay's probes (and Manta's) call on every Ray pod.
+func testRayletHealth(t *testing.T, agent string) {
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, agent+"/api/local_raylet_healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(body)) != "success" {
+		t.Errorf("raylet health: %s %q, want 200 \"success\"", resp.Status, body)
+	}
 }
 
 func (s suite) id(what string) string {

@@ -19,7 +19,7 @@ func TestDirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	opt := ray.WithTimeout(defaultCallTimeout)
-	runConformance(t, suite{name: "direct", dashboard: ray.NewDashboardClient(dash, opt), serve: ray.NewServeProxyClient(serve, opt)})
+	runConformance(t, suite{name: "direct", dashboard: ray.NewDashboardClient(dash, opt), serve: ray.NewServeProxyClient(serve, opt), agent: head.AgentURL()})
 }
 
 // defaultCallTimeout bounds each call in the suites: the test machine is small and shared, and the head's first

@@ -25,6 +25,7 @@ type rayHead struct {
 	DashboardPort int
 	ServePort     int
 	GCSPort       int
+	AgentPort     int // the dashboard agent's HTTP port (the raylet health check)
 	authToken     string
 }
 
@@ -68,7 +69,7 @@ func startRayHeadOnce(rayBin, authToken string) (*rayHead, error) {
 		return nil, err
 	}
 	h := &rayHead{tempDir: tempDir, logFile: filepath.Join(tempDir, "ray-start.log"), done: make(chan struct{}),
-		GCSPort: ports[0], DashboardPort: ports[1], ServePort: ports[2], authToken: authToken}
+		GCSPort: ports[0], DashboardPort: ports[1], ServePort: ports[2], AgentPort: ports[3], authToken: authToken}
 	args := []string{"start", "--head", "--block",
 		"--node-ip-address=127.0.0.1",
 		"--port=" + strconv.Itoa(ports[0]),
@@ -125,6 +126,7 @@ func startRayHeadOnce(rayBin, authToken string) (*rayHead, error) {
 
 func (h *rayHead) DashboardURL() string { return "http://127.0.0.1:" + strconv.Itoa(h.DashboardPort) }
 func (h *rayHead) ServeURL() string     { return "http://127.0.0.1:" + strconv.Itoa(h.ServePort) }
+func (h *rayHead) AgentURL() string     { return "http://127.0.0.1:" + strconv.Itoa(h.AgentPort) }
 
 func (h *rayHead) waitReady(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)

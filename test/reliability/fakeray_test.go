@@ -1,8 +1,7 @@
 package reliability
 
 import (
-	"encoding/json"
-	"fmt"
+	"context"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -12,11 +11,12 @@ import (
 	"time"
 
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/testutil/fakeray"
 )
 
-// fakeRay plays the Jobs and Serve APIs of every Ray head. The API proxy hands it the operator process's requests
-// to the heads' proxy subresources (faultProxy.serveRay); the Host (<head-svc>.<ns>.svc.cluster.local) tells the
-// heads apart. It records every submission that reaches it, accepted or refused, and can inject faults.
+// fakeRay plays every Ray head with internal/testutil/fakeray (the fake test/ray holds to a real Ray head), and
+// injects faults in front of it. The API proxy hands it the operator process's requests to the heads' proxy
+// subresources (faultProxy.serveRay); the Host (<head-svc>.<ns>.svc.cluster.local) tells the heads apart.
 type fakeRay struct {
 	mu    sync.Mutex
 	heads map[string]*fakeHead
@@ -42,27 +42,26 @@ type rayFaults struct {
 	acceptThenTimeoutShare float64
 }
 
+// fakeHead is one head: the running Ray head, and what its earlier incarnations took before they restarted.
 type fakeHead struct {
-	jobs map[string]*fakeJob
-	// accepted counts submissions Ray ran, refused the second submissions of an ID it refused.
-	accepted, refused int
-	restarts          int
-	// notFound counts reads of a job the head does not know.
-	notFound int
-	// serveConfig is the last Serve config deployed (JSON), serveDeploys how many deploys the head took.
-	serveConfig  []byte
-	serveDeploys int
-}
-
-type fakeJob struct {
-	info     ray.JobInfo
-	accepted time.Time
-	stopped  bool
+	ray *fakeray.Head
+	// accepted, refused, notFound and deploys before the last restart.
+	accepted, refused, notFound, deploys int
 }
 
 func newFakeRay(seed uint64) *fakeRay {
 	return &fakeRay{heads: map[string]*fakeHead{}, pendingFor: time.Second, runFor: 2 * time.Second,
 		rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), injected: map[string]int{}}
+}
+
+func (f *fakeRay) newHead() *fakeray.Head {
+	short, long := fakeray.Scripted(f.runFor), fakeray.Scripted(time.Hour)
+	return fakeray.New(fakeray.Options{PendingFor: f.pendingFor, Run: func(ctx context.Context, req ray.JobSubmitRequest, logs io.Writer) int {
+		if strings.Contains(req.Entrypoint, longRunning) {
+			return long(ctx, req, logs)
+		}
+		return short(ctx, req, logs)
+	}})
 }
 
 func (f *fakeRay) setFaults(fl rayFaults) {
@@ -79,54 +78,58 @@ func headKey(host string) string {
 	return strings.TrimSuffix(host, ".svc.cluster.local")
 }
 
-// head returns the head of RayCluster ns/cluster; call with f.mu held.
+// head returns the head of key (<svc>.<ns>); call with f.mu held.
 func (f *fakeRay) head(key string) *fakeHead {
 	h := f.heads[key]
 	if h == nil {
-		h = &fakeHead{jobs: map[string]*fakeJob{}}
+		h = &fakeHead{ray: f.newHead()}
 		f.heads[key] = h
 	}
 	return h
 }
 
-// restartHead forgets every job of a head, as a head restarted without GCS fault tolerance does.
+func (f *fakeRay) headOf(ns, cluster string) *fakeHead {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.head(cluster + "-head-svc." + ns)
+}
+
+// restartHead replaces a head by a new one that knows no job and no Serve application, as a head restarted
+// without GCS fault tolerance does.
 func (f *fakeRay) restartHead(ns, cluster string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h := f.head(cluster + "-head-svc." + ns)
-	h.jobs = map[string]*fakeJob{}
-	h.serveConfig = nil
-	h.restarts++
+	accepted, refused := h.ray.Submissions()
+	h.accepted, h.refused = h.accepted+accepted, h.refused+refused
+	h.notFound += h.ray.NotFound()
+	h.deploys += h.ray.ServeDeploys()
+	old := h.ray
+	h.ray = f.newHead()
+	go old.Close()
 }
 
 // submissions returns the accepted and refused submissions the head of RayCluster ns/cluster received, and the
 // IDs of the jobs it holds.
 func (f *fakeRay) submissions(ns, cluster string) (accepted, refused int, ids []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	h := f.heads[cluster+"-head-svc."+ns]
-	if h == nil {
-		return 0, 0, nil
+	h := f.headOf(ns, cluster)
+	a, r := h.ray.Submissions()
+	for _, j := range h.ray.Jobs() {
+		ids = append(ids, j.SubmissionID)
 	}
-	for id := range h.jobs {
-		ids = append(ids, id)
-	}
-	return h.accepted, h.refused, ids
+	return h.accepted + a, h.refused + r, ids
 }
 
 // serveState returns how many Serve deploys the head of RayCluster ns/cluster took and the config it runs.
 func (f *fakeRay) serveState(ns, cluster string) (deploys int, config []byte) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	h := f.head(cluster + "-head-svc." + ns)
-	return h.serveDeploys, h.serveConfig
+	h := f.headOf(ns, cluster)
+	return h.deploys + h.ray.ServeDeploys(), h.ray.ServeConfig()
 }
 
 // notFound returns how often the head of RayCluster ns/cluster was asked for a job it does not know.
 func (f *fakeRay) notFound(ns, cluster string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.head(cluster + "-head-svc." + ns).notFound
+	h := f.headOf(ns, cluster)
+	return h.notFound + h.ray.NotFound()
 }
 
 func (f *fakeRay) injectedFaults() map[string]int {
@@ -139,28 +142,6 @@ func (f *fakeRay) injectedFaults() map[string]int {
 	return out
 }
 
-// status moves a job along its schedule; call with f.mu held.
-func (f *fakeRay) status(j *fakeJob, now time.Time) ray.JobInfo {
-	info := j.info
-	runFor := f.runFor
-	if strings.Contains(info.Entrypoint, longRunning) {
-		runFor = time.Hour
-	}
-	switch {
-	case j.stopped:
-		info.Status = ray.JobStatusStopped
-	case now.Sub(j.accepted) < f.pendingFor:
-		info.Status = ray.JobStatusPending
-	case now.Sub(j.accepted) < f.pendingFor+runFor:
-		info.Status, info.StartTime = ray.JobStatusRunning, j.accepted.Add(f.pendingFor).UnixMilli()
-	default:
-		info.Status, info.StartTime = ray.JobStatusSucceeded, j.accepted.Add(f.pendingFor).UnixMilli()
-		info.EndTime = j.accepted.Add(f.pendingFor + f.runFor).UnixMilli()
-		info.DriverExitCode = new(int)
-	}
-	return info
-}
-
 func (f *fakeRay) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	fl := f.faults
@@ -169,8 +150,9 @@ func (f *fakeRay) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case roll < fl.errorShare:
 		f.injected["ray 5xx"]++
+		code := []int{500, 503}[f.rng.IntN(2)]
 		f.mu.Unlock()
-		http.Error(w, "fake Ray: injected failure", []int{500, 503}[f.rngIntN(2)])
+		http.Error(w, "fake Ray: injected failure", code)
 		return
 	case roll < fl.errorShare+fl.slowShare:
 		f.injected["ray timeout"]++
@@ -182,20 +164,51 @@ func (f *fakeRay) serve(w http.ResponseWriter, r *http.Request) {
 		f.injected["ray submit accepted then timed out"]++
 		delay = fl.slowDelay
 	}
-	code, body := f.handle(r)
+	if r.URL.Path == "/-/healthz" {
+		// Every pod's Serve proxy (the Host is then a pod's name, no head's Service).
+		f.mu.Unlock()
+		_, _ = io.WriteString(w, "success")
+		return
+	}
+	h := f.head(headKey(r.Host)).ray
 	f.mu.Unlock()
 	if delay > 0 {
+		rec := &delayedWriter{header: http.Header{}}
+		h.Dashboard().ServeHTTP(rec, r)
 		sleepOrDone(r, delay)
+		rec.flush(w)
+		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(body)
+	h.Dashboard().ServeHTTP(w, r)
 }
 
-func (f *fakeRay) rngIntN(n int) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.rng.IntN(n)
+// delayedWriter holds an answer back so it can be sent late.
+type delayedWriter struct {
+	header http.Header
+	code   int
+	body   []byte
+}
+
+func (d *delayedWriter) Header() http.Header { return d.header }
+func (d *delayedWriter) WriteHeader(code int) {
+	if d.code == 0 {
+		d.code = code
+	}
+}
+func (d *delayedWriter) Write(b []byte) (int, error) {
+	d.WriteHeader(http.StatusOK)
+	d.body = append(d.body, b...)
+	return len(b), nil
+}
+func (d *delayedWriter) flush(w http.ResponseWriter) {
+	for k, v := range d.header {
+		w.Header()[k] = v
+	}
+	if d.code == 0 {
+		d.code = http.StatusOK
+	}
+	w.WriteHeader(d.code)
+	_, _ = w.Write(d.body)
 }
 
 func sleepOrDone(r *http.Request, d time.Duration) {
@@ -203,108 +216,4 @@ func sleepOrDone(r *http.Request, d time.Duration) {
 	case <-time.After(d):
 	case <-r.Context().Done():
 	}
-}
-
-// handle answers one Jobs API request as Ray 2.52 does; call with f.mu held.
-func (f *fakeRay) handle(r *http.Request) (int, any) {
-	h := f.head(headKey(r.Host))
-	now := time.Now()
-	rest, ok := strings.CutPrefix(r.URL.Path, "/api/jobs/")
-	if !ok {
-		switch r.URL.Path {
-		case "/api/gcs_healthz", "/-/healthz":
-			// The Serve proxy of every pod answers here too.
-			return http.StatusOK, "success"
-		case "/api/serve/applications/":
-			return f.handleServe(h, r)
-		}
-		return http.StatusNotFound, map[string]string{"error": "fake Ray: no route " + r.URL.Path}
-	}
-	id, action, _ := strings.Cut(rest, "/")
-	switch {
-	case r.Method == http.MethodPost && rest == "":
-		var req ray.JobSubmitRequest
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			return http.StatusBadRequest, err.Error()
-		}
-		if _, exists := h.jobs[req.SubmissionID]; exists {
-			h.refused++
-			// Ray 2.52's answer, measured in test/ray.
-			return http.StatusInternalServerError, fmt.Sprintf("Traceback ...\nValueError: Job with submission_id %s already exists. Please use a different submission_id.", req.SubmissionID)
-		}
-		h.accepted++
-		h.jobs[req.SubmissionID] = &fakeJob{accepted: now, info: ray.JobInfo{Type: "SUBMISSION", JobID: "raysubmit_" + req.SubmissionID,
-			SubmissionID: req.SubmissionID, Entrypoint: req.Entrypoint, Metadata: req.Metadata}}
-		return http.StatusOK, map[string]string{"job_id": req.SubmissionID, "submission_id": req.SubmissionID}
-	case r.Method == http.MethodGet && rest == "":
-		var out []ray.JobInfo
-		for _, j := range h.jobs {
-			out = append(out, f.status(j, now))
-		}
-		return http.StatusOK, out
-	}
-	j := h.jobs[id]
-	if j == nil {
-		if r.Method == http.MethodGet {
-			h.notFound++
-		}
-		return http.StatusNotFound, fmt.Sprintf("Job %s does not exist", id)
-	}
-	switch {
-	case r.Method == http.MethodGet && action == "":
-		return http.StatusOK, f.status(j, now)
-	case r.Method == http.MethodGet && action == "logs":
-		return http.StatusOK, map[string]string{"logs": "fake\n"}
-	case r.Method == http.MethodPost && action == "stop":
-		st := f.status(j, now).Status
-		j.stopped = !st.IsTerminal() || j.stopped
-		return http.StatusOK, map[string]bool{"stopped": !st.IsTerminal()}
-	case r.Method == http.MethodDelete && action == "":
-		if !f.status(j, now).Status.IsTerminal() {
-			return http.StatusInternalServerError, fmt.Sprintf("RuntimeError: Attempted to delete job '%s', but it is in a non-terminal state.", id)
-		}
-		delete(h.jobs, id)
-		return http.StatusOK, map[string]bool{"deleted": true}
-	}
-	return http.StatusNotFound, "fake Ray: no route"
-}
-
-// handleServe answers the Serve REST API: PUT deploys a config, GET reports every configured application
-// RUNNING with a healthy deployment, DELETE shuts Serve down. Call with f.mu held.
-func (f *fakeRay) handleServe(h *fakeHead, r *http.Request) (int, any) {
-	switch r.Method {
-	case http.MethodPut:
-		var cfg struct {
-			Applications []struct {
-				Name string `json:"name"`
-			} `json:"applications"`
-		}
-		raw, err := io.ReadAll(r.Body)
-		if err == nil {
-			err = json.Unmarshal(raw, &cfg)
-		}
-		if err != nil {
-			return http.StatusBadRequest, err.Error()
-		}
-		h.serveConfig = raw
-		h.serveDeploys++
-		return http.StatusOK, map[string]string{}
-	case http.MethodDelete:
-		h.serveConfig = nil
-		return http.StatusOK, map[string]string{}
-	}
-	apps := map[string]ray.ServeApplication{}
-	if h.serveConfig != nil {
-		var cfg struct {
-			Applications []struct {
-				Name string `json:"name"`
-			} `json:"applications"`
-		}
-		_ = json.Unmarshal(h.serveConfig, &cfg)
-		for _, a := range cfg.Applications {
-			apps[a.Name] = ray.ServeApplication{Name: a.Name, Status: ray.ApplicationStatusRunning,
-				Deployments: map[string]ray.ServeDeployment{"D": {Name: "D", Status: ray.DeploymentStatusHealthy}}}
-		}
-	}
-	return http.StatusOK, ray.ServeDetails{Applications: apps}
 }

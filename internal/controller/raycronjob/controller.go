@@ -1,0 +1,168 @@
+package raycronjob
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+)
+
+// Options configure the controller.
+type Options struct {
+	// MaxConcurrentReconciles is how many RayCronJobs reconcile at once (1 when zero).
+	MaxConcurrentReconciles int
+	// Clock tells the time the schedules are held to; injectable for tests.
+	Clock clock.PassiveClock
+	// Local is the time zone of schedules without spec.timeZone (time.Local when nil), as KubeRay uses its
+	// operator's zone.
+	Local *time.Location
+}
+
+// Reconciler reconciles RayCronJobs.
+type Reconciler struct {
+	client client.Client
+	// reader reads past the cache before a create: a cached RayCronJob may not show the last run yet.
+	reader   client.Reader
+	recorder events.EventRecorder
+	opts     Options
+}
+
+// NewReconciler builds the controller.
+func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Local == nil {
+		opts.Local = time.Local
+	}
+	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycronjob-controller"), opts: opts}
+}
+
+// SetupWithManager watches RayCronJobs, not the status the controller writes itself: the next run is a requeue.
+// The RayJobs it creates are not watched, since no decision here depends on them.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&rayv1.RayCronJob{}, ctrlbuilder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
+		Named("raycronjob").
+		Complete(r)
+}
+
+// +kubebuilder:rbac:groups=ray.io,resources=raycronjobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ray.io,resources=raycronjobs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=ray.io,resources=raycronjobs/finalizers,verbs=update
+// +kubebuilder:rbac:groups=ray.io,resources=rayjobs,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+type eventRec struct{ typ, reason, action, note string }
+
+// Reconcile is thin: read, plan, create the due run's RayJob, write the status once, then the events.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	cj := &rayv1.RayCronJob{}
+	if err := r.client.Get(ctx, req.NamespacedName, cj); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if cj.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil // its RayJobs go with it through their owner reference
+	}
+	now := r.opts.Clock.Now()
+	p := computePlan(cj, now, r.opts.Local)
+	if !p.run.IsZero() {
+		// Decide a create on the object as stored: a cache that lags the last status write would repeat a run
+		// whose RayJob may already have finished and been deleted.
+		stored := &rayv1.RayCronJob{}
+		if err := r.reader.Get(ctx, req.NamespacedName, stored); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		cj = stored
+		p = computePlan(cj, now, r.opts.Local)
+	}
+
+	old := cj.Status.DeepCopy()
+	var evs []eventRec
+	if len(p.errs) > 0 {
+		msg := p.errs.ToAggregate().Error()
+		meta.SetStatusCondition(&cj.Status.Conditions, metav1.Condition{Type: string(rayv1.InvalidRayCronJobSpec),
+			Status: metav1.ConditionTrue, Reason: "ValidationFailed", Message: msg, ObservedGeneration: cj.Generation})
+		evs = append(evs, eventRec{corev1.EventTypeWarning, ReasonInvalidSpec, actionValidate, msg})
+	} else {
+		meta.RemoveStatusCondition(&cj.Status.Conditions, string(rayv1.InvalidRayCronJobSpec))
+	}
+	if p.suspended {
+		evs = append(evs, eventRec{corev1.EventTypeNormal, ReasonSuspended, actionSuspend, "RayCronJob suspended, no new RayJobs will be created"})
+	}
+	var createErr error
+	if !p.run.IsZero() {
+		var ev eventRec
+		ev, createErr = r.createRun(ctx, cj, p.run)
+		if ev.reason != "" {
+			evs = append(evs, ev)
+		}
+		if createErr == nil {
+			cj.Status.LastScheduleTime = &metav1.Time{Time: p.run}
+		}
+	}
+	cj.Status.ObservedGeneration = cj.Generation
+
+	var statusErr error
+	if !equality.Semantic.DeepEqual(old, &cj.Status) {
+		statusErr = r.client.Status().Update(ctx, cj)
+	}
+	if statusErr == nil {
+		for _, e := range evs {
+			r.recorder.Eventf(cj, nil, e.typ, e.reason, e.action, "%s", e.note)
+		}
+	}
+	switch {
+	case apierrors.IsConflict(statusErr) || apierrors.IsNotFound(statusErr):
+		// The run's RayJob exists under its fixed name, so the retry finds it and only records the run.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	case statusErr != nil:
+		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
+	case createErr != nil:
+		return ctrl.Result{}, createErr
+	}
+	return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
+}
+
+// createRun creates the RayJob of the run scheduled at run. A RayJob of that name that this RayCronJob controls
+// is an earlier attempt's, and the run is done; one it does not control holds the name, and the run is skipped
+// with a warning rather than retried forever.
+func (r *Reconciler) createRun(ctx context.Context, cj *rayv1.RayCronJob, run time.Time) (eventRec, error) {
+	job := buildRayJob(cj, run)
+	at := run.Format(time.RFC3339)
+	err := r.client.Create(ctx, job)
+	switch {
+	case err == nil:
+		return eventRec{corev1.EventTypeNormal, ReasonCreatedJob, actionCreate,
+			fmt.Sprintf("created RayJob %s for the run scheduled at %s", job.Name, at)}, nil
+	case apierrors.IsAlreadyExists(err):
+		existing := &rayv1.RayJob{}
+		if err := r.reader.Get(ctx, client.ObjectKeyFromObject(job), existing); err != nil {
+			return eventRec{}, fmt.Errorf("read RayJob %s, which exists: %w", job.Name, err)
+		}
+		if metav1.IsControlledBy(existing, cj) {
+			return eventRec{}, nil
+		}
+		return eventRec{corev1.EventTypeWarning, ReasonNameTaken, actionCreate,
+			fmt.Sprintf("RayJob %s exists and is not this RayCronJob's: the run scheduled at %s is skipped", job.Name, at)}, nil
+	default:
+		return eventRec{corev1.EventTypeWarning, ReasonFailedCreateJob, actionCreate,
+			fmt.Sprintf("failed to create RayJob %s for the run scheduled at %s: %v", job.Name, at, err)}, fmt.Errorf("create RayJob %s: %w", job.Name, err)
+	}
+}

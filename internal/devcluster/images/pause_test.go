@@ -1,0 +1,364 @@
+package images
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+)
+
+// repoBin is the repository's bin/, where `make` keeps built tools: the tests build there so the stamped images
+// are shared with `manta dev` and the other packages' tests instead of rebuilt per run.
+func repoBin(t *testing.T) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(wd, "..", "..", "..", "bin")
+}
+
+func testContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// layerFiles reads every file of img's layers into a map from path to header and, for regular files no larger than
+// maxData, content.
+func layerFiles(t *testing.T, img v1.Image, maxData int64) (map[string]*tar.Header, map[string][]byte) {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdrs, data := map[string]*tar.Header{}, map[string][]byte{}
+	for _, l := range layers {
+		rc, err := l.Uncompressed()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(rc)
+		for {
+			h, err := tr.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := strings.TrimSuffix(strings.TrimPrefix(h.Name, "./"), "/")
+			hdrs[p] = h
+			if h.Typeflag == tar.TypeReg && h.Size <= maxData {
+				b, err := io.ReadAll(tr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data[p] = b
+			}
+		}
+		rc.Close()
+	}
+	return hdrs, data
+}
+
+func TestPauseImage(t *testing.T) {
+	ctx := testContext(t, 5*time.Minute)
+	img, err := EnsurePause(ctx, repoBin(t), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Ref != "registry.k8s.io/pause:3.10" {
+		t.Fatalf("ref %q, want registry.k8s.io/pause:3.10", img.Ref)
+	}
+	v, err := readLayout(img.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Image(v); err != nil {
+		t.Fatalf("pause image is not valid: %v", err)
+	}
+	cf, err := v.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cf.Config.Entrypoint; len(got) != 1 || got[0] != "/pause" {
+		t.Fatalf("entrypoint %q, want [/pause]", got)
+	}
+	if cf.OS != "linux" {
+		t.Fatalf("os %q, want linux", cf.OS)
+	}
+	hdrs, data := layerFiles(t, v, 64<<20)
+	h, ok := hdrs["pause"]
+	if !ok || h.Mode&0o111 == 0 {
+		t.Fatalf("layer has no executable /pause: %+v", h)
+	}
+
+	// The binary in the layer is the program the entrypoint names: run it and see it exit 0 on SIGTERM, as a
+	// sandbox must (TestPauseReapsOrphans checks the reaping).
+	bin := filepath.Join(t.TempDir(), "pause")
+	if err := os.WriteFile(bin, data["pause"], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, bin, "-v").Output()
+	if err != nil || !strings.Contains(string(out), "pause") {
+		t.Fatalf("pause -v: %q, %v", out, err)
+	}
+	// A SIGTERM that lands before the program's handler is installed kills it by the signal's default action; that
+	// is the Go runtime starting, so start again and signal again until a run handles it or the deadline passes.
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for attempt := 1; ; attempt++ {
+		cmd := exec.CommandContext(ctx, bin)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+		var err error
+	wait:
+		for {
+			select {
+			case err = <-waited:
+				break wait
+			case <-tick.C:
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+			case <-ctx.Done():
+				t.Fatal("pause did not exit on SIGTERM")
+			}
+		}
+		if err == nil {
+			return
+		}
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != -1 {
+			t.Fatalf("pause exited with %v on SIGTERM, want status 0", err)
+		}
+		t.Logf("attempt %d: pause was signalled before its handler was installed (%v)", attempt, err)
+	}
+}
+
+func TestPauseImageRebuildsOnlyWhenInputsChange(t *testing.T) {
+	ctx := testContext(t, 5*time.Minute)
+	bin := t.TempDir()
+	first, err := EnsurePause(ctx, bin, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st1, err := os.Stat(filepath.Join(first.Path, "index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	second, err := EnsurePause(ctx, bin, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2, err := os.Stat(filepath.Join(second.Path, "index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(st1, st2) {
+		t.Fatalf("the second Ensure rebuilt the pause image with nothing changed")
+	}
+	t.Logf("second Ensure took %s", time.Since(start))
+
+	// A stamp from other inputs makes the next Ensure build again.
+	stamp := filepath.Join(bin, ".stamps", "image-pause")
+	if err := os.WriteFile(stamp, []byte("other inputs\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	third, err := EnsurePause(ctx, bin, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st3, err := os.Stat(filepath.Join(third.Path, "index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.SameFile(st2, st3) {
+		t.Fatalf("a changed stamp did not rebuild the pause image")
+	}
+	got, err := os.ReadFile(stamp)
+	if err != nil || strings.TrimSpace(string(got)) != pauseRecipe().hash() {
+		t.Fatalf("stamp after rebuild %q (%v), want the recipe's hash", got, err)
+	}
+}
+
+// countingRegistry serves go-containerregistry's in-memory registry on loopback and counts blob upload sessions.
+type countingRegistry struct {
+	host    string
+	uploads atomic.Int64
+}
+
+func newCountingRegistry(t *testing.T) *countingRegistry {
+	c := &countingRegistry{}
+	reg := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.Contains(r.URL.Path, "/blobs/uploads/") {
+			c.uploads.Add(1)
+		}
+		reg.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	c.host = strings.TrimPrefix(srv.URL, "http://")
+	return c
+}
+
+func TestPushPause(t *testing.T) {
+	ctx := testContext(t, 5*time.Minute)
+	img, err := EnsurePause(ctx, repoBin(t), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := newCountingRegistry(t)
+	if err := Push(ctx, img, reg.host, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := reg.uploads.Load(); n != 2 {
+		t.Fatalf("first push started %d blob uploads, want 2 (the layer and the config)", n)
+	}
+	local, err := readLayout(img.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := local.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.ParseReference(reg.host+"/pause:3.10", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pulled, err := remote.Image(ref, remote.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("pull %s: %v", ref, err)
+	}
+	got, err := pulled.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want {
+		t.Fatalf("pulled digest %s, pushed %s", got, want)
+	}
+	if err := validate.Image(pulled); err != nil {
+		t.Fatalf("pulled image is not valid: %v", err)
+	}
+
+	if err := Push(ctx, img, reg.host, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := reg.uploads.Load(); n != 2 {
+		t.Fatalf("second push started %d more blob uploads, want none", n-2)
+	}
+}
+
+func TestPushNamesTheRegistry(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	err := Push(ctx, Image{Ref: "registry.k8s.io/pause:3.10", Path: t.TempDir()}, "127.0.0.1:1", nil)
+	if err == nil || !strings.Contains(err.Error(), "registry.k8s.io/pause:3.10") {
+		t.Fatalf("push of an empty layout: %v, want an error naming the image", err)
+	}
+	err = Push(ctx, Image{Ref: "pause", Path: t.TempDir()}, "127.0.0.1:1", nil)
+	if err == nil || !strings.Contains(err.Error(), `"pause"`) {
+		t.Fatalf("push of an untagged reference: %v, want an error naming it", err)
+	}
+}
+
+// TestPauseReapsOrphans runs the packed pause binary as PID 1 of a new PID namespace, as a pod sandbox with a
+// shared process namespace does, leaves an orphan in that namespace, kills it, and waits for pause to reap it:
+// a pause that does not reap keeps the zombie as its child and the test runs into its deadline.
+func TestPauseReapsOrphans(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	img, err := EnsurePause(ctx, repoBin(t), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := readLayout(img.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, data := layerFiles(t, v, 64<<20)
+	bin := filepath.Join(t.TempDir(), "pause")
+	if err := os.WriteFile(bin, data["pause"], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+
+	// nsenter waits for sh, so when it returns sh has exited and its background sleep is pause's child.
+	out, err := exec.CommandContext(ctx, "nsenter", "--target", strconv.Itoa(pid), "--pid", "--",
+		"sh", "-c", "sleep 600 >/dev/null 2>&1 &").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nsenter: %v: %s", err, out)
+	}
+	kids := childrenOf(t, pid)
+	if len(kids) != 1 {
+		t.Fatalf("pause has children %v, want the orphaned sleep", kids)
+	}
+	if err := syscall.Kill(kids[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for len(childrenOf(t, pid)) > 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pause did not reap its killed child %d", kids[0])
+		case <-tick.C:
+		}
+	}
+}
+
+// childrenOf lists the processes whose parent is pid, zombies included.
+func childrenOf(t *testing.T, pid int) []int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// Fields after the command's closing parenthesis: state, ppid, ...
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+		f := strings.Fields(rest)
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			kids = append(kids, p)
+		}
+	}
+	return kids
+}

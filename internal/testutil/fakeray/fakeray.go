@@ -1,0 +1,589 @@
+// Package fakeray plays one Ray head's HTTP surface for tests: the dashboard's Jobs API (submit, get, list, stop,
+// delete, logs), its Serve API (PUT, GET and DELETE /api/serve/applications/) and GCS health check, the dashboard
+// agent's raylet health check, and the Serve HTTP proxy's health check and routes. Answers follow Ray 2.52 as
+// test/ray measures it: the conformance suite there runs the same assertions against a real head and this fake.
+//
+// Jobs end as their entrypoint says (see Scripted) or as Options.Run decides; Serve applications go DEPLOYING,
+// then RUNNING with every deployment HEALTHY.
+package fakeray
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/manta-dev/manta/internal/ray"
+)
+
+// RunFunc runs a job's entrypoint and returns its exit code; what it writes to logs is the job's log. ctx ends
+// when the job is stopped (the return value is then ignored). It runs once the job's resources are free.
+type RunFunc func(ctx context.Context, req ray.JobSubmitRequest, logs io.Writer) int
+
+// Options shape a head.
+type Options struct {
+	// Resources are the head's logical resources (CPU, custom ones); a job waits PENDING until its entrypoint
+	// resources are free. Nil means unlimited.
+	Resources map[string]float64
+	// Run runs each job; nil means Scripted(time.Second).
+	Run RunFunc
+	// PendingFor keeps each job PENDING at least this long after its submission (a runtime environment set up).
+	PendingFor time.Duration
+	// ServeDeploying is how long an application stays DEPLOYING after a PUT before it is RUNNING.
+	ServeDeploying time.Duration
+	// RouteReply answers a request to an application's route on the Serve proxy; nil answers 200 "<app name>".
+	RouteReply func(app string, r *http.Request) string
+}
+
+// Head is one fake Ray head. Its handlers are safe for concurrent use.
+type Head struct {
+	opts Options
+
+	mu      sync.Mutex
+	jobs    map[string]*job
+	order   []string // submission IDs in submission order, as Ray lists them
+	nextJob int
+	used    map[string]float64
+	serve   *serveState
+	// submissions counts accepted submissions, refused the repeated submission IDs, notFound the requests for a
+	// job the head does not hold, deploys the Serve PUTs.
+	submissions, refused, notFound, deploys int
+	closed                                  bool
+	wg                                      sync.WaitGroup
+}
+
+type job struct {
+	info   ray.JobInfo
+	req    ray.JobSubmitRequest
+	logs   bytes.Buffer
+	cancel context.CancelFunc
+	// stopping: a stop was asked while the job was PENDING or RUNNING.
+	stopping  bool
+	started   bool
+	submitted time.Time
+	done      chan struct{}
+}
+
+type serveState struct {
+	raw      []byte // the last config deployed, as sent
+	apps     []serveApp
+	deployed time.Time
+}
+
+type serveApp struct {
+	Name        string `json:"name"`
+	RoutePrefix string `json:"route_prefix"`
+	Deployments []struct {
+		Name string `json:"name"`
+	} `json:"deployments"`
+}
+
+// New returns a head with opts.
+func New(opts Options) *Head {
+	if opts.Run == nil {
+		opts.Run = Scripted(time.Second)
+	}
+	return &Head{opts: opts, jobs: map[string]*job{}, used: map[string]float64{}}
+}
+
+// Close stops every job still running and waits for their runners.
+func (h *Head) Close() {
+	h.mu.Lock()
+	h.closed = true
+	for _, j := range h.jobs {
+		if j.cancel != nil {
+			j.cancel()
+		}
+	}
+	h.mu.Unlock()
+	h.wg.Wait()
+}
+
+// Job returns the current info of a job, false when the head does not hold it.
+func (h *Head) Job(id string) (ray.JobInfo, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	j, ok := h.jobs[id]
+	if !ok {
+		return ray.JobInfo{}, false
+	}
+	return j.info, true
+}
+
+// Jobs returns every job's info in submission order.
+func (h *Head) Jobs() []ray.JobInfo {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]ray.JobInfo, 0, len(h.order))
+	for _, id := range h.order {
+		out = append(out, h.jobs[id].info)
+	}
+	return out
+}
+
+// Submissions returns how many submissions the head accepted and how many it refused as repeated.
+func (h *Head) Submissions() (accepted, refused int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.submissions, h.refused
+}
+
+// NotFound returns how many requests named a job the head does not hold.
+func (h *Head) NotFound() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.notFound
+}
+
+// ServeDeploys returns how many Serve configs were PUT.
+func (h *Head) ServeDeploys() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.deploys
+}
+
+// ServeConfig returns the last Serve config deployed (the request body), nil when none is.
+func (h *Head) ServeConfig() []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.serve == nil {
+		return nil
+	}
+	return h.serve.raw
+}
+
+// Submit submits a job as POST /api/jobs/ does (a submitter pod's `ray job submit`, played by a test).
+func (h *Head) Submit(req ray.JobSubmitRequest) (string, error) {
+	code, body := h.submit(req)
+	if code != http.StatusOK {
+		return "", fmt.Errorf("submit %s: %d %v", req.SubmissionID, code, body)
+	}
+	return req.SubmissionID, nil
+}
+
+// Dashboard serves the dashboard's port.
+func (h *Head) Dashboard() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/gcs_healthz", func(w http.ResponseWriter, r *http.Request) { text(w, http.StatusOK, "success") })
+	mux.HandleFunc("GET /api/version", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"version": "4", "ray_version": "2.52.0", "ray_commit": "fake"})
+	})
+	mux.HandleFunc("/api/jobs/", h.serveJobs)
+	mux.HandleFunc("/api/serve/applications/", h.serveApplications)
+	return mux
+}
+
+// Agent serves the dashboard agent's port (the raylet health check the pods' probes call).
+func (h *Head) Agent() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/local_raylet_healthz", func(w http.ResponseWriter, r *http.Request) { text(w, http.StatusOK, "success") })
+	mux.HandleFunc("GET /api/healthz", func(w http.ResponseWriter, r *http.Request) { text(w, http.StatusOK, "success") })
+	return mux
+}
+
+// ServeProxy serves the Serve HTTP proxy's port: /-/healthz once Serve runs an application, /-/routes, and each
+// RUNNING application's route prefix.
+func (h *Head) ServeProxy() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		var apps []serveApp
+		running := false
+		if h.serve != nil {
+			apps = h.serve.apps
+			running = time.Since(h.serve.deployed) >= h.opts.ServeDeploying
+		}
+		h.mu.Unlock()
+		switch r.URL.Path {
+		case "/-/healthz":
+			if apps == nil {
+				// No proxy actor runs before Serve starts: nothing listens on a real head.
+				text(w, http.StatusServiceUnavailable, "This node is being drained.")
+				return
+			}
+			text(w, http.StatusOK, "success")
+			return
+		case "/-/routes":
+			routes := map[string]string{}
+			for _, a := range apps {
+				if running {
+					routes[a.route()] = a.Name
+				}
+			}
+			writeJSON(w, http.StatusOK, routes)
+			return
+		}
+		best := -1
+		for i, a := range apps {
+			p := a.route()
+			if running && (r.URL.Path == p || strings.HasPrefix(r.URL.Path, strings.TrimSuffix(p, "/")+"/")) && (best < 0 || len(p) > len(apps[best].route())) {
+				best = i
+			}
+		}
+		if best < 0 {
+			text(w, http.StatusNotFound, fmt.Sprintf("Path '%s' not found. Ping http://.../-/routes for available routes.", r.URL.Path))
+			return
+		}
+		reply := apps[best].Name
+		if h.opts.RouteReply != nil {
+			reply = h.opts.RouteReply(apps[best].Name, r)
+		}
+		text(w, http.StatusOK, reply)
+	})
+}
+
+func (a serveApp) route() string {
+	if a.RoutePrefix == "" {
+		return "/"
+	}
+	return a.RoutePrefix
+}
+
+func text(w http.ResponseWriter, code int, s string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = io.WriteString(w, s)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// traceback is how Ray's dashboard answers an exception in a job route: 500 with the traceback as text.
+func traceback(w http.ResponseWriter, err string) {
+	text(w, http.StatusInternalServerError, "Traceback (most recent call last):\n  File \"fakeray\", line 1, in <module>\n"+err)
+}
+
+func (h *Head) serveJobs(w http.ResponseWriter, r *http.Request) {
+	rest := strings.TrimPrefix(r.URL.Path, "/api/jobs/")
+	if rest == "" {
+		switch r.Method {
+		case http.MethodPost:
+			var req ray.JobSubmitRequest
+			if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+				text(w, http.StatusBadRequest, "Failed to parse request body: "+err.Error())
+				return
+			}
+			code, body := h.submit(req)
+			if s, ok := body.(string); ok {
+				if code == http.StatusInternalServerError {
+					traceback(w, s)
+				} else {
+					text(w, code, s)
+				}
+				return
+			}
+			writeJSON(w, code, body)
+		case http.MethodGet:
+			writeJSON(w, http.StatusOK, h.Jobs())
+		default:
+			text(w, http.StatusMethodNotAllowed, "405: Method Not Allowed")
+		}
+		return
+	}
+	id, action, _ := strings.Cut(rest, "/")
+	if u, err := url.PathUnescape(id); err == nil {
+		id = u
+	}
+	h.mu.Lock()
+	j := h.jobs[id]
+	if j == nil {
+		h.notFound++
+	}
+	h.mu.Unlock()
+	if j == nil {
+		text(w, http.StatusNotFound, fmt.Sprintf("Job %s does not exist", id))
+		return
+	}
+	switch {
+	case r.Method == http.MethodGet && action == "":
+		info, _ := h.Job(id)
+		writeJSON(w, http.StatusOK, info)
+	case r.Method == http.MethodGet && action == "logs":
+		h.mu.Lock()
+		logs := j.logs.String()
+		h.mu.Unlock()
+		writeJSON(w, http.StatusOK, map[string]string{"logs": logs})
+	case r.Method == http.MethodPost && action == "stop":
+		writeJSON(w, http.StatusOK, map[string]bool{"stopped": h.stop(j)})
+	case r.Method == http.MethodDelete && action == "":
+		h.mu.Lock()
+		st := j.info.Status
+		if st.IsTerminal() {
+			delete(h.jobs, id)
+			for i, o := range h.order {
+				if o == id {
+					h.order = append(h.order[:i], h.order[i+1:]...)
+					break
+				}
+			}
+		}
+		h.mu.Unlock()
+		if !st.IsTerminal() {
+			traceback(w, fmt.Sprintf("RuntimeError: Attempted to delete job '%s', but it is in a non-terminal state %s.", id, st))
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]bool{"deleted": true})
+	default:
+		text(w, http.StatusMethodNotAllowed, "405: Method Not Allowed")
+	}
+}
+
+// submit accepts a job, or refuses a repeated submission ID as Ray 2.52 does.
+func (h *Head) submit(req ray.JobSubmitRequest) (int, any) {
+	if strings.TrimSpace(req.Entrypoint) == "" {
+		return http.StatusBadRequest, "Failed to parse request body: entrypoint must not be empty"
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return http.StatusServiceUnavailable, "the head is shut down"
+	}
+	if req.SubmissionID == "" {
+		h.nextJob++
+		req.SubmissionID = fmt.Sprintf("raysubmit_fake%012d", h.nextJob)
+	}
+	if _, ok := h.jobs[req.SubmissionID]; ok {
+		h.refused++
+		return http.StatusInternalServerError, fmt.Sprintf("ValueError: Job with submission_id %s already exists. Please use a different submission_id.", req.SubmissionID)
+	}
+	h.submissions++
+	j := &job{req: req, submitted: time.Now(), done: make(chan struct{}), info: ray.JobInfo{
+		Type: "SUBMISSION", SubmissionID: req.SubmissionID, Status: ray.JobStatusPending, Entrypoint: req.Entrypoint,
+		Metadata: req.Metadata, RuntimeEnv: req.RuntimeEnv, StartTime: time.Now().UnixMilli(),
+		EntrypointNumCPUs: req.EntrypointNumCPUs, EntrypointNumGPUs: req.EntrypointNumGPUs,
+		EntrypointMemory: req.EntrypointMemory, EntrypointResources: req.EntrypointResources,
+	}}
+	if j.info.Metadata == nil {
+		j.info.Metadata = map[string]string{}
+	}
+	j.info.Message = pendingMessage(req)
+	h.jobs[req.SubmissionID] = j
+	h.order = append(h.order, req.SubmissionID)
+	h.schedule()
+	if h.opts.PendingFor > 0 {
+		time.AfterFunc(h.opts.PendingFor, func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if !h.closed {
+				h.schedule()
+			}
+		})
+	}
+	return http.StatusOK, map[string]string{"job_id": req.SubmissionID, "submission_id": req.SubmissionID}
+}
+
+func pendingMessage(req ray.JobSubmitRequest) string {
+	m := "Job has not started yet."
+	if req.EntrypointNumCPUs > 0 || req.EntrypointNumGPUs > 0 || req.EntrypointMemory > 0 || len(req.EntrypointResources) > 0 {
+		m += " It may be waiting for resources (CPUs, GPUs, memory, custom resources) to become available."
+	}
+	if len(req.RuntimeEnv) > 0 {
+		m += " It may be waiting for the runtime environment to be set up."
+	}
+	return m
+}
+
+// demand is what a job holds while it runs.
+func demand(req ray.JobSubmitRequest) map[string]float64 {
+	d := map[string]float64{}
+	for k, v := range req.EntrypointResources {
+		d[k] += v
+	}
+	if req.EntrypointNumCPUs > 0 {
+		d["CPU"] += req.EntrypointNumCPUs
+	}
+	if req.EntrypointNumGPUs > 0 {
+		d["GPU"] += req.EntrypointNumGPUs
+	}
+	return d
+}
+
+// schedule starts every PENDING job whose resources are free, in submission order; call with h.mu held.
+func (h *Head) schedule() {
+	for _, id := range h.order {
+		j := h.jobs[id]
+		if j.started || j.info.Status != ray.JobStatusPending || j.stopping || time.Since(j.submitted) < h.opts.PendingFor {
+			continue
+		}
+		need := demand(j.req)
+		fits := true
+		if h.opts.Resources != nil {
+			for k, v := range need {
+				if h.used[k]+v > h.opts.Resources[k]+1e-9 {
+					fits = false
+				}
+			}
+		}
+		if !fits {
+			continue
+		}
+		for k, v := range need {
+			h.used[k] += v
+		}
+		h.nextJob++
+		j.started = true
+		j.info.Status, j.info.Message = ray.JobStatusRunning, "Job is currently running."
+		j.info.JobID = fmt.Sprintf("%02x000000", h.nextJob%256)
+		j.info.DriverInfo = &ray.DriverInfo{ID: j.info.JobID, NodeIPAddress: "127.0.0.1", PID: fmt.Sprint(10000 + h.nextJob)}
+		ctx, cancel := context.WithCancel(context.Background())
+		j.cancel = cancel
+		h.wg.Add(1)
+		go h.run(ctx, j, need)
+	}
+}
+
+// lockedWriter appends to a job's log under the head's lock.
+type lockedWriter struct {
+	h *Head
+	j *job
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.h.mu.Lock()
+	defer w.h.mu.Unlock()
+	return w.j.logs.Write(p)
+}
+
+func (h *Head) run(ctx context.Context, j *job, held map[string]float64) {
+	defer h.wg.Done()
+	defer close(j.done)
+	code := h.opts.Run(ctx, j.req, lockedWriter{h, j})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	j.cancel()
+	for k, v := range held {
+		h.used[k] -= v
+	}
+	j.info.EndTime = time.Now().UnixMilli()
+	switch {
+	case j.stopping:
+		j.info.Status, j.info.Message = ray.JobStatusStopped, "Job was intentionally stopped."
+	case code == 0:
+		j.info.Status, j.info.Message = ray.JobStatusSucceeded, "Job finished successfully."
+		j.info.DriverExitCode = &code
+	default:
+		j.info.Status = ray.JobStatusFailed
+		j.info.ErrorType = "JOB_ENTRYPOINT_COMMAND_ERROR"
+		j.info.DriverExitCode = &code
+		if tail := lastLines(j.logs.String(), 20000); tail != "" {
+			j.info.Message = fmt.Sprintf("Job entrypoint command failed with exit code %d, last available logs (truncated to 20,000 chars):\n%s", code, tail)
+		} else {
+			j.info.Message = fmt.Sprintf("Job entrypoint command failed with exit code %d. No logs available.", code)
+		}
+	}
+	if !h.closed {
+		h.schedule()
+	}
+}
+
+func lastLines(s string, max int) string {
+	if len(s) > max {
+		s = s[len(s)-max:]
+	}
+	return s
+}
+
+// stop asks a job to stop; true while it was PENDING or RUNNING (Ray's answer while the supervisor lives). A
+// PENDING job stays PENDING, as on a real head where it waits for resources.
+func (h *Head) stop(j *job) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if j.info.Status.IsTerminal() {
+		return false
+	}
+	j.stopping = true
+	if j.cancel != nil {
+		j.cancel()
+	}
+	return true
+}
+
+func (h *Head) serveApplications(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodPut:
+		raw, err := io.ReadAll(r.Body)
+		var cfg struct {
+			Applications []serveApp `json:"applications"`
+		}
+		if err == nil {
+			err = json.Unmarshal(raw, &cfg)
+		}
+		if err != nil {
+			text(w, http.StatusBadRequest, "Invalid request body: "+err.Error())
+			return
+		}
+		h.mu.Lock()
+		h.deploys++
+		if h.serve == nil || !bytes.Equal(h.serve.raw, raw) {
+			h.serve = &serveState{raw: raw, apps: cfg.Applications, deployed: time.Now()}
+		}
+		h.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	case http.MethodDelete:
+		h.mu.Lock()
+		h.serve = nil
+		h.mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	case http.MethodGet:
+		writeJSON(w, http.StatusOK, h.serveDetails())
+	default:
+		text(w, http.StatusMethodNotAllowed, "405: Method Not Allowed")
+	}
+}
+
+func (h *Head) serveDetails() ray.ServeDetails {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	d := ray.ServeDetails{ProxyLocation: "EveryNode", DeployMode: "MULTI_APP", Applications: map[string]ray.ServeApplication{},
+		ControllerInfo: map[string]json.RawMessage{}}
+	if h.serve == nil {
+		return d
+	}
+	d.HTTPOptions = &ray.ServeHTTPOptions{Host: "0.0.0.0", Port: 8000}
+	d.Proxies = map[string]ray.ServeProxyDetails{"fake-node": {NodeID: "fake-node", NodeIP: "127.0.0.1", Status: "HEALTHY"}}
+	running := time.Since(h.serve.deployed) >= h.opts.ServeDeploying
+	for _, a := range h.serve.apps {
+		app := ray.ServeApplication{Name: a.Name, RoutePrefix: a.route(), Status: ray.ApplicationStatusDeploying,
+			LastDeployedTimeS: float64(h.serve.deployed.UnixMilli()) / 1000, Source: "declarative", Deployments: map[string]ray.ServeDeployment{}}
+		status := ray.DeploymentStatusUpdating
+		if running {
+			app.Status, status = ray.ApplicationStatusRunning, ray.DeploymentStatusHealthy
+		}
+		for _, dep := range a.Deployments {
+			sd := ray.ServeDeployment{Name: dep.Name, Status: status, StatusTrigger: "CONFIG_UPDATE_STARTED", TargetNumReplicas: 1}
+			if running {
+				sd.StatusTrigger = "CONFIG_UPDATE_COMPLETED"
+				sd.Replicas = []ray.ServeReplica{{ReplicaID: dep.Name + "-fake", State: "RUNNING", NodeID: "fake-node", NodeIP: "127.0.0.1"}}
+			}
+			app.Deployments[dep.Name] = sd
+		}
+		d.Applications[a.Name] = app
+	}
+	return d
+}
+
+// Servers are a head's three ports on loopback.
+type Servers struct {
+	Dashboard, Agent, ServeProxy *httptest.Server
+}
+
+// Start serves h's ports on loopback until Close.
+func Start(h *Head) *Servers {
+	return &Servers{Dashboard: httptest.NewServer(h.Dashboard()), Agent: httptest.NewServer(h.Agent()), ServeProxy: httptest.NewServer(h.ServeProxy())}
+}
+
+// Close stops the servers.
+func (s *Servers) Close() {
+	s.Dashboard.Close()
+	s.Agent.Close()
+	s.ServeProxy.Close()
+}

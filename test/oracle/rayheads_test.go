@@ -1,0 +1,170 @@
+package oracle
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/testutil/fakeray"
+)
+
+// Ray's default ports, which every sample's pods use unless a container port of that name says otherwise.
+const (
+	defaultDashboardPort = 8265
+	defaultServePort     = 8000
+	defaultAgentPort     = 52365
+)
+
+// jobStep is how long a fake Ray job runs.
+const jobStep = 3 * time.Second
+
+// rayHeads plays a Ray head for every RayCluster of the run, on both sides alike: one fakeray.Head per head pod
+// (a new head pod is a new Ray head, which remembers no job), reached at any of the cluster's pod IPs.
+type rayHeads struct {
+	cl    client.Client
+	mu    sync.Mutex
+	heads map[types.UID]*fakeray.Head // by head pod UID
+	ports map[int]string              // port -> "dashboard", "serve" or "agent"
+}
+
+type localAddrKey struct{}
+
+// serveRayHeads listens in the pod network on every port the objects name for Ray's dashboard, agent or Serve
+// proxy (and Ray's defaults), until the test ends.
+func serveRayHeads(t *testing.T, n *podNetwork, cl client.Client, objs []*unstructured.Unstructured) *rayHeads {
+	r := &rayHeads{cl: cl, heads: map[types.UID]*fakeray.Head{},
+		ports: map[int]string{defaultDashboardPort: "dashboard", defaultServePort: "serve", defaultAgentPort: "agent"}}
+	var walk func(v any)
+	walk = func(v any) {
+		switch t := v.(type) {
+		case map[string]any:
+			if name, ok := t["name"].(string); ok {
+				var port int
+				switch p := t["containerPort"].(type) {
+				case int64:
+					port = int(p)
+				case float64:
+					port = int(p)
+				}
+				switch {
+				case port == 0:
+				case name == "dashboard", name == "serve":
+					r.ports[port] = name
+				case name == "dashboard-agent":
+					r.ports[port] = "agent"
+				}
+			}
+			for _, e := range t {
+				walk(e)
+			}
+		case []any:
+			for _, e := range t {
+				walk(e)
+			}
+		}
+	}
+	for _, o := range objs {
+		walk(o.Object)
+	}
+	srv := &http.Server{
+		Handler: r,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, localAddrKey{}, c.LocalAddr())
+		},
+		ReadHeaderTimeout: 30 * time.Second,
+	}
+	for port := range r.ports {
+		l, err := n.listen(net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
+		if err != nil {
+			t.Fatalf("listen on port %d in the pod network: %v", port, err)
+		}
+		go func() {
+			if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				t.Errorf("fake Ray heads on port %d: %v", port, err)
+			}
+		}()
+	}
+	t.Cleanup(func() {
+		_ = srv.Close()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, h := range r.heads {
+			h.Close()
+		}
+	})
+	return r
+}
+
+// ServeHTTP finds the cluster of the pod the connection was meant for and hands the request to its head.
+func (r *rayHeads) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	addr, _ := req.Context().Value(localAddrKey{}).(*net.TCPAddr)
+	if addr == nil {
+		http.Error(w, "fake Ray: no local address", http.StatusInternalServerError)
+		return
+	}
+	h := r.headAt(req.Context(), addr.IP.String())
+	if h == nil {
+		// No Ray node at that address: a real connection would be refused.
+		http.Error(w, "fake Ray: no Ray pod at "+addr.IP.String(), http.StatusBadGateway)
+		return
+	}
+	switch r.ports[addr.Port] {
+	case "dashboard":
+		h.Dashboard().ServeHTTP(w, req)
+	case "serve":
+		h.ServeProxy().ServeHTTP(w, req)
+	case "agent":
+		h.Agent().ServeHTTP(w, req)
+	default:
+		http.NotFound(w, req)
+	}
+}
+
+// headAt returns the head of the Ray cluster whose running pod has podIP, nil when there is none.
+func (r *rayHeads) headAt(ctx context.Context, podIP string) *fakeray.Head {
+	pods := &corev1.PodList{}
+	if err := r.cl.List(ctx, pods, client.HasLabels{rayv1.LabelCluster}); err != nil {
+		return nil
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.PodIP == podIP && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			return r.headOf(ctx, p.Namespace, p.Labels[rayv1.LabelCluster])
+		}
+	}
+	return nil
+}
+
+// headOf returns the head of RayCluster ns/cluster, nil while it has no running head pod.
+func (r *rayHeads) headOf(ctx context.Context, ns, cluster string) *fakeray.Head {
+	pods := &corev1.PodList{}
+	if err := r.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelCluster: cluster, rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {
+		return nil
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+			continue
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		h := r.heads[p.UID]
+		if h == nil {
+			h = fakeray.New(fakeray.Options{Run: fakeray.Scripted(jobStep), ServeDeploying: jobStep})
+			r.heads[p.UID] = h
+		}
+		return h
+	}
+	return nil
+}
