@@ -12,10 +12,6 @@ import (
 	"github.com/manta-dev/manta/internal/apiserver"
 )
 
-func init() {
-	devServices = append(devServices, devService{name: "apiserver", start: startDevAPIServer})
-}
-
 func newAPIServerCommand() *cobra.Command {
 	var (
 		listen          string

@@ -49,8 +49,9 @@ func newRootCommand() *cobra.Command {
 	logFlags := goflag.NewFlagSet("log", goflag.ContinueOnError)
 	zapOpts.BindFlags(logFlags)
 	root.PersistentFlags().AddGoFlagSet(logFlags)
-	root.AddCommand(newOperatorCommand(), newDevCommand(), newVersionCommand())
-	root.AddCommand(extraCommands()...)
+	// What `manta dev` runs in-process beside the operator.
+	devServices = []devService{{name: "apiserver", start: startDevAPIServer}}
+	root.AddCommand(newOperatorCommand(), newAPIServerCommand(), newDevCommand(), newVersionCommand())
 	return root
 }
 

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
-	"github.com/manta-dev/manta/internal/controller/imagepulljob"
+	mantavalidation "github.com/manta-dev/manta/internal/validation"
 )
 
 // Validation of request bodies. Each function returns every violation it finds, naming fields by their JSON path,
@@ -521,7 +521,7 @@ func validateImagePullJob(j *ImagePullJob, pathNS string) violations {
 	var v violations
 	v.name("name", j.Name)
 	v.namespace("namespace", j.Namespace, pathNS)
-	if v.required("image", j.Image) && !imagepulljob.ValidImage(j.Image) {
+	if v.required("image", j.Image) && !mantavalidation.Image(j.Image) {
 		// The CRD's grammar (distribution/reference), so Kubernetes never refuses what passed here.
 		v.add("image", "must be a valid image reference of at most 512 characters, such as rayproject/ray:2.52.0 (lower-case repository)")
 	}

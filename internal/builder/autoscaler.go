@@ -20,7 +20,7 @@ func AutoscalerContainer(c *rayv1.RayCluster, rayImage string) corev1.Container 
 		Command:         ShellCommand(),
 		Args:            []string{start},
 		Env: []corev1.EnvVar{
-			fieldEnv("RAY_CLUSTER_NAME", "metadata.labels['"+LabelCluster+"']"),
+			fieldEnv("RAY_CLUSTER_NAME", "metadata.labels['"+rayv1.LabelCluster+"']"),
 			fieldEnv("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
 			fieldEnv("RAY_HEAD_POD_NAME", "metadata.name"),
 			{Name: "KUBERAY_CRD_VER", Value: CRDVersion},
@@ -95,7 +95,7 @@ func autoscalerMeta(c *rayv1.RayCluster, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name:            name,
 		Namespace:       c.Namespace,
-		Labels:          map[string]string{LabelCluster: c.Name, LabelAppName: AppNameValue, LabelCreatedBy: CreatedByValue},
+		Labels:          map[string]string{rayv1.LabelCluster: c.Name, rayv1.LabelAppName: rayv1.AppNameValue, rayv1.LabelCreatedBy: rayv1.CreatedByValue},
 		OwnerReferences: []metav1.OwnerReference{*OwnerReference(c)},
 	}
 }

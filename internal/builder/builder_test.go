@@ -219,7 +219,7 @@ func TestWorkerPod(t *testing.T) {
 			t.Errorf("env %s = %q, want %q", k, env[k], want)
 		}
 	}
-	if pod.GenerateName != "rc-small-worker-" || pod.Labels[LabelGroup] != "small" || pod.Labels[LabelNodeType] != "worker" {
+	if pod.GenerateName != "rc-small-worker-" || pod.Labels[rayv1.LabelGroup] != "small" || pod.Labels[rayv1.LabelNodeType] != "worker" {
 		t.Errorf("meta: %q %v", pod.GenerateName, pod.Labels)
 	}
 	if len(pod.Spec.InitContainers) != 1 || pod.Spec.InitContainers[0].Name != WaitGCSInitContainerName ||
@@ -232,7 +232,7 @@ func TestWorkerPod(t *testing.T) {
 func TestTemplatePreserved(t *testing.T) {
 	c := cluster()
 	tmpl := corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"team": "a", LabelNodeType: "hijack"}, Annotations: map[string]string{"note": "x"}},
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"team": "a", rayv1.LabelNodeType: "hijack"}, Annotations: map[string]string{"note": "x"}},
 		Spec: corev1.PodSpec{
 			InitContainers: []corev1.Container{{Name: "setup", Image: "busybox"}},
 			Containers: []corev1.Container{
@@ -276,7 +276,7 @@ func TestTemplatePreserved(t *testing.T) {
 	if envMap(pod.Spec.Containers[0])["RAY_PORT"] != "user" {
 		t.Error("user env overridden")
 	}
-	if pod.Labels["team"] != "a" || pod.Labels[LabelNodeType] != "worker" || pod.Annotations["note"] != "x" {
+	if pod.Labels["team"] != "a" || pod.Labels[rayv1.LabelNodeType] != "worker" || pod.Annotations["note"] != "x" {
 		t.Errorf("labels %v annotations %v", pod.Labels, pod.Annotations)
 	}
 }
@@ -383,7 +383,7 @@ func TestHeadService(t *testing.T) {
 	}
 	c.Spec.HeadGroupSpec.HeadService = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "custom"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}}
 	svc = HeadService(c)
-	if svc.Name != "custom" || svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.Selector[LabelNodeType] != "head" {
+	if svc.Name != "custom" || svc.Spec.Type != corev1.ServiceTypeLoadBalancer || svc.Spec.Selector[rayv1.LabelNodeType] != "head" {
 		t.Errorf("custom svc %+v", svc)
 	}
 }
@@ -392,7 +392,7 @@ func TestServeService(t *testing.T) {
 	c := cluster()
 	c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "serve", ContainerPort: 8001}, {Name: "serve-grpc", ContainerPort: 9000}, {Name: "dashboard", ContainerPort: 8265}}
 	svc := ServeService(c)
-	if svc.Name != "rc-serve-svc" || len(svc.Spec.Ports) != 2 || svc.Spec.Selector[LabelCluster] != "rc" {
+	if svc.Name != "rc-serve-svc" || len(svc.Spec.Ports) != 2 || svc.Spec.Selector[rayv1.LabelCluster] != "rc" {
 		t.Errorf("serve svc %+v", svc)
 	}
 }
@@ -508,13 +508,13 @@ func TestTemplateHashes(t *testing.T) {
 	}
 
 	// For picks the pod's own group; a worker of a removed group has none.
-	if h, ok := base.For(map[string]string{LabelNodeType: NodeTypeHead}); !ok || h != base.Head {
+	if h, ok := base.For(map[string]string{rayv1.LabelNodeType: rayv1.NodeTypeHead}); !ok || h != base.Head {
 		t.Errorf("For(head) = %q, %v", h, ok)
 	}
-	if h, ok := base.For(map[string]string{LabelNodeType: NodeTypeWorker, LabelGroup: group}); !ok || h != base.Workers[group] {
+	if h, ok := base.For(map[string]string{rayv1.LabelNodeType: rayv1.NodeTypeWorker, rayv1.LabelGroup: group}); !ok || h != base.Workers[group] {
 		t.Errorf("For(worker) = %q, %v", h, ok)
 	}
-	if _, ok := base.For(map[string]string{LabelNodeType: NodeTypeWorker, LabelGroup: "gone"}); ok {
+	if _, ok := base.For(map[string]string{rayv1.LabelNodeType: rayv1.NodeTypeWorker, rayv1.LabelGroup: "gone"}); ok {
 		t.Error("For(worker of a removed group) reported a hash")
 	}
 }
@@ -611,7 +611,7 @@ func TestUnsupportedFields(t *testing.T) {
 			c.Spec.HeadGroupSpec.EnableIngress = ptr.To(true)
 			c.Spec.NetworkPolicy = &rayv1.NetworkPolicyConfig{}
 			c.Annotations = map[string]string{AnnotationFTEnabled: "true"}
-			c.Labels = map[string]string{LabelSchedulerName: "volcano"}
+			c.Labels = map[string]string{rayv1.LabelSchedulerName: "volcano"}
 		}, []string{"spec.networkPolicy", "spec.headGroupSpec.enableIngress", "metadata.labels[ray.io/scheduler-name]"}},
 		{"autoscaler options without autoscaling", func(c *rayv1.RayCluster) {
 			c.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{IdleTimeoutSeconds: ptr.To[int32](30)}
@@ -636,12 +636,12 @@ func TestWorkerPodForReplica(t *testing.T) {
 	c := cluster()
 	g := &c.Spec.WorkerGroupSpecs[0]
 	single := WorkerPodForReplica(c, g, PodOptions{}, Replica{Index: 3})
-	if diff := cmp.Diff("3", single.Labels[LabelReplicaIndex]); diff != "" || single.Labels[LabelReplicaName] != "" {
+	if diff := cmp.Diff("3", single.Labels[rayv1.LabelReplicaIndex]); diff != "" || single.Labels[rayv1.LabelReplicaName] != "" {
 		t.Errorf("single-host labels %v", single.Labels)
 	}
 	g.NumOfHosts = 4
 	multi := WorkerPodForReplica(c, g, PodOptions{}, Replica{Index: 1, Name: ReplicaName("Small_Group", "abcde"), HostIndex: 2})
-	want := map[string]string{LabelReplicaIndex: "1", LabelReplicaName: "small-group-abcde", LabelHostIndex: "2"}
+	want := map[string]string{rayv1.LabelReplicaIndex: "1", rayv1.LabelReplicaName: "small-group-abcde", rayv1.LabelHostIndex: "2"}
 	for k, v := range want {
 		if multi.Labels[k] != v {
 			t.Errorf("label %s = %q, want %q", k, multi.Labels[k], v)

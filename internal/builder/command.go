@@ -91,7 +91,7 @@ func addResourceParams(params map[string]string, res corev1.ResourceRequirements
 	for _, k := range sortedKeys(overrides) {
 		q, err := resource.ParseQuantity(overrides[k])
 		if err != nil {
-			continue // refused by ValidateGroupResources before a pod is built
+			continue // refused by validation.ClusterSpec before a pod is built
 		}
 		switch n := strings.ToLower(k); {
 		case n == string(corev1.ResourceCPU):
@@ -165,17 +165,6 @@ func addAcceleratorResource(params map[string]string, limits corev1.ResourceList
 func resourcesJSON(m map[string]float64) string {
 	js, _ := json.Marshal(m)
 	return "'" + string(js) + "'"
-}
-
-// ValidateGroupResources refuses a group `resources` value that is not a Kubernetes quantity: Ray could not be told
-// about it, and KubeRay would drop it without a word.
-func ValidateGroupResources(path string, resources map[string]string) error {
-	for _, k := range sortedKeys(resources) {
-		if _, err := resource.ParseQuantity(resources[k]); err != nil {
-			return fmt.Errorf("%s[%s]: %q is not a quantity: %v", path, k, resources[k], err)
-		}
-	}
-	return nil
 }
 
 // IsGPUResource says whether a resource name counts as a GPU: it ends in "gpu" or is a MIG slice.

@@ -21,10 +21,10 @@ type TemplateHashes struct {
 // For returns the current hash for a pod of the cluster, from its node-type and group labels; ok is false for a
 // worker of a group that is no longer in the spec.
 func (h TemplateHashes) For(labels map[string]string) (hash string, ok bool) {
-	if labels[LabelNodeType] == NodeTypeHead {
+	if labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead {
 		return h.Head, true
 	}
-	hash, ok = h.Workers[labels[LabelGroup]]
+	hash, ok = h.Workers[labels[rayv1.LabelGroup]]
 	return hash, ok
 }
 

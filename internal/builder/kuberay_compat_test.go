@@ -71,20 +71,11 @@ func TestResourceQuantitiesForRayStart(t *testing.T) {
 	}
 }
 
-func TestValidateGroupResources(t *testing.T) {
-	if err := ValidateGroupResources("p", map[string]string{"cpu": "500m", "memory": "8Gi", "x": "1"}); err != nil {
-		t.Errorf("quantities refused: %v", err)
-	}
-	if err := ValidateGroupResources("spec.headGroupSpec.resources", map[string]string{"cpu": "lots"}); err == nil || !strings.Contains(err.Error(), "spec.headGroupSpec.resources[cpu]") {
-		t.Errorf("err = %v, want the field named", err)
-	}
-}
-
 // A head template labelled app.kubernetes.io/name keeps that label on the head pod; the head Service must select it
 // or workers never find the head (issue 11).
 func TestHeadServiceFollowsAppNameLabel(t *testing.T) {
 	c := cluster()
-	c.Spec.HeadGroupSpec.Template.Labels = map[string]string{LabelAppName: "my-app"}
+	c.Spec.HeadGroupSpec.Template.Labels = map[string]string{rayv1.LabelAppName: "my-app"}
 	pod := HeadPod(c, PodOptions{})
 	svc := HeadService(c)
 	for k, v := range svc.Spec.Selector {
@@ -92,7 +83,7 @@ func TestHeadServiceFollowsAppNameLabel(t *testing.T) {
 			t.Errorf("selector %s=%s does not match the head pod's %q", k, v, pod.Labels[k])
 		}
 	}
-	if svc.Labels[LabelAppName] != "my-app" {
+	if svc.Labels[rayv1.LabelAppName] != "my-app" {
 		t.Errorf("service labels %v", svc.Labels)
 	}
 }
@@ -137,9 +128,9 @@ func TestGroupLabelsOnPods(t *testing.T) {
 	c := cluster()
 	g := &c.Spec.WorkerGroupSpecs[0]
 	g.Template.Labels = map[string]string{"zone": "template", "team": "a"}
-	g.Labels = map[string]string{"zone": "group", LabelGroup: "hijack"}
+	g.Labels = map[string]string{"zone": "group", rayv1.LabelGroup: "hijack"}
 	pod := WorkerPod(c, g, PodOptions{})
-	if pod.Labels["zone"] != "group" || pod.Labels["team"] != "a" || pod.Labels[LabelGroup] != "small" {
+	if pod.Labels["zone"] != "group" || pod.Labels["team"] != "a" || pod.Labels[rayv1.LabelGroup] != "small" {
 		t.Errorf("labels %v", pod.Labels)
 	}
 	if !strings.Contains(envMap(pod.Spec.Containers[0])["KUBERAY_GEN_RAY_START_CMD"], "--labels=ray.io/group=hijack,zone=group") {

@@ -28,12 +28,12 @@ type PodOptions struct {
 // HeadPod builds the head pod of c from the user's head template.
 func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 	h := &c.Spec.HeadGroupSpec
-	pod := podFromTemplate(c, h.Template, h.Labels, o, NodeTypeHead, HeadGroupName, HeadPodGenerateName(c))
+	pod := podFromTemplate(c, h.Template, h.Labels, o, rayv1.NodeTypeHead, rayv1.HeadGroupName, HeadPodGenerateName(c))
 	if pod == nil {
 		return nil
 	}
 	if originCRD(c) == KindRayService {
-		pod.Labels[LabelServe] = "false"
+		pod.Labels[rayv1.LabelServe] = "false"
 	}
 	ray := &pod.Spec.Containers[RayContainerIndex]
 	setServiceEnv(c, ray)
@@ -65,12 +65,12 @@ func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 
 // WorkerPod builds one worker pod of group g of c from the user's worker template.
 func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *corev1.Pod {
-	pod := podFromTemplate(c, g.Template, g.Labels, o, NodeTypeWorker, g.GroupName, WorkerPodGenerateName(c, g.GroupName))
+	pod := podFromTemplate(c, g.Template, g.Labels, o, rayv1.NodeTypeWorker, g.GroupName, WorkerPodGenerateName(c, g.GroupName))
 	if pod == nil {
 		return nil
 	}
 	if originCRD(c) == KindRayService {
-		pod.Labels[LabelServe] = "true"
+		pod.Labels[rayv1.LabelServe] = "true"
 	}
 	ray := &pod.Spec.Containers[RayContainerIndex]
 	setServiceEnv(c, ray)
@@ -131,7 +131,7 @@ func podFromTemplate(c *rayv1.RayCluster, tmpl corev1.PodTemplateSpec, groupLabe
 	}
 	// The user's init containers may need to reach the head (a TLS certificate for its name, a wait of their own).
 	fqdn := HeadServiceFQDN(c, o.ClusterDomain)
-	if nodeType == NodeTypeWorker {
+	if nodeType == rayv1.NodeTypeWorker {
 		// Built from the user's Ray container (its env and mounts may carry TLS settings), before Manta adds its own.
 		addr := fqdn + ":" + strconv.Itoa(headPort(c))
 		pod.Spec.InitContainers = append(pod.Spec.InitContainers, waitGCSContainer(&pod.Spec.Containers[RayContainerIndex], addr))
@@ -166,17 +166,17 @@ func OwnerReference(c *rayv1.RayCluster) *metav1.OwnerReference {
 func podLabels(c *rayv1.RayCluster, tmpl map[string]string, nodeType, group string) map[string]string {
 	identifier := c.Name + "-" + nodeType
 	l := map[string]string{
-		LabelIsRayNode:  "yes",
-		LabelIdentifier: fitName(identifier, maxNameLen),
-		LabelAppName:    AppNameValue,
-		LabelCreatedBy:  CreatedByValue,
+		rayv1.LabelIsRayNode:  "yes",
+		rayv1.LabelIdentifier: fitName(identifier, maxNameLen),
+		rayv1.LabelAppName:    rayv1.AppNameValue,
+		rayv1.LabelCreatedBy:  rayv1.CreatedByValue,
 	}
 	for k, v := range tmpl {
 		l[k] = v
 	}
-	l[LabelCluster] = c.Name
-	l[LabelNodeType] = nodeType
-	l[LabelGroup] = validLabelValue(group)
+	l[rayv1.LabelCluster] = c.Name
+	l[rayv1.LabelNodeType] = nodeType
+	l[rayv1.LabelGroup] = validLabelValue(group)
 	return l
 }
 
@@ -191,11 +191,11 @@ func validLabelValue(v string) string {
 // SelectorLabels select the pods of one node type of c.
 func SelectorLabels(c *rayv1.RayCluster, nodeType string) map[string]string {
 	return map[string]string{
-		LabelCluster:    c.Name,
-		LabelNodeType:   nodeType,
-		LabelIdentifier: fitName(c.Name+"-"+nodeType, maxNameLen),
-		LabelAppName:    AppNameValue,
-		LabelCreatedBy:  CreatedByValue,
+		rayv1.LabelCluster:    c.Name,
+		rayv1.LabelNodeType:   nodeType,
+		rayv1.LabelIdentifier: fitName(c.Name+"-"+nodeType, maxNameLen),
+		rayv1.LabelAppName:    rayv1.AppNameValue,
+		rayv1.LabelCreatedBy:  rayv1.CreatedByValue,
 	}
 }
 
@@ -208,10 +208,10 @@ func setRayContainer(ray *corev1.Container, pod *corev1.Pod, startCmd string) {
 		ray.Ports = append(ray.Ports, corev1.ContainerPort{Name: MetricsPortName, ContainerPort: DefaultMetricsPort, Protocol: corev1.ProtocolTCP})
 	}
 	setEnv(ray, "KUBERAY_GEN_RAY_START_CMD", startCmd)
-	setEnvFrom(ray, "RAY_CLUSTER_NAME", "metadata.labels['"+LabelCluster+"']")
+	setEnvFrom(ray, "RAY_CLUSTER_NAME", "metadata.labels['"+rayv1.LabelCluster+"']")
 	setEnvFrom(ray, "RAY_CLUSTER_NAMESPACE", "metadata.namespace")
 	setEnvFrom(ray, "RAY_CLOUD_INSTANCE_ID", "metadata.name")
-	setEnvFrom(ray, "RAY_NODE_TYPE_NAME", "metadata.labels['"+LabelGroup+"']")
+	setEnvFrom(ray, "RAY_NODE_TYPE_NAME", "metadata.labels['"+rayv1.LabelGroup+"']")
 	setEnv(ray, "RAY_USAGE_STATS_KUBERAY_IN_USE", "1")
 	setEnv(ray, "RAY_DASHBOARD_ENABLE_K8S_DISK_USAGE", "1")
 }
@@ -270,7 +270,7 @@ func headPort(c *rayv1.RayCluster) int {
 // told to put its object store elsewhere or the user mounted something there.
 func addSharedMemory(pod *corev1.Pod, c *rayv1.RayCluster, group string) {
 	params := c.Spec.HeadGroupSpec.RayStartParams
-	if group != HeadGroupName {
+	if group != rayv1.HeadGroupName {
 		for i := range c.Spec.WorkerGroupSpecs {
 			if c.Spec.WorkerGroupSpecs[i].GroupName == group {
 				params = c.Spec.WorkerGroupSpecs[i].RayStartParams
@@ -459,7 +459,7 @@ func autoscalerVersion(c *rayv1.RayCluster) rayv1.AutoscalerVersion {
 	return ""
 }
 
-func originCRD(c *rayv1.RayCluster) string { return c.Labels[LabelOriginCRD] }
+func originCRD(c *rayv1.RayCluster) string { return c.Labels[rayv1.LabelOriginCRD] }
 
 func originCRDOr(c *rayv1.RayCluster, def string) string {
 	if o := originCRD(c); o != "" {
@@ -483,10 +483,10 @@ func WorkerPodForReplica(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOpt
 	if pod == nil {
 		return nil
 	}
-	pod.Labels[LabelReplicaIndex] = strconv.Itoa(r.Index)
+	pod.Labels[rayv1.LabelReplicaIndex] = strconv.Itoa(r.Index)
 	if g.NumOfHosts > 1 {
-		pod.Labels[LabelReplicaName] = validLabelValue(r.Name)
-		pod.Labels[LabelHostIndex] = strconv.Itoa(r.HostIndex)
+		pod.Labels[rayv1.LabelReplicaName] = validLabelValue(r.Name)
+		pod.Labels[rayv1.LabelHostIndex] = strconv.Itoa(r.HostIndex)
 	}
 	return pod
 }

@@ -47,7 +47,7 @@ func RayServiceOwnerReference(s *rayv1.RayService) *metav1.OwnerReference {
 
 // originLabels are the labels KubeRay puts on what a RayService creates.
 func originLabels(s *rayv1.RayService) map[string]string {
-	return map[string]string{LabelOriginCRName: s.Name, LabelOriginCRD: KindRayService}
+	return map[string]string{rayv1.LabelOriginCRName: s.Name, rayv1.LabelOriginCRD: KindRayService}
 }
 
 // RayServiceCluster is the RayCluster named name that serves s: the service's rayClusterConfig, its labels and
@@ -112,10 +112,10 @@ func RayServiceHeadService(s *rayv1.RayService, active *rayv1.RayCluster) *corev
 // (type, ports, labels, annotations and the rest of its spec) laid on top; the selector is always Manta's.
 func RayServiceServeService(s *rayv1.RayService, active *rayv1.RayCluster) *corev1.Service {
 	base := ServeService(active)
-	sel := map[string]string{LabelCluster: active.Name, LabelServe: "true"}
+	sel := map[string]string{rayv1.LabelCluster: active.Name, rayv1.LabelServe: "true"}
 	labels := base.Labels
 	maps.Copy(labels, originLabels(s))
-	labels[LabelServe] = fitName(s.Name+"-serve", maxNameLen)
+	labels[rayv1.LabelServe] = fitName(s.Name+"-serve", maxNameLen)
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: RayServiceServeServiceName(s), Namespace: s.Namespace, Labels: labels,

@@ -34,7 +34,7 @@ func RedisCleanupJobName(c *rayv1.RayCluster) string {
 
 // RedisCleanupSelector selects the cluster's Redis cleanup Jobs.
 func RedisCleanupSelector(c *rayv1.RayCluster) map[string]string {
-	return map[string]string{LabelCluster: c.Name, LabelNodeType: NodeTypeRedisCleanup}
+	return map[string]string{rayv1.LabelCluster: c.Name, rayv1.LabelNodeType: NodeTypeRedisCleanup}
 }
 
 // RedisCleanupJob builds the Job that deletes a deleted cluster's GCS storage namespace from Redis, as KubeRay
@@ -48,7 +48,7 @@ func RedisCleanupJob(c *rayv1.RayCluster, o PodOptions) *batchv1.Job {
 	if pod == nil {
 		return nil
 	}
-	pod.Labels[LabelNodeType] = NodeTypeRedisCleanup
+	pod.Labels[rayv1.LabelNodeType] = NodeTypeRedisCleanup
 	ray := pod.Spec.Containers[RayContainerIndex]
 	ray.Command = ShellCommand()
 	ray.Args = []string{redisCleanupScript(hasEnvVar(&ray, EnvRedisUsername))}

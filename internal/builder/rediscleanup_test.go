@@ -98,7 +98,7 @@ func TestRedisCleanupJob(t *testing.T) {
 				t.Errorf("owners %+v", job.OwnerReferences)
 			}
 			for _, l := range []map[string]string{job.Labels, job.Spec.Template.Labels} {
-				if l[LabelNodeType] != NodeTypeRedisCleanup || l[LabelCluster] != c.Name || l[LabelCreatedBy] != CreatedByValue {
+				if l[rayv1.LabelNodeType] != NodeTypeRedisCleanup || l[rayv1.LabelCluster] != c.Name || l[rayv1.LabelCreatedBy] != rayv1.CreatedByValue {
 					t.Errorf("labels %v", l)
 				}
 			}

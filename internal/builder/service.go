@@ -42,9 +42,9 @@ func HeadService(c *rayv1.RayCluster) *corev1.Service {
 
 	// A head template that names its app (app.kubernetes.io/name) keeps that label on the head pod, so the selector
 	// must say the same or the Service selects nothing.
-	labels := SelectorLabels(c, NodeTypeHead)
-	if v, ok := h.Template.Labels[LabelAppName]; ok {
-		labels[LabelAppName] = v
+	labels := SelectorLabels(c, rayv1.NodeTypeHead)
+	if v, ok := h.Template.Labels[rayv1.LabelAppName]; ok {
+		labels[rayv1.LabelAppName] = v
 	}
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
@@ -103,16 +103,16 @@ func ServeService(c *rayv1.RayCluster) *corev1.Service {
 		ports = []corev1.ServicePort{servicePort(ServePortName, DefaultServePort, corev1.ProtocolTCP)}
 	}
 	sortPorts(ports)
-	sel := map[string]string{LabelCluster: c.Name}
+	sel := map[string]string{rayv1.LabelCluster: c.Name}
 	if originCRD(c) == KindRayService {
-		sel[LabelServe] = "true"
+		sel[rayv1.LabelServe] = "true"
 	}
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: ServeServiceName(c), Namespace: c.Namespace,
 			Labels: map[string]string{
-				LabelCluster: c.Name, LabelServe: fitName(c.Name+"-serve", maxNameLen),
-				LabelAppName: AppNameValue, LabelCreatedBy: CreatedByValue,
+				rayv1.LabelCluster: c.Name, rayv1.LabelServe: fitName(c.Name+"-serve", maxNameLen),
+				rayv1.LabelAppName: rayv1.AppNameValue, rayv1.LabelCreatedBy: rayv1.CreatedByValue,
 			},
 			OwnerReferences: []metav1.OwnerReference{*OwnerReference(c)},
 		},
@@ -127,12 +127,12 @@ func HeadlessWorkerService(c *rayv1.RayCluster) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: HeadlessWorkerServiceName(c), Namespace: c.Namespace,
-			Labels:          map[string]string{LabelHeadlessWorkerService: c.Name},
+			Labels:          map[string]string{rayv1.LabelHeadlessWorkerService: c.Name},
 			OwnerReferences: []metav1.OwnerReference{*OwnerReference(c)},
 		},
 		Spec: corev1.ServiceSpec{
 			ClusterIP:                corev1.ClusterIPNone,
-			Selector:                 map[string]string{LabelCluster: c.Name, LabelNodeType: NodeTypeWorker},
+			Selector:                 map[string]string{rayv1.LabelCluster: c.Name, rayv1.LabelNodeType: rayv1.NodeTypeWorker},
 			PublishNotReadyAddresses: true,
 		},
 	}
@@ -293,10 +293,10 @@ func OwnerHeadService(c *rayv1.RayCluster, ownerKind, ownerName string) *corev1.
 	svc := HeadService(c)
 	svc.Name = ownerName + "-head-svc"
 	svc.Labels = map[string]string{
-		LabelOriginCRName: ownerName,
-		LabelOriginCRD:    ownerKind,
-		LabelNodeType:     NodeTypeHead,
-		LabelIdentifier:   fitName(ownerName+"-"+NodeTypeHead, maxNameLen),
+		rayv1.LabelOriginCRName: ownerName,
+		rayv1.LabelOriginCRD:    ownerKind,
+		rayv1.LabelNodeType:     rayv1.NodeTypeHead,
+		rayv1.LabelIdentifier:   fitName(ownerName+"-"+rayv1.NodeTypeHead, maxNameLen),
 	}
 	svc.OwnerReferences = nil
 	return svc

@@ -12,7 +12,7 @@ import (
 // batchSchedulerKeys are RayCluster labels and annotations that only mean something to one of KubeRay's
 // batch-scheduler plugins (volcano, yunikorn, kai-scheduler, scheduler-plugins), which Manta does not have.
 var batchSchedulerKeys = []string{
-	LabelSchedulerName,
+	rayv1.LabelSchedulerName,
 	AnnotationGangScheduling,
 	"ray.io/priority-class-name",
 	"kai.scheduler/queue",

@@ -26,7 +26,6 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 )
 
 // Outcomes of an image pull, the only label of the ImagePullJob metrics.
@@ -282,7 +281,7 @@ func (o *objectCollector) Collect(ch chan<- prometheus.Metric) {
 					if !first(c.UID) {
 						continue
 					}
-					owner := c.Labels[builder.LabelOriginCRD] // RayJob or RayService when one made the cluster
+					owner := c.Labels[rayv1.LabelOriginCRD] // RayJob or RayService when one made the cluster
 					if owner == "" {
 						owner = "None"
 					}

@@ -3,6 +3,7 @@ package operator
 import (
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
@@ -14,71 +15,94 @@ import (
 	"github.com/manta-dev/manta/internal/controller/rayservice"
 	"github.com/manta-dev/manta/internal/metawrite"
 	"github.com/manta-dev/manta/internal/metrics"
+	"github.com/manta-dev/manta/internal/ray"
 )
 
-// The API groups and controllers the operator runs. Each controller package exposes a constructor and
-// SetupWithManager; this is the one list that wires them in.
-func init() {
-	schemeAdders = append(schemeAdders, rayv1.AddToScheme, mantav1alpha1.AddToScheme)
-	setups = append(setups,
-		func(mgr ctrl.Manager, o Options) error {
-			pods, err := metawrite.NewPods(mgr.GetConfig(), mgr.GetHTTPClient())
-			if err != nil {
-				return fmt.Errorf("pod creator: %w", err)
-			}
-			status, err := metawrite.NewRayClusters(mgr.GetConfig(), mgr.GetHTTPClient())
-			if err != nil {
-				return fmt.Errorf("RayCluster status writer: %w", err)
-			}
-			return raycluster.NewReconciler(mgr, raycluster.Options{
-				DefaultPodTemplate:      o.DefaultPodTemplate,
-				ClusterDomain:           o.ClusterDomain,
-				MaxConcurrentReconciles: o.ReconcileConcurrency,
-				NoRedisCleanup:          o.NoRedisCleanup,
-				PodCreator:              pods,
-				StatusWriter:            status,
-			}).SetupWithManager(mgr)
-		},
-		func(mgr ctrl.Manager, o Options) error {
-			return rayjob.NewReconciler(mgr, o.RayClients, rayjob.Options{
-				ClusterDomain:           o.ClusterDomain,
-				MaxConcurrentReconciles: o.ReconcileConcurrency,
-			}).SetupWithManager(mgr)
-		},
-		func(mgr ctrl.Manager, o Options) error {
-			return raycronjob.NewReconciler(mgr, raycronjob.Options{MaxConcurrentReconciles: o.ReconcileConcurrency}).SetupWithManager(mgr)
-		},
-		func(mgr ctrl.Manager, o Options) error {
-			r, err := rayservice.NewReconciler(mgr, rayservice.Options{
-				RayClients:              o.RayClients,
-				MaxConcurrentReconciles: o.ReconcileConcurrency,
-			})
-			if err != nil {
-				return err
-			}
-			return r.SetupWithManager(mgr)
-		},
-		func(mgr ctrl.Manager, o Options) error {
-			policy, err := o.imagePullPolicy()
-			if err != nil {
-				return err
-			}
-			r, err := imagepulljob.NewReconciler(mgr, imagepulljob.Options{
-				PullerImage:             o.PullerImage,
-				MaxConcurrentReconciles: o.ReconcileConcurrency,
-				Policy:                  policy,
-			})
-			if err != nil {
-				return err
-			}
-			if err := r.SetupWithManager(mgr); err != nil {
-				return err
-			}
-			return imagepulljob.NewPrepullReconciler(mgr, r, imagepulljob.PrepullOptions{}).SetupWithManager(mgr)
-		},
-		// KubeRay's kuberay_*_info and kuberay_*_condition_* series of the kinds above, from the operator's cache.
-		func(mgr ctrl.Manager, _ Options) error {
-			return metrics.Setup(mgr, metrics.RayClusters, metrics.RayJobs, metrics.RayServices)
-		},
-	)
+// addTypes adds the API groups the operator serves to its scheme.
+func addTypes(s *runtime.Scheme) error {
+	if err := rayv1.AddToScheme(s); err != nil {
+		return err
+	}
+	return mantav1alpha1.AddToScheme(s)
+}
+
+// Setup registers every controller with the manager, one after the other, as a kubebuilder main.go does: the one
+// list of what the operator runs (`manta operator`, `manta dev` and the tests that run the operator in-process all
+// come through here).
+func Setup(mgr ctrl.Manager, opts Options) error {
+	if opts.RayClients == nil {
+		f, err := ray.NewFactory(ray.Options{UseKubernetesProxy: opts.UseKubernetesProxy, RESTConfig: mgr.GetConfig(), ClusterDomain: opts.ClusterDomain,
+			Timeout: opts.RayTimeout})
+		if err != nil {
+			return fmt.Errorf("ray clients: %w", err)
+		}
+		opts.RayClients = f
+	}
+	if err := setupRayCluster(mgr, opts); err != nil {
+		return fmt.Errorf("RayCluster controller: %w", err)
+	}
+	if err := rayjob.NewReconciler(mgr, opts.RayClients, rayjob.Options{
+		ClusterDomain:           opts.ClusterDomain,
+		MaxConcurrentReconciles: opts.ReconcileConcurrency,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("RayJob controller: %w", err)
+	}
+	if err := raycronjob.NewReconciler(mgr, raycronjob.Options{MaxConcurrentReconciles: opts.ReconcileConcurrency}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("RayCronJob controller: %w", err)
+	}
+	rs, err := rayservice.NewReconciler(mgr, rayservice.Options{
+		RayClients:              opts.RayClients,
+		MaxConcurrentReconciles: opts.ReconcileConcurrency,
+	})
+	if err == nil {
+		err = rs.SetupWithManager(mgr)
+	}
+	if err != nil {
+		return fmt.Errorf("RayService controller: %w", err)
+	}
+	if err := setupImagePullJob(mgr, opts); err != nil {
+		return fmt.Errorf("ImagePullJob controllers: %w", err)
+	}
+	// KubeRay's kuberay_*_info and kuberay_*_condition_* series of the kinds above, from the operator's cache.
+	return metrics.Setup(mgr, metrics.RayClusters, metrics.RayJobs, metrics.RayServices)
+}
+
+// setupRayCluster gives the RayCluster controller the writers that read back only metadata (internal/metawrite).
+func setupRayCluster(mgr ctrl.Manager, o Options) error {
+	pods, err := metawrite.NewPods(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("pod creator: %w", err)
+	}
+	status, err := metawrite.NewRayClusters(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("RayCluster status writer: %w", err)
+	}
+	return raycluster.NewReconciler(mgr, raycluster.Options{
+		DefaultPodTemplate:      o.DefaultPodTemplate,
+		ClusterDomain:           o.ClusterDomain,
+		MaxConcurrentReconciles: o.ReconcileConcurrency,
+		NoRedisCleanup:          o.NoRedisCleanup,
+		PodCreator:              pods,
+		StatusWriter:            status,
+	}).SetupWithManager(mgr)
+}
+
+// setupImagePullJob registers the ImagePullJob controller and the RayCluster prepull controller that creates jobs.
+func setupImagePullJob(mgr ctrl.Manager, o Options) error {
+	policy, err := o.imagePullPolicy()
+	if err != nil {
+		return err
+	}
+	r, err := imagepulljob.NewReconciler(mgr, imagepulljob.Options{
+		PullerImage:             o.PullerImage,
+		MaxConcurrentReconciles: o.ReconcileConcurrency,
+		Policy:                  policy,
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	return imagepulljob.NewPrepullReconciler(mgr, r, imagepulljob.PrepullOptions{}).SetupWithManager(mgr)
 }

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/ray"
 )
@@ -185,22 +186,14 @@ func init() {
 	metrics.RegisterRESTClientMetrics(metrics.MetricRateLimiterLatency)
 }
 
-// NodeTypeLabel is the label every Ray pod carries; the operator caches only pods with it.
-const NodeTypeLabel = "ray.io/node-type"
-
-// ClusterLabel is on every object the RayCluster controller creates.
-const ClusterLabel = "ray.io/cluster"
-
 // Scheme holds the types the operator reads and writes.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(s); err != nil {
 		return nil, err
 	}
-	for _, add := range schemeAdders {
-		if err := add(s); err != nil {
-			return nil, err
-		}
+	if err := addTypes(s); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -226,7 +219,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	svcSel, err := existsSelector(ClusterLabel)
+	svcSel, err := existsSelector(rayv1.LabelCluster)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +231,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			&corev1.Service{}: {Label: svcSel},
 			// The only Jobs it reads are RayJob submitters and Redis cleanup Jobs, labelled
 			// created-by=kuberay-operator as KubeRay's are.
-			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{"app.kubernetes.io/created-by": "kuberay-operator"})},
+			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{rayv1.LabelCreatedBy: rayv1.CreatedByValue})},
 		},
 	}
 	if len(opts.WatchNamespaces) > 0 {
@@ -293,7 +286,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 
 // cachedPodSelector selects Ray pods. (The ImagePullJob controller keeps its puller pods in a cache of its own.)
 func cachedPodSelector() (labels.Selector, error) {
-	return existsSelector(NodeTypeLabel)
+	return existsSelector(rayv1.LabelNodeType)
 }
 
 func existsSelector(key string) (labels.Selector, error) {
@@ -323,27 +316,3 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 	}
 	return mgr.Start(ctx)
 }
-
-// Setup registers every controller with the manager.
-func Setup(mgr ctrl.Manager, opts Options) error {
-	if opts.RayClients == nil {
-		f, err := ray.NewFactory(ray.Options{UseKubernetesProxy: opts.UseKubernetesProxy, RESTConfig: mgr.GetConfig(), ClusterDomain: opts.ClusterDomain,
-			Timeout: opts.RayTimeout})
-		if err != nil {
-			return fmt.Errorf("ray clients: %w", err)
-		}
-		opts.RayClients = f
-	}
-	for _, s := range setups {
-		if err := s(mgr, opts); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// schemeAdders and setups list the API groups and controllers the operator runs; see controllers.go.
-var (
-	schemeAdders []func(*runtime.Scheme) error
-	setups       []func(ctrl.Manager, Options) error
-)

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/randfill"
 
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -218,7 +219,7 @@ func TestRayPodCacheFromPrunedWatch(t *testing.T) {
 			Tolerations: []corev1.Toleration{{Key: "gpu", Operator: corev1.TolerationOpExists}},
 		}
 		p.ObjectMeta = metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("ray-%d", i),
-			Labels: map[string]string{NodeTypeLabel: "head", "ray.io/cluster": "c"}}
+			Labels: map[string]string{rayv1.LabelNodeType: "head", rayv1.LabelCluster: "c"}}
 		if err := cl.Create(ctx, p); err != nil {
 			t.Fatal(err)
 		}

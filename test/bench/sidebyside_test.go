@@ -330,7 +330,7 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 func phases(b *testing.B, e *trialEnv, created, readyAt map[string]time.Time) map[string][2]float64 {
 	b.Helper()
 	var pods corev1.PodList
-	if err := e.cl.List(e.ctx, &pods, client.HasLabels{builder.LabelCluster}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := e.cl.List(e.ctx, &pods, client.HasLabels{rayv1.LabelCluster}, client.UnsafeDisableDeepCopy); err != nil {
 		b.Logf("phases: list pods: %v", err)
 		return nil
 	}
@@ -338,7 +338,7 @@ func phases(b *testing.B, e *trialEnv, created, readyAt map[string]time.Time) ma
 	spans := map[string]*span{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		key := p.Namespace + "/" + p.Labels[builder.LabelCluster]
+		key := p.Namespace + "/" + p.Labels[rayv1.LabelCluster]
 		sp := spans[key]
 		if sp == nil {
 			sp = &span{}
@@ -454,7 +454,7 @@ func startReadyWatch(b *testing.B, e *trialEnv, ctx context.Context, run string,
 				w.readyAt[key] = now
 			}
 		case *corev1.Pod:
-			key := o.Namespace + "/" + o.Labels[builder.LabelCluster]
+			key := o.Namespace + "/" + o.Labels[rayv1.LabelCluster]
 			if readyPods[key] == nil {
 				readyPods[key] = map[string]bool{}
 			}

@@ -59,7 +59,7 @@ func TestRedisCleanupOnDevCluster(t *testing.T) {
 	jobKey := client.ObjectKey{Namespace: ns, Name: builder.RedisCleanupJobName(rc)}
 	created := poll("the Redis cleanup Job", func() bool { return cl.Get(ctx, jobKey, job) == nil })
 	pods := &corev1.PodList{}
-	if err := cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelCluster: rc.Name, builder.LabelNodeType: builder.NodeTypeHead}); err != nil {
+	if err := cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelCluster: rc.Name, rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {
 		t.Fatal(err)
 	}
 	if len(pods.Items) != 0 {

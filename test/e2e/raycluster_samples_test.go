@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/testutil"
@@ -303,7 +302,7 @@ func runSample(ctx context.Context, cl client.Client, i int, s sample) (bool, []
 			unsupported = parseUnsupported(c.Message)
 		}
 		pods := &corev1.PodList{}
-		if err := cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelCluster: rc.Name}); err != nil {
+		if err := cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelCluster: rc.Name}); err != nil {
 			return false, nil, err.Error()
 		}
 		allReady := len(pods.Items) == int(got.Status.DesiredWorkerReplicas)+1

@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -40,7 +39,7 @@ func TestRayCluster100Workers(t *testing.T) {
 			t.Fatal(err)
 		}
 		pods := &corev1.PodList{}
-		if err := cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelCluster: rc.Name}); err != nil {
+		if err := cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelCluster: rc.Name}); err != nil {
 			t.Fatal(err)
 		}
 		if created == 0 && len(pods.Items) == 101 {

@@ -16,7 +16,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 )
 
@@ -140,7 +139,7 @@ func runJobSample(ctx context.Context, cl client.Client, i int, s jobSample, exi
 			}
 		}
 	}
-	if name := j.Spec.ClusterSelector[builder.LabelCluster]; name != "" {
+	if name := j.Spec.ClusterSelector[rayv1.LabelCluster]; name != "" {
 		rc := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: *existing.DeepCopy()}
 		if err := cl.Create(ctx, rc); err != nil {
 			return "create the selected RayCluster: " + err.Error()

@@ -21,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -148,11 +147,11 @@ func serviceClusterReady(ctx context.Context, cl client.Client, rs *rayv1.RaySer
 	if err := cl.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: name}, rc); err != nil {
 		return false, err.Error()
 	}
-	if rc.Labels[builder.LabelOriginCRD] != "RayService" || !metav1.IsControlledBy(rc, rs) {
+	if rc.Labels[rayv1.LabelOriginCRD] != "RayService" || !metav1.IsControlledBy(rc, rs) {
 		return false, fmt.Sprintf("cluster %s labels %v owners %v", name, rc.Labels, rc.OwnerReferences)
 	}
 	pods := &corev1.PodList{}
-	if err := cl.List(ctx, pods, client.InNamespace(rs.Namespace), client.MatchingLabels{builder.LabelCluster: name}); err != nil {
+	if err := cl.List(ctx, pods, client.InNamespace(rs.Namespace), client.MatchingLabels{rayv1.LabelCluster: name}); err != nil {
 		return false, err.Error()
 	}
 	allReady := len(pods.Items) == int(rc.Status.DesiredWorkerReplicas)+1

@@ -377,10 +377,10 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 				return false, err.Error()
 			}
 			var pods corev1.PodList
-			if err := cl.List(ctx, &pods, client.InNamespace(rs.Namespace), client.MatchingLabels{builder.LabelCluster: name, builder.LabelNodeType: builder.NodeTypeWorker}); err != nil {
+			if err := cl.List(ctx, &pods, client.InNamespace(rs.Namespace), client.MatchingLabels{rayv1.LabelCluster: name, rayv1.LabelNodeType: rayv1.NodeTypeWorker}); err != nil {
 				return false, err.Error()
 			}
-			labelled := len(pods.Items) == 1 && pods.Items[0].Labels[builder.LabelServe] == "true"
+			labelled := len(pods.Items) == 1 && pods.Items[0].Labels[rayv1.LabelServe] == "true"
 			return rc.Status.State == rayv1.Ready && labelled && len(got.Finalizers) == 0, fmt.Sprintf("cluster state %q, worker labels ok %v, finalizers %v", rc.Status.State, labelled, got.Finalizers)
 		})
 		if err := cl.Delete(ctx, rs); err != nil {
@@ -390,7 +390,7 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 			failFast(t)
 			err := cl.Get(ctx, client.ObjectKeyFromObject(rs), &rayv1.RayService{})
 			var left rayv1.RayClusterList
-			if lerr := cl.List(ctx, &left, client.InNamespace(rs.Namespace), client.MatchingLabels{builder.LabelOriginCRName: rs.Name}); lerr != nil {
+			if lerr := cl.List(ctx, &left, client.InNamespace(rs.Namespace), client.MatchingLabels{rayv1.LabelOriginCRName: rs.Name}); lerr != nil {
 				return false, lerr.Error()
 			}
 			return apierrors.IsNotFound(err) && len(left.Items) == 0, fmt.Sprintf("get: %v, %d clusters left", err, len(left.Items))

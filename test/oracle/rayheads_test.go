@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/manta-dev/manta/internal/builder"
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/testutil/fakeray"
 )
 
@@ -134,13 +134,13 @@ func (r *rayHeads) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // headAt returns the head of the Ray cluster whose running pod has podIP, nil when there is none.
 func (r *rayHeads) headAt(ctx context.Context, podIP string) *fakeray.Head {
 	pods := &corev1.PodList{}
-	if err := r.cl.List(ctx, pods, client.HasLabels{builder.LabelCluster}); err != nil {
+	if err := r.cl.List(ctx, pods, client.HasLabels{rayv1.LabelCluster}); err != nil {
 		return nil
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if p.Status.PodIP == podIP && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
-			return r.headOf(ctx, p.Namespace, p.Labels[builder.LabelCluster])
+			return r.headOf(ctx, p.Namespace, p.Labels[rayv1.LabelCluster])
 		}
 	}
 	return nil
@@ -149,7 +149,7 @@ func (r *rayHeads) headAt(ctx context.Context, podIP string) *fakeray.Head {
 // headOf returns the head of RayCluster ns/cluster, nil while it has no running head pod.
 func (r *rayHeads) headOf(ctx context.Context, ns, cluster string) *fakeray.Head {
 	pods := &corev1.PodList{}
-	if err := r.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelCluster: cluster, builder.LabelNodeType: builder.NodeTypeHead}); err != nil {
+	if err := r.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelCluster: cluster, rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {
 		return nil
 	}
 	for i := range pods.Items {

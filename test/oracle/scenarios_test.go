@@ -57,12 +57,12 @@ func scenarios() []scenario {
 			{"suspend", mergePatch(`{"spec":{"suspend":true}}`)},
 			{"resume", mergePatch(`{"spec":{"suspend":false}}`)},
 		}},
-		{"head-deleted", base().Obj(), []step{{"delete-head", deletePod(builder.NodeTypeHead, "")}}},
+		{"head-deleted", base().Obj(), []step{{"delete-head", deletePod(rayv1.NodeTypeHead, "")}}},
 		{"worker-failed", base().Obj(), []step{{"fail-worker", failWorker}}},
 		{"recreate", base().Recreate().Obj(), []step{{"new-image", jsonPatch(`[
 			{"op":"replace","path":"/spec/headGroupSpec/template/spec/containers/0/image","value":"rayproject/ray:2.53.0"},
 			{"op":"replace","path":"/spec/workerGroupSpecs/0/template/spec/containers/0/image","value":"rayproject/ray:2.53.0"}]`)}}},
-		{"multi-host", multiHost, []step{{"lose-a-host", deletePod(builder.NodeTypeWorker, "1")}}},
+		{"multi-host", multiHost, []step{{"lose-a-host", deletePod(rayv1.NodeTypeWorker, "1")}}},
 		{"gcs-ft-redis", gcsFT, []step{
 			{"delete-with-redis", deleteAndWaitCleanupJob},
 			{"redis-cleanup-completed", completeCleanupJob},
@@ -122,15 +122,15 @@ func mergePatch(p string) func(*testing.T, side, string) {
 func podsOf(t *testing.T, sd side, ns, nodeType string) []corev1.Pod {
 	t.Helper()
 	list := &corev1.PodList{}
-	if err := sd.cl.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{builder.LabelNodeType: nodeType}); err != nil {
+	if err := sd.cl.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelNodeType: nodeType}); err != nil {
 		t.Fatal(err)
 	}
 	idx := func(p corev1.Pod, k string) int { i, _ := strconv.Atoi(p.Labels[k]); return i }
 	slices.SortFunc(list.Items, func(a, b corev1.Pod) int {
-		if d := idx(a, builder.LabelReplicaIndex) - idx(b, builder.LabelReplicaIndex); d != 0 {
+		if d := idx(a, rayv1.LabelReplicaIndex) - idx(b, rayv1.LabelReplicaIndex); d != 0 {
 			return d
 		}
-		return idx(a, builder.LabelHostIndex) - idx(b, builder.LabelHostIndex)
+		return idx(a, rayv1.LabelHostIndex) - idx(b, rayv1.LabelHostIndex)
 	})
 	if len(list.Items) == 0 {
 		t.Fatalf("%s: no %s pods", sd.name, nodeType)
@@ -144,7 +144,7 @@ func deletePod(nodeType, host string) func(*testing.T, side, string) {
 		pods := podsOf(t, sd, ns, nodeType)
 		i := 0
 		if host != "" {
-			i = slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Labels[builder.LabelHostIndex] == host })
+			i = slices.IndexFunc(pods, func(p corev1.Pod) bool { return p.Labels[rayv1.LabelHostIndex] == host })
 			if i < 0 {
 				t.Fatalf("%s: no pod of host %s", sd.name, host)
 			}
@@ -157,7 +157,7 @@ func deletePod(nodeType, host string) func(*testing.T, side, string) {
 
 // failWorker makes the first worker's pod Failed, as a kubelet does when its container dies for good.
 func failWorker(t *testing.T, sd side, ns string) {
-	p := podsOf(t, sd, ns, builder.NodeTypeWorker)[0]
+	p := podsOf(t, sd, ns, rayv1.NodeTypeWorker)[0]
 	testutil.EndPod(&p, 1)
 	if err := sd.cl.Status().Update(context.Background(), &p); err != nil {
 		t.Fatalf("%s: %v", sd.name, err)
@@ -166,7 +166,7 @@ func failWorker(t *testing.T, sd side, ns string) {
 
 // workersToDelete names the first worker for deletion and lowers replicas by one, as the autoscaler does.
 func workersToDelete(t *testing.T, sd side, ns string) {
-	p := podsOf(t, sd, ns, builder.NodeTypeWorker)[0]
+	p := podsOf(t, sd, ns, rayv1.NodeTypeWorker)[0]
 	name, _ := json.Marshal(p.Name)
 	jsonPatch(fmt.Sprintf(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":1},
 		{"op":"add","path":"/spec/workerGroupSpecs/0/scaleStrategy","value":{"workersToDelete":[%s]}}]`, name))(t, sd, ns)
@@ -194,7 +194,7 @@ func deleteAndWaitCleanupJob(t *testing.T, sd side, ns string) {
 	}
 	testutil.Eventually(t, 2*time.Minute, sd.name+": the Redis cleanup Job's pod", func() (bool, string) {
 		pods := &corev1.PodList{}
-		err := sd.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelNodeType: builder.NodeTypeRedisCleanup})
+		err := sd.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelNodeType: builder.NodeTypeRedisCleanup})
 		return err == nil && len(pods.Items) == 1, fmt.Sprintf("%d pods, %v", len(pods.Items), err)
 	})
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
 )
 
@@ -318,7 +319,7 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		saw("pod", p)
-		nodeType, ok := p.Labels[builder.LabelNodeType]
+		nodeType, ok := p.Labels[rayv1.LabelNodeType]
 		switch {
 		case p.DeletionTimestamp != nil:
 			move("pod %s is being deleted", p.Name)
@@ -331,24 +332,24 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		if !ok || p.DeletionTimestamp != nil {
 			continue // a submitter Job's pod (the Job is compared), or a pod on its way out
 		}
-		if nodeType == builder.NodeTypeWorker {
-			workersOfCluster[p.Labels[builder.LabelCluster]]++
+		if nodeType == rayv1.NodeTypeWorker {
+			workersOfCluster[p.Labels[rayv1.LabelCluster]]++
 		}
-		if nodeType == builder.NodeTypeHead && p.Status.Phase == corev1.PodRunning {
-			headRunning[p.Labels[builder.LabelCluster]] = true
+		if nodeType == rayv1.NodeTypeHead && p.Status.Phase == corev1.PodRunning {
+			headRunning[p.Labels[rayv1.LabelCluster]] = true
 		}
 		key := "pod/" + nodeType
 		if len(clusters) > 1 {
-			key = "pod/" + name(p.Labels[builder.LabelCluster]) + "/" + nodeType
+			key = "pod/" + name(p.Labels[rayv1.LabelCluster]) + "/" + nodeType
 		}
-		if nodeType == builder.NodeTypeWorker {
-			key += ":" + p.Labels[builder.LabelGroup]
+		if nodeType == rayv1.NodeTypeWorker {
+			key += ":" + p.Labels[rayv1.LabelGroup]
 		}
 		m := toMap(p)
 		deleteFields(m, "metadata.name", "status", "spec.nodeName")
 		dropServiceAccountToken(m)
-		if v, ok := p.Labels[builder.LabelReplicaName]; ok {
-			m["metadata"].(map[string]any)["labels"].(map[string]any)[builder.LabelReplicaName] = regexp.MustCompile(`-[a-z0-9]{5}$`).ReplaceAllString(v, "-XXXXX")
+		if v, ok := p.Labels[rayv1.LabelReplicaName]; ok {
+			m["metadata"].(map[string]any)["labels"].(map[string]any)[rayv1.LabelReplicaName] = regexp.MustCompile(`-[a-z0-9]{5}$`).ReplaceAllString(v, "-XXXXX")
 		}
 		m["_ready"] = builder.PodRunningAndReady(p)
 		s.pods[key] = append(s.pods[key], m)
@@ -638,7 +639,7 @@ func podRepresentative(ps []map[string]any) map[string]any {
 	sorted := slices.Clone(ps)
 	idx := func(p map[string]any) string {
 		l, _ := p["metadata"].(map[string]any)["labels"].(map[string]any)
-		return fmt.Sprint(l[builder.LabelReplicaIndex], "/", l[builder.LabelHostIndex])
+		return fmt.Sprint(l[rayv1.LabelReplicaIndex], "/", l[rayv1.LabelHostIndex])
 	}
 	slices.SortFunc(sorted, func(a, b map[string]any) int { return strings.Compare(idx(a), idx(b)) })
 	p := maps.Clone(sorted[0])

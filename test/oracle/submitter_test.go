@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/manta-dev/manta/internal/builder"
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -74,7 +74,7 @@ func (s *submitters) play(t *testing.T, sd side, ns string) {
 		case "SidecarMode":
 			for k := range pods.Items {
 				p := &pods.Items[k]
-				if p.Labels[builder.LabelCluster] == cluster && p.Labels[builder.LabelNodeType] == builder.NodeTypeHead && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
+				if p.Labels[rayv1.LabelCluster] == cluster && p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
 					s.step(t, sd, ns, cluster, rj, id, p, false)
 				}
 			}

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/operator"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
@@ -106,7 +105,7 @@ func fakeKubelet(ctx context.Context, cl client.Client, ns, headIP string) {
 				continue
 			}
 			ip := "10.0.1." + strconv.Itoa(i%250+1)
-			if p.Labels[builder.LabelNodeType] == builder.NodeTypeHead {
+			if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead {
 				ip = headIP
 			}
 			now := metav1.Now()
@@ -119,8 +118,8 @@ func fakeKubelet(ctx context.Context, cl client.Client, ns, headIP string) {
 			if err := cl.Status().Update(ctx, p); err != nil {
 				continue
 			}
-			if p.Labels[builder.LabelNodeType] == builder.NodeTypeHead {
-				svc := p.Labels[builder.LabelCluster] + "-head-svc"
+			if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead {
+				svc := p.Labels[rayv1.LabelCluster] + "-head-svc"
 				slice := &discoveryv1.EndpointSlice{
 					ObjectMeta:  metav1.ObjectMeta{Name: svc + "-ray", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
 					AddressType: discoveryv1.AddressTypeIPv4,

@@ -29,7 +29,6 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/apiserver"
-	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
 	"github.com/manta-dev/manta/internal/ray"
@@ -371,8 +370,8 @@ func startServiceControllers(t *testing.T, cfg *rest.Config, f ray.ClientFactory
 	if err != nil {
 		t.Fatal(err)
 	}
-	podReq, _ := labels.NewRequirement(builder.LabelNodeType, selection.Exists, nil)
-	svcReq, _ := labels.NewRequirement(builder.LabelCluster, selection.Exists, nil)
+	podReq, _ := labels.NewRequirement(rayv1.LabelNodeType, selection.Exists, nil)
+	svcReq, _ := labels.NewRequirement(rayv1.LabelCluster, selection.Exists, nil)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
@@ -422,7 +421,7 @@ func playHeadPod(t *testing.T, cl client.Client, ns, service, podIP string) (str
 			return false, "no pending cluster"
 		}
 		var pods corev1.PodList
-		if err := cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelCluster: clusterName, builder.LabelNodeType: builder.NodeTypeHead}); err != nil {
+		if err := cl.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelCluster: clusterName, rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {
 			return false, err.Error()
 		}
 		if len(pods.Items) != 1 {

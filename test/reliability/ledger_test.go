@@ -18,7 +18,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
-	"github.com/manta-dev/manta/internal/builder"
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -41,16 +41,16 @@ type ledgerPod struct {
 
 // rayPodGroup names a Ray pod's group: <ns>/<cluster>/<group>, with group "head" for the head.
 func rayPodGroup(p *corev1.Pod) string {
-	g := p.Labels[builder.LabelGroup]
-	if p.Labels[builder.LabelNodeType] == builder.NodeTypeHead {
+	g := p.Labels[rayv1.LabelGroup]
+	if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead {
 		g = "head"
 	}
-	return p.Namespace + "/" + p.Labels[builder.LabelCluster] + "/" + g
+	return p.Namespace + "/" + p.Labels[rayv1.LabelCluster] + "/" + g
 }
 
 // watchRayPods follows every pod with a ray.io/cluster label, grouped by rayPodGroup.
 func watchRayPods(t *testing.T, ctx context.Context, cfg *rest.Config) *podLedger {
-	return watchPods(t, ctx, cfg, builder.LabelCluster, rayPodGroup)
+	return watchPods(t, ctx, cfg, rayv1.LabelCluster, rayPodGroup)
 }
 
 // watchPods follows every pod that has the label, grouped by key.

@@ -10,7 +10,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -114,7 +113,7 @@ func TestRayHeadFaults(t *testing.T) {
 func restartHead(t *testing.T, cl client.Client, ns, name string) {
 	t.Helper()
 	pods := &corev1.PodList{}
-	if err := cl.List(t.Context(), pods, client.InNamespace(ns), client.MatchingLabels{builder.LabelCluster: name, builder.LabelNodeType: builder.NodeTypeHead}); err != nil || len(pods.Items) != 1 {
+	if err := cl.List(t.Context(), pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelCluster: name, rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil || len(pods.Items) != 1 {
 		t.Fatalf("head pod of %s: %d pods, %v", name, len(pods.Items), err)
 	}
 	if err := cl.Delete(t.Context(), &pods.Items[0]); err != nil {

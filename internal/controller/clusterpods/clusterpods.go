@@ -12,15 +12,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/manta-dev/manta/internal/builder"
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 )
 
-// Index is the name of the field index on cached pods: the value of their ray.io/cluster label.
-const Index = "ray.io/cluster"
+// Index is the name of the field index on cached pods, named after the label whose value it holds.
+const Index = rayv1.LabelCluster
 
 // IndexValue is the index function: a pod's cluster name, or none.
 func IndexValue(o client.Object) []string {
-	if v := o.GetLabels()[builder.LabelCluster]; v != "" {
+	if v := o.GetLabels()[rayv1.LabelCluster]; v != "" {
 		return []string{v}
 	}
 	return nil

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -27,12 +28,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	"github.com/manta-dev/manta/internal/createbackoff"
 	"github.com/manta-dev/manta/internal/metrics"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Options configure the ImagePullJob controller.
@@ -96,7 +98,7 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		cache:     c,
 		recorder:  mgr.GetEventRecorder("imagepulljob-controller"),
 		opts:      opts,
-		exp:       newExpectations(),
+		exp:       newExpectations(opts.Now),
 		backoff:   createbackoff.New(opts.CreateBackoffBase, opts.CreateBackoffMax),
 	}, nil
 }
@@ -152,7 +154,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			// Our own status writes come back as updates; they are needed (pods are deleted once their node's
 			// outcome is stored), so only deletions are filtered out.
 			DeleteFunc: func(e event.DeleteEvent) bool {
-				r.exp.forget(e.Object.GetUID())
+				r.exp.Forget(e.Object.GetUID())
 				return false
 			},
 		})).
@@ -179,16 +181,16 @@ func nodeChanged() predicate.TypedPredicate[*corev1.Node] {
 }
 
 // jobsForNode enqueues every unfinished job: any of them may select the node.
-func (r *Reconciler) jobsForNode(ctx context.Context, _ *corev1.Node) []reconcile.Request {
+func (r *Reconciler) jobsForNode(ctx context.Context, _ *corev1.Node) []ctrlreconcile.Request {
 	var jobs mantav1alpha1.ImagePullJobList
 	if err := r.client.List(ctx, &jobs); err != nil {
 		log.FromContext(ctx).Error(err, "listing ImagePullJobs for a node event")
 		return nil
 	}
-	var out []reconcile.Request
+	var out []ctrlreconcile.Request
 	for i := range jobs.Items {
 		if jobs.Items[i].Status.CompletionTime == nil {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&jobs.Items[i])})
+			out = append(out, ctrlreconcile.Request{NamespacedName: client.ObjectKeyFromObject(&jobs.Items[i])})
 		}
 	}
 	return out
@@ -237,7 +239,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if job.Spec.PodSelector != nil && job.Status.CompletionTime == nil {
 		sel, err := metav1.LabelSelectorAsSelector(job.Spec.PodSelector)
 		if err != nil {
-			return ctrl.Result{}, r.reportInvalid(ctx, job, fmt.Sprintf("spec.podSelector is invalid: %v", err))
+			return r.reportInvalid(ctx, job, fmt.Sprintf("spec.podSelector is invalid: %v", err))
 		}
 		var list corev1.PodList
 		if err := r.apiReader.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
@@ -250,69 +252,58 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		job:             job,
 		nodes:           nodes.Items,
 		pods:            pods.Items,
-		pendingCreates:  r.exp.observe(job.UID, pods.Items, now),
+		pendingCreates:  pendingCreates(r.exp, job.UID, pods.Items),
 		podSelectorPods: selectorPods,
 		now:             now,
 		retryBase:       r.opts.RetryBackoff,
 		podOptions:      PodOptions{PullerImage: r.opts.PullerImage, PullerBinaryPath: r.opts.PullerBinaryPath, Policy: r.opts.Policy},
 	})
 	if err != nil {
-		return ctrl.Result{}, r.reportInvalid(ctx, job, fmt.Sprintf("spec.selector is invalid: %v", err))
+		return r.reportInvalid(ctx, job, fmt.Sprintf("spec.selector is invalid: %v", err))
 	}
 
-	createDelay := r.createPullers(ctx, req.NamespacedName, job, p.create, now, &p.status)
+	r.createPullers(ctx, req.NamespacedName, job, p.create, now, &p)
 	podErr := r.deletePods(ctx, job, p.delete)
 
+	var statusErr error
 	if !equality.Semantic.DeepEqual(job.Status, p.status) {
 		job.Status = p.status
-		if err := r.client.Status().Update(ctx, job); err != nil {
-			if apierrors.IsConflict(err) && podErr == nil {
-				// A stale cache: the update event of the newer object brings us back; this is a fallback.
-				return ctrl.Result{RequeueAfter: time.Second}, nil
+		statusErr = r.client.Status().Update(ctx, job)
+		if statusErr == nil {
+			for _, pull := range p.pulls {
+				metrics.ObservePull(pull.outcome, pull.duration)
 			}
-			return ctrl.Result{}, errors.Join(podErr, err)
 		}
-		for _, pull := range p.pulls {
-			metrics.ObservePull(pull.outcome, pull.duration)
-		}
-		r.emitEvents(job, p)
+		statusEvents(job, &p)
 	}
-	if podErr != nil {
-		return ctrl.Result{}, podErr
-	}
-
-	result := ctrl.Result{RequeueAfter: p.requeueAfter}
 	if expiry, ok := ttlExpiry(job); ok {
-		result.RequeueAfter = max(expiry.Sub(now), time.Second)
+		p.Requeue(expiry.Sub(now))
 	}
-	if job.Spec.PodSelector != nil && job.Status.CompletionTime == nil &&
-		(result.RequeueAfter == 0 || result.RequeueAfter > r.opts.PodSelectorResync) {
-		result.RequeueAfter = r.opts.PodSelectorResync
+	if job.Spec.PodSelector != nil && job.Status.CompletionTime == nil {
+		p.Requeue(r.opts.PodSelectorResync)
 	}
-	if createDelay > 0 && (result.RequeueAfter == 0 || createDelay < result.RequeueAfter) {
-		result.RequeueAfter = createDelay
-	}
-	return result, nil
+	return p.Finish(r.recorder, job, podErr, statusErr)
 }
 
 // reportInvalid records a spec problem the schema cannot catch (e.g. a malformed label selector value).
-func (r *Reconciler) reportInvalid(ctx context.Context, job *mantav1alpha1.ImagePullJob, msg string) error {
+func (r *Reconciler) reportInvalid(ctx context.Context, job *mantav1alpha1.ImagePullJob, msg string) (ctrl.Result, error) {
 	if job.Status.Message == msg {
-		return nil
+		return ctrl.Result{}, nil
 	}
 	job.Status.Message = msg
 	job.Status.ObservedGeneration = job.Generation
-	if err := r.client.Status().Update(ctx, job); err != nil {
-		return err
-	}
-	r.recorder.Eventf(job, nil, corev1.EventTypeWarning, "InvalidSpec", "Validate", msg)
-	return nil
+	var res reconcile.Result
+	res.StatusEventf(corev1.EventTypeWarning, "InvalidSpec", "Validate", "%s", msg)
+	return res.Finish(r.recorder, job, nil, r.client.Status().Update(ctx, job))
 }
 
 func (r *Reconciler) deletePods(ctx context.Context, job *mantav1alpha1.ImagePullJob, pods []*corev1.Pod) error {
 	var todo []*corev1.Pod
 	for _, p := range pods {
-		if r.exp.shouldDelete(job.UID, p.UID) {
+		if p.DeletionTimestamp != nil && ptr.Deref(p.DeletionGracePeriodSeconds, -1) == 0 {
+			continue // already deleted with no grace: a second delete changes nothing
+		}
+		if r.exp.ExpectDelete(job.UID, p.UID) {
 			todo = append(todo, p)
 		}
 	}
@@ -323,25 +314,26 @@ func (r *Reconciler) deletePods(ctx context.Context, job *mantav1alpha1.ImagePul
 		// Grace 0: a puller holds no state, and the slot should free at once.
 		err := r.client.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			r.exp.deleteFailed(job.UID, p.UID)
+			r.exp.DeleteFailed(job.UID, p.UID)
 			errs[i] = fmt.Errorf("deleting pod %s: %w", p.Name, err)
 		}
 	})
 	return errors.Join(errs...)
 }
 
-// createPullers creates the planned puller pods unless an earlier refusal's backoff still holds them, and returns
-// when to try again when creates wait or were refused (0 otherwise). A refused create is reported once per streak
+// createPullers creates the planned puller pods unless an earlier refusal's backoff still holds them, and asks p to
+// look again when creates wait or were refused. A refused create is reported once per streak
 // (a FailedCreate event with the API server's reason) and logged each time; the retries wait 1 s, 2 s, 4 s … (the
 // work queue's own limiter would start at 5 ms). Only a reconcile whose creates all went through ends the backoff.
 // A pod not created is taken out of status.active.
-func (r *Reconciler) createPullers(ctx context.Context, key types.NamespacedName, job *mantav1alpha1.ImagePullJob, pods []*corev1.Pod, now time.Time, st *mantav1alpha1.ImagePullJobStatus) time.Duration {
+func (r *Reconciler) createPullers(ctx context.Context, key types.NamespacedName, job *mantav1alpha1.ImagePullJob, pods []*corev1.Pod, now time.Time, p *plan) {
 	if len(pods) == 0 {
-		return 0
+		return
 	}
 	if w := r.backoff.Wait(key, job.Generation, time.Now()); w > 0 {
-		notCreated(pods, st)
-		return w
+		notCreated(pods, &p.status)
+		p.Requeue(w)
+		return
 	}
 	errs := make([]error, len(pods))
 	workqueue.ParallelizeUntil(ctx, createParallelism, len(pods), func(i int) {
@@ -350,7 +342,7 @@ func (r *Reconciler) createPullers(ctx context.Context, key types.NamespacedName
 			errs[i] = err
 			return
 		}
-		r.exp.created(job.UID, pendingPod{name: p.Name, node: p.Spec.NodeName, attempt: podAttempt(p), created: now})
+		r.exp.ExpectCreate(job.UID, p.Name, pendingPod{name: p.Name, node: p.Spec.NodeName, attempt: podAttempt(p), created: now})
 	})
 	var refused []*corev1.Pod
 	var first error
@@ -366,16 +358,16 @@ func (r *Reconciler) createPullers(ctx context.Context, key types.NamespacedName
 	}
 	if len(refused) == 0 {
 		r.backoff.Succeeded(key)
-		return 0
+		return
 	}
-	notCreated(refused, st)
+	notCreated(refused, &p.status)
 	delay, report := r.backoff.Failed(key, job.Generation, time.Now(), ReasonFailedCreate)
 	if report {
-		r.recorder.Eventf(job, nil, corev1.EventTypeWarning, ReasonFailedCreate, "Create", "failed to create %d puller pod(s): %s",
+		p.Eventf(corev1.EventTypeWarning, ReasonFailedCreate, "Create", "failed to create %d puller pod(s): %s",
 			len(refused), createbackoff.StableMessage(first, firstPod))
 	}
 	log.FromContext(ctx).Info("puller pod create refused; retrying after a backoff", "refused", len(refused), "retryAfter", delay, "error", first.Error())
-	return delay
+	p.Requeue(delay)
 }
 
 // notCreated takes pods that were planned but not created out of status.active (a retry's pod was already counted
@@ -388,16 +380,16 @@ func notCreated(pods []*corev1.Pod, st *mantav1alpha1.ImagePullJobStatus) {
 	}
 }
 
-// emitEvents runs after the status write succeeded, so events never describe a state that was not stored.
-func (r *Reconciler) emitEvents(job *mantav1alpha1.ImagePullJob, p plan) {
+// statusEvents reports the status changes of the plan, once job.Status holds the plan's status.
+func statusEvents(job *mantav1alpha1.ImagePullJob, p *plan) {
 	if p.excludedChanged {
 		if c := meta.FindStatusCondition(job.Status.Conditions, ConditionNodesExcluded); c != nil {
-			r.recorder.Eventf(job, nil, corev1.EventTypeNormal, ConditionNodesExcluded, "Select", "%s", c.Message)
+			p.StatusEventf(corev1.EventTypeNormal, ConditionNodesExcluded, "Select", "%s", c.Message)
 		}
 	}
 	if p.priorityClassChanged {
 		if c := meta.FindStatusCondition(job.Status.Conditions, ConditionPriorityClassNotUsed); c != nil {
-			r.recorder.Eventf(job, nil, corev1.EventTypeWarning, ConditionPriorityClassNotUsed, "Create", "%s", c.Message)
+			p.StatusEventf(corev1.EventTypeWarning, ConditionPriorityClassNotUsed, "Create", "%s", c.Message)
 		}
 	}
 	if n := len(p.newlyFailed); n > 0 && !(p.completed && job.Status.Message == MessageDeadlineExceeded) {
@@ -409,18 +401,18 @@ func (r *Reconciler) emitEvents(job *mantav1alpha1.ImagePullJob, p plan) {
 			}
 			parts = append(parts, fmt.Sprintf("%s (%s)", f.Name, f.Reason))
 		}
-		r.recorder.Eventf(job, nil, corev1.EventTypeWarning, "PullFailed", "Pull",
+		p.StatusEventf(corev1.EventTypeWarning, "PullFailed", "Pull",
 			"image %s could not be pulled on %d node(s): %s", job.Spec.Image, n, strings.Join(parts, ", "))
 	}
 	if p.completed {
 		if job.Status.Message == MessageDeadlineExceeded {
-			r.recorder.Eventf(job, nil, corev1.EventTypeWarning, ReasonDeadlineExceeded, "Complete",
+			p.StatusEventf(corev1.EventTypeWarning, ReasonDeadlineExceeded, "Complete",
 				"job exceeded activeDeadlineSeconds: %d of %d nodes have the image", job.Status.Succeeded, job.Status.Desired)
 		} else {
-			r.recorder.Eventf(job, nil, corev1.EventTypeNormal, ReasonCompleted, "Complete",
+			p.StatusEventf(corev1.EventTypeNormal, ReasonCompleted, "Complete",
 				"%d of %d nodes have the image, %d failed", job.Status.Succeeded, job.Status.Desired, job.Status.Failed)
 		}
 	}
 }
 
-var _ reconcile.Reconciler = &Reconciler{}
+var _ ctrlreconcile.Reconciler = &Reconciler{}

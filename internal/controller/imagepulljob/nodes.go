@@ -2,7 +2,6 @@ package imagepulljob
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -16,15 +15,6 @@ import (
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 )
-
-// imageRefPattern is the grammar of github.com/distribution/reference (without IPv6 hosts). The CRD checks the same
-// pattern with CEL; ValidImage lets callers (the prepull reconciler, the REST API) check before creating a job.
-var imageRefPattern = regexp.MustCompile(`^(([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])([.]([a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(:[0-9]+)?/)?[a-z0-9]+(([._]|__|[-]+)[a-z0-9]+)*(/[a-z0-9]+(([._]|__|[-]+)[a-z0-9]+)*)*(:[a-zA-Z0-9_][a-zA-Z0-9_.-]{0,127})?(@[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$`)
-
-// ValidImage reports whether ref is an image reference the CRD accepts.
-func ValidImage(ref string) bool {
-	return len(ref) > 0 && len(ref) <= 512 && imageRefPattern.MatchString(ref)
-}
 
 // imageKey is a normalized image reference: the repository with its registry made explicit, and either a tag or
 // a digest. Kubelets report node images in normalized form ("docker.io/library/busybox:1.36"), users write short

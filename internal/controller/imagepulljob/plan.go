@@ -12,6 +12,7 @@ import (
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	"github.com/manta-dev/manta/internal/metrics"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // NodePhase is the state of one node in a job.
@@ -49,12 +50,12 @@ type pendingPod struct {
 	created time.Time
 }
 
-// plan is what one reconcile does: pods to create and delete, the new status, and when to look again.
+// plan is what one reconcile does: pods to create and delete, the new status, and (its Result) when to look again.
 type plan struct {
-	status       mantav1alpha1.ImagePullJobStatus
-	create       []*corev1.Pod
-	delete       []*corev1.Pod
-	requeueAfter time.Duration
+	reconcile.Result
+	status mantav1alpha1.ImagePullJobStatus
+	create []*corev1.Pod
+	delete []*corev1.Pod
 	// newlyFailed are nodes that failed in this reconcile, for the event written after the status.
 	newlyFailed []mantav1alpha1.FailedNode
 	// excludedChanged says the NodesExcluded condition changed, for the event written after the status.
@@ -82,15 +83,6 @@ func pullDuration(pod *corev1.Pod, now time.Time) time.Duration {
 		}
 	}
 	return max(end.Sub(pod.CreationTimestamp.Time), 0)
-}
-
-func (p *plan) requeueIn(d time.Duration) {
-	if d <= 0 {
-		d = time.Second
-	}
-	if p.requeueAfter == 0 || d < p.requeueAfter {
-		p.requeueAfter = d
-	}
 }
 
 // computePlan is the whole ImagePullJob state machine as a pure function. Its rules:
@@ -221,7 +213,7 @@ func computePlan(o observed) (plan, error) {
 			// Created, not yet in the cache.
 			lastAttempt[node] = pc.attempt
 			active++
-			p.requeueIn(timeout - o.now.Sub(pc.created))
+			p.Requeue(timeout - o.now.Sub(pc.created))
 			continue
 		}
 		if cur != nil {
@@ -234,7 +226,7 @@ func computePlan(o observed) (plan, error) {
 				p.pulls = append(p.pulls, finishedPull{metrics.OutcomeSucceeded, pullDuration(cur, o.now)})
 			case attemptRunning:
 				active++
-				p.requeueIn(timeout - o.now.Sub(cur.CreationTimestamp.Time))
+				p.Requeue(timeout - o.now.Sub(cur.CreationTimestamp.Time))
 			case attemptFailed:
 				p.pulls = append(p.pulls, finishedPull{metrics.OutcomeFailed, pullDuration(cur, o.now)})
 				if a > limit {
@@ -263,7 +255,7 @@ func computePlan(o observed) (plan, error) {
 				continue // the failed attempt's pod still exists; its deletion brings the next reconcile
 			}
 			if o.now.Before(r.NextAttemptAfter.Time) {
-				p.requeueIn(r.NextAttemptAfter.Sub(o.now))
+				p.Requeue(r.NextAttemptAfter.Sub(o.now))
 				continue
 			}
 			retryReady = append(retryReady, node)
@@ -282,7 +274,7 @@ func computePlan(o observed) (plan, error) {
 		if !o.now.Before(deadline) {
 			deadlinePassed = true
 		} else {
-			p.requeueIn(deadline.Sub(o.now))
+			p.Requeue(deadline.Sub(o.now))
 		}
 	}
 
@@ -307,7 +299,7 @@ func computePlan(o observed) (plan, error) {
 			}
 			p.create = append(p.create, BuildPullerPod(job, node, retrying[node].Attempts+1, o.podOptions))
 			podCount++
-			p.requeueIn(timeout)
+			p.Requeue(timeout)
 		}
 		// A slot is taken by every node that has a puller pod in the cache (finished or not), a create in flight or a
 		// retry record.
@@ -321,7 +313,7 @@ func computePlan(o observed) (plan, error) {
 		if n := min(par-busy.Len(), par-podCount, len(startable)); n > 0 {
 			for _, node := range startable[:n] {
 				p.create = append(p.create, BuildPullerPod(job, node, 1, o.podOptions))
-				p.requeueIn(timeout)
+				p.Requeue(timeout)
 			}
 			active += int32(n)
 			waiting -= n
@@ -352,7 +344,7 @@ func computePlan(o observed) (plan, error) {
 		st.CompletionTime = &metav1.Time{Time: o.now}
 		st.Active = 0
 		p.completed = true
-		p.requeueAfter = 0
+		p.ForgetRequeue()
 		reason, msg := ReasonCompleted, fmt.Sprintf("%d of %d nodes have the image", st.Succeeded, st.Desired)
 		if deadlinePassed {
 			reason, msg = ReasonDeadlineExceeded, MessageDeadlineExceeded

@@ -108,20 +108,6 @@ func TestNodeHasImage(t *testing.T) {
 	}
 }
 
-func TestValidImage(t *testing.T) {
-	for _, ok := range []string{"busybox", "rayproject/ray:2.9.0", "localhost:5000/a/b:c", "a.b.c/d-e/f__g:1.0-rc",
-		"rayproject/ray@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"} {
-		if !ValidImage(ok) {
-			t.Errorf("ValidImage(%q) = false", ok)
-		}
-	}
-	for _, bad := range []string{"", "Ray:latest", "ray:", "ray:-x", "-ray", "ray@sha256:xyz", "a//b", "ray tag", "ray:latest:latest"} {
-		if ValidImage(bad) {
-			t.Errorf("ValidImage(%q) = true", bad)
-		}
-	}
-}
-
 func TestClassifyAttempt(t *testing.T) {
 	job := makeJob("j").obj()
 	digestJob := makeJob("j").obj()
@@ -570,7 +556,8 @@ func TestComputePlanPodBoundDuringRetries(t *testing.T) {
 	}
 	all := nodes(ns...)
 	job := makeJob("j").always().parallelism(par).backoffLimit(limit).obj()
-	exp := newExpectations()
+	now := t0
+	exp := newExpectations(func() time.Time { return now })
 
 	truth := map[string]corev1.Pod{} // what the API server holds
 	var podHistory [][]corev1.Pod    // truth at the end of each step; the cache reads two steps back
@@ -578,7 +565,6 @@ func TestComputePlanPodBoundDuringRetries(t *testing.T) {
 	lastRead := 0
 	created := map[string]int{} // node -> pods created
 	maxPods, conflicts := 0, 0
-	now := t0
 	for step := 0; step < 2000; step++ {
 		// The API server: pods deleted in an earlier step are gone; the kubelet fails every new pull.
 		for name, pod := range truth {
@@ -605,13 +591,13 @@ func TestComputePlanPodBoundDuringRetries(t *testing.T) {
 		observedJob := job.DeepCopy()
 		observedJob.Status = *statuses[read].DeepCopy()
 
-		p, err := computePlan(observed{job: observedJob, nodes: all, pods: cached, pendingCreates: exp.observe(job.UID, cached, now),
+		p, err := computePlan(observed{job: observedJob, nodes: all, pods: cached, pendingCreates: pendingCreates(exp, job.UID, cached),
 			now: now, retryBase: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, d := range p.delete {
-			if pod, ok := truth[d.Name]; ok && pod.UID == d.UID && exp.shouldDelete(job.UID, d.UID) && pod.DeletionTimestamp == nil {
+			if pod, ok := truth[d.Name]; ok && pod.UID == d.UID && exp.ExpectDelete(job.UID, d.UID) && pod.DeletionTimestamp == nil {
 				pod.DeletionTimestamp = &metav1.Time{Time: now}
 				truth[d.Name] = pod
 			}
@@ -624,7 +610,7 @@ func TestComputePlanPodBoundDuringRetries(t *testing.T) {
 				truth[c.Name] = *c
 				created[c.Spec.NodeName]++
 			}
-			exp.created(job.UID, pendingPod{name: c.Name, node: c.Spec.NodeName, attempt: podAttempt(c), created: now})
+			exp.ExpectCreate(job.UID, c.Name, pendingPod{name: c.Name, node: c.Spec.NodeName, attempt: podAttempt(c), created: now})
 			if len(truth) > par {
 				t.Fatalf("step %d: %d puller pods exist (terminating included), parallelism %d", step, len(truth), par)
 			}

@@ -30,6 +30,7 @@ import (
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/validation"
 )
 
 // PrepullOptions configure the RayCluster prepull controller.
@@ -190,7 +191,7 @@ func DesiredPrepullJobs(c *rayv1.RayCluster, nodes []corev1.Node, parallelism in
 			}
 		}
 		for _, img := range g.images {
-			if !ValidImage(img) {
+			if !validation.Image(img) {
 				continue
 			}
 			if nodesOf[img] == nil {

@@ -18,9 +18,6 @@ import (
 	"github.com/manta-dev/manta/internal/builder"
 )
 
-// defaultServiceAccount is the ServiceAccount of every pod that names none: never given the autoscaler's Role.
-const defaultServiceAccount = "default"
-
 // autoscalerRBACRetry is when a cluster whose autoscaler RBAC was refused is looked at again: only its user can
 // clear the refusal (by deleting or renaming the object), and nothing watches Roles.
 const autoscalerRBACRetry = 30 * time.Second
@@ -125,16 +122,16 @@ func (r *Reconciler) ensureRBACChild(ctx context.Context, run *run, x rbacChild)
 	case replace:
 		uid := x.existing.GetUID()
 		if err := r.client.Delete(ctx, x.existing, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-			run.eventf(corev1.EventTypeWarning, x.failUp, "Delete", "failed to delete the autoscaler's %s %s to recreate it: %v", x.kind, name, err)
+			run.Eventf(corev1.EventTypeWarning, x.failUp, "Delete", "failed to delete the autoscaler's %s %s to recreate it: %v", x.kind, name, err)
 			return fmt.Errorf("delete %s %s: %w", x.kind, name, err)
 		}
 		return r.createRBACChild(ctx, run, x)
 	}
 	if err := r.client.Update(ctx, x.existing); err != nil {
-		run.eventf(corev1.EventTypeWarning, x.failUp, "Update", "failed to restore the autoscaler's %s %s: %v", x.kind, name, err)
+		run.Eventf(corev1.EventTypeWarning, x.failUp, "Update", "failed to restore the autoscaler's %s %s: %v", x.kind, name, err)
 		return fmt.Errorf("update %s %s: %w", x.kind, name, err)
 	}
-	run.eventf(corev1.EventTypeNormal, x.updated, "Update", "restored the autoscaler's %s %s: it had been changed", x.kind, name)
+	run.Eventf(corev1.EventTypeNormal, x.updated, "Update", "restored the autoscaler's %s %s: it had been changed", x.kind, name)
 	return nil
 }
 
@@ -142,10 +139,10 @@ func (r *Reconciler) createRBACChild(ctx context.Context, run *run, x rbacChild)
 	name := x.desired.GetName()
 	if err := r.client.Create(ctx, x.desired); err != nil {
 		// AlreadyExists too: someone made it since the read, and the next reconcile checks whose it is.
-		run.eventf(corev1.EventTypeWarning, x.failCreate, "Create", "failed to create the autoscaler's %s %s: %v", x.kind, name, err)
+		run.Eventf(corev1.EventTypeWarning, x.failCreate, "Create", "failed to create the autoscaler's %s %s: %v", x.kind, name, err)
 		return fmt.Errorf("create %s %s: %w", x.kind, name, err)
 	}
-	run.eventf(corev1.EventTypeNormal, x.created, "Create", "created the autoscaler's %s %s", x.kind, name)
+	run.Eventf(corev1.EventTypeNormal, x.created, "Create", "created the autoscaler's %s %s", x.kind, name)
 	log.FromContext(ctx).V(1).Info("created autoscaler RBAC object", "kind", x.kind, "name", name)
 	return nil
 }
@@ -156,7 +153,7 @@ func (r *Reconciler) createRBACChild(ctx context.Context, run *run, x rbacChild)
 func (r *Reconciler) refuseAutoscalerRBAC(ctx context.Context, run *run, refused *errNotOwned) error {
 	c := run.c
 	if !conditionMessageIs(c, string(rayv1.RayClusterReplicaFailure), refused.Error()) {
-		run.eventf(corev1.EventTypeWarning, EventAutoscalerRBACNotOwned, "Create", "%s", refused.Error())
+		run.Eventf(corev1.EventTypeWarning, EventAutoscalerRBACNotOwned, "Create", "%s", refused.Error())
 	}
 	name, rb := builder.AutoscalerRoleName(c), &rbacv1.RoleBinding{}
 	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, rb)
@@ -164,10 +161,10 @@ func (r *Reconciler) refuseAutoscalerRBAC(ctx context.Context, run *run, refused
 		if err := r.client.Delete(ctx, rb, client.Preconditions{UID: &rb.UID}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete RoleBinding %s: %w", name, err)
 		}
-		run.eventf(corev1.EventTypeNormal, EventDeletedRoleBinding, "Delete", "deleted the autoscaler's RoleBinding %s: %s %s is not this cluster's", name, refused.kind, refused.name)
+		run.Eventf(corev1.EventTypeNormal, EventDeletedRoleBinding, "Delete", "deleted the autoscaler's RoleBinding %s: %s %s is not this cluster's", name, refused.kind, refused.name)
 	} else if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("read RoleBinding %s: %w", name, err)
 	}
-	run.requeueAfter(autoscalerRBACRetry)
+	run.Requeue(autoscalerRBACRetry)
 	return &backedOff{refused}
 }

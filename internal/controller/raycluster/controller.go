@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -34,6 +31,8 @@ import (
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/createbackoff"
 	"github.com/manta-dev/manta/internal/metrics"
+	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/validation"
 )
 
 // Options configure the controller.
@@ -78,7 +77,7 @@ type Reconciler struct {
 	clusterMeta metadata.Getter
 	recorder    events.EventRecorder
 	opts        Options
-	exp         *expectations
+	exp         *reconcile.Expectations[types.NamespacedName, struct{}]
 	pending     *pendingStatus
 	backoff     *createbackoff.Backoff
 
@@ -89,6 +88,14 @@ type Reconciler struct {
 	hashes sync.Map
 	// madePods has, by cluster key, the UID of the cluster this process has created pods for (clusterLive).
 	madePods sync.Map
+}
+
+// expectationTTL bounds how long the controller waits for the cache to show its own pod writes.
+const expectationTTL = time.Minute
+
+// newExpectations remembers the pods created and deleted for each cluster until the cache shows them.
+func newExpectations() *reconcile.Expectations[types.NamespacedName, struct{}] {
+	return reconcile.NewExpectations[types.NamespacedName, struct{}](time.Now, expectationTTL)
 }
 
 // newClusterAge: see clusterLive.
@@ -142,18 +149,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// event is recorded after the status write, so that what the events say has been persisted.
-type event struct {
-	typ, reason, action, note string
-}
-
-// run is the state of one reconcile.
+// run is the state of one reconcile; its Result gathers the events and the requeue (see internal/reconcile).
 type run struct {
-	c      *rayv1.RayCluster
-	key    types.NamespacedName
-	obs    observed
-	events []event
-	result ctrl.Result
+	reconcile.Result
+	c   *rayv1.RayCluster
+	key types.NamespacedName
+	obs observed
 	// liveChecked says clusterLive has asked the API server in this reconcile, live what it found.
 	liveChecked, live bool
 	// clearWorkers says reconcilePods went through every group: workersToDelete may be cleared.
@@ -164,16 +165,6 @@ type run struct {
 	created, refused bool
 }
 
-func (r *run) eventf(typ, reason, action, format string, args ...any) {
-	r.events = append(r.events, event{typ, reason, action, fmt.Sprintf(format, args...)})
-}
-
-func (r *run) requeueAfter(d time.Duration) {
-	if r.result.RequeueAfter == 0 || d < r.result.RequeueAfter {
-		r.result.RequeueAfter = d
-	}
-}
-
 // newRun starts the state of one reconcile (or of a part of one that runs beside the rest).
 func newRun(c *rayv1.RayCluster, key types.NamespacedName) *run { return &run{c: c, key: key} }
 
@@ -182,7 +173,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	c := &rayv1.RayCluster{}
 	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.exp.forget(req.NamespacedName)
+			r.exp.Forget(req.NamespacedName)
 			r.createBackoff().Succeeded(req.NamespacedName)
 			r.pendingStatus().forget(req.NamespacedName)
 			r.hashes.Delete(req.NamespacedName)
@@ -198,7 +189,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.reconcileDeletion(ctx, c)
 	}
 	run := &run{c: c, key: req.NamespacedName}
-	run.result.RequeueAfter = r.opts.ResyncPeriod
+	run.Requeue(r.opts.ResyncPeriod)
 	oldStatus := c.Status.DeepCopy()
 	recErr := r.reconcile(ctx, run)
 	run.obs.reconcileOK = recErr == nil
@@ -214,10 +205,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else {
 		switch hold := r.pendingStatus().hold(req.NamespacedName, oldStatus, &newStatus, now.Time, r.opts.StatusCoalesceWindow); {
 		case hold > 0:
-			run.requeueAfter(hold)
+			run.Requeue(hold)
 		case r.pendingStatus().stale(req.NamespacedName, c.ResourceVersion):
 			// The cache has not seen our last status write yet: writing now would only conflict.
-			run.requeueAfter(200 * time.Millisecond)
+			run.Requeue(200 * time.Millisecond)
 		default:
 			rv := c.ResourceVersion
 			newStatus.LastUpdateTime = &now
@@ -229,23 +220,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			}
 		}
 	}
-	// The events report pods and Services already written (or writes that failed), which a lost status write
-	// does not undo: they are recorded even when the status write fails, or nobody would hear of them.
-	for _, e := range run.events {
-		r.recorder.Eventf(c, nil, e.typ, e.reason, e.action, "%s", e.note)
+	if onlyBackedOff(recErr) {
+		// Refused pod creates: the retry is scheduled (run.Requeue) by createBackoff, not the work queue's limiter.
+		recErr = nil
 	}
-	switch {
-	case onlyBackedOff(recErr):
-		// Refused pod creates: the retry is scheduled (run.result) by createBackoff, not the work queue's limiter.
-		return run.result, nil
-	case recErr != nil:
-		return ctrl.Result{}, recErr
-	case apierrors.IsConflict(statusErr):
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	case statusErr != nil:
-		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
-	}
-	return run.result, nil
+	return run.Finish(r.recorder, c, recErr, statusErr)
 }
 
 // clusterLive confirms with the API server, before the first pod create of a reconcile, that the cluster still
@@ -325,7 +304,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	if f := validate(c); f != nil {
 		run.obs.invalid = f
 		if !conditionMessageIs(c, ConditionInvalidSpec, f.message) {
-			run.eventf(corev1.EventTypeWarning, ConditionInvalidSpec, "Validate", "%s", f.message)
+			run.StatusEventf(corev1.EventTypeWarning, ConditionInvalidSpec, "Validate", "%s", f.message)
 		}
 		return nil
 	}
@@ -334,7 +313,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	}
 	run.obs.unsupported = builder.UnsupportedFields(c)
 	if len(run.obs.unsupported) > 0 && !conditionMessageIs(c, ConditionUnsupportedFeature, builder.UnsupportedMessage(run.obs.unsupported)) {
-		run.eventf(corev1.EventTypeWarning, ConditionUnsupportedFeature, "Validate", "%s", builder.UnsupportedMessage(run.obs.unsupported))
+		run.StatusEventf(corev1.EventTypeWarning, ConditionUnsupportedFeature, "Validate", "%s", builder.UnsupportedMessage(run.obs.unsupported))
 	}
 	defTmpl := r.defaultTemplate(ctx, run)
 
@@ -343,7 +322,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	// time when the API server is busy. The Services work on their own run, merged afterwards; both only read the
 	// cluster until they are done (clearWorkersToDelete, which writes it, comes after).
 	svc := newRun(c, run.key)
-	before := len(run.events) // validation and template events stay first
+	before := len(run.Events) // validation and template events stay first
 	var svcErr error
 	done := make(chan struct{})
 	go func() {
@@ -356,165 +335,22 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 		podErr = errors.Join(podErr, r.clearWorkersToDelete(ctx, run))
 	}
 	run.obs.headService = svc.obs.headService
-	run.events = slices.Concat(run.events[:before], svc.events, run.events[before:])
-	if svc.result.RequeueAfter > 0 {
-		run.requeueAfter(svc.result.RequeueAfter)
-	}
+	run.Merge(&svc.Result, before)
 	return errors.Join(svcErr, podErr)
 }
 
-// validate finds what stops the cluster from being reconciled at all.
+// validate finds what stops the cluster from being reconciled at all: a parent's upgradeStrategy, then the
+// RayCluster rules (internal/validation), reported by the first error.
 func validate(c *rayv1.RayCluster) *failure {
 	if c.Spec.UpgradeStrategy != nil && c.Spec.UpgradeStrategy.Type != nil {
 		if owner := parentKind(c); owner != "" {
 			return &failure{ReasonUpgradeStrategyNotAllowed, fmt.Sprintf("upgradeStrategy cannot be set when RayCluster is created by %s", owner)}
 		}
 	}
-	if len(c.Name) > maxClusterNameLen {
-		return &failure{ReasonInvalidSpec, fmt.Sprintf("metadata.name: a RayCluster name may have at most %d characters, so that the names of its pods and Services fit", maxClusterNameLen)}
-	}
-	if errs := validation.IsDNS1035Label(c.Name); len(errs) > 0 {
-		return &failure{ReasonInvalidSpec, fmt.Sprintf("metadata.name: %q is not a DNS-1035 label (the head Service is named after it): %s", c.Name, strings.Join(errs, "; "))}
-	}
-	h := &c.Spec.HeadGroupSpec
-	if hs := h.HeadService; hs != nil && hs.Name != "" {
-		// The schema refuses it too; objects stored before that rule existed reach here.
-		if errs := validation.IsDNS1035Label(hs.Name); len(errs) > 0 {
-			return &failure{ReasonInvalidSpec, fmt.Sprintf("spec.headGroupSpec.headService.metadata.name: %q is not a DNS-1035 label (clients reach the dashboard by this name): %s", hs.Name, strings.Join(errs, "; "))}
-		}
-	}
-	if len(h.Template.Spec.Containers) == 0 {
-		return &failure{ReasonInvalidSpec, "spec.headGroupSpec.template.spec.containers: the head needs at least one container"}
-	}
-	if msg := validateGroup("spec.headGroupSpec", h.RayStartParams, h.Resources, h.Labels); msg != "" {
-		return &failure{ReasonInvalidSpec, msg}
-	}
-	if msg := validateGCSFaultTolerance(c); msg != "" {
-		return &failure{ReasonInvalidSpec, msg}
-	}
-	for i, g := range c.Spec.WorkerGroupSpecs {
-		path := fmt.Sprintf("spec.workerGroupSpecs[%d]", i)
-		if len(g.Template.Spec.Containers) == 0 {
-			return &failure{ReasonInvalidSpec, fmt.Sprintf("%s.template.spec.containers: worker group %q needs at least one container", path, g.GroupName)}
-		}
-		if msg := validateGroup(path, g.RayStartParams, g.Resources, g.Labels); msg != "" {
-			return &failure{ReasonInvalidSpec, msg}
-		}
-	}
-	if msg := validateAutoscaling(c); msg != "" {
-		return &failure{ReasonInvalidSpec, msg}
+	if errs := validation.RayCluster(c); len(errs) > 0 {
+		return &failure{ReasonInvalidSpec, validation.Message(errs)}
 	}
 	return nil
-}
-
-// validateAutoscaling refuses what KubeRay refuses about the autoscaler: autoscaler v2 asked for by env without
-// the autoscaler, a suspended worker group the autoscaler would scale anyway, the version chosen twice, and pods
-// that restart in place under autoscaler v2 (which replaces dead Ray nodes itself).
-func validateAutoscaling(c *rayv1.RayCluster) string {
-	s := &c.Spec
-	v2Env, hasV2Env := corev1.EnvVar{}, false
-	for _, e := range s.HeadGroupSpec.Template.Spec.Containers[builder.RayContainerIndex].Env {
-		if e.Name == builder.EnvAutoscalerV2 {
-			v2Env, hasV2Env = e, true
-			break
-		}
-	}
-	envPath := fmt.Sprintf("spec.headGroupSpec.template.spec.containers[%d].env[%s]", builder.RayContainerIndex, builder.EnvAutoscalerV2)
-	if !builder.AutoscalingEnabled(c) {
-		if hasV2Env && (v2Env.Value == "1" || v2Env.Value == "true") {
-			return fmt.Sprintf("%s: %q asks for autoscaler v2, which needs spec.enableInTreeAutoscaling: true", envPath, v2Env.Value)
-		}
-		return ""
-	}
-	for i, g := range s.WorkerGroupSpecs {
-		if ptr.Deref(g.Suspend, false) {
-			return fmt.Sprintf("spec.workerGroupSpecs[%d].suspend: worker group %q cannot be suspended while the autoscaler runs (spec.enableInTreeAutoscaling)", i, g.GroupName)
-		}
-	}
-	if sa := s.HeadGroupSpec.Template.Spec.ServiceAccountName; sa == defaultServiceAccount {
-		// Manta refuses this where KubeRay binds it: the autoscaler's Role would go to every pod of the namespace
-		// that names no ServiceAccount.
-		return fmt.Sprintf("spec.headGroupSpec.template.spec.serviceAccountName: %q cannot be given the autoscaler's Role (every pod of the namespace that names no ServiceAccount runs as it); name another, or none for a ServiceAccount of the cluster's own", sa)
-	}
-	o := s.AutoscalerOptions
-	if o == nil || o.Version == nil {
-		return ""
-	}
-	if hasV2Env {
-		return fmt.Sprintf("%s: spec.autoscalerOptions.version also chooses the autoscaler version; use only spec.autoscalerOptions.version", envPath)
-	}
-	if *o.Version != rayv1.AutoscalerVersionV2 {
-		return ""
-	}
-	restarts := func(p corev1.RestartPolicy) bool { return p != "" && p != corev1.RestartPolicyNever }
-	if p := s.HeadGroupSpec.Template.Spec.RestartPolicy; restarts(p) {
-		return fmt.Sprintf("spec.headGroupSpec.template.spec.restartPolicy: %s; autoscaler v2 needs Never (or unset)", p)
-	}
-	for i, g := range s.WorkerGroupSpecs {
-		if p := g.Template.Spec.RestartPolicy; restarts(p) {
-			return fmt.Sprintf("spec.workerGroupSpecs[%d].template.spec.restartPolicy: %s; autoscaler v2 needs Never (or unset)", i, p)
-		}
-	}
-	return ""
-}
-
-// validateGCSFaultTolerance refuses what KubeRay refuses about GCS fault tolerance: two ways of saying it at once,
-// and Redis settings outside gcsFaultToleranceOptions that would be silently overridden or half applied.
-func validateGCSFaultTolerance(c *rayv1.RayCluster) string {
-	h := &c.Spec.HeadGroupSpec
-	env := h.Template.Spec.Containers[builder.RayContainerIndex].Env
-	hasEnv := func(name string) bool {
-		return slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
-	}
-	o := c.Spec.GcsFaultToleranceOptions
-	switch {
-	case o != nil && c.Annotations[builder.AnnotationFTEnabled] != "":
-		return fmt.Sprintf("metadata.annotations[%s]: set together with spec.gcsFaultToleranceOptions; use only the options", builder.AnnotationFTEnabled)
-	case !builder.GCSFaultTolerance(c) && o == nil && hasEnv(builder.EnvRedisAddress):
-		return fmt.Sprintf("spec.headGroupSpec.template: %s is set, which enables GCS fault tolerance; set spec.gcsFaultToleranceOptions instead", builder.EnvRedisAddress)
-	case o != nil && h.RayStartParams["redis-password"] != "":
-		return "spec.headGroupSpec.rayStartParams[redis-password]: use spec.gcsFaultToleranceOptions.redisPassword"
-	case o != nil && hasEnv(builder.EnvRedisPassword):
-		return "spec.headGroupSpec.template: REDIS_PASSWORD is set; use spec.gcsFaultToleranceOptions.redisPassword"
-	case o != nil && hasEnv(builder.EnvRedisAddress):
-		return "spec.headGroupSpec.template: RAY_REDIS_ADDRESS is set; use spec.gcsFaultToleranceOptions.redisAddress"
-	case o != nil && c.Annotations[builder.AnnotationExternalStorageNamespace] != "":
-		return fmt.Sprintf("metadata.annotations[%s]: use spec.gcsFaultToleranceOptions.externalStorageNamespace", builder.AnnotationExternalStorageNamespace)
-	case h.RayStartParams["redis-username"] != "" || hasEnv(builder.EnvRedisUsername):
-		return "spec.headGroupSpec: a Redis username in rayStartParams or env; use spec.gcsFaultToleranceOptions.redisUsername"
-	}
-	return ""
-}
-
-// maxClusterNameLen leaves room in 63 characters for the suffixes of the names derived from a cluster's.
-const maxClusterNameLen = 53
-
-// validateGroup refuses what KubeRay refuses in a group: resources said both in rayStartParams and in `resources`
-// (which one would Ray get?), rayStartParams labels (the `labels` field says them), labels that are not Kubernetes
-// labels, and `resources` values that are not quantities.
-func validateGroup(path string, params, resources, labels map[string]string) string {
-	if len(resources) > 0 {
-		for _, k := range []string{"num-cpus", "num-gpus", "memory", "resources"} {
-			if params[k] != "" {
-				return fmt.Sprintf("%s: rayStartParams[%s] and resources both set the group's resources; use only one", path, k)
-			}
-		}
-	}
-	if _, ok := params["labels"]; ok {
-		return fmt.Sprintf("%s.rayStartParams[labels]: not supported; use %s.labels", path, path)
-	}
-	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return fmt.Sprintf("%s.labels: invalid key %q: %s", path, k, strings.Join(errs, "; "))
-		}
-		if errs := validation.IsValidLabelValue(labels[k]); len(errs) > 0 {
-			return fmt.Sprintf("%s.labels[%s]: invalid value %q: %s", path, k, labels[k], strings.Join(errs, "; "))
-		}
-	}
-	if err := builder.ValidateGroupResources(path+".resources", resources); err != nil {
-		return err.Error()
-	}
-	return ""
 }
 
 // parentKind is RayJob or RayService when one of them created the cluster.
@@ -524,7 +360,7 @@ func parentKind(c *rayv1.RayCluster) string {
 			return o.Kind
 		}
 	}
-	if k := c.Labels[builder.LabelOriginCRD]; k == builder.KindRayJob || k == builder.KindRayService {
+	if k := c.Labels[rayv1.LabelOriginCRD]; k == builder.KindRayJob || k == builder.KindRayService {
 		return k
 	}
 	return ""
@@ -563,7 +399,7 @@ func (r *Reconciler) defaultTemplate(ctx context.Context, run *run) *corev1.PodT
 	if f != nil {
 		run.obs.templateErr = f
 		if !conditionMessageIs(run.c, ConditionDefaultPodTemplateFailure, f.message) {
-			run.eventf(corev1.EventTypeWarning, f.reason, "GetDefaultPodTemplate", "%s", f.message)
+			run.StatusEventf(corev1.EventTypeWarning, f.reason, "GetDefaultPodTemplate", "%s", f.message)
 		}
 		return nil
 	}
@@ -612,10 +448,10 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 					existing = svc
 					break
 				}
-				run.eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", svc.Name, err)
+				run.Eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", svc.Name, err)
 				return fmt.Errorf("create service %s: %w", svc.Name, err)
 			}
-			run.eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s", svc.Name)
+			run.Eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s", svc.Name)
 			existing = svc
 		default:
 			return fmt.Errorf("get service %s: %w", svc.Name, err)
@@ -642,10 +478,10 @@ func (r *Reconciler) deleteUnwantedServices(ctx context.Context, run *run, unwan
 			continue
 		}
 		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
-			run.eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s: %v", name, err)
+			run.Eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s: %v", name, err)
 			return fmt.Errorf("delete service %s: %w", name, err)
 		}
-		run.eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s: the cluster no longer asks for it", name)
+		run.Eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s: the cluster no longer asks for it", name)
 	}
 	return nil
 }
@@ -663,17 +499,17 @@ func (r *Reconciler) updateService(ctx context.Context, run *run, existing, desi
 		return existing, nil
 	case recreate:
 		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
-			run.eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s to recreate it: %v", existing.Name, err)
+			run.Eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s to recreate it: %v", existing.Name, err)
 			return nil, fmt.Errorf("delete service %s: %w", existing.Name, err)
 		}
-		run.eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s to recreate it: it cannot switch between headless and not in place", existing.Name)
-		run.requeueAfter(time.Second)
+		run.Eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s to recreate it: it cannot switch between headless and not in place", existing.Name)
+		run.Requeue(time.Second)
 		return existing, nil
 	}
 	if err := r.client.Patch(ctx, updated, client.MergeFrom(existing)); err != nil {
-		run.eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
+		run.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
 		return nil, fmt.Errorf("update service %s: %w", existing.Name, err)
 	}
-	run.eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "updated Service %s to match the spec", existing.Name)
+	run.Eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "updated Service %s to match the spec", existing.Name)
 	return updated, nil
 }

@@ -137,7 +137,7 @@ func startEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := labels.NewRequirement(builder.LabelNodeType, selection.Exists, nil)
+	req, _ := labels.NewRequirement(rayv1.LabelNodeType, selection.Exists, nil)
 	e := &env{cl: cl}
 	if e.wcl, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		t.Fatal(err)
@@ -203,7 +203,7 @@ func eventually(t *testing.T, what string, cond func() (bool, string)) {
 
 func (e *env) pods(t *testing.T, rc *rayv1.RayCluster, extra ...string) []corev1.Pod {
 	t.Helper()
-	sel := client.MatchingLabels{builder.LabelCluster: rc.Name}
+	sel := client.MatchingLabels{rayv1.LabelCluster: rc.Name}
 	if len(extra) == 2 {
 		sel[extra[0]] = extra[1]
 	}
@@ -420,7 +420,7 @@ func testWorkersToDelete(t *testing.T, e *env) {
 			t.Errorf("autoscaler %T: %v", o, err)
 		}
 	}
-	workers := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeWorker)
+	workers := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeWorker)
 	victim := workers[1].Name
 	// What the autoscaler does: lower replicas and name the pod.
 	e.update(t, rc, func(c *rayv1.RayCluster) {
@@ -452,7 +452,7 @@ func testFailedPodReplaced(t *testing.T, e *env) {
 	pods := e.waitPods(t, rc, 3)
 	var victim corev1.Pod
 	for _, p := range pods {
-		if p.Labels[builder.LabelNodeType] == builder.NodeTypeWorker {
+		if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeWorker {
 			victim = p
 		}
 	}
@@ -462,12 +462,12 @@ func testFailedPodReplaced(t *testing.T, e *env) {
 		return len(pods) == 3 && !uids(pods)[victim.UID], fmt.Sprintf("%d pods", len(pods))
 	})
 	// The head too, with restartPolicy Never and a terminated Ray container.
-	head := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)[0]
+	head := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)[0]
 	if err := e.cl.Delete(context.Background(), &head); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "head recreated", func() (bool, string) {
-		h := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)
+		h := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)
 		return len(h) == 1 && h[0].UID != head.UID, fmt.Sprintf("%d heads", len(h))
 	})
 }
@@ -552,7 +552,7 @@ func testRecreate(t *testing.T, e *env) {
 		}
 		return len(pods) == 5, fmt.Sprintf("%d pods", len(pods))
 	})
-	for _, p := range e.pods(t, rc, builder.LabelGroup, "small") {
+	for _, p := range e.pods(t, rc, rayv1.LabelGroup, "small") {
 		if p.Spec.Containers[0].Image != "rayproject/ray:2.53.0" {
 			t.Errorf("pod %s image %s", p.Name, p.Spec.Containers[0].Image)
 		}
@@ -605,7 +605,7 @@ func testAdopt(t *testing.T, e *env) {
 
 func testRefusedUnderRayJob(t *testing.T, e *env) {
 	ns := e.namespace(t)
-	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Recreate().Label(builder.LabelOriginCRD, "RayJob").Obj()
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Recreate().Label(rayv1.LabelOriginCRD, "RayJob").Obj()
 	mustCreate(t, e.cl, rc)
 	eventually(t, "InvalidRayClusterSpec", func() (bool, string) {
 		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionInvalidSpec)
@@ -701,11 +701,11 @@ func testMissingDefaultTemplate(t *testing.T, e *env) {
 	if c := meta.FindStatusCondition(st.Conditions, ConditionDefaultPodTemplateFailure); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("condition: %+v", st.Conditions)
 	}
-	if len(run.events) == 0 || run.events[0].reason != ReasonDefaultTemplateNotFound {
-		t.Errorf("events: %+v", run.events)
+	if len(run.Events) == 0 || run.Events[0].Reason != ReasonDefaultTemplateNotFound {
+		t.Errorf("events: %+v", run.Events)
 	}
 	eventually(t, "head pod without defaults", func() (bool, string) {
-		h := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)
+		h := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)
 		return len(h) == 1 && h[0].Labels["defaulted"] == "", fmt.Sprintf("%d heads", len(h))
 	})
 }
@@ -720,8 +720,8 @@ func testMultiHost(t *testing.T, e *env) {
 	e.waitPods(t, rc, 5)
 	byReplica := func() map[string][]corev1.Pod {
 		m := map[string][]corev1.Pod{}
-		for _, p := range e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeWorker) {
-			m[p.Labels[builder.LabelReplicaName]] = append(m[p.Labels[builder.LabelReplicaName]], p)
+		for _, p := range e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeWorker) {
+			m[p.Labels[rayv1.LabelReplicaName]] = append(m[p.Labels[rayv1.LabelReplicaName]], p)
 		}
 		return m
 	}
@@ -731,11 +731,11 @@ func testMultiHost(t *testing.T, e *env) {
 	}
 	indices := map[string]bool{}
 	for name, pods := range reps {
-		if len(pods) != 2 || pods[0].Labels[builder.LabelHostIndex] == pods[1].Labels[builder.LabelHostIndex] ||
-			pods[0].Labels[builder.LabelReplicaIndex] != pods[1].Labels[builder.LabelReplicaIndex] {
+		if len(pods) != 2 || pods[0].Labels[rayv1.LabelHostIndex] == pods[1].Labels[rayv1.LabelHostIndex] ||
+			pods[0].Labels[rayv1.LabelReplicaIndex] != pods[1].Labels[rayv1.LabelReplicaIndex] {
 			t.Errorf("replica %s: %d pods, labels %v / %v", name, len(pods), pods[0].Labels, pods[len(pods)-1].Labels)
 		}
-		indices[pods[0].Labels[builder.LabelReplicaIndex]] = true
+		indices[pods[0].Labels[rayv1.LabelReplicaIndex]] = true
 	}
 	if !indices["0"] || !indices["1"] {
 		t.Errorf("replica indices %v", indices)
@@ -911,13 +911,13 @@ func testManagedByOther(t *testing.T, e *env) {
 func testHeadRestartDisabled(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
-	rc.Labels = map[string]string{builder.LabelDisableProvisionedHeadRestart: "true"}
+	rc.Labels = map[string]string{rayv1.LabelDisableProvisionedHeadRestart: "true"}
 	rc.Spec.HeadGroupSpec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
 	mustCreate(t, e.cl, rc)
 	e.waitPods(t, rc, 2)
 	e.setReady(t, rc)
 	e.waitState(t, rc, rayv1.Ready)
-	head := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)[0]
+	head := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)[0]
 	head.Status.ContainerStatuses = []corev1.ContainerStatus{{
 		Name: head.Spec.Containers[0].Name, Image: head.Spec.Containers[0].Image, ImageID: "x",
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}},
@@ -928,7 +928,7 @@ func testHeadRestartDisabled(t *testing.T, e *env) {
 	}
 	// The event comes from the reconcile that saw the terminated head and chose to keep it.
 	waitEvent(t, e, ns, "HeadPodNotRestarted")
-	heads := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)
+	heads := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)
 	if len(heads) != 1 || heads[0].UID != head.UID {
 		t.Fatalf("heads after the head terminated = %d (want the terminated one kept, no new one)", len(heads))
 	}

@@ -71,11 +71,11 @@ func planCleanup(c *rayv1.RayCluster, pods []corev1.Pod, jobs []batchv1.Job) cle
 	var running []corev1.Pod
 	head := false
 	for _, p := range pods {
-		t := p.Labels[builder.LabelNodeType]
-		if (t != builder.NodeTypeHead && t != builder.NodeTypeWorker) || !metaOwnedBy(&p, c) {
+		t := p.Labels[rayv1.LabelNodeType]
+		if (t != rayv1.NodeTypeHead && t != rayv1.NodeTypeWorker) || !metaOwnedBy(&p, c) {
 			continue
 		}
-		head = head || t == builder.NodeTypeHead
+		head = head || t == rayv1.NodeTypeHead
 		if p.DeletionTimestamp == nil {
 			running = append(running, p)
 		}

@@ -33,7 +33,7 @@ func TestPlanCleanup(t *testing.T) {
 	}
 	owner := *builder.OwnerReference(rc(true, true))
 	pod := func(name, nodeType string, deleting bool) corev1.Pod {
-		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{builder.LabelNodeType: nodeType}, OwnerReferences: []metav1.OwnerReference{owner}}}
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{rayv1.LabelNodeType: nodeType}, OwnerReferences: []metav1.OwnerReference{owner}}}
 		if deleting {
 			p.DeletionTimestamp = ptr.To(metav1.Now())
 		}
@@ -57,14 +57,14 @@ func TestPlanCleanup(t *testing.T) {
 		wantPods []string
 		failed   bool
 	}{
-		{"no finalizer", rc(false, true), []corev1.Pod{pod("h", builder.NodeTypeHead, false)}, nil, cleanupNone, nil, false},
-		{"finalizer without Redis", rc(true, false), []corev1.Pod{pod("h", builder.NodeTypeHead, false)}, nil, cleanupSkip, nil, false},
+		{"no finalizer", rc(false, true), []corev1.Pod{pod("h", rayv1.NodeTypeHead, false)}, nil, cleanupNone, nil, false},
+		{"finalizer without Redis", rc(true, false), []corev1.Pod{pod("h", rayv1.NodeTypeHead, false)}, nil, cleanupSkip, nil, false},
 		{"running pods are deleted first", rc(true, true), []corev1.Pod{
-			pod("h", builder.NodeTypeHead, false), pod("w1", builder.NodeTypeWorker, false), pod("w2", builder.NodeTypeWorker, true),
+			pod("h", rayv1.NodeTypeHead, false), pod("w1", rayv1.NodeTypeWorker, false), pod("w2", rayv1.NodeTypeWorker, true),
 			pod("cleanup", builder.NodeTypeRedisCleanup, false),
 		}, nil, cleanupDeletePods, []string{"h", "w1"}, false},
-		{"a terminating head is waited for", rc(true, true), []corev1.Pod{pod("h", builder.NodeTypeHead, true)}, nil, cleanupWaitHead, nil, false},
-		{"terminating workers are not waited for", rc(true, true), []corev1.Pod{pod("w", builder.NodeTypeWorker, true)}, nil, cleanupCreateJob, nil, false},
+		{"a terminating head is waited for", rc(true, true), []corev1.Pod{pod("h", rayv1.NodeTypeHead, true)}, nil, cleanupWaitHead, nil, false},
+		{"terminating workers are not waited for", rc(true, true), []corev1.Pod{pod("w", rayv1.NodeTypeWorker, true)}, nil, cleanupCreateJob, nil, false},
 		{"no pods, no Job", rc(true, true), nil, nil, cleanupCreateJob, nil, false},
 		{"a Job of an older cluster of that name is not ours", rc(true, true), nil, []batchv1.Job{job(batchv1.JobComplete, stranger)}, cleanupCreateJob, nil, false},
 		{"the Job runs", rc(true, true), nil, []batchv1.Job{job("", owner)}, cleanupWaitJob, nil, false},
@@ -108,10 +108,10 @@ func (e *env) deleteAndWaitJob(t *testing.T, rc *rayv1.RayCluster) *batchv1.Job 
 		return err == nil, fmt.Sprintf("get: %v", err)
 	})
 	// The head is gone before the Job starts: its GCS could still write to Redis.
-	if n := len(e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)); n != 0 {
+	if n := len(e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)); n != 0 {
 		t.Errorf("%d head pods beside the cleanup Job", n)
 	}
-	if n := len(e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeWorker)); n != 0 {
+	if n := len(e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeWorker)); n != 0 {
 		t.Errorf("%d worker pods beside the cleanup Job", n)
 	}
 	waitEvent(t, e, rc.Namespace, EventCreatedRedisCleanupJob)
@@ -176,7 +176,7 @@ func testRedisCleanupComplete(t *testing.T, e *env) {
 	live := e.get(t, rc)
 
 	job := e.deleteAndWaitJob(t, rc)
-	if !metav1.IsControlledBy(job, live) || job.Labels[builder.LabelNodeType] != builder.NodeTypeRedisCleanup ||
+	if !metav1.IsControlledBy(job, live) || job.Labels[rayv1.LabelNodeType] != builder.NodeTypeRedisCleanup ||
 		job.Annotations[builder.AnnotationExternalStorageNamespace] != string(live.UID) {
 		t.Errorf("job metadata: owners %+v labels %v annotations %v", job.OwnerReferences, job.Labels, job.Annotations)
 	}

@@ -37,7 +37,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	}
 	// The expectations read every listed pod, terminating ones included; then the list is filtered in place (a
 	// second slice of pod values was 6 % of the bytes the operator allocated in a 500-cluster benchmark).
-	satisfied := r.exp.satisfied(run.key, list.Items)
+	_, satisfied := r.exp.Observe(run.key, list.Items)
 	pods := list.Items[:0]
 	for i := range list.Items {
 		if p := &list.Items[i]; p.DeletionTimestamp == nil && metaOwnedBy(p, c) {
@@ -47,7 +47,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	run.obs.pods = pods
 	if !satisfied {
 		// The cache has not caught up with our own writes: acting now could duplicate pods.
-		run.requeueAfter(time.Second)
+		run.Requeue(time.Second)
 		return nil
 	}
 
@@ -61,7 +61,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		}
 		return r.deleteAll(ctx, run, pods, "the cluster is suspended")
 	case phase == suspended, ptr.Deref(c.Spec.Suspend, false):
-		run.requeueAfter(time.Second)
+		run.Requeue(time.Second)
 		return nil
 	}
 
@@ -96,7 +96,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	// Workers of groups that are no longer in the spec.
 	var orphans []corev1.Pod
 	for _, p := range run.obs.pods {
-		if p.Labels[builder.LabelNodeType] == builder.NodeTypeWorker && !groups[p.Labels[builder.LabelGroup]] {
+		if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeWorker && !groups[p.Labels[rayv1.LabelGroup]] {
 			orphans = append(orphans, p)
 		}
 	}
@@ -201,9 +201,9 @@ func shouldReplace(p *corev1.Pod) bool {
 	return false
 }
 
-// headRestartDisabled: see builder.LabelDisableProvisionedHeadRestart.
+// headRestartDisabled: see rayv1.LabelDisableProvisionedHeadRestart.
 func headRestartDisabled(c *rayv1.RayCluster) bool {
-	return c.Labels[builder.LabelDisableProvisionedHeadRestart] == "true" &&
+	return c.Labels[rayv1.LabelDisableProvisionedHeadRestart] == "true" &&
 		meta.IsStatusConditionTrue(c.Status.Conditions, string(rayv1.RayClusterProvisioned))
 }
 
@@ -211,7 +211,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	c := run.c
 	var heads, dead []corev1.Pod
 	for _, p := range run.obs.pods {
-		if p.Labels[builder.LabelNodeType] != builder.NodeTypeHead {
+		if p.Labels[rayv1.LabelNodeType] != rayv1.NodeTypeHead {
 			continue
 		}
 		if shouldReplace(&p) {
@@ -224,7 +224,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 		// A SidecarMode RayJob's head runs once: a new head would have lost the job its sidecar submitted, and the
 		// sidecar would submit it again. The terminated head stays, for the RayJob to read why it ended.
 		if len(dead) > 0 {
-			run.eventf(corev1.EventTypeWarning, "HeadPodNotRestarted", "Reconcile", "head pod %s terminated; not replaced: the cluster is labelled %s=true", dead[0].Name, builder.LabelDisableProvisionedHeadRestart)
+			run.Eventf(corev1.EventTypeWarning, "HeadPodNotRestarted", "Reconcile", "head pod %s terminated; not replaced: the cluster is labelled %s=true", dead[0].Name, rayv1.LabelDisableProvisionedHeadRestart)
 		}
 		return nil
 	}
@@ -249,7 +249,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	}
 	if w := r.createBackoff().Wait(run.key, c.Generation, time.Now()); w > 0 {
 		run.obs.failure = heldFailure(c, rayv1.FailedCreateHeadPod)
-		run.requeueAfter(w)
+		run.Requeue(w)
 		return &backedOff{errCreatesBackedOff}
 	}
 	if live, err := r.clusterLive(ctx, run); !live || err != nil {
@@ -260,34 +260,51 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 		msg := createbackoff.StableMessage(err, pod)
 		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, msg}
 		r.createRefused(ctx, run, err, EventFailedToCreateHeadPod, func() {
-			run.eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "failed to create the head pod: %s", msg)
+			run.Eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "failed to create the head pod: %s", msg)
 		})
 		return &backedOff{fmt.Errorf("create head pod: %w", err)}
 	}
 	run.created = true
-	r.exp.expectCreate(run.key, pod.Name)
+	r.exp.ExpectCreate(run.key, pod.Name, struct{}{})
 	r.madePods.Store(run.key, c.UID)
-	run.eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "created head pod %s", pod.Name)
+	run.Eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "created head pod %s", pod.Name)
 	return nil
 }
 
-func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts builder.PodOptions) error {
-	c := run.c
+// groupPlan is what reconcileGroup writes for one worker group: whole replicas to delete, by why, then the pods to
+// create.
+type groupPlan struct {
+	// named are the replicas workersToDelete names, dead those with a pod that terminated (or a multi-host replica
+	// short of a host), surplus those above the wanted count; each flattened to its pods.
+	named, dead, surplus []corev1.Pod
+	// create are the new pods, numOfHosts per new replica.
+	create []builder.Replica
+}
+
+// planGroup decides what happens to one worker group, from the cluster's pods and nothing else (newName draws the
+// random part of a new replica's name). Its rules:
+//   - A replica is numOfHosts pods that live and die together: the pods of a multi-host replica share
+//     ray.io/worker-group-replica-name; every other pod is a replica of its own.
+//   - A replica with a pod named in workersToDelete goes; else one with a pod to replace (shouldReplace), or a
+//     multi-host replica that lost a host, goes too (replaced whole, as KubeRay does: the hosts of a TPU slice are
+//     provisioned together and cannot take in a single new one). The rest are alive.
+//   - Fewer alive replicas than wanted: new ones take the lowest free replica indexes.
+//   - More alive than wanted, without the autoscaler: the least useful go first (not ready, then the newest). With
+//     the autoscaler only workersToDelete removes pods, as in KubeRay.
+func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod, newName func() string) groupPlan {
 	toDelete := map[string]bool{}
 	for _, n := range g.ScaleStrategy.WorkersToDelete {
 		toDelete[n] = true
 	}
-	// A replica is numOfHosts pods that live and die together: pods of a multi-host replica share
-	// ray.io/worker-group-replica-name; every other pod is a replica of its own.
 	multiHost := hosts(g) > 1
 	replicas := map[string][]corev1.Pod{}
 	var order []string
-	for _, p := range run.obs.pods {
-		if p.Labels[builder.LabelNodeType] != builder.NodeTypeWorker || p.Labels[builder.LabelGroup] != groupLabel(g) {
+	for _, p := range pods {
+		if p.Labels[rayv1.LabelNodeType] != rayv1.NodeTypeWorker || p.Labels[rayv1.LabelGroup] != groupLabel(g) {
 			continue
 		}
 		key := p.Name
-		if name := p.Labels[builder.LabelReplicaName]; multiHost && name != "" {
+		if name := p.Labels[rayv1.LabelReplicaName]; multiHost && name != "" {
 			key = name
 		}
 		if _, ok := replicas[key]; !ok {
@@ -295,37 +312,24 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 		}
 		replicas[key] = append(replicas[key], p)
 	}
-	var named, dead, alive [][]corev1.Pod
+	var plan groupPlan
+	var alive [][]corev1.Pod
 	for _, key := range order {
 		pods := replicas[key]
 		switch {
 		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return toDelete[p.Name] }):
-			named = append(named, pods)
-		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return shouldReplace(&p) }):
-			dead = append(dead, pods)
-		case multiHost && len(pods) < int(hosts(g)):
-			// A multi-host replica that lost a host is replaced whole, as KubeRay does: the hosts of a TPU slice
-			// are provisioned together and cannot take in a single new one.
-			dead = append(dead, pods)
+			plan.named = append(plan.named, pods...)
+		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return shouldReplace(&p) }),
+			multiHost && len(pods) < int(hosts(g)):
+			plan.dead = append(plan.dead, pods...)
 		default:
 			alive = append(alive, pods)
-		}
-	}
-	var errs []error
-	if len(named) > 0 {
-		if err := r.deletePods(ctx, run, slices.Concat(named...), rayv1.FailedDeleteWorkerPod, "the autoscaler asked for it (workersToDelete)"); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(dead) > 0 {
-		if err := r.deletePods(ctx, run, slices.Concat(dead...), rayv1.FailedDeleteWorkerPod, "the pod (or a host of its replica) terminated"); err != nil {
-			errs = append(errs, err)
 		}
 	}
 
 	used := map[int]bool{}
 	for _, pods := range alive {
-		if i, err := strconv.Atoi(pods[0].Labels[builder.LabelReplicaIndex]); err == nil {
+		if i, err := strconv.Atoi(pods[0].Labels[rayv1.LabelReplicaIndex]); err == nil {
 			used[i] = true
 		}
 	}
@@ -337,20 +341,16 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 			}
 		}
 	}
-	var create []builder.Replica
-	want := int(groupReplicas(c, g))
-	switch diff := want - len(alive); {
+	switch diff := int(groupReplicas(c, g)) - len(alive); {
 	case diff > 0:
 		for range diff {
-			rep := builder.Replica{Index: nextIndex(), Name: builder.ReplicaName(g.GroupName, utilrand.String(5))}
+			rep := builder.Replica{Index: nextIndex(), Name: builder.ReplicaName(g.GroupName, newName())}
 			for h := range int(hosts(g)) {
 				rep.HostIndex = h
-				create = append(create, rep)
+				plan.create = append(plan.create, rep)
 			}
 		}
 	case diff < 0 && !builder.AutoscalingEnabled(c):
-		// Without the autoscaler nobody names the pods to remove: take the least useful replicas first (not
-		// ready, then the newest). With the autoscaler, only workersToDelete removes pods, as in KubeRay.
 		slices.SortStableFunc(alive, func(a, b []corev1.Pod) int {
 			if ra, rb := replicaReady(a), replicaReady(b); ra != rb {
 				if ra {
@@ -360,19 +360,41 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 			}
 			return b[0].CreationTimestamp.Compare(a[0].CreationTimestamp.Time)
 		})
-		if err := r.deletePods(ctx, run, slices.Concat(alive[:-diff]...), rayv1.FailedDeleteWorkerPod, "the group scaled down"); err != nil {
+		plan.surplus = slices.Concat(alive[:-diff]...)
+	}
+	return plan
+}
+
+// reconcileGroup writes a worker group's plan (planGroup): the deletions, then the creates, which wait out a
+// create backoff and are made only for a cluster that still exists (clusterLive).
+func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts builder.PodOptions) error {
+	c := run.c
+	plan := planGroup(c, g, run.obs.pods, func() string { return utilrand.String(5) })
+	var errs []error
+	for _, d := range []struct {
+		pods []corev1.Pod
+		why  string
+	}{
+		{plan.named, "the autoscaler asked for it (workersToDelete)"},
+		{plan.dead, "the pod (or a host of its replica) terminated"},
+		{plan.surplus, "the group scaled down"},
+	} {
+		if len(d.pods) == 0 {
+			continue
+		}
+		if err := r.deletePods(ctx, run, d.pods, rayv1.FailedDeleteWorkerPod, d.why); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(create) > 0 {
+	if len(plan.create) > 0 {
 		if w := r.createBackoff().Wait(run.key, c.Generation, time.Now()); w > 0 {
 			run.obs.failure = heldFailure(c, rayv1.FailedCreateWorkerPod)
-			run.requeueAfter(w)
+			run.Requeue(w)
 			errs = append(errs, &backedOff{errCreatesBackedOff})
 		} else if live, err := r.clusterLive(ctx, run); err != nil {
 			errs = append(errs, err)
 		} else if live {
-			if err := r.createWorkers(ctx, run, g, opts, create); err != nil {
+			if err := r.createWorkers(ctx, run, g, opts, plan.create); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -416,7 +438,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 					msgs = append(msgs, createbackoff.StableMessage(err, pod))
 					return
 				}
-				r.exp.expectCreate(run.key, pod.Name)
+				r.exp.ExpectCreate(run.key, pod.Name, struct{}{})
 				r.madePods.Store(run.key, run.c.UID)
 				created++
 			})
@@ -424,13 +446,13 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 		wg.Wait()
 	}
 	if created > 0 {
-		run.eventf(corev1.EventTypeNormal, EventCreatedWorkerPod, "Create", "created %d worker pods in group %s", created, g.GroupName)
+		run.Eventf(corev1.EventTypeNormal, EventCreatedWorkerPod, "Create", "created %d worker pods in group %s", created, g.GroupName)
 	}
 	if err := errors.Join(errs...); err != nil {
 		msg := strings.Join(msgs, "\n")
 		run.obs.failure = &failure{rayv1.FailedCreateWorkerPod, msg}
 		r.createRefused(ctx, run, err, EventFailedToCreateWorkerPod, func() {
-			run.eventf(corev1.EventTypeWarning, EventFailedToCreateWorkerPod, "Create", "failed to create worker pods in group %s: %s", g.GroupName, msg)
+			run.Eventf(corev1.EventTypeWarning, EventFailedToCreateWorkerPod, "Create", "failed to create worker pods in group %s: %s", g.GroupName, msg)
 		})
 		return &backedOff{fmt.Errorf("create workers of group %s: %w", g.GroupName, err)}
 	}
@@ -446,7 +468,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 func (r *Reconciler) createRefused(ctx context.Context, run *run, err error, kind string, report func()) {
 	run.refused = true
 	delay, first := r.createBackoff().Failed(run.key, run.c.Generation, time.Now(), kind)
-	run.requeueAfter(delay)
+	run.Requeue(delay)
 	if first {
 		report()
 	}
@@ -472,7 +494,7 @@ func (r *Reconciler) deletePods(ctx context.Context, run *run, pods []corev1.Pod
 				errs = append(errs, err)
 				return
 			}
-			r.exp.expectDelete(run.key, p.Name)
+			r.exp.ExpectDelete(run.key, p.UID)
 			deleted[p.Name] = true
 		})
 	}
@@ -487,12 +509,12 @@ func (r *Reconciler) deletePods(ctx context.Context, run *run, pods []corev1.Pod
 		if len(names) > 10 {
 			names = append(names[:10], fmt.Sprintf("and %d more", len(deleted)-10))
 		}
-		run.eventf(corev1.EventTypeNormal, deleteEvents[failReason][0], "Delete", "deleted %d pods because %s: %v", len(deleted), why, names)
+		run.Eventf(corev1.EventTypeNormal, deleteEvents[failReason][0], "Delete", "deleted %d pods because %s: %v", len(deleted), why, names)
 		log.FromContext(ctx).V(1).Info("deleted pods", "count", len(deleted), "why", why)
 	}
 	if err := errors.Join(errs...); err != nil {
 		run.obs.failure = &failure{failReason, err.Error()}
-		run.eventf(corev1.EventTypeWarning, deleteEvents[failReason][1], "Delete", "failed to delete pods: %v", err)
+		run.Eventf(corev1.EventTypeWarning, deleteEvents[failReason][1], "Delete", "failed to delete pods: %v", err)
 		return fmt.Errorf("delete pods: %w", err)
 	}
 	return nil
@@ -523,7 +545,7 @@ func (r *Reconciler) clearWorkersToDelete(ctx context.Context, run *run) error {
 	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		*c = *orig
 		if apierrors.IsConflict(err) {
-			run.requeueAfter(time.Second)
+			run.Requeue(time.Second)
 			return nil
 		}
 		return fmt.Errorf("clear workersToDelete: %w", err)

@@ -57,7 +57,7 @@ func testForeignRoleNotBound(t *testing.T, e *env) {
 		return c != nil && strings.Contains(c.Message, "Role "+ns+"/"+roleName), fmt.Sprintf("%+v", c)
 	})
 	assertNotBound(t, e, ns, roleName, builder.AutoscalerServiceAccountName(rc))
-	if n := len(e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)); n != 0 {
+	if n := len(e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)); n != 0 {
 		t.Errorf("%d head pods: the head must wait while its autoscaler has no Role", n)
 	}
 	role := &rbacv1.Role{}
@@ -86,7 +86,7 @@ func testForeignServiceAccountNotBound(t *testing.T, e *env) {
 
 	waitEventNaming(t, e, ns, EventAutoscalerRBACNotOwned, "ServiceAccount "+ns+"/"+saName)
 	assertNotBound(t, e, ns, "", saName)
-	if n := len(e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)); n != 0 {
+	if n := len(e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)); n != 0 {
 		t.Errorf("%d head pods: the head must not run as another's ServiceAccount", n)
 	}
 }
@@ -115,7 +115,7 @@ func testOwnServiceAccount(t *testing.T, e *env) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
 	mustCreate(t, e.cl, rc)
 	e.waitPods(t, rc, 2)
-	head := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)[0]
+	head := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)[0]
 	if head.Spec.ServiceAccountName != "rc" {
 		t.Errorf("head runs as %q, want the cluster's own ServiceAccount rc", head.Spec.ServiceAccountName)
 	}
@@ -145,12 +145,12 @@ func testOwnedRoleRestored(t *testing.T, e *env) {
 	if err := e.cl.Update(context.Background(), rb); err != nil {
 		t.Fatal(err)
 	}
-	head := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)[0]
+	head := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)[0]
 	if err := e.cl.Delete(context.Background(), &head); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "new head pod", func() (bool, string) {
-		heads := e.pods(t, rc, builder.LabelNodeType, builder.NodeTypeHead)
+		heads := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)
 		return len(heads) == 1 && heads[0].UID != head.UID, fmt.Sprintf("%d heads", len(heads))
 	})
 	// The head is created only after the RBAC is what Manta writes.

@@ -146,7 +146,7 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 		p := &o.pods[i]
 		r := builder.PodRunningAndReady(p)
 		allReady = allReady && r
-		if p.Labels[builder.LabelNodeType] == builder.NodeTypeHead {
+		if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead {
 			head = p
 			continue
 		}

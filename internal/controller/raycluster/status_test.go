@@ -22,7 +22,7 @@ func pod(nodeType string, phase corev1.PodPhase, ready bool) corev1.Pod {
 		st = corev1.ConditionTrue
 	}
 	return corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: nodeType, Labels: map[string]string{builder.LabelNodeType: nodeType}},
+		ObjectMeta: metav1.ObjectMeta{Name: nodeType, Labels: map[string]string{rayv1.LabelNodeType: nodeType}},
 		Status:     corev1.PodStatus{Phase: phase, PodIP: "10.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
 	}
 }
@@ -110,7 +110,7 @@ func TestComputeStatus(t *testing.T) {
 	}, {
 		name: "unsupported and invalid",
 		mutate: func(c *rayv1.RayCluster) {
-			c.Labels = map[string]string{builder.LabelOriginCRD: "RayService"}
+			c.Labels = map[string]string{rayv1.LabelOriginCRD: "RayService"}
 		},
 		obs:       observed{unsupported: []string{"spec.tlsOptions"}, invalid: &failure{ReasonUpgradeStrategyNotAllowed, "no"}},
 		wantConds: map[string]string{"UnsupportedFeature": "True/UnsupportedFields", "InvalidRayClusterSpec": "True/UpgradeStrategyNotAllowed"},

@@ -32,7 +32,7 @@ func TestValidateUpgradeStrategyOwner(t *testing.T) {
 		{"RayJob owner", owner(builder.KindRayJob), true, "upgradeStrategy cannot be set when RayCluster is created by RayJob"},
 		{"RayService owner", owner(builder.KindRayService), true, "upgradeStrategy cannot be set when RayCluster is created by RayService"},
 		{"RayService origin label", func(c *rayv1.RayCluster) {
-			c.Labels = map[string]string{builder.LabelOriginCRD: builder.KindRayService}
+			c.Labels = map[string]string{rayv1.LabelOriginCRD: builder.KindRayService}
 		}, true, "created by RayService"},
 		{"unrelated owner", func(c *rayv1.RayCluster) {
 			c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "d", UID: "u"}}

@@ -26,8 +26,8 @@ func ownerRef(j *rayv1.RayJob) metav1.OwnerReference {
 // originLabels mark objects made for a RayJob (kuberay-compat.md §2).
 func originLabels(j *rayv1.RayJob) map[string]string {
 	return map[string]string{
-		builder.LabelOriginCRD:    builder.KindRayJob,
-		builder.LabelOriginCRName: j.Name,
+		rayv1.LabelOriginCRD:    builder.KindRayJob,
+		rayv1.LabelOriginCRName: j.Name,
 	}
 }
 
@@ -41,7 +41,7 @@ func ClusterFor(j *rayv1.RayJob, name string) *rayv1.RayCluster {
 	maps.Copy(labels, originLabels(j))
 	spec := j.Spec.RayClusterSpec.DeepCopy()
 	if submissionMode(j) == rayv1.SidecarMode {
-		labels[builder.LabelDisableProvisionedHeadRestart] = "true"
+		labels[rayv1.LabelDisableProvisionedHeadRestart] = "true"
 		head := &spec.HeadGroupSpec.Template.Spec
 		// The head runs once: a restarted head would have lost the job its sidecar submitted.
 		head.RestartPolicy = corev1.RestartPolicyNever
@@ -92,7 +92,7 @@ func SubmitterJob(j *rayv1.RayJob, cluster *rayv1.RayCluster, address string) *b
 	}
 	// The Job carries the origin labels; its pods get the Job controller's own labels only, as KubeRay's do.
 	labels := originLabels(j)
-	labels[builder.LabelCreatedBy] = builder.CreatedByValue
+	labels[rayv1.LabelCreatedBy] = rayv1.CreatedByValue
 	backoff := DefaultSubmitterBackoffLimit
 	if sc := j.Spec.SubmitterConfig; sc != nil && sc.BackoffLimit != nil {
 		backoff = *sc.BackoffLimit

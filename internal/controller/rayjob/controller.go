@@ -27,6 +27,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/metrics"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Options configure the controller.
@@ -114,27 +115,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-type eventRec struct{ typ, reason, action, note string }
-
-// run is the state of one reconcile.
+// run is the state of one reconcile; its Result gathers the events and the requeue (see internal/reconcile).
 type run struct {
-	j      *rayv1.RayJob
-	now    time.Time
-	events []eventRec
-	result ctrl.Result
-}
-
-func (r *run) eventf(typ, reason, action, format string, args ...any) {
-	r.events = append(r.events, eventRec{typ, reason, action, fmt.Sprintf(format, args...)})
-}
-
-func (r *run) requeueAfter(d time.Duration) {
-	if d <= 0 {
-		d = time.Millisecond
-	}
-	if r.result.RequeueAfter == 0 || d < r.result.RequeueAfter {
-		r.result.RequeueAfter = d
-	}
+	reconcile.Result
+	j   *rayv1.RayJob
+	now time.Time
 }
 
 // Reconcile is thin: read, skip what is not ours, reconcile, write the status once, then the events.
@@ -167,30 +152,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var statusErr error
 	if !equality.Semantic.DeepEqual(old, &j.Status) {
 		if old.JobDeploymentStatus != j.Status.JobDeploymentStatus {
-			run.eventf(corev1.EventTypeNormal, ReasonStatusChanged, "Reconcile", "jobDeploymentStatus %q -> %q%s", old.JobDeploymentStatus, j.Status.JobDeploymentStatus, reasonSuffix(&j.Status))
+			run.StatusEventf(corev1.EventTypeNormal, ReasonStatusChanged, "Reconcile", "jobDeploymentStatus %q -> %q%s", old.JobDeploymentStatus, j.Status.JobDeploymentStatus, reasonSuffix(&j.Status))
 		}
 		if old.JobStatus != j.Status.JobStatus && j.Status.JobStatus != "" {
-			run.eventf(corev1.EventTypeNormal, ReasonJobStatusChanged, "Reconcile", "Ray job %s is %s", j.Status.JobId, j.Status.JobStatus)
+			run.StatusEventf(corev1.EventTypeNormal, ReasonJobStatusChanged, "Reconcile", "Ray job %s is %s", j.Status.JobId, j.Status.JobStatus)
 		}
 		statusErr = r.client.Status().Update(ctx, j)
 		if statusErr == nil {
 			metrics.ObserveJob(j, old, r.opts.Clock.Now())
 		}
 	}
-	if statusErr == nil {
-		for _, e := range run.events {
-			r.recorder.Eventf(j, nil, e.typ, e.reason, e.action, "%s", e.note)
-		}
-	}
-	switch {
-	case apierrors.IsConflict(statusErr) || apierrors.IsNotFound(statusErr):
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	case statusErr != nil:
-		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
-	case recErr != nil:
-		return ctrl.Result{}, recErr
-	}
-	return run.result, nil
+	return run.Finish(r.recorder, j, recErr, statusErr)
 }
 
 func reasonSuffix(s *rayv1.RayJobStatus) string {
@@ -299,10 +271,10 @@ func (r *Reconciler) deleteOwned(ctx context.Context, run *run, obj client.Objec
 		deleted, failed = ReasonDeletedSubmitter, ReasonFailedDeleteSubmitter
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
-		run.eventf(corev1.EventTypeWarning, failed, "Delete", "failed to delete %s %s: %v", what, obj.GetName(), err)
+		run.Eventf(corev1.EventTypeWarning, failed, "Delete", "failed to delete %s %s: %v", what, obj.GetName(), err)
 		return false, err
 	}
-	run.eventf(corev1.EventTypeNormal, deleted, "Delete", "deleted %s %s", what, obj.GetName())
+	run.Eventf(corev1.EventTypeNormal, deleted, "Delete", "deleted %s %s", what, obj.GetName())
 	return false, nil
 }
 

@@ -25,7 +25,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -216,7 +215,7 @@ func TestEnvtest(t *testing.T) {
 			t.Errorf("jobId = %q, want http-ok-<5 chars>", got.Status.JobId)
 		}
 		c := e.readyCluster(t, j)
-		if c.Labels[builder.LabelOriginCRD] != "RayJob" || c.Labels[builder.LabelOriginCRName] != "http-ok" || c.Labels["team"] != "a" {
+		if c.Labels[rayv1.LabelOriginCRD] != "RayJob" || c.Labels[rayv1.LabelOriginCRName] != "http-ok" || c.Labels["team"] != "a" {
 			t.Errorf("cluster labels = %v", c.Labels)
 		}
 		if !metav1.IsControlledBy(c, got) {
@@ -472,7 +471,7 @@ func TestEnvtest(t *testing.T) {
 		// The head pod (no RayCluster controller runs here), whose submitter container exits 0 while Ray goes on
 		// reporting the job RUNNING.
 		head := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name + "-head",
-			Labels: map[string]string{builder.LabelCluster: c.Name, builder.LabelNodeType: builder.NodeTypeHead}},
+			Labels: map[string]string{rayv1.LabelCluster: c.Name, rayv1.LabelNodeType: rayv1.NodeTypeHead}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head", Image: "rayproject/ray"}, {Name: SubmitterContainerName, Image: "rayproject/ray"}}}}
 		if err := e.cl.Create(context.Background(), head); err != nil {
 			t.Fatal(err)
@@ -572,7 +571,7 @@ func TestEnvtest(t *testing.T) {
 		c := e.readyCluster(t, j)
 		head := c.Spec.HeadGroupSpec.Template.Spec
 		if len(head.Containers) != 2 || head.Containers[1].Name != SubmitterContainerName || head.RestartPolicy != corev1.RestartPolicyNever ||
-			c.Labels[builder.LabelDisableProvisionedHeadRestart] != "true" || !strings.Contains(strings.Join(head.Containers[1].Args, " "), "127.0.0.1:8265") {
+			c.Labels[rayv1.LabelDisableProvisionedHeadRestart] != "true" || !strings.Contains(strings.Join(head.Containers[1].Args, " "), "127.0.0.1:8265") {
 			t.Errorf("head template = %+v, labels %v", head, c.Labels)
 		}
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
@@ -665,7 +664,7 @@ func TestEnvtest(t *testing.T) {
 		ns := e.namespace(t)
 		j := e.create(t, ns, "selector", func(j *rayv1.RayJob) {
 			j.Spec.RayClusterSpec = nil
-			j.Spec.ClusterSelector = map[string]string{builder.LabelCluster: "shared"}
+			j.Spec.ClusterSelector = map[string]string{rayv1.LabelCluster: "shared"}
 		})
 		// Selected before it exists: a warning event as KubeRay's, the status message left alone.
 		note := e.waitEvent(t, j, corev1.EventTypeWarning, ReasonClusterNotFound)

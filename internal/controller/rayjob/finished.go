@@ -72,7 +72,7 @@ func (r *Reconciler) finished(ctx context.Context, run *run) error {
 	}
 	for _, c := range Cleanups(j) {
 		if wait := c.due.Sub(run.now); wait > 0 {
-			run.requeueAfter(wait)
+			run.Requeue(wait)
 			continue
 		}
 		if err := r.apply(ctx, run, c.policy, cluster); err != nil {
@@ -112,15 +112,15 @@ func (r *Reconciler) apply(ctx context.Context, run *run, p rayv1.DeletionPolicy
 			return nil
 		}
 		if err := r.client.Patch(ctx, cluster, patch); err != nil {
-			run.eventf(corev1.EventTypeWarning, ReasonFailedSuspendWorkers, "Delete", "Failed to suspend worker groups in cluster %s/%s: %v", cluster.Namespace, cluster.Name, err)
+			run.Eventf(corev1.EventTypeWarning, ReasonFailedSuspendWorkers, "Delete", "Failed to suspend worker groups in cluster %s/%s: %v", cluster.Namespace, cluster.Name, err)
 			return fmt.Errorf("suspend worker groups of %s: %w", cluster.Name, err)
 		}
-		run.eventf(corev1.EventTypeNormal, ReasonSuspendedWorkers, "Delete", "Set the `suspend` field to true for all worker groups in cluster %s/%s", cluster.Namespace, cluster.Name)
+		run.Eventf(corev1.EventTypeNormal, ReasonSuspendedWorkers, "Delete", "Set the `suspend` field to true for all worker groups in cluster %s/%s", cluster.Namespace, cluster.Name)
 	case rayv1.DeleteSelf:
 		if err := r.client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("delete RayJob: %w", err)
 		}
-		run.eventf(corev1.EventTypeNormal, ReasonDeletedSelf, "Delete", "deleted the RayJob (DeleteSelf)")
+		run.Eventf(corev1.EventTypeNormal, ReasonDeletedSelf, "Delete", "deleted the RayJob (DeleteSelf)")
 	}
 	return nil
 }

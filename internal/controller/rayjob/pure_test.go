@@ -10,7 +10,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 )
 
 func job(mutate func(*rayv1.RayJob)) *rayv1.RayJob {
@@ -94,6 +93,15 @@ func TestValidate(t *testing.T) {
 		{"entrypointResources not JSON", func(j *rayv1.RayJob) { j.Spec.EntrypointResources = "custom=1" }, "spec.entrypointResources"},
 		{"entrypointResources negative", func(j *rayv1.RayJob) { j.Spec.EntrypointResources = `{"a": -1}` }, "spec.entrypointResources"},
 		{"cluster suspend", func(j *rayv1.RayJob) { j.Spec.RayClusterSpec.Suspend = ptr.To(true) }, "spec.rayClusterSpec.suspend"},
+		// The RayCluster rules apply to rayClusterSpec, naming the field under it.
+		{"cluster rule: head container", func(j *rayv1.RayJob) { j.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers = nil }, "spec.rayClusterSpec.headGroupSpec.template.spec.containers"},
+		{"cluster rule: rayStartParams labels", func(j *rayv1.RayJob) {
+			j.Spec.RayClusterSpec.HeadGroupSpec.RayStartParams = map[string]string{"labels": "a=b"}
+		}, "spec.rayClusterSpec.headGroupSpec.rayStartParams[labels]"},
+		{"cluster rule: GCS fault tolerance said twice", func(j *rayv1.RayJob) {
+			j.Annotations = map[string]string{"ray.io/ft-enabled": "true"}
+			j.Spec.RayClusterSpec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "redis:6379"}
+		}, "metadata.annotations[ray.io/ft-enabled]"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -198,7 +206,7 @@ func TestClusterFor(t *testing.T) {
 	})
 	c := ClusterFor(j, "j-abcde")
 	if c.Name != "j-abcde" || c.Labels["ray.io/originated-from-crd"] != "RayJob" || c.Labels["ray.io/originated-from-cr-name"] != "j" ||
-		c.Labels["kueue.x-k8s.io/queue-name"] != "q" || c.Annotations["a"] != "b" || c.Labels[builder.LabelDisableProvisionedHeadRestart] != "true" {
+		c.Labels["kueue.x-k8s.io/queue-name"] != "q" || c.Annotations["a"] != "b" || c.Labels[rayv1.LabelDisableProvisionedHeadRestart] != "true" {
 		t.Errorf("metadata = %+v", c.ObjectMeta)
 	}
 	if len(c.OwnerReferences) != 1 || !ptr.Deref(c.OwnerReferences[0].Controller, false) || c.OwnerReferences[0].Kind != "RayJob" {

@@ -30,7 +30,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 		}
 		msg := errs.ToAggregate().Error()
 		if s.JobDeploymentStatus != rayv1.JobDeploymentStatusValidationFailed || s.Message != msg {
-			run.eventf(corev1.EventTypeWarning, ReasonInvalidSpec, "Validate", "%s", msg)
+			run.StatusEventf(corev1.EventTypeWarning, ReasonInvalidSpec, "Validate", "%s", msg)
 		}
 		s.JobDeploymentStatus = rayv1.JobDeploymentStatusValidationFailed
 		s.Reason = rayv1.ValidationFailed
@@ -64,7 +64,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	case rayv1.JobDeploymentStatusSuspended:
 		if !j.Spec.Suspend {
 			s.JobDeploymentStatus = rayv1.JobDeploymentStatusNew
-			run.requeueAfter(0)
+			run.Requeue(0)
 		}
 		return nil
 	case rayv1.JobDeploymentStatusComplete, rayv1.JobDeploymentStatusFailed:
@@ -91,7 +91,7 @@ func (r *Reconciler) initialize(run *run) {
 	default:
 		s.JobId = builder.ChildClusterName(j.Name, r.opts.Rand)
 	}
-	if sel := j.Spec.ClusterSelector[builder.LabelCluster]; sel != "" {
+	if sel := j.Spec.ClusterSelector[rayv1.LabelCluster]; sel != "" {
 		s.RayClusterName = sel
 	} else {
 		s.RayClusterName = builder.ChildClusterName(j.Name, r.opts.Rand)
@@ -105,7 +105,7 @@ func (r *Reconciler) initialize(run *run) {
 	s.Succeeded = ptr.To(ptr.Deref(s.Succeeded, 0))
 	s.Failed = ptr.To(ptr.Deref(s.Failed, 0))
 	s.JobDeploymentStatus = rayv1.JobDeploymentStatusInitializing
-	run.requeueAfter(0)
+	run.Requeue(0)
 }
 
 // deadlines fails the job when activeDeadlineSeconds or preRunningDeadlineSeconds has passed; it reports whether
@@ -123,7 +123,7 @@ func (r *Reconciler) deadlines(ctx context.Context, run *run, cluster *rayv1.Ray
 		}
 		limit := time.Duration(*seconds) * time.Second
 		if elapsed < limit {
-			run.requeueAfter(limit - elapsed)
+			run.Requeue(limit - elapsed)
 			return false
 		}
 		r.stopQuietly(ctx, run, cluster)
@@ -150,9 +150,9 @@ func (r *Reconciler) stopQuietly(ctx context.Context, run *run, cluster *rayv1.R
 		return
 	}
 	if stopped, err := dash.StopJob(ctx, j.Status.JobId); err == nil && stopped {
-		run.eventf(corev1.EventTypeNormal, ReasonStoppedJob, "Stop", "stopped Ray job %s", j.Status.JobId)
+		run.Eventf(corev1.EventTypeNormal, ReasonStoppedJob, "Stop", "stopped Ray job %s", j.Status.JobId)
 	} else if err != nil && !errors.Is(err, ray.ErrNotFound) {
-		run.eventf(corev1.EventTypeWarning, ReasonFailedStopJob, "Stop", "failed to stop Ray job %s: %v", j.Status.JobId, err)
+		run.Eventf(corev1.EventTypeWarning, ReasonFailedStopJob, "Stop", "failed to stop Ray job %s: %v", j.Status.JobId, err)
 	}
 }
 
@@ -163,12 +163,12 @@ func (r *Reconciler) fail(run *run, reason rayv1.JobFailedReason, msg string) {
 	s.Reason, s.Message = reason, msg
 	if ptr.Deref(s.Failed, 0) <= ptr.Deref(run.j.Spec.BackoffLimit, 0) {
 		s.JobDeploymentStatus = rayv1.JobDeploymentStatusRetrying
-		run.requeueAfter(0)
+		run.Requeue(0)
 		return
 	}
 	s.JobDeploymentStatus = rayv1.JobDeploymentStatusFailed
 	s.EndTime = ptr.To(metav1.NewTime(run.now))
-	run.requeueAfter(0)
+	run.Requeue(0)
 }
 
 func (r *Reconciler) complete(run *run) {
@@ -176,7 +176,7 @@ func (r *Reconciler) complete(run *run) {
 	s.Succeeded = ptr.To(ptr.Deref(s.Succeeded, 0) + 1)
 	s.JobDeploymentStatus = rayv1.JobDeploymentStatusComplete
 	s.EndTime = ptr.To(metav1.NewTime(run.now))
-	run.requeueAfter(0)
+	run.Requeue(0)
 }
 
 // suspendRequested moves a started RayJob to Suspending; from there it goes on to Suspended even if suspend is
@@ -186,7 +186,7 @@ func suspendRequested(run *run) bool {
 		return false
 	}
 	run.j.Status.JobDeploymentStatus = rayv1.JobDeploymentStatusSuspending
-	run.requeueAfter(0)
+	run.Requeue(0)
 	return true
 }
 
@@ -201,17 +201,17 @@ func (r *Reconciler) ensureCluster(ctx context.Context, run *run) (*rayv1.RayClu
 		return cluster, err
 	}
 	if len(j.Spec.ClusterSelector) > 0 {
-		run.eventf(corev1.EventTypeWarning, ReasonClusterNotFound, "Get", "RayCluster %s/%s set in the clusterSelector is not found. It must be created manually", j.Namespace, j.Status.RayClusterName)
-		run.requeueAfter(r.opts.PollInterval)
+		run.Eventf(corev1.EventTypeWarning, ReasonClusterNotFound, "Get", "RayCluster %s/%s set in the clusterSelector is not found. It must be created manually", j.Namespace, j.Status.RayClusterName)
+		run.Requeue(r.opts.PollInterval)
 		return nil, nil
 	}
 	c := ClusterFor(j, j.Status.RayClusterName)
 	if err := r.client.Create(ctx, c); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			run.requeueAfter(time.Second)
+			run.Requeue(time.Second)
 			return nil, nil
 		}
-		run.eventf(corev1.EventTypeWarning, ReasonFailedCreateCluster, "Create", "Failed to create RayCluster %s/%s: %v", c.Namespace, c.Name, err)
+		run.Eventf(corev1.EventTypeWarning, ReasonFailedCreateCluster, "Create", "Failed to create RayCluster %s/%s: %v", c.Namespace, c.Name, err)
 		if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 			// The API server refuses the cluster as written: retrying will not help.
 			r.fail(run, rayv1.SubmissionFailed, fmt.Sprintf("spec.rayClusterSpec: the API server refused RayCluster %s: %v", c.Name, err))
@@ -219,7 +219,7 @@ func (r *Reconciler) ensureCluster(ctx context.Context, run *run) (*rayv1.RayClu
 		}
 		return nil, err
 	}
-	run.eventf(corev1.EventTypeNormal, ReasonCreatedCluster, "Create", "created RayCluster %s", c.Name)
+	run.Eventf(corev1.EventTypeNormal, ReasonCreatedCluster, "Create", "created RayCluster %s", c.Name)
 	return nil, nil
 }
 
@@ -243,7 +243,7 @@ func (r *Reconciler) initializing(ctx context.Context, run *run) error {
 	}
 	if cluster.Status.State != rayv1.Ready {
 		if len(j.Spec.ClusterSelector) > 0 {
-			run.requeueAfter(r.opts.PollInterval) // not owned: no watch event will come
+			run.Requeue(r.opts.PollInterval) // not owned: no watch event will come
 		}
 		return nil
 	}
@@ -261,7 +261,7 @@ func (r *Reconciler) initializing(ctx context.Context, run *run) error {
 		s.JobId = j.Spec.JobId
 	}
 	s.JobDeploymentStatus = rayv1.JobDeploymentStatusRunning
-	run.requeueAfter(0)
+	run.Requeue(0)
 	return nil
 }
 
@@ -276,14 +276,14 @@ func (r *Reconciler) ensureSubmitter(ctx context.Context, run *run, cluster *ray
 		if apierrors.IsAlreadyExists(err) {
 			return nil
 		}
-		run.eventf(corev1.EventTypeWarning, ReasonFailedSubmitter, "Create", "failed to create submitter Job %s: %v", job.Name, err)
+		run.Eventf(corev1.EventTypeWarning, ReasonFailedSubmitter, "Create", "failed to create submitter Job %s: %v", job.Name, err)
 		if apierrors.IsInvalid(err) {
 			r.fail(run, rayv1.SubmissionFailed, fmt.Sprintf("spec.submitterPodTemplate: the API server refused submitter Job %s: %v", job.Name, err))
 			return nil
 		}
 		return err
 	}
-	run.eventf(corev1.EventTypeNormal, ReasonCreatedSubmitter, "Create", "created submitter Job %s", job.Name)
+	run.Eventf(corev1.EventTypeNormal, ReasonCreatedSubmitter, "Create", "created submitter Job %s", job.Name)
 	return nil
 }
 
@@ -316,7 +316,7 @@ func (r *Reconciler) waiting(ctx context.Context, run *run) error {
 	j.Status.JobId = j.Spec.JobId
 	j.Status.Message = ""
 	j.Status.JobDeploymentStatus = rayv1.JobDeploymentStatusRunning
-	run.requeueAfter(0)
+	run.Requeue(0)
 	return nil
 }
 
@@ -328,7 +328,7 @@ func (r *Reconciler) running(ctx context.Context, run *run) error {
 	if stop || err != nil {
 		return err
 	}
-	run.requeueAfter(r.opts.PollInterval)
+	run.Requeue(r.opts.PollInterval)
 	if cluster == nil {
 		r.statusCheckFailed(run, fmt.Errorf("RayCluster %s is gone", s.RayClusterName))
 		return nil
@@ -371,7 +371,7 @@ func (r *Reconciler) running(ctx context.Context, run *run) error {
 				end = time.UnixMilli(info.EndTime)
 			}
 			if wait := r.opts.TransitionGracePeriod - run.now.Sub(end); wait > 0 {
-				run.requeueAfter(min(wait, r.opts.PollInterval))
+				run.Requeue(min(wait, r.opts.PollInterval))
 				return nil
 			}
 		}
@@ -434,7 +434,7 @@ func (r *Reconciler) submitterFinishedTimeout(ctx context.Context, run *run, clu
 	wait, giveUp := SubmitterGrace(s.JobStatus, finishedAt, run.now, r.opts.SubmitterFinishedTimeout)
 	if !giveUp {
 		if wait > 0 {
-			run.requeueAfter(wait)
+			run.Requeue(wait)
 		}
 		return false, nil
 	}
@@ -497,17 +497,17 @@ func (r *Reconciler) notSubmittedYet(ctx context.Context, run *run, cluster *ray
 		_, err = dash.SubmitJob(ctx, req)
 		switch {
 		case err == nil:
-			run.eventf(corev1.EventTypeNormal, ReasonSubmittedJob, "Submit", "submitted Ray job %s to %s", s.JobId, cluster.Name)
+			run.Eventf(corev1.EventTypeNormal, ReasonSubmittedJob, "Submit", "submitted Ray job %s to %s", s.JobId, cluster.Name)
 		case errors.Is(err, ray.ErrAlreadySubmitted):
 			// An earlier call got through after all (it timed out on our side).
 		case errors.Is(err, ray.ErrUnavailable):
 			r.statusCheckFailed(run, err)
 		default:
-			run.eventf(corev1.EventTypeWarning, ReasonFailedSubmitJob, "Submit", "failed to submit Ray job %s: %v", s.JobId, err)
+			run.Eventf(corev1.EventTypeWarning, ReasonFailedSubmitJob, "Submit", "failed to submit Ray job %s: %v", s.JobId, err)
 			r.fail(run, rayv1.SubmissionFailed, fmt.Sprintf("submitting Ray job %s: %v", s.JobId, err))
 			return nil
 		}
-		run.requeueAfter(time.Second)
+		run.Requeue(time.Second)
 		return nil
 	case rayv1.InteractiveMode:
 		s.Message = fmt.Sprintf("Ray does not know job %s yet; submit it with that submission ID", s.JobId)
@@ -554,7 +554,7 @@ func (r *Reconciler) checkSubmitterAlive(ctx context.Context, run *run, cluster 
 		return nil
 	}
 	if wait := r.opts.TransitionGracePeriod - run.now.Sub(failedAt); wait > 0 {
-		run.requeueAfter(min(wait, r.opts.PollInterval))
+		run.Requeue(min(wait, r.opts.PollInterval))
 		return nil
 	}
 	r.stopQuietly(ctx, run, cluster)
@@ -586,7 +586,7 @@ func (r *Reconciler) sidecarFailure(ctx context.Context, cluster *rayv1.RayClust
 // headPods lists the cluster's head pods (one, unless one is being replaced).
 func (r *Reconciler) headPods(ctx context.Context, cluster *rayv1.RayCluster) ([]corev1.Pod, error) {
 	pods := &corev1.PodList{}
-	err := r.client.List(ctx, pods, client.InNamespace(cluster.Namespace), clusterpods.Of(cluster.Name), client.MatchingLabels{builder.LabelNodeType: builder.NodeTypeHead})
+	err := r.client.List(ctx, pods, client.InNamespace(cluster.Namespace), clusterpods.Of(cluster.Name), client.MatchingLabels{rayv1.LabelNodeType: rayv1.NodeTypeHead})
 	return pods.Items, err
 }
 
@@ -609,14 +609,14 @@ func (r *Reconciler) statusCheckFailed(run *run, err error) {
 	s := &run.j.Status
 	if s.JobStatusCheckFailureStartTime == nil {
 		s.JobStatusCheckFailureStartTime = ptr.To(metav1.NewTime(run.now))
-		run.eventf(corev1.EventTypeWarning, ReasonStatusCheckFailed, "GetJob", "cannot read Ray job %s: %v", s.JobId, err)
+		run.StatusEventf(corev1.EventTypeWarning, ReasonStatusCheckFailed, "GetJob", "cannot read Ray job %s: %v", s.JobId, err)
 	}
 	since := run.now.Sub(s.JobStatusCheckFailureStartTime.Time)
 	if since >= r.opts.StatusCheckTimeout {
 		r.fail(run, rayv1.JobStatusCheckTimeoutExceeded, fmt.Sprintf("could not read the status of Ray job %s for %s: %v", s.JobId, r.opts.StatusCheckTimeout, err))
 		return
 	}
-	run.requeueAfter(min(r.opts.StatusCheckTimeout-since, r.opts.PollInterval))
+	run.Requeue(min(r.opts.StatusCheckTimeout-since, r.opts.PollInterval))
 }
 
 // tearDown deletes the job's cluster (when the RayJob made it) and submitter; once both are gone, reset sets the
@@ -643,11 +643,11 @@ func (r *Reconciler) tearDown(ctx context.Context, run *run, reset func()) error
 	}
 	gone = gone && ok
 	if !gone {
-		run.requeueAfter(time.Second)
+		run.Requeue(time.Second)
 		return nil
 	}
 	reset()
-	run.requeueAfter(0)
+	run.Requeue(0)
 	return nil
 }
 
@@ -665,23 +665,23 @@ func (r *Reconciler) ensureHeadService(ctx context.Context, run *run, cluster *r
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := r.client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
-			run.eventf(corev1.EventTypeWarning, ReasonFailedCreateService, "Create", "Failed to create the service %s/%s, %v", want.Namespace, want.Name, err)
+			run.Eventf(corev1.EventTypeWarning, ReasonFailedCreateService, "Create", "Failed to create the service %s/%s, %v", want.Namespace, want.Name, err)
 			return err
 		}
-		run.eventf(corev1.EventTypeNormal, ReasonCreatedService, "Create", "Created the service %s/%s", want.Namespace, want.Name)
+		run.Eventf(corev1.EventTypeNormal, ReasonCreatedService, "Create", "Created the service %s/%s", want.Namespace, want.Name)
 		return nil
 	case err != nil:
 		return err
-	case have.Spec.Selector[builder.LabelCluster] == cluster.Name:
+	case have.Spec.Selector[rayv1.LabelCluster] == cluster.Name:
 		return nil
 	}
 	// A new cluster (a retry): point the Service at it; the cluster IP cannot change.
 	want.Spec.ClusterIP, want.Spec.ClusterIPs = have.Spec.ClusterIP, have.Spec.ClusterIPs
 	have.Spec = want.Spec
 	if err := r.client.Update(ctx, have); err != nil {
-		run.eventf(corev1.EventTypeWarning, ReasonFailedUpdateService, "Update", "Failed to update the service %s/%s, %v", have.Namespace, have.Name, err)
+		run.Eventf(corev1.EventTypeWarning, ReasonFailedUpdateService, "Update", "Failed to update the service %s/%s, %v", have.Namespace, have.Name, err)
 		return err
 	}
-	run.eventf(corev1.EventTypeNormal, ReasonUpdatedService, "Update", "Updated the service %s/%s", have.Namespace, have.Name)
+	run.Eventf(corev1.EventTypeNormal, ReasonUpdatedService, "Update", "Updated the service %s/%s", have.Namespace, have.Name)
 	return nil
 }

@@ -6,13 +6,12 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/validation"
 )
 
 // Validate returns what in the RayJob the schema cannot refuse and the controller cannot run. Each error names
@@ -27,12 +26,12 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 	mode := submissionMode(j)
 	hasSelector := len(s.ClusterSelector) > 0
 	if hasSelector {
-		if s.ClusterSelector[builder.LabelCluster] == "" {
-			errs = append(errs, field.Required(spec.Child("clusterSelector").Key(builder.LabelCluster), "the selector must name the cluster with ray.io/cluster"))
+		if s.ClusterSelector[rayv1.LabelCluster] == "" {
+			errs = append(errs, field.Required(spec.Child("clusterSelector").Key(rayv1.LabelCluster), "the selector must name the cluster with ray.io/cluster"))
 		}
 		for k := range s.ClusterSelector {
-			if k != builder.LabelCluster {
-				errs = append(errs, field.NotSupported(spec.Child("clusterSelector").Key(k), k, []string{builder.LabelCluster}))
+			if k != rayv1.LabelCluster {
+				errs = append(errs, field.NotSupported(spec.Child("clusterSelector").Key(k), k, []string{rayv1.LabelCluster}))
 			}
 		}
 		if s.RayClusterSpec != nil {
@@ -54,15 +53,10 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 		errs = append(errs, field.Required(spec.Child("rayClusterSpec"), "set rayClusterSpec or clusterSelector"))
 	}
 	if s.RayClusterSpec != nil {
-		if hs := s.RayClusterSpec.HeadGroupSpec.HeadService; hs != nil && hs.Name != "" {
-			// The controller reaches the dashboard by this name: it must not be able to name another host.
-			if msgs := validation.IsDNS1035Label(hs.Name); len(msgs) > 0 {
-				errs = append(errs, field.Invalid(spec.Child("rayClusterSpec", "headGroupSpec", "headService", "metadata", "name"), hs.Name, "must be a DNS-1035 label: "+strings.Join(msgs, "; ")))
-			}
-		}
-	}
-	if s.RayClusterSpec != nil && len(s.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers) == 0 {
-		errs = append(errs, field.Required(spec.Child("rayClusterSpec", "headGroupSpec", "template", "spec", "containers"), "the head needs a container"))
+		// The RayCluster rules, as for the cluster the RayJob makes (which carries the RayJob's annotations, see
+		// ClusterFor). They also keep the head Service name a DNS-1035 label: the controller reaches the dashboard
+		// by it.
+		errs = append(errs, validation.ClusterSpec(s.RayClusterSpec, j.Annotations, spec.Child("rayClusterSpec"))...)
 	}
 	if mode != rayv1.InteractiveMode && strings.TrimSpace(s.Entrypoint) == "" && !ownSubmitterCommand(j) {
 		errs = append(errs, field.Required(spec.Child("entrypoint"), fmt.Sprintf("%s needs an entrypoint", mode)))

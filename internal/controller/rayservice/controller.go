@@ -95,8 +95,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // serviceOfPod maps a Ray pod to the RayService that controls its cluster.
 func (r *Reconciler) serviceOfPod(ctx context.Context, o client.Object) []reconcile.Request {
-	name := o.GetLabels()[builder.LabelCluster]
-	if _, serve := o.GetLabels()[builder.LabelServe]; name == "" || !serve {
+	name := o.GetLabels()[rayv1.LabelCluster]
+	if _, serve := o.GetLabels()[rayv1.LabelServe]; name == "" || !serve {
 		// Every pod of a RayService's cluster carries ray.io/serve (KubeRay's and Manta's builders set it
 		// from the cluster's originated-from-crd label); a plain RayCluster's pods are not looked up, which
 		// cost a copy of their cluster from the cache on every pod event.
@@ -158,28 +158,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		rs.Status = p.status
 		statusErr = r.client.Status().Update(ctx, rs)
 	}
-	// Events report writes already made (or failed): they are recorded even when the status write fails.
 	// The events regard the RayService without its resourceVersion, which every status write moves: the recorder
 	// aggregates repeats of one event (a retried Serve config, say) by what they regard, so they count in one
 	// series instead of one Event object per retry.
 	regarding := *rs
 	regarding.ResourceVersion = ""
-	for _, e := range p.events {
-		r.recorder.Eventf(&regarding, nil, e.typ, e.reason, e.action, "%s", e.note)
-	}
-	switch {
-	case writeErr != nil:
-		return ctrl.Result{}, writeErr
-	case apierrors.IsConflict(statusErr):
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	case statusErr != nil:
-		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
-	}
-	after := r.opts.RequeueInterval
-	if p.requeueAfter > 0 && p.requeueAfter < after {
-		after = p.requeueAfter
-	}
-	return ctrl.Result{RequeueAfter: after}, nil
+	p.Requeue(r.opts.RequeueInterval)
+	return p.Finish(r.recorder, &regarding, writeErr, statusErr)
 }
 
 func statusEqual(a, b *rayv1.RayServiceStatuses) bool {

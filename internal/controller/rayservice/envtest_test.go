@@ -79,8 +79,8 @@ func TestController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	podReq, _ := labels.NewRequirement(builder.LabelNodeType, selection.Exists, nil)
-	svcReq, _ := labels.NewRequirement(builder.LabelCluster, selection.Exists, nil)
+	podReq, _ := labels.NewRequirement(rayv1.LabelNodeType, selection.Exists, nil)
+	svcReq, _ := labels.NewRequirement(rayv1.LabelCluster, selection.Exists, nil)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
@@ -218,7 +218,7 @@ func (e *env) cluster(t *testing.T, ns, name string) (*rayv1.RayCluster, bool) {
 func (e *env) pods(t *testing.T, ns, cluster string) []corev1.Pod {
 	t.Helper()
 	var list corev1.PodList
-	if err := e.cl.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{builder.LabelCluster: cluster}); err != nil {
+	if err := e.cl.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelCluster: cluster}); err != nil {
 		t.Fatal(err)
 	}
 	var out []corev1.Pod
@@ -312,7 +312,7 @@ func (e *env) selectors(t *testing.T, rs *rayv1.RayService) (head, serve string)
 	}{{rs.Name + "-head-svc", &head}, {rs.Name + "-serve-svc", &serve}} {
 		svc := &corev1.Service{}
 		if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: rs.Namespace, Name: n.name}, svc); err == nil {
-			*n.dst = svc.Spec.Selector[builder.LabelCluster]
+			*n.dst = svc.Spec.Selector[rayv1.LabelCluster]
 		} else if !apierrors.IsNotFound(err) {
 			t.Fatal(err)
 		}
@@ -347,7 +347,7 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 	if !strings.HasPrefix(name, "svc-") || len(name) != len("svc-")+5 {
 		t.Errorf("cluster name %q, want svc-<5 chars>", name)
 	}
-	if c.Labels[builder.LabelOriginCRD] != "RayService" || c.Labels[builder.LabelOriginCRName] != "svc" || !metav1.IsControlledBy(c, got) {
+	if c.Labels[rayv1.LabelOriginCRD] != "RayService" || c.Labels[rayv1.LabelOriginCRName] != "svc" || !metav1.IsControlledBy(c, got) {
 		t.Errorf("cluster labels %v, owners %v", c.Labels, c.OwnerReferences)
 	}
 	if got.Status.ServiceStatus != rayv1.Running || got.Status.NumServeEndpoints != 2 || got.Status.ObservedGeneration != got.Generation {
@@ -385,8 +385,8 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 		t.Errorf("Services point at %q / %q, want %q", head, serve, name)
 	}
 	for _, p := range e.pods(t, ns, name) {
-		if p.Labels[builder.LabelServe] != "true" {
-			t.Errorf("pod %s ray.io/serve=%q", p.Name, p.Labels[builder.LabelServe])
+		if p.Labels[rayv1.LabelServe] != "true" {
+			t.Errorf("pod %s ray.io/serve=%q", p.Name, p.Labels[rayv1.LabelServe])
 		}
 	}
 	// The config hash is kept: a settled service is not sent its config again.
@@ -555,7 +555,7 @@ func testHeadRestartReapplies(t *testing.T, e *env) {
 	// reporting them, so the restart count is the only signal here (testLostApplicationsReapplied covers the other).
 	var head corev1.Pod
 	for _, p := range e.pods(t, ns, name) {
-		if p.Labels[builder.LabelNodeType] == builder.NodeTypeHead {
+		if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead {
 			head = p
 		}
 	}
@@ -597,13 +597,13 @@ func testWorkerReadinessDrivesEndpoints(t *testing.T, e *env) {
 	var worker string
 	for _, p := range e.pods(t, ns, name) {
 		want := "true"
-		if p.Labels[builder.LabelNodeType] == builder.NodeTypeHead {
+		if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead {
 			want = "false"
 		} else {
 			worker = p.Name
 		}
-		if p.Labels[builder.LabelServe] != want {
-			t.Errorf("pod %s ray.io/serve=%q, want %s", p.Name, p.Labels[builder.LabelServe], want)
+		if p.Labels[rayv1.LabelServe] != want {
+			t.Errorf("pod %s ray.io/serve=%q, want %s", p.Name, p.Labels[rayv1.LabelServe], want)
 		}
 	}
 	if got := e.get(t, rs); got.Status.NumServeEndpoints != 1 {
@@ -626,8 +626,8 @@ func testWorkerReadinessDrivesEndpoints(t *testing.T, e *env) {
 			return false, err.Error()
 		}
 		r := cond(got, rayv1.RayServiceReady)
-		return p.Labels[builder.LabelServe] == "true" && got.Status.NumServeEndpoints == 0 && r.Reason == string(rayv1.ZeroServeEndpoints) && got.Status.ServiceStatus == "",
-			fmt.Sprintf("label %q, endpoints %d, Ready %+v", p.Labels[builder.LabelServe], got.Status.NumServeEndpoints, r)
+		return p.Labels[rayv1.LabelServe] == "true" && got.Status.NumServeEndpoints == 0 && r.Reason == string(rayv1.ZeroServeEndpoints) && got.Status.ServiceStatus == "",
+			fmt.Sprintf("label %q, endpoints %d, Ready %+v", p.Labels[rayv1.LabelServe], got.Status.NumServeEndpoints, r)
 	})
 	e.ray.setProxyDown(worker, false)
 	e.setReady(t, ns, name, 2)
@@ -881,10 +881,10 @@ func testServeServiceFromSpec(t *testing.T, e *env) {
 	if svc.Spec.Type != corev1.ServiceTypeNodePort || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 9000 || svc.Spec.Ports[0].NodePort == 0 {
 		t.Errorf("serve Service spec %+v", svc.Spec)
 	}
-	if svc.Labels["team"] != "a" || svc.Annotations["lb"] != "yes" || svc.Labels[builder.LabelOriginCRD] != "RayService" {
+	if svc.Labels["team"] != "a" || svc.Annotations["lb"] != "yes" || svc.Labels[rayv1.LabelOriginCRD] != "RayService" {
 		t.Errorf("serve Service labels %v annotations %v", svc.Labels, svc.Annotations)
 	}
-	if want := map[string]string{builder.LabelCluster: name, builder.LabelServe: "true"}; !maps.Equal(svc.Spec.Selector, want) {
+	if want := map[string]string{rayv1.LabelCluster: name, rayv1.LabelServe: "true"}; !maps.Equal(svc.Spec.Selector, want) {
 		t.Errorf("selector %v, want %v", svc.Spec.Selector, want)
 	}
 	if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "svc-serve-svc"}, &corev1.Service{}); !apierrors.IsNotFound(err) {

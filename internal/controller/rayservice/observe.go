@@ -23,7 +23,7 @@ const maxParallelHealthChecks = 8
 // ownedClusters lists the RayClusters the service controls.
 func (r *Reconciler) ownedClusters(ctx context.Context, rs *rayv1.RayService) ([]rayv1.RayCluster, error) {
 	var list rayv1.RayClusterList
-	if err := r.client.List(ctx, &list, client.InNamespace(rs.Namespace), client.MatchingLabels{builder.LabelOriginCRName: rs.Name}); err != nil {
+	if err := r.client.List(ctx, &list, client.InNamespace(rs.Namespace), client.MatchingLabels{rayv1.LabelOriginCRName: rs.Name}); err != nil {
 		return nil, fmt.Errorf("list RayClusters: %w", err)
 	}
 	var out []rayv1.RayCluster
@@ -43,7 +43,7 @@ func (r *Reconciler) observe(ctx context.Context, rs *rayv1.RayService) (observe
 	if o.clusters, err = r.ownedClusters(ctx, rs); err != nil {
 		return o, err
 	}
-	if rs.Spec.Suspend || validate(rs) != "" {
+	if rs.Spec.Suspend || len(validate(rs)) > 0 {
 		return o, nil
 	}
 	for _, slot := range []struct {
@@ -85,7 +85,7 @@ func (r *Reconciler) observeCluster(ctx context.Context, rs *rayv1.RayService, c
 		co.pods = append(co.pods, p)
 	}
 	for i := range co.pods {
-		if co.pods[i].Labels[builder.LabelNodeType] == builder.NodeTypeHead && co.pods[i].Status.Phase == corev1.PodRunning {
+		if co.pods[i].Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead && co.pods[i].Status.Phase == corev1.PodRunning {
 			co.head = &co.pods[i]
 		}
 	}
@@ -123,7 +123,7 @@ func (r *Reconciler) checkProxies(ctx context.Context, rs *rayv1.RayService, co 
 	sem := make(chan struct{}, maxParallelHealthChecks)
 	for i := range co.pods {
 		p := &co.pods[i]
-		isHead := p.Labels[builder.LabelNodeType] == builder.NodeTypeHead
+		isHead := p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead
 		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || (isHead && rs.Spec.ExcludeHeadPodFromServeSvc) {
 			continue
 		}

@@ -17,6 +17,8 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/validation"
 )
 
 // clusterObs is what one reconcile saw of one of the service's clusters.
@@ -72,12 +74,11 @@ type annotationPatch struct {
 	value   *string
 }
 
-type event struct {
-	typ, reason, action, note string
-}
-
-// plan is what one reconcile writes, in the writer's order, and the status it then records.
+// plan is what one reconcile writes, in the writer's order, and the status it then records. Its Result gathers the
+// events and the requeue (see internal/reconcile): the plan's own events report status changes, the writer's report
+// its writes.
 type plan struct {
+	reconcile.Result
 	status         rayv1.RayServiceStatuses
 	createCluster  *rayv1.RayCluster
 	updateClusters []*rayv1.RayCluster
@@ -88,32 +89,17 @@ type plan struct {
 	recordApplied []*rayv1.RayCluster
 	services      []*corev1.Service
 	podLabels     []podLabel
-	events        []event
 	// written holds, by cluster name, the event reporting a cluster update or deletion; the writer records it once
 	// that write succeeded.
-	written      map[string]event
-	requeueAfter time.Duration
-}
-
-func (p *plan) eventf(typ, reason, action, format string, args ...any) {
-	p.events = append(p.events, event{typ, reason, action, fmt.Sprintf(format, args...)})
+	written map[string]reconcile.Event
 }
 
 // onWrite prepares the event of a cluster update or deletion, recorded only once the write succeeded.
 func (p *plan) onWrite(cluster, typ, reason, action, format string, args ...any) {
 	if p.written == nil {
-		p.written = map[string]event{}
+		p.written = map[string]reconcile.Event{}
 	}
-	p.written[cluster] = event{typ, reason, action, fmt.Sprintf(format, args...)}
-}
-
-func (p *plan) requeueIn(d time.Duration) {
-	if d <= 0 {
-		d = 100 * time.Millisecond
-	}
-	if p.requeueAfter == 0 || d < p.requeueAfter {
-		p.requeueAfter = d
-	}
+	p.written[cluster] = reconcile.Event{Type: typ, Reason: reason, Action: action, Note: fmt.Sprintf(format, args...)}
 }
 
 // computePlan is the RayService state machine as a pure function of what was observed. Its rules:
@@ -145,7 +131,7 @@ func computePlan(o observed) *plan {
 		msg := unsupportedMessage(unsupported)
 		old := meta.FindStatusCondition(rs.Status.Conditions, ConditionUnsupportedFeature)
 		if old == nil || old.Message != msg {
-			p.eventf(corev1.EventTypeWarning, EventUnsupportedFeature, "Validate", "%s", msg)
+			p.StatusEventf(corev1.EventTypeWarning, EventUnsupportedFeature, "Validate", "%s", msg)
 		}
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionUnsupportedFeature, Status: metav1.ConditionTrue,
 			Reason: ReasonUnsupportedFields, Message: msg, ObservedGeneration: rs.Generation, LastTransitionTime: now})
@@ -153,9 +139,10 @@ func computePlan(o observed) *plan {
 		meta.RemoveStatusCondition(&st.Conditions, ConditionUnsupportedFeature)
 	}
 
-	if msg := validate(rs); msg != "" {
+	if errs := validate(rs); len(errs) > 0 {
+		msg := validation.Message(errs)
 		if oldReady == nil || oldReady.Reason != string(rayv1.RayServiceValidationFailed) || oldReady.Message != msg {
-			p.eventf(corev1.EventTypeWarning, EventInvalidRayServiceSpec, "Validate", "%s", msg)
+			p.StatusEventf(corev1.EventTypeWarning, EventInvalidRayServiceSpec, "Validate", "%s", msg)
 		}
 		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceValidationFailed, msg)
 		st.ServiceStatus = ""
@@ -179,7 +166,7 @@ func computePlan(o observed) *plan {
 	active, pending := o.active, o.pending
 	if active != nil && active.cluster == nil {
 		// The active cluster is gone (deleted by someone): nothing serves; a new cluster is brought up.
-		p.eventf(corev1.EventTypeWarning, EventDeletedRayCluster, "Reconcile", "active RayCluster %s no longer exists; creating a new one", st.ActiveServiceStatus.RayClusterName)
+		p.StatusEventf(corev1.EventTypeWarning, EventDeletedRayCluster, "Reconcile", "active RayCluster %s no longer exists; creating a new one", st.ActiveServiceStatus.RayClusterName)
 		st.ActiveServiceStatus = rayv1.RayServiceStatus{}
 		active = nil
 	}
@@ -233,9 +220,9 @@ func computePlan(o observed) *plan {
 		st.PendingServiceStatus = serviceStatus(pending, st.PendingServiceStatus)
 		if pending.cluster != nil && !appliedNow[pending.cluster.Name] && ready(rs, pending, configHash) {
 			if active != nil {
-				p.eventf(corev1.EventTypeNormal, EventPromotedPendingCluster, "Upgrade", "switched traffic from RayCluster %s to RayCluster %s: all Serve applications are RUNNING", active.cluster.Name, pending.cluster.Name)
+				p.StatusEventf(corev1.EventTypeNormal, EventPromotedPendingCluster, "Upgrade", "switched traffic from RayCluster %s to RayCluster %s: all Serve applications are RUNNING", active.cluster.Name, pending.cluster.Name)
 			} else {
-				p.eventf(corev1.EventTypeNormal, EventPromotedPendingCluster, "Promote", "RayCluster %s serves: all Serve applications are RUNNING", pending.cluster.Name)
+				p.StatusEventf(corev1.EventTypeNormal, EventPromotedPendingCluster, "Promote", "RayCluster %s serves: all Serve applications are RUNNING", pending.cluster.Name)
 			}
 			st.ActiveServiceStatus = st.PendingServiceStatus
 			st.PendingServiceStatus = rayv1.RayServiceStatus{}
@@ -308,7 +295,7 @@ func planPending(o observed, p *plan, pending *clusterObs, spec *rayv1.RayCluste
 		name := st.PendingServiceStatus.RayClusterName
 		if slices.ContainsFunc(o.clusters, func(c rayv1.RayCluster) bool { return c.Name == name && c.DeletionTimestamp != nil }) {
 			// The name is still taken by a terminating cluster: wait.
-			p.requeueIn(time.Second)
+			p.Requeue(time.Second)
 			return pending
 		}
 		p.createCluster = builder.RayServiceCluster(o.rs, name)
@@ -318,9 +305,9 @@ func planPending(o observed, p *plan, pending *clusterObs, spec *rayv1.RayCluste
 	name := o.newName()
 	st.PendingServiceStatus = rayv1.RayServiceStatus{RayClusterName: name}
 	if st.ActiveServiceStatus.RayClusterName != "" {
-		p.eventf(corev1.EventTypeNormal, EventUpgradeStarted, "Upgrade", "the rayClusterConfig changed: preparing new RayCluster %s", name)
+		p.StatusEventf(corev1.EventTypeNormal, EventUpgradeStarted, "Upgrade", "the rayClusterConfig changed: preparing new RayCluster %s", name)
 	}
-	p.requeueIn(0)
+	p.Requeue(0)
 	return &clusterObs{}
 }
 
@@ -452,11 +439,11 @@ func planServeLabels(rs *rayv1.RayService, p *plan, active, pending *clusterObs)
 		for i := range c.pods {
 			pod := &c.pods[i]
 			want := "false"
-			isHead := pod.Labels[builder.LabelNodeType] == builder.NodeTypeHead
+			isHead := pod.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead
 			if !isHead || (c.proxyHealthy[pod.Name] && !rs.Spec.ExcludeHeadPodFromServeSvc) {
 				want = "true"
 			}
-			if pod.Labels[builder.LabelServe] != want {
+			if pod.Labels[rayv1.LabelServe] != want {
 				p.podLabels = append(p.podLabels, podLabel{pod: pod, value: want})
 			}
 			if c == active && want == "true" && builder.PodRunningAndReady(pod) {
@@ -502,18 +489,18 @@ func planOldClusters(o observed, p *plan, active, pending *clusterObs) {
 			deadline = o.now.Add(delay)
 			if delay > 0 {
 				p.annotate = append(p.annotate, annotationPatch{cluster: c, key: builder.AnnotationDeleteAfter, value: ptr.To(deadline.UTC().Format(time.RFC3339))})
-				p.requeueIn(delay)
+				p.Requeue(delay)
 				continue
 			}
 		}
 		if o.now.Before(deadline) {
-			p.requeueIn(deadline.Sub(o.now))
+			p.Requeue(deadline.Sub(o.now))
 			continue
 		}
 		if st := &o.rs.Status; c.Name == st.ActiveServiceStatus.RayClusterName || c.Name == st.PendingServiceStatus.RayClusterName {
 			// The recorded status still names it (this reconcile's status write may yet fail): delete it once the
 			// status that no longer names it is stored.
-			p.requeueIn(0)
+			p.Requeue(0)
 			continue
 		}
 		p.deleteClusters = append(p.deleteClusters, c)
@@ -539,7 +526,7 @@ func planSuspend(o observed, p *plan, setCond func(rayv1.RayServiceConditionType
 	if alive > 0 {
 		setCond(rayv1.RayServiceSuspending, metav1.ConditionTrue, rayv1.RayServiceSuspendInProgress, "deleting the RayService's clusters")
 		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceSuspendRequested, "the RayService is being suspended")
-		p.requeueIn(time.Second)
+		p.Requeue(time.Second)
 	} else {
 		setCond(rayv1.RayServiceSuspending, metav1.ConditionFalse, rayv1.RayServiceSuspendComplete, "the RayService's clusters are deleted")
 		setCond(rayv1.RayServiceSuspended, metav1.ConditionTrue, rayv1.RayServiceSuspendComplete, "the RayService is suspended")
@@ -563,11 +550,11 @@ func timedOut(o observed, p *plan, setCond func(rayv1.RayServiceConditionType, m
 			return false
 		}
 		if left := ready.LastTransitionTime.Add(timeout).Sub(o.now); left > 0 {
-			p.requeueIn(left)
+			p.Requeue(left)
 			return false
 		}
 		spent := o.now.Sub(ready.LastTransitionTime.Time)
-		p.eventf(corev1.EventTypeWarning, string(rayv1.RayServiceInitializingTimeout), "Initialize",
+		p.StatusEventf(corev1.EventTypeWarning, string(rayv1.RayServiceInitializingTimeout), "Initialize",
 			"RayService initializing timeout exceeded after %s (configured timeout: %s, annotation %s)", spent, timeout, AnnotationInitializingTimeout)
 		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceInitializingTimeout,
 			fmt.Sprintf("RayService failed to become ready within the configured timeout of %s. Time spent initializing: %s", timeout, spent))

@@ -15,6 +15,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/validation"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -37,7 +38,7 @@ func names(seq ...string) func() string {
 // readyCluster is a cluster of rs whose head is ready, with the current config applied and all apps RUNNING.
 func readyCluster(rs *rayv1.RayService, name string) *clusterObs {
 	c := builder.RayServiceCluster(rs, name)
-	head := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name + "-head-x", UID: "head-uid", Labels: map[string]string{builder.LabelNodeType: builder.NodeTypeHead, builder.LabelServe: "true"}},
+	head := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name + "-head-x", UID: "head-uid", Labels: map[string]string{rayv1.LabelNodeType: rayv1.NodeTypeHead, rayv1.LabelServe: "true"}},
 		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
 	c.Annotations[builder.AnnotationServeConfigHash] = builder.ServeConfigHash(rs.Spec.ServeConfigV2)
@@ -87,7 +88,7 @@ func TestPlanPromotionAndDeletionDelay(t *testing.T) {
 	// Not RUNNING yet: no switch.
 	pending.details.Applications["fruit_app"] = ray.ServeApplication{Status: ray.ApplicationStatusUnhealthy}
 	p := computePlan(observed{rs: rs, now: t0, active: old, pending: pending, clusters: []rayv1.RayCluster{*old.cluster, *pending.cluster}})
-	if p.status.ActiveServiceStatus.RayClusterName != "svc-old" || p.services[0].Spec.Selector[builder.LabelCluster] != "svc-old" {
+	if p.status.ActiveServiceStatus.RayClusterName != "svc-old" || p.services[0].Spec.Selector[rayv1.LabelCluster] != "svc-old" {
 		t.Fatalf("switched to a cluster with an UNHEALTHY application")
 	}
 	if c := meta.FindStatusCondition(p.status.Conditions, string(rayv1.UpgradeInProgress)); c.Status != metav1.ConditionTrue || c.Reason != string(rayv1.BothActivePendingClustersExist) {
@@ -100,7 +101,7 @@ func TestPlanPromotionAndDeletionDelay(t *testing.T) {
 		t.Fatalf("not switched: active %q pending %q", p.status.ActiveServiceStatus.RayClusterName, p.status.PendingServiceStatus.RayClusterName)
 	}
 	for _, svc := range p.services {
-		if svc.Spec.Selector[builder.LabelCluster] != "svc-new" {
+		if svc.Spec.Selector[rayv1.LabelCluster] != "svc-new" {
 			t.Errorf("Service %s selects %v", svc.Name, svc.Spec.Selector)
 		}
 	}
@@ -170,14 +171,23 @@ func TestValidateNamesTheField(t *testing.T) {
 			rs.Spec.RayClusterSpec.HeadGroupSpec.HeadService = &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "fixed"}}
 		}, "spec.rayClusterConfig.headGroupSpec.headService.metadata.name"},
 		"cluster managedBy": {func(rs *rayv1.RayService) { rs.Spec.RayClusterSpec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") }, "spec.rayClusterConfig.managedBy"},
+		// The RayCluster rules apply to rayClusterConfig, naming the field under it.
+		"cluster rule: group resources": {func(rs *rayv1.RayService) {
+			g := &rs.Spec.RayClusterSpec.WorkerGroupSpecs[0]
+			g.Resources = map[string]string{"CPU": "lots"}
+		}, "spec.rayClusterConfig.workerGroupSpecs[0].resources[CPU]: \"lots\" is not a quantity"},
+		"cluster rule: autoscaler v2 without autoscaling": {func(rs *rayv1.RayService) {
+			c := &rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0]
+			c.Env = append(c.Env, corev1.EnvVar{Name: "RAY_enable_autoscaler_v2", Value: "1"})
+		}, `spec.rayClusterConfig.headGroupSpec.template.spec.containers[0].env[RAY_enable_autoscaler_v2]: "1" asks for autoscaler v2, which needs spec.rayClusterConfig.enableInTreeAutoscaling: true`},
 	} {
 		rs := planService()
 		tc.mutate(rs)
-		if got := validate(rs); !strings.HasPrefix(got, tc.want) {
+		if got := validation.Message(validate(rs)); !strings.HasPrefix(got, tc.want) {
 			t.Errorf("%s: %q, want it to start with %q", name, got, tc.want)
 		}
 	}
-	if got := validate(planService()); got != "" {
+	if got := validation.Message(validate(planService())); got != "" {
 		t.Errorf("valid service: %q", got)
 	}
 	rs := planService()

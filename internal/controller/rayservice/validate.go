@@ -6,64 +6,71 @@ import (
 	"fmt"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/validation"
 )
 
-// validate finds what stops the service from being reconciled at all; the message names the field.
-func validate(rs *rayv1.RayService) string {
+// validate finds what stops the service from being reconciled at all, each error naming its field: the service's
+// own rules, then the RayCluster rules for rayClusterConfig (internal/validation), as for the clusters it makes.
+func validate(rs *rayv1.RayService) field.ErrorList {
+	var errs field.ErrorList
 	if len(rs.Name) > MaxNameLength {
-		return fmt.Sprintf("metadata.name: RayService name %q is longer than %d characters", rs.Name, MaxNameLength)
+		errs = append(errs, &field.Error{Type: field.ErrorTypeTooLong, Field: "metadata.name", BadValue: rs.Name,
+			Detail: fmt.Sprintf("RayService name %q is longer than %d characters", rs.Name, MaxNameLength)})
 	}
 	if v, ok := rs.Annotations[AnnotationInitializingTimeout]; ok {
 		if _, ok := initializingTimeout(rs); !ok {
-			return fmt.Sprintf("metadata.annotations[%s]: %q is neither a positive Go duration nor a positive number of seconds", AnnotationInitializingTimeout, v)
+			errs = append(errs, field.Invalid(field.NewPath("metadata", "annotations").Key(AnnotationInitializingTimeout), v,
+				fmt.Sprintf("%q is neither a positive Go duration nor a positive number of seconds", v)))
 		}
 	}
+	spec := field.NewPath("spec")
 	if rs.Spec.ServeConfigV2 != "" {
 		if _, err := ray.ServeConfigToJSON(rs.Spec.ServeConfigV2); err != nil {
-			return "spec.serveConfigV2: " + err.Error()
+			errs = append(errs, field.Invalid(spec.Child("serveConfigV2"), "(omitted)", err.Error()))
 		}
 	}
 	if u := rs.Spec.UpgradeStrategy; u != nil {
 		t := upgradeType(rs)
 		if t == rayv1.NewClusterWithIncrementalUpgrade {
-			return "spec.upgradeStrategy.type: NewClusterWithIncrementalUpgrade is not supported by Manta yet; use NewCluster or None"
+			errs = append(errs, &field.Error{Type: field.ErrorTypeNotSupported, Field: spec.Child("upgradeStrategy", "type").String(), BadValue: t,
+				Detail: "NewClusterWithIncrementalUpgrade is not supported by Manta yet; use NewCluster or None"})
+		} else if u.ClusterUpgradeOptions != nil {
+			errs = append(errs, field.Forbidden(spec.Child("upgradeStrategy", "clusterUpgradeOptions"), fmt.Sprintf("only used with NewClusterWithIncrementalUpgrade, not %s", t)))
 		}
-		if u.ClusterUpgradeOptions != nil {
-			return fmt.Sprintf("spec.upgradeStrategy.clusterUpgradeOptions: only used with NewClusterWithIncrementalUpgrade, not %s", t)
-		}
 	}
-	spec := &rs.Spec.RayClusterSpec
-	if spec.Suspend != nil && *spec.Suspend {
-		return "spec.rayClusterConfig.suspend: a RayService's cluster cannot be suspended on its own; use spec.suspend"
+	cluster := spec.Child("rayClusterConfig")
+	cs := &rs.Spec.RayClusterSpec
+	if cs.Suspend != nil && *cs.Suspend {
+		errs = append(errs, field.Forbidden(cluster.Child("suspend"), "a RayService's cluster cannot be suspended on its own; use spec.suspend"))
 	}
-	if m := spec.ManagedBy; m != nil && *m != rayv1.KubeRayController {
-		return fmt.Sprintf("spec.rayClusterConfig.managedBy: %q would leave the RayService's clusters to another controller; leave it unset", *m)
+	if m := cs.ManagedBy; m != nil && *m != rayv1.KubeRayController {
+		errs = append(errs, field.Forbidden(cluster.Child("managedBy"), fmt.Sprintf("%q would leave the RayService's clusters to another controller; leave it unset", *m)))
 	}
-	if hs := spec.HeadGroupSpec.HeadService; hs != nil && hs.Name != "" {
+	if hs := cs.HeadGroupSpec.HeadService; hs != nil && hs.Name != "" {
 		// Active and pending clusters would share one head Service, and the pending cluster's dashboard calls would
 		// reach the active cluster's head.
-		return "spec.rayClusterConfig.headGroupSpec.headService.metadata.name: a RayService's clusters each need their own head Service; leave the name unset (clients use <rayservice>-head-svc)"
+		errs = append(errs, field.Forbidden(cluster.Child("headGroupSpec", "headService", "metadata", "name"),
+			"a RayService's clusters each need their own head Service; leave the name unset (clients use <rayservice>-head-svc)"))
 	}
-	if len(spec.HeadGroupSpec.Template.Spec.Containers) == 0 {
-		return "spec.rayClusterConfig.headGroupSpec.template.spec.containers: the head needs at least one container"
-	}
+	// The clusters carry the service's annotations (builder.RayServiceCluster).
+	errs = append(errs, validation.ClusterSpec(cs, rs.Annotations, cluster)...)
 	seen := map[string]bool{}
-	for i, g := range spec.WorkerGroupSpecs {
+	for i, g := range cs.WorkerGroupSpecs {
+		name := cluster.Child("workerGroupSpecs").Index(i).Child("groupName")
 		if g.GroupName == "" {
-			return fmt.Sprintf("spec.rayClusterConfig.workerGroupSpecs[%d].groupName: must not be empty", i)
-		}
-		if seen[g.GroupName] {
-			return fmt.Sprintf("spec.rayClusterConfig.workerGroupSpecs[%d].groupName: %q is used twice", i, g.GroupName)
+			errs = append(errs, field.Required(name, "must not be empty"))
+		} else if seen[g.GroupName] {
+			errs = append(errs, &field.Error{Type: field.ErrorTypeDuplicate, Field: name.String(), BadValue: g.GroupName,
+				Detail: fmt.Sprintf("%q is used twice", g.GroupName)})
 		}
 		seen[g.GroupName] = true
-		if len(g.Template.Spec.Containers) == 0 {
-			return fmt.Sprintf("spec.rayClusterConfig.workerGroupSpecs[%d].template.spec.containers: worker group %q needs at least one container", i, g.GroupName)
-		}
 	}
-	return ""
+	return errs
 }
 
 // unsupportedFields lists what the service asks for that Manta does not do, in a stable order. The service is

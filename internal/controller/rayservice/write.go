@@ -24,26 +24,26 @@ import (
 func (r *Reconciler) write(ctx context.Context, p *plan) error {
 	if c := p.createCluster; c != nil {
 		if err := r.client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
-			p.eventf(corev1.EventTypeWarning, EventFailedToCreateRayCluster, "Create", "failed to create RayCluster %s: %v", c.Name, err)
+			p.Eventf(corev1.EventTypeWarning, EventFailedToCreateRayCluster, "Create", "failed to create RayCluster %s: %v", c.Name, err)
 			return fmt.Errorf("create RayCluster %s: %w", c.Name, err)
 		} else if err == nil {
-			p.eventf(corev1.EventTypeNormal, EventCreatedRayCluster, "Create", "created RayCluster %s", c.Name)
+			p.Eventf(corev1.EventTypeNormal, EventCreatedRayCluster, "Create", "created RayCluster %s", c.Name)
 		}
 	}
 	for _, c := range p.updateClusters {
 		if err := r.client.Update(ctx, c); err != nil {
-			p.eventf(corev1.EventTypeWarning, EventFailedToUpdateRayCluster, "Update", "failed to update RayCluster %s: %v", c.Name, err)
+			p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateRayCluster, "Update", "failed to update RayCluster %s: %v", c.Name, err)
 			return fmt.Errorf("update RayCluster %s: %w", c.Name, err)
 		}
 		p.recordWritten(c.Name)
 	}
 	for _, a := range p.apply {
 		if err := r.applyServeConfig(ctx, a); err != nil {
-			p.eventf(corev1.EventTypeWarning, EventFailedToUpdateServeApplications, "ApplyServeConfig", "failed to apply serveConfigV2 to RayCluster %s: %v", a.cluster.Name, err)
-			p.requeueIn(0)
+			p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateServeApplications, "ApplyServeConfig", "failed to apply serveConfigV2 to RayCluster %s: %v", a.cluster.Name, err)
+			p.Requeue(0)
 			continue
 		}
-		p.eventf(corev1.EventTypeNormal, EventUpdatedServeApplications, "ApplyServeConfig", "applied serveConfigV2 to RayCluster %s", a.cluster.Name)
+		p.Eventf(corev1.EventTypeNormal, EventUpdatedServeApplications, "ApplyServeConfig", "applied serveConfigV2 to RayCluster %s", a.cluster.Name)
 	}
 	for _, c := range p.recordApplied {
 		if err := r.recordApplied(ctx, c); err != nil {
@@ -60,7 +60,7 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 		if patched.Labels == nil {
 			patched.Labels = map[string]string{}
 		}
-		patched.Labels[builder.LabelServe] = l.value
+		patched.Labels[rayv1.LabelServe] = l.value
 		if err := r.client.Patch(ctx, patched, client.MergeFrom(l.pod)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("label pod %s: %w", l.pod.Name, err)
 		}
@@ -82,7 +82,7 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 	}
 	for _, c := range p.deleteClusters {
 		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
-			p.eventf(corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "failed to delete RayCluster %s: %v", c.Name, err)
+			p.Eventf(corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "failed to delete RayCluster %s: %v", c.Name, err)
 			return fmt.Errorf("delete RayCluster %s: %w", c.Name, err)
 		}
 		r.applied.Delete(c.UID)
@@ -196,15 +196,15 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 					return fmt.Errorf("get Service %s: %w", desired.Name, gerr)
 				}
 				if ref := metav1.GetControllerOf(live); ref == nil || ref.UID != metav1.GetControllerOf(desired).UID {
-					p.eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Service %s exists and is not controlled by this RayService; not changing it", desired.Name)
+					p.Eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Service %s exists and is not controlled by this RayService; not changing it", desired.Name)
 					return fmt.Errorf("service %s exists and is not controlled by the RayService", desired.Name)
 				}
 				return nil
 			}
-			p.eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", desired.Name, err)
+			p.Eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", desired.Name, err)
 			return fmt.Errorf("create Service %s: %w", desired.Name, err)
 		}
-		p.eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s for RayCluster %s", desired.Name, desired.Spec.Selector[builder.LabelCluster])
+		p.Eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s for RayCluster %s", desired.Name, desired.Spec.Selector[rayv1.LabelCluster])
 		return nil
 	}
 	if err != nil {
@@ -212,7 +212,7 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 	}
 	owner := metav1.GetControllerOf(desired)
 	if ref := metav1.GetControllerOf(existing); ref == nil || ref.UID != owner.UID {
-		p.eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Service %s exists and is not controlled by this RayService; not changing it", desired.Name)
+		p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Service %s exists and is not controlled by this RayService; not changing it", desired.Name)
 		return fmt.Errorf("service %s is not controlled by the RayService", desired.Name)
 	}
 	updated, changed, recreate := builder.UpdateService(existing, desired)
@@ -223,15 +223,15 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("delete Service %s to recreate it: %w", existing.Name, err)
 		}
-		p.requeueIn(0)
+		p.Requeue(0)
 		return nil
 	}
 	if err := r.client.Patch(ctx, updated, client.MergeFrom(existing)); err != nil {
-		p.eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
+		p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
 		return fmt.Errorf("update Service %s: %w", existing.Name, err)
 	}
-	if existing.Spec.Selector[builder.LabelCluster] != updated.Spec.Selector[builder.LabelCluster] {
-		p.eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "Service %s now points at RayCluster %s", existing.Name, updated.Spec.Selector[builder.LabelCluster])
+	if existing.Spec.Selector[rayv1.LabelCluster] != updated.Spec.Selector[rayv1.LabelCluster] {
+		p.Eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "Service %s now points at RayCluster %s", existing.Name, updated.Spec.Selector[rayv1.LabelCluster])
 	}
 	return nil
 }
@@ -239,7 +239,7 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 // recordWritten moves the prepared event of a cluster write that succeeded into the events to record.
 func (p *plan) recordWritten(cluster string) {
 	if e, ok := p.written[cluster]; ok {
-		p.events = append(p.events, e)
+		p.Events = append(p.Events, e)
 		delete(p.written, cluster)
 	}
 }

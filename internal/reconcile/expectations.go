@@ -1,0 +1,120 @@
+package reconcile
+
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Expectations remember, per owner (a RayCluster, an ImagePullJob), the pods a controller created that its informer
+// cache does not show yet and the pods it deleted that the cache still shows alive. A reconcile on a stale cache
+// would otherwise create a pod with a generated name twice, see a free slot that a create in flight took, or count
+// a deleted pod as alive. It is the Kubernetes Job controller's pattern, keyed by pod name (creates) and UID
+// (deletes) instead of counts. Each expectation lapses ttl after it was made, so a watch that lost an event cannot
+// wedge an owner forever.
+//
+// K identifies the owner; V is what a controller keeps about each create in flight (struct{} when nothing).
+type Expectations[K comparable, V any] struct {
+	now func() time.Time
+	ttl time.Duration
+
+	mu     sync.Mutex
+	owners map[K]*owned[V]
+}
+
+type owned[V any] struct {
+	creates map[string]expected[V]
+	deletes map[types.UID]time.Time
+}
+
+type expected[V any] struct {
+	value V
+	at    time.Time
+}
+
+// NewExpectations makes empty expectations that read the time from now and lapse after ttl.
+func NewExpectations[K comparable, V any](now func() time.Time, ttl time.Duration) *Expectations[K, V] {
+	return &Expectations[K, V]{now: now, ttl: ttl, owners: map[K]*owned[V]{}}
+}
+
+func (e *Expectations[K, V]) get(owner K) *owned[V] {
+	o := e.owners[owner]
+	if o == nil {
+		o = &owned[V]{creates: map[string]expected[V]{}, deletes: map[types.UID]time.Time{}}
+		e.owners[owner] = o
+	}
+	return o
+}
+
+// ExpectCreate remembers that the pod named name was created for owner, with what the controller keeps about it.
+func (e *Expectations[K, V]) ExpectCreate(owner K, name string, v V) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.get(owner).creates[name] = expected[V]{value: v, at: e.now()}
+}
+
+// ExpectDelete remembers that the pod with this UID is being deleted for owner. It reports whether the delete is
+// new: false means an earlier reconcile sent it and the cache does not show it yet, so it need not be sent again.
+func (e *Expectations[K, V]) ExpectDelete(owner K, uid types.UID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := e.get(owner)
+	if _, sent := o.deletes[uid]; sent {
+		return false
+	}
+	o.deletes[uid] = e.now()
+	return true
+}
+
+// DeleteFailed forgets a delete that did not go through, so the next reconcile sends it again.
+func (e *Expectations[K, V]) DeleteFailed(owner K, uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if o := e.owners[owner]; o != nil {
+		delete(o.deletes, uid)
+	}
+}
+
+// Observe drops what the cached pods of owner (terminating ones included) show done: a create once its pod is
+// cached, a delete once its pod is gone or terminating; and what lapsed. It returns what the controller kept about
+// the creates still in flight, and whether nothing at all is outstanding.
+func (e *Expectations[K, V]) Observe(owner K, cached []corev1.Pod) (pending []V, satisfied bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := e.owners[owner]
+	if o == nil {
+		return nil, true
+	}
+	now := e.now()
+	alive := make(map[types.UID]bool, len(cached))
+	for i := range cached {
+		alive[cached[i].UID] = cached[i].DeletionTimestamp == nil
+		delete(o.creates, cached[i].Name)
+	}
+	for name, c := range o.creates {
+		if now.Sub(c.at) > e.ttl {
+			delete(o.creates, name)
+			continue
+		}
+		pending = append(pending, c.value)
+	}
+	for uid, at := range o.deletes {
+		if !alive[uid] || now.Sub(at) > e.ttl {
+			delete(o.deletes, uid)
+		}
+	}
+	if len(o.creates) == 0 && len(o.deletes) == 0 {
+		delete(e.owners, owner)
+		return pending, true
+	}
+	return pending, false
+}
+
+// Forget drops everything about owner (it was deleted).
+func (e *Expectations[K, V]) Forget(owner K) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.owners, owner)
+}

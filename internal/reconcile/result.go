@@ -1,0 +1,112 @@
+// Package reconcile holds what every Manta controller does the same way at the end of a reconcile: when to look
+// again, which events to record, and what to return when the status write fails. A controller gathers its asks in
+// a Result while it reconciles, writes the status once, then returns Result.Finish. The rules:
+//
+//   - Requeue. Requeue(d) asks to look again after d; the earliest ask wins. d <= 0 ("as soon as possible") means
+//     MinRequeue: time for the cache to show this reconcile's own writes, without which the next reconcile reads
+//     them stale and its status write conflicts.
+//   - Events. Eventf reports a write to another object (a pod, a Service, a RayCluster, a Serve config, a Ray
+//     job): the write happened, or failed, whatever becomes of the status write, so the event is recorded either
+//     way (nobody would hear of it otherwise: the next reconcile does not repeat the write). StatusEventf reports a
+//     change of the object's own status: it is recorded only once that status is stored, because the reconcile
+//     that retries the write finds the same change and reports it then. Events are recorded in the order asked.
+//   - Errors. The reconcile's own error is never dropped: it is returned (joined with the status write's error when
+//     that failed for another reason than a conflict), so the work queue retries with its backoff. A status write
+//     that conflicts, or finds the object gone, means the cache was stale: the reconcile is requeued after
+//     ConflictRequeue, with no error (and so no error log); the newer object's watch event usually comes first.
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+const (
+	// MinRequeue is the shortest requeue: what Requeue(0) asks for.
+	MinRequeue = 100 * time.Millisecond
+	// ConflictRequeue is when a reconcile whose status write conflicted looks again.
+	ConflictRequeue = time.Second
+)
+
+// Event is one event to record about the reconciled object.
+type Event struct {
+	Type, Reason, Action, Note string
+	// StatusChange says the event reports a change of the object's status: recorded only once it is stored.
+	StatusChange bool
+}
+
+// Result gathers the events and the requeue one reconcile asks for. The zero value asks for nothing.
+type Result struct {
+	Events []Event
+	after  time.Duration
+}
+
+// Eventf asks for an event reporting a write to another object; it is recorded whether the status write succeeds
+// or not.
+func (r *Result) Eventf(typ, reason, action, format string, args ...any) {
+	r.Events = append(r.Events, Event{Type: typ, Reason: reason, Action: action, Note: fmt.Sprintf(format, args...)})
+}
+
+// StatusEventf asks for an event reporting a change of the object's status; it is recorded only once the status
+// write succeeded (or when there was nothing to write).
+func (r *Result) StatusEventf(typ, reason, action, format string, args ...any) {
+	r.Events = append(r.Events, Event{Type: typ, Reason: reason, Action: action, Note: fmt.Sprintf(format, args...), StatusChange: true})
+}
+
+// Requeue asks to look again after d (MinRequeue when d <= 0); the earliest ask wins.
+func (r *Result) Requeue(d time.Duration) {
+	if d <= 0 {
+		d = MinRequeue
+	}
+	if r.after == 0 || d < r.after {
+		r.after = d
+	}
+}
+
+// ForgetRequeue drops the requeues asked for so far: the object reached a state that waits for nothing.
+func (r *Result) ForgetRequeue() { r.after = 0 }
+
+// RequeueAfter is the earliest requeue asked for; zero when none was.
+func (r *Result) RequeueAfter() time.Duration { return r.after }
+
+// Merge adds what another Result (of a part of the reconcile run beside this one) asked for, its events first at
+// index at of this one's (so events asked before the parts started stay first).
+func (r *Result) Merge(o *Result, at int) {
+	events := make([]Event, 0, len(r.Events)+len(o.Events))
+	events = append(events, r.Events[:at]...)
+	events = append(events, o.Events...)
+	r.Events = append(events, r.Events[at:]...)
+	if o.after > 0 {
+		r.Requeue(o.after)
+	}
+}
+
+// Finish records the events about regarding and returns what the Reconcile returns, by the package's rules.
+// reconcileErr is the reconcile's own error; statusErr is the status write's (nil when it succeeded or when there
+// was nothing to write).
+func (r *Result) Finish(recorder events.EventRecorder, regarding runtime.Object, reconcileErr, statusErr error) (ctrl.Result, error) {
+	for _, e := range r.Events {
+		if e.StatusChange && statusErr != nil {
+			continue
+		}
+		recorder.Eventf(regarding, nil, e.Type, e.Reason, e.Action, "%s", e.Note)
+	}
+	stale := apierrors.IsConflict(statusErr) || apierrors.IsNotFound(statusErr)
+	switch {
+	case reconcileErr != nil && (statusErr == nil || stale):
+		return ctrl.Result{}, reconcileErr
+	case reconcileErr != nil:
+		return ctrl.Result{}, errors.Join(reconcileErr, fmt.Errorf("update status: %w", statusErr))
+	case stale:
+		return ctrl.Result{RequeueAfter: ConflictRequeue}, nil
+	case statusErr != nil:
+		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
+	}
+	return ctrl.Result{RequeueAfter: r.after}, nil
+}
