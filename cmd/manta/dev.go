@@ -30,7 +30,7 @@ type devService struct {
 	start func(ctx context.Context, cfg *rest.Config, ready chan<- string) error
 }
 
-// devServices is filled by the files that add in-process services.
+// devServices are the in-process services `manta dev` starts beside the operator; main.go lists them.
 var devServices []devService
 
 func newDevCommand() *cobra.Command {

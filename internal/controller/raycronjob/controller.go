@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Options configure the controller.
@@ -69,8 +70,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups=ray.io,resources=rayjobs,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-type eventRec struct{ typ, reason, action, note string }
-
 // Reconcile is thin: read, plan, create the due run's RayJob, write the status once, then the events.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cj := &rayv1.RayCronJob{}
@@ -94,75 +93,62 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 
 	old := cj.Status.DeepCopy()
-	var evs []eventRec
+	var res reconcile.Result
 	if len(p.errs) > 0 {
 		msg := p.errs.ToAggregate().Error()
 		meta.SetStatusCondition(&cj.Status.Conditions, metav1.Condition{Type: string(rayv1.InvalidRayCronJobSpec),
 			Status: metav1.ConditionTrue, Reason: "ValidationFailed", Message: msg, ObservedGeneration: cj.Generation})
-		evs = append(evs, eventRec{corev1.EventTypeWarning, ReasonInvalidSpec, actionValidate, msg})
+		res.StatusEventf(corev1.EventTypeWarning, ReasonInvalidSpec, actionValidate, "%s", msg)
 	} else {
 		meta.RemoveStatusCondition(&cj.Status.Conditions, string(rayv1.InvalidRayCronJobSpec))
 	}
 	if p.suspended {
-		evs = append(evs, eventRec{corev1.EventTypeNormal, ReasonSuspended, actionSuspend, "RayCronJob suspended, no new RayJobs will be created"})
+		res.StatusEventf(corev1.EventTypeNormal, ReasonSuspended, actionSuspend, "RayCronJob suspended, no new RayJobs will be created")
 	}
 	var createErr error
 	if !p.run.IsZero() {
-		var ev eventRec
-		ev, createErr = r.createRun(ctx, cj, p.run)
-		if ev.reason != "" {
-			evs = append(evs, ev)
-		}
+		createErr = r.createRun(ctx, cj, p.run, &res)
 		if createErr == nil {
 			cj.Status.LastScheduleTime = &metav1.Time{Time: p.run}
 		}
 	}
 	cj.Status.ObservedGeneration = cj.Generation
 
+	if p.requeueAfter > 0 {
+		res.Requeue(p.requeueAfter)
+	}
 	var statusErr error
 	if !equality.Semantic.DeepEqual(old, &cj.Status) {
 		statusErr = r.client.Status().Update(ctx, cj)
 	}
-	if statusErr == nil {
-		for _, e := range evs {
-			r.recorder.Eventf(cj, nil, e.typ, e.reason, e.action, "%s", e.note)
-		}
-	}
-	switch {
-	case apierrors.IsConflict(statusErr) || apierrors.IsNotFound(statusErr):
-		// The run's RayJob exists under its fixed name, so the retry finds it and only records the run.
-		return ctrl.Result{RequeueAfter: time.Second}, nil
-	case statusErr != nil:
-		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
-	case createErr != nil:
-		return ctrl.Result{}, createErr
-	}
-	return ctrl.Result{RequeueAfter: p.requeueAfter}, nil
+	// A conflicting status write is retried by reconcile.Result's rule: the run's RayJob exists under its fixed
+	// name, so the retry finds it and only records the run.
+	return res.Finish(r.recorder, cj, createErr, statusErr)
 }
 
 // createRun creates the RayJob of the run scheduled at run. A RayJob of that name that this RayCronJob controls
 // is an earlier attempt's, and the run is done; one it does not control holds the name, and the run is skipped
 // with a warning rather than retried forever.
-func (r *Reconciler) createRun(ctx context.Context, cj *rayv1.RayCronJob, run time.Time) (eventRec, error) {
+func (r *Reconciler) createRun(ctx context.Context, cj *rayv1.RayCronJob, run time.Time, res *reconcile.Result) error {
 	job := buildRayJob(cj, run)
 	at := run.Format(time.RFC3339)
 	err := r.client.Create(ctx, job)
 	switch {
 	case err == nil:
-		return eventRec{corev1.EventTypeNormal, ReasonCreatedJob, actionCreate,
-			fmt.Sprintf("created RayJob %s for the run scheduled at %s", job.Name, at)}, nil
+		res.Eventf(corev1.EventTypeNormal, ReasonCreatedJob, actionCreate, "created RayJob %s for the run scheduled at %s", job.Name, at)
+		return nil
 	case apierrors.IsAlreadyExists(err):
 		existing := &rayv1.RayJob{}
 		if err := r.reader.Get(ctx, client.ObjectKeyFromObject(job), existing); err != nil {
-			return eventRec{}, fmt.Errorf("read RayJob %s, which exists: %w", job.Name, err)
+			return fmt.Errorf("read RayJob %s, which exists: %w", job.Name, err)
 		}
 		if metav1.IsControlledBy(existing, cj) {
-			return eventRec{}, nil
+			return nil
 		}
-		return eventRec{corev1.EventTypeWarning, ReasonNameTaken, actionCreate,
-			fmt.Sprintf("RayJob %s exists and is not this RayCronJob's: the run scheduled at %s is skipped", job.Name, at)}, nil
+		res.Eventf(corev1.EventTypeWarning, ReasonNameTaken, actionCreate, "RayJob %s exists and is not this RayCronJob's: the run scheduled at %s is skipped", job.Name, at)
+		return nil
 	default:
-		return eventRec{corev1.EventTypeWarning, ReasonFailedCreateJob, actionCreate,
-			fmt.Sprintf("failed to create RayJob %s for the run scheduled at %s: %v", job.Name, at, err)}, fmt.Errorf("create RayJob %s: %w", job.Name, err)
+		res.Eventf(corev1.EventTypeWarning, ReasonFailedCreateJob, actionCreate, "failed to create RayJob %s for the run scheduled at %s: %v", job.Name, at, err)
+		return fmt.Errorf("create RayJob %s: %w", job.Name, err)
 	}
 }

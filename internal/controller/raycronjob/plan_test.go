@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -65,7 +66,7 @@ func TestPlanNextRun(t *testing.T) {
 		{"a run exactly at now is due", cronJob("*/5 * * * *", "2024-01-01T00:00:10Z"), "2024-01-01T00:05:00Z", "2024-01-01T00:05:00Z", 5 * time.Minute},
 		{"a creation on a tick does not run that tick", cronJob("*/5 * * * *", "2024-01-01T00:05:00Z"), "2024-01-01T00:05:00Z", "", 5 * time.Minute},
 		{"the last run recorded: wait for the next", cronJob("*/5 * * * *", "2024-01-01T00:00:10Z", lastRun("2024-01-01T00:05:00Z")), "2024-01-01T00:05:30Z", "", 4*time.Minute + 30*time.Second},
-		{"missed runs: the oldest first, then again at once", cronJob("*/5 * * * *", "2024-01-01T00:00:10Z", lastRun("2024-01-01T00:05:00Z")), "2024-01-01T00:21:00Z", "2024-01-01T00:10:00Z", time.Millisecond},
+		{"missed runs: the oldest first, then again at once", cronJob("*/5 * * * *", "2024-01-01T00:00:10Z", lastRun("2024-01-01T00:05:00Z")), "2024-01-01T00:21:00Z", "2024-01-01T00:10:00Z", reconcile.MinRequeue},
 		{"descriptor @hourly", cronJob("@hourly", "2024-01-01T00:20:00Z"), "2024-01-01T01:00:00Z", "2024-01-01T01:00:00Z", time.Hour},
 		{"@every counts from the last run", cronJob("@every 90m", "2024-01-01T00:20:00Z"), "2024-01-01T01:55:00Z", "2024-01-01T01:50:00Z", 85 * time.Minute},
 		{"day of week and month names", cronJob("30 6 * JAN MON-FRI", "2024-01-05T12:00:00Z"), "2024-01-06T12:00:00Z", "", 48*time.Hour - 5*time.Hour - 30*time.Minute},
@@ -119,7 +120,7 @@ func TestPlanSuspend(t *testing.T) {
 		t.Fatalf("suspended: plan %+v, want suspended with nothing due and no requeue", p)
 	}
 	cj.Spec.Suspend = ptr.To(false)
-	if p := computePlan(cj, now, time.UTC); p.suspended || !p.run.Equal(at("2024-01-01T00:20:00Z")) || p.requeueAfter != time.Millisecond {
+	if p := computePlan(cj, now, time.UTC); p.suspended || !p.run.Equal(at("2024-01-01T00:20:00Z")) || p.requeueAfter != reconcile.MinRequeue {
 		t.Fatalf("resumed: plan %+v, want the 00:20 run and an immediate requeue for 00:30", p)
 	}
 }

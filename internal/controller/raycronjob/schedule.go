@@ -12,6 +12,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // schedule is spec.schedule read in spec.timeZone.
@@ -131,7 +132,7 @@ func computePlan(cj *rayv1.RayCronJob, now time.Time, local *time.Location) plan
 	}
 	p := plan{run: due.UTC()}
 	if after := sched.next(due); !after.IsZero() {
-		p.requeueAfter = max(after.Sub(now), time.Millisecond)
+		p.requeueAfter = max(after.Sub(now), reconcile.MinRequeue)
 	}
 	return p
 }
