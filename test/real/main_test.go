@@ -40,6 +40,7 @@ type env struct {
 	kubectl  string
 	operator *exec.Cmd
 	opLog    string
+	opBin    string // the operator binary, built once
 }
 
 func startEnv(t *testing.T, ctx context.Context) *env {
@@ -79,24 +80,41 @@ func startEnv(t *testing.T, ctx context.Context) *env {
 // /etc/resolv.conf), so it reaches Ray heads directly at <head-svc>.<ns>.svc.cluster.local.
 func (e *env) startOperator(t *testing.T) {
 	t.Helper()
-	bin, err := testutil.BuildMantaTo(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
+	e.runOperator(t, true)
+}
+
+// runOperator starts the operator in the node's namespace (inNode) or in this machine's, where cluster DNS names
+// do not resolve and only the API server leads to the heads (--use-kubernetes-proxy); extra flags go after the
+// suite's own. A restarted operator appends to the same log.
+func (e *env) runOperator(t *testing.T, inNode bool, extra ...string) {
+	t.Helper()
+	if e.opBin == "" {
+		// startEnv builds it, into the suite's temporary directory: steps restart the operator from there.
+		bin, err := testutil.BuildMantaTo(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.opBin = bin
 	}
 	e.opLog = filepath.Join(e.cluster.Dir(), "logs", "operator.log")
-	log, err := os.Create(e.opLog)
+	log, err := os.OpenFile(e.opLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", e.cluster.NodeNetns(), bin, "operator",
-		"--metrics-addr=0", "--health-probe-bind-address=0", "--enable-leader-election=false", "--reconcile-concurrency=2")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.cluster.NodeKubeconfig())
+	args := append([]string{"operator",
+		"--metrics-addr=0", "--health-probe-bind-address=0", "--enable-leader-election=false", "--reconcile-concurrency=2"}, extra...)
+	cmd := exec.Command(e.opBin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.cluster.Kubeconfig)
+	if inNode {
+		cmd = exec.Command("ip", append([]string{"netns", "exec", e.cluster.NodeNetns(), e.opBin}, args...)...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.cluster.NodeKubeconfig())
+	}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	e.operator = cmd
-	t.Logf("operator: pid %d, log %s", cmd.Process.Pid, e.opLog)
+	t.Logf("operator (in the node's namespace: %v, flags %v): pid %d, log %s", inNode, extra, cmd.Process.Pid, e.opLog)
 }
 
 func (e *env) stopOperator() {

@@ -36,6 +36,9 @@ func TestRealNode(t *testing.T) {
 		{"cluster DNS and Services", testDNSAndServices},
 		{"RayJob sample succeeds", testRayJobSample},
 		{"RayCluster worker joins the head", testRayClusterWorkerJoins},
+		{"RayJob modes on a selected cluster", testRayJobModesOnSelectedCluster},
+		{"RayJob SidecarMode suspended and resumed", testRayJobSidecarSuspendResume},
+		{"RayCluster Recreate on an image change", testRayClusterRecreate},
 		{"a killed run is swept by the next start", testKilledRunIsSwept},
 	}
 	for _, s := range steps {
