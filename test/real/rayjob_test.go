@@ -98,7 +98,7 @@ func testRayJobModesOnSelectedCluster(t *testing.T, ctx context.Context, e *env)
 	head := e.headPod(t, ctx, &rc)
 	out, err := e.kubectlOut(ctx, "-n", ns, "exec", head.Name, "-c", "ray-head", "--", "ray", "job", "submit",
 		"--address", "http://127.0.0.1:8265", "--submission-id", interactiveID, "--no-wait", "--",
-		`python -c "print('interactive-ok', flush=True)"`)
+		"python", "-c", "print('interactive-ok', flush=True)")
 	if err != nil {
 		t.Fatalf("ray job submit in the head: %v: %s", err, out)
 	}
@@ -176,7 +176,7 @@ print('processes', n)`, mark[:half], mark[half:])
 }
 
 // testRayJobSidecarSuspendResume: a SidecarMode RayJob (the submitter is a container of the head pod) with
-// shutdownAfterJobFinishes runs a driver that ticks for 30 s. Suspended while Ray runs it, the RayJob deletes its
+// shutdownAfterJobFinishes runs a driver that ticks for a minute. Suspended while Ray runs it, the RayJob deletes its
 // cluster and pods and ends Suspended; resumed, it makes a new cluster whose sidecar submits the job again, which
 // ends SUCCEEDED with the driver's output in the sidecar's logs; then the RayJob deletes that cluster.
 func testRayJobSidecarSuspendResume(t *testing.T, ctx context.Context, e *env) {
@@ -185,7 +185,7 @@ func testRayJobSidecarSuspendResume(t *testing.T, ctx context.Context, e *env) {
 	readSample(t, "rayjob.yaml", &job)
 	job.Name, job.Namespace = "sidecar", ns
 	job.Spec.SubmissionMode = rayv1.SidecarMode
-	job.Spec.Entrypoint = tickEntrypoint("sidecar-job", 30)
+	job.Spec.Entrypoint = tickEntrypoint("sidecar-job", 60)
 	// Time to read the sidecar's logs before the cluster goes.
 	job.Spec.TTLSecondsAfterFinished = 10
 	job.Spec.RayClusterSpec.WorkerGroupSpecs = nil
@@ -203,10 +203,11 @@ func testRayJobSidecarSuspendResume(t *testing.T, ctx context.Context, e *env) {
 		t.Fatalf("head pod's containers end with %q, want the submitter %q", sidecar, rayjob.SubmitterContainerName)
 	}
 	// The driver ticks in Ray when the suspension comes.
-	waitFor(t, ctx, 2*time.Minute, "the sidecar follows the driver's ticks", func() (bool, string) {
-		out, err := e.logs(ctx, ns, firstHead.Name, sidecar)
-		return err == nil && strings.Contains(out, "sidecar-job tick 1"), fmt.Sprint(err, out)
-	})
+	var firstCluster rayv1.RayCluster
+	if err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: first}, &firstCluster); err != nil {
+		t.Fatal(err)
+	}
+	e.checkRayLogs(t, ctx, e.dashboard(t, &firstCluster), running.Status.JobId, "sidecar-job tick 1")
 
 	patch := client.MergeFrom(job.DeepCopy())
 	job.Spec.Suspend = true

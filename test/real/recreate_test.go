@@ -26,7 +26,7 @@ const retaggedRay = "rayproject/ray:2.52.0-retagged"
 
 // testRayClusterRecreate: a RayCluster (head and one worker) with upgradeStrategy Recreate reaches ready; changing
 // its Ray image's tag deletes every pod and makes new ones (new UIDs, a new template hash annotation, the new
-// image), which run and pass their readiness probes, and the cluster is ready again with its worker.
+// image pulled by the kubelet), which run and pass their readiness probes, and the cluster is ready again with its worker.
 func testRayClusterRecreate(t *testing.T, ctx context.Context, e *env) {
 	pushRetaggedRay(t, ctx, e)
 	ns := e.namespace(t, ctx, "recreate")
@@ -90,16 +90,25 @@ func testRayClusterRecreate(t *testing.T, ctx context.Context, e *env) {
 		if newHash == "" || newHash == oldHash {
 			t.Errorf("%s pod %s: template hash %q, was %q; want a new one", typ, p.Name, newHash, oldHash)
 		}
-		img := ""
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name == p.Spec.Containers[0].Name {
-				img = cs.Image
+		if img := p.Spec.Containers[0].Image; img != retaggedRay {
+			t.Errorf("%s pod %s has image %q, want %s", typ, p.Name, img, retaggedRay)
+		}
+		// The container status names the image by whichever of its tags containerd lists first (both tags are one
+		// image), so the kubelet's Pulled event is what says the new tag was resolved.
+		evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name + ",reason=Pulled"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pulled := ""
+		for _, ev := range evs.Items {
+			if strings.Contains(ev.Message, `"`+retaggedRay+`"`) {
+				pulled = ev.Message
 			}
 		}
-		if !strings.HasSuffix(img, retaggedRay) {
-			t.Errorf("%s pod %s runs image %q, want %s", typ, p.Name, img, retaggedRay)
+		if pulled == "" {
+			t.Errorf("%s pod %s: no Pulled event for %s: %s", typ, p.Name, retaggedRay, e.podReport(ctx, ns, p.Name))
 		}
-		t.Logf("%s: pod %s (uid %s, hash %s) replaced by %s (uid %s, hash %s)", typ, old.Name, old.UID, oldHash, p.Name, p.UID, newHash)
+		t.Logf("%s: pod %s (uid %s, hash %s) replaced by %s (uid %s, hash %s); kubelet: %s", typ, old.Name, old.UID, oldHash, p.Name, p.UID, newHash, pulled)
 	}
 	e.deleteNamespace(t, ctx, ns)
 }
