@@ -26,7 +26,8 @@ const retaggedRay = "rayproject/ray:2.52.0-retagged"
 
 // testRayClusterRecreate: a RayCluster (head and one worker) with upgradeStrategy Recreate reaches ready; changing
 // its Ray image's tag deletes every pod and makes new ones (new UIDs, a new template hash annotation, the new
-// image pulled by the kubelet), which run and pass their readiness probes, and the cluster is ready again with its worker.
+// image, which the kubelet's Pulled events name: pulled, or already present on the node),
+// which run and pass their readiness probes, and the cluster is ready again with its worker.
 func testRayClusterRecreate(t *testing.T, ctx context.Context, e *env) {
 	pushRetaggedRay(t, ctx, e)
 	ns := e.namespace(t, ctx, "recreate")
