@@ -37,6 +37,9 @@ func TestRealNode(t *testing.T) {
 		{"RayJob sample succeeds", testRayJobSample},
 		{"RayCluster worker joins the head", testRayClusterWorkerJoins},
 		{"a killed run is swept by the next start", testKilledRunIsSwept},
+		{"ImagePullJob pulls from the registry", testImagePullJob},
+		{"REST API cluster and job", testRESTAPI},
+		{"GCS fault tolerance with Redis", testGCSFaultTolerance},
 	}
 	for _, s := range steps {
 		start := time.Now()
