@@ -72,6 +72,10 @@ func testGCSFaultTolerance(t *testing.T, ctx context.Context, e *env) {
 	if !strings.Contains(out, "count 2\n") {
 		t.Fatalf("the detached actor did not count to 2:\n%s", out)
 	}
+	// The actor's state can outlive the head only on another node.
+	if actorNode, headNode := outputField(out, "node"), outputField(out, "head"); actorNode == "" || actorNode == headNode {
+		t.Fatalf("the actor runs on node %q, the head is %q: want it on the worker\n%s", actorNode, headNode, out)
+	}
 	keys := e.redisKeys(t, ctx, ns, storageNS)
 	if keys == 0 {
 		t.Fatalf("no keys of storage namespace %s in Redis while the cluster runs", storageNS)
@@ -97,6 +101,8 @@ func testGCSFaultTolerance(t *testing.T, ctx context.Context, e *env) {
 	}, "\n"))
 	if !strings.Contains(out, "count 3\n") {
 		t.Errorf("after the head's restart the detached actor answered %q, want count 3 (its state kept)", out)
+	} else {
+		t.Logf("after the head's restart the actor, found by name, answers count %s", outputField(out, "count"))
 	}
 	after := e.rayPods(t, ctx, ns, rayv1.NodeTypeWorker)
 	if len(after) != 1 || after[0].UID != worker[0].UID || after[0].Status.ContainerStatuses[0].RestartCount != worker[0].Status.ContainerStatuses[0].RestartCount {
@@ -217,6 +223,16 @@ func (e *env) rayPods(t *testing.T, ctx context.Context, ns, nodeType string) []
 		t.Fatal(err)
 	}
 	return pods.Items
+}
+
+// outputField is the value after "<key> " on a line of out, "" when no line starts so.
+func outputField(out, key string) string {
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }
 
 func podIdentity(pods []corev1.Pod) string {

@@ -119,13 +119,22 @@ func testImagePullJob(t *testing.T, ctx context.Context, e *env) {
 	if notFound == 0 {
 		t.Errorf("the registry answered no 404 for manifests/missing: %s", summarize(reqs))
 	}
-	evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=missing,reason=PullFailed"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(evs.Items) == 0 || !strings.Contains(evs.Items[0].Message, imagepulljob.ReasonImageNotFound) {
-		t.Errorf("no PullFailed event naming %s on the ImagePullJob: %+v", imagepulljob.ReasonImageNotFound, evs.Items)
-	}
+	// The recorder sends events after the status write, asynchronously.
+	waitFor(t, ctx, time.Minute, "PullFailed event naming "+imagepulljob.ReasonImageNotFound+" on ImagePullJob missing", func() (bool, string) {
+		evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=missing"})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, ev := range evs.Items {
+			if ev.Reason == "PullFailed" && strings.Contains(ev.Message, imagepulljob.ReasonImageNotFound) {
+				t.Logf("event %s: %s", ev.Reason, ev.Message)
+				return true, ""
+			}
+			seen = append(seen, ev.Reason+": "+ev.Message)
+		}
+		return false, fmt.Sprintf("events: %q", seen)
+	})
 	e.deleteNamespace(t, ctx, ns)
 }
 

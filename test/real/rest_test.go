@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/apiserver"
 	"github.com/manta-dev/manta/internal/devcluster"
@@ -31,7 +32,8 @@ const rayRepo = "rayproject/ray"
 // its pods reach the real node because they do not tolerate the taint every kwok node carries while a real node
 // runs (devcluster.FakeNodeTaint), as any pod without tolerations does.
 //   - Cluster rest-ray (head only, 1 CPU / 2 Gi, imagePullPolicy Always) runs for real: the kubelet pulls the Ray
-//     image again though the node has it (the registry answers a manifest request, the head's events say Pulling),
+//     image again though the node has it (an ImagePullJob put it there first; the registry answers a manifest
+//     request, the head's events say Pulling),
 //     and job rest-job, selecting that cluster, ends SUCCEEDED through the REST API with its output in the
 //     submitter's logs.
 //   - Cluster rest-policies: a head with imagePullPolicy Never and a tag the node lacks waits in ErrImageNeverPull,
@@ -45,6 +47,18 @@ func testRESTAPI(t *testing.T, ctx context.Context, e *env) {
 		apiserver.ComputeTemplate{Name: "one-cpu", Namespace: ns, CPU: 1, Memory: 2}, nil)
 	// The head's dashboard modules start slowly under a 1-CPU limit on a busy machine (see fitRayResources).
 	envs := &apiserver.EnvironmentVariables{Values: map[string]string{"RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT": "600"}}
+
+	// The Ray image on the node first (earlier steps may have pulled it, or not), so that Always has something to
+	// pull again.
+	e.pushPullerImage(t, ctx, t.TempDir())
+	warm := e.runImagePullJob(t, ctx, ns, "ray-image", rayImage, mantav1alpha1.PullIfNotPresent, 3)
+	if warm.Status.Succeeded != 1 {
+		t.Fatalf("the Ray image is not on the node: %+v", warm.Status)
+	}
+	onNode := e.containerdDigest(t, ctx, "docker.io/"+rayImage)
+	if onNode == "" {
+		t.Fatalf("containerd lists no docker.io/%s after the ImagePullJob", rayImage)
+	}
 
 	mark := len(e.cluster.RegistryRequests())
 	start := time.Now()
@@ -79,6 +93,9 @@ func testRESTAPI(t *testing.T, ctx context.Context, e *env) {
 	}
 	if ev := e.podEvent(t, ctx, ns, head.Name, "Pulling"); ev == "" {
 		t.Errorf("no Pulling event on head %s: %s", head.Name, e.podReport(ctx, ns, head.Name))
+	}
+	if got := e.containerdDigest(t, ctx, "docker.io/"+rayImage); got != onNode {
+		t.Errorf("containerd's docker.io/%s is %s after the head's pull, want still %s (the tag did not move)", rayImage, got, onNode)
 	}
 
 	start = time.Now()
