@@ -51,6 +51,7 @@ func testRESTAPI(t *testing.T, ctx context.Context, e *env) {
 	// The Ray image on the node first (earlier steps may have pulled it, or not), so that Always has something to
 	// pull again.
 	e.pushPullerImage(t, ctx, t.TempDir())
+	start := time.Now()
 	warm := e.runImagePullJob(t, ctx, ns, "ray-image", rayImage, mantav1alpha1.PullIfNotPresent, 3)
 	if warm.Status.Succeeded != 1 {
 		t.Fatalf("the Ray image is not on the node: %+v", warm.Status)
@@ -59,9 +60,10 @@ func testRESTAPI(t *testing.T, ctx context.Context, e *env) {
 	if onNode == "" {
 		t.Fatalf("containerd lists no docker.io/%s after the ImagePullJob", rayImage)
 	}
+	t.Logf("the Ray image on the node (ImagePullJob, IfNotPresent) in %s", time.Since(start).Round(time.Millisecond))
 
 	mark := len(e.cluster.RegistryRequests())
-	start := time.Now()
+	start = time.Now()
 	api.call(t, ctx, http.MethodPost, "/apis/v1/namespaces/"+ns+"/clusters", apiserver.Cluster{
 		Name: "rest-ray", Namespace: ns, User: "real-test", Version: "2.52.0", Envs: envs,
 		ClusterSpec: &apiserver.ClusterSpec{HeadGroupSpec: &apiserver.HeadGroupSpec{
@@ -127,6 +129,7 @@ func testRESTAPI(t *testing.T, ctx context.Context, e *env) {
 	}
 	api.call(t, ctx, http.MethodDelete, "/apis/v1/namespaces/"+ns+"/jobs/rest-job", nil, nil)
 	api.call(t, ctx, http.MethodDelete, "/apis/v1/namespaces/"+ns+"/clusters/rest-ray", nil, nil)
+	start = time.Now()
 	waitFor(t, ctx, 3*time.Minute, "pods of rest-ray gone", func() (bool, string) {
 		pods, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -134,6 +137,7 @@ func testRESTAPI(t *testing.T, ctx context.Context, e *env) {
 		}
 		return len(pods.Items) == 0, e.nsReport(ctx, ns)
 	})
+	t.Logf("pods of rest-ray gone %s after the deletes", time.Since(start).Round(time.Second))
 
 	// Never and IfNotPresent, through a cluster whose head never starts (so no Ray runs).
 	const missing = rayRepo + ":not-on-the-node"
