@@ -79,6 +79,7 @@ type realNode struct {
 
 	images     chan imagesResult
 	registry   *http.Server
+	requests   requestLog
 	forwarder  net.Listener
 	forwarding sync.WaitGroup
 }
@@ -349,10 +350,10 @@ func (c *Cluster) startRegistry() (string, error) {
 		return "", err
 	}
 	srv := &http.Server{
-		Handler: registry.New(
+		Handler: c.node.requests.wrap(registry.New(
 			registry.WithBlobHandler(registry.NewDiskBlobHandler(c.node.paths.registryBlobs)),
 			registry.Logger(log.New(logFile, "", log.LstdFlags)),
-		),
+		)),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          log.New(logFile, "", log.LstdFlags),
 	}
@@ -439,6 +440,14 @@ func (c *Cluster) NodeKubeconfig() string {
 		return ""
 	}
 	return c.node.paths.operatorKubeconfig
+}
+
+// ContainerdSocket is the real node's containerd socket (for ctr: --address), or "" without a real node.
+func (c *Cluster) ContainerdSocket() string {
+	if c.node == nil {
+		return ""
+	}
+	return c.node.paths.containerdSocket
 }
 
 // NodeIP is the real node's InternalIP, or "" without a real node.

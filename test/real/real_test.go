@@ -40,6 +40,9 @@ func TestRealNode(t *testing.T) {
 		{"RayJob SidecarMode suspended and resumed", testRayJobSidecarSuspendResume},
 		{"RayCluster Recreate on an image change", testRayClusterRecreate},
 		{"a killed run is swept by the next start", testKilledRunIsSwept},
+		{"ImagePullJob pulls from the registry", testImagePullJob},
+		{"REST API cluster and job", testRESTAPI},
+		{"GCS fault tolerance with Redis", testGCSFaultTolerance},
 	}
 	for _, s := range steps {
 		start := time.Now()
