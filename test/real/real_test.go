@@ -36,6 +36,8 @@ func TestRealNode(t *testing.T) {
 		{"cluster DNS and Services", testDNSAndServices},
 		{"RayJob sample succeeds", testRayJobSample},
 		{"RayCluster worker joins the head", testRayClusterWorkerJoins},
+		{"RayService sample serves and upgrades", testRayServiceSample},
+		{"autoscaler scales a group up and down", testAutoscaler},
 		{"a killed run is swept by the next start", testKilledRunIsSwept},
 	}
 	for _, s := range steps {
