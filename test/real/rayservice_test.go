@@ -1,8 +1,11 @@
 package real
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 	"strconv"
@@ -14,11 +17,9 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // The sample's two Serve applications, written for this test (the sample fetches them from GitHub, which this
@@ -117,15 +118,6 @@ class Router:
 
 serve_dag = Router.bind(Adder.bind(), Multiplier.bind())
 `
-	// appsServer zips the applications under one top-level directory (Ray unpacks a remote working_dir zip and
-	// takes that directory as the working directory) and serves the zip over HTTP.
-	appsServer = `set -e
-mkdir -p /tmp/srv/apps
-cp /apps/*.py /tmp/srv/apps/
-cd /tmp/srv
-python3 -m zipfile -c apps.zip apps
-exec python3 -m http.server 8080`
-
 	// postScript POSTs argv[2] as JSON to argv[1] and prints the response body.
 	postScript = `import sys, urllib.request
 req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), headers={"Content-Type": "application/json"})
@@ -157,22 +149,27 @@ while not os.path.exists("/tmp/stop"):
 print(f"result ok={ok} failed={failed}", flush=True)`
 )
 
-// sampleWorkingDir is the sample's working_dir; the test points it at the apps pod's zip.
-const sampleWorkingDir = "https://github.com/ray-project/test_dag/archive/78b4a5da38796123d9f9ffff59bab2792a043e95.zip"
+const (
+	// sampleWorkingDir is the sample's working_dir.
+	sampleWorkingDir = "https://github.com/ray-project/test_dag/archive/78b4a5da38796123d9f9ffff59bab2792a043e95.zip"
+	// appsDir is where the Ray containers mount the ConfigMap holding the applications' zip.
+	appsDir = "/home/ray/serve-apps"
+)
 
 // testRayServiceSample: config/samples/rayservice.yaml (KubeRay's ray-service.sample.yaml) with
 //   - fitRayResources, and the head's Ray CPU count kept at the sample's 2 (rayStartParams num-cpus: the sample's
 //     CPU limit of 2 made Ray count 2, and its Router replica asks for a whole CPU beside the others' 0.7);
-//   - working_dir pointing at a zip of this test's own fruit and calculator applications, served by a pod of the
-//     namespace (there is no internet here);
+//   - working_dir pointing at a zip of this test's own fruit and calculator applications (there is no internet
+//     here), from a ConfigMap mounted into every Ray container: Ray 2.52 fetches a remote working_dir over https,
+//     s3, gs, azure or file only, not plain http, so a pod serving the zip would need TLS the image does not trust;
 //
 // serves HTTP through <name>-serve-svc (a ClusterIP Service, through kube-proxy, from a pod); a serveConfigV2
 // change is applied to the same cluster and served; a rayClusterConfig change rolls to a new cluster while a client
 // pod sends requests through the serve Service, and not one of them fails.
 func testRayServiceSample(t *testing.T, ctx context.Context, e *env) {
 	ns := e.namespace(t, ctx, "rayservice")
-	zipURL := "http://apps." + ns + ".svc.cluster.local/apps.zip"
-	e.startAppsServer(t, ctx, ns)
+	e.createAppsConfigMap(t, ctx, ns)
+	e.startClientPod(t, ctx, ns)
 
 	var rs rayv1.RayService
 	readSample(t, "rayservice.yaml", &rs)
@@ -180,7 +177,8 @@ func testRayServiceSample(t *testing.T, ctx context.Context, e *env) {
 	if !strings.Contains(rs.Spec.ServeConfigV2, sampleWorkingDir) {
 		t.Fatalf("the sample's serveConfigV2 no longer names %s: update the test's patch", sampleWorkingDir)
 	}
-	rs.Spec.ServeConfigV2 = strings.ReplaceAll(rs.Spec.ServeConfigV2, sampleWorkingDir, zipURL)
+	rs.Spec.ServeConfigV2 = strings.ReplaceAll(rs.Spec.ServeConfigV2, sampleWorkingDir, "file://"+appsDir+"/apps.zip")
+	mountApps(&rs.Spec.RayClusterSpec)
 	fitRayResources(&rs.Spec.RayClusterSpec)
 	rs.Spec.RayClusterSpec.HeadGroupSpec.RayStartParams["num-cpus"] = "2"
 	if err := e.cl.Create(ctx, &rs); err != nil {
@@ -281,47 +279,63 @@ func testRayServiceSample(t *testing.T, ctx context.Context, e *env) {
 	e.deleteNamespace(t, ctx, ns)
 }
 
-// startAppsServer creates the ConfigMap of the applications and the pod and Service "apps" that serve them as
-// /apps.zip. The pod requests no CPU: during an upgrade the two Ray clusters take the node's 2 CPUs.
-func (e *env) startAppsServer(t *testing.T, ctx context.Context, ns string) {
+// createAppsConfigMap stores the applications as apps.zip, under one top-level directory: Ray unpacks a remote
+// working_dir and takes that directory as the working directory.
+func (e *env) createAppsConfigMap(t *testing.T, ctx context.Context, ns string) {
 	t.Helper()
-	labels := map[string]string{"app": "apps"}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "apps", Namespace: ns, Labels: labels},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name: "apps", Image: rayImage, Command: []string{"bash", "-c", appsServer},
-				Ports:        []corev1.ContainerPort{{ContainerPort: 8080}},
-				VolumeMounts: []corev1.VolumeMount{{Name: "apps", MountPath: "/apps"}},
-				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/apps.zip", Port: intstr.FromInt32(8080)}},
-					PeriodSeconds: 1},
-			}},
-			Volumes: []corev1.Volume{{Name: "apps", VolumeSource: corev1.VolumeSource{
-				ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "serve-apps"}},
-			}}},
-		},
-	}
-	for _, obj := range []client.Object{
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "serve-apps", Namespace: ns},
-			Data: map[string]string{"fruit.py": fruitApp, "conditional_dag.py": mathApp}},
-		pod,
-		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "apps", Namespace: ns}, Spec: corev1.ServiceSpec{
-			Selector: labels, Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}},
-	} {
-		if err := e.cl.Create(ctx, obj); err != nil {
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, f := range []struct{ name, code string }{{"apps/fruit.py", fruitApp}, {"apps/conditional_dag.py", mathApp}} {
+		w, err := zw.Create(f.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(w, f.code); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, ctx, 5*time.Minute, "apps pod ready", func() (bool, string) {
-		p, err := e.cs.CoreV1().Pods(ns).Get(ctx, "apps", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return testutil.PodReady(p), e.podReport(ctx, ns, "apps")
-	})
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "serve-apps", Namespace: ns}, BinaryData: map[string][]byte{"apps.zip": buf.Bytes()}}
+	if err := e.cl.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// startLoadClient starts the pod "load" running loadClient against url; like the apps pod it requests no CPU.
+// mountApps mounts the ConfigMap of createAppsConfigMap at appsDir in the Ray container of every group: Serve
+// replicas run on the head and on the worker.
+func mountApps(spec *rayv1.RayClusterSpec) {
+	templates := []*corev1.PodTemplateSpec{&spec.HeadGroupSpec.Template}
+	for i := range spec.WorkerGroupSpecs {
+		templates = append(templates, &spec.WorkerGroupSpecs[i].Template)
+	}
+	for _, tpl := range templates {
+		tpl.Spec.Volumes = append(tpl.Spec.Volumes, corev1.Volume{Name: "serve-apps", VolumeSource: corev1.VolumeSource{
+			ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "serve-apps"}},
+		}})
+		c := &tpl.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "serve-apps", MountPath: appsDir, ReadOnly: true})
+	}
+}
+
+// startClientPod starts the pod "client" that single requests are sent from. It requests no CPU (nor does the load
+// client): during an upgrade the two Ray clusters take the node's 2 CPUs.
+func (e *env) startClientPod(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "client", Namespace: ns},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "client", Image: rayImage, Command: []string{"sleep", "infinity"},
+		}}},
+	}
+	if _, err := e.cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitPodPhase(t, ctx, ns, "client", 3*time.Minute, corev1.PodRunning)
+}
+
+// startLoadClient starts the pod "load" running loadClient against url.
 func (e *env) startLoadClient(t *testing.T, ctx context.Context, ns, url, body, want string) {
 	t.Helper()
 	pod := &corev1.Pod{
@@ -366,9 +380,9 @@ func (e *env) mustLogs(t *testing.T, ctx context.Context, ns, pod, container str
 	return out
 }
 
-// tryPost POSTs body to url from the apps pod (inside the cluster, so through kube-proxy) and returns the answer.
+// tryPost POSTs body to url from the client pod (inside the cluster, so through kube-proxy) and returns the answer.
 func (e *env) tryPost(ctx context.Context, ns, url, body string) (string, error) {
-	out, err := e.kubectlOut(ctx, "-n", ns, "exec", "apps", "--", "python3", "-c", postScript, url, body)
+	out, err := e.kubectlOut(ctx, "-n", ns, "exec", "client", "--", "python3", "-c", postScript, url, body)
 	if err != nil {
 		return out, fmt.Errorf("%w: %s", err, out)
 	}
