@@ -19,8 +19,9 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-// pendingTasks asks for two tasks of one CPU each on a cluster whose head offers none, so they wait for the
-// autoscaler's worker, and prints the hosts (pod names) they ran on.
+// pendingTasks runs three tasks of one CPU each, one after the other, on a cluster whose head offers no CPU: each
+// waits for the autoscaler's worker (one CPU: the whole demand at any time), and the script prints the hosts (pod
+// names) they ran on.
 const pendingTasks = `import socket, time
 import ray
 
@@ -29,11 +30,11 @@ ray.init()
 
 @ray.remote(num_cpus=1)
 def where():
-    time.sleep(2)
+    time.sleep(1)
     return socket.gethostname()
 
 
-print("ran on", sorted(set(ray.get([where.remote() for _ in range(2)]))))`
+print("ran on", sorted({ray.get(where.remote()) for _ in range(3)}))`
 
 // scaleRecord is what a watch of the RayCluster saw the autoscaler write into its only worker group.
 type scaleRecord struct {
@@ -66,6 +67,12 @@ func (r *scaleRecord) observe(c *rayv1.RayCluster) {
 // replicas 0, and Manta deletes it.
 func testAutoscaler(t *testing.T, ctx context.Context, e *env) {
 	ns := e.namespace(t, ctx, "autoscaler")
+	// A failed step leaves no Ray pods behind to take the next step's CPUs.
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.deleteNamespace(t, ctx, ns)
+		}
+	})
 	var rc rayv1.RayCluster
 	readSample(t, "raycluster-autoscaler.yaml", &rc)
 	rc.Namespace = ns
@@ -104,20 +111,24 @@ func testAutoscaler(t *testing.T, ctx context.Context, e *env) {
 	})
 	t.Logf("RayCluster ready after %s", time.Since(start).Round(time.Second))
 
-	// KubeRay names the head's ServiceAccount, its Role and RoleBinding after the cluster.
-	if _, err := e.cs.RbacV1().Roles(ns).Get(ctx, rc.Name, metav1.GetOptions{}); err != nil {
+	// The ServiceAccount under the cluster's name, as KubeRay; the Role and RoleBinding as <cluster>-autoscaler.
+	sa, role := rc.Name, rc.Name+"-autoscaler"
+	if _, err := e.cs.CoreV1().ServiceAccounts(ns).Get(ctx, sa, metav1.GetOptions{}); err != nil {
+		t.Errorf("the autoscaler's ServiceAccount: %v", err)
+	}
+	if _, err := e.cs.RbacV1().Roles(ns).Get(ctx, role, metav1.GetOptions{}); err != nil {
 		t.Errorf("the autoscaler's Role: %v", err)
 	}
-	rb, err := e.cs.RbacV1().RoleBindings(ns).Get(ctx, rc.Name, metav1.GetOptions{})
+	rb, err := e.cs.RbacV1().RoleBindings(ns).Get(ctx, role, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the autoscaler's RoleBinding: %v", err)
 	}
-	if want := (rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: rc.Name, Namespace: ns}); len(rb.Subjects) != 1 || rb.Subjects[0] != want {
+	if want := (rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}); len(rb.Subjects) != 1 || rb.Subjects[0] != want {
 		t.Errorf("RoleBinding subjects %v, want %v", rb.Subjects, want)
 	}
 	head := e.headPod(t, ctx, ns)
-	if head.Spec.ServiceAccountName != rc.Name {
-		t.Errorf("head pod's ServiceAccount %q, want %q", head.Spec.ServiceAccountName, rc.Name)
+	if head.Spec.ServiceAccountName != sa {
+		t.Errorf("head pod's ServiceAccount %q, want %q", head.Spec.ServiceAccountName, sa)
 	}
 	waitFor(t, ctx, 3*time.Minute, "the autoscaler container ready", func() (bool, string) {
 		p, err := e.cs.CoreV1().Pods(ns).Get(ctx, head.Name, metav1.GetOptions{})
@@ -175,7 +186,7 @@ func testAutoscaler(t *testing.T, ctx context.Context, e *env) {
 	up := rec.maxReplica
 	rec.mu.Unlock()
 	if up != 1 {
-		t.Errorf("the autoscaler raised replicas to %d, want 1 (two one-CPU tasks fit one worker)", up)
+		t.Errorf("the autoscaler raised replicas to %d, want 1 (one one-CPU task at a time fits one worker)", up)
 	}
 
 	waitFor(t, ctx, 5*time.Minute, "the idle worker removed", func() (bool, string) {
@@ -198,19 +209,22 @@ func testAutoscaler(t *testing.T, ctx context.Context, e *env) {
 	if zeroAt.Sub(res.at) < (idle-5)*time.Second {
 		t.Errorf("the worker was removed %s after its tasks ended, before idleTimeoutSeconds (%ds)", zeroAt.Sub(res.at), idle)
 	}
-	evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + rc.Name})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Events reach the API server after the writes they report: wait for it.
 	var deletion string
-	for _, ev := range evs.Items {
-		if strings.Contains(ev.Message, worker) && strings.Contains(ev.Message, "workersToDelete") {
-			deletion = ev.Reason + ": " + ev.Message
+	waitFor(t, ctx, time.Minute, "an event of the deletion for workersToDelete", func() (bool, string) {
+		evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + rc.Name})
+		if err != nil {
+			return false, err.Error()
 		}
-	}
-	if deletion == "" {
-		t.Errorf("no event of the RayCluster tells that %s was deleted for workersToDelete", worker)
-	}
+		var all []string
+		for _, ev := range evs.Items {
+			all = append(all, ev.Reason+": "+ev.Message)
+			if strings.Contains(ev.Message, worker) && strings.Contains(ev.Message, "workersToDelete") {
+				deletion = ev.Reason + ": " + ev.Message
+			}
+		}
+		return deletion != "", "events of the RayCluster: " + strings.Join(all, " | ")
+	})
 	t.Logf("event: %s", deletion)
 	e.deleteNamespace(t, ctx, ns)
 }

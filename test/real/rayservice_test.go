@@ -168,6 +168,12 @@ const (
 // pod sends requests through the serve Service, and not one of them fails.
 func testRayServiceSample(t *testing.T, ctx context.Context, e *env) {
 	ns := e.namespace(t, ctx, "rayservice")
+	// A failed step leaves no Ray pods behind to take the next step's CPUs.
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.deleteNamespace(t, ctx, ns)
+		}
+	})
 	e.createAppsConfigMap(t, ctx, ns)
 	e.startClientPod(t, ctx, ns)
 
@@ -191,6 +197,12 @@ func testRayServiceSample(t *testing.T, ctx context.Context, e *env) {
 	first := e.waitRayServiceServes(t, ctx, key, 15*time.Minute, "")
 	t.Logf("RayService ready on RayCluster %s after %s", first, time.Since(start).Round(time.Second))
 	e.checkServeEndpoints(t, ctx, ns, rs.Name+"-serve-svc", first)
+	// Ready means the Service has endpoints; kube-proxy programs a new Service's ClusterIP a little later (until
+	// then the node answers "network unreachable"), as anywhere.
+	waitFor(t, ctx, 2*time.Minute, "a first answer through the serve Service", func() (bool, string) {
+		got, err := e.tryPost(ctx, ns, serveURL+"/fruit/", `["MANGO", 2]`)
+		return err == nil, fmt.Sprintf("%q %v", got, err)
+	})
 	for _, c := range []struct{ path, body, want string }{
 		{"/fruit/", `["MANGO", 2]`, "6"},
 		{"/fruit/", `["PEAR", 3]`, "3"},
