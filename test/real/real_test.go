@@ -23,7 +23,7 @@ import (
 // TestRealNode runs the suite on one dev cluster, step by step (each step leaves the node's CPUs free for the
 // next), and ends by stopping the cluster and checking that nothing of the node is left on the machine.
 func TestRealNode(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	suiteStart := time.Now()
 	e := startEnv(t, ctx)
@@ -39,10 +39,12 @@ func TestRealNode(t *testing.T) {
 		{"RayJob modes on a selected cluster", testRayJobModesOnSelectedCluster},
 		{"RayJob SidecarMode suspended and resumed", testRayJobSidecarSuspendResume},
 		{"RayCluster Recreate on an image change", testRayClusterRecreate},
-		{"a killed run is swept by the next start", testKilledRunIsSwept},
+		{"RayService sample serves and upgrades", testRayServiceSample},
+		{"autoscaler scales a group up and down", testAutoscaler},
 		{"ImagePullJob pulls from the registry", testImagePullJob},
 		{"REST API cluster and job", testRESTAPI},
 		{"GCS fault tolerance with Redis", testGCSFaultTolerance},
+		{"a killed run is swept by the next start", testKilledRunIsSwept},
 	}
 	for _, s := range steps {
 		start := time.Now()

@@ -218,7 +218,10 @@ func computePlan(o observed) *plan {
 	}
 	if pending != nil {
 		st.PendingServiceStatus = serviceStatus(pending, st.PendingServiceStatus)
-		if pending.cluster != nil && !appliedNow[pending.cluster.Name] && ready(rs, pending, configHash) {
+		// During an upgrade, traffic moves only to a cluster that already has a serve endpoint (a Ready pod labelled
+		// ray.io/serve=true): switched earlier, the Service has none until the head's label, written after the
+		// Service, or a worker's readiness arrives, and requests fail in between.
+		if pending.cluster != nil && !appliedNow[pending.cluster.Name] && ready(rs, pending, configHash) && (active == nil || serveEndpoints(pending) > 0) {
 			if active != nil {
 				p.StatusEventf(corev1.EventTypeNormal, EventPromotedPendingCluster, "Upgrade", "switched traffic from RayCluster %s to RayCluster %s: all Serve applications are RUNNING", active.cluster.Name, pending.cluster.Name)
 			} else {
@@ -424,6 +427,18 @@ func serviceStatus(c *clusterObs, old rayv1.RayServiceStatus) rayv1.RayServiceSt
 		}
 	}
 	return s
+}
+
+// serveEndpoints counts the cluster's pods that the Serve Service selects and routes to as they are now: Running,
+// Ready and labelled ray.io/serve=true.
+func serveEndpoints(c *clusterObs) int {
+	n := 0
+	for i := range c.pods {
+		if c.pods[i].Labels[rayv1.LabelServe] == "true" && builder.PodRunningAndReady(&c.pods[i]) {
+			n++
+		}
+	}
+	return n
 }
 
 // planServeLabels sets the head's ray.io/serve: true once its Serve proxy answered (unless

@@ -76,6 +76,62 @@ func TestPlanRecordsNameBeforeCreating(t *testing.T) {
 	}
 }
 
+// An upgrade switches the Services only to a cluster with a serve endpoint already: a new head whose proxy just
+// answered is labelled in the same reconcile, after the Service is written, and a worker whose proxy is not up yet
+// is not Ready; switched then, the Service would route to nothing.
+func TestPlanUpgradeWaitsForAServeEndpoint(t *testing.T) {
+	rs := planService()
+	old := readyCluster(rs, "svc-old")
+	rs.Status.ActiveServiceStatus.RayClusterName = "svc-old"
+	rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:new"
+	rs.Status.PendingServiceStatus.RayClusterName = "svc-new"
+	pending := readyCluster(rs, "svc-new")
+	pending.pods[0].Labels[rayv1.LabelServe] = "false"
+	worker := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "svc-new-worker-x", Labels: map[string]string{rayv1.LabelNodeType: rayv1.NodeTypeWorker, rayv1.LabelServe: "true"}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.2", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}}
+	pending.pods = append(pending.pods, worker)
+	pending.head = &pending.pods[0]
+	obs := func() observed {
+		return observed{rs: rs, now: t0, active: old, pending: pending, clusters: []rayv1.RayCluster{*old.cluster, *pending.cluster}}
+	}
+
+	p := computePlan(obs())
+	if p.status.ActiveServiceStatus.RayClusterName != "svc-old" {
+		t.Fatalf("switched to a cluster with no serve endpoint")
+	}
+	for _, svc := range p.services {
+		if svc.Spec.Selector[rayv1.LabelCluster] != "svc-old" {
+			t.Errorf("Service %s selects %v", svc.Name, svc.Spec.Selector)
+		}
+	}
+	if len(p.podLabels) != 1 || p.podLabels[0].pod.Name != pending.head.Name || p.podLabels[0].value != "true" {
+		t.Fatalf("labels %+v: want the new head labelled serve=true", p.podLabels)
+	}
+
+	// The label is stored: the head is an endpoint, traffic moves.
+	pending.pods[0].Labels[rayv1.LabelServe] = "true"
+	if p = computePlan(obs()); p.status.ActiveServiceStatus.RayClusterName != "svc-new" {
+		t.Fatalf("not switched with the head labelled: active %q", p.status.ActiveServiceStatus.RayClusterName)
+	}
+
+	// A Ready worker is enough too (excludeHeadPodFromServeSvc keeps the head out).
+	pending.pods[0].Labels[rayv1.LabelServe] = "false"
+	pending.pods[1].Status.Conditions[0].Status = corev1.ConditionTrue
+	if p = computePlan(obs()); p.status.ActiveServiceStatus.RayClusterName != "svc-new" {
+		t.Fatalf("not switched with a Ready worker: active %q", p.status.ActiveServiceStatus.RayClusterName)
+	}
+
+	// The first cluster has no traffic to keep: it is promoted as soon as its applications run.
+	first := planService()
+	first.Status.PendingServiceStatus.RayClusterName = "svc-first"
+	c := readyCluster(first, "svc-first")
+	c.pods[0].Labels[rayv1.LabelServe] = "false"
+	p = computePlan(observed{rs: first, now: t0, pending: c, clusters: []rayv1.RayCluster{*c.cluster}})
+	if p.status.ActiveServiceStatus.RayClusterName != "svc-first" {
+		t.Fatalf("first cluster not promoted: active %q", p.status.ActiveServiceStatus.RayClusterName)
+	}
+}
+
 func TestPlanPromotionAndDeletionDelay(t *testing.T) {
 	rs := planService()
 	rs.Spec.RayClusterDeletionDelaySeconds = ptr.To[int32](60)
