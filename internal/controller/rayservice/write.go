@@ -61,8 +61,16 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 			patched.Labels = map[string]string{}
 		}
 		patched.Labels[rayv1.LabelServe] = l.value
+		// The head's label follows its Serve proxy's health, so each change is news, as KubeRay reports it;
+		// a worker's is only ever set to the true it is created with.
+		head := l.pod.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead
 		if err := r.client.Patch(ctx, patched, client.MergeFrom(l.pod)); err != nil && !apierrors.IsNotFound(err) {
+			if head {
+				p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateHeadPodServeLabel, "Update", "Failed to update the serve label to %q for the Head Pod %s/%s: %v", l.value, l.pod.Namespace, l.pod.Name, err)
+			}
 			return fmt.Errorf("label pod %s: %w", l.pod.Name, err)
+		} else if err == nil && head {
+			p.Eventf(corev1.EventTypeNormal, EventUpdatedHeadPodServeLabel, "Update", "Updated the serve label to %q for the Head Pod %s/%s", l.value, l.pod.Namespace, l.pod.Name)
 		}
 	}
 	for _, a := range p.annotate {
@@ -185,9 +193,9 @@ func (r *Reconciler) dashboardPort(ctx context.Context, c *rayv1.RayCluster) int
 // does not control is left alone and reported.
 func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.Service) error {
 	existing := &corev1.Service{}
-	err := r.client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
+	err := r.services.Get(ctx, client.ObjectKeyFromObject(desired), existing)
 	if apierrors.IsNotFound(err) {
-		// The cache holds only Services labelled ray.io/cluster: a foreign one of that name makes the create fail.
+		// The cache holds only Services labelled for a RayService: a foreign one of that name makes the create fail.
 		if err := r.client.Create(ctx, desired); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				// Ours, not in the cache yet; or someone else's, which the cache does not hold: ask the API server.
@@ -215,7 +223,10 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 		p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Service %s exists and is not controlled by this RayService; not changing it", desired.Name)
 		return fmt.Errorf("service %s is not controlled by the RayService", desired.Name)
 	}
+	base := existing
+	existing = withoutRetiredLabels(existing, desired)
 	updated, changed, recreate := builder.UpdateService(existing, desired)
+	changed = changed || existing != base
 	switch {
 	case !changed:
 		return nil
@@ -226,7 +237,7 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 		p.Requeue(0)
 		return nil
 	}
-	if err := r.client.Patch(ctx, updated, client.MergeFrom(existing)); err != nil {
+	if err := r.client.Patch(ctx, updated, client.MergeFrom(base)); err != nil {
 		p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
 		return fmt.Errorf("update Service %s: %w", existing.Name, err)
 	}
@@ -234,6 +245,30 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 		p.Eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "Service %s now points at RayCluster %s", existing.Name, updated.Spec.Selector[rayv1.LabelCluster])
 	}
 	return nil
+}
+
+// retiredLabels are the labels earlier Manta versions put on a RayService's Services (the cluster's labels);
+// KubeRay's, and now Manta's, label them for the RayService alone.
+var retiredLabels = []string{rayv1.LabelCluster, rayv1.LabelAppName, rayv1.LabelCreatedBy}
+
+// withoutRetiredLabels is svc without the retired labels desired does not set (the user's serveService may), or
+// svc itself when it carries none: a Service made by an earlier version is relabelled, so that ray.io/cluster
+// does not name a cluster the Service may no longer point at.
+func withoutRetiredLabels(svc, desired *corev1.Service) *corev1.Service {
+	out := svc
+	for _, k := range retiredLabels {
+		if _, has := svc.Labels[k]; !has {
+			continue
+		}
+		if _, want := desired.Labels[k]; want {
+			continue
+		}
+		if out == svc {
+			out = svc.DeepCopy()
+		}
+		delete(out.Labels, k)
+	}
+	return out
 }
 
 // recordWritten moves the prepared event of a cluster write that succeeded into the events to record.
