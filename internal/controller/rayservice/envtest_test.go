@@ -908,7 +908,7 @@ func testServicesLabelledForTheRayService(t *testing.T, e *env, rs *rayv1.RaySer
 	t.Helper()
 	ctx := context.Background()
 	want := map[string]map[string]string{
-		rs.Name + "-head-svc": {rayv1.LabelOriginCRName: rs.Name, rayv1.LabelOriginCRD: "RayService", rayv1.LabelNodeType: rayv1.NodeTypeHead, rayv1.LabelIdentifier: rs.Name + "-head"},
+		rs.Name + "-head-svc":  {rayv1.LabelOriginCRName: rs.Name, rayv1.LabelOriginCRD: "RayService", rayv1.LabelNodeType: rayv1.NodeTypeHead, rayv1.LabelIdentifier: rs.Name + "-head"},
 		rs.Name + "-serve-svc": {rayv1.LabelOriginCRName: rs.Name, rayv1.LabelOriginCRD: "RayService", rayv1.LabelServe: rs.Name + "-serve"},
 	}
 	for name, labels := range want {
