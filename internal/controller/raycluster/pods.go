@@ -260,7 +260,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 		msg := createbackoff.StableMessage(err, pod)
 		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, msg}
 		r.createRefused(ctx, run, err, EventFailedToCreateHeadPod, func() {
-			run.Eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "Failed to create head Pod %s/%s, %s", pod.Namespace, pod.Name, msg)
+			run.Eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "Failed to create head Pod %s/%s, %v", pod.Namespace, pod.Name, err)
 		})
 		return &backedOff{fmt.Errorf("create head pod: %w", err)}
 	}

@@ -24,10 +24,10 @@ import (
 func (r *Reconciler) write(ctx context.Context, p *plan) error {
 	if c := p.createCluster; c != nil {
 		if err := r.client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
-			p.Eventf(corev1.EventTypeWarning, EventFailedToCreateRayCluster, "Create", "Failed to create the RayCluster %s/%s: %v", c.Namespace, c.Name, err)
+			p.RelatedEventf(c, corev1.EventTypeWarning, EventFailedToCreateRayCluster, "Create", "Failed to create the RayCluster %s/%s: %v", c.Namespace, c.Name, err)
 			return fmt.Errorf("create RayCluster %s: %w", c.Name, err)
 		} else if err == nil {
-			p.Eventf(corev1.EventTypeNormal, EventCreatedRayCluster, "Create", "Created the RayCluster %s/%s", c.Namespace, c.Name)
+			p.RelatedEventf(c, corev1.EventTypeNormal, EventCreatedRayCluster, "Create", "Created the RayCluster %s/%s", c.Namespace, c.Name)
 		}
 	}
 	for _, c := range p.updateClusters {
@@ -39,11 +39,11 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 	}
 	for _, a := range p.apply {
 		if err := r.applyServeConfig(ctx, a); err != nil {
-			p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateServeApplications, "ApplyServeConfig", "Failed to update serve applications to the RayCluster %s/%s: %v", a.cluster.Namespace, a.cluster.Name, err)
+			p.RelatedEventf(a.cluster, corev1.EventTypeWarning, EventFailedToUpdateServeApplications, "ApplyServeConfig", "Failed to update serve applications to the RayCluster %s/%s: %v", a.cluster.Namespace, a.cluster.Name, err)
 			p.Requeue(0)
 			continue
 		}
-		p.Eventf(corev1.EventTypeNormal, EventUpdatedServeApplications, "ApplyServeConfig", "Updated serve applications to the RayCluster %s/%s", a.cluster.Namespace, a.cluster.Name)
+		p.RelatedEventf(a.cluster, corev1.EventTypeNormal, EventUpdatedServeApplications, "ApplyServeConfig", "Updated serve applications to the RayCluster %s/%s", a.cluster.Namespace, a.cluster.Name)
 	}
 	for _, c := range p.recordApplied {
 		if err := r.recordApplied(ctx, c); err != nil {
@@ -90,7 +90,7 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 	}
 	for _, c := range p.deleteClusters {
 		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
-			p.Eventf(corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "Failed to delete the RayCluster %s/%s: %v", c.Namespace, c.Name, err)
+			p.RelatedEventf(c, corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "Failed to delete the RayCluster %s/%s: %v", c.Namespace, c.Name, err)
 			return fmt.Errorf("delete RayCluster %s: %w", c.Name, err)
 		}
 		r.applied.Delete(c.UID)
@@ -204,15 +204,15 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 					return fmt.Errorf("get Service %s: %w", desired.Name, gerr)
 				}
 				if ref := metav1.GetControllerOf(live); ref == nil || ref.UID != metav1.GetControllerOf(desired).UID {
-					p.Eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Failed to create the service %s/%s, it exists and is not controlled by this RayService", desired.Namespace, desired.Name)
+					p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Failed to create the service %s/%s, it exists and is not controlled by this RayService", desired.Namespace, desired.Name)
 					return fmt.Errorf("service %s exists and is not controlled by the RayService", desired.Name)
 				}
 				return nil
 			}
-			p.Eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Failed to create the service %s/%s, %v", desired.Namespace, desired.Name, err)
+			p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Failed to create the service %s/%s, %v", desired.Namespace, desired.Name, err)
 			return fmt.Errorf("create Service %s: %w", desired.Name, err)
 		}
-		p.Eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "Created the service %s/%s", desired.Namespace, desired.Name)
+		p.RelatedEventf(desired, corev1.EventTypeNormal, EventCreatedService, "Create", "Created the service %s/%s", desired.Namespace, desired.Name)
 		return nil
 	}
 	if err != nil {
@@ -220,7 +220,7 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 	}
 	owner := metav1.GetControllerOf(desired)
 	if ref := metav1.GetControllerOf(existing); ref == nil || ref.UID != owner.UID {
-		p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Failed to update the service %s/%s, it is not controlled by this RayService", desired.Namespace, desired.Name)
+		p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Failed to update the service %s/%s, it is not controlled by this RayService", desired.Namespace, desired.Name)
 		return fmt.Errorf("service %s is not controlled by the RayService", desired.Name)
 	}
 	base := existing
@@ -238,11 +238,11 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 		return nil
 	}
 	if err := r.client.Patch(ctx, updated, client.MergeFrom(base)); err != nil {
-		p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Failed to update the service %s/%s, %v", existing.Namespace, existing.Name, err)
+		p.RelatedEventf(existing, corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Failed to update the service %s/%s, %v", existing.Namespace, existing.Name, err)
 		return fmt.Errorf("update Service %s: %w", existing.Name, err)
 	}
 	if existing.Spec.Selector[rayv1.LabelCluster] != updated.Spec.Selector[rayv1.LabelCluster] {
-		p.Eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "Updated the service %s/%s", existing.Namespace, existing.Name)
+		p.RelatedEventf(updated, corev1.EventTypeNormal, EventUpdatedService, "Update", "Updated the service %s/%s", existing.Namespace, existing.Name)
 	}
 	return nil
 }
