@@ -298,3 +298,25 @@ func TestEventMessagesAndPodsCompared(t *testing.T) {
 		t.Errorf("compare = %v, want %v", got, want)
 	}
 }
+
+// The rows of differences.yaml excuse what their reason covers and no more: here the autoscaler's Role name in an
+// event's message.
+func TestAutoscalerRoleMessageRow(t *testing.T) {
+	d, err := loadDifferences("differences.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		kuberay, manta string
+		allowed        bool
+	}{
+		{"Created role NS/raycluster-autoscaler", "Created role NS/raycluster-autoscaler-autoscaler", true},
+		{"Created role NS/raycluster-autoscaler", "Created role NS/raycluster-autoscaler", false},
+		{"Created role NS/autoscaled", "Created role NS/other-autoscaler", false},
+	} {
+		df := diff{Object: "events", Path: "Normal/CreatedRole.message", KubeRay: tc.kuberay, Manta: tc.manta}
+		if got := d.allows("ray-cluster.autoscaler", df); got != tc.allowed {
+			t.Errorf("%v allowed = %v, want %v", df, got, tc.allowed)
+		}
+	}
+}
