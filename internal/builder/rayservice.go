@@ -98,30 +98,32 @@ func RayServiceClusterHash(spec *rayv1.RayClusterSpec, groups int) string {
 func ServeConfigHash(serveConfigV2 string) string { return hashJSON(serveConfigV2) }
 
 // RayServiceHeadService is <rayservice>-head-svc: the active cluster's head Service under the RayService's name,
-// owned by the RayService, so clients keep one address across cluster upgrades.
+// owned by the RayService, so clients keep one address across cluster upgrades. It is labelled for the RayService
+// (ray.io/identifier <rayservice>-head), not for the cluster it points at, as KubeRay labels it.
 func RayServiceHeadService(s *rayv1.RayService, active *rayv1.RayCluster) *corev1.Service {
-	svc := HeadService(active)
+	svc := OwnerHeadService(active, KindRayService, s.Name)
 	svc.Name = RayServiceHeadServiceName(s)
-	maps.Copy(svc.Labels, originLabels(s))
 	svc.OwnerReferences = []metav1.OwnerReference{*RayServiceOwnerReference(s)}
 	return svc
 }
 
 // RayServiceServeService is the Serve Service of s: it selects the active cluster's pods labelled ray.io/serve=true
-// (pods whose Serve proxy answers), over the serve ports of the head's Ray container, with the user's serveService
-// (type, ports, labels, annotations and the rest of its spec) laid on top; the selector is always Manta's.
+// (pods whose Serve proxy answers), over the serve ports of the head's Ray container, labelled for the RayService.
+// The user's serveService is the base (name, labels under ours, annotations, type, the rest of its spec), but the
+// selector is always Manta's and the ports are the head's serve ports, as KubeRay does: a Service port the head
+// does not listen on would carry no traffic. Only when the head names no serve port are the user's ports named
+// serve kept.
 func RayServiceServeService(s *rayv1.RayService, active *rayv1.RayCluster) *corev1.Service {
-	base := ServeService(active)
 	sel := map[string]string{rayv1.LabelCluster: active.Name, rayv1.LabelServe: "true"}
-	labels := base.Labels
-	maps.Copy(labels, originLabels(s))
+	labels := originLabels(s)
 	labels[rayv1.LabelServe] = fitName(s.Name+"-serve", maxNameLen)
+	ports := headServePorts(active)
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: RayServiceServeServiceName(s), Namespace: s.Namespace, Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{*RayServiceOwnerReference(s)},
 		},
-		Spec: corev1.ServiceSpec{Selector: sel, Ports: base.Spec.Ports},
+		Spec: corev1.ServiceSpec{Selector: sel, Ports: ports, Type: active.Spec.HeadGroupSpec.ServiceType},
 	}
 	if u := s.Spec.ServeService; u != nil {
 		u = u.DeepCopy()
@@ -132,11 +134,23 @@ func RayServiceServeService(s *rayv1.RayService, active *rayv1.RayCluster) *core
 		}
 		svc.Annotations = u.Annotations
 		spec := u.Spec
-		if len(spec.Ports) == 0 {
-			spec.Ports = svc.Spec.Ports
+		if len(ports) == 0 {
+			for _, p := range spec.Ports {
+				if p.Name == ServePortName {
+					ports = append(ports, serveServicePort(p.Name, p.Port))
+				}
+			}
+		}
+		spec.Ports = ports
+		if spec.Type == "" {
+			spec.Type = svc.Spec.Type
 		}
 		spec.Selector = sel
 		svc.Spec = spec
+	}
+	if len(svc.Spec.Ports) == 0 {
+		// A Service needs a port: Ray Serve's default, where the proxy listens unless told otherwise.
+		svc.Spec.Ports = []corev1.ServicePort{serveServicePort(ServePortName, DefaultServePort)}
 	}
 	return svc
 }

@@ -93,16 +93,10 @@ func HeadService(c *rayv1.RayCluster) *corev1.Service {
 
 // ServeService is <cluster>-serve-svc over the Ray container's serve ports, selecting every pod of the cluster.
 func ServeService(c *rayv1.RayCluster) *corev1.Service {
-	var ports []corev1.ServicePort
-	if cs := c.Spec.HeadGroupSpec.Template.Spec.Containers; len(cs) > 0 {
-		ports = servicePorts(cs[RayContainerIndex].Ports, func(n string) bool {
-			return n == ServePortName || strings.HasPrefix(n, ServePortName+"-")
-		})
-	}
+	ports := headServePorts(c)
 	if len(ports) == 0 {
-		ports = []corev1.ServicePort{servicePort(ServePortName, DefaultServePort, corev1.ProtocolTCP)}
+		ports = []corev1.ServicePort{serveServicePort(ServePortName, DefaultServePort)}
 	}
-	sortPorts(ports)
 	sel := map[string]string{rayv1.LabelCluster: c.Name}
 	if originCRD(c) == KindRayService {
 		sel[rayv1.LabelServe] = "true"
@@ -120,6 +114,34 @@ func ServeService(c *rayv1.RayCluster) *corev1.Service {
 		// Serve is wanted from outside too).
 		Spec: corev1.ServiceSpec{Selector: sel, Ports: ports, Type: c.Spec.HeadGroupSpec.ServiceType},
 	}
+}
+
+// headServePorts are the serve ports (serve, serve-*) of the head's Ray container, or of the head Service's default
+// ports when the container names none; none when it names ports but no serve port. Without appProtocol, as
+// KubeRay's serve Services: the port may carry HTTP or gRPC.
+func headServePorts(c *rayv1.RayCluster) []corev1.ServicePort {
+	var ports []corev1.ContainerPort
+	if cs := c.Spec.HeadGroupSpec.Template.Spec.Containers; len(cs) > 0 {
+		ports = cs[RayContainerIndex].Ports
+	}
+	if len(ports) == 0 {
+		ports = defaultHeadPorts
+	}
+	var out []corev1.ServicePort
+	for _, p := range servicePorts(ports, isServePort) {
+		out = append(out, serveServicePort(p.Name, p.Port))
+		out[len(out)-1].Protocol = p.Protocol
+	}
+	sortPorts(out)
+	return out
+}
+
+func isServePort(name string) bool {
+	return name == ServePortName || strings.HasPrefix(name, ServePortName+"-")
+}
+
+func serveServicePort(name string, port int32) corev1.ServicePort {
+	return corev1.ServicePort{Name: name, Port: port, Protocol: corev1.ProtocolTCP}
 }
 
 // HeadlessWorkerService lets the hosts of a multi-host replica find each other by name.

@@ -53,6 +53,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	rs, err := rayservice.NewReconciler(mgr, rayservice.Options{
 		RayClients:              opts.RayClients,
 		MaxConcurrentReconciles: opts.ReconcileConcurrency,
+		Namespaces:              opts.WatchNamespaces,
 	})
 	if err == nil {
 		err = rs.SetupWithManager(mgr)

@@ -39,6 +39,9 @@ type Event struct {
 	Type, Reason, Action, Note string
 	// StatusChange says the event reports a change of the object's status: recorded only once it is stored.
 	StatusChange bool
+	// Related, when set, is the other object the event is about (the Service created, say): events of one reason
+	// about different objects are then told apart instead of counted as repeats of the first.
+	Related runtime.Object
 }
 
 // Result gathers the events and the requeue one reconcile asks for. The zero value asks for nothing.
@@ -51,6 +54,11 @@ type Result struct {
 // or not.
 func (r *Result) Eventf(typ, reason, action, format string, args ...any) {
 	r.Events = append(r.Events, Event{Type: typ, Reason: reason, Action: action, Note: fmt.Sprintf(format, args...)})
+}
+
+// RelatedEventf is Eventf about a write to the object related.
+func (r *Result) RelatedEventf(related runtime.Object, typ, reason, action, format string, args ...any) {
+	r.Events = append(r.Events, Event{Type: typ, Reason: reason, Action: action, Note: fmt.Sprintf(format, args...), Related: related})
 }
 
 // StatusEventf asks for an event reporting a change of the object's status; it is recorded only once the status
@@ -95,7 +103,7 @@ func (r *Result) Finish(recorder events.EventRecorder, regarding runtime.Object,
 		if e.StatusChange && statusErr != nil {
 			continue
 		}
-		recorder.Eventf(regarding, nil, e.Type, e.Reason, e.Action, "%s", e.Note)
+		recorder.Eventf(regarding, e.Related, e.Type, e.Reason, e.Action, "%s", e.Note)
 	}
 	stale := apierrors.IsConflict(statusErr) || apierrors.IsNotFound(statusErr)
 	switch {

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 )
 
 // A diff is one field where the object Manta wrote differs from the one KubeRay wrote for the same input.
@@ -263,5 +265,58 @@ func TestFlattenAndCompare(t *testing.T) {
 	deleteFields(manta, "spec.containers.env")
 	if _, ok := manta["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)["env"]; ok {
 		t.Error("deleteFields left env")
+	}
+}
+
+func TestEventMessagesAndPodsCompared(t *testing.T) {
+	repl := strings.NewReplacer("s01-k", "NS", "svc-x7kqz", "svc-XXXXX")
+	if got, want := normaliseMessage(repl, `Updated the serve label to "true" for the Head Pod s01-k/svc-x7kqz-head-bq2zd`),
+		`Updated the serve label to "true" for the Head Pod NS/svc-XXXXX-head-XXXXX`; got != want {
+		t.Errorf("normaliseMessage = %q, want %q", got, want)
+	}
+	// Words of five letters are not taken for a generated tail; numbers are normalised.
+	if got, want := normaliseMessage(repl, "Created the service s01-k/svc-serve-svc after 12 tries"), "Created the service NS/svc-serve-svc after N tries"; got != want {
+		t.Errorf("normaliseMessage = %q, want %q", got, want)
+	}
+
+	pod := func(index string, ready bool) map[string]any {
+		return map[string]any{
+			"metadata": map[string]any{"labels": map[string]any{rayv1.LabelReplicaIndex: index}},
+			"status":   map[string]any{"ready": ready},
+		}
+	}
+	kuberay := &snapshot{pods: map[string][]map[string]any{"pod/worker:small": {pod("1", true), pod("0", true)}},
+		events: map[string]map[string]bool{"events Normal/CreatedWorkerPod": {"Created worker Pod NS/rc-small-worker-XXXXX": true}}}
+	manta := &snapshot{pods: map[string][]map[string]any{"pod/worker:small": {pod("0", true), pod("1", false)}},
+		events: map[string]map[string]bool{"events Normal/CreatedWorkerPod": {"created N worker pods in group small": true}}}
+	got := kuberay.compare(manta)
+	want := []diff{
+		{Object: "pod/worker:small", Path: "status.ready", KubeRay: "true", Manta: "false"},
+		{Object: "events", Path: "Normal/CreatedWorkerPod.message", KubeRay: "Created worker Pod NS/rc-small-worker-XXXXX", Manta: "created N worker pods in group small"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("compare = %v, want %v", got, want)
+	}
+}
+
+// The rows of differences.yaml excuse what their reason covers and no more: here the autoscaler's Role name in an
+// event's message.
+func TestAutoscalerRoleMessageRow(t *testing.T) {
+	d, err := loadDifferences("differences.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		kuberay, manta string
+		allowed        bool
+	}{
+		{"Created role NS/raycluster-autoscaler", "Created role NS/raycluster-autoscaler-autoscaler", true},
+		{"Created role NS/raycluster-autoscaler", "Created role NS/raycluster-autoscaler", false},
+		{"Created role NS/autoscaled", "Created role NS/other-autoscaler", false},
+	} {
+		df := diff{Object: "events", Path: "Normal/CreatedRole.message", KubeRay: tc.kuberay, Manta: tc.manta}
+		if got := d.allows("ray-cluster.autoscaler", df); got != tc.allowed {
+			t.Errorf("%v allowed = %v, want %v", df, got, tc.allowed)
+		}
 	}
 }

@@ -207,7 +207,8 @@ type snapshot struct {
 	side    string
 	pods    map[string][]map[string]any // by pod/[<cluster>/]<node-type>[:group]
 	objects map[string]map[string]any   // Ray objects' status and metadata, Services, Jobs, RBAC
-	events  map[string]bool             // <object> Type/Reason of the events about Ray objects
+	// events holds, by "<object> Type/Reason", the normalised messages of the events about Ray objects.
+	events map[string]map[string]bool
 	// moving says what is on its way that no operator's work queue shows (empty when nothing is): a pod kwok
 	// has still to start, or being deleted; a submitter Job waiting for the Job controller; a cluster suspending;
 	// a RayJob whose Ray job runs or whose TTL or deletion rules are still to run; a RayService not yet Ready.
@@ -277,7 +278,7 @@ func normaliser(ns string, clusters, jobs, services []unstructured.Unstructured)
 
 func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	ctx := context.Background()
-	s := &snapshot{side: sd.name, pods: map[string][]map[string]any{}, objects: map[string]map[string]any{}, events: map[string]bool{}}
+	s := &snapshot{side: sd.name, pods: map[string][]map[string]any{}, objects: map[string]map[string]any{}, events: map[string]map[string]bool{}}
 	var rvs []string
 	saw := func(kind string, o metav1.Object) { rvs = append(rvs, kind+"/"+o.GetName()+"@"+o.GetResourceVersion()) }
 	move := func(format string, args ...any) {
@@ -351,7 +352,9 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		if v, ok := p.Labels[rayv1.LabelReplicaName]; ok {
 			m["metadata"].(map[string]any)["labels"].(map[string]any)[rayv1.LabelReplicaName] = regexp.MustCompile(`-[a-z0-9]{5}$`).ReplaceAllString(v, "-XXXXX")
 		}
-		m["_ready"] = builder.PodRunningAndReady(p)
+		// Readiness is the one part of the status the operators decide (readiness probes and gates), and what
+		// Services select on.
+		m["status"] = map[string]any{"ready": builder.PodRunningAndReady(p)}
 		s.pods[key] = append(s.pods[key], m)
 	}
 
@@ -442,16 +445,48 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	}
 	for i, e := range events.Items {
 		saw("event", &events.Items[i])
+		key := ""
 		switch e.InvolvedObject.Kind {
 		case "RayCluster":
-			s.events["events "+e.Type+"/"+e.Reason] = true
+			key = "events " + e.Type + "/" + e.Reason
 		case "RayJob", "RayService":
-			s.events["events/"+e.InvolvedObject.Kind+" "+e.Type+"/"+e.Reason] = true
+			key = "events/" + e.InvolvedObject.Kind + " " + e.Type + "/" + e.Reason
+		default:
+			continue
 		}
+		if overloaded(e.Message) {
+			// The API server shed a write on the loaded machine: the failure says nothing of the operator.
+			continue
+		}
+		if s.events[key] == nil {
+			s.events[key] = map[string]bool{}
+		}
+		s.events[key][normaliseMessage(repl, e.Message)] = true
 	}
 	slices.Sort(rvs)
 	s.writes = strings.Join(rvs, ",")
 	return s
+}
+
+var (
+	// generatedSuffixRe is the random tail of a name the API server or an operator generated (generateName's and
+	// utilrand.String's alphabet has no vowels, so words such as -serve or -small are not taken for one).
+	generatedSuffixRe = regexp.MustCompile(`-[bcdfghjklmnpqrstvwxz2456789]{5}\b`)
+	numberRe          = regexp.MustCompile(`\d+`)
+)
+
+// overloaded says whether an event's message reports the API server timing out a request.
+func overloaded(msg string) bool {
+	return strings.Contains(msg, "Timeout: request did not complete within requested timeout")
+}
+
+// normaliseMessage rewrites in an event's message what differs by construction between the sides: UIDs, the
+// namespace and generated names (repl), other generated name tails, times and numbers.
+func normaliseMessage(repl *strings.Replacer, msg string) string {
+	msg = repl.Replace(uidRe.ReplaceAllString(msg, "UID"))
+	msg = generatedSuffixRe.ReplaceAllString(msg, "-XXXXX")
+	msg = inTextTimeRe.ReplaceAllString(msg, "<time>")
+	return numberRe.ReplaceAllString(msg, "N")
 }
 
 // rayJobMoving says what a RayJob still waits for that no work queue shows: its Ray job (the operator polls the
@@ -598,8 +633,17 @@ func (s *snapshot) compare(m *snapshot) []diff {
 		if len(a) == 0 || len(b) == 0 {
 			continue
 		}
-		// Pods of one group are alike but for their replica labels: compare the first of each side.
-		out = append(out, compareObjects(k, podRepresentative(a), podRepresentative(b))...)
+		// Every pod of the group, paired in a stable order; a difference several pods share is listed once.
+		a, b = podsInOrder(a), podsInOrder(b)
+		seen := map[diff]bool{}
+		for i := range min(len(a), len(b)) {
+			for _, d := range compareObjects(k, a[i], b[i]) {
+				if !seen[d] {
+					seen[d] = true
+					out = append(out, d)
+				}
+			}
+		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(union(s.objects, m.objects))) {
 		a, b := s.objects[k], m.objects[k]
@@ -615,13 +659,21 @@ func (s *snapshot) compare(m *snapshot) []diff {
 	for _, e := range slices.Sorted(maps.Keys(union(s.events, m.events))) {
 		object, reason, _ := strings.Cut(e, " ")
 		switch {
-		case !m.events[e]:
+		case m.events[e] == nil:
 			out = append(out, diff{Object: object, Path: reason, KubeRay: "recorded", Manta: "<absent>"})
-		case !s.events[e]:
+		case s.events[e] == nil:
 			out = append(out, diff{Object: object, Path: reason, KubeRay: "<absent>", Manta: "recorded"})
+		case !maps.Equal(s.events[e], m.events[e]):
+			// The same event with other messages: the path is <Type/Reason>.message.
+			out = append(out, diff{Object: object, Path: reason + ".message", KubeRay: messages(s.events[e]), Manta: messages(m.events[e])})
 		}
 	}
 	return out
+}
+
+// messages renders a set of event messages, sorted.
+func messages(set map[string]bool) string {
+	return strings.Join(slices.Sorted(maps.Keys(set)), " | ")
 }
 
 func union[V any](a, b map[string]V) map[string]bool {
@@ -635,14 +687,28 @@ func union[V any](a, b map[string]V) map[string]bool {
 	return keys
 }
 
-func podRepresentative(ps []map[string]any) map[string]any {
-	sorted := slices.Clone(ps)
-	idx := func(p map[string]any) string {
-		l, _ := p["metadata"].(map[string]any)["labels"].(map[string]any)
-		return fmt.Sprint(l[rayv1.LabelReplicaIndex], "/", l[rayv1.LabelHostIndex])
+// podsInOrder sorts the pods of one group so that both sides' lists pair up: by replica and host index, then by
+// the whole normalised pod (readiness included).
+func podsInOrder(ps []map[string]any) []map[string]any {
+	type keyed struct {
+		idx, all string
+		pod      map[string]any
 	}
-	slices.SortFunc(sorted, func(a, b map[string]any) int { return strings.Compare(idx(a), idx(b)) })
-	p := maps.Clone(sorted[0])
-	delete(p, "_ready")
-	return p
+	ks := make([]keyed, len(ps))
+	for i, p := range ps {
+		l, _ := p["metadata"].(map[string]any)["labels"].(map[string]any)
+		b, _ := json.Marshal(p)
+		ks[i] = keyed{idx: fmt.Sprint(l[rayv1.LabelReplicaIndex], "/", l[rayv1.LabelHostIndex]), all: string(b), pod: p}
+	}
+	slices.SortFunc(ks, func(a, b keyed) int {
+		if c := strings.Compare(a.idx, b.idx); c != 0 {
+			return c
+		}
+		return strings.Compare(a.all, b.all)
+	})
+	out := make([]map[string]any, len(ks))
+	for i, k := range ks {
+		out[i] = k.pod
+	}
+	return out
 }

@@ -135,14 +135,17 @@ func (r *Reconciler) ensureRBACChild(ctx context.Context, run *run, x rbacChild)
 	return nil
 }
 
+// eventKind names a kind in an event's message as KubeRay's do.
+var eventKind = map[string]string{"ServiceAccount": "service account", "Role": "role", "RoleBinding": "role binding"}
+
 func (r *Reconciler) createRBACChild(ctx context.Context, run *run, x rbacChild) error {
 	name := x.desired.GetName()
 	if err := r.client.Create(ctx, x.desired); err != nil {
 		// AlreadyExists too: someone made it since the read, and the next reconcile checks whose it is.
-		run.Eventf(corev1.EventTypeWarning, x.failCreate, "Create", "failed to create the autoscaler's %s %s: %v", x.kind, name, err)
+		run.Eventf(corev1.EventTypeWarning, x.failCreate, "Create", "Failed creating %s %s/%s, %v", eventKind[x.kind], x.desired.GetNamespace(), name, err)
 		return fmt.Errorf("create %s %s: %w", x.kind, name, err)
 	}
-	run.Eventf(corev1.EventTypeNormal, x.created, "Create", "created the autoscaler's %s %s", x.kind, name)
+	run.Eventf(corev1.EventTypeNormal, x.created, "Create", "Created %s %s/%s", eventKind[x.kind], x.desired.GetNamespace(), name)
 	log.FromContext(ctx).V(1).Info("created autoscaler RBAC object", "kind", x.kind, "name", name)
 	return nil
 }

@@ -448,10 +448,10 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 					existing = svc
 					break
 				}
-				run.Eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", svc.Name, err)
+				run.RelatedEventf(svc, corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Failed creating service %s/%s, %v", svc.Namespace, svc.Name, err)
 				return fmt.Errorf("create service %s: %w", svc.Name, err)
 			}
-			run.Eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s", svc.Name)
+			run.RelatedEventf(svc, corev1.EventTypeNormal, EventCreatedService, "Create", "Created service %s/%s", svc.Namespace, svc.Name)
 			existing = svc
 		default:
 			return fmt.Errorf("get service %s: %w", svc.Name, err)

@@ -193,10 +193,10 @@ func (r *Reconciler) createCleanupJob(ctx context.Context, c *rayv1.RayCluster) 
 			return ctrl.Result{RequeueAfter: time.Second}, nil
 		}
 		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, EventFailedToCreateRedisCleanupJob, "Create",
-			"failed to create Redis cleanup Job %s/%s: %v", job.Namespace, job.Name, err)
+			"Failed to create Redis cleanup Job %s/%s, %v", job.Namespace, job.Name, err)
 		return ctrl.Result{}, fmt.Errorf("create Redis cleanup job: %w", err)
 	}
-	r.recorder.Eventf(c, nil, corev1.EventTypeNormal, EventCreatedRedisCleanupJob, "Create", "created Redis cleanup Job %s/%s", job.Namespace, job.Name)
+	r.recorder.Eventf(c, nil, corev1.EventTypeNormal, EventCreatedRedisCleanupJob, "Create", "Created Redis cleanup Job %s/%s", job.Namespace, job.Name)
 	return ctrl.Result{RequeueAfter: cleanupWait}, nil
 }
 

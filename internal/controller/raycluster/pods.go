@@ -260,14 +260,14 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 		msg := createbackoff.StableMessage(err, pod)
 		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, msg}
 		r.createRefused(ctx, run, err, EventFailedToCreateHeadPod, func() {
-			run.Eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "failed to create the head pod: %s", msg)
+			run.Eventf(corev1.EventTypeWarning, EventFailedToCreateHeadPod, "Create", "Failed to create head Pod %s/%s, %v", pod.Namespace, pod.Name, err)
 		})
 		return &backedOff{fmt.Errorf("create head pod: %w", err)}
 	}
 	run.created = true
 	r.exp.ExpectCreate(run.key, pod.Name, struct{}{})
 	r.madePods.Store(run.key, c.UID)
-	run.Eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "created head pod %s", pod.Name)
+	run.Eventf(corev1.EventTypeNormal, EventCreatedHeadPod, "Create", "Created head Pod %s/%s", pod.Namespace, pod.Name)
 	return nil
 }
 
@@ -452,7 +452,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 		msg := strings.Join(msgs, "\n")
 		run.obs.failure = &failure{rayv1.FailedCreateWorkerPod, msg}
 		r.createRefused(ctx, run, err, EventFailedToCreateWorkerPod, func() {
-			run.Eventf(corev1.EventTypeWarning, EventFailedToCreateWorkerPod, "Create", "failed to create worker pods in group %s: %s", g.GroupName, msg)
+			run.Eventf(corev1.EventTypeWarning, EventFailedToCreateWorkerPod, "Create", "Failed to create worker Pod for the cluster %s/%s, %s", run.c.Namespace, run.c.Name, msg)
 		})
 		return &backedOff{fmt.Errorf("create workers of group %s: %w", g.GroupName, err)}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -285,7 +286,8 @@ func headPodReadiness(head *corev1.Pod) (metav1.ConditionStatus, string, string)
 	return status, reason, msg
 }
 
-func itoa(i int32) string { return resource.NewQuantity(int64(i), resource.DecimalSI).String() }
+// itoa renders a port in decimal digits, as KubeRay does (a Quantity would say 32k for 32000).
+func itoa(i int32) string { return strconv.Itoa(int(i)) }
 
 // groupReplicas is the number of replicas a group wants: replicas clamped to [min, max], 0 when suspended.
 func groupReplicas(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec) int32 {

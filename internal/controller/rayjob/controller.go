@@ -251,7 +251,7 @@ func (r *Reconciler) getSubmitter(ctx context.Context, j *rayv1.RayJob) (*batchv
 }
 
 // deleteOwned deletes obj when the RayJob controls it. It reports whether obj is gone.
-func (r *Reconciler) deleteOwned(ctx context.Context, run *run, obj client.Object, what string) (bool, error) {
+func (r *Reconciler) deleteOwned(ctx context.Context, run *run, obj client.Object) (bool, error) {
 	if err := r.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			return true, nil
@@ -266,15 +266,16 @@ func (r *Reconciler) deleteOwned(ctx context.Context, run *run, obj client.Objec
 	}
 	uid := obj.GetUID()
 	err := r.client.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
-	deleted, failed := ReasonDeletedCluster, ReasonFailedDeleteCluster
+	// KubeRay's messages.
+	deleted, failed, noun := ReasonDeletedCluster, ReasonFailedDeleteCluster, "cluster"
 	if _, ok := obj.(*rayv1.RayCluster); !ok {
-		deleted, failed = ReasonDeletedSubmitter, ReasonFailedDeleteSubmitter
+		deleted, failed, noun = ReasonDeletedSubmitter, ReasonFailedDeleteSubmitter, "submitter K8s Job"
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
-		run.Eventf(corev1.EventTypeWarning, failed, "Delete", "failed to delete %s %s: %v", what, obj.GetName(), err)
+		run.Eventf(corev1.EventTypeWarning, failed, "Delete", "Failed to delete %s %s/%s: %v", noun, obj.GetNamespace(), obj.GetName(), err)
 		return false, err
 	}
-	run.Eventf(corev1.EventTypeNormal, deleted, "Delete", "deleted %s %s", what, obj.GetName())
+	run.Eventf(corev1.EventTypeNormal, deleted, "Delete", "Deleted %s %s/%s", noun, obj.GetNamespace(), obj.GetName())
 	return false, nil
 }
 

@@ -93,7 +93,7 @@ func (r *Reconciler) apply(ctx context.Context, run *run, p rayv1.DeletionPolicy
 	case rayv1.DeleteNone:
 	case rayv1.DeleteCluster:
 		if owned {
-			_, err := r.deleteOwned(ctx, run, cluster, "RayCluster")
+			_, err := r.deleteOwned(ctx, run, cluster)
 			return err
 		}
 	case rayv1.DeleteWorkers:

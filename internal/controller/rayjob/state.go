@@ -219,7 +219,7 @@ func (r *Reconciler) ensureCluster(ctx context.Context, run *run) (*rayv1.RayClu
 		}
 		return nil, err
 	}
-	run.Eventf(corev1.EventTypeNormal, ReasonCreatedCluster, "Create", "created RayCluster %s", c.Name)
+	run.Eventf(corev1.EventTypeNormal, ReasonCreatedCluster, "Create", "Created RayCluster %s/%s", c.Namespace, c.Name)
 	return nil, nil
 }
 
@@ -276,14 +276,14 @@ func (r *Reconciler) ensureSubmitter(ctx context.Context, run *run, cluster *ray
 		if apierrors.IsAlreadyExists(err) {
 			return nil
 		}
-		run.Eventf(corev1.EventTypeWarning, ReasonFailedSubmitter, "Create", "failed to create submitter Job %s: %v", job.Name, err)
+		run.Eventf(corev1.EventTypeWarning, ReasonFailedSubmitter, "Create", "Failed to create new Kubernetes Job %s/%s: %v", job.Namespace, job.Name, err)
 		if apierrors.IsInvalid(err) {
 			r.fail(run, rayv1.SubmissionFailed, fmt.Sprintf("spec.submitterPodTemplate: the API server refused submitter Job %s: %v", job.Name, err))
 			return nil
 		}
 		return err
 	}
-	run.Eventf(corev1.EventTypeNormal, ReasonCreatedSubmitter, "Create", "created submitter Job %s", job.Name)
+	run.Eventf(corev1.EventTypeNormal, ReasonCreatedSubmitter, "Create", "Created Kubernetes Job %s/%s", job.Namespace, job.Name)
 	return nil
 }
 
@@ -625,7 +625,7 @@ func (r *Reconciler) tearDown(ctx context.Context, run *run, reset func()) error
 	j := run.j
 	gone := true
 	if name := j.Status.RayClusterName; name != "" && len(j.Spec.ClusterSelector) == 0 {
-		ok, err := r.deleteOwned(ctx, run, &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: name}}, "RayCluster")
+		ok, err := r.deleteOwned(ctx, run, &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: name}})
 		if err != nil {
 			return err
 		}
@@ -637,7 +637,7 @@ func (r *Reconciler) tearDown(ctx context.Context, run *run, reset func()) error
 		}
 		gone = gone && ok
 	}
-	ok, err := r.deleteOwned(ctx, run, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: SubmitterJobName(j)}}, "submitter Job")
+	ok, err := r.deleteOwned(ctx, run, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: SubmitterJobName(j)}})
 	if err != nil {
 		return err
 	}

@@ -49,6 +49,8 @@ const (
 	EventUnsupportedFeature              = "UnsupportedFeature"
 	EventPromotedPendingCluster          = "PromotedPendingCluster"
 	EventUpgradeStarted                  = "UpgradeStarted"
+	EventUpdatedHeadPodServeLabel        = "UpdatedHeadPodServeLabel"
+	EventFailedToUpdateHeadPodServeLabel = "FailedToUpdateHeadPodServeLabel"
 )
 
 // MaxNameLength is KubeRay's limit on a RayService name: the cluster name <rayservice>-<5> and the Services built

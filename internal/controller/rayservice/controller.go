@@ -12,15 +12,18 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
@@ -39,6 +42,9 @@ type Options struct {
 	RequeueInterval time.Duration
 	// RayCallTimeout bounds each call to a Ray head (10 seconds when zero).
 	RayCallTimeout time.Duration
+	// Namespaces, when set, are the only namespaces watched (the operator's --watch-namespace): the cache of the
+	// RayServices' Services is scoped like the manager's.
+	Namespaces []string
 	// Now and Rand replace the clock and the random source of cluster names in tests.
 	Now  func() time.Time
 	Rand func(n int) int
@@ -47,10 +53,13 @@ type Options struct {
 // Reconciler reconciles RayServices.
 type Reconciler struct {
 	client client.Client
-	// apiReader reads past the cache: Services are cached only when they carry ray.io/cluster.
+	// apiReader reads past the caches.
 	apiReader client.Reader
-	recorder  events.EventRecorder
-	opts      Options
+	// services caches the Services RayServices own: they carry KubeRay's labels for a RayService
+	// (ray.io/originated-from-crd=RayService), not ray.io/cluster, so the manager's cache does not hold them.
+	services cache.Cache
+	recorder events.EventRecorder
+	opts     Options
 	// applied remembers, per RayCluster UID, the Serve config this process applied to which head, until the cached
 	// cluster carries the annotations that record it: a reconcile reading the cluster from a cache that has not
 	// seen the patch yet, or after the patch failed, does not send the same config again.
@@ -74,7 +83,32 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if opts.Rand == nil {
 		opts.Rand = rand.IntN
 	}
-	return &Reconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("rayservice-controller"), opts: opts}, nil
+	services, err := newServiceCache(mgr, opts.Namespaces)
+	if err != nil {
+		return nil, fmt.Errorf("rayservice controller: Service cache: %w", err)
+	}
+	return &Reconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), services: services,
+		recorder: mgr.GetEventRecorder("rayservice-controller"), opts: opts}, nil
+}
+
+func newServiceCache(mgr ctrl.Manager, namespaces []string) (cache.Cache, error) {
+	opts := cache.Options{
+		Scheme: mgr.GetScheme(),
+		Mapper: mgr.GetRESTMapper(),
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Service{}: {
+				Label:     labels.SelectorFromSet(labels.Set{rayv1.LabelOriginCRD: builder.KindRayService}),
+				Transform: cache.TransformStripManagedFields(),
+			},
+		},
+	}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return cache.New(mgr.GetConfig(), opts)
 }
 
 // SetupWithManager watches RayServices, the RayClusters and Services they own, and the pods of their clusters (a
@@ -83,10 +117,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := clusterpods.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	if err := mgr.Add(r.services); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayService{}).
 		Owns(&rayv1.RayCluster{}).
-		Owns(&corev1.Service{}).
+		WatchesRawSource(source.Kind(r.services, &corev1.Service{},
+			handler.TypedEnqueueRequestForOwner[*corev1.Service](mgr.GetScheme(), mgr.GetRESTMapper(), &rayv1.RayService{}, handler.OnlyControllerOwner()))).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.serviceOfPod)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
 		Named("rayservice").

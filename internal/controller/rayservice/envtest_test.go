@@ -384,11 +384,20 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 	if head != name || serve != name {
 		t.Errorf("Services point at %q / %q, want %q", head, serve, name)
 	}
+	var headPod string
 	for _, p := range e.pods(t, ns, name) {
 		if p.Labels[rayv1.LabelServe] != "true" {
 			t.Errorf("pod %s ray.io/serve=%q", p.Name, p.Labels[rayv1.LabelServe])
 		}
+		if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead {
+			headPod = p.Name
+		}
 	}
+	// As KubeRay: the head's serve label change is an event with KubeRay's message.
+	if ok, msg := e.hasEvent(t, rs, EventUpdatedHeadPodServeLabel); !ok || msg != fmt.Sprintf(`Updated the serve label to "true" for the Head Pod %s/%s`, ns, headPod) {
+		t.Errorf("%s event: %v %s", EventUpdatedHeadPodServeLabel, ok, msg)
+	}
+	testServicesLabelledForTheRayService(t, e, rs)
 	// The config hash is kept: a settled service is not sent its config again.
 	e.waitReconciles(t, name, 3)
 	if n, _ := e.ray.deploys(name); n != 1 {
@@ -863,8 +872,8 @@ func testKubeRaySamples(t *testing.T, e *env) {
 	}
 }
 
-// testServeServiceFromSpec: the serve Service takes the name, type, ports, labels and annotations of serveService;
-// its selector stays Manta's.
+// testServeServiceFromSpec: the serve Service takes the name, type, labels and annotations of serveService; its
+// selector and ports stay Manta's.
 func testServeServiceFromSpec(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rs := makeService(ns, "svc")
@@ -878,7 +887,8 @@ func testServeServiceFromSpec(t *testing.T, e *env) {
 	if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "custom-serve"}, svc); err != nil {
 		t.Fatal(err)
 	}
-	if svc.Spec.Type != corev1.ServiceTypeNodePort || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Port != 9000 || svc.Spec.Ports[0].NodePort == 0 {
+	// As KubeRay: the port is the head's serve port (the default 8000 here), not the user's.
+	if p := svc.Spec.Ports; svc.Spec.Type != corev1.ServiceTypeNodePort || len(p) != 1 || p[0].Name != "serve" || p[0].Port != 8000 || p[0].TargetPort.IntVal != 8000 || p[0].NodePort == 0 {
 		t.Errorf("serve Service spec %+v", svc.Spec)
 	}
 	if svc.Labels["team"] != "a" || svc.Annotations["lb"] != "yes" || svc.Labels[rayv1.LabelOriginCRD] != "RayService" {
@@ -890,6 +900,50 @@ func testServeServiceFromSpec(t *testing.T, e *env) {
 	if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "svc-serve-svc"}, &corev1.Service{}); !apierrors.IsNotFound(err) {
 		t.Errorf("default-named serve Service: %v", err)
 	}
+}
+
+// testServicesLabelledForTheRayService: the RayService's Services carry KubeRay's labels for a RayService, not the
+// cluster's; a Service an earlier Manta labelled for the cluster is relabelled.
+func testServicesLabelledForTheRayService(t *testing.T, e *env, rs *rayv1.RayService) {
+	t.Helper()
+	ctx := context.Background()
+	want := map[string]map[string]string{
+		rs.Name + "-head-svc":  {rayv1.LabelOriginCRName: rs.Name, rayv1.LabelOriginCRD: "RayService", rayv1.LabelNodeType: rayv1.NodeTypeHead, rayv1.LabelIdentifier: rs.Name + "-head"},
+		rs.Name + "-serve-svc": {rayv1.LabelOriginCRName: rs.Name, rayv1.LabelOriginCRD: "RayService", rayv1.LabelServe: rs.Name + "-serve"},
+	}
+	for name, labels := range want {
+		svc := &corev1.Service{}
+		if err := e.cl.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: name}, svc); err != nil {
+			t.Fatal(err)
+		}
+		if !maps.Equal(svc.Labels, labels) {
+			t.Errorf("%s labels %v, want %v", name, svc.Labels, labels)
+		}
+		for _, p := range svc.Spec.Ports {
+			if name == rs.Name+"-serve-svc" && p.AppProtocol != nil {
+				t.Errorf("%s port %s appProtocol %q, want none", name, p.Name, *p.AppProtocol)
+			}
+		}
+	}
+	// Labelled as an earlier Manta did: the controller takes the cluster's labels off again.
+	head := &corev1.Service{}
+	if err := e.cl.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: rs.Name + "-head-svc"}, head); err != nil {
+		t.Fatal(err)
+	}
+	old := head.DeepCopy()
+	head.Labels[rayv1.LabelCluster] = head.Spec.Selector[rayv1.LabelCluster]
+	head.Labels[rayv1.LabelAppName] = rayv1.AppNameValue
+	head.Labels[rayv1.LabelIdentifier] = head.Spec.Selector[rayv1.LabelCluster] + "-head"
+	if err := e.cl.Patch(ctx, head, client.MergeFrom(old)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "head Service relabelled", func() (bool, string) {
+		got := &corev1.Service{}
+		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(head), got); err != nil {
+			t.Fatal(err)
+		}
+		return maps.Equal(got.Labels, want[rs.Name+"-head-svc"]), fmt.Sprint(got.Labels)
+	})
 }
 
 // TestPrintColumnsAsKubeRay: `kubectl get rayservices` shows KubeRay's columns.

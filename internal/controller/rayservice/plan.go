@@ -142,7 +142,7 @@ func computePlan(o observed) *plan {
 	if errs := validate(rs); len(errs) > 0 {
 		msg := validation.Message(errs)
 		if oldReady == nil || oldReady.Reason != string(rayv1.RayServiceValidationFailed) || oldReady.Message != msg {
-			p.StatusEventf(corev1.EventTypeWarning, EventInvalidRayServiceSpec, "Validate", "%s", msg)
+			p.StatusEventf(corev1.EventTypeWarning, EventInvalidRayServiceSpec, "Validate", "The RayService spec is invalid %s/%s: %s", rs.Namespace, rs.Name, msg)
 		}
 		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceValidationFailed, msg)
 		st.ServiceStatus = ""
@@ -178,7 +178,7 @@ func computePlan(o observed) *plan {
 		switch updated, action := clusterAction(active.cluster, spec); action {
 		case actionInPlace:
 			p.updateClusters = append(p.updateClusters, updated)
-			p.onWrite(updated.Name, corev1.EventTypeNormal, EventUpdatedRayCluster, "Update", "updated the worker groups of active RayCluster %s in place", updated.Name)
+			p.onWrite(updated.Name, corev1.EventTypeNormal, EventUpdatedRayCluster, "Update", "Updated the active RayCluster %s/%s", updated.Namespace, updated.Name)
 		case actionNew:
 			needPending = strategy != rayv1.RayServiceUpgradeNone
 		}
@@ -189,7 +189,7 @@ func computePlan(o observed) *plan {
 		// The spec no longer needs a new cluster (it went back, or the strategy is None): drop the pending one.
 		if pending.cluster != nil && pending.cluster.DeletionTimestamp == nil {
 			p.deleteClusters = append(p.deleteClusters, pending.cluster)
-			p.onWrite(pending.cluster.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted pending RayCluster %s: the active cluster already matches the spec", pending.cluster.Name)
+			p.onWrite(pending.cluster.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "Deleted the RayCluster %s/%s", pending.cluster.Namespace, pending.cluster.Name)
 		}
 		st.PendingServiceStatus = rayv1.RayServiceStatus{}
 		pending = nil
@@ -283,13 +283,13 @@ func planPending(o observed, p *plan, pending *clusterObs, spec *rayv1.RayCluste
 			return pending
 		case actionInPlace:
 			p.updateClusters = append(p.updateClusters, updated)
-			p.onWrite(updated.Name, corev1.EventTypeNormal, EventUpdatedRayCluster, "Update", "updated the worker groups of pending RayCluster %s in place", updated.Name)
+			p.onWrite(updated.Name, corev1.EventTypeNormal, EventUpdatedRayCluster, "Update", "Updated the pending RayCluster %s/%s", updated.Namespace, updated.Name)
 			return pending
 		}
 		// Out of date: it never served, so it goes now.
 		if pending.cluster.DeletionTimestamp == nil {
 			p.deleteClusters = append(p.deleteClusters, pending.cluster)
-			p.onWrite(pending.cluster.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted pending RayCluster %s: the spec changed again before it was ready", pending.cluster.Name)
+			p.onWrite(pending.cluster.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "Deleted the RayCluster %s/%s", pending.cluster.Namespace, pending.cluster.Name)
 		}
 		pending = nil
 	}
@@ -519,7 +519,7 @@ func planOldClusters(o observed, p *plan, active, pending *clusterObs) {
 			continue
 		}
 		p.deleteClusters = append(p.deleteClusters, c)
-		p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted RayCluster %s: it stopped serving %s ago", c.Name, delay)
+		p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "Deleted the RayCluster %s/%s", c.Namespace, c.Name)
 	}
 }
 
@@ -532,7 +532,7 @@ func planSuspend(o observed, p *plan, setCond func(rayv1.RayServiceConditionType
 		alive++
 		if c.DeletionTimestamp == nil {
 			p.deleteClusters = append(p.deleteClusters, c)
-			p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Suspend", "deleted RayCluster %s: the RayService is suspended", c.Name)
+			p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Suspend", "Deleted the RayCluster %s/%s", c.Namespace, c.Name)
 		}
 	}
 	st.ActiveServiceStatus, st.PendingServiceStatus = rayv1.RayServiceStatus{}, rayv1.RayServiceStatus{}
@@ -570,14 +570,14 @@ func timedOut(o observed, p *plan, setCond func(rayv1.RayServiceConditionType, m
 		}
 		spent := o.now.Sub(ready.LastTransitionTime.Time)
 		p.StatusEventf(corev1.EventTypeWarning, string(rayv1.RayServiceInitializingTimeout), "Initialize",
-			"RayService initializing timeout exceeded after %s (configured timeout: %s, annotation %s)", spent, timeout, AnnotationInitializingTimeout)
+			"RayService initializing timeout exceeded after %s (configured timeout: %s)", spent, timeout)
 		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceInitializingTimeout,
 			fmt.Sprintf("RayService failed to become ready within the configured timeout of %s. Time spent initializing: %s", timeout, spent))
 	}
 	for i := range o.clusters {
 		if c := &o.clusters[i]; c.DeletionTimestamp == nil {
 			p.deleteClusters = append(p.deleteClusters, c)
-			p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted RayCluster %s: the RayService timed out initializing", c.Name)
+			p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "Deleted the RayCluster %s/%s", c.Namespace, c.Name)
 		}
 	}
 	p.status.ActiveServiceStatus, p.status.PendingServiceStatus = rayv1.RayServiceStatus{}, rayv1.RayServiceStatus{}

@@ -24,26 +24,26 @@ import (
 func (r *Reconciler) write(ctx context.Context, p *plan) error {
 	if c := p.createCluster; c != nil {
 		if err := r.client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
-			p.Eventf(corev1.EventTypeWarning, EventFailedToCreateRayCluster, "Create", "failed to create RayCluster %s: %v", c.Name, err)
+			p.RelatedEventf(c, corev1.EventTypeWarning, EventFailedToCreateRayCluster, "Create", "Failed to create the RayCluster %s/%s: %v", c.Namespace, c.Name, err)
 			return fmt.Errorf("create RayCluster %s: %w", c.Name, err)
 		} else if err == nil {
-			p.Eventf(corev1.EventTypeNormal, EventCreatedRayCluster, "Create", "created RayCluster %s", c.Name)
+			p.RelatedEventf(c, corev1.EventTypeNormal, EventCreatedRayCluster, "Create", "Created the RayCluster %s/%s", c.Namespace, c.Name)
 		}
 	}
 	for _, c := range p.updateClusters {
 		if err := r.client.Update(ctx, c); err != nil {
-			p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateRayCluster, "Update", "failed to update RayCluster %s: %v", c.Name, err)
+			p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateRayCluster, "Update", "Failed to update the %s RayCluster %s/%s: %v", p.role(c.Name), c.Namespace, c.Name, err)
 			return fmt.Errorf("update RayCluster %s: %w", c.Name, err)
 		}
 		p.recordWritten(c.Name)
 	}
 	for _, a := range p.apply {
 		if err := r.applyServeConfig(ctx, a); err != nil {
-			p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateServeApplications, "ApplyServeConfig", "failed to apply serveConfigV2 to RayCluster %s: %v", a.cluster.Name, err)
+			p.RelatedEventf(a.cluster, corev1.EventTypeWarning, EventFailedToUpdateServeApplications, "ApplyServeConfig", "Failed to update serve applications to the RayCluster %s/%s: %v", a.cluster.Namespace, a.cluster.Name, err)
 			p.Requeue(0)
 			continue
 		}
-		p.Eventf(corev1.EventTypeNormal, EventUpdatedServeApplications, "ApplyServeConfig", "applied serveConfigV2 to RayCluster %s", a.cluster.Name)
+		p.RelatedEventf(a.cluster, corev1.EventTypeNormal, EventUpdatedServeApplications, "ApplyServeConfig", "Updated serve applications to the RayCluster %s/%s", a.cluster.Namespace, a.cluster.Name)
 	}
 	for _, c := range p.recordApplied {
 		if err := r.recordApplied(ctx, c); err != nil {
@@ -61,8 +61,16 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 			patched.Labels = map[string]string{}
 		}
 		patched.Labels[rayv1.LabelServe] = l.value
+		// The head's label follows its Serve proxy's health, so each change is news, as KubeRay reports it;
+		// a worker's is only ever set to the true it is created with.
+		head := l.pod.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead
 		if err := r.client.Patch(ctx, patched, client.MergeFrom(l.pod)); err != nil && !apierrors.IsNotFound(err) {
+			if head {
+				p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateHeadPodServeLabel, "Update", "Failed to update the serve label to %q for the Head Pod %s/%s: %v", l.value, l.pod.Namespace, l.pod.Name, err)
+			}
 			return fmt.Errorf("label pod %s: %w", l.pod.Name, err)
+		} else if err == nil && head {
+			p.Eventf(corev1.EventTypeNormal, EventUpdatedHeadPodServeLabel, "Update", "Updated the serve label to %q for the Head Pod %s/%s", l.value, l.pod.Namespace, l.pod.Name)
 		}
 	}
 	for _, a := range p.annotate {
@@ -82,7 +90,7 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 	}
 	for _, c := range p.deleteClusters {
 		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
-			p.Eventf(corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "failed to delete RayCluster %s: %v", c.Name, err)
+			p.RelatedEventf(c, corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "Failed to delete the RayCluster %s/%s: %v", c.Namespace, c.Name, err)
 			return fmt.Errorf("delete RayCluster %s: %w", c.Name, err)
 		}
 		r.applied.Delete(c.UID)
@@ -185,9 +193,9 @@ func (r *Reconciler) dashboardPort(ctx context.Context, c *rayv1.RayCluster) int
 // does not control is left alone and reported.
 func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.Service) error {
 	existing := &corev1.Service{}
-	err := r.client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
+	err := r.services.Get(ctx, client.ObjectKeyFromObject(desired), existing)
 	if apierrors.IsNotFound(err) {
-		// The cache holds only Services labelled ray.io/cluster: a foreign one of that name makes the create fail.
+		// The cache holds only Services labelled for a RayService: a foreign one of that name makes the create fail.
 		if err := r.client.Create(ctx, desired); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				// Ours, not in the cache yet; or someone else's, which the cache does not hold: ask the API server.
@@ -196,15 +204,15 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 					return fmt.Errorf("get Service %s: %w", desired.Name, gerr)
 				}
 				if ref := metav1.GetControllerOf(live); ref == nil || ref.UID != metav1.GetControllerOf(desired).UID {
-					p.Eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Service %s exists and is not controlled by this RayService; not changing it", desired.Name)
+					p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Failed to create the service %s/%s, it exists and is not controlled by this RayService", desired.Namespace, desired.Name)
 					return fmt.Errorf("service %s exists and is not controlled by the RayService", desired.Name)
 				}
 				return nil
 			}
-			p.Eventf(corev1.EventTypeWarning, EventFailedToCreateService, "Create", "failed to create Service %s: %v", desired.Name, err)
+			p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Failed to create the service %s/%s, %v", desired.Namespace, desired.Name, err)
 			return fmt.Errorf("create Service %s: %w", desired.Name, err)
 		}
-		p.Eventf(corev1.EventTypeNormal, EventCreatedService, "Create", "created Service %s for RayCluster %s", desired.Name, desired.Spec.Selector[rayv1.LabelCluster])
+		p.RelatedEventf(desired, corev1.EventTypeNormal, EventCreatedService, "Create", "Created the service %s/%s", desired.Namespace, desired.Name)
 		return nil
 	}
 	if err != nil {
@@ -212,10 +220,13 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 	}
 	owner := metav1.GetControllerOf(desired)
 	if ref := metav1.GetControllerOf(existing); ref == nil || ref.UID != owner.UID {
-		p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Service %s exists and is not controlled by this RayService; not changing it", desired.Name)
+		p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Failed to update the service %s/%s, it is not controlled by this RayService", desired.Namespace, desired.Name)
 		return fmt.Errorf("service %s is not controlled by the RayService", desired.Name)
 	}
+	base := existing
+	existing = withoutRetiredLabels(existing, desired)
 	updated, changed, recreate := builder.UpdateService(existing, desired)
+	changed = changed || existing != base
 	switch {
 	case !changed:
 		return nil
@@ -226,14 +237,46 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 		p.Requeue(0)
 		return nil
 	}
-	if err := r.client.Patch(ctx, updated, client.MergeFrom(existing)); err != nil {
-		p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
+	if err := r.client.Patch(ctx, updated, client.MergeFrom(base)); err != nil {
+		p.RelatedEventf(existing, corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Failed to update the service %s/%s, %v", existing.Namespace, existing.Name, err)
 		return fmt.Errorf("update Service %s: %w", existing.Name, err)
 	}
 	if existing.Spec.Selector[rayv1.LabelCluster] != updated.Spec.Selector[rayv1.LabelCluster] {
-		p.Eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "Service %s now points at RayCluster %s", existing.Name, updated.Spec.Selector[rayv1.LabelCluster])
+		p.RelatedEventf(updated, corev1.EventTypeNormal, EventUpdatedService, "Update", "Updated the service %s/%s", existing.Namespace, existing.Name)
 	}
 	return nil
+}
+
+// retiredLabels are the labels earlier Manta versions put on a RayService's Services (the cluster's labels);
+// KubeRay's, and now Manta's, label them for the RayService alone.
+var retiredLabels = []string{rayv1.LabelCluster, rayv1.LabelAppName, rayv1.LabelCreatedBy}
+
+// withoutRetiredLabels is svc without the retired labels desired does not set (the user's serveService may), or
+// svc itself when it carries none: a Service made by an earlier version is relabelled, so that ray.io/cluster
+// does not name a cluster the Service may no longer point at.
+func withoutRetiredLabels(svc, desired *corev1.Service) *corev1.Service {
+	out := svc
+	for _, k := range retiredLabels {
+		if _, has := svc.Labels[k]; !has {
+			continue
+		}
+		if _, want := desired.Labels[k]; want {
+			continue
+		}
+		if out == svc {
+			out = svc.DeepCopy()
+		}
+		delete(out.Labels, k)
+	}
+	return out
+}
+
+// role names a cluster as KubeRay's events do: the pending one, or the active one.
+func (p *plan) role(cluster string) string {
+	if cluster == p.status.PendingServiceStatus.RayClusterName {
+		return "pending"
+	}
+	return "active"
 }
 
 // recordWritten moves the prepared event of a cluster write that succeeded into the events to record.
