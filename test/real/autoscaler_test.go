@@ -126,7 +126,7 @@ func testAutoscaler(t *testing.T, ctx context.Context, e *env) {
 	if want := (rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: ns}); len(rb.Subjects) != 1 || rb.Subjects[0] != want {
 		t.Errorf("RoleBinding subjects %v, want %v", rb.Subjects, want)
 	}
-	head := e.headPod(t, ctx, ns)
+	head := e.readyHeadPod(t, ctx, ns)
 	if head.Spec.ServiceAccountName != sa {
 		t.Errorf("head pod's ServiceAccount %q, want %q", head.Spec.ServiceAccountName, sa)
 	}
@@ -229,8 +229,8 @@ func testAutoscaler(t *testing.T, ctx context.Context, e *env) {
 	e.deleteNamespace(t, ctx, ns)
 }
 
-// headPod returns the namespace's running head pod.
-func (e *env) headPod(t *testing.T, ctx context.Context, ns string) *corev1.Pod {
+// readyHeadPod returns the namespace's running head pod.
+func (e *env) readyHeadPod(t *testing.T, ctx context.Context, ns string) *corev1.Pod {
 	t.Helper()
 	pods, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: rayv1.LabelNodeType + "=" + rayv1.NodeTypeHead})
 	if err != nil {
