@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -258,7 +260,103 @@ func testRayClusterWorkerJoins(t *testing.T, ctx context.Context, e *env) {
 		return rayStatusNodes(out) == 2, out
 	})
 	t.Logf("ray status in the head:\n%s", status)
+	e.checkProbesAndInit(t, ctx, ns)
+	e.killRaylet(t, ctx, &rc)
 	e.deleteNamespace(t, ctx, ns)
+}
+
+// checkProbesAndInit: the Ray containers carry the readiness and liveness probes Manta writes and are Ready (the
+// readiness probe passed), and the worker's wait-for-GCS init container ran and exited 0.
+func (e *env) checkProbesAndInit(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
+	pods, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := 0
+	for _, p := range pods.Items {
+		c := p.Spec.Containers[0]
+		if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+			t.Errorf("%s: container %s lacks Manta's probes (readiness %v, liveness %v)", p.Name, c.Name, c.ReadinessProbe != nil, c.LivenessProbe != nil)
+		}
+		if !testutil.PodReady(&p) {
+			t.Errorf("%s is not Ready: %s", p.Name, e.podReport(ctx, ns, p.Name))
+		}
+		if p.Labels["ray.io/node-type"] != "worker" {
+			continue
+		}
+		workers++
+		var ran bool
+		for _, s := range p.Status.InitContainerStatuses {
+			if s.Name == builder.WaitGCSInitContainerName && s.State.Terminated != nil {
+				ran = true
+				if s.State.Terminated.ExitCode != 0 {
+					t.Errorf("%s: %s exited %d", p.Name, s.Name, s.State.Terminated.ExitCode)
+				}
+			}
+		}
+		if !ran {
+			t.Errorf("%s: no terminated %s init container: %s", p.Name, builder.WaitGCSInitContainerName, e.podReport(ctx, ns, p.Name))
+		}
+	}
+	if workers != 1 {
+		t.Errorf("%d worker pods, want 1", workers)
+	}
+}
+
+// killRaylet: SIGKILL to the worker's raylet ends its `ray start --block`, so the kubelet restarts the container
+// (or Manta replaces the pod, as KubeRay would), and the cluster is back to one ready worker.
+func (e *env) killRaylet(t *testing.T, ctx context.Context, rc *rayv1.RayCluster) {
+	t.Helper()
+	ns := rc.Namespace
+	pods, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "ray.io/node-type=worker"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("one worker pod: %v %s", err, e.nsReport(ctx, ns))
+	}
+	w := pods.Items[0]
+	restarts := int32(0)
+	for _, s := range w.Status.ContainerStatuses {
+		restarts += s.RestartCount
+	}
+	kill := `import os, signal
+n = 0
+for p in os.listdir("/proc"):
+    if not p.isdigit():
+        continue
+    try:
+        argv0 = open("/proc/%s/cmdline" % p, "rb").read().split(b"\0")[0]
+    except OSError:
+        continue
+    if argv0.endswith(b"/raylet"):
+        os.kill(int(p), signal.SIGKILL)
+        n += 1
+print("killed", n)`
+	out, err := e.kubectlOut(ctx, "-n", ns, "exec", w.Name, "-c", w.Spec.Containers[0].Name, "--", "python", "-c", kill)
+	if err != nil || !strings.Contains(out, "killed 1") {
+		t.Fatalf("kill the raylet in %s: %v: %s", w.Name, err, out)
+	}
+	waitFor(t, ctx, 5*time.Minute, "the worker restarted or replaced after its raylet was killed", func() (bool, string) {
+		p, err := e.cs.CoreV1().Pods(ns).Get(ctx, w.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && p.UID != w.UID) {
+			return true, ""
+		}
+		if err != nil {
+			return false, err.Error()
+		}
+		n := int32(0)
+		for _, s := range p.Status.ContainerStatuses {
+			n += s.RestartCount
+		}
+		return n > restarts, e.podReport(ctx, ns, w.Name)
+	})
+	waitFor(t, ctx, 5*time.Minute, "RayCluster ready with its worker again", func() (bool, string) {
+		var got rayv1.RayCluster
+		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(rc), &got); err != nil {
+			return false, err.Error()
+		}
+		return got.Status.State == rayv1.Ready && got.Status.ReadyWorkerReplicas == 1,
+			fmt.Sprintf("state %q, %d ready workers; %s", got.Status.State, got.Status.ReadyWorkerReplicas, e.nsReport(ctx, ns))
+	})
 }
 
 // rayStatusNodes counts the nodes `ray status` lists as active or idle: lines such as " 1 headgroup" (Ray 2.52
