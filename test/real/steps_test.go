@@ -223,14 +223,7 @@ func testRayClusterWorkerJoins(t *testing.T, ctx context.Context, e *env) {
 	if err := e.cl.Create(ctx, &rc); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, 8*time.Minute, "RayCluster ready", func() (bool, string) {
-		var got rayv1.RayCluster
-		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(&rc), &got); err != nil {
-			return false, err.Error()
-		}
-		return got.Status.State == rayv1.Ready && got.Status.ReadyWorkerReplicas == 1,
-			fmt.Sprintf("state %q, %d ready workers; %s", got.Status.State, got.Status.ReadyWorkerReplicas, e.nsReport(ctx, ns))
-	})
+	e.waitClusterReady(t, ctx, &rc, 1)
 	pods, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -349,14 +342,7 @@ print("killed", n)`
 		}
 		return n > restarts, e.podReport(ctx, ns, w.Name)
 	})
-	waitFor(t, ctx, 5*time.Minute, "RayCluster ready with its worker again", func() (bool, string) {
-		var got rayv1.RayCluster
-		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(rc), &got); err != nil {
-			return false, err.Error()
-		}
-		return got.Status.State == rayv1.Ready && got.Status.ReadyWorkerReplicas == 1,
-			fmt.Sprintf("state %q, %d ready workers; %s", got.Status.State, got.Status.ReadyWorkerReplicas, e.nsReport(ctx, ns))
-	})
+	e.waitClusterReady(t, ctx, rc, 1)
 }
 
 // rayStatusNodes counts the nodes `ray status` lists as active or idle: lines such as " 1 headgroup" (Ray 2.52
