@@ -131,12 +131,13 @@ type pendingEvent struct {
 var seriesSeed = maphash.MakeSeed()
 
 // seriesHash hashes what makes two events one series: the same type, action, reason and reporting controller about
-// the same object (and related object).
+// the same object (and related object). An object's resourceVersion is left out: a retry that follows a status write
+// is still the same series.
 func (p *pendingEvent) seriesHash() uint64 {
 	var h maphash.Hash
 	h.SetSeed(seriesSeed)
 	ref := func(r *corev1.ObjectReference) {
-		for _, s := range []string{r.Kind, r.APIVersion, r.Namespace, r.Name, string(r.UID), r.ResourceVersion, r.FieldPath} {
+		for _, s := range []string{r.Kind, r.APIVersion, r.Namespace, r.Name, string(r.UID), r.FieldPath} {
 			h.WriteString(s)
 			h.WriteByte(0)
 		}
@@ -156,7 +157,15 @@ func (p *pendingEvent) seriesHash() uint64 {
 // sameSeries says whether q is a repeat of p (their hashes being equal, this tells a collision apart).
 func (p *pendingEvent) sameSeries(q *pendingEvent) bool {
 	return p.typ == q.typ && p.action == q.action && p.reason == q.reason && p.controller == q.controller &&
-		p.regarding == q.regarding && (p.related == nil) == (q.related == nil) && (p.related == nil || *p.related == *q.related)
+		sameObject(&p.regarding, &q.regarding) && (p.related == nil) == (q.related == nil) &&
+		(p.related == nil || sameObject(p.related, q.related))
+}
+
+// sameObject compares two references but for their resourceVersion.
+func sameObject(a, b *corev1.ObjectReference) bool {
+	x, y := *a, *b
+	x.ResourceVersion, y.ResourceVersion = "", ""
+	return x == y
 }
 
 // event is the Event to write.

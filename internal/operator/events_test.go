@@ -199,6 +199,18 @@ func TestEventSeriesKey(t *testing.T) {
 	if base.seriesHash() != same.seriesHash() || !base.sameSeries(same) {
 		t.Error("a repeat with another note is not the same series")
 	}
+	// A status write between two retries changes the object's resourceVersion, not the series.
+	newer := ev(func(p *pendingEvent) {
+		p.regarding.ResourceVersion = "8"
+		p.related = &corev1.ObjectReference{Kind: "RayCluster", Namespace: "ns", Name: "c", ResourceVersion: "3"}
+	})
+	newest := ev(func(p *pendingEvent) {
+		p.regarding.ResourceVersion = "9"
+		p.related = &corev1.ObjectReference{Kind: "RayCluster", Namespace: "ns", Name: "c", ResourceVersion: "4"}
+	})
+	if newer.seriesHash() != newest.seriesHash() || !newer.sameSeries(newest) {
+		t.Error("a repeat about a newer version of the same objects is not the same series")
+	}
 	rel := &corev1.ObjectReference{Kind: "Pod", Namespace: "ns", Name: "p"}
 	for name, mod := range map[string]func(p *pendingEvent){
 		"type":       func(p *pendingEvent) { p.typ = corev1.EventTypeWarning },
