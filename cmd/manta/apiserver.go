@@ -33,6 +33,9 @@ func newAPIServerCommand() *cobra.Command {
 			if opts.MaxRequestsInflight < 1 {
 				return fmt.Errorf("--max-requests-inflight %d: must be at least 1", opts.MaxRequestsInflight)
 			}
+			if err := apiserver.CheckCORSOrigin(opts.CORSAllowOrigin); err != nil {
+				return err
+			}
 			if err := apiserver.CheckServing(listen, opts); err != nil {
 				return err
 			}
@@ -60,6 +63,7 @@ func newAPIServerCommand() *cobra.Command {
 	fs.StringVar(&fieldValidation, "field-validation", string(apiserver.FieldValidationWarn), "unknown fields in request bodies: Warn accepts the request with a Warning header per field (requests may ask for ?fieldValidation=Strict); Strict refuses them with a 400, for every request")
 	fs.BoolVar(&opts.UseKubernetesProxy, "use-kubernetes-proxy", false, "reach Ray dashboards through the Kubernetes API server's services/proxy")
 	fs.StringVar(&opts.ClusterDomain, "cluster-domain", "cluster.local", "cluster DNS domain used to reach Ray head services directly")
+	fs.StringVar(&opts.CORSAllowOrigin, "cors-allow-origin", "", "let browser pages from this origin call the API (Access-Control-Allow-Origin, as KubeRay's API server): scheme://host[:port], one * inside it as a wildcard, or * for every origin; empty: no CORS")
 	return cmd
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/operator"
 	"github.com/manta-dev/manta/internal/procs"
 )
@@ -31,6 +32,9 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 	fs.IntVar(&o.Burst, "burst", 200, "request burst the operator may send to the Kubernetes API server")
 	fs.Float32Var(&o.EventQPS, "event-qps", operator.DefaultEventQPS, "events per second the operator may write when its other writes pause (while it writes pods, Services and statuses, one per 500 ms); events are queued in memory and have a client and rate limit of their own, apart from --qps")
 	fs.IntVar(&o.EventBurst, "event-burst", operator.DefaultEventBurst, "event write burst (see --event-qps)")
+	fs.DurationVar(&o.StatusCoalesceWindow, "status-coalesce-window", raycluster.DefaultStatusCoalesceWindow,
+		"under a burst of RayClusters (10 or more holding a change), the longest a status change that only reports progress (counts, head address, HeadPodReady, RayClusterProvisioned) waits to be written with the next one; "+
+			"outside a burst it waits at most 1s, and state changes and failures are written at once; 0 writes every change at once")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "namespaces to watch (default: all)")
 	fs.DurationVar(&o.RayTimeout, "ray-timeout", 0, "bound on each call to a Ray head's dashboard or Serve endpoint (0: 2s direct, 10s through --use-kubernetes-proxy)")
 	o.NoRedisCleanup = strings.EqualFold(os.Getenv(envRedisCleanup), "false")
@@ -38,6 +42,26 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 		"when a RayCluster with a Redis-backed GCS is deleted, delete its storage namespace from Redis with a Job before releasing the cluster, as KubeRay does; "+
 			envRedisCleanup+"=false in the environment (KubeRay's switch) makes the default false")
 	f.NoOptDefVal = "true"
+}
+
+// applyKubeRayEnv applies the environment variables KubeRay's operator reads (operator.ApplyKubeRayEnv), under the
+// flags given on the command line, and logs a warning for each one Manta does not honour.
+func applyKubeRayEnv(fs *pflag.FlagSet, o *operator.Options, getenv func(string) string) error {
+	domain, noCleanup := o.ClusterDomain, o.NoRedisCleanup
+	warnings, err := operator.ApplyKubeRayEnv(getenv, o)
+	if err != nil {
+		return err
+	}
+	if fs.Changed("cluster-domain") {
+		o.ClusterDomain = domain
+	}
+	if fs.Changed("gcs-ft-redis-cleanup") {
+		o.NoRedisCleanup = noCleanup
+	}
+	for _, w := range warnings {
+		ctrl.Log.WithName("operator").Info("WARNING: " + w)
+	}
+	return nil
 }
 
 // envRedisCleanup is KubeRay's environment switch for the Redis cleanup, honoured as --gcs-ft-redis-cleanup's default.
@@ -67,6 +91,9 @@ func newOperatorCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			setGCPercent(cmd.Flags().Changed("gc-percent"), gcPercent)
+			if err := applyKubeRayEnv(cmd.Flags(), &o, os.Getenv); err != nil {
+				return err
+			}
 			if err := o.Validate(); err != nil {
 				return err
 			}

@@ -111,3 +111,34 @@ func TestSecurityOperatorMetricsSecureFlag(t *testing.T) {
 		}
 	}
 }
+
+// KubeRay's environment sets the operator's options under the flags: CLUSTER_DOMAIN is the default of
+// --cluster-domain, and the flag given wins; a bad number stops the start.
+func TestOperatorKubeRayEnv(t *testing.T) {
+	env := map[string]string{"CLUSTER_DOMAIN": "corp.example", "RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS": "42"}
+	getenv := func(k string) string { return env[k] }
+	for _, c := range []struct {
+		args   []string
+		domain string
+	}{{nil, "corp.example"}, {[]string{"--cluster-domain=flag.example"}, "flag.example"}} {
+		var o operator.Options
+		fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+		addOperatorFlags(fs, &o)
+		if err := fs.Parse(c.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := applyKubeRayEnv(fs, &o, getenv); err != nil {
+			t.Fatal(err)
+		}
+		if o.ClusterDomain != c.domain || o.RayJobStatusCheckTimeout.Seconds() != 42 {
+			t.Errorf("args %v: domain %q, status check timeout %s", c.args, o.ClusterDomain, o.RayJobStatusCheckTimeout)
+		}
+	}
+	env["RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS"] = "soon"
+	var o operator.Options
+	fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+	addOperatorFlags(fs, &o)
+	if err := applyKubeRayEnv(fs, &o, getenv); err == nil || !strings.Contains(err.Error(), "RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS") {
+		t.Errorf("err %v", err)
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
@@ -163,27 +165,46 @@ func (s *Server) getCluster(_ http.ResponseWriter, r *http.Request) (any, *apiEr
 	return c, nil
 }
 
-// events lists the events about an object; events are a convenience, so failing to list them, or the caller not
-// being allowed to, is not an error: the answer has none.
+// events lists the events about an object from events.k8s.io/v1, as KubeRay v1.7's API server reads them (the
+// operators write them there; core/v1 events are the same objects seen through the older API). Events are a
+// convenience, so failing to list them, or the caller not being allowed to, is not an error: the answer has none.
 func (s *Server) events(r *http.Request, kind, ns, name string) []ClusterEvent {
-	if e := s.checkRead(r, access{Resource: "events", Verb: "list", Namespace: ns}); e != nil {
+	if e := s.checkRead(r, access{Group: groupEvents, Resource: "events", Verb: "list", Namespace: ns}); e != nil {
 		return nil
 	}
-	var l corev1.EventList
+	var l eventsv1.EventList
 	err := s.c.List(r.Context(), &l, client.InNamespace(ns),
-		client.MatchingFields{"involvedObject.name": name, "involvedObject.kind": kind})
+		client.MatchingFields{"regarding.name": name, "regarding.kind": kind})
 	if err != nil {
 		return nil
 	}
 	var out []ClusterEvent
-	for _, e := range l.Items {
-		out = append(out, ClusterEvent{
-			ID: string(e.UID), Name: e.Name, CreatedAt: timePtr(e.CreationTimestamp),
-			FirstTimestamp: timePtr(e.FirstTimestamp), LastTimestamp: timePtr(e.LastTimestamp),
-			Reason: e.Reason, Message: e.Message, Type: e.Type, Count: e.Count,
-		})
+	for i := range l.Items {
+		out = append(out, eventFromKube(&l.Items[i]))
 	}
 	return out
+}
+
+// eventFromKube is the v1 model of an events.k8s.io/v1 Event: first seen at eventTime (an event written through
+// core/v1 has its deprecated first timestamp instead), last seen at its series' last observation (else the
+// deprecated last timestamp, else eventTime), counted by its series (else the deprecated count).
+func eventFromKube(e *eventsv1.Event) ClusterEvent {
+	first := e.EventTime.Time
+	if first.IsZero() {
+		first = e.DeprecatedFirstTimestamp.Time
+	}
+	last, count := e.EventTime.Time, e.DeprecatedCount
+	switch {
+	case e.Series != nil:
+		last, count = e.Series.LastObservedTime.Time, e.Series.Count
+	case !e.DeprecatedLastTimestamp.IsZero():
+		last = e.DeprecatedLastTimestamp.Time
+	}
+	return ClusterEvent{
+		ID: string(e.UID), Name: e.Name, CreatedAt: timePtr(e.CreationTimestamp),
+		FirstTimestamp: timePtr(metav1.NewTime(first)), LastTimestamp: timePtr(metav1.NewTime(last)),
+		Reason: e.Reason, Message: e.Note, Type: e.Type, Count: count,
+	}
 }
 
 func (s *Server) listClusters(_ http.ResponseWriter, r *http.Request) (any, *apiError) {
@@ -313,7 +334,12 @@ func (s *Server) getService(_ http.ResponseWriter, r *http.Request) (any, *apiEr
 		return nil, e
 	}
 	out := serviceFromRay(&rs)
-	if ev := s.events(r, "RayService", rs.Namespace, rs.Name); len(ev) > 0 {
+	ev := s.events(r, "RayService", rs.Namespace, rs.Name)
+	if active := rs.Status.ActiveServiceStatus.RayClusterName; active != "" {
+		// As KubeRay: the events of the cluster serving follow the RayService's own.
+		ev = append(ev, s.events(r, "RayCluster", rs.Namespace, active)...)
+	}
+	if len(ev) > 0 {
 		if out.RayServiceStatus == nil {
 			out.RayServiceStatus = &RayServiceStatus{}
 		}

@@ -13,4 +13,5 @@ package apiserver
 // +kubebuilder:rbac:groups=ray.io,resources=rayclusters;rayjobs;rayservices,verbs=get;list;create;update;delete
 // +kubebuilder:rbac:groups=manta.dev,resources=imagepulljobs,verbs=get;list;create;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=list
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=list
 // +kubebuilder:rbac:groups="",resources=services;secrets,verbs=get

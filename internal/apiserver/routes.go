@@ -41,6 +41,8 @@ const (
 const (
 	groupRay   = "ray.io"
 	groupManta = "manta.dev"
+	// groupEvents is events.k8s.io, where the v1 API reads events and the v2 API lists them.
+	groupEvents = "events.k8s.io"
 )
 
 // needs builds an access function for a verb on a resource, scoped to the path's namespace and name.
@@ -76,7 +78,7 @@ func routes() []*route {
 	// Compute templates are ConfigMaps the caller names in the spec; events are listed into the answer (and left
 	// out when the caller may not list them: KubeRay's clients treat them as optional).
 	templatesRead := []access{{Resource: "configmaps", Verb: "get"}}
-	eventsRead := []access{{Resource: "events", Verb: "list"}}
+	eventsRead := []access{{Group: groupEvents, Resource: "events", Verb: "list"}}
 	kinds := []kind{
 		{path: "compute_templates", tag: "ComputeTemplateService", group: "", resource: "configmaps", singular: "compute template",
 			item: &ComputeTemplate{}, list: ListComputeTemplatesResponse{}, paging: pagingLimit,

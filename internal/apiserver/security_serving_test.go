@@ -344,7 +344,8 @@ func (e *testEnv) testCallerReads(t *testing.T) {
 	e.grant(t, ns, "dave", clusters, proxy,
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get"}, ResourceNames: []string{"small"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"c-token"}},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
+		// The v1 API reads events from events.k8s.io/v1, as KubeRay v1.7: that is what is checked.
+		rbacv1.PolicyRule{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"list"}},
 	)
 
 	// A cluster spec copies the compute templates it names: carol may not read the ConfigMap.
@@ -361,7 +362,8 @@ func (e *testEnv) testCallerReads(t *testing.T) {
 	}
 	mustOK(t, call(t, g, "GET", base+"/jobsubmissions/c", nil, dave), nil)
 
-	// Events are optional in the answer: carol gets the cluster without them, dave with them.
+	// Events are optional in the answer: carol gets the cluster without them, dave with them (written through
+	// core/v1 here, read through events.k8s.io/v1: the same objects).
 	var got Cluster
 	mustOK(t, call(t, g, "GET", base+"/clusters/c", nil, carol), &got)
 	if len(got.Events) != 0 {

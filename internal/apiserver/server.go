@@ -25,7 +25,9 @@ import (
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/rayauth"
 )
 
 // Server timeouts. Requests are small and every handler makes a few Kubernetes or Ray calls, each bounded by the
@@ -68,6 +70,9 @@ type Options struct {
 	// MaxRequestsInflight bounds the requests handled at once; more are answered 429 with Retry-After. Default
 	// DefaultMaxRequestsInflight. /healthz and /metrics are not counted, so probes and scrapes see an overload.
 	MaxRequestsInflight int
+	// CORSAllowOrigin lets browser pages from this origin call the API (KubeRay's --cors-allow-origin; see
+	// cors.go); empty: no CORS headers, as KubeRay without the flag.
+	CORSAllowOrigin string
 }
 
 // DefaultMaxRequestsInflight bounds concurrent requests when Options do not say: each holds a few Kubernetes or Ray
@@ -134,6 +139,9 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 	if opts.MaxRequestsInflight < 0 {
 		return nil, fmt.Errorf("max requests in flight %d: must be positive", opts.MaxRequestsInflight)
 	}
+	if err := CheckCORSOrigin(opts.CORSAllowOrigin); err != nil {
+		return nil, err
+	}
 	var certs *certReloader
 	if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
 		if opts.TLSCertFile == "" || opts.TLSKeyFile == "" {
@@ -183,27 +191,21 @@ func factoryDashboard(c client.Client, f *ray.Factory) DashboardFunc {
 	return func(ctx context.Context, rc *rayv1.RayCluster, svc *corev1.Service) (Dashboard, error) {
 		svcName, _ := headServiceName(rc)
 		t := ray.Target{Namespace: rc.Namespace, HeadServiceName: svcName, DashboardPort: ray.DashboardPort(svc)}
-		if name, ok := rayTokenSecretName(rc); ok {
-			var sec corev1.Secret
-			if err := c.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: name}, &sec); err != nil {
-				return nil, fmt.Errorf("ray auth token secret %q: %w", name, err)
-			}
-			t.AuthToken = string(sec.Data["auth_token"])
+		var err error
+		if t.AuthToken, err = rayauth.Token(ctx, c, rc); err != nil {
+			return nil, err
 		}
 		return f.Dashboard(t)
 	}
 }
 
-// rayTokenSecretName is the Secret holding a cluster's Ray auth token, when it uses token auth.
+// rayTokenSecretName is the Secret holding a cluster's Ray auth token, when it uses one: where the operator puts
+// it, as KubeRay names it, or authOptions.secretName.
 func rayTokenSecretName(rc *rayv1.RayCluster) (string, bool) {
-	o := rc.Spec.AuthOptions
-	if o == nil || o.Mode != rayv1.AuthModeToken {
+	if !builder.AuthEnabled(&rc.Spec) || builder.K8sTokenAuth(&rc.Spec) {
 		return "", false
 	}
-	if o.SecretName != nil && *o.SecretName != "" {
-		return *o.SecretName, true
-	}
-	return rc.Name, true
+	return builder.AuthSecretName(rc), true
 }
 
 // headServiceName is the name of the cluster's head Service and the field it was read from.
@@ -435,7 +437,7 @@ func (s *Server) buildMux() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no such path: %s", r.URL.Path))
 	})
-	return s.observe(limitInflight(s.opts.MaxRequestsInflight, withRequestTimeout(mux)))
+	return s.observe(withCORS(s.opts.CORSAllowOrigin, limitInflight(s.opts.MaxRequestsInflight, withRequestTimeout(mux))))
 }
 
 // limitInflight answers 429 with Retry-After once n requests are being handled. /healthz and /metrics pass: a

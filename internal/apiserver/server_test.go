@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -187,5 +189,24 @@ func TestAuthNoneWarns(t *testing.T) {
 	}
 	if _, err := New(cfg, Options{Auth: "off"}); err == nil {
 		t.Error("an unknown auth mode was accepted")
+	}
+}
+
+// The v1 event model from events.k8s.io/v1 (KubeRay v1.7's mapping): a series gives the last time and the count;
+// an event written through core/v1 keeps its deprecated timestamps and count.
+func TestEventFromKube(t *testing.T) {
+	t1, t2, t3 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 1, 1, 0, 5, 0, 0, time.UTC), time.Date(2026, 1, 1, 1, 0, 0, 0, time.UTC)
+	series := eventFromKube(&eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e1", UID: "u1"}, EventTime: metav1.NewMicroTime(t1),
+		Series: &eventsv1.EventSeries{Count: 7, LastObservedTime: metav1.NewMicroTime(t3)}, Reason: "R", Note: "n", Type: "Warning"})
+	if !series.FirstTimestamp.Equal(t1) || !series.LastTimestamp.Equal(t3) || series.Count != 7 || series.Message != "n" || series.ID != "u1" {
+		t.Errorf("series: %+v", series)
+	}
+	single := eventFromKube(&eventsv1.Event{EventTime: metav1.NewMicroTime(t1)})
+	if !single.FirstTimestamp.Equal(t1) || !single.LastTimestamp.Equal(t1) || single.Count != 0 {
+		t.Errorf("single: %+v", single)
+	}
+	legacy := eventFromKube(&eventsv1.Event{DeprecatedFirstTimestamp: metav1.NewTime(t1), DeprecatedLastTimestamp: metav1.NewTime(t2), DeprecatedCount: 3})
+	if !legacy.FirstTimestamp.Equal(t1) || !legacy.LastTimestamp.Equal(t2) || legacy.Count != 3 {
+		t.Errorf("core/v1: %+v", legacy)
 	}
 }

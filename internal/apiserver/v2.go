@@ -15,7 +15,8 @@ import (
 )
 
 // The v2 resource API (KubeRay's current default): /apis/ray.io/v1/namespaces/{ns}/{rayclusters|rayjobs|rayservices}
-// and /{name}, and /api/v1/namespaces/{ns}/events, passed to the Kubernetes API server. Under Kubernetes auth every
+// and /{name}, /apis/events.k8s.io/v1/namespaces/{ns}/events (KubeRay v1.7's events path) and, as KubeRay v1.5 had
+// it, /api/v1/namespaces/{ns}/events, passed to the Kubernetes API server. Under Kubernetes auth every
 // request goes with the caller's own token (after this server's TokenReview, which names the caller in logs), so
 // Kubernetes authorises and admits it exactly as if the caller had sent it: RBAC, the CRD schema and Manta's CEL
 // rules apply, and Kubernetes' answers (Status bodies, 201, 422 with causes, Warning headers) come back unchanged.
@@ -128,14 +129,14 @@ func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, token string, q
 	return internalError(http.StatusBadGateway, codeUnavailable, proxyErr, "could not reach the Kubernetes API server")
 }
 
-// rayEventsOnly narrows an events list to events about ray.io/v1 objects, as KubeRay's v2 events path does.
-func rayEventsOnly(q url.Values) url.Values {
-	sel := "involvedObject.apiVersion=ray.io/v1"
-	if cur := q.Get("fieldSelector"); cur != "" {
-		sel = cur + "," + sel
+// rayEventsOnly narrows an events list to events about ray.io/v1 objects, as KubeRay's v2 events paths do: sel is
+// ANDed with every field selector the caller gave. field is involvedObject.apiVersion for core/v1 events,
+// regarding.apiVersion for events.k8s.io/v1.
+func rayEventsOnly(field string) func(url.Values) url.Values {
+	return func(q url.Values) url.Values {
+		q.Set("fieldSelector", strings.Join(append(q["fieldSelector"], field+"=ray.io/v1"), ","))
+		return q
 	}
-	q.Set("fieldSelector", sel)
-	return q
 }
 
 // v2Routes are the v2 operations, for the route table.
@@ -173,15 +174,21 @@ func v2Routes() []*route {
 				resp:    v2Object{}, proxy: proxy},
 		)
 	}
-	rs = append(rs, &route{method: http.MethodGet, pattern: "/api/v1/namespaces/{namespace}/events", op: "V2ListEvents", tag: tag, v2: true,
-		summary: "List the events about ray.io/v1 objects in a namespace (a Kubernetes EventList).",
-		resp:    v2ObjectList{},
-		proxy: func(s *Server, w http.ResponseWriter, r *http.Request) *apiError {
+	events := func(field string) func(*Server, http.ResponseWriter, *http.Request) *apiError {
+		return func(s *Server, w http.ResponseWriter, r *http.Request) *apiError {
 			tok, _ := bearerToken(r)
 			if s.auth == nil {
 				tok = ""
 			}
-			return s.proxyV2(w, r, tok, rayEventsOnly)
-		}})
+			return s.proxyV2(w, r, tok, rayEventsOnly(field))
+		}
+	}
+	rs = append(rs,
+		&route{method: http.MethodGet, pattern: "/apis/events.k8s.io/v1/namespaces/{namespace}/events", op: "V2ListEventsV1", tag: tag, v2: true,
+			summary: "List the events about ray.io/v1 objects in a namespace (an events.k8s.io/v1 EventList, KubeRay v1.7's path).",
+			resp:    v2ObjectList{}, proxy: events("regarding.apiVersion")},
+		&route{method: http.MethodGet, pattern: "/api/v1/namespaces/{namespace}/events", op: "V2ListEvents", tag: tag, v2: true,
+			summary: "List the events about ray.io/v1 objects in a namespace (a core/v1 EventList, KubeRay v1.5's path).",
+			resp:    v2ObjectList{}, proxy: events("involvedObject.apiVersion")})
 	return rs
 }

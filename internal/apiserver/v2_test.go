@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -23,7 +24,7 @@ import (
 func (e *testEnv) testV2(t *testing.T) {
 	ns := e.namespace(t)
 	rule := rbacv1.PolicyRule{APIGroups: []string{"ray.io"}, Resources: []string{"rayclusters"}, Verbs: []string{"get", "list", "create", "update", "patch", "delete"}}
-	events := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}}
+	events := rbacv1.PolicyRule{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"list"}}
 	allowed := e.serviceAccountToken(t, ns, "v2-allowed")
 	denied := e.serviceAccountToken(t, ns, "v2-denied")
 	e.grant(t, ns, "v2-allowed", rule, events)
@@ -127,6 +128,21 @@ func (e *testEnv) testV2(t *testing.T) {
 	if r := call(t, g, "GET", "/api/v1/namespaces/"+ns+"/events", nil, denied); r.code != http.StatusForbidden {
 		t.Errorf("events as v2-denied: %d", r.code)
 	}
+	// KubeRay v1.7's path: events.k8s.io/v1, narrowed the same way, ANDed with the caller's own field selector.
+	newEvents := "/apis/events.k8s.io/v1/namespaces/" + ns + "/events"
+	var el2 eventsv1.EventList
+	mustOK(t, call(t, g, "GET", newEvents, nil, allowed), &el2)
+	if len(el2.Items) != 1 || el2.Items[0].Regarding.Kind != "RayCluster" || el2.Items[0].APIVersion != "" && el2.Items[0].APIVersion != "events.k8s.io/v1" {
+		t.Errorf("events.k8s.io events: %+v", el2.Items)
+	}
+	mustOK(t, call(t, g, "GET", newEvents+"?fieldSelector=reason%3DOther", nil, allowed), &el2)
+	if len(el2.Items) != 0 {
+		t.Errorf("the caller's field selector was dropped: %+v", el2.Items)
+	}
+	if r := call(t, g, "GET", newEvents, nil, denied); r.code != http.StatusForbidden {
+		t.Errorf("events.k8s.io events as v2-denied: %d", r.code)
+	}
+	mustFail(t, call(t, g, "GET", newEvents, nil, ""), 401, codeUnauthenticated, "")
 
 	// What this server refuses itself is a JSON error as in v1.
 	mustFail(t, call(t, g, "GET", coll, nil, ""), 401, codeUnauthenticated, "")

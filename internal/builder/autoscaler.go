@@ -24,13 +24,17 @@ func AutoscalerContainer(c *rayv1.RayCluster, rayImage string) corev1.Container 
 			fieldEnv("RAY_CLUSTER_NAMESPACE", "metadata.namespace"),
 			fieldEnv("RAY_HEAD_POD_NAME", "metadata.name"),
 			{Name: "KUBERAY_CRD_VER", Value: CRDVersion},
-			{Name: "KUBERAY_GEN_AUTOSCALER_START_CMD", Value: start},
+			{Name: EnvAutoscalerStartCmd, Value: start},
 		},
 		Resources: corev1.ResourceRequirements{
 			Limits:   corev1.ResourceList{corev1.ResourceCPU: q("500m"), corev1.ResourceMemory: q("512Mi")},
 			Requests: corev1.ResourceList{corev1.ResourceCPU: q("500m"), corev1.ResourceMemory: q("512Mi")},
 		},
 		VolumeMounts: []corev1.VolumeMount{{Name: RayLogsVolumeName, MountPath: RayLogsMountPath}},
+	}
+	if TLSEnabled(c) {
+		// The autoscaler dials the GCS at 127.0.0.1, which the head's certificate always names.
+		setContainerTLS(&ctr)
 	}
 	o := c.Spec.AutoscalerOptions
 	if o == nil {

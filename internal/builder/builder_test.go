@@ -595,11 +595,11 @@ func TestUnsupportedFields(t *testing.T) {
 		want   []string
 	}{
 		{"plain", func(*rayv1.RayCluster) {}, nil},
-		{"gcs ft + auth + tls", func(c *rayv1.RayCluster) {
+		{"gcs ft + auth + tls: both built", func(c *rayv1.RayCluster) {
 			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "r:6379"}
-			c.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeToken}
+			c.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeToken, EnableK8sTokenAuth: ptr.To(true), SecretName: ptr.To("s")}
 			c.Spec.TLSOptions = &rayv1.TLSOptions{Enabled: ptr.To(true)}
-		}, []string{"spec.authOptions", "spec.tlsOptions"}},
+		}, nil},
 		{"embedded rocksdb gcs ft", func(c *rayv1.RayCluster) {
 			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB}
 		}, []string{"spec.gcsFaultToleranceOptions.backend (rocksdb)"}},
@@ -607,12 +607,12 @@ func TestUnsupportedFields(t *testing.T) {
 			c.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeDisabled}
 			c.Spec.TLSOptions = &rayv1.TLSOptions{Enabled: ptr.To(false)}
 		}, nil},
-		{"ingress, network policy, legacy ft, scheduler", func(c *rayv1.RayCluster) {
+		{"ingress and network policy built, legacy ft, scheduler", func(c *rayv1.RayCluster) {
 			c.Spec.HeadGroupSpec.EnableIngress = ptr.To(true)
 			c.Spec.NetworkPolicy = &rayv1.NetworkPolicyConfig{}
 			c.Annotations = map[string]string{AnnotationFTEnabled: "true"}
 			c.Labels = map[string]string{rayv1.LabelSchedulerName: "volcano"}
-		}, []string{"spec.networkPolicy", "spec.headGroupSpec.enableIngress", "metadata.labels[ray.io/scheduler-name]"}},
+		}, []string{"metadata.labels[ray.io/scheduler-name]"}},
 		{"autoscaler options without autoscaling", func(c *rayv1.RayCluster) {
 			c.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{IdleTimeoutSeconds: ptr.To[int32](30)}
 		}, []string{"spec.autoscalerOptions (enableInTreeAutoscaling is not true)"}},

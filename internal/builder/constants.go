@@ -53,6 +53,8 @@ const (
 const (
 	// EnvAutoscalerV2 in the head's Ray container switches Ray between autoscaler v1 and v2.
 	EnvAutoscalerV2 = "RAY_enable_autoscaler_v2"
+	// EnvAutoscalerStartCmd on the autoscaler container holds the command the operator generates for it.
+	EnvAutoscalerStartCmd = "KUBERAY_GEN_AUTOSCALER_START_CMD"
 
 	OperatorVersion = "manta"
 	CRDVersion      = "v1"

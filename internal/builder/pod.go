@@ -59,7 +59,11 @@ func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 		addRayLogsVolume(pod)
 		pod.Spec.Containers = append(pod.Spec.Containers, AutoscalerContainer(c, ray.Image))
 		pod.Spec.ServiceAccountName = AutoscalerServiceAccountName(c)
+		// The autoscaler calls the GCS, which checks the token.
+		AddAuthEnv(&pod.Spec.Containers[len(pod.Spec.Containers)-1], c)
 	}
+	addPodAuth(pod, c)
+	configureTLS(c, pod, rayv1.NodeTypeHead)
 	return pod
 }
 
@@ -88,6 +92,8 @@ func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *cor
 	setEnv(ray, "RAY_PORT", strconv.Itoa(port))
 	setEnv(ray, "RAY_ADDRESS", addr)
 	setProbes(ray, c.Spec.RayVersion, g.RayStartParams, false, originCRD(c) == KindRayService)
+	addPodAuth(pod, c)
+	configureTLS(c, pod, rayv1.NodeTypeWorker)
 	return pod
 }
 

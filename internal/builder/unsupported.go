@@ -31,23 +31,8 @@ func UnsupportedFields(c *rayv1.RayCluster) []string {
 	if o := s.GcsFaultToleranceOptions; o != nil && o.Backend == rayv1.GcsFaultToleranceBackendRocksDB {
 		out = append(out, "spec.gcsFaultToleranceOptions.backend (rocksdb)")
 	}
-	if a := s.AuthOptions; a != nil && (a.Mode == rayv1.AuthModeToken || ptr.Deref(a.EnableK8sTokenAuth, false) || a.SecretName != nil) {
-		out = append(out, "spec.authOptions")
-	}
-	if t := s.TLSOptions; t != nil && ptr.Deref(t.Enabled, false) {
-		out = append(out, "spec.tlsOptions")
-	}
-	if s.NetworkPolicy != nil {
-		out = append(out, "spec.networkPolicy")
-	}
 	if s.HistoryServerOptions != nil {
 		out = append(out, "spec.historyServerOptions")
-	}
-	if ptr.Deref(s.HeadGroupSpec.EnableIngress, false) {
-		out = append(out, "spec.headGroupSpec.enableIngress")
-	}
-	if s.HeadGroupSpec.IngressOptions != nil {
-		out = append(out, "spec.headGroupSpec.ingressOptions")
 	}
 	// The autoscaler sidecar exists only with in-tree autoscaling; its options would otherwise be dropped silently.
 	if s.AutoscalerOptions != nil && !ptr.Deref(s.EnableInTreeAutoscaling, false) {

@@ -56,8 +56,19 @@ var (
 		Buckets: prometheus.ExponentialBuckets(1, 2, 12), // 1s .. ~34min: Ray images are GBs
 	}, []string{"outcome"})
 
+	statusStaleness = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "manta_raycluster_status_staleness_seconds",
+		Help: "At each RayCluster status write, how long the oldest change it carries was held back by status coalescing (0 when none was): how far the API server's status was behind the operator's.",
+		// 0 for the writes that held nothing back, fine below 2 s (the bound outside a burst), then up to the
+		// window's 10 s default and beyond.
+		Buckets: []float64{0, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 60, 120},
+	})
+
 	objects = newObjectCollector()
 )
+
+// ObserveStatusStaleness records how long a written RayCluster status change was held back.
+func ObserveStatusStaleness(d time.Duration) { statusStaleness.Observe(d.Seconds()) }
 
 // eventsQueued reports the operator's event writes waiting in memory (SetEventsQueued); events are held back while
 // the operator writes pods, Services and statuses.
@@ -78,7 +89,7 @@ var (
 func SetEventsQueued(f func() int) { eventsQueuedFunc.Store(&f) }
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(clusterProvisionedDuration, jobExecutionDuration, imagePulls, imagePullDuration, objects, eventsQueued)
+	ctrlmetrics.Registry.MustRegister(clusterProvisionedDuration, jobExecutionDuration, imagePulls, imagePullDuration, objects, eventsQueued, statusStaleness)
 }
 
 // ObserveCluster sets kuberay_cluster_provisioned_duration_seconds when c's RayClusterProvisioned condition turns

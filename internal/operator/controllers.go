@@ -2,7 +2,9 @@ package operator
 
 import (
 	"fmt"
+	"time"
 
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -21,6 +23,10 @@ import (
 // addTypes adds the API groups the operator serves to its scheme.
 func addTypes(s *runtime.Scheme) error {
 	if err := rayv1.AddToScheme(s); err != nil {
+		return err
+	}
+	// cert-manager's Issuers and Certificates, of RayClusters with tlsOptions.
+	if err := cmv1.AddToScheme(s); err != nil {
 		return err
 	}
 	return mantav1alpha1.AddToScheme(s)
@@ -42,8 +48,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return fmt.Errorf("RayCluster controller: %w", err)
 	}
 	if err := rayjob.NewReconciler(mgr, opts.RayClients, rayjob.Options{
-		ClusterDomain:           opts.ClusterDomain,
-		MaxConcurrentReconciles: opts.ReconcileConcurrency,
+		ClusterDomain:                opts.ClusterDomain,
+		MaxConcurrentReconciles:      opts.ReconcileConcurrency,
+		StatusCheckTimeout:           opts.RayJobStatusCheckTimeout,
+		TransitionGracePeriod:        opts.RayJobTransitionGracePeriod,
+		DeleteRayJobAfterJobFinishes: opts.DeleteRayJobAfterJobFinishes,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("RayJob controller: %w", err)
 	}
@@ -54,6 +63,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		RayClients:              opts.RayClients,
 		MaxConcurrentReconciles: opts.ReconcileConcurrency,
 		Namespaces:              opts.WatchNamespaces,
+		NoZeroDowntime:          opts.NoZeroDowntime,
 	})
 	if err == nil {
 		err = rs.SetupWithManager(mgr)
@@ -83,9 +93,20 @@ func setupRayCluster(mgr ctrl.Manager, o Options) error {
 		ClusterDomain:           o.ClusterDomain,
 		MaxConcurrentReconciles: o.ReconcileConcurrency,
 		NoRedisCleanup:          o.NoRedisCleanup,
+		ResyncPeriod:            o.RayClusterResyncPeriod,
+		StatusCoalesceWindow:    coalesceWindow(o.StatusCoalesceWindow),
 		PodCreator:              pods,
 		StatusWriter:            status,
 	}).SetupWithManager(mgr)
+}
+
+// coalesceWindow maps --status-coalesce-window onto raycluster.Options, where 0 means the default and a negative
+// window none.
+func coalesceWindow(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // setupImagePullJob registers the ImagePullJob controller and the RayCluster prepull controller that creates jobs.

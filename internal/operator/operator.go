@@ -8,8 +8,10 @@ import (
 	"net"
 	"time"
 
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
@@ -19,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -64,6 +67,10 @@ type Options struct {
 	// 0 means DefaultEventQPS and DefaultEventBurst.
 	EventQPS   float32
 	EventBurst int
+	// StatusCoalesceWindow bounds, under a burst, how long a RayCluster status change that only reports progress
+	// waits to be written with the next one (outside a burst it waits at most a second); 0 writes every change at
+	// once (--status-coalesce-window; see internal/controller/raycluster/coalesce.go).
+	StatusCoalesceWindow time.Duration
 	// PullerImage is Manta's own image, from which ImagePullJob puller pods copy their tiny binary.
 	PullerImage string
 	// ImagePullNodeSelector (a label selector), ImagePullPriorityClass, ImagePullTolerateAllTaints and
@@ -84,6 +91,16 @@ type Options struct {
 	// NoRedisCleanup turns off the Redis cleanup of deleted clusters with a Redis-backed GCS
 	// (--gcs-ft-redis-cleanup=false, KubeRay's ENABLE_GCS_FT_REDIS_CLEANUP=false).
 	NoRedisCleanup bool
+	// RayJobStatusCheckTimeout and RayJobTransitionGracePeriod are the RayJob controller's (zero: its defaults);
+	// KubeRay's RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS and RAYJOB_DEPLOYMENT_STATUS_TRANSITION_GRACE_PERIOD_SECONDS.
+	RayJobStatusCheckTimeout, RayJobTransitionGracePeriod time.Duration
+	// RayClusterResyncPeriod is how often a settled RayCluster is looked at again (zero: 5 minutes); KubeRay's
+	// RAYCLUSTER_DEFAULT_REQUEUE_SECONDS_ENV.
+	RayClusterResyncPeriod time.Duration
+	// DeleteRayJobAfterJobFinishes: KubeRay's DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true (see rayjob.Options).
+	DeleteRayJobAfterJobFinishes bool
+	// NoZeroDowntime: KubeRay's ENABLE_ZERO_DOWNTIME=false (see rayservice.Options).
+	NoZeroDowntime bool
 }
 
 // leaderElectionJitter is client-go's leaderelection.JitterFactor: a renewal retry waits up to RetryPeriod × 1.2.
@@ -95,7 +112,8 @@ func (o Options) Validate() error {
 		name string
 		v    time.Duration
 	}{{"--leader-elect-lease-duration", o.LeaseDuration}, {"--leader-elect-renew-deadline", o.RenewDeadline},
-		{"--leader-elect-retry-period", o.RetryPeriod}, {"--ray-timeout", o.RayTimeout}} {
+		{"--leader-elect-retry-period", o.RetryPeriod}, {"--ray-timeout", o.RayTimeout},
+		{"--status-coalesce-window", o.StatusCoalesceWindow}} {
 		if d.v < 0 {
 			return fmt.Errorf("%s %s: must not be negative", d.name, d.v)
 		}
@@ -229,10 +247,19 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			&corev1.Pod{}: {Label: podSel, Transform: stripPod},
 			// The operator reads only the Services it made, which all carry ray.io/cluster.
 			&corev1.Service{}: {Label: svcSel},
+			// Its NetworkPolicies and Ingresses carry ray.io/cluster too.
+			&networkingv1.NetworkPolicy{}: {Label: svcSel},
+			&networkingv1.Ingress{}:       {Label: svcSel},
 			// The only Jobs it reads are RayJob submitters and Redis cleanup Jobs, labelled
 			// created-by=kuberay-operator as KubeRay's are.
 			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{rayv1.LabelCreatedBy: rayv1.CreatedByValue})},
 		},
+	}
+	// And its cert-manager Issuers and Certificates (tlsOptions), where cert-manager is installed: the cache looks
+	// up every kind it is told about when it starts, and one the API server does not serve would stop it.
+	if certManagerServed(cfg) {
+		cacheOpts.ByObject[&cmv1.Issuer{}] = cache.ByObject{Label: svcSel}
+		cacheOpts.ByObject[&cmv1.Certificate{}] = cache.ByObject{Label: svcSel}
 	}
 	if len(opts.WatchNamespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
@@ -282,6 +309,20 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		eventBurst = DefaultEventBurst
 	}
 	return withEventRecorder(mgr, activity, eventQPS, eventBurst)
+}
+
+// certManagerServed says whether the API server serves cert-manager's Certificates (and so its Issuers).
+func certManagerServed(cfg *rest.Config) bool {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return false
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, hc)
+	if err != nil {
+		return false
+	}
+	_, err = mapper.RESTMapping(cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind).GroupKind(), cmv1.SchemeGroupVersion.Version)
+	return err == nil
 }
 
 // cachedPodSelector selects Ray pods. (The ImagePullJob controller keeps its puller pods in a cache of its own.)

@@ -18,6 +18,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"renew deadline within jittered retry", Options{RenewDeadline: 2 * time.Second}, "--leader-elect-renew-deadline 2s must be greater than 1.2 × --leader-elect-retry-period 2s"},
 		{"negative", Options{RetryPeriod: -time.Second}, "--leader-elect-retry-period -1s: must not be negative"},
 		{"negative ray timeout", Options{RayTimeout: -time.Second}, "--ray-timeout"},
+		{"negative coalesce window", Options{StatusCoalesceWindow: -time.Second}, "--status-coalesce-window -1s: must not be negative"},
 	} {
 		err := c.o.Validate()
 		switch {
@@ -25,6 +26,16 @@ func TestOptionsValidate(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("%s: error %v; want one containing %q", c.name, err, c.want)
+		}
+	}
+}
+
+// --status-coalesce-window 0 turns coalescing off: the RayCluster controller's Options take a negative window for
+// that (their zero is the default).
+func TestCoalesceWindow(t *testing.T) {
+	for in, want := range map[time.Duration]time.Duration{0: -1, 10 * time.Second: 10 * time.Second, 3 * time.Second: 3 * time.Second} {
+		if got := coalesceWindow(in); got != want {
+			t.Errorf("coalesceWindow(%s) = %s, want %s", in, got, want)
 		}
 	}
 }

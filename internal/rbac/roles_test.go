@@ -247,17 +247,22 @@ type used struct {
 
 var mainRoles = map[string]map[string]used{
 	"operator": {
-		"/nodes":                             {"get list watch", `&corev1\.Node\{`},                              // ImagePullJob: which nodes to pull on
-		"/podtemplates":                      {"get list watch", `&corev1\.PodTemplate\{`},                       // --default-pod-template
-		"/pods":                              {"create delete get list patch update watch", `corev1\.Pod\b`},     // Ray and puller pods; autoscaler Role grants patch
-		"/pods/resize":                       {"patch", `"pods/resize"`},                                         // granted in the autoscaler Role, so held
-		"/serviceaccounts":                   {"create get list watch", `&corev1\.ServiceAccount\{`},             // autoscaler ServiceAccount
-		"/services":                          {"create delete get list patch update watch", `corev1\.Service\b`}, // head and serve Services
+		"/nodes":                             {"get list watch", `&corev1\.Node\{`},                                                        // ImagePullJob: which nodes to pull on
+		"/podtemplates":                      {"get list watch", `&corev1\.PodTemplate\{`},                                                 // --default-pod-template
+		"/pods":                              {"create delete get list patch update watch", `corev1\.Pod\b`},                               // Ray and puller pods; autoscaler Role grants patch
+		"/pods/resize":                       {"patch", `"pods/resize"`},                                                                   // granted in the autoscaler Role, so held
+		"/serviceaccounts":                   {"create get list watch", `&corev1\.ServiceAccount\{`},                                       // autoscaler ServiceAccount
+		"/secrets":                           {"create get update", `builder\.AuthSecret\(|rayauth\.Dashboard\(|sec := &corev1\.Secret\{`}, // the Ray auth token Secret by name, uncached (never list or watch); tlsOptions: issued Secrets owned by their Certificate (tls.go)
+		"/services":                          {"create delete get list patch update watch", `corev1\.Service\b`},                           // head and serve Services
 		"/events":                            {"create patch", `record\.EventRecorder|events\.EventRecorder|Eventf\(`},
 		"events.k8s.io/events":               {"create patch", `record\.EventRecorder|events\.EventRecorder|Eventf\(`},
 		"authentication.k8s.io/tokenreviews": {"create", `TokenReviews\(\)\.Create`}, // metrics authentication
 		"authorization.k8s.io/subjectaccessreviews": {"create", `SubjectAccessReviews\(\)\.Create`}, // metrics authorisation
-		"batch/jobs":                             {"create delete get list watch", `batchv1\.Job\b`}, // RayJob submitters, Redis cleanup
+		"batch/jobs":                             {"create delete get list watch", `batchv1\.Job\b`},                       // RayJob submitters, Redis cleanup
+		"cert-manager.io/issuers":                {"create get list watch", `&cmv1\.Issuer\{`},                             // tlsOptions (tls.go)
+		"cert-manager.io/certificates":           {"create get list update watch", `&cmv1\.Certificate\{`},                 // tlsOptions, SANs follow the pods (tls.go)
+		"networking.k8s.io/ingresses":            {"create delete get list update watch", `networkingv1\.Ingress\b`},       // headGroupSpec.enableIngress (ingress.go)
+		"networking.k8s.io/networkpolicies":      {"create delete get list update watch", `networkingv1\.NetworkPolicy\b`}, // spec.networkPolicy (networkpolicy.go)
 		"manta.dev/imagepulljobs":                {"create delete get list patch update watch", `ImagePullJob\b`},
 		"manta.dev/imagepulljobs/status":         {"get patch update", `Status\(\)\.(Update|Patch)`},
 		"ray.io/rayclusters":                     {"create delete get list patch update watch", `rayv1\.RayCluster\b`},
@@ -283,9 +288,10 @@ var mainRoles = map[string]map[string]used{
 		"ray.io/rayjobs":          {"create delete get list update", `rayv1\.RayJob\b`},
 		"ray.io/rayservices":      {"create delete get list update", `rayv1\.RayService\b`},
 		"manta.dev/imagepulljobs": {"create delete get list", `ImagePullJob\b`},
-		"/events":                 {"list", `corev1\.EventList`},
-		"/services":               {"get", `corev1\.Service\b`},      // the head Service's dashboard port
-		"/secrets":                {"get", `var sec corev1\.Secret`}, // a RayCluster's Ray auth token, by name: never list or watch
+		"/events":                 {"list", `"/api/v1/namespaces/\{namespace\}/events"`}, // the v2 events path under --auth none
+		"events.k8s.io/events":    {"list", `eventsv1\.EventList`},                       // events in v1 answers; v1.7's v2 path under --auth none
+		"/services":               {"get", `corev1\.Service\b`},                          // the head Service's dashboard port
+		"/secrets":                {"get", `rayauth\.Token\(`},                           // a RayCluster's Ray auth token, by name: never list or watch
 	},
 }
 

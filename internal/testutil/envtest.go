@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -42,6 +43,7 @@ func Scheme() (*kruntime.Scheme, error) {
 	for _, add := range []func(*kruntime.Scheme) error{
 		clientgoscheme.AddToScheme,
 		rayv1.AddToScheme,
+		cmv1.AddToScheme,
 		mantav1alpha1.AddToScheme,
 	} {
 		if err := add(s); err != nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -85,8 +86,138 @@ func ClusterSpec(spec *rayv1.RayClusterSpec, annotations map[string]string, path
 	}
 	if headOK {
 		errs = append(errs, autoscaling(c, path)...)
+		errs = append(errs, autoscalerV2Fields(spec, path)...)
+	}
+	if o := spec.AutoscalerOptions; o != nil {
+		op := path.Child("autoscalerOptions")
+		if t := o.IdleTimeoutSeconds; t != nil && *t < 0 {
+			errs = append(errs, field.Invalid(op.Child("idleTimeoutSeconds"), *t, fmt.Sprintf("autoscalerOptions.idleTimeoutSeconds must be non-negative, got %d", *t)))
+		}
+		// Users' autoscalerOptions.args may run $KUBERAY_GEN_AUTOSCALER_START_CMD; a value of their own would
+		// silently replace the command the operator generates.
+		if i := slices.IndexFunc(o.Env, func(e corev1.EnvVar) bool { return e.Name == builder.EnvAutoscalerStartCmd }); i >= 0 {
+			errs = append(errs, field.Forbidden(op.Child("env").Key(builder.EnvAutoscalerStartCmd),
+				fmt.Sprintf("autoscalerOptions.env must not contain %s: it is managed by the operator and injected automatically into the autoscaler container", builder.EnvAutoscalerStartCmd)))
+		}
 	}
 	return errs
+}
+
+// AutoscalerV1RestartPolicy is KubeRay's warning (not an error: the cluster still runs) about worker groups that
+// restart their pods in place under an explicitly chosen autoscaler v1, which should let them end instead: empty when
+// there is nothing to say.
+func AutoscalerV1RestartPolicy(spec *rayv1.RayClusterSpec, path *field.Path) string {
+	if !ptr.Deref(spec.EnableInTreeAutoscaling, false) || spec.AutoscalerOptions == nil || ptr.Deref(spec.AutoscalerOptions.Version, "") != rayv1.AutoscalerVersionV1 {
+		return ""
+	}
+	var groups, fields []string
+	for i, g := range spec.WorkerGroupSpecs {
+		if p := g.Template.Spec.RestartPolicy; p != "" && p != corev1.RestartPolicyNever {
+			groups = append(groups, g.GroupName)
+			fields = append(fields, path.Child("workerGroupSpecs").Index(i).Child("template", "spec", "restartPolicy").String())
+		}
+	}
+	if len(groups) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s: restartPolicy for worker groups [%s] should be Never or unset when using autoscaler V1",
+		strings.Join(fields, ", "), strings.Join(groups, ", "))
+}
+
+// minRayVersionForPriority is the first Ray whose autoscaler reads a worker group's priority.
+var minRayVersionForPriority = version.MustParseGeneric("2.56.0")
+
+// autoscalerV2Fields refuses, as KubeRay does, the worker group fields only autoscaler v2 reads (idleTimeoutSeconds,
+// priority) on a cluster that does not ask for it, and a priority the cluster's Ray version cannot read. Autoscaler
+// v2 is asked for by autoscalerOptions.version or, as before KubeRay 1.4, by the head's RAY_enable_autoscaler_v2.
+func autoscalerV2Fields(spec *rayv1.RayClusterSpec, path *field.Path) field.ErrorList {
+	v2 := false
+	if o := spec.AutoscalerOptions; o != nil && o.Version != nil && *o.Version == rayv1.AutoscalerVersionV2 {
+		v2 = true
+	}
+	for _, e := range spec.HeadGroupSpec.Template.Spec.Containers[builder.RayContainerIndex].Env {
+		if e.Name == builder.EnvAutoscalerV2 && (e.Value == "1" || e.Value == "true") {
+			v2 = true
+		}
+	}
+	var errs field.ErrorList
+	for i, g := range spec.WorkerGroupSpecs {
+		gp := path.Child("workerGroupSpecs").Index(i)
+		if t := g.IdleTimeoutSeconds; t != nil {
+			switch {
+			case *t < 0:
+				errs = append(errs, field.Invalid(gp.Child("idleTimeoutSeconds"), *t, fmt.Sprintf("worker group %s: idleTimeoutSeconds must be non-negative, got %d", g.GroupName, *t)))
+			case !v2:
+				errs = append(errs, field.Forbidden(gp.Child("idleTimeoutSeconds"), fmt.Sprintf(
+					"worker group %s: idleTimeoutSeconds is set, but autoscaler v2 is not enabled. Please set .spec.autoscalerOptions.version to 'v2' (or set %s environment variable to 'true' in the head pod if using KubeRay < 1.4.0)",
+					g.GroupName, builder.EnvAutoscalerV2)))
+			}
+		}
+		if p := ptr.Deref(g.Priority, 0); p != 0 {
+			pp := gp.Child("priority")
+			if spec.RayVersion == "" {
+				errs = append(errs, field.Forbidden(pp, fmt.Sprintf("worker group %s: priority is set, but RayVersion was not specified. Ray version %s or later is required", g.GroupName, minRayVersionForPriority)))
+				continue
+			}
+			v, err := version.ParseGeneric(spec.RayVersion)
+			switch {
+			case err != nil:
+				errs = append(errs, field.Invalid(path.Child("rayVersion"), spec.RayVersion, fmt.Sprintf("worker group %s: priority is set, but RayVersion format is invalid: %s, %v", g.GroupName, spec.RayVersion, err)))
+			case v.LessThan(minRayVersionForPriority):
+				errs = append(errs, field.Forbidden(pp, fmt.Sprintf("worker group %s: priority is set, but minimum Ray version is %s, got %s", g.GroupName, minRayVersionForPriority, spec.RayVersion)))
+			case !v2:
+				errs = append(errs, field.Forbidden(pp, fmt.Sprintf("worker group %s: priority is set to %d, but autoscaler v2 is not enabled. Priority is only supported with autoscaler v2 enabled", g.GroupName, p)))
+			}
+		}
+	}
+	return append(errs, authOptions(spec, path)...)
+}
+
+// authOptions refuses what KubeRay refuses about token authentication: a Ray too old to have it (2.52), or to
+// check Kubernetes tokens (2.55), and enableK8sTokenAuth without mode token or beside a secretName it would ignore.
+func authOptions(spec *rayv1.RayClusterSpec, path *field.Path) field.ErrorList {
+	o := spec.AuthOptions
+	if o == nil {
+		return nil
+	}
+	ap := path.Child("authOptions")
+	k8s := ptr.Deref(o.EnableK8sTokenAuth, false)
+	if o.Mode != rayv1.AuthModeToken {
+		if k8s {
+			return field.ErrorList{field.Invalid(ap.Child("enableK8sTokenAuth"), true, fmt.Sprintf("needs %s: token", ap.Child("mode")))}
+		}
+		return nil
+	}
+	rv := path.Child("rayVersion")
+	if spec.RayVersion == "" {
+		return field.ErrorList{field.Required(rv, fmt.Sprintf("%s: token needs Ray 2.52.0 or later; say which Ray the images run", ap.Child("mode")))}
+	}
+	v, err := version.ParseGeneric(spec.RayVersion)
+	if err != nil { // the parser's message repeats the value and says nothing more
+		return field.ErrorList{field.Invalid(rv, spec.RayVersion, fmt.Sprintf("%q is not a version; %s: token needs Ray 2.52.0 or later", spec.RayVersion, ap.Child("mode")))}
+	}
+	if v.LessThan(version.MustParseGeneric("2.52.0")) {
+		return field.ErrorList{field.Invalid(rv, spec.RayVersion, fmt.Sprintf("%s: %s: token needs Ray 2.52.0 or later", spec.RayVersion, ap.Child("mode")))}
+	}
+	if !k8s {
+		return nil
+	}
+	if v.LessThan(version.MustParseGeneric("2.55.0")) {
+		return field.ErrorList{field.Invalid(rv, spec.RayVersion, fmt.Sprintf("%s: %s needs Ray 2.55.0 or later", spec.RayVersion, ap.Child("enableK8sTokenAuth")))}
+	}
+	if ptr.Deref(o.SecretName, "") != "" {
+		return field.ErrorList{field.Forbidden(ap.Child("secretName"), fmt.Sprintf("Ray checks Kubernetes tokens when %s is true, so no token Secret is used", ap.Child("enableK8sTokenAuth")))}
+	}
+	return nil
+}
+
+// NoK8sTokenAuth refuses enableK8sTokenAuth in the cluster spec of a RayJob or a RayService, as KubeRay does: their
+// operator and submitter calls carry the shared token, not a ServiceAccount token Ray would accept.
+func NoK8sTokenAuth(spec *rayv1.RayClusterSpec, path *field.Path) field.ErrorList {
+	if spec == nil || !builder.K8sTokenAuth(spec) {
+		return nil
+	}
+	return field.ErrorList{field.Forbidden(path.Child("authOptions", "enableK8sTokenAuth"), "Kubernetes token authentication is for standalone RayClusters only")}
 }
 
 // autoscaling refuses what KubeRay refuses about the autoscaler: autoscaler v2 asked for by env without the

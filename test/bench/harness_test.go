@@ -220,6 +220,47 @@ func metricSum(name, label, value string) float64 {
 	return total
 }
 
+// registryHistogram is the named histogram's cumulative buckets in controller-runtime's registry, summed over its
+// series (+Inf being the count); empty when absent.
+func registryHistogram(name string) histogram {
+	h := histogram{}
+	mfs, err := metrics.Registry.Gather()
+	if err != nil {
+		return h
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			hm := m.GetHistogram()
+			for _, bk := range hm.GetBucket() {
+				h[bk.GetUpperBound()] += float64(bk.GetCumulativeCount())
+			}
+			h[math.Inf(1)] += float64(hm.GetSampleCount())
+		}
+	}
+	return h
+}
+
+// quiesce waits until the in-process operator has written nothing for quietFor and every event it recorded is
+// sent, and returns how long that took.
+func (e *env) quiesce(b testing.TB, op *operatorRun, timeout time.Duration) time.Duration {
+	b.Helper()
+	events, ok := op.mgr.(interface{ EventsIdle() bool })
+	if !ok {
+		b.Fatalf("the operator's manager (%T) does not say when its events are sent", op.mgr)
+	}
+	writes, changed := op.calls.snapshot().writes(), time.Now()
+	return waitFor(b, e.ctx, "the operator quiescent", timeout, 250*time.Millisecond, func(context.Context) (bool, string, error) {
+		if w := op.calls.snapshot().writes(); w != writes {
+			writes, changed = w, time.Now()
+		}
+		quiet := time.Since(changed)
+		return quiet >= quietFor && events.EventsIdle(), fmt.Sprintf("%d writes, the last %s ago, events idle %v", writes, quiet.Round(time.Millisecond), events.EventsIdle()), nil
+	})
+}
+
 // rayclusterQueue is the depth of the raycluster controller's work queue and its reconciles in flight, summed over
 // the managers this process has run.
 func rayclusterQueue() (depth, active float64) {

@@ -27,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/operator"
 	"github.com/manta-dev/manta/internal/testutil"
@@ -45,11 +44,17 @@ type contender struct {
 	// parallelPods makes the raw ceiling create each cluster's pods at once (clusters still one at a time), the
 	// way an operator fans out one cluster's pods; plain raw creates every pod one at a time.
 	parallelPods bool
+	// rayClusters makes the raw ceiling create RayClusters too: each cluster's RayCluster, then at once its head
+	// Service and pods (owned by it, as an operator makes them), and once its pods are Ready one status write
+	// (rawRayClusters).
+	rayClusters bool
 }
 
 var contenders = map[string]contender{
 	"raw":          {name: "raw"},
 	"raw-parallel": {name: "raw-parallel", parallelPods: true},
+	// The ceiling for RayClusters: what any operator must have the control plane do for one, done by the harness.
+	"raw-rayclusters": {name: "raw-rayclusters", parallelPods: true, rayClusters: true},
 	"manta": {name: "manta", args: func(bin, kc, m, pp string) []string {
 		// KUBECONFIG in its environment points it at the dev cluster.
 		// Plain HTTP metrics on loopback, so the harness scrapes them without a token.
@@ -108,8 +113,44 @@ type trialResult struct {
 	RateLimitWaitS float64               `json:"rateLimiterWaitSeconds,omitempty"`
 	// ReconcilesPerCl counts the RayCluster controller's reconciles (controller_runtime_reconcile_total, which
 	// both operators export) per cluster.
-	ReconcilesPerCl float64  `json:"reconcilesPerCluster,omitempty"`
-	Profiles        []string `json:"profiles,omitempty"`
+	ReconcilesPerCl float64 `json:"reconcilesPerCluster,omitempty"`
+	// ServerWritesPerCl is what every client (the operator, the harness, kwok, the scheduler, the controller
+	// manager) wrote to the API server per cluster, node heartbeats and leases left out: comparable across all
+	// contenders, the raw ones included.
+	ServerWritesPerCl float64  `json:"serverWritesPerCluster"`
+	Profiles          []string `json:"profiles,omitempty"`
+	// The figures above are read when the last cluster turns ready. ToQuiescence has the same counted on until the
+	// trial is quiescent (waitQuiescent): what the contender did for the clusters, deferred work included.
+	ToQuiescence *quiescentFigures `json:"toQuiescence,omitempty"`
+	// StatusStalenessS is the p50 and p99 of manta_raycluster_status_staleness_seconds over the trial (to
+	// quiescence): how long the changes Manta's status writes carried had been held back by its coalescing.
+	StatusStalenessS *[2]float64 `json:"statusStalenessP50P99Seconds,omitempty"`
+}
+
+// counted are the figures read from the counters at one point of a trial, as differences from its start.
+type counted struct {
+	CPUSeconds        float64            `json:"operatorCPUSeconds"`
+	ControlPlaneCPU   map[string]float64 `json:"controlPlaneCPUSeconds,omitempty"`
+	ServerRequests    map[string]float64 `json:"serverRequestsPerCluster,omitempty"`
+	ServerWritesPerCl float64            `json:"serverWritesPerCluster"`
+	RequestsByVerb    map[string]float64 `json:"requestsPerClusterByVerb,omitempty"`
+	WritesPerCl       float64            `json:"writesPerCluster"`
+	RateLimitWaitS    float64            `json:"rateLimiterWaitSeconds,omitempty"`
+	ReconcilesPerCl   float64            `json:"reconcilesPerCluster,omitempty"`
+	snapshot          metricsSnapshot    // the operator's counters over the span
+	// readAt, serverWrites and operatorWrites are the reading's time and its raw write counters (waitQuiescent).
+	readAt                       time.Time
+	serverWrites, operatorWrites float64
+}
+
+// quiescentFigures are a trial's figures counted until it was quiescent.
+type quiescentFigures struct {
+	// Reached is false when the trial was still writing after quiesceTimeout (the figures are then up to there).
+	Reached bool `json:"reached"`
+	// AtS is the time from the first create to the poll that saw the last write (the all-ready reading when no
+	// write came after it).
+	AtS float64 `json:"quiescentSeconds"`
+	counted
 }
 
 // BenchmarkSideBySide races Manta's operator and KubeRay's (bin/kuberay-operator), each as its own process on a
@@ -119,7 +160,7 @@ type trialResult struct {
 //
 //	MANTA_BENCH_SIZES       RayClusters per trial, comma-separated (default 100)
 //	MANTA_BENCH_ROUNDS      rounds of alternated trials (default 1)
-//	MANTA_BENCH_CONTENDERS  default raw,manta,kuberay,kuberay-c8 (also raw-parallel, manta-base)
+//	MANTA_BENCH_CONTENDERS  default raw,manta,kuberay,kuberay-c8 (also raw-parallel, raw-rayclusters, manta-base)
 //	MANTA_BENCH_JSON        where to write the results (default <tmp>/manta-bench/sidebyside.json)
 //	MANTA_BENCH_BASE_BIN    a manta binary for the contender manta-base (another commit, for before/after)
 //	MANTA_BENCH_BASE_ARGS   more flags for manta-base (space-separated): a before/after of a setting
@@ -165,6 +206,10 @@ func BenchmarkSideBySide(b *testing.B) {
 					results = append(results, r)
 					progressf(b, "%s, %d clusters, round %d: all ready in %.1fs (created in %.1fs; p50 %.1fs, p99 %.1fs; steps p50/p99 %v), %.1f CPU-s (control plane %v), peak RSS %.0f MiB, %.1f writes/cluster %v, %.1f reconciles/cluster; API server served per cluster %v",
 						r.Contender, r.Clusters, round, r.AllReadyS, r.CreateS, r.P50S, r.P99S, r.Phases, r.CPUSeconds, r.ControlPlaneCPU, r.PeakRSSMiB, r.WritesPerCl, r.RequestsByVerb, r.ReconcilesPerCl, r.ServerRequests)
+					if q := r.ToQuiescence; q != nil {
+						progressf(b, "  to quiescence (reached %v, last write %.1fs after the first create): %.1f CPU-s (control plane %v), %.1f writes/cluster %v, %.1f reconciles/cluster, %.1f server writes/cluster; status staleness p50/p99 %v",
+							q.Reached, q.AtS, q.CPUSeconds, q.ControlPlaneCPU, q.WritesPerCl, q.RequestsByVerb, q.ReconcilesPerCl, q.ServerWritesPerCl, r.StatusStalenessS)
+					}
 				}
 			}
 		}
@@ -252,12 +297,20 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	watcher := startReadyWatch(b, e, ctx, run, c.args == nil, clusters)
+	rawPods := c.args == nil && !c.rayClusters
+	watcher := startReadyWatch(b, e, ctx, run, rawPods, clusters)
+	var rawRCs *rawRayClusters
+	if c.rayClusters {
+		rawRCs = startRawRayClusters(ctx, e, run, 1+workers)
+	}
 	start := time.Now()
 	created := map[string]time.Time{}
 	for _, rc := range rcs {
 		key := rc.Namespace + "/" + rc.Name
-		if c.args == nil {
+		switch {
+		case c.rayClusters:
+			createRawRayCluster(b, e, rawRCs, rc)
+		case c.args == nil:
 			var objs []client.Object
 			for _, p := range barePods(rc) {
 				objs = append(objs, p)
@@ -267,13 +320,19 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 				parallel = len(objs)
 			}
 			e.createAll(b, parallel, objs)
-		} else if err := e.cl.Create(e.ctx, rc); err != nil {
-			b.Fatalf("create RayCluster %s: %v", key, err)
+		default:
+			if err := e.cl.Create(e.ctx, rc); err != nil {
+				b.Fatalf("create RayCluster %s: %v", key, err)
+			}
 		}
 		created[key] = time.Now()
 	}
 	r.CreateS = time.Since(start).Seconds()
-	readyAt := watcher.wait(b, 30*time.Minute)
+	var failed <-chan error // raw-rayclusters' failed writes: its clusters would never be ready
+	if rawRCs != nil {
+		failed = rawRCs.errs
+	}
+	readyAt := watcher.wait(b, 30*time.Minute, failed)
 	var lat []time.Duration
 	var end time.Time
 	for k, t := range readyAt {
@@ -295,31 +354,53 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 			}
 		}
 	}
-	r.ControlPlaneCPU = map[string]float64{}
-	for name, pid := range e.cluster.PIDs() {
-		r.ControlPlaneCPU[name] = procCPUSeconds(pid) - cp0[name]
-	}
-	r.ServerRequests = map[string]float64{}
-	for k, v := range e.serverRequests(b) {
-		if d := (v - served0[k]) / float64(clusters); d >= 0.01 {
-			r.ServerRequests[k] = math.Round(d*100) / 100
+	count := func() counted {
+		var k counted
+		k.ControlPlaneCPU = map[string]float64{}
+		for name, pid := range e.cluster.PIDs() {
+			k.ControlPlaneCPU[name] = procCPUSeconds(pid) - cp0[name]
 		}
+		k.ServerRequests = map[string]float64{}
+		served := e.serverRequests(b)
+		k.readAt, k.serverWrites = time.Now(), serverWrites(served)
+		for key, v := range served {
+			if d := (v - served0[key]) / float64(clusters); d >= 0.01 {
+				k.ServerRequests[key] = math.Round(d*100) / 100
+			}
+		}
+		k.ServerWritesPerCl = (serverWrites(served) - serverWrites(served0)) / float64(clusters)
+		if op != nil {
+			k.CPUSeconds = procCPUSeconds(op.cmd.Process.Pid) - cpu0
+			now := op.scrape(b)
+			k.operatorWrites = operatorWrites(now.requests)
+			d := now.minus(before)
+			k.snapshot = d
+			k.RequestsByVerb = map[string]float64{}
+			for verb, v := range d.requests {
+				k.RequestsByVerb[verb] = v / float64(clusters)
+			}
+			k.WritesPerCl = operatorWrites(d.requests) / float64(clusters)
+			k.RateLimitWaitS = d.rateLimitWait
+			k.ReconcilesPerCl = d.reconciles / float64(clusters)
+		}
+		return k
 	}
+	atReady := count()
+	r.ControlPlaneCPU, r.ServerRequests, r.ServerWritesPerCl = atReady.ControlPlaneCPU, atReady.ServerRequests, atReady.ServerWritesPerCl
 	if op != nil {
-		r.CPUSeconds = procCPUSeconds(op.cmd.Process.Pid) - cpu0
+		r.CPUSeconds = atReady.CPUSeconds
 		r.PeakRSSMiB = procPeakRSSMiB(op.cmd.Process.Pid)
-		after := op.scrape(b)
-		d := after.minus(before)
-		r.RequestsByVerb = map[string]float64{}
-		for verb, v := range d.requests {
-			r.RequestsByVerb[verb] = v / float64(clusters)
-		}
-		r.WritesPerCl = (d.requests["POST"] + d.requests["PUT"] + d.requests["PATCH"] + d.requests["DELETE"]) / float64(clusters)
-		r.RateLimitWaitS = d.rateLimitWait
-		r.ReconcilesPerCl = d.reconciles / float64(clusters)
+		r.RequestsByVerb, r.WritesPerCl, r.RateLimitWaitS, r.ReconcilesPerCl = atReady.RequestsByVerb, atReady.WritesPerCl, atReady.RateLimitWaitS, atReady.ReconcilesPerCl
 		if op.pprofDir != "" {
 			r.Profiles = append(r.Profiles, op.finishProfiles(b, run)...)
 		}
+	}
+	lastWrite, reached := waitQuiescent(b, e, op, atReady)
+	q := &quiescentFigures{Reached: reached, AtS: lastWrite.Sub(start).Seconds(), counted: count()}
+	r.ToQuiescence = q
+	if op != nil {
+		r.PeakRSSMiB = procPeakRSSMiB(op.cmd.Process.Pid)
+		r.StatusStalenessS = stalenessP50P99(q.snapshot.staleness)
 	}
 	return r
 }
@@ -415,16 +496,12 @@ func (t *trialEnv) stop() {
 	_ = t.cluster.Stop()
 }
 
-// barePods are the pods the operator would make for rc, created without an operator: the raw ceiling.
+// barePods are the pods the operator would make for rc, created without an operator and owned by nothing: the raw
+// ceiling.
 func barePods(rc *rayv1.RayCluster) []*corev1.Pod {
-	pods := []*corev1.Pod{builder.HeadPod(rc, builder.PodOptions{})}
-	g := &rc.Spec.WorkerGroupSpecs[0]
-	for range *g.Replicas {
-		pods = append(pods, builder.WorkerPod(rc, g, builder.PodOptions{}))
-	}
+	pods := rayPods(rc)
 	for _, p := range pods {
 		p.OwnerReferences = nil
-		p.Labels[benchLabel] = rc.Labels[benchLabel]
 	}
 	return pods
 }
@@ -506,9 +583,12 @@ func startReadyWatch(b *testing.B, e *trialEnv, ctx context.Context, run string,
 	return w
 }
 
-// wait returns when every cluster was seen ready, and fails the benchmark after timeout.
-func (w *readyWatch) wait(b *testing.B, timeout time.Duration) map[string]time.Time {
+// wait returns when every cluster was seen ready, and fails the benchmark after timeout or on an error from failed.
+func (w *readyWatch) wait(b *testing.B, timeout time.Duration, failed <-chan error) map[string]time.Time {
 	select {
+	case err := <-failed:
+		b.Fatalf("raw-rayclusters: %v", err)
+		return nil
 	case <-w.done:
 		if w.err != nil {
 			b.Fatalf("watching readiness: %v", w.err)
@@ -648,6 +728,8 @@ type metricsSnapshot struct {
 	requests      map[string]float64 // rest_client_requests_total by method
 	rateLimitWait float64            // rest_client_rate_limiter_duration_seconds_sum, when the operator exports it
 	reconciles    float64            // controller_runtime_reconcile_total of the raycluster controller (both operators)
+	eventsQueued  float64            // manta_events_queued (Manta only; 0 for KubeRay, which queues none)
+	staleness     histogram          // manta_raycluster_status_staleness_seconds (Manta only)
 }
 
 func (op *opProcess) scrape(b *testing.B) metricsSnapshot {
@@ -660,13 +742,18 @@ func (op *opProcess) scrape(b *testing.B) metricsSnapshot {
 
 // parseMetrics reads the two families the table needs from Prometheus text exposition.
 func parseMetrics(text string) metricsSnapshot {
-	s := metricsSnapshot{requests: map[string]float64{}}
+	s := metricsSnapshot{requests: map[string]float64{}, staleness: histogram{}}
 	for _, line := range strings.Split(text, "\n") {
 		name, rest, ok := strings.Cut(line, "{")
 		if !ok {
-			if f := strings.Fields(line); len(f) == 2 && f[0] == "rest_client_rate_limiter_duration_seconds_sum" {
+			if f := strings.Fields(line); len(f) == 2 {
 				v, _ := strconv.ParseFloat(f[1], 64)
-				s.rateLimitWait += v
+				switch f[0] {
+				case "rest_client_rate_limiter_duration_seconds_sum":
+					s.rateLimitWait += v
+				case "manta_events_queued":
+					s.eventsQueued = v
+				}
 			}
 			continue
 		}
@@ -692,6 +779,10 @@ func parseMetrics(text string) metricsSnapshot {
 		case "controller_runtime_reconcile_total":
 			if labelValue(labels, "controller") == "raycluster" {
 				s.reconciles += v
+			}
+		case "manta_raycluster_status_staleness_seconds_bucket":
+			if le, err := strconv.ParseFloat(labelValue(labels, "le"), 64); err == nil {
+				s.staleness[le] = v
 			}
 		}
 	}
@@ -747,7 +838,8 @@ func labelValue(labels, key string) string {
 }
 
 func (s metricsSnapshot) minus(before metricsSnapshot) metricsSnapshot {
-	out := metricsSnapshot{requests: map[string]float64{}, rateLimitWait: s.rateLimitWait - before.rateLimitWait, reconciles: s.reconciles - before.reconciles}
+	out := metricsSnapshot{requests: map[string]float64{}, rateLimitWait: s.rateLimitWait - before.rateLimitWait, reconciles: s.reconciles - before.reconciles,
+		eventsQueued: s.eventsQueued, staleness: s.staleness.minus(before.staleness)}
 	for k, v := range s.requests {
 		if d := v - before.requests[k]; d > 0 {
 			out.requests[k] = d
@@ -797,24 +889,42 @@ func procPeakRSSMiB(pid int) float64 {
 	return 0
 }
 
-// sideBySideTable is the one table of the benchmark: a row per trial, grouped by size, in the order run.
+// sideBySideTable is the one table of the benchmark: a row per trial, grouped by size, in the order run. Where a
+// figure has two values, the first is read when the last cluster turned ready, the second once the trial was
+// quiescent (waitQuiescent); "quiescent" is when the last write was seen, from the first create.
 func sideBySideTable(rs []trialResult) string {
 	var sb strings.Builder
-	sb.WriteString("| clusters (pods) | contender | round | all ready | vs raw | p50 / p99 / last cluster | operator CPU-s | apiserver / etcd CPU-s | peak RSS | requests per cluster by verb | writes per cluster |\n")
-	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
-	raw := rawCeilings(rs) // the ceiling is the faster of the raw contenders
+	sb.WriteString("| clusters (pods) | contender | round | all ready | quiescent | vs ceiling | p50 / p99 / last cluster | operator CPU-s | apiserver / etcd CPU-s | peak RSS | requests per cluster by verb (to quiescence) | writes per cluster | all clients' writes per cluster | status staleness p50 / p99 |\n")
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	ceiling := ceilings(rs)
 	for _, r := range rs {
 		vs := "-"
-		if base := raw[[2]int{r.Clusters, r.Round}]; base > 0 && !strings.HasPrefix(r.Contender, "raw") {
+		if base := ceiling[[2]int{r.Clusters, r.Round}]; base > 0 && !isRaw(r.Contender) {
 			vs = fmt.Sprintf("%.2fx", r.AllReadyS/base)
 		}
-		cpu, rss, writes := "-", "-", "-"
-		if !strings.HasPrefix(r.Contender, "raw") {
-			cpu, rss, writes = fmt.Sprintf("%.1f", r.CPUSeconds), fmt.Sprintf("%.0f MiB", r.PeakRSSMiB), fmt.Sprintf("%.1f", r.WritesPerCl)
+		q := r.ToQuiescence
+		if q == nil {
+			q = &quiescentFigures{}
 		}
-		cp := fmt.Sprintf("%.1f / %.1f", r.ControlPlaneCPU["kube-apiserver"], r.ControlPlaneCPU["etcd"])
-		fmt.Fprintf(&sb, "| %d (%d) | %s | %d | %.1f s | %s | %.1f / %.1f / %.1f s | %s | %s | %s | %s | %s |\n",
-			r.Clusters, r.Pods, r.Contender, r.Round, r.AllReadyS, vs, r.P50S, r.P99S, r.LastS, cpu, cp, rss, verbs(r.RequestsByVerb), writes)
+		quiescent := fmt.Sprintf("%.1f s", q.AtS)
+		if !q.Reached {
+			quiescent = "not reached"
+		}
+		cpu, rss, byVerb, writes, stale := "-", "-", "-", "-", "-"
+		if !isRaw(r.Contender) {
+			cpu = fmt.Sprintf("%.1f / %.1f", r.CPUSeconds, q.CPUSeconds)
+			rss = fmt.Sprintf("%.0f MiB", r.PeakRSSMiB)
+			byVerb = verbs(q.RequestsByVerb)
+			writes = fmt.Sprintf("%.1f / %.1f", r.WritesPerCl, q.WritesPerCl)
+		}
+		if st := r.StatusStalenessS; st != nil {
+			stale = fmt.Sprintf("%.2f / %.2f s", st[0], st[1])
+		}
+		cp := fmt.Sprintf("%.1f / %.1f, %.1f / %.1f", r.ControlPlaneCPU["kube-apiserver"], r.ControlPlaneCPU["etcd"],
+			q.ControlPlaneCPU["kube-apiserver"], q.ControlPlaneCPU["etcd"])
+		fmt.Fprintf(&sb, "| %d (%d) | %s | %d | %.1f s | %s | %s | %.1f / %.1f / %.1f s | %s | %s | %s | %s | %s | %.1f / %.1f | %s |\n",
+			r.Clusters, r.Pods, r.Contender, r.Round, r.AllReadyS, quiescent, vs, r.P50S, r.P99S, r.LastS, cpu, cp, rss, byVerb, writes,
+			r.ServerWritesPerCl, q.ServerWritesPerCl, stale)
 	}
 	if medians := medianTable(rs); medians != "" {
 		sb.WriteString("\nMedians over the rounds:\n\n")
@@ -823,8 +933,10 @@ func sideBySideTable(rs []trialResult) string {
 	return sb.String()
 }
 
+func isRaw(contender string) bool { return strings.HasPrefix(contender, "raw") }
+
 // medianTable has, when some contender ran more than one round at a size, a row per size and contender with the
-// median of each figure over its rounds ("vs raw" is the median of the per-round ratios); "" otherwise.
+// median of each figure over its rounds ("vs ceiling" is the median of the per-round ratios); "" otherwise.
 func medianTable(rs []trialResult) string {
 	type key struct {
 		clusters  int
@@ -844,10 +956,10 @@ func medianTable(rs []trialResult) string {
 	if !multi {
 		return ""
 	}
-	raw := rawCeilings(rs)
+	ceiling := ceilings(rs)
 	var sb strings.Builder
-	sb.WriteString("| clusters (pods) | contender | rounds | all ready | vs raw | p50 / p99 / last cluster | operator CPU-s | peak RSS | writes per cluster |\n")
-	sb.WriteString("|---|---|---|---|---|---|---|---|---|\n")
+	sb.WriteString("| clusters (pods) | contender | rounds | all ready | quiescent | vs ceiling | p50 / p99 / last cluster | operator CPU-s | peak RSS | writes per cluster | all clients' writes per cluster | status staleness p50 / p99 |\n")
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, k := range order {
 		trials := byKey[k]
 		med := func(f func(trialResult) float64) float64 {
@@ -857,11 +969,19 @@ func medianTable(rs []trialResult) string {
 			}
 			return median(v)
 		}
+		quiet := func(f func(*quiescentFigures) float64) func(trialResult) float64 {
+			return func(t trialResult) float64 {
+				if t.ToQuiescence == nil {
+					return 0
+				}
+				return f(t.ToQuiescence)
+			}
+		}
 		vs := "-"
-		if !strings.HasPrefix(k.contender, "raw") {
+		if !isRaw(k.contender) {
 			var ratios []float64
 			for _, t := range trials {
-				if base := raw[[2]int{t.Clusters, t.Round}]; base > 0 {
+				if base := ceiling[[2]int{t.Clusters, t.Round}]; base > 0 {
 					ratios = append(ratios, t.AllReadyS/base)
 				}
 			}
@@ -869,30 +989,53 @@ func medianTable(rs []trialResult) string {
 				vs = fmt.Sprintf("%.2fx", median(ratios))
 			}
 		}
-		cpu, rss, writes := "-", "-", "-"
-		if !strings.HasPrefix(k.contender, "raw") {
-			cpu = fmt.Sprintf("%.1f", med(func(t trialResult) float64 { return t.CPUSeconds }))
+		cpu, rss, writes, stale := "-", "-", "-", "-"
+		if !isRaw(k.contender) {
+			cpu = fmt.Sprintf("%.1f / %.1f", med(func(t trialResult) float64 { return t.CPUSeconds }),
+				med(quiet(func(q *quiescentFigures) float64 { return q.CPUSeconds })))
 			rss = fmt.Sprintf("%.0f MiB", med(func(t trialResult) float64 { return t.PeakRSSMiB }))
-			writes = fmt.Sprintf("%.1f", med(func(t trialResult) float64 { return t.WritesPerCl }))
+			writes = fmt.Sprintf("%.1f / %.1f", med(func(t trialResult) float64 { return t.WritesPerCl }),
+				med(quiet(func(q *quiescentFigures) float64 { return q.WritesPerCl })))
 		}
-		fmt.Fprintf(&sb, "| %d (%d) | %s | %d | %.1f s | %s | %.1f / %.1f / %.1f s | %s | %s | %s |\n",
-			k.clusters, trials[0].Pods, k.contender, len(trials), med(func(t trialResult) float64 { return t.AllReadyS }), vs,
+		if trials[0].StatusStalenessS != nil {
+			stale = fmt.Sprintf("%.2f / %.2f s", med(func(t trialResult) float64 { return stalenessAt(t, 0) }),
+				med(func(t trialResult) float64 { return stalenessAt(t, 1) }))
+		}
+		fmt.Fprintf(&sb, "| %d (%d) | %s | %d | %.1f s | %.1f s | %s | %.1f / %.1f / %.1f s | %s | %s | %s | %.1f / %.1f | %s |\n",
+			k.clusters, trials[0].Pods, k.contender, len(trials), med(func(t trialResult) float64 { return t.AllReadyS }),
+			med(quiet(func(q *quiescentFigures) float64 { return q.AtS })), vs,
 			med(func(t trialResult) float64 { return t.P50S }), med(func(t trialResult) float64 { return t.P99S }),
-			med(func(t trialResult) float64 { return t.LastS }), cpu, rss, writes)
+			med(func(t trialResult) float64 { return t.LastS }), cpu, rss, writes,
+			med(func(t trialResult) float64 { return t.ServerWritesPerCl }),
+			med(quiet(func(q *quiescentFigures) float64 { return q.ServerWritesPerCl })), stale)
 	}
 	return sb.String()
 }
 
-// rawCeilings is, per size and round, the faster raw contender's time to all ready.
-func rawCeilings(rs []trialResult) map[[2]int]float64 {
-	raw := map[[2]int]float64{}
+func stalenessAt(t trialResult, i int) float64 {
+	if t.StatusStalenessS == nil {
+		return 0
+	}
+	return t.StatusStalenessS[i]
+}
+
+// ceilings is, per size and round, the time to all ready "vs ceiling" divides by: raw-rayclusters' when it ran (it
+// makes every object a RayCluster needs), else the faster of the bare-pod contenders.
+func ceilings(rs []trialResult) map[[2]int]float64 {
+	clusters, pods := map[[2]int]float64{}, map[[2]int]float64{}
 	for _, r := range rs {
 		k := [2]int{r.Clusters, r.Round}
-		if strings.HasPrefix(r.Contender, "raw") && (raw[k] == 0 || r.AllReadyS < raw[k]) {
-			raw[k] = r.AllReadyS
+		switch {
+		case r.Contender == "raw-rayclusters":
+			clusters[k] = r.AllReadyS
+		case isRaw(r.Contender) && (pods[k] == 0 || r.AllReadyS < pods[k]):
+			pods[k] = r.AllReadyS
 		}
 	}
-	return raw
+	for k, v := range clusters {
+		pods[k] = v
+	}
+	return pods
 }
 
 // median of v (the mean of the middle two for an even count); v is reordered.

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -351,7 +352,7 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 
 		// RayService: status, its cluster, the serve label on its pods (workers keep the true they are created
 		// with, as under KubeRay; no Ray answers in the dev cluster, so the head's proxy is unhealthy and the head
-		// stays false), no finalizer (as KubeRay v1.5.0), and deletion of its cluster through the owner references.
+		// stays false), KubeRay v1.6.2's finalizer, and its cluster deleted by the controller before the RayService goes.
 		rs := &rayv1.RayService{
 			ObjectMeta: metav1.ObjectMeta{Name: "served", Namespace: "rbac-a"},
 			Spec: rayv1.RayServiceSpec{
@@ -381,7 +382,7 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 				return false, err.Error()
 			}
 			labelled := len(pods.Items) == 1 && pods.Items[0].Labels[rayv1.LabelServe] == "true"
-			return rc.Status.State == rayv1.Ready && labelled && len(got.Finalizers) == 0, fmt.Sprintf("cluster state %q, worker labels ok %v, finalizers %v", rc.Status.State, labelled, got.Finalizers)
+			return rc.Status.State == rayv1.Ready && labelled && slices.Equal(got.Finalizers, []string{"ray.io/rayservice-finalizer"}), fmt.Sprintf("cluster state %q, worker labels ok %v, finalizers %v", rc.Status.State, labelled, got.Finalizers)
 		})
 		if err := cl.Delete(ctx, rs); err != nil {
 			t.Fatal(err)

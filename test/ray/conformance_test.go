@@ -21,6 +21,8 @@ type suite struct {
 	// agent is the dashboard agent's base URL, where the pods' probes check the raylet; empty where the suite
 	// cannot reach it (through the API server's Service proxy only the dashboard and Serve ports are published).
 	agent string
+	// servePort is the Serve proxy's port on the head the suite calls; 0 means the package's head.
+	servePort int
 }
 
 func runConformance(t *testing.T, s suite) {
@@ -314,6 +316,10 @@ func testJobUnknown(t *testing.T, s suite) {
 }
 
 func serveConfig(s suite) string {
+	port := s.servePort
+	if port == 0 {
+		port = head.ServePort
+	}
 	return fmt.Sprintf(`
 proxy_location: HeadOnly
 http_options:
@@ -330,7 +336,7 @@ applications:
     deployments:
       - name: Hello
         num_replicas: 1
-`, head.ServePort, s.name, dataDir)
+`, port, s.name, dataDir)
 }
 
 func testServe(t *testing.T, s suite) {

@@ -84,7 +84,7 @@ func startRayHeadOnce(rayBin, authToken string) (*rayHead, error) {
 		"--object-manager-port=" + strconv.Itoa(ports[8]),
 		"--runtime-env-agent-port=" + strconv.Itoa(ports[9]),
 		"--num-cpus=2", "--num-gpus=0",
-		`--resources={"manta_test": 4, "manta_gate_direct": 1, "manta_gate_proxy": 1}`,
+		`--resources={"manta_test": 4, "manta_gate_direct": 1, "manta_gate_proxy": 1, "manta_gate_token": 1}`,
 		"--object-store-memory=100000000",
 		"--disable-usage-stats",
 		"--temp-dir=" + tempDir,

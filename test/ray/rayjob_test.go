@@ -69,26 +69,7 @@ func startRayJobOperator(t *testing.T, cfg *rest.Config, cl client.Client, ns st
 	if err := cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
-	opts.SkipNameValidation = true
-	opts.WatchNamespaces = []string{ns}
-	opts.ReconcileConcurrency = 4
-	mgr, err := operator.NewManager(cfg, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := operator.Setup(mgr, opts); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	go fakeKubelet(ctx, cl, ns, headIP)
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("operator: %v", err)
-		}
-	})
+	startOperatorAs(t, cfg, cl, ns, opts, headIP)
 	return ns
 }
 

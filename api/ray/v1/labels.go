@@ -20,8 +20,11 @@ const (
 	// LabelHostIndex is a pod's host number within its multi-host replica.
 	LabelHostIndex = "ray.io/replica-host-index"
 	// LabelDisableProvisionedHeadRestart set to "true" on a RayCluster (SidecarMode RayJobs set it): once the
-	// cluster has been provisioned, a head pod that terminates is not replaced.
+	// cluster has been provisioned, a head pod that terminates is not replaced. KubeRay sets it as an annotation;
+	// earlier Manta versions set it as a label, which is still honoured.
 	LabelDisableProvisionedHeadRestart = "ray.io/disable-provisioned-head-restart"
+	// LabelJobSubmissionMode on a RayJob's RayCluster is the RayJob's submission mode (KubeRay v1.6+).
+	LabelJobSubmissionMode = "ray.io/job-submission-mode"
 	// LabelHeadlessWorkerService marks the headless Service of a cluster's multi-host workers; its value is the cluster.
 	LabelHeadlessWorkerService = "ray.io/headless-worker-svc"
 	// LabelSchedulerName selects a KubeRay batch-scheduler plugin (volcano, yunikorn, kai-scheduler).

@@ -12,12 +12,16 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 )
 
-// defaultStatusCoalesceWindow is how long a status change that only reports progress (counts, head address,
-// HeadPodReady and RayClusterProvisioned) may wait to be written together with the next one. A new cluster's pods
-// turn Ready one by one within seconds (tens of seconds on a loaded control plane); writing each step cost a status
-// update per pod, 3 to 8 per cluster, through the same API server that is creating the next clusters' pods. Within
-// the window those steps become the one write that says ready; a slower cluster is still reported every window.
-const defaultStatusCoalesceWindow = 10 * time.Second
+// DefaultStatusCoalesceWindow bounds how long, under a burst, a status change that only reports progress (counts,
+// head address, HeadPodReady and RayClusterProvisioned) may wait to be written together with the next one
+// (--status-coalesce-window). A new cluster's pods turn Ready one by one within seconds (tens of seconds on a loaded
+// control plane); writing each step cost a status update per pod, 3 to 8 per cluster, through the same API server
+// that is creating the next clusters' pods. Within the window those steps become the one write that says ready.
+const DefaultStatusCoalesceWindow = 10 * time.Second
+
+// quietStatusHold is the hold outside a burst: with the pod events' own batching (podBatch, 1 s) a change a pod
+// reports reaches the API server within 2 s, while a cluster's steps of the same second still become one write.
+const quietStatusHold = time.Second
 
 // progressConditions change as pods come up; a change to any other condition (failures, suspension, validation)
 // or to the state is written at once.
@@ -111,12 +115,18 @@ func (p *pendingStatus) stale(key types.NamespacedName, rv string) bool {
 	return ok
 }
 
-// wrote records a successful status write over resourceVersion rv.
-func (p *pendingStatus) wrote(key types.NamespacedName, rv string) {
+// wrote records a successful status write over resourceVersion rv at now, and returns how long the oldest change it
+// carries was held back (0 when none was): how far the API server's status was behind the operator's.
+func (p *pendingStatus) wrote(key types.NamespacedName, rv string, now time.Time) time.Duration {
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	var stale time.Duration
+	if since, ok := p.since[key]; ok {
+		stale = max(0, now.Sub(since))
+	}
 	delete(p.since, key)
 	p.wroteOver[key] = rv
-	p.mu.Unlock()
+	return stale
 }
 
 // hold returns how long to hold the change back (0: write it now), starting the cluster's clock at its first
@@ -133,25 +143,27 @@ func (p *pendingStatus) hold(key types.NamespacedName, old, new *rayv1.RayCluste
 	return d
 }
 
-// Under a burst of new clusters the window stretches with the number of clusters holding a change, by
-// perHeldStretch each up to maxStatusCoalesceWindow: with hundreds of clusters provisioning at once their pods take
-// tens of seconds to turn Ready, and a progress write every 10 s was a second status update for most of them, each
-// through the API server that is creating the next clusters' pods. State changes and failures are still written
-// at once, and a handful of clusters (the usual case) keeps the plain window. The cap is reached at 550 clusters
-// holding a change; with a minute (reached at 250) half of the clusters of a 1,000-cluster burst, whose pods waited
-// longer than that on the API server, got a second status write (1.47-1.55 per cluster in make bench), a write
-// each while the burst is bounded by the API server.
+// Under a burst the hold grows with the number of clusters holding a change, by perHeldStretch each, from
+// quietStatusHold up to the window: with hundreds of clusters provisioning at once their pods take seconds to turn
+// Ready, and a progress write every second would be a second status update for most of them, each through the API
+// server that is creating the next clusters' pods. Fewer than burstHeld clusters holding a change is no burst: the
+// hold stays quietStatusHold. State changes and failures are always written at once.
 const (
-	perHeldStretch          = 200 * time.Millisecond
-	maxStatusCoalesceWindow = 2 * time.Minute
+	perHeldStretch = 100 * time.Millisecond
+	burstHeld      = 10
 )
 
-// loadWindow is the coalescing window when held clusters hold a change.
+// loadWindow is the coalescing window when held clusters hold a change: never above window, never above
+// quietStatusHold outside a burst.
 func loadWindow(window time.Duration, held int) time.Duration {
 	if window <= 0 {
 		return window
 	}
-	return max(window, min(window+time.Duration(held)*perHeldStretch, maxStatusCoalesceWindow))
+	quiet := min(window, quietStatusHold)
+	if held < burstHeld {
+		return quiet
+	}
+	return min(window, max(quiet, time.Duration(held)*perHeldStretch))
 }
 
 // settled drops a cluster's held change once its status no longer differs (nothing left to write).

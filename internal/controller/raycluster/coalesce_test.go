@@ -73,7 +73,7 @@ func TestPendingStatusStale(t *testing.T) {
 	if p.stale(key, "1") {
 		t.Error("stale before any write")
 	}
-	p.wrote(key, "1")
+	p.wrote(key, "1", time.Now())
 	if !p.stale(key, "1") {
 		t.Error("the version written over is not seen as stale")
 	}
@@ -88,34 +88,79 @@ func TestLoadWindow(t *testing.T) {
 		held   int
 		want   time.Duration
 	}{
-		{10 * time.Second, 0, 10 * time.Second},
-		{10 * time.Second, 5, 11 * time.Second},
-		{10 * time.Second, 100, 30 * time.Second},
-		{10 * time.Second, 250, time.Minute},
-		{10 * time.Second, 550, 2 * time.Minute},
-		{10 * time.Second, 600, 2 * time.Minute},
-		{10 * time.Second, 10000, maxStatusCoalesceWindow},
-		{3 * time.Minute, 10, 3 * time.Minute}, // a window set above the cap is kept
-		{-1, 100, -1},                          // no coalescing stays none
+		{10 * time.Second, 0, quietStatusHold},
+		{10 * time.Second, burstHeld - 1, quietStatusHold}, // no burst: the quiet hold
+		{10 * time.Second, 15, 1500 * time.Millisecond},
+		{10 * time.Second, 50, 5 * time.Second},
+		{10 * time.Second, 100, 10 * time.Second},
+		{10 * time.Second, 10000, 10 * time.Second}, // never above the window
+		{3 * time.Second, 1000, 3 * time.Second},
+		{500 * time.Millisecond, 0, 500 * time.Millisecond}, // a window below the quiet hold is kept
+		{-1, 100, -1}, // no coalescing stays none
 	} {
 		if got := loadWindow(tc.window, tc.held); got != tc.want {
 			t.Errorf("loadWindow(%s, %d) = %s, want %s", tc.window, tc.held, got, tc.want)
 		}
 	}
-	p := newPendingStatus()
+}
+
+// The coalescer's bound, on its own clock: a cluster's held change is written (hold 0) no later than the quiet
+// hold after it was first held outside a burst, and no later than the window under one, however many clusters
+// hold a change and however often it is reconciled; wrote reports that age.
+func TestPendingStatusBound(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const window = 10 * time.Second
 	progressing := rayv1.RayClusterStatus{ReadyWorkerReplicas: 1}
-	for i := range 50 {
-		p.hold(types.NamespacedName{Namespace: "ns", Name: fmt.Sprint(i)}, &rayv1.RayClusterStatus{}, &progressing, t0, 10*time.Second)
+	key := func(i int) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: fmt.Sprint(i)} }
+	// heldUntil reconciles the cluster every 100 ms from start until its change may be written, and returns when.
+	heldUntil := func(p *pendingStatus, k types.NamespacedName, start time.Time) time.Time {
+		t.Helper()
+		for now := start; now.Sub(start) <= 5*window; now = now.Add(100 * time.Millisecond) {
+			if p.hold(k, &rayv1.RayClusterStatus{}, &progressing, now, window) == 0 {
+				return now
+			}
+		}
+		t.Fatalf("%s still held after %s", k, 5*window)
+		return time.Time{}
 	}
-	// 50 clusters hold a change: the 51st waits 10 s + 50 x 200 ms.
-	if got := p.hold(types.NamespacedName{Namespace: "ns", Name: "late"}, &rayv1.RayClusterStatus{}, &progressing, t0, 10*time.Second); got != 20*time.Second {
-		t.Errorf("hold with 50 held = %s, want 20s", got)
+
+	for _, tc := range []struct {
+		name  string
+		other int // clusters holding a change beside the one measured
+		bound time.Duration
+	}{
+		{"quiet", 0, quietStatusHold},
+		{"a few others", burstHeld - 2, quietStatusHold},
+		{"burst", 60, 6100 * time.Millisecond}, // 61 holding a change, itself included
+		{"large burst", 2000, window},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPendingStatus()
+			for i := range tc.other {
+				p.hold(key(i), &rayv1.RayClusterStatus{}, &progressing, t0, window)
+			}
+			at := heldUntil(p, key(-1), t0)
+			if got := at.Sub(t0); got != tc.bound {
+				t.Errorf("written after %s, want %s", got, tc.bound)
+			}
+			if got := p.wrote(key(-1), "1", at); got != tc.bound {
+				t.Errorf("wrote reports staleness %s, want %s", got, tc.bound)
+			}
+			if got := p.wrote(key(-2), "1", at); got != 0 {
+				t.Errorf("a write with nothing held reports staleness %s, want 0", got)
+			}
+		})
 	}
-	for i := range 50 {
-		p.settled(types.NamespacedName{Namespace: "ns", Name: fmt.Sprint(i)})
-	}
-	if got := p.hold(types.NamespacedName{Namespace: "ns", Name: "other"}, &rayv1.RayClusterStatus{}, &progressing, t0, 10*time.Second); got != 10*time.Second+200*time.Millisecond {
-		t.Errorf("hold once settled = %s, want 10.2s", got)
-	}
+
+	t.Run("window off", func(t *testing.T) {
+		p := newPendingStatus()
+		for i := range 200 {
+			if d := p.hold(key(i), &rayv1.RayClusterStatus{}, &progressing, t0, -1); d != 0 {
+				t.Fatalf("hold %s with coalescing off", d)
+			}
+		}
+		if got := p.wrote(key(0), "1", t0.Add(time.Minute)); got != 0 {
+			t.Errorf("staleness %s with coalescing off", got)
+		}
+	})
 }

@@ -11,14 +11,18 @@ import (
 	"sync"
 	"time"
 
+	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
@@ -51,9 +55,11 @@ type Options struct {
 	MaxParallelWrites int
 	// ResyncPeriod is how often a settled cluster is looked at again (5 minutes when zero).
 	ResyncPeriod time.Duration
-	// StatusCoalesceWindow is how long a progress-only status change may wait to be written with the next one
-	// (defaultStatusCoalesceWindow when zero, none when negative); see coalesce.go.
+	// StatusCoalesceWindow bounds how long a progress-only status change may wait to be written with the next one
+	// under a burst (DefaultStatusCoalesceWindow when zero, none when negative); see coalesce.go.
 	StatusCoalesceWindow time.Duration
+	// Clock times the status coalescing (the real clock when nil); tests step a fake one.
+	Clock clock.PassiveClock
 	// CreateBackoffBase and CreateBackoffMax time the retries of refused pod creates: the first waits Base, each
 	// next one twice as long, up to Max (defaults 1 s and 5 minutes); see backoff.go.
 	CreateBackoffBase, CreateBackoffMax time.Duration
@@ -67,6 +73,8 @@ type Options struct {
 	StatusWriter interface {
 		UpdateStatus(context.Context, *rayv1.RayCluster) error
 	}
+	// Now replaces the clock of the Redis cleanup's deletion timeout in tests (time.Now when nil).
+	Now func() time.Time
 }
 
 // Reconciler reconciles RayClusters.
@@ -83,6 +91,10 @@ type Reconciler struct {
 
 	pendingOnce sync.Once
 	backoffOnce sync.Once
+
+	// observeStaleness receives, at each status write, how long its oldest change was held back (metrics' by
+	// default; tests record it).
+	observeStaleness func(time.Duration)
 
 	// hashes caches each cluster's template hashes (see templateHashes), by cluster key.
 	hashes sync.Map
@@ -110,7 +122,10 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 		opts.ResyncPeriod = 5 * time.Minute
 	}
 	if opts.StatusCoalesceWindow == 0 {
-		opts.StatusCoalesceWindow = defaultStatusCoalesceWindow
+		opts.StatusCoalesceWindow = DefaultStatusCoalesceWindow
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
 	if md, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
@@ -120,17 +135,26 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
-// the pods, Services and Redis cleanup Jobs they own; changes to those are reconciled first (see progressPriority).
+// the pods, Services, Redis cleanup Jobs, NetworkPolicies, Ingresses and Certificates they own; changes to those are
+// reconciled first (see progressPriority).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := clusterpods.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayCluster{}, ctrlbuilder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&corev1.Pod{}, ownerHandler(true), ctrlbuilder.WithPredicates(podUpdateMatters)).
 		Watches(&corev1.Service{}, ownerHandler(false)).
 		Watches(&batchv1.Job{}, ownerHandler(false)).
+		Watches(&networkingv1.NetworkPolicy{}, ownerHandler(false)).
+		Watches(&networkingv1.Ingress{}, ownerHandler(false))
+	// Certificates are watched only where cert-manager is installed (a watch of a kind the API server does not
+	// serve would stop the manager); elsewhere a cluster whose pods wait for certificates polls (tlsPoll).
+	if _, err := mgr.GetRESTMapper().RESTMapping(cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind).GroupKind(), cmv1.SchemeGroupVersion.Version); err == nil {
+		b = b.Watches(&cmv1.Certificate{}, ownerHandler(false))
+	}
+	return b.
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
 		Named("raycluster").
 		Complete(r)
@@ -143,8 +167,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups="",resources=pods/resize,verbs=patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create
 // +kubebuilder:rbac:groups="",resources=podtemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=cert-manager.io,resources=issuers,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;update
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -163,6 +193,8 @@ type run struct {
 	// creates all went through ends the create backoff (a head let in by a freed quota slot, then its workers
 	// refused, continues the streak instead of starting it again at the base delay).
 	created, refused bool
+	// tlsWait, when set, holds back pod creates: the mTLS certificates are not issued (reconcileTLS).
+	tlsWait error
 }
 
 // newRun starts the state of one reconcile (or of a part of one that runs beside the rest).
@@ -203,7 +235,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if statusEqual(oldStatus, &newStatus) {
 		r.pendingStatus().settled(req.NamespacedName)
 	} else {
-		switch hold := r.pendingStatus().hold(req.NamespacedName, oldStatus, &newStatus, now.Time, r.opts.StatusCoalesceWindow); {
+		switch hold := r.pendingStatus().hold(req.NamespacedName, oldStatus, &newStatus, r.now(), r.opts.StatusCoalesceWindow); {
 		case hold > 0:
 			run.Requeue(hold)
 		case r.pendingStatus().stale(req.NamespacedName, c.ResourceVersion):
@@ -215,7 +247,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			c.Status = newStatus
 			statusErr = r.updateStatus(ctx, c)
 			if statusErr == nil {
-				r.pendingStatus().wrote(req.NamespacedName, rv)
+				r.staleness(r.pendingStatus().wrote(req.NamespacedName, rv, r.now()))
 				metrics.ObserveCluster(c, oldStatus, now.Time)
 			}
 		}
@@ -291,6 +323,26 @@ func (r *Reconciler) pendingStatus() *pendingStatus {
 	return r.pending
 }
 
+// now is the controller's time: Options.Now, else Options.Clock, else the real clock (Reconcilers built without
+// NewReconciler).
+func (r *Reconciler) now() time.Time {
+	if r.opts.Now != nil {
+		return r.opts.Now()
+	}
+	if r.opts.Clock == nil {
+		return time.Now()
+	}
+	return r.opts.Clock.Now()
+}
+
+func (r *Reconciler) staleness(d time.Duration) {
+	if r.observeStaleness != nil {
+		r.observeStaleness(d)
+		return
+	}
+	metrics.ObserveStatusStaleness(d)
+}
+
 // statusEqual compares two statuses but for lastUpdateTime (on shallow copies: nothing is changed below the top).
 func statusEqual(a, b *rayv1.RayClusterStatus) bool {
 	x, y := *a, *b
@@ -308,12 +360,19 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 		}
 		return nil
 	}
+	if w := validation.AutoscalerV1RestartPolicy(&c.Spec, field.NewPath("spec")); w != "" && c.Status.ObservedGeneration != c.Generation {
+		// Once per generation: nothing in the status says it was told.
+		run.StatusEventf(corev1.EventTypeWarning, ConditionInvalidSpec, "Validate", "%s", w)
+	}
 	if err := r.ensureCleanupFinalizer(ctx, c); err != nil {
 		return err
 	}
 	run.obs.unsupported = builder.UnsupportedFields(c)
 	if len(run.obs.unsupported) > 0 && !conditionMessageIs(c, ConditionUnsupportedFeature, builder.UnsupportedMessage(run.obs.unsupported)) {
 		run.StatusEventf(corev1.EventTypeWarning, ConditionUnsupportedFeature, "Validate", "%s", builder.UnsupportedMessage(run.obs.unsupported))
+	}
+	if err := r.ensureAuthSecret(ctx, run); err != nil {
+		return err
 	}
 	defTmpl := r.defaultTemplate(ctx, run)
 
@@ -327,7 +386,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		svcErr = r.reconcileServices(ctx, svc)
+		svcErr = errors.Join(r.reconcileServices(ctx, svc), r.reconcileNetworkPolicies(ctx, svc), r.reconcileHeadIngress(ctx, svc))
 	}()
 	podErr := r.reconcilePods(ctx, run, defTmpl)
 	<-done

@@ -3,6 +3,7 @@ package raycluster
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,29 +83,36 @@ func TestController(t *testing.T) {
 	e := startEnv(t)
 	t.Run("group", func(t *testing.T) {
 		for name, fn := range map[string]func(*testing.T, *env){
-			"CreateAndReady":          testCreateAndReady,
-			"ScaleUpDown":             testScaleUpDown,
-			"WorkersToDelete":         testWorkersToDelete,
-			"FailedPodReplaced":       testFailedPodReplaced,
-			"SuspendResume":           testSuspendResume,
-			"RecreateOnImageChange":   testRecreate,
-			"NoRecreateWithoutPolicy": testNoRecreateWithoutPolicy,
-			"AdoptUnstampedPods":      testAdopt,
-			"RefusedUnderRayJob":      testRefusedUnderRayJob,
-			"RefusedAutoscalerSpec":   testRefusedAutoscalerSpec,
-			"UnsupportedFeature":      testUnsupported,
-			"ServeAndHeadlessService": testServeAndHeadless,
-			"MultiHostReplicas":       testMultiHost,
-			"ServicesFollowSpec":      testServicesFollowSpec,
-			"RayContainerTerminated":  testRayContainerTerminated,
-			"ManagedByOtherSkipped":   testManagedByOther,
-			"HeadRestartDisabled":     testHeadRestartDisabled,
-			"GCSFinalizerReleased":    testGCSFinalizerReleased,
-			"QuotaBackoff":            testQuotaBackoff,
-			"RedisCleanupComplete":    testRedisCleanupComplete,
-			"RedisCleanupFailed":      testRedisCleanupFailed,
-			"RedisCleanupAdopted":     testRedisCleanupAdopted,
-			"NoFinalizerWithoutRedis": testNoFinalizerWithoutRedis,
+			"CreateAndReady":            testCreateAndReady,
+			"ScaleUpDown":               testScaleUpDown,
+			"WorkersToDelete":           testWorkersToDelete,
+			"FailedPodReplaced":         testFailedPodReplaced,
+			"SuspendResume":             testSuspendResume,
+			"RecreateOnImageChange":     testRecreate,
+			"NoRecreateWithoutPolicy":   testNoRecreateWithoutPolicy,
+			"AdoptUnstampedPods":        testAdopt,
+			"RefusedUnderRayJob":        testRefusedUnderRayJob,
+			"RefusedAutoscalerSpec":     testRefusedAutoscalerSpec,
+			"UnsupportedFeature":        testUnsupported,
+			"ServeAndHeadlessService":   testServeAndHeadless,
+			"MultiHostReplicas":         testMultiHost,
+			"ServicesFollowSpec":        testServicesFollowSpec,
+			"RayContainerTerminated":    testRayContainerTerminated,
+			"ManagedByOtherSkipped":     testManagedByOther,
+			"HeadRestartDisabled":       testHeadRestartDisabled,
+			"GCSFinalizerReleased":      testGCSFinalizerReleased,
+			"QuotaBackoff":              testQuotaBackoff,
+			"RedisCleanupComplete":      testRedisCleanupComplete,
+			"RedisCleanupFailed":        testRedisCleanupFailed,
+			"RedisCleanupAdopted":       testRedisCleanupAdopted,
+			"NoFinalizerWithoutRedis":   testNoFinalizerWithoutRedis,
+			"AuthSecretCreated":         testAuthSecretCreated,
+			"AuthSecretNamedOrExisting": testAuthSecretNamedOrExisting,
+			"AutoscalerV1RestartWarn":   testAutoscalerV1RestartPolicy,
+			"RedisCleanupTimeout":       testRedisCleanupTimeout,
+			"NetworkPolicies":           testNetworkPolicies,
+			"HeadIngress":               testHeadIngress,
+			"TLS":                       testTLS,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -117,7 +125,8 @@ func TestController(t *testing.T) {
 
 // startEnv starts an envtest control plane with the RayCluster controller running, stopped when t ends.
 func startEnv(t *testing.T) *env {
-	cfg, cl := testutil.StartEnvtest(t)
+	// cert-manager's CRDs too, for tlsOptions (testTLS plays cert-manager).
+	cfg, cl := testutil.StartEnvtestWithCRDs(t, filepath.Join(testutil.MustRepoRoot(t), "config", "crd"), testutil.CertManagerCRDs(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
@@ -635,17 +644,37 @@ func testRefusedAutoscalerSpec(t *testing.T, e *env) {
 	waitEvent(t, e, ns, ConditionInvalidSpec)
 }
 
+// Under autoscaler v1 a worker group that restarts in place is warned about with KubeRay's reason, and still runs
+// with the policy it asked for (KubeRay v1.7).
+func testAutoscalerV1RestartPolicy(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
+	rc.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{Version: ptr.To(rayv1.AutoscalerVersionV1)}
+	rc.Spec.WorkerGroupSpecs[0].Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	mustCreate(t, e.cl, rc)
+	waitEvent(t, e, ns, ConditionInvalidSpec)
+	workers := e.waitPods(t, rc, 2)
+	for _, p := range workers {
+		if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeWorker && p.Spec.RestartPolicy != corev1.RestartPolicyAlways {
+			t.Errorf("worker %s restartPolicy %q, want the template's Always", p.Name, p.Spec.RestartPolicy)
+		}
+	}
+	if c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionInvalidSpec); c != nil && c.Status == metav1.ConditionTrue {
+		t.Errorf("refused: %+v", c)
+	}
+}
+
 func testUnsupported(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
 	rc.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB}
-	rc.Spec.NetworkPolicy = &rayv1.NetworkPolicyConfig{Mode: rayv1.NetworkPolicyDenyAll}
+	rc.Spec.HistoryServerOptions = &rayv1.HistoryServerOptions{}
 	mustCreate(t, e.cl, rc)
 	e.waitPods(t, rc, 2)
 	e.setReady(t, rc)
 	got := e.waitState(t, rc, rayv1.Ready)
 	c := meta.FindStatusCondition(got.Status.Conditions, ConditionUnsupportedFeature)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.gcsFaultToleranceOptions.backend (rocksdb), spec.networkPolicy" {
+	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.gcsFaultToleranceOptions.backend (rocksdb), spec.historyServerOptions" {
 		t.Errorf("UnsupportedFeature condition: %+v", c)
 	}
 	waitEvent(t, e, ns, ConditionUnsupportedFeature)
@@ -911,7 +940,7 @@ func testManagedByOther(t *testing.T, e *env) {
 func testHeadRestartDisabled(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
-	rc.Labels = map[string]string{rayv1.LabelDisableProvisionedHeadRestart: "true"}
+	rc.Annotations = map[string]string{rayv1.LabelDisableProvisionedHeadRestart: "true"}
 	rc.Spec.HeadGroupSpec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
 	mustCreate(t, e.cl, rc)
 	e.waitPods(t, rc, 2)

@@ -3,6 +3,7 @@ package raycluster
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -23,7 +24,9 @@ import (
 // that namespace must go too, or Redis fills with the state of clusters long gone. As KubeRay does, a cluster with a
 // Redis-backed GCS carries ray.io/gcs-ft-redis-cleanup-finalizer; on deletion its pods are deleted, and once the head
 // is gone (its GCS could still write) a Job deletes the namespace; when the Job has finished, succeeded or not, the
-// finalizer is released.
+// finalizer is released. A cleanup that has not finished within the deletion timeout (ray.io/gcs-ft-deletion-timeout,
+// 300 s by default, counted from the deletion) is given up, as KubeRay does from v1.6.2, so a Job that cannot run
+// does not hold the cluster, and the quota of what it used, forever.
 
 // Event reasons of the Redis cleanup: KubeRay's, and Manta's for what KubeRay only logs.
 const (
@@ -31,7 +34,24 @@ const (
 	EventFailedToCreateRedisCleanupJob = "FailedToCreateRedisCleanupJob"
 	// EventRedisCleanupFailed: the Job failed, the finalizer was released, the keys are left in Redis.
 	EventRedisCleanupFailed = "RedisCleanupFailed"
+	// EventForceDeletedStuckCluster: the cleanup outlasted the deletion timeout, the finalizer was released anyway.
+	EventForceDeletedStuckCluster = "ForceDeletedStuckCluster"
 )
+
+// AnnotationGCSFTDeletionTimeout bounds, in whole seconds, how long a deleted cluster waits for its Redis cleanup
+// once its head is gone; absent, unparsable or not positive means DefaultGCSFTDeletionTimeout.
+const AnnotationGCSFTDeletionTimeout = "ray.io/gcs-ft-deletion-timeout"
+
+// DefaultGCSFTDeletionTimeout is KubeRay's default deletion timeout.
+const DefaultGCSFTDeletionTimeout = 300 * time.Second
+
+// gcsFTDeletionTimeout is the cluster's deletion timeout.
+func gcsFTDeletionTimeout(c *rayv1.RayCluster) time.Duration {
+	if n, err := strconv.Atoi(c.Annotations[AnnotationGCSFTDeletionTimeout]); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return DefaultGCSFTDeletionTimeout
+}
 
 // cleanupWait is how often a deleted cluster is looked at while its head terminates or its cleanup Job runs; the
 // pod and Job watches usually bring it back sooner.
@@ -48,6 +68,7 @@ const (
 	cleanupCreateJob                     // the head is gone and no cleanup Job exists
 	cleanupWaitJob                       // the Job runs
 	cleanupRelease                       // the Job finished
+	cleanupTimedOut                      // the head is gone, the Job has not finished, the deletion timeout passed
 )
 
 // cleanupPlan is the next step of a deleted cluster's Redis cleanup.
@@ -58,10 +79,13 @@ type cleanupPlan struct {
 	// job is the cluster's cleanup Job (cleanupWaitJob, cleanupRelease); failed says it failed.
 	job    *batchv1.Job
 	failed bool
+	// left is how long the deletion timeout still runs (cleanupCreateJob, cleanupWaitJob).
+	left time.Duration
 }
 
-// planCleanup decides the next step of the Redis cleanup of deleted cluster c from its pods and its cleanup Jobs.
-func planCleanup(c *rayv1.RayCluster, pods []corev1.Pod, jobs []batchv1.Job) cleanupPlan {
+// planCleanup decides the next step of the Redis cleanup of deleted cluster c from its pods and its cleanup Jobs at
+// time now. As in KubeRay, the deletion timeout applies once the head is gone: until then nothing could clean up.
+func planCleanup(c *rayv1.RayCluster, pods []corev1.Pod, jobs []batchv1.Job, now time.Time) cleanupPlan {
 	if !controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
 		return cleanupPlan{step: cleanupNone}
 	}
@@ -86,20 +110,40 @@ func planCleanup(c *rayv1.RayCluster, pods []corev1.Pod, jobs []batchv1.Job) cle
 	case head:
 		return cleanupPlan{step: cleanupWaitHead}
 	}
+	var job *batchv1.Job
 	for i := range jobs {
-		j := &jobs[i]
-		if !metav1.IsControlledBy(j, c) {
-			continue
+		if metav1.IsControlledBy(&jobs[i], c) {
+			job = &jobs[i]
+			break
 		}
-		switch jobFinished(j) {
-		case batchv1.JobComplete:
-			return cleanupPlan{step: cleanupRelease, job: j}
-		case batchv1.JobFailed:
-			return cleanupPlan{step: cleanupRelease, job: j, failed: true}
-		}
-		return cleanupPlan{step: cleanupWaitJob, job: j}
 	}
-	return cleanupPlan{step: cleanupCreateJob}
+	if job != nil {
+		switch jobFinished(job) {
+		case batchv1.JobComplete:
+			return cleanupPlan{step: cleanupRelease, job: job}
+		case batchv1.JobFailed:
+			return cleanupPlan{step: cleanupRelease, job: job, failed: true}
+		}
+	}
+	var left time.Duration
+	if c.DeletionTimestamp != nil {
+		left = c.DeletionTimestamp.Add(gcsFTDeletionTimeout(c)).Sub(now)
+		if left <= 0 {
+			return cleanupPlan{step: cleanupTimedOut, job: job}
+		}
+	}
+	if job != nil {
+		return cleanupPlan{step: cleanupWaitJob, job: job, left: left}
+	}
+	return cleanupPlan{step: cleanupCreateJob, left: left}
+}
+
+// waitAtMost is how long to wait before looking again: cleanupWait, or less when the deletion timeout ends sooner.
+func waitAtMost(left time.Duration) time.Duration {
+	if left > 0 && left < cleanupWait {
+		return left
+	}
+	return cleanupWait
 }
 
 // jobFinished is Complete or Failed when the Job has that condition, "" while it runs.
@@ -135,7 +179,7 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster)
 	if err := r.apiReader().List(ctx, jobs, client.InNamespace(c.Namespace), client.MatchingLabels(builder.RedisCleanupSelector(c))); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list Redis cleanup jobs: %w", err)
 	}
-	p := planCleanup(c, pods.Items, jobs.Items)
+	p := planCleanup(c, pods.Items, jobs.Items, r.now())
 	logger := log.FromContext(ctx).WithValues("storageNamespace", builder.ExternalStorageNamespace(c))
 	switch p.step {
 	case cleanupSkip:
@@ -157,9 +201,22 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster)
 		logger.V(1).Info("waiting for the head pod to terminate before cleaning Redis")
 		return ctrl.Result{RequeueAfter: cleanupWait}, nil
 	case cleanupCreateJob:
-		return r.createCleanupJob(ctx, c)
+		res, err := r.createCleanupJob(ctx, c)
+		if res.RequeueAfter > 0 {
+			res.RequeueAfter = min(res.RequeueAfter, waitAtMost(p.left))
+		}
+		return res, err
 	case cleanupWaitJob:
-		return ctrl.Result{RequeueAfter: cleanupWait}, nil
+		return ctrl.Result{RequeueAfter: waitAtMost(p.left)}, nil
+	case cleanupTimedOut:
+		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
+			return ctrl.Result{}, err
+		}
+		age := r.now().Sub(c.DeletionTimestamp.Time).Round(time.Second)
+		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, EventForceDeletedStuckCluster, "Delete",
+			"removed finalizer %s %s after the deletion: the Redis cleanup did not finish within %s (annotation %s); delete the keys of storage namespace %q from Redis by hand",
+			builder.FinalizerGCSFTRedisCleanup, age, gcsFTDeletionTimeout(c), AnnotationGCSFTDeletionTimeout, builder.ExternalStorageNamespace(c))
+		logger.Info("gave up the Redis cleanup: deletion timeout passed", "age", age)
 	case cleanupRelease:
 		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
 			return ctrl.Result{}, err

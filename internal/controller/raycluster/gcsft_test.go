@@ -73,7 +73,7 @@ func TestPlanCleanup(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p := planCleanup(tc.c, tc.pods, tc.jobs)
+			p := planCleanup(tc.c, tc.pods, tc.jobs, time.Now())
 			var names []string
 			for _, p := range p.pods {
 				names = append(names, p.Name)
@@ -82,6 +82,63 @@ func TestPlanCleanup(t *testing.T) {
 				t.Errorf("plan = step %d pods %v failed %v, want step %d pods %v failed %v", p.step, names, p.failed, tc.want, tc.wantPods, tc.failed)
 			}
 		})
+	}
+}
+
+// Once the head is gone, a cleanup that has not finished within the deletion timeout (ray.io/gcs-ft-deletion-timeout,
+// else 300 s, from the deletion) is given up, as KubeRay v1.6.2+; a finished Job is still released as finished, and a
+// head that has not terminated is still waited for.
+func TestPlanCleanupDeletionTimeout(t *testing.T) {
+	deleted := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rc := func(annotation string) *rayv1.RayCluster {
+		c := testutil.MakeRayCluster("ns", "rc").Obj()
+		c.UID = "uid-rc"
+		c.Finalizers = []string{builder.FinalizerGCSFTRedisCleanup}
+		c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "redis:6379"}
+		c.DeletionTimestamp = ptr.To(metav1.NewTime(deleted))
+		if annotation != "" {
+			c.Annotations = map[string]string{AnnotationGCSFTDeletionTimeout: annotation}
+		}
+		return c
+	}
+	owner := *builder.OwnerReference(rc(""))
+	running := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "rc-redis-cleanup", OwnerReferences: []metav1.OwnerReference{owner}}}
+	done := *running.DeepCopy()
+	done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	head := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "h", Labels: map[string]string{rayv1.LabelNodeType: rayv1.NodeTypeHead},
+		OwnerReferences: []metav1.OwnerReference{owner}, DeletionTimestamp: ptr.To(metav1.NewTime(deleted))}}
+	tests := []struct {
+		name       string
+		annotation string
+		pods       []corev1.Pod
+		jobs       []batchv1.Job
+		after      time.Duration
+		want       cleanupStep
+		wantLeft   time.Duration
+	}{
+		{"default: the Job runs within 300 s", "", nil, []batchv1.Job{running}, 299 * time.Second, cleanupWaitJob, time.Second},
+		{"default: the Job still runs at 300 s", "", nil, []batchv1.Job{running}, 300 * time.Second, cleanupTimedOut, 0},
+		{"no Job could be created in time", "", nil, nil, 301 * time.Second, cleanupTimedOut, 0},
+		{"annotation shortens it", "30", nil, []batchv1.Job{running}, 31 * time.Second, cleanupTimedOut, 0},
+		{"annotation lengthens it", "3600", nil, []batchv1.Job{running}, 301 * time.Second, cleanupWaitJob, 3299 * time.Second},
+		{"an unparsable annotation is the default", "5m", nil, nil, 299 * time.Second, cleanupCreateJob, time.Second},
+		{"a non-positive annotation is the default", "0", nil, []batchv1.Job{running}, 301 * time.Second, cleanupTimedOut, 0},
+		{"a finished Job is released as finished", "", nil, []batchv1.Job{done}, time.Hour, cleanupRelease, 0},
+		{"the head is waited for past it", "", []corev1.Pod{head}, nil, time.Hour, cleanupWaitHead, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := planCleanup(rc(tc.annotation), tc.pods, tc.jobs, deleted.Add(tc.after))
+			if p.step != tc.want || p.left != tc.wantLeft {
+				t.Errorf("step %d left %s, want step %d left %s", p.step, p.left, tc.want, tc.wantLeft)
+			}
+		})
+	}
+	if got := waitAtMost(time.Second); got != time.Second {
+		t.Errorf("requeue %s before a timeout 1 s away", got)
+	}
+	if got := waitAtMost(time.Hour); got != cleanupWait {
+		t.Errorf("requeue %s with an hour left", got)
 	}
 }
 
@@ -213,6 +270,19 @@ func testRedisCleanupFailed(t *testing.T, e *env) {
 	e.finishJob(t, job, batchv1.JobFailed)
 	e.waitGone(t, rc)
 	waitEvent(t, e, ns, EventRedisCleanupFailed)
+}
+
+// A cleanup Job that never finishes does not hold the cluster past its deletion timeout: the finalizer is released
+// with KubeRay's ForceDeletedStuckCluster warning.
+func testRedisCleanupTimeout(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	rc := ftCluster(ns)
+	rc.Annotations = map[string]string{AnnotationGCSFTDeletionTimeout: "3"}
+	mustCreate(t, e.cl, rc)
+	e.waitPods(t, rc, 2)
+	e.deleteAndWaitJob(t, rc) // never finished: envtest runs no Job controller
+	e.waitGone(t, rc)
+	waitEvent(t, e, ns, EventForceDeletedStuckCluster)
 }
 
 // A cluster KubeRay created with the ft-enabled annotation carries the finalizer already; Manta takes it over and

@@ -80,9 +80,15 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 
 	opts := builder.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hashes.Head}
 	var errs []error
+	if builder.TLSEnabled(c) {
+		// Before any pod create: the certificates' IP addresses follow the pods, and the creates wait for them.
+		if err := r.reconcileTLS(ctx, run); err != nil {
+			errs = append(errs, &backedOff{err})
+		}
+	}
 	if err := r.reconcileHead(ctx, run, opts); err != nil {
 		// As in KubeRay, no workers without a head: they would only wait for a GCS that is not coming.
-		return err
+		return errors.Join(append(errs, err)...)
 	}
 	groups := map[string]bool{}
 	for i := range c.Spec.WorkerGroupSpecs {
@@ -203,7 +209,7 @@ func shouldReplace(p *corev1.Pod) bool {
 
 // headRestartDisabled: see rayv1.LabelDisableProvisionedHeadRestart.
 func headRestartDisabled(c *rayv1.RayCluster) bool {
-	return c.Labels[rayv1.LabelDisableProvisionedHeadRestart] == "true" &&
+	return (c.Annotations[rayv1.LabelDisableProvisionedHeadRestart] == "true" || c.Labels[rayv1.LabelDisableProvisionedHeadRestart] == "true") &&
 		meta.IsStatusConditionTrue(c.Status.Conditions, string(rayv1.RayClusterProvisioned))
 }
 
@@ -224,7 +230,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 		// A SidecarMode RayJob's head runs once: a new head would have lost the job its sidecar submitted, and the
 		// sidecar would submit it again. The terminated head stays, for the RayJob to read why it ended.
 		if len(dead) > 0 {
-			run.Eventf(corev1.EventTypeWarning, "HeadPodNotRestarted", "Reconcile", "head pod %s terminated; not replaced: the cluster is labelled %s=true", dead[0].Name, rayv1.LabelDisableProvisionedHeadRestart)
+			run.Eventf(corev1.EventTypeWarning, "HeadPodNotRestarted", "Reconcile", "head pod %s terminated; not replaced: the cluster is marked %s=true", dead[0].Name, rayv1.LabelDisableProvisionedHeadRestart)
 		}
 		return nil
 	}
@@ -254,6 +260,9 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	}
 	if live, err := r.clusterLive(ctx, run); !live || err != nil {
 		return err
+	}
+	if run.tlsWait != nil {
+		return &backedOff{run.tlsWait}
 	}
 	pod := builder.HeadPod(c, opts)
 	if err := r.createPod(ctx, pod); err != nil {
@@ -417,6 +426,9 @@ func groupLabel(g *rayv1.WorkerGroupSpec) string { return builder.GroupLabelValu
 // createWorkers creates n worker pods in batches that double from 1 up to MaxParallelWrites, like the Job
 // controller's slow start: a quota or admission error costs one failed request, not hundreds.
 func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts builder.PodOptions, replicas []builder.Replica) error {
+	if run.tlsWait != nil {
+		return &backedOff{run.tlsWait}
+	}
 	n := len(replicas)
 	created, next := 0, 0
 	var errs []error

@@ -32,26 +32,35 @@ func originLabels(j *rayv1.RayJob) map[string]string {
 }
 
 // ClusterFor builds the RayCluster a RayJob creates from spec.rayClusterSpec. The RayJob's labels and annotations
-// are carried over (Kueue and users select on them); SidecarMode adds the submitter container to the head.
+// are carried over (Kueue and users select on them), with KubeRay's origin and ray.io/job-submission-mode labels on
+// top; SidecarMode adds the submitter container to the head and KubeRay's annotation that keeps a finished head down.
 func ClusterFor(j *rayv1.RayJob, name string) *rayv1.RayCluster {
 	labels := maps.Clone(j.Labels)
 	if labels == nil {
 		labels = map[string]string{}
 	}
 	maps.Copy(labels, originLabels(j))
+	labels[rayv1.LabelJobSubmissionMode] = string(submissionMode(j))
+	annotations := maps.Clone(j.Annotations)
 	spec := j.Spec.RayClusterSpec.DeepCopy()
 	if submissionMode(j) == rayv1.SidecarMode {
-		labels[rayv1.LabelDisableProvisionedHeadRestart] = "true"
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[rayv1.LabelDisableProvisionedHeadRestart] = "true"
 		head := &spec.HeadGroupSpec.Template.Spec
 		// The head runs once: a restarted head would have lost the job its sidecar submitted.
 		head.RestartPolicy = corev1.RestartPolicyNever
-		c := &rayv1.RayCluster{Spec: *spec}
+		c := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.Namespace}, Spec: *spec}
 		address := "http://127.0.0.1:" + strconv.Itoa(int(ray.DashboardPort(builder.HeadService(c))))
-		head.Containers = append(head.Containers, submitterContainer(j, headImage(spec), address))
+		sub := submitterContainer(j, headImage(spec), address)
+		// `ray job submit` reads the token from the environment, as Ray's CLI does.
+		builder.AddAuthEnv(&sub, c)
+		head.Containers = append(head.Containers, sub)
 	}
 	return &rayv1.RayCluster{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: j.Namespace, Labels: labels, Annotations: maps.Clone(j.Annotations),
+			Name: name, Namespace: j.Namespace, Labels: labels, Annotations: annotations,
 			OwnerReferences: []metav1.OwnerReference{ownerRef(j)},
 		},
 		Spec: *spec,
@@ -89,6 +98,8 @@ func SubmitterJob(j *rayv1.RayJob, cluster *rayv1.RayCluster, address string) *b
 			c.Command, c.Args = submitCommand(j, address)
 		}
 		c.Env = mergeEnv(c.Env, submitterEnv(j, address))
+		builder.AddAuthEnv(c, cluster)
+		builder.AddAuthVolume(&tmpl.Spec, cluster)
 	}
 	// The Job carries the origin labels; its pods get the Job controller's own labels only, as KubeRay's do.
 	labels := originLabels(j)

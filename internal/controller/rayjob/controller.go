@@ -27,6 +27,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/metrics"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/rayauth"
 	"github.com/manta-dev/manta/internal/reconcile"
 )
 
@@ -42,6 +43,9 @@ type Options struct {
 	TransitionGracePeriod    time.Duration
 	SubmitterFinishedTimeout time.Duration
 	PollInterval             time.Duration
+	// DeleteRayJobAfterJobFinishes makes shutdownAfterJobFinishes delete the RayJob itself, its cluster with it, once
+	// ttlSecondsAfterFinished has passed (KubeRay's DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true).
+	DeleteRayJobAfterJobFinishes bool
 	// StopOnDeleteTimeout bounds how long deleting a RayJob waits for Ray to stop its job (30 s when zero); after
 	// it the finalizer goes anyway with a warning event, so an unreachable head cannot block deletion forever.
 	StopOnDeleteTimeout time.Duration
@@ -106,6 +110,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // +kubebuilder:rbac:groups=ray.io,resources=rayjobs,verbs=get;list;watch;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=ray.io,resources=rayjobs/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ray.io,resources=rayjobs/finalizers,verbs=update
 // +kubebuilder:rbac:groups=ray.io,resources=rayclusters,verbs=get;list;watch;create;update;patch;delete
@@ -204,7 +209,7 @@ func (r *Reconciler) stopRayJob(ctx context.Context, j *rayv1.RayJob) error {
 	if err := r.client.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: s.RayClusterName}, cluster); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	dash, err := r.rays.DashboardFor(HeadTarget(cluster))
+	dash, err := r.dashboard(ctx, cluster)
 	if err != nil {
 		return err
 	}
@@ -287,4 +292,13 @@ func (r *Reconciler) clusterPodsGone(ctx context.Context, ns, name string) (bool
 		return false, err
 	}
 	return len(pods.Items) == 0, nil
+}
+
+// dashboard is the client of cluster's dashboard, with the cluster's Ray auth token when it uses one.
+func (r *Reconciler) dashboard(ctx context.Context, cluster *rayv1.RayCluster) (ray.Dashboard, error) {
+	reader := r.reader
+	if reader == nil {
+		reader = r.client
+	}
+	return rayauth.Dashboard(ctx, reader, r.rays, cluster, HeadTarget(cluster))
 }

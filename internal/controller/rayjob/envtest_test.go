@@ -571,7 +571,7 @@ func TestEnvtest(t *testing.T) {
 		c := e.readyCluster(t, j)
 		head := c.Spec.HeadGroupSpec.Template.Spec
 		if len(head.Containers) != 2 || head.Containers[1].Name != SubmitterContainerName || head.RestartPolicy != corev1.RestartPolicyNever ||
-			c.Labels[rayv1.LabelDisableProvisionedHeadRestart] != "true" || !strings.Contains(strings.Join(head.Containers[1].Args, " "), "127.0.0.1:8265") {
+			c.Annotations[rayv1.LabelDisableProvisionedHeadRestart] != "true" || c.Labels[rayv1.LabelJobSubmissionMode] != "SidecarMode" || !strings.Contains(strings.Join(head.Containers[1].Args, " "), "127.0.0.1:8265") {
 			t.Errorf("head template = %+v, labels %v", head, c.Labels)
 		}
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)

@@ -22,7 +22,11 @@ type cleanup struct {
 // Cleanups lists what a finished RayJob deletes and when, from shutdownAfterJobFinishes with
 // ttlSecondsAfterFinished, deletionStrategy.onSuccess/onFailure (after ttlSecondsAfterFinished) or
 // deletionStrategy.deletionRules (each after its own ttlSeconds). It is pure.
-func Cleanups(j *rayv1.RayJob) []cleanup {
+func Cleanups(j *rayv1.RayJob) []cleanup { return cleanups(j, false) }
+
+// cleanups is Cleanups where shutdownAfterJobFinishes deletes the RayJob itself (and its cluster with it) when
+// deleteSelf is set (KubeRay's DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true).
+func cleanups(j *rayv1.RayJob, deleteSelf bool) []cleanup {
 	s := &j.Status
 	if s.EndTime == nil || !rayv1.IsJobDeploymentTerminal(s.JobDeploymentStatus) {
 		return nil
@@ -52,6 +56,9 @@ func Cleanups(j *rayv1.RayJob) []cleanup {
 		}
 		return []cleanup{{*pol.Policy, end.Add(ttl)}}
 	case j.Spec.ShutdownAfterJobFinishes && len(j.Spec.ClusterSelector) == 0:
+		if deleteSelf {
+			return []cleanup{{rayv1.DeleteSelf, end.Add(ttl)}}
+		}
 		return []cleanup{{rayv1.DeleteCluster, end.Add(ttl)}}
 	}
 	return nil
@@ -70,7 +77,7 @@ func (r *Reconciler) finished(ctx context.Context, run *run) error {
 	if cluster != nil {
 		j.Status.RayClusterStatus = *cluster.Status.DeepCopy()
 	}
-	for _, c := range Cleanups(j) {
+	for _, c := range cleanups(j, r.opts.DeleteRayJobAfterJobFinishes) {
 		if wait := c.due.Sub(run.now); wait > 0 {
 			run.Requeue(wait)
 			continue

@@ -206,7 +206,8 @@ func TestClusterFor(t *testing.T) {
 	})
 	c := ClusterFor(j, "j-abcde")
 	if c.Name != "j-abcde" || c.Labels["ray.io/originated-from-crd"] != "RayJob" || c.Labels["ray.io/originated-from-cr-name"] != "j" ||
-		c.Labels["kueue.x-k8s.io/queue-name"] != "q" || c.Annotations["a"] != "b" || c.Labels[rayv1.LabelDisableProvisionedHeadRestart] != "true" {
+		c.Labels["kueue.x-k8s.io/queue-name"] != "q" || c.Annotations["a"] != "b" || c.Annotations["ray.io/disable-provisioned-head-restart"] != "true" ||
+		c.Labels["ray.io/job-submission-mode"] != "SidecarMode" {
 		t.Errorf("metadata = %+v", c.ObjectMeta)
 	}
 	if len(c.OwnerReferences) != 1 || !ptr.Deref(c.OwnerReferences[0].Controller, false) || c.OwnerReferences[0].Kind != "RayJob" {
@@ -218,6 +219,35 @@ func TestClusterFor(t *testing.T) {
 	}
 	if len(j.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers) != 1 {
 		t.Error("ClusterFor changed the RayJob's spec")
+	}
+	// The mode is the one in force (K8sJobMode when unset) and wins over a label of the RayJob's own; only
+	// SidecarMode keeps the head down.
+	for mode, want := range map[rayv1.JobSubmissionMode]string{"": "K8sJobMode", rayv1.HTTPMode: "HTTPMode", rayv1.InteractiveMode: "InteractiveMode"} {
+		j := job(func(j *rayv1.RayJob) {
+			j.Labels = map[string]string{"ray.io/job-submission-mode": "mine"}
+			j.Spec.SubmissionMode = mode
+		})
+		c := ClusterFor(j, "j-abcde")
+		if c.Labels["ray.io/job-submission-mode"] != want || c.Annotations["ray.io/disable-provisioned-head-restart"] != "" {
+			t.Errorf("mode %q: labels %v annotations %v", mode, c.Labels, c.Annotations)
+		}
+	}
+}
+
+// DELETE_RAYJOB_CR_AFTER_JOB_FINISHES=true: shutdownAfterJobFinishes deletes the RayJob (its cluster with it) when
+// the TTL has passed; deletionStrategy is untouched by it, as in KubeRay.
+func TestCleanupsDeleteRayJobAfterJobFinishes(t *testing.T) {
+	end := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	j := job(func(j *rayv1.RayJob) {
+		j.Status.JobStatus, j.Status.JobDeploymentStatus, j.Status.EndTime = rayv1.JobStatusSucceeded, rayv1.JobDeploymentStatusComplete, &metav1.Time{Time: end}
+		j.Spec.ShutdownAfterJobFinishes, j.Spec.TTLSecondsAfterFinished = true, 60
+	})
+	if got := cleanups(j, true); len(got) != 1 || got[0].policy != rayv1.DeleteSelf || !got[0].due.Equal(end.Add(time.Minute)) {
+		t.Errorf("shutdownAfterJobFinishes: %v", got)
+	}
+	j.Spec.DeletionStrategy = &rayv1.DeletionStrategy{OnSuccess: &rayv1.DeletionPolicy{Policy: ptr.To(rayv1.DeleteWorkers)}}
+	if got := cleanups(j, true); len(got) != 1 || got[0].policy != rayv1.DeleteWorkers {
+		t.Errorf("deletionStrategy: %v", got)
 	}
 }
 

@@ -145,7 +145,7 @@ func (r *Reconciler) stopQuietly(ctx context.Context, run *run, cluster *rayv1.R
 	if cluster == nil || j.Status.JobId == "" || rayv1.IsJobTerminal(j.Status.JobStatus) {
 		return
 	}
-	dash, err := r.rays.DashboardFor(HeadTarget(cluster))
+	dash, err := r.dashboard(ctx, cluster)
 	if err != nil {
 		return
 	}
@@ -339,7 +339,7 @@ func (r *Reconciler) running(ctx context.Context, run *run) error {
 	if gaveUp, err := r.submitterFinishedTimeout(ctx, run, cluster); gaveUp || err != nil {
 		return err
 	}
-	dash, err := r.rays.DashboardFor(HeadTarget(cluster))
+	dash, err := r.dashboard(ctx, cluster)
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,7 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 		// The RayCluster rules, as for the cluster the RayJob makes (which carries the RayJob's annotations, see
 		// ClusterFor). They also keep the head Service name a DNS-1035 label: the controller reaches the dashboard
 		// by it.
+		errs = append(errs, validation.NoK8sTokenAuth(s.RayClusterSpec, spec.Child("rayClusterSpec"))...)
 		errs = append(errs, validation.ClusterSpec(s.RayClusterSpec, j.Annotations, spec.Child("rayClusterSpec"))...)
 	}
 	if mode != rayv1.InteractiveMode && strings.TrimSpace(s.Entrypoint) == "" && !ownSubmitterCommand(j) {

@@ -4,11 +4,10 @@
 // spec changes. Each reconcile observes (Kubernetes objects, Ray's answers), plans (computePlan, pure) and writes.
 package rayservice
 
-// LegacyFinalizer is the finalizer earlier Manta versions put on every RayService to delete its clusters first.
-// KubeRay v1.5.0 adds none: the clusters and Services carry the RayService as controller owner, so the garbage
-// collector deletes them with it. Manta now only removes it from the RayServices that still carry it, so that
-// deleting them does not wait on an operator that no longer handles it.
-const LegacyFinalizer = "ray.io/rayservice-finalizer"
+// Finalizer holds a deleted RayService until its RayClusters are gone, as KubeRay does from v1.6.2: the garbage
+// collector alone would let the RayService go first, and a RayService of the same name created meanwhile would find
+// the old clusters (they carry its name in ray.io/originated-from-cr-name).
+const Finalizer = "ray.io/rayservice-finalizer"
 
 // Condition messages, KubeRay's (users and tools match on them).
 const (

@@ -29,6 +29,7 @@ import (
 	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/rayauth"
 )
 
 // Options configure the controller.
@@ -45,6 +46,9 @@ type Options struct {
 	// Namespaces, when set, are the only namespaces watched (the operator's --watch-namespace): the cache of the
 	// RayServices' Services is scoped like the manager's.
 	Namespaces []string
+	// NoZeroDowntime: a RayService that sets no upgradeStrategy.type does not move to a new cluster when its
+	// cluster spec changes, as upgrade type None (KubeRay's ENABLE_ZERO_DOWNTIME=false). An explicit type wins.
+	NoZeroDowntime bool
 	// Now and Rand replace the clock and the random source of cluster names in tests.
 	Now  func() time.Time
 	Rand func(n int) int
@@ -152,6 +156,7 @@ func (r *Reconciler) serviceOfPod(ctx context.Context, o client.Object) []reconc
 }
 
 // +kubebuilder:rbac:groups=ray.io,resources=rayservices,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=ray.io,resources=rayservices/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=ray.io,resources=rayservices/finalizers,verbs=update
 // +kubebuilder:rbac:groups=ray.io,resources=rayclusters,verbs=get;list;watch;create;update;patch;delete
@@ -169,17 +174,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if m := ptr.Deref(rs.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
 		return ctrl.Result{}, nil
 	}
-	if controllerutil.ContainsFinalizer(rs, LegacyFinalizer) {
-		// Released (deleting or not): the owner references delete the clusters and Services with the RayService.
-		if err := r.releaseLegacyFinalizer(ctx, rs); err != nil {
+	if rs.DeletionTimestamp != nil {
+		return r.reconcileDeletion(ctx, rs)
+	}
+	if !controllerutil.ContainsFinalizer(rs, Finalizer) {
+		if err := r.patchFinalizer(ctx, rs, controllerutil.AddFinalizer); err != nil {
 			if apierrors.IsConflict(err) {
 				return ctrl.Result{RequeueAfter: time.Second}, nil
 			}
 			return ctrl.Result{}, client.IgnoreNotFound(err)
 		}
-	}
-	if rs.DeletionTimestamp != nil {
-		return ctrl.Result{}, nil
 	}
 
 	o, err := r.observe(ctx, rs)
@@ -211,13 +215,62 @@ func statusEqual(a, b *rayv1.RayServiceStatuses) bool {
 	return equality.Semantic.DeepEqual(a, b)
 }
 
-// releaseLegacyFinalizer removes the finalizer earlier Manta versions added, with a metadata patch guarded by the
-// resourceVersion, so the spec is not written back and a concurrent change is not lost.
-func (r *Reconciler) releaseLegacyFinalizer(ctx context.Context, rs *rayv1.RayService) error {
+// patchFinalizer adds or removes the finalizer with a metadata patch guarded by the resourceVersion, so the spec
+// is not written back (KubeRay writes the whole object) and a concurrent change is not lost.
+func (r *Reconciler) patchFinalizer(ctx context.Context, rs *rayv1.RayService, change func(client.Object, string) bool) error {
 	base := rs.DeepCopy()
-	controllerutil.RemoveFinalizer(rs, LegacyFinalizer)
+	change(rs, Finalizer)
 	if err := r.client.Patch(ctx, rs, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("remove finalizer %s: %w", LegacyFinalizer, err)
+		return fmt.Errorf("finalizer %s: %w", Finalizer, err)
 	}
 	return nil
+}
+
+// dashboardFor is the client of c's dashboard at t, with the cluster's Ray auth token when it uses one.
+func (r *Reconciler) dashboardFor(ctx context.Context, c *rayv1.RayCluster, t ray.Target) (ray.Dashboard, error) {
+	reader := r.apiReader
+	if reader == nil {
+		reader = r.client
+	}
+	return rayauth.Dashboard(ctx, reader, r.opts.RayClients, c, t)
+}
+
+// reconcileDeletion deletes every RayCluster of a deleted RayService (KubeRay's association: the
+// originated-from labels), with no deletion delay, and releases the finalizer once none is left.
+func (r *Reconciler) reconcileDeletion(ctx context.Context, rs *rayv1.RayService) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(rs, Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	var list rayv1.RayClusterList
+	if err := r.client.List(ctx, &list, client.InNamespace(rs.Namespace),
+		client.MatchingLabels{rayv1.LabelOriginCRName: rs.Name, rayv1.LabelOriginCRD: builder.KindRayService}); err != nil {
+		return ctrl.Result{}, fmt.Errorf("list RayClusters: %w", err)
+	}
+	if len(list.Items) == 0 {
+		if err := r.patchFinalizer(ctx, rs, controllerutil.RemoveFinalizer); err != nil {
+			if apierrors.IsConflict(err) {
+				return ctrl.Result{RequeueAfter: time.Second}, nil
+			}
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+		return ctrl.Result{}, nil
+	}
+	var errs []error
+	for i := range list.Items {
+		c := &list.Items[i]
+		if c.DeletionTimestamp != nil {
+			continue
+		}
+		err := r.client.Delete(ctx, c, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: &c.UID})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			r.recorder.Eventf(rs, nil, corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "failed to delete RayCluster %s: %v", c.Name, err)
+			errs = append(errs, fmt.Errorf("delete RayCluster %s: %w", c.Name, err))
+		default:
+			r.recorder.Eventf(rs, nil, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted RayCluster %s: the RayService is being deleted", c.Name)
+		}
+	}
+	// The clusters' own deletions bring the RayService back; the requeue covers a cluster held by its finalizer.
+	return ctrl.Result{RequeueAfter: r.opts.RequeueInterval}, errors.Join(errs...)
 }

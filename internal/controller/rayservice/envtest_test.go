@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -122,7 +123,7 @@ func TestController(t *testing.T) {
 			"UpgradeStrategyNone":            testUpgradeStrategyNone,
 			"IncrementalUpgradeRefused":      testIncrementalRefused,
 			"InvalidSpecReported":            testInvalidSpec,
-			"DeleteLeftToOwnerReferences":    testDelete,
+			"DeleteClustersFirst":            testDelete,
 			"ManagedByOtherSkipped":          testManagedByOther,
 			"KubeRaySamples":                 testKubeRaySamples,
 			"ServeServiceFromSpec":           testServeServiceFromSpec,
@@ -370,8 +371,9 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 		s := e.get(t, rs).Status.ActiveServiceStatus.RayClusterStatus
 		return s.Head.PodName != "" && s.State == rayv1.Ready, fmt.Sprintf("%+v", s)
 	})
-	// As KubeRay v1.5.0: no finalizer, and the spec is never written, so the generation stays 1.
-	if len(got.Finalizers) != 0 || got.Generation != 1 {
+	// As KubeRay v1.6.2+: the finalizer that deletes the clusters first; added by a metadata patch, so the
+	// generation stays 1.
+	if !slices.Equal(got.Finalizers, []string{Finalizer}) || got.Generation != 1 {
 		t.Errorf("finalizers %v, generation %d", got.Finalizers, got.Generation)
 	}
 	if r := cond(got, rayv1.RayServiceReady); r.Message != "Number of serve endpoints is greater than 0" || r.ObservedGeneration != 1 {
@@ -755,9 +757,28 @@ func testDelete(t *testing.T, e *env) {
 			t.Errorf("%s: controller %+v, want the RayService blocking its deletion", o.GetName(), ref)
 		}
 	}
-	// A RayService an earlier Manta version marked with its finalizer is released, so its deletion does not hang.
-	e.update(t, rs, func(s *rayv1.RayService) { s.Finalizers = append(s.Finalizers, LegacyFinalizer) })
+	// As KubeRay v1.6.2+, the RayService's finalizer holds it until its clusters are gone, which the controller
+	// deletes itself (envtest runs no garbage collector): a cluster held by a finalizer of its own holds the
+	// RayService too.
+	const hold = "test.manta.dev/hold"
+	c.Finalizers = append(c.Finalizers, hold)
+	if err := e.cl.Update(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.cl.Delete(context.Background(), e.get(t, rs)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "cluster deleted by the controller", func() (bool, string) {
+		got, _ := e.cluster(t, ns, name)
+		return got != nil && got.DeletionTimestamp != nil, fmt.Sprintf("cluster %v", got != nil)
+	})
+	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, EventDeletedRayCluster) })
+	if got := e.get(t, rs); !slices.Equal(got.Finalizers, []string{Finalizer}) {
+		t.Fatalf("RayService finalizers %v while its cluster is still there", got.Finalizers)
+	}
+	c, _ = e.cluster(t, ns, name)
+	c.Finalizers = slices.DeleteFunc(c.Finalizers, func(f string) bool { return f == hold })
+	if err := e.cl.Update(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "RayService gone", func() (bool, string) {

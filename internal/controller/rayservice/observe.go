@@ -38,7 +38,7 @@ func (r *Reconciler) ownedClusters(ctx context.Context, rs *rayv1.RayService) ([
 // observe reads the service's clusters and their pods from the cache, and asks each ready head for its Serve
 // applications and each running pod's Serve proxy for its health.
 func (r *Reconciler) observe(ctx context.Context, rs *rayv1.RayService) (observed, error) {
-	o := observed{rs: rs, now: r.opts.Now(), newName: func() string { return builder.ChildClusterName(rs.Name, r.opts.Rand) }}
+	o := observed{rs: rs, now: r.opts.Now(), newName: func() string { return builder.ChildClusterName(rs.Name, r.opts.Rand) }, noZeroDowntime: r.opts.NoZeroDowntime}
 	var err error
 	if o.clusters, err = r.ownedClusters(ctx, rs); err != nil {
 		return o, err
@@ -101,7 +101,7 @@ func (r *Reconciler) observeCluster(ctx context.Context, rs *rayv1.RayService, c
 		Namespace: c.Namespace, HeadServiceName: builder.HeadServiceName(c),
 		DashboardPort: ray.DashboardPort(headSvc), ServePort: servePort(c),
 	}
-	if dash, err := r.opts.RayClients.DashboardFor(target); err != nil {
+	if dash, err := r.dashboardFor(ctx, c, target); err != nil {
 		co.detailsErr = err
 	} else {
 		cctx, cancel := context.WithTimeout(ctx, r.opts.RayCallTimeout)

@@ -51,6 +51,8 @@ type observed struct {
 	now             time.Time
 	// newName draws a fresh cluster name (random, so not part of the pure plan's inputs).
 	newName func() string
+	// noZeroDowntime: Options.NoZeroDowntime.
+	noZeroDowntime bool
 }
 
 // serveApply is one PUT of the Serve config to a cluster, followed by recording the hash on the cluster.
@@ -172,6 +174,9 @@ func computePlan(o observed) *plan {
 	}
 	spec := &rs.Spec.RayClusterSpec
 	strategy := upgradeType(rs)
+	if o.noZeroDowntime && (rs.Spec.UpgradeStrategy == nil || rs.Spec.UpgradeStrategy.Type == nil) {
+		strategy = rayv1.RayServiceUpgradeNone
+	}
 
 	needPending := active == nil
 	if active != nil {

@@ -179,6 +179,33 @@ func TestPlanPromotionAndDeletionDelay(t *testing.T) {
 	}
 }
 
+// KubeRay's ENABLE_ZERO_DOWNTIME=false: a cluster spec change of a service that names no upgrade type brings no new
+// cluster; an explicit NewCluster still does.
+func TestPlanNoZeroDowntime(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		typ         *rayv1.RayServiceUpgradeType
+		wantPending bool
+	}{{"no type", nil, false}, {"explicit NewCluster", ptr.To(rayv1.NewCluster), true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := planService()
+			active := readyCluster(rs, "svc-a")
+			rs.Status.ActiveServiceStatus.RayClusterName = "svc-a"
+			rs.Spec.RayClusterSpec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "other"
+			if tc.typ != nil {
+				rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{Type: tc.typ}
+			}
+			p := computePlan(observed{rs: rs, now: t0, active: active, clusters: []rayv1.RayCluster{*active.cluster}, newName: names("svc-b"), noZeroDowntime: true})
+			if got := p.status.PendingServiceStatus.RayClusterName != ""; got != tc.wantPending {
+				t.Errorf("pending cluster %q", p.status.PendingServiceStatus.RayClusterName)
+			}
+			if p.status.ActiveServiceStatus.RayClusterName != "svc-a" {
+				t.Errorf("active %q", p.status.ActiveServiceStatus.RayClusterName)
+			}
+		})
+	}
+}
+
 func TestClusterAction(t *testing.T) {
 	rs := planService()
 	c := builder.RayServiceCluster(rs, "svc-a")
@@ -236,6 +263,15 @@ func TestValidateNamesTheField(t *testing.T) {
 			c := &rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0]
 			c.Env = append(c.Env, corev1.EnvVar{Name: "RAY_enable_autoscaler_v2", Value: "1"})
 		}, `spec.rayClusterConfig.headGroupSpec.template.spec.containers[0].env[RAY_enable_autoscaler_v2]: "1" asks for autoscaler v2, which needs spec.rayClusterConfig.enableInTreeAutoscaling: true`},
+		// KubeRay refuses Kubernetes token auth for a RayService's clusters: its calls carry the shared token.
+		"k8s token auth": {func(rs *rayv1.RayService) {
+			rs.Spec.RayClusterSpec.RayVersion = "2.55.0"
+			rs.Spec.RayClusterSpec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeToken, EnableK8sTokenAuth: ptr.To(true)}
+		}, "spec.rayClusterConfig.authOptions.enableK8sTokenAuth"},
+		"cluster rule: token auth needs Ray 2.52": {func(rs *rayv1.RayService) {
+			rs.Spec.RayClusterSpec.RayVersion = "2.50.0"
+			rs.Spec.RayClusterSpec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeToken}
+		}, "spec.rayClusterConfig.rayVersion: 2.50.0: spec.rayClusterConfig.authOptions.mode: token needs Ray 2.52.0 or later"},
 	} {
 		rs := planService()
 		tc.mutate(rs)
@@ -248,9 +284,9 @@ func TestValidateNamesTheField(t *testing.T) {
 	}
 	rs := planService()
 	rs.Spec.ServiceUnhealthySecondThreshold = ptr.To[int32](10)
-	rs.Spec.RayClusterSpec.NetworkPolicy = &rayv1.NetworkPolicyConfig{}
+	rs.Spec.RayClusterSpec.HistoryServerOptions = &rayv1.HistoryServerOptions{}
 	got := strings.Join(unsupportedFields(rs), ";")
-	for _, want := range []string{"spec.serviceUnhealthySecondThreshold", "spec.rayClusterConfig.networkPolicy"} {
+	for _, want := range []string{"spec.serviceUnhealthySecondThreshold", "spec.rayClusterConfig.historyServerOptions"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("unsupported fields %q lack %s", got, want)
 		}
@@ -284,6 +320,38 @@ func TestInitializingTimeout(t *testing.T) {
 	r = meta.FindStatusCondition(p.status.Conditions, string(rayv1.RayServiceReady))
 	if r.Reason != string(rayv1.RayServiceInitializing) || !r.LastTransitionTime.Time.Equal(t0.Add(time.Hour)) || p.status.PendingServiceStatus.RayClusterName != "svc-b" {
 		t.Fatalf("after a spec change: Ready %+v, pending %q", r, p.status.PendingServiceStatus.RayClusterName)
+	}
+}
+
+// As KubeRay v1.7: resuming a suspended service starts its initializing timeout over, from the resume, however long
+// the suspension lasted; the resumed attempt times out on its own clock.
+func TestInitializingTimeoutRearmedOnResume(t *testing.T) {
+	rs := planService()
+	rs.Annotations = map[string]string{AnnotationInitializingTimeout: "30s"}
+	rs.Status.Conditions = []metav1.Condition{
+		{Type: string(rayv1.RayServiceReady), Status: metav1.ConditionFalse, Reason: string(rayv1.RayServiceSuspendComplete), LastTransitionTime: metav1.NewTime(t0), ObservedGeneration: 1},
+		{Type: string(rayv1.RayServiceSuspended), Status: metav1.ConditionTrue, Reason: string(rayv1.RayServiceSuspendComplete), LastTransitionTime: metav1.NewTime(t0), ObservedGeneration: 1},
+	}
+	resumed := t0.Add(time.Hour)
+	p := computePlan(observed{rs: rs, now: resumed, newName: names("svc-a")})
+	r := meta.FindStatusCondition(p.status.Conditions, string(rayv1.RayServiceReady))
+	if r.Reason != string(rayv1.RayServiceInitializing) || !r.LastTransitionTime.Time.Equal(resumed) || len(p.deleteClusters) != 0 {
+		t.Fatalf("after resume: Ready %+v, deletes %d", r, len(p.deleteClusters))
+	}
+	if s := meta.FindStatusCondition(p.status.Conditions, string(rayv1.RayServiceSuspended)); s.Status != metav1.ConditionFalse || s.Reason != string(rayv1.RayServiceResumed) {
+		t.Fatalf("Suspended %+v", s)
+	}
+	rs.Status = p.status
+	c := builder.RayServiceCluster(rs, "svc-a")
+	obs := func(now time.Time) observed {
+		return observed{rs: rs, now: now, pending: &clusterObs{cluster: c}, clusters: []rayv1.RayCluster{*c}}
+	}
+	if p := computePlan(obs(resumed.Add(29 * time.Second))); len(p.deleteClusters) != 0 {
+		t.Fatal("timed out within 30 s of the resume")
+	}
+	p = computePlan(obs(resumed.Add(31 * time.Second)))
+	if r := meta.FindStatusCondition(p.status.Conditions, string(rayv1.RayServiceReady)); r.Reason != string(rayv1.RayServiceInitializingTimeout) || len(p.deleteClusters) != 1 {
+		t.Fatalf("31 s after the resume: Ready %+v, deletes %d", r, len(p.deleteClusters))
 	}
 }
 

@@ -58,6 +58,7 @@ func validate(rs *rayv1.RayService) field.ErrorList {
 			"a RayService's clusters each need their own head Service; leave the name unset (clients use <rayservice>-head-svc)"))
 	}
 	// The clusters carry the service's annotations (builder.RayServiceCluster).
+	errs = append(errs, validation.NoK8sTokenAuth(cs, cluster)...)
 	errs = append(errs, validation.ClusterSpec(cs, rs.Annotations, cluster)...)
 	seen := map[string]bool{}
 	for i, g := range cs.WorkerGroupSpecs {

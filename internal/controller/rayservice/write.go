@@ -103,7 +103,7 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 // head, so that an unchanged config is not sent again.
 func (r *Reconciler) applyServeConfig(ctx context.Context, a serveApply) error {
 	c := a.cluster
-	dash, err := r.opts.RayClients.DashboardFor(ray.Target{
+	dash, err := r.dashboardFor(ctx, c, ray.Target{
 		Namespace: c.Namespace, HeadServiceName: builder.HeadServiceName(c), DashboardPort: r.dashboardPort(ctx, c),
 	})
 	if err != nil {

@@ -1,0 +1,45 @@
+package raycluster
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/manta-dev/manta/internal/builder"
+)
+
+// EventFailedToCreateAuthSecret reports that the cluster's Ray auth token Secret could not be created.
+const EventFailedToCreateAuthSecret = "FailedToCreateAuthSecret"
+
+// ensureAuthSecret creates the Secret holding the cluster's Ray auth token when authOptions asks for one and it
+// does not exist, before any pod refers to it. An existing Secret of that name is used as it is, as KubeRay does:
+// the namespace's users can read and write Secrets there anyway, and replacing a token would lock out the Ray
+// processes started with it. Read past the cache, so the operator needs no list or watch on Secrets.
+func (r *Reconciler) ensureAuthSecret(ctx context.Context, run *run) error {
+	c := run.c
+	if !builder.AuthSecretWanted(c) {
+		return nil
+	}
+	name := builder.AuthSecretName(c)
+	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &corev1.Secret{})
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return fmt.Errorf("read ray auth token secret %s: %w", name, err)
+	}
+	sec, err := builder.AuthSecret(c)
+	if err != nil {
+		return fmt.Errorf("generate ray auth token: %w", err)
+	}
+	if err := r.client.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
+		run.Eventf(corev1.EventTypeWarning, EventFailedToCreateAuthSecret, "Create", "failed to create the Ray auth token Secret %s: %v", name, err)
+		return fmt.Errorf("create ray auth token secret %s: %w", name, err)
+	}
+	log.FromContext(ctx).V(1).Info("created ray auth token secret", "name", name)
+	return nil
+}
