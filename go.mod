@@ -26,7 +26,9 @@ require (
 	sigs.k8s.io/kustomize/api v0.21.1
 	sigs.k8s.io/kustomize/kyaml v0.21.1
 	sigs.k8s.io/randfill v1.0.0
+	sigs.k8s.io/scheduler-plugins v0.31.8
 	sigs.k8s.io/yaml v1.6.0
+	volcano.sh/apis v1.12.1
 )
 
 require (

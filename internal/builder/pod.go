@@ -23,6 +23,9 @@ type PodOptions struct {
 	DefaultTemplate *corev1.PodTemplateSpec
 	// TemplateHash is stamped on the pod as ray.io/pod-template-hash: its group's hash, see Hashes.
 	TemplateHash string
+	// BatchScheduler is the operator's batch scheduler (one of BatchSchedulers; empty: none), which the pod is
+	// handed to (AddSchedulerMetadata).
+	BatchScheduler string
 }
 
 // HeadPod builds the head pod of c from the user's head template.
@@ -64,6 +67,7 @@ func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 	}
 	addPodAuth(pod, c)
 	configureTLS(c, pod, rayv1.NodeTypeHead)
+	addClusterSchedulerMetadata(c, pod, rayv1.HeadGroupName, o.BatchScheduler)
 	return pod
 }
 
@@ -94,6 +98,7 @@ func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *cor
 	setProbes(ray, c.Spec.RayVersion, g.RayStartParams, false, originCRD(c) == KindRayService)
 	addPodAuth(pod, c)
 	configureTLS(c, pod, rayv1.NodeTypeWorker)
+	addClusterSchedulerMetadata(c, pod, g.GroupName, o.BatchScheduler)
 	return pod
 }
 

@@ -7,6 +7,8 @@ import (
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
+	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -27,6 +29,13 @@ func addTypes(s *runtime.Scheme) error {
 	}
 	// cert-manager's Issuers and Certificates, of RayClusters with tlsOptions.
 	if err := cmv1.AddToScheme(s); err != nil {
+		return err
+	}
+	// The batch schedulers' PodGroups (--batch-scheduler volcano, scheduler-plugins).
+	if err := volcanov1beta1.AddToScheme(s); err != nil {
+		return err
+	}
+	if err := spv1alpha1.AddToScheme(s); err != nil {
 		return err
 	}
 	return mantav1alpha1.AddToScheme(s)
@@ -88,7 +97,12 @@ func setupRayCluster(mgr ctrl.Manager, o Options) error {
 	if err != nil {
 		return fmt.Errorf("RayCluster status writer: %w", err)
 	}
+	scheduler, err := o.batchScheduler()
+	if err != nil {
+		return err
+	}
 	return raycluster.NewReconciler(mgr, raycluster.Options{
+		BatchScheduler:          scheduler,
 		DefaultPodTemplate:      o.DefaultPodTemplate,
 		ClusterDomain:           o.ClusterDomain,
 		MaxConcurrentReconciles: o.ReconcileConcurrency,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -28,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/ray"
 )
@@ -101,6 +103,11 @@ type Options struct {
 	DeleteRayJobAfterJobFinishes bool
 	// NoZeroDowntime: KubeRay's ENABLE_ZERO_DOWNTIME=false (see rayservice.Options).
 	NoZeroDowntime bool
+	// BatchScheduler (--batch-scheduler) names the batch scheduler every Ray pod is handed to, one of
+	// builder.BatchSchedulers; EnableBatchScheduler (--enable-batch-scheduler, KubeRay's deprecated switch) means
+	// volcano. KubeRay refuses both together and an unknown name, and so does Validate.
+	BatchScheduler       string
+	EnableBatchScheduler bool
 }
 
 // leaderElectionJitter is client-go's leaderelection.JitterFactor: a renewal retry waits up to RetryPeriod × 1.2.
@@ -118,6 +125,9 @@ func (o Options) Validate() error {
 			return fmt.Errorf("%s %s: must not be negative", d.name, d.v)
 		}
 	}
+	if _, err := o.batchScheduler(); err != nil {
+		return err
+	}
 	if err := validateMetrics(o.MetricsAddr, o.MetricsInsecure); err != nil {
 		return err
 	}
@@ -134,6 +144,20 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--leader-elect-renew-deadline %s must be greater than %.1f × --leader-elect-retry-period %s", renew, leaderElectionJitter, retry)
 	}
 	return nil
+}
+
+// batchScheduler is the scheduler --batch-scheduler or --enable-batch-scheduler selects ("" for none), as KubeRay
+// selects it: both at once, or a name it does not know, is an error naming the flag.
+func (o Options) batchScheduler() (string, error) {
+	switch {
+	case o.EnableBatchScheduler && o.BatchScheduler != "":
+		return "", fmt.Errorf("--enable-batch-scheduler (deprecated) and --batch-scheduler are both set: use --batch-scheduler only")
+	case o.EnableBatchScheduler:
+		return builder.SchedulerVolcano, nil
+	case o.BatchScheduler != "" && !builder.ValidBatchScheduler(o.BatchScheduler):
+		return "", fmt.Errorf("--batch-scheduler %q: not a batch scheduler KubeRay supports (%s)", o.BatchScheduler, strings.Join(builder.BatchSchedulers, ", "))
+	}
+	return o.BatchScheduler, nil
 }
 
 // validateMetrics refuses plain HTTP metrics anywhere but on loopback: they say what runs in the cluster and cost

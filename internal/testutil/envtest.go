@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -44,6 +46,8 @@ func Scheme() (*kruntime.Scheme, error) {
 		clientgoscheme.AddToScheme,
 		rayv1.AddToScheme,
 		cmv1.AddToScheme,
+		volcanov1beta1.AddToScheme,
+		spv1alpha1.AddToScheme,
 		mantav1alpha1.AddToScheme,
 	} {
 		if err := add(s); err != nil {

@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
@@ -75,6 +76,9 @@ type Options struct {
 	}
 	// Now replaces the clock of the Redis cleanup's deletion timeout in tests (time.Now when nil).
 	Now func() time.Time
+	// BatchScheduler is the operator's batch scheduler (one of builder.BatchSchedulers; empty: none): every
+	// cluster's pods are handed to it, with the PodGroup it needs (batchscheduler.go).
+	BatchScheduler string
 }
 
 // Reconciler reconciles RayClusters.
@@ -135,8 +139,8 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
-// the pods, Services, Redis cleanup Jobs, NetworkPolicies, Ingresses and Certificates they own; changes to those are
-// reconciled first (see progressPriority).
+// the pods, Services, Redis cleanup Jobs, NetworkPolicies, Ingresses, Certificates and Volcano PodGroups they own;
+// changes to those are reconciled first (see progressPriority).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := clusterpods.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -153,6 +157,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// serve would stop the manager); elsewhere a cluster whose pods wait for certificates polls (tlsPoll).
 	if _, err := mgr.GetRESTMapper().RESTMapping(cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind).GroupKind(), cmv1.SchemeGroupVersion.Version); err == nil {
 		b = b.Watches(&cmv1.Certificate{}, ownerHandler(false))
+	}
+	// Volcano's PodGroups, as KubeRay watches them, where Volcano is installed.
+	if r.opts.BatchScheduler == builder.SchedulerVolcano {
+		if _, err := mgr.GetRESTMapper().RESTMapping(volcanov1beta1.SchemeGroupVersion.WithKind("PodGroup").GroupKind(), volcanov1beta1.SchemeGroupVersion.Version); err == nil {
+			b = b.Watches(&volcanov1beta1.PodGroup{}, ownerHandler(false))
+		}
 	}
 	return b.
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
@@ -367,7 +377,7 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	if err := r.ensureCleanupFinalizer(ctx, c); err != nil {
 		return err
 	}
-	run.obs.unsupported = builder.UnsupportedFields(c)
+	run.obs.unsupported = append(builder.UnsupportedFields(c), builder.IgnoredSchedulerFields(c, r.opts.BatchScheduler)...)
 	if len(run.obs.unsupported) > 0 && !conditionMessageIs(c, ConditionUnsupportedFeature, builder.UnsupportedMessage(run.obs.unsupported)) {
 		run.StatusEventf(corev1.EventTypeWarning, ConditionUnsupportedFeature, "Validate", "%s", builder.UnsupportedMessage(run.obs.unsupported))
 	}

@@ -78,7 +78,11 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		return err
 	}
 
-	opts := builder.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hashes.Head}
+	if err := r.reconcilePodGroup(ctx, run); err != nil {
+		return err
+	}
+	opts := builder.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hashes.Head,
+		BatchScheduler: r.opts.BatchScheduler}
 	var errs []error
 	if builder.TLSEnabled(c) {
 		// Before any pod create: the certificates' IP addresses follow the pods, and the creates wait for them.
