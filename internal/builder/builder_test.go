@@ -607,12 +607,12 @@ func TestUnsupportedFields(t *testing.T) {
 			c.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeDisabled}
 			c.Spec.TLSOptions = &rayv1.TLSOptions{Enabled: ptr.To(false)}
 		}, nil},
-		{"ingress and network policy built, legacy ft, scheduler", func(c *rayv1.RayCluster) {
+		{"ingress and network policy built, legacy ft, scheduler labels (IgnoredSchedulerFields)", func(c *rayv1.RayCluster) {
 			c.Spec.HeadGroupSpec.EnableIngress = ptr.To(true)
 			c.Spec.NetworkPolicy = &rayv1.NetworkPolicyConfig{}
 			c.Annotations = map[string]string{AnnotationFTEnabled: "true"}
-			c.Labels = map[string]string{rayv1.LabelSchedulerName: "volcano"}
-		}, []string{"metadata.labels[ray.io/scheduler-name]"}},
+			c.Labels = map[string]string{rayv1.LabelSchedulerName: "volcano", LabelVolcanoQueue: "q"}
+		}, nil},
 		{"autoscaler options without autoscaling", func(c *rayv1.RayCluster) {
 			c.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{IdleTimeoutSeconds: ptr.To[int32](30)}
 		}, []string{"spec.autoscalerOptions (enableInTreeAutoscaling is not true)"}},
