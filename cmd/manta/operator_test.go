@@ -86,6 +86,22 @@ func TestRedisCleanupFlag(t *testing.T) {
 	}
 }
 
+// KubeRay's flag names reach the options (operator.Options.Validate checks them).
+func TestBatchSchedulerFlags(t *testing.T) {
+	var o operator.Options
+	fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+	addOperatorFlags(fs, &o)
+	if err := fs.Parse([]string{"--batch-scheduler=yunikorn", "--enable-batch-scheduler"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.BatchScheduler != "yunikorn" || !o.EnableBatchScheduler {
+		t.Errorf("options %q %v", o.BatchScheduler, o.EnableBatchScheduler)
+	}
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--enable-batch-scheduler") {
+		t.Errorf("both flags: %v", err)
+	}
+}
+
 // TestSecurityOperatorMetricsSecureFlag: `manta operator --metrics-secure=false` is refused on an address other
 // programs on the network can reach, before the operator connects anywhere.
 func TestSecurityOperatorMetricsSecureFlag(t *testing.T) {

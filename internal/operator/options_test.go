@@ -39,3 +39,30 @@ func TestCoalesceWindow(t *testing.T) {
 		}
 	}
 }
+
+// KubeRay's batch-scheduler flags: --enable-batch-scheduler means volcano, both together and an unknown name stop
+// the start naming the flag (ValidateBatchSchedulerConfig, getSchedulerFactory).
+func TestBatchSchedulerOptions(t *testing.T) {
+	for _, c := range []struct {
+		o       Options
+		want    string
+		wantErr string
+	}{
+		{Options{}, "", ""},
+		{Options{BatchScheduler: "volcano"}, "volcano", ""},
+		{Options{BatchScheduler: "yunikorn"}, "yunikorn", ""},
+		{Options{BatchScheduler: "scheduler-plugins"}, "scheduler-plugins", ""},
+		{Options{BatchScheduler: "kai-scheduler"}, "kai-scheduler", ""},
+		{Options{EnableBatchScheduler: true}, "volcano", ""},
+		{Options{BatchScheduler: "slurm"}, "", `--batch-scheduler "slurm": not a batch scheduler KubeRay supports (volcano, yunikorn, scheduler-plugins, kai-scheduler)`},
+		{Options{BatchScheduler: "yunikorn", EnableBatchScheduler: true}, "", "--enable-batch-scheduler (deprecated) and --batch-scheduler are both set"},
+	} {
+		got, err := c.o.batchScheduler()
+		if got != c.want || (err == nil) != (c.wantErr == "") || (err != nil && !strings.Contains(err.Error(), c.wantErr)) {
+			t.Errorf("%+v: %q, %v; want %q, error %q", c.o, got, err, c.want, c.wantErr)
+		}
+		if verr := c.o.Validate(); (verr == nil) != (c.wantErr == "") {
+			t.Errorf("%+v: Validate %v", c.o, verr)
+		}
+	}
+}
