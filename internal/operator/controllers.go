@@ -53,10 +53,15 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		}
 		opts.RayClients = f
 	}
-	if err := setupRayCluster(mgr, opts); err != nil {
+	scheduler, err := opts.batchScheduler()
+	if err != nil {
+		return err
+	}
+	if err := setupRayCluster(mgr, opts, scheduler); err != nil {
 		return fmt.Errorf("RayCluster controller: %w", err)
 	}
 	if err := rayjob.NewReconciler(mgr, opts.RayClients, rayjob.Options{
+		BatchScheduler:               scheduler,
 		ClusterDomain:                opts.ClusterDomain,
 		MaxConcurrentReconciles:      opts.ReconcileConcurrency,
 		StatusCheckTimeout:           opts.RayJobStatusCheckTimeout,
@@ -88,7 +93,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 }
 
 // setupRayCluster gives the RayCluster controller the writers that read back only metadata (internal/metawrite).
-func setupRayCluster(mgr ctrl.Manager, o Options) error {
+func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string) error {
 	pods, err := metawrite.NewPods(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return fmt.Errorf("pod creator: %w", err)
@@ -96,10 +101,6 @@ func setupRayCluster(mgr ctrl.Manager, o Options) error {
 	status, err := metawrite.NewRayClusters(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return fmt.Errorf("RayCluster status writer: %w", err)
-	}
-	scheduler, err := o.batchScheduler()
-	if err != nil {
-		return err
 	}
 	return raycluster.NewReconciler(mgr, raycluster.Options{
 		BatchScheduler:          scheduler,

@@ -26,6 +26,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/controller/podgroup"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -173,7 +174,7 @@ func testVolcano(t *testing.T, e *env, ns string) {
 		cond := meta.FindStatusCondition(e.get(t, bad).Status.Conditions, string(rayv1.RayClusterReplicaFailure))
 		return cond != nil && strings.Contains(cond.Message, "metadata.labels[volcano.sh/network-topology-highest-tier-allowed]"), fmt.Sprintf("%+v", cond)
 	})
-	waitEvent(t, e, ns, EventFailedToCreatePodGroup)
+	waitEvent(t, e, ns, podgroup.EventFailedToCreate)
 	if n := len(e.pods(t, bad)); n != 0 {
 		t.Errorf("%d pods without their PodGroup", n)
 	}

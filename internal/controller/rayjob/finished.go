@@ -77,6 +77,8 @@ func (r *Reconciler) finished(ctx context.Context, run *run) error {
 	if cluster != nil {
 		j.Status.RayClusterStatus = *cluster.Status.DeepCopy()
 	}
+	// As in KubeRay, a failed cleanup of the batch scheduler's resources is reported and does not hold the rest.
+	_ = r.batchSchedulerCleanup(ctx, run)
 	for _, c := range cleanups(j, r.opts.DeleteRayJobAfterJobFinishes) {
 		if wait := c.due.Sub(run.now); wait > 0 {
 			run.Requeue(wait)

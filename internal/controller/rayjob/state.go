@@ -206,6 +206,10 @@ func (r *Reconciler) ensureCluster(ctx context.Context, run *run) (*rayv1.RayClu
 		return nil, nil
 	}
 	c := ClusterFor(j, j.Status.RayClusterName)
+	if submissionMode(j) == rayv1.K8sJobMode {
+		// As KubeRay: the cluster itself carries the job's gang only when the submitter is a pod of its own.
+		r.addSchedulerMetadata(j, c, "")
+	}
 	if err := r.client.Create(ctx, c); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			run.Requeue(time.Second)
@@ -229,6 +233,9 @@ func (r *Reconciler) initializing(ctx context.Context, run *run) error {
 	s := &j.Status
 	if suspendRequested(run) {
 		return nil
+	}
+	if err := r.batchSchedule(ctx, run); err != nil {
+		return err
 	}
 	cluster, err := r.ensureCluster(ctx, run)
 	if err != nil || cluster == nil || s.JobDeploymentStatus != rayv1.JobDeploymentStatusInitializing {
@@ -272,6 +279,7 @@ func (r *Reconciler) ensureSubmitter(ctx context.Context, run *run, cluster *ray
 		return err
 	}
 	job := SubmitterJob(run.j, cluster, r.rays.InClusterDashboardURL(HeadTarget(cluster)))
+	r.addSchedulerMetadata(run.j, &job.Spec.Template, builder.SubmitterGroupName)
 	if err := r.client.Create(ctx, job); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil
