@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -47,8 +48,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func startEnv(t *testing.T) *env {
-	cfg, cl := testutil.StartEnvtest(t)
+func startEnv(t *testing.T) *env { return startEnvWith(t, "") }
+
+// startEnvWith is startEnv with the operator's batch scheduler, and Volcano's PodGroup CRD installed.
+func startEnvWith(t *testing.T, scheduler string) *env {
+	crds := []string{filepath.Join(testutil.MustRepoRoot(t), "config", "crd")}
+	if scheduler != "" {
+		crds = append(crds, testutil.VolcanoCRDs(t))
+	}
+	cfg, cl := testutil.StartEnvtestWithCRDs(t, crds...)
 	fr := newFakeRay()
 	scheme, err := testutil.Scheme()
 	if err != nil {
@@ -66,6 +74,7 @@ func startEnv(t *testing.T) *env {
 	r := NewReconciler(mgr, fr, Options{
 		StatusCheckTimeout: 3 * time.Second, TransitionGracePeriod: 30 * time.Second, SubmitterFinishedTimeout: 2 * time.Second,
 		PollInterval: 200 * time.Millisecond, StopOnDeleteTimeout: 3 * time.Second, MaxConcurrentReconciles: 4,
+		BatchScheduler: scheduler,
 	})
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
