@@ -31,15 +31,18 @@ import (
 // It is written by hand from reading the samples of the pinned KubeRay (v1.5.0), not computed with the code under
 // test.
 var wantUnsupported = map[string][]string{
-	"ray-cluster.kai-gpu-sharing.yaml":   {"metadata.labels[kai.scheduler/queue]"},
-	"ray-cluster.kai-scheduler.yaml":     {"metadata.labels[kai.scheduler/queue]"},
-	"ray-cluster.scheduler-plugins.yaml": {"metadata.labels[ray.io/gang-scheduling-enabled]"},
-	"ray-cluster.volcano-scheduler.yaml": {"metadata.labels[ray.io/scheduler-name]"},
-	"ray-cluster.volcano-scheduler-queue.yaml": {"metadata.labels[ray.io/scheduler-name]",
-		"metadata.labels[volcano.sh/queue-name]"},
-	"ray-cluster.yunikorn-scheduler.yaml": {"metadata.labels[ray.io/gang-scheduling-enabled]",
-		"metadata.labels[yunikorn.apache.org/queue]", "metadata.labels[yunikorn.apache.org/app-id]"},
+	"ray-cluster.kai-gpu-sharing.yaml":   {"metadata.labels[kai.scheduler/queue] (read by kai-scheduler; " + noScheduler + ")"},
+	"ray-cluster.kai-scheduler.yaml":     {"metadata.labels[kai.scheduler/queue] (read by kai-scheduler; " + noScheduler + ")"},
+	"ray-cluster.scheduler-plugins.yaml": {"metadata.labels[ray.io/gang-scheduling-enabled] (read by yunikorn or scheduler-plugins; " + noScheduler + ")"},
+	"ray-cluster.volcano-scheduler.yaml": {"metadata.labels[ray.io/scheduler-name]=volcano (" + noScheduler + ")"},
+	"ray-cluster.volcano-scheduler-queue.yaml": {"metadata.labels[ray.io/scheduler-name]=volcano (" + noScheduler + ")",
+		"metadata.labels[volcano.sh/queue-name] (read by volcano; " + noScheduler + ")"},
+	"ray-cluster.yunikorn-scheduler.yaml": {"metadata.labels[ray.io/gang-scheduling-enabled] (read by yunikorn or scheduler-plugins; " + noScheduler + ")",
+		"metadata.labels[yunikorn.apache.org/queue] (read by yunikorn; " + noScheduler + ")", "metadata.labels[yunikorn.apache.org/app-id] (read by yunikorn; " + noScheduler + ")"},
 }
+
+// noScheduler ends each scheduler key's report: the dev cluster's operator runs no batch scheduler.
+const noScheduler = "the operator runs none: --batch-scheduler is unset"
 
 // sample is one RayCluster taken from a KubeRay sample file.
 type sample struct {

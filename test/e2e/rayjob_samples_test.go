@@ -22,9 +22,11 @@ import (
 // wantJobUnsupported is, per RayJob sample, exactly the fields its cluster reports as unsupported (the RayJob's
 // labels are carried to its cluster). Written by hand from reading the samples of the pinned KubeRay (v1.5.0).
 var wantJobUnsupported = map[string][]string{
-	"ray-job.volcano-scheduler-queue.yaml": {"metadata.labels[ray.io/scheduler-name]", "metadata.labels[volcano.sh/queue-name]"},
-	"ray-job.yunikorn-scheduler.yaml": {"metadata.labels[ray.io/gang-scheduling-enabled]", "metadata.labels[yunikorn.apache.org/queue]",
-		"metadata.labels[yunikorn.apache.org/app-id]"},
+	"ray-job.volcano-scheduler-queue.yaml": {"metadata.labels[ray.io/scheduler-name]=volcano (" + noScheduler + ")",
+		"metadata.labels[volcano.sh/queue-name] (read by volcano; " + noScheduler + ")"},
+	"ray-job.yunikorn-scheduler.yaml": {"metadata.labels[ray.io/gang-scheduling-enabled] (read by yunikorn or scheduler-plugins; " + noScheduler + ")",
+		"metadata.labels[yunikorn.apache.org/queue] (read by yunikorn; " + noScheduler + ")",
+		"metadata.labels[yunikorn.apache.org/app-id] (read by yunikorn; " + noScheduler + ")"},
 }
 
 // jobSample is one RayJob from a KubeRay sample file.
