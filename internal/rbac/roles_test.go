@@ -263,6 +263,8 @@ var mainRoles = map[string]map[string]used{
 		"cert-manager.io/certificates":           {"create get list update watch", `&cmv1\.Certificate\{`},                 // tlsOptions, SANs follow the pods (tls.go)
 		"networking.k8s.io/ingresses":            {"create delete get list update watch", `networkingv1\.Ingress\b`},       // headGroupSpec.enableIngress (ingress.go)
 		"networking.k8s.io/networkpolicies":      {"create delete get list update watch", `networkingv1\.NetworkPolicy\b`}, // spec.networkPolicy (networkpolicy.go)
+		"scheduling.volcano.sh/podgroups":        {"create get list update watch", `volcanov1beta1\.PodGroup\b`},           // --batch-scheduler=volcano, gang kept in line (podgroup.go)
+		"scheduling.x-k8s.io/podgroups":          {"create get list watch", `spv1alpha1\.PodGroup\b`},                      // --batch-scheduler=scheduler-plugins, made once (podgroup.go)
 		"manta.dev/imagepulljobs":                {"create delete get list patch update watch", `ImagePullJob\b`},
 		"manta.dev/imagepulljobs/status":         {"get patch update", `Status\(\)\.(Update|Patch)`},
 		"ray.io/rayclusters":                     {"create delete get list patch update watch", `rayv1\.RayCluster\b`},
