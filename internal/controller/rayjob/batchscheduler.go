@@ -100,7 +100,8 @@ func (r *Reconciler) addSchedulerMetadata(j *rayv1.RayJob, child metav1.Object, 
 	})
 }
 
-// batchSchedulerCleanup gives back, once the job has finished, the queue resources its Volcano PodGroup holds.
+// batchSchedulerCleanup gives back the queue resources the job's Volcano PodGroup holds and its cluster no longer
+// uses: once the job has finished, and when it is suspended or retried (its cluster deleted).
 func (r *Reconciler) batchSchedulerCleanup(ctx context.Context, run *run) error {
 	j := run.j
 	if r.opts.BatchScheduler != builder.SchedulerVolcano || j.Spec.RayClusterSpec == nil || j.Status.RayClusterName == "" {

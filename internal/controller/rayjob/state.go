@@ -654,6 +654,10 @@ func (r *Reconciler) tearDown(ctx context.Context, run *run, reset func()) error
 		run.Requeue(time.Second)
 		return nil
 	}
+	// As in KubeRay: the batch scheduler's queue gets back what the job held before the status says it let go.
+	if err := r.batchSchedulerCleanup(ctx, run); err != nil {
+		return err
+	}
 	reset()
 	run.Requeue(0)
 	return nil
