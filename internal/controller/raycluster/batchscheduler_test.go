@@ -12,15 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
@@ -48,42 +41,12 @@ func TestBatchSchedulers(t *testing.T) {
 	} {
 		ns := "sched-" + tc.scheduler
 		mustCreate(t, cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		startSchedulerOperator(t, cfg, ns, tc.scheduler)
+		startNamespaced(t, cfg, ns, Options{BatchScheduler: tc.scheduler, MaxConcurrentReconciles: 2}, nil)
 		t.Run(tc.scheduler, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t, e, ns)
 		})
 	}
-}
-
-// startSchedulerOperator runs the RayCluster controller with the batch scheduler, on namespace ns only.
-func startSchedulerOperator(t *testing.T, cfg *rest.Config, ns, scheduler string) {
-	t.Helper()
-	scheme, err := testutil.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, _ := labels.NewRequirement(rayv1.LabelNodeType, selection.Exists, nil)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:     scheme,
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}},
-			ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.NewSelector().Add(*req)}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := NewReconciler(mgr, Options{BatchScheduler: scheduler, MaxConcurrentReconciles: 2}).SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("manager (%s): %v", scheduler, err)
-		}
-	}()
 }
 
 func quantitiesEqual(got corev1.ResourceList, want map[string]string) bool {

@@ -55,6 +55,19 @@ func (p *pendingStatus) heldSince(key types.NamespacedName) (time.Time, bool) {
 // startCoalescer runs a RayCluster controller of its own on ns, with the given window and clock.
 func startCoalescer(t *testing.T, cfg *rest.Config, ns string, window time.Duration, clk *clocktesting.FakeClock) (*Reconciler, *stalenessLog) {
 	t.Helper()
+	opts := Options{StatusCoalesceWindow: window}
+	if clk != nil {
+		opts.Clock = clk
+	}
+	log := &stalenessLog{}
+	r := startNamespaced(t, cfg, ns, opts, func(r *Reconciler) { r.observeStaleness = log.observe })
+	return r, log
+}
+
+// startNamespaced runs a RayCluster controller of its own, with opts, that sees namespace ns only; prepare, when
+// set, adjusts it before it starts. It stops when t ends.
+func startNamespaced(t *testing.T, cfg *rest.Config, ns string, opts Options, prepare func(*Reconciler)) *Reconciler {
+	t.Helper()
 	scheme, err := testutil.Scheme()
 	if err != nil {
 		t.Fatal(err)
@@ -70,13 +83,10 @@ func startCoalescer(t *testing.T, cfg *rest.Config, ns string, window time.Durat
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{StatusCoalesceWindow: window}
-	if clk != nil {
-		opts.Clock = clk
-	}
 	r := NewReconciler(mgr, opts)
-	log := &stalenessLog{}
-	r.observeStaleness = log.observe
+	if prepare != nil {
+		prepare(r)
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +99,7 @@ func startCoalescer(t *testing.T, cfg *rest.Config, ns string, window time.Durat
 			t.Errorf("manager: %v", err)
 		}
 	}()
-	return r, log
+	return r
 }
 
 // TestStatusCoalescingBound proves the bound outside a burst on a fake clock, in the case a user met: a group
