@@ -64,6 +64,7 @@ func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 	}
 	addPodAuth(pod, c)
 	configureTLS(c, pod, rayv1.NodeTypeHead)
+	addHistoryCollector(c, pod, rayv1.NodeTypeHead, HeadServiceFQDN(c, o.ClusterDomain))
 	return pod
 }
 
@@ -94,6 +95,7 @@ func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *cor
 	setProbes(ray, c.Spec.RayVersion, g.RayStartParams, false, originCRD(c) == KindRayService)
 	addPodAuth(pod, c)
 	configureTLS(c, pod, rayv1.NodeTypeWorker)
+	addHistoryCollector(c, pod, rayv1.NodeTypeWorker, fqdn)
 	return pod
 }
 
