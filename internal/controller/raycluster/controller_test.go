@@ -113,6 +113,7 @@ func TestController(t *testing.T) {
 			"NetworkPolicies":           testNetworkPolicies,
 			"HeadIngress":               testHeadIngress,
 			"TLS":                       testTLS,
+			"GCSStorage":                testGCSStorage,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
