@@ -600,9 +600,10 @@ func TestUnsupportedFields(t *testing.T) {
 			c.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeToken, EnableK8sTokenAuth: ptr.To(true), SecretName: ptr.To("s")}
 			c.Spec.TLSOptions = &rayv1.TLSOptions{Enabled: ptr.To(true)}
 		}, nil},
-		{"embedded rocksdb gcs ft", func(c *rayv1.RayCluster) {
+		{"embedded rocksdb gcs ft and history collector: both built", func(c *rayv1.RayCluster) {
 			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB}
-		}, []string{"spec.gcsFaultToleranceOptions.backend (rocksdb)"}},
+			c.Spec.HistoryServerOptions = &rayv1.HistoryServerOptions{CollectorOptions: &rayv1.CollectorOptions{Image: "collector"}}
+		}, nil},
 		{"auth disabled and tls off are fine", func(c *rayv1.RayCluster) {
 			c.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeDisabled}
 			c.Spec.TLSOptions = &rayv1.TLSOptions{Enabled: ptr.To(false)}

@@ -40,11 +40,16 @@ const (
 	defaultGCSReconnectTimeout = "600"
 )
 
-// headGCSFaultTolerance configures the head's Ray container for a Redis-backed GCS, as KubeRay does: the storage
-// namespace (annotation and env), the Redis address and credentials as env vars, and rayStartParams that refer to
-// them. It returns the rayStartParams to start Ray with.
+// headGCSFaultTolerance configures the head's Ray container for a fault-tolerant GCS, as KubeRay does: for Redis the
+// storage namespace (annotation and env), the Redis address and credentials as env vars, and rayStartParams that
+// refer to them; for the embedded backend its volume (headEmbeddedGCS). It returns the rayStartParams to start Ray
+// with.
 func headGCSFaultTolerance(c *rayv1.RayCluster, pod *corev1.Pod, ray *corev1.Container, params map[string]string) map[string]string {
-	pod.Annotations[AnnotationFTEnabled] = strconv.FormatBool(GCSFaultTolerance(c))
+	pod.Annotations[AnnotationFTEnabled] = strconv.FormatBool(GCSFaultToleranceEnabled(c))
+	if EmbeddedGCS(c) {
+		headEmbeddedGCS(c, pod, ray)
+		return params
+	}
 	if !GCSFaultTolerance(c) {
 		return params
 	}
@@ -75,10 +80,10 @@ func headGCSFaultTolerance(c *rayv1.RayCluster, pod *corev1.Pod, ray *corev1.Con
 	return out
 }
 
-// workerGCSFaultTolerance gives workers time to outlive a GCS restart (Ray's default of 60 s is shorter than a new
-// head takes to come up).
+// workerGCSFaultTolerance gives workers time to outlive a GCS restart, on either backend (Ray's default of 60 s is
+// shorter than a new head takes to come up).
 func workerGCSFaultTolerance(c *rayv1.RayCluster, ray *corev1.Container) {
-	if GCSFaultTolerance(c) {
+	if GCSFaultToleranceEnabled(c) {
 		setEnv(ray, EnvGCSReconnectTimeout, defaultGCSReconnectTimeout)
 	}
 }

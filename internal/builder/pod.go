@@ -67,6 +67,7 @@ func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 	}
 	addPodAuth(pod, c)
 	configureTLS(c, pod, rayv1.NodeTypeHead)
+	addHistoryCollector(c, pod, rayv1.NodeTypeHead, HeadServiceFQDN(c, o.ClusterDomain))
 	addClusterSchedulerMetadata(c, pod, rayv1.HeadGroupName, o.BatchScheduler)
 	return pod
 }
@@ -98,6 +99,7 @@ func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *cor
 	setProbes(ray, c.Spec.RayVersion, g.RayStartParams, false, originCRD(c) == KindRayService)
 	addPodAuth(pod, c)
 	configureTLS(c, pod, rayv1.NodeTypeWorker)
+	addHistoryCollector(c, pod, rayv1.NodeTypeWorker, fqdn)
 	addClusterSchedulerMetadata(c, pod, g.GroupName, o.BatchScheduler)
 	return pod
 }

@@ -13,13 +13,6 @@ import (
 func UnsupportedFields(c *rayv1.RayCluster) []string {
 	var out []string
 	s := &c.Spec
-	// GCS fault tolerance on Redis is built; the embedded RocksDB backend (newer than KubeRay v1.5.0) is not.
-	if o := s.GcsFaultToleranceOptions; o != nil && o.Backend == rayv1.GcsFaultToleranceBackendRocksDB {
-		out = append(out, "spec.gcsFaultToleranceOptions.backend (rocksdb)")
-	}
-	if s.HistoryServerOptions != nil {
-		out = append(out, "spec.historyServerOptions")
-	}
 	// The autoscaler sidecar exists only with in-tree autoscaling; its options would otherwise be dropped silently.
 	if s.AutoscalerOptions != nil && !ptr.Deref(s.EnableInTreeAutoscaling, false) {
 		out = append(out, "spec.autoscalerOptions (enableInTreeAutoscaling is not true)")

@@ -274,6 +274,8 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 			// Its NetworkPolicies and Ingresses carry ray.io/cluster too.
 			&networkingv1.NetworkPolicy{}: {Label: svcSel},
 			&networkingv1.Ingress{}:       {Label: svcSel},
+			// And the claims of the embedded GCS backend it creates (a user's claim is read past the cache).
+			&corev1.PersistentVolumeClaim{}: {Label: svcSel},
 			// The only Jobs it reads are RayJob submitters and Redis cleanup Jobs, labelled
 			// created-by=kuberay-operator as KubeRay's are.
 			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{rayv1.LabelCreatedBy: rayv1.CreatedByValue})},

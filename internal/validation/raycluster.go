@@ -76,6 +76,7 @@ func ClusterSpec(spec *rayv1.RayClusterSpec, annotations map[string]string, path
 	c.Annotations = annotations
 	if headOK {
 		errs = append(errs, gcsFaultTolerance(c, path)...)
+		errs = append(errs, gcsBackend(spec, path)...)
 	}
 	for i, g := range spec.WorkerGroupSpecs {
 		gp := path.Child("workerGroupSpecs").Index(i)
@@ -88,6 +89,7 @@ func ClusterSpec(spec *rayv1.RayClusterSpec, annotations map[string]string, path
 		errs = append(errs, autoscaling(c, path)...)
 		errs = append(errs, autoscalerV2Fields(spec, path)...)
 	}
+	errs = append(errs, historyServer(spec, path)...)
 	if o := spec.AutoscalerOptions; o != nil {
 		op := path.Child("autoscalerOptions")
 		if t := o.IdleTimeoutSeconds; t != nil && *t < 0 {

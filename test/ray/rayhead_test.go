@@ -47,18 +47,19 @@ func ensureRay(root string) (string, error) {
 }
 
 // startRayHead starts the head and waits until the dashboard's GCS health check and Jobs API answer.
-// A non-empty authToken turns on Ray's token authentication (RAY_AUTH_MODE=token). A failed start is tried once
-// more with fresh ports: the free ports are only reserved until Ray binds them, and other tests run alongside.
-func startRayHead(rayBin, authToken string) (*rayHead, error) {
-	h, err := startRayHeadOnce(rayBin, authToken)
+// A non-empty authToken turns on Ray's token authentication (RAY_AUTH_MODE=token); env (NAME=value) is added to
+// Ray's environment. A failed start is tried once more with fresh ports: the free ports are only reserved until Ray
+// binds them, and other tests run alongside.
+func startRayHead(rayBin, authToken string, env ...string) (*rayHead, error) {
+	h, err := startRayHeadOnce(rayBin, authToken, env)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "ray head did not start, trying again: %v\n", err)
-		h, err = startRayHeadOnce(rayBin, authToken)
+		h, err = startRayHeadOnce(rayBin, authToken, env)
 	}
 	return h, err
 }
 
-func startRayHeadOnce(rayBin, authToken string) (*rayHead, error) {
+func startRayHeadOnce(rayBin, authToken string, env []string) (*rayHead, error) {
 	// Ray puts unix sockets under the temp dir; keep the path short (sun_path is 108 bytes).
 	tempDir, err := os.MkdirTemp("/tmp", "mrt")
 	if err != nil {
@@ -109,6 +110,7 @@ func startRayHeadOnce(rayBin, authToken string) (*rayHead, error) {
 	if authToken != "" {
 		cmd.Env = append(cmd.Env, "RAY_AUTH_MODE=token", "RAY_AUTH_TOKEN="+authToken)
 	}
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = log, log
 	// Own process group, so teardown reaches every Ray process; SIGTERM if the test binary dies abruptly.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}

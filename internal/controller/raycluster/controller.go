@@ -139,8 +139,8 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
-// the pods, Services, Redis cleanup Jobs, NetworkPolicies, Ingresses, Certificates and Volcano PodGroups they own;
-// changes to those are reconciled first (see progressPriority).
+// the pods, Services, Redis cleanup Jobs, NetworkPolicies, Ingresses, GCS storage claims, Certificates and Volcano
+// PodGroups they own; changes to those are reconciled first (see progressPriority).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := clusterpods.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -152,7 +152,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Service{}, ownerHandler(false)).
 		Watches(&batchv1.Job{}, ownerHandler(false)).
 		Watches(&networkingv1.NetworkPolicy{}, ownerHandler(false)).
-		Watches(&networkingv1.Ingress{}, ownerHandler(false))
+		Watches(&networkingv1.Ingress{}, ownerHandler(false)).
+		Watches(&corev1.PersistentVolumeClaim{}, ownerHandler(false))
 	// Certificates are watched only where cert-manager is installed (a watch of a kind the API server does not
 	// serve would stop the manager); elsewhere a cluster whose pods wait for certificates polls (tlsPoll).
 	if _, err := mgr.GetRESTMapper().RESTMapping(cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind).GroupKind(), cmv1.SchemeGroupVersion.Version); err == nil {
@@ -182,6 +183,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=cert-manager.io,resources=issuers,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=cert-manager.io,resources=certificates,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;update
@@ -398,7 +400,11 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 		defer close(done)
 		svcErr = errors.Join(r.reconcileServices(ctx, svc), r.reconcileNetworkPolicies(ctx, svc), r.reconcileHeadIngress(ctx, svc))
 	}()
-	podErr := r.reconcilePods(ctx, run, defTmpl)
+	// The head mounts the embedded GCS backend's claim: it comes first, as in KubeRay.
+	podErr := r.reconcileGCSStorage(ctx, run)
+	if podErr == nil {
+		podErr = r.reconcilePods(ctx, run, defTmpl)
+	}
 	<-done
 	if run.clearWorkers {
 		podErr = errors.Join(podErr, r.clearWorkersToDelete(ctx, run))

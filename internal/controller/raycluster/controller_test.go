@@ -113,6 +113,7 @@ func TestController(t *testing.T) {
 			"NetworkPolicies":           testNetworkPolicies,
 			"HeadIngress":               testHeadIngress,
 			"TLS":                       testTLS,
+			"GCSStorage":                testGCSStorage,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -667,14 +668,13 @@ func testAutoscalerV1RestartPolicy(t *testing.T, e *env) {
 func testUnsupported(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
-	rc.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB}
-	rc.Spec.HistoryServerOptions = &rayv1.HistoryServerOptions{}
+	rc.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{}
 	mustCreate(t, e.cl, rc)
 	e.waitPods(t, rc, 2)
 	e.setReady(t, rc)
 	got := e.waitState(t, rc, rayv1.Ready)
 	c := meta.FindStatusCondition(got.Status.Conditions, ConditionUnsupportedFeature)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.gcsFaultToleranceOptions.backend (rocksdb), spec.historyServerOptions" {
+	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.autoscalerOptions (enableInTreeAutoscaling is not true)" {
 		t.Errorf("UnsupportedFeature condition: %+v", c)
 	}
 	waitEvent(t, e, ns, ConditionUnsupportedFeature)

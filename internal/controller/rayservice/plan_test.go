@@ -284,9 +284,9 @@ func TestValidateNamesTheField(t *testing.T) {
 	}
 	rs := planService()
 	rs.Spec.ServiceUnhealthySecondThreshold = ptr.To[int32](10)
-	rs.Spec.RayClusterSpec.HistoryServerOptions = &rayv1.HistoryServerOptions{}
+	rs.Spec.RayClusterSpec.AutoscalerOptions = &rayv1.AutoscalerOptions{}
 	got := strings.Join(unsupportedFields(rs), ";")
-	for _, want := range []string{"spec.serviceUnhealthySecondThreshold", "spec.rayClusterConfig.historyServerOptions"} {
+	for _, want := range []string{"spec.serviceUnhealthySecondThreshold", "spec.rayClusterConfig.autoscalerOptions"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("unsupported fields %q lack %s", got, want)
 		}
