@@ -7,6 +7,7 @@ import (
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -27,6 +28,10 @@ func addTypes(s *runtime.Scheme) error {
 	}
 	// cert-manager's Issuers and Certificates, of RayClusters with tlsOptions.
 	if err := cmv1.AddToScheme(s); err != nil {
+		return err
+	}
+	// The Gateway API's Gateways and HTTPRoutes, of RayServices upgraded incrementally.
+	if err := gwv1.AddToScheme(s); err != nil {
 		return err
 	}
 	return mantav1alpha1.AddToScheme(s)

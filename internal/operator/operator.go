@@ -26,8 +26,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/ray"
 )
@@ -261,6 +263,12 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		cacheOpts.ByObject[&cmv1.Issuer{}] = cache.ByObject{Label: svcSel}
 		cacheOpts.ByObject[&cmv1.Certificate{}] = cache.ByObject{Label: svcSel}
 	}
+	// Likewise the Gateways and HTTPRoutes of RayServices' incremental upgrades, where the Gateway API is installed.
+	if gatewayAPIServed(cfg) {
+		rs := labels.SelectorFromSet(labels.Set{rayv1.LabelOriginCRD: builder.KindRayService})
+		cacheOpts.ByObject[&gwv1.Gateway{}] = cache.ByObject{Label: rs}
+		cacheOpts.ByObject[&gwv1.HTTPRoute{}] = cache.ByObject{Label: rs}
+	}
 	if len(opts.WatchNamespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range opts.WatchNamespaces {
@@ -323,6 +331,24 @@ func certManagerServed(cfg *rest.Config) bool {
 	}
 	_, err = mapper.RESTMapping(cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind).GroupKind(), cmv1.SchemeGroupVersion.Version)
 	return err == nil
+}
+
+// gatewayAPIServed says whether the API server serves the Gateway API's Gateways and HTTPRoutes.
+func gatewayAPIServed(cfg *rest.Config) bool {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return false
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, hc)
+	if err != nil {
+		return false
+	}
+	for _, kind := range []string{"Gateway", "HTTPRoute"} {
+		if _, err := mapper.RESTMapping(gwv1.SchemeGroupVersion.WithKind(kind).GroupKind(), gwv1.SchemeGroupVersion.Version); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // cachedPodSelector selects Ray pods. (The ImagePullJob controller keeps its puller pods in a cache of its own.)

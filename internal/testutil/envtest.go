@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -44,6 +45,7 @@ func Scheme() (*kruntime.Scheme, error) {
 		clientgoscheme.AddToScheme,
 		rayv1.AddToScheme,
 		cmv1.AddToScheme,
+		gwv1.AddToScheme,
 		mantav1alpha1.AddToScheme,
 	} {
 		if err := add(s); err != nil {

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
@@ -40,10 +43,17 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 	for _, a := range p.apply {
 		if err := r.applyServeConfig(ctx, a); err != nil {
 			p.RelatedEventf(a.cluster, corev1.EventTypeWarning, EventFailedToUpdateServeApplications, "ApplyServeConfig", "Failed to update serve applications to the RayCluster %s/%s: %v", a.cluster.Namespace, a.cluster.Name, err)
+			if a.capacity {
+				a.revert(&p.status)
+				p.RelatedEventf(a.cluster, corev1.EventTypeWarning, EventFailedToUpdateTargetCapacity, "ApplyServeConfig", "Failed to update target_capacity of serve applications to the RayCluster %s/%s: %v", a.cluster.Namespace, a.cluster.Name, err)
+			}
 			p.Requeue(0)
 			continue
 		}
 		p.RelatedEventf(a.cluster, corev1.EventTypeNormal, EventUpdatedServeApplications, "ApplyServeConfig", "Updated serve applications to the RayCluster %s/%s", a.cluster.Namespace, a.cluster.Name)
+		if a.capacity {
+			p.RelatedEventf(a.cluster, corev1.EventTypeNormal, EventUpdatedServeTargetCapacity, "ApplyServeConfig", "Updated target_capacity of serve applications to the RayCluster %s/%s", a.cluster.Namespace, a.cluster.Name)
+		}
 	}
 	for _, c := range p.recordApplied {
 		if err := r.recordApplied(ctx, c); err != nil {
@@ -52,6 +62,17 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 	}
 	for _, svc := range p.services {
 		if err := r.applyService(ctx, p, svc); err != nil {
+			return err
+		}
+	}
+	if p.gateway != nil {
+		if err := r.applyGateway(ctx, p, p.gateway); err != nil {
+			return err
+		}
+	}
+	if p.route != nil {
+		if err := r.applyRoute(ctx, p, p.route); err != nil {
+			p.routeRevert(&p.status)
 			return err
 		}
 	}
@@ -95,8 +116,158 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 		}
 		r.applied.Delete(c.UID)
 		p.recordWritten(c.Name)
+		if err := r.deleteClusterServeService(ctx, c); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// deleteClusterServeService deletes the <cluster>-serve-svc an incremental upgrade made for a cluster that goes.
+func (r *Reconciler) deleteClusterServeService(ctx context.Context, c *rayv1.RayCluster) error {
+	owner := metav1.GetControllerOf(c)
+	svc := &corev1.Service{}
+	if err := r.services.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: builder.ServeServiceName(c)}, svc); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if ref := metav1.GetControllerOf(svc); owner == nil || ref == nil || ref.UID != owner.UID || svc.DeletionTimestamp != nil {
+		return nil
+	}
+	if err := r.client.Delete(ctx, svc, client.Preconditions{UID: &svc.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete Service %s: %w", svc.Name, err)
+	}
+	return nil
+}
+
+// applyGateway creates the Gateway or brings the fields Manta sets (class, listeners) in line.
+func (r *Reconciler) applyGateway(ctx context.Context, p *plan, desired *gwv1.Gateway) error {
+	existing := &gwv1.Gateway{}
+	err := r.client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
+	if apierrors.IsNotFound(err) {
+		if err := r.client.Create(ctx, desired); err != nil && !apierrors.IsAlreadyExists(err) {
+			p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToCreateGateway, "Create", "Failed to create the Gateway %s/%s: %v", desired.Namespace, desired.Name, err)
+			return fmt.Errorf("create Gateway %s: %w", desired.Name, err)
+		} else if err == nil {
+			p.RelatedEventf(desired, corev1.EventTypeNormal, EventCreatedGateway, "Create", "Created the Gateway %s/%s", desired.Namespace, desired.Name)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get Gateway %s: %w", desired.Name, err)
+	}
+	if !controlledAlike(existing, desired) {
+		p.RelatedEventf(existing, corev1.EventTypeWarning, EventFailedToUpdateGateway, "Update", "Failed to update the Gateway %s/%s, it is not controlled by this RayService", existing.Namespace, existing.Name)
+		return fmt.Errorf("gateway %s is not controlled by the RayService", existing.Name)
+	}
+	if gatewayEqual(existing, desired) {
+		return nil
+	}
+	updated := existing.DeepCopy()
+	updated.Spec.GatewayClassName = desired.Spec.GatewayClassName
+	updated.Spec.Listeners = desired.Spec.Listeners
+	if err := r.client.Update(ctx, updated); err != nil {
+		p.RelatedEventf(existing, corev1.EventTypeWarning, EventFailedToUpdateGateway, "Update", "Failed to update the Gateway %s/%s: %v", existing.Namespace, existing.Name, err)
+		return fmt.Errorf("update Gateway %s: %w", existing.Name, err)
+	}
+	p.RelatedEventf(existing, corev1.EventTypeNormal, EventUpdatedGateway, "Update", "Updated the Gateway %s/%s", existing.Namespace, existing.Name)
+	return nil
+}
+
+// applyRoute creates the HTTPRoute or brings the fields Manta sets (parent, match, backends and weights) in line.
+func (r *Reconciler) applyRoute(ctx context.Context, p *plan, desired *gwv1.HTTPRoute) error {
+	existing := &gwv1.HTTPRoute{}
+	err := r.client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
+	if apierrors.IsNotFound(err) {
+		if err := r.client.Create(ctx, desired); err != nil {
+			p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToCreateHTTPRoute, "Create", "Failed to create the HTTPRoute %s/%s: %v", desired.Namespace, desired.Name, err)
+			return fmt.Errorf("create HTTPRoute %s: %w", desired.Name, err)
+		}
+		p.RelatedEventf(desired, corev1.EventTypeNormal, EventCreatedHTTPRoute, "Create", "Created the HTTPRoute %s/%s: %s", desired.Namespace, desired.Name, weights(desired))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get HTTPRoute %s: %w", desired.Name, err)
+	}
+	if !controlledAlike(existing, desired) {
+		p.RelatedEventf(existing, corev1.EventTypeWarning, EventFailedToUpdateHTTPRoute, "Update", "Failed to update the HTTPRoute %s/%s, it is not controlled by this RayService", existing.Namespace, existing.Name)
+		return fmt.Errorf("httproute %s is not controlled by the RayService", existing.Name)
+	}
+	if routeEqual(existing, desired) {
+		return nil
+	}
+	updated := existing.DeepCopy()
+	updated.Spec.ParentRefs = desired.Spec.ParentRefs
+	updated.Spec.Rules = desired.Spec.Rules
+	if err := r.client.Update(ctx, updated); err != nil {
+		p.RelatedEventf(existing, corev1.EventTypeWarning, EventFailedToUpdateHTTPRoute, "Update", "Failed to update the HTTPRoute %s/%s: %v", existing.Namespace, existing.Name, err)
+		return fmt.Errorf("update HTTPRoute %s: %w", existing.Name, err)
+	}
+	p.RelatedEventf(existing, corev1.EventTypeNormal, EventUpdatedHTTPRoute, "Update", "Updated the HTTPRoute %s/%s: %s", existing.Namespace, existing.Name, weights(desired))
+	return nil
+}
+
+// controlledAlike: existing has the controller desired names.
+func controlledAlike(existing, desired metav1.Object) bool {
+	ref, want := metav1.GetControllerOf(existing), metav1.GetControllerOf(desired)
+	return ref != nil && want != nil && ref.UID == want.UID
+}
+
+// gatewayEqual compares what Manta sets on a Gateway; the API server and the Gateway implementation default the rest.
+func gatewayEqual(a, b *gwv1.Gateway) bool {
+	if a.Spec.GatewayClassName != b.Spec.GatewayClassName || len(a.Spec.Listeners) != len(b.Spec.Listeners) {
+		return false
+	}
+	for i := range a.Spec.Listeners {
+		x, y := a.Spec.Listeners[i], b.Spec.Listeners[i]
+		if x.Name != y.Name || x.Protocol != y.Protocol || x.Port != y.Port {
+			return false
+		}
+	}
+	return true
+}
+
+// routeEqual compares what Manta sets on an HTTPRoute.
+func routeEqual(a, b *gwv1.HTTPRoute) bool {
+	if len(a.Spec.ParentRefs) != len(b.Spec.ParentRefs) || len(a.Spec.Rules) != len(b.Spec.Rules) {
+		return false
+	}
+	for i := range a.Spec.ParentRefs {
+		x, y := a.Spec.ParentRefs[i], b.Spec.ParentRefs[i]
+		if x.Name != y.Name || ptr.Deref(x.Namespace, "") != ptr.Deref(y.Namespace, "") {
+			return false
+		}
+	}
+	for i := range a.Spec.Rules {
+		x, y := a.Spec.Rules[i], b.Spec.Rules[i]
+		if len(x.Matches) != len(y.Matches) || len(x.BackendRefs) != len(y.BackendRefs) {
+			return false
+		}
+		for j := range x.Matches {
+			m, n := x.Matches[j].Path, y.Matches[j].Path
+			if (m == nil) != (n == nil) || (m != nil && (ptr.Deref(m.Type, "") != ptr.Deref(n.Type, "") || ptr.Deref(m.Value, "") != ptr.Deref(n.Value, ""))) {
+				return false
+			}
+		}
+		for j := range x.BackendRefs {
+			m, n := x.BackendRefs[j], y.BackendRefs[j]
+			if m.Name != n.Name || ptr.Deref(m.Namespace, "") != ptr.Deref(n.Namespace, "") ||
+				ptr.Deref(m.Port, 0) != ptr.Deref(n.Port, 0) || ptr.Deref(m.Weight, 1) != ptr.Deref(n.Weight, 1) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// weights says where the route sends traffic, for events.
+func weights(r *gwv1.HTTPRoute) string {
+	var parts []string
+	for _, rule := range r.Spec.Rules {
+		for _, b := range rule.BackendRefs {
+			parts = append(parts, fmt.Sprintf("%s %d%%", b.Name, ptr.Deref(b.Weight, 1)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // applyServeConfig sends the config to the cluster's head, then records on the cluster what was applied to which
