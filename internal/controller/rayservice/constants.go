@@ -68,6 +68,8 @@ const (
 	EventUpdatedGateway               = "UpdatedGateway"
 	EventFailedToCreateGateway        = "FailedToCreateGateway"
 	EventFailedToUpdateGateway        = "FailedToUpdateGateway"
+	EventDeletedGateway               = "DeletedGateway"
+	EventDeletedHTTPRoute             = "DeletedHTTPRoute"
 	EventCreatedHTTPRoute             = "CreatedHTTPRoute"
 	EventUpdatedHTTPRoute             = "UpdatedHTTPRoute"
 	EventFailedToCreateHTTPRoute      = "FailedToCreateHTTPRoute"

@@ -106,7 +106,9 @@ type plan struct {
 	gateway     *gwv1.Gateway
 	route       *gwv1.HTTPRoute
 	routeRevert func(*rayv1.RayServiceStatuses)
-	podLabels   []podLabel
+	// deleteGatewayOf is the service whose Gateway and HTTPRoute go (it is suspended).
+	deleteGatewayOf *rayv1.RayService
+	podLabels       []podLabel
 	// written holds, by cluster name, the event reporting a cluster update or deletion; the writer records it once
 	// that write succeeded.
 	written map[string]reconcile.Event
@@ -173,6 +175,10 @@ func computePlan(o observed) *plan {
 	}
 	if rs.Spec.Suspend {
 		planSuspend(o, p, setCond)
+		// KubeRay removes the incremental upgrade's Gateway and HTTPRoute with the clusters.
+		if o.gateway != nil || o.route != nil {
+			p.deleteGatewayOf = rs
+		}
 		return p
 	}
 	if meta.IsStatusConditionTrue(rs.Status.Conditions, string(rayv1.RayServiceSuspended)) ||

@@ -109,6 +109,11 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 			return fmt.Errorf("annotate RayCluster %s: %w", a.cluster.Name, err)
 		}
 	}
+	if p.deleteGatewayOf != nil {
+		if err := r.deleteGatewayObjects(ctx, p, p.deleteGatewayOf); err != nil {
+			return err
+		}
+	}
 	for _, c := range p.deleteClusters {
 		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
 			p.RelatedEventf(c, corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "Failed to delete the RayCluster %s/%s: %v", c.Namespace, c.Name, err)
@@ -203,6 +208,34 @@ func (r *Reconciler) applyRoute(ctx context.Context, p *plan, desired *gwv1.HTTP
 		return fmt.Errorf("update HTTPRoute %s: %w", existing.Name, err)
 	}
 	p.RelatedEventf(existing, corev1.EventTypeNormal, EventUpdatedHTTPRoute, "Update", "Updated the HTTPRoute %s/%s: %s", existing.Namespace, existing.Name, weights(desired))
+	return nil
+}
+
+// deleteGatewayObjects deletes the service's HTTPRoute and Gateway.
+func (r *Reconciler) deleteGatewayObjects(ctx context.Context, p *plan, rs *rayv1.RayService) error {
+	for _, d := range []struct {
+		o      client.Object
+		reason string
+	}{
+		{&gwv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: HTTPRouteName(rs)}}, EventDeletedHTTPRoute},
+		{&gwv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: GatewayName(rs)}}, EventDeletedGateway},
+	} {
+		o := d.o
+		if err := r.client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("get %s: %w", o.GetName(), err)
+		}
+		if !metav1.IsControlledBy(o, rs) || o.GetDeletionTimestamp() != nil {
+			continue
+		}
+		uid := o.GetUID()
+		if err := r.client.Delete(ctx, o, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete %s: %w", o.GetName(), err)
+		}
+		p.RelatedEventf(o, corev1.EventTypeNormal, d.reason, "Suspend", "Deleted %s/%s: the RayService is suspended", o.GetNamespace(), o.GetName())
+	}
 	return nil
 }
 
