@@ -14,6 +14,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -321,20 +322,16 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 
 // certManagerServed says whether the API server serves cert-manager's Certificates (and so its Issuers).
 func certManagerServed(cfg *rest.Config) bool {
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return false
-	}
-	mapper, err := apiutil.NewDynamicRESTMapper(cfg, hc)
-	if err != nil {
-		return false
-	}
-	_, err = mapper.RESTMapping(cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind).GroupKind(), cmv1.SchemeGroupVersion.Version)
-	return err == nil
+	return kindsServed(cfg, cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind))
 }
 
 // gatewayAPIServed says whether the API server serves the Gateway API's Gateways and HTTPRoutes.
 func gatewayAPIServed(cfg *rest.Config) bool {
+	return kindsServed(cfg, gwv1.SchemeGroupVersion.WithKind("Gateway"), gwv1.SchemeGroupVersion.WithKind("HTTPRoute"))
+}
+
+// kindsServed says whether the API server serves every one of kinds.
+func kindsServed(cfg *rest.Config, kinds ...schema.GroupVersionKind) bool {
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return false
@@ -343,8 +340,8 @@ func gatewayAPIServed(cfg *rest.Config) bool {
 	if err != nil {
 		return false
 	}
-	for _, kind := range []string{"Gateway", "HTTPRoute"} {
-		if _, err := mapper.RESTMapping(gwv1.SchemeGroupVersion.WithKind(kind).GroupKind(), gwv1.SchemeGroupVersion.Version); err != nil {
+	for _, k := range kinds {
+		if _, err := mapper.RESTMapping(k.GroupKind(), k.Version); err != nil {
 			return false
 		}
 	}

@@ -1,9 +1,7 @@
 package testutil
 
 import (
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -13,16 +11,10 @@ import (
 // one by one: the standard directory also holds a ValidatingAdmissionPolicy, which is not a CRD.
 func GatewayAPICRDs(t testing.TB) []string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api")
-	cmd.Dir = MustRepoRoot(t)
-	out, err := cmd.Output()
-	dir := strings.TrimSpace(string(out))
-	if err != nil || dir == "" {
-		t.Fatalf("finding the gateway-api module (go mod download fetches it): %v %s", err, out)
-	}
+	dir := filepath.Join(moduleDir(t, "sigs.k8s.io/gateway-api"), "config", "crd", "standard")
 	var files []string
 	for _, kind := range []string{"gatewayclasses", "gateways", "httproutes"} {
-		files = append(files, filepath.Join(dir, "config", "crd", "standard", "gateway.networking.k8s.io_"+kind+".yaml"))
+		files = append(files, filepath.Join(dir, "gateway.networking.k8s.io_"+kind+".yaml"))
 	}
 	return files
 }

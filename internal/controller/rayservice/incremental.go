@@ -69,27 +69,21 @@ func sharesOf(st *rayv1.RayServiceStatuses) shares {
 }
 
 // nextCapacity is the one capacity change due now, if any: which cluster (pending or active) and its new capacity.
+// The cluster gaining traffic (the pending one, the active one in a rollback) gains capacity; the other loses it.
 func nextCapacity(s shares, maxSurge int32, rollback bool) (pending bool, goal int32, ok bool) {
+	gain, gainTraffic, lose := s.pendingCap, s.pendingTraffic, s.activeCap
 	if rollback {
-		if s.activeCap != s.activeTraffic {
-			return false, 0, false
-		}
-		if s.activeCap+s.pendingCap > 100 {
-			goal = max(0, s.pendingCap-maxSurge)
-			return true, goal, goal != s.pendingCap
-		}
-		goal = min(100, s.activeCap+maxSurge)
-		return false, goal, goal != s.activeCap
+		gain, gainTraffic, lose = s.activeCap, s.activeTraffic, s.pendingCap
 	}
-	if s.pendingCap != s.pendingTraffic {
+	if gain != gainTraffic {
 		return false, 0, false
 	}
-	if s.activeCap+s.pendingCap > 100 {
-		goal = max(0, s.activeCap-maxSurge)
-		return false, goal, goal != s.activeCap
+	if gain+lose > 100 {
+		goal = max(0, lose-maxSurge)
+		return rollback, goal, goal != lose
 	}
-	goal = min(100, s.pendingCap+maxSurge)
-	return true, goal, goal != s.pendingCap
+	goal = min(100, gain+maxSurge)
+	return !rollback, goal, goal != gain
 }
 
 // nextTraffic is the traffic split after this reconcile, and how long until the next step is due when one is

@@ -20,14 +20,10 @@ import (
 
 // incService is a RayService upgraded incrementally: stepSizePercent 20, maxSurgePercent 50, every 30 s.
 func incService() *rayv1.RayService {
-	rs := planService()
-	rs.Spec.RayClusterSpec.EnableInTreeAutoscaling = ptr.To(true)
-	rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{
-		Type: ptr.To(rayv1.NewClusterWithIncrementalUpgrade),
-		ClusterUpgradeOptions: &rayv1.ClusterUpgradeOptions{
-			StepSizePercent: ptr.To[int32](20), MaxSurgePercent: ptr.To[int32](50), IntervalSeconds: ptr.To[int32](30), GatewayClassName: "test-class",
-		},
-	}
+	rs := makeIncrementalService("ns", "svc")
+	rs.UID, rs.Generation = "rs-uid", 1
+	o := rs.Spec.UpgradeStrategy.ClusterUpgradeOptions
+	o.StepSizePercent, o.IntervalSeconds = ptr.To[int32](20), ptr.To[int32](30)
 	return rs
 }
 
@@ -173,7 +169,7 @@ func TestPlanIncrementalUpgradeWalk(t *testing.T) {
 	rs := incService()
 	w := newWorld(t, rs)
 	w.bringUp()
-	if g := w.gateway; g == nil || g.Name != "svc-gateway" || g.Spec.GatewayClassName != "test-class" ||
+	if g := w.gateway; g == nil || g.Name != "svc-gateway" || g.Spec.GatewayClassName != "test-gateway-class" ||
 		len(g.Spec.Listeners) != 1 || g.Spec.Listeners[0].Port != 80 || g.Spec.Listeners[0].Protocol != gwv1.HTTPProtocolType {
 		t.Fatalf("gateway %+v", g)
 	}

@@ -144,71 +144,70 @@ func (r *Reconciler) deleteClusterServeService(ctx context.Context, c *rayv1.Ray
 	return nil
 }
 
+// ownedReasons are the event reasons of one kind's writes.
+type ownedReasons struct{ created, updated, failedCreate, failedUpdate string }
+
 // applyGateway creates the Gateway or brings the fields Manta sets (class, listeners) in line.
 func (r *Reconciler) applyGateway(ctx context.Context, p *plan, desired *gwv1.Gateway) error {
-	existing := &gwv1.Gateway{}
-	err := r.client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
-	if apierrors.IsNotFound(err) {
-		if err := r.client.Create(ctx, desired); err != nil && !apierrors.IsAlreadyExists(err) {
-			p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToCreateGateway, "Create", "Failed to create the Gateway %s/%s: %v", desired.Namespace, desired.Name, err)
-			return fmt.Errorf("create Gateway %s: %w", desired.Name, err)
-		} else if err == nil {
-			p.RelatedEventf(desired, corev1.EventTypeNormal, EventCreatedGateway, "Create", "Created the Gateway %s/%s", desired.Namespace, desired.Name)
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("get Gateway %s: %w", desired.Name, err)
-	}
-	if !controlledAlike(existing, desired) {
-		p.RelatedEventf(existing, corev1.EventTypeWarning, EventFailedToUpdateGateway, "Update", "Failed to update the Gateway %s/%s, it is not controlled by this RayService", existing.Namespace, existing.Name)
-		return fmt.Errorf("gateway %s is not controlled by the RayService", existing.Name)
-	}
-	if gatewayEqual(existing, desired) {
-		return nil
-	}
-	updated := existing.DeepCopy()
-	updated.Spec.GatewayClassName = desired.Spec.GatewayClassName
-	updated.Spec.Listeners = desired.Spec.Listeners
-	if err := r.client.Update(ctx, updated); err != nil {
-		p.RelatedEventf(existing, corev1.EventTypeWarning, EventFailedToUpdateGateway, "Update", "Failed to update the Gateway %s/%s: %v", existing.Namespace, existing.Name, err)
-		return fmt.Errorf("update Gateway %s: %w", existing.Name, err)
-	}
-	p.RelatedEventf(existing, corev1.EventTypeNormal, EventUpdatedGateway, "Update", "Updated the Gateway %s/%s", existing.Namespace, existing.Name)
-	return nil
+	return applyOwned(ctx, r.client, p, desired, &gwv1.Gateway{}, "Gateway",
+		ownedReasons{EventCreatedGateway, EventUpdatedGateway, EventFailedToCreateGateway, EventFailedToUpdateGateway},
+		gatewayEqual, func(existing, desired *gwv1.Gateway) {
+			existing.Spec.GatewayClassName, existing.Spec.Listeners = desired.Spec.GatewayClassName, desired.Spec.Listeners
+		})
 }
 
 // applyRoute creates the HTTPRoute or brings the fields Manta sets (parent, match, backends and weights) in line.
 func (r *Reconciler) applyRoute(ctx context.Context, p *plan, desired *gwv1.HTTPRoute) error {
-	existing := &gwv1.HTTPRoute{}
-	err := r.client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
+	return applyOwned(ctx, r.client, p, desired, &gwv1.HTTPRoute{}, "HTTPRoute",
+		ownedReasons{EventCreatedHTTPRoute, EventUpdatedHTTPRoute, EventFailedToCreateHTTPRoute, EventFailedToUpdateHTTPRoute},
+		routeEqual, func(existing, desired *gwv1.HTTPRoute) {
+			existing.Spec.ParentRefs, existing.Spec.Rules = desired.Spec.ParentRefs, desired.Spec.Rules
+		})
+}
+
+// applyOwned creates desired, or writes what Manta sets (merge) onto the object of its name when that differs
+// (equal); an object of that name the RayService does not control is left alone and reported. existing is an empty
+// object of desired's type to read into.
+func applyOwned[T client.Object](ctx context.Context, c client.Client, p *plan, desired, existing T, kind string, reasons ownedReasons,
+	equal func(a, b T) bool, merge func(existing, desired T)) error {
+	err := c.Get(ctx, client.ObjectKeyFromObject(desired), existing)
 	if apierrors.IsNotFound(err) {
-		if err := r.client.Create(ctx, desired); err != nil {
-			p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToCreateHTTPRoute, "Create", "Failed to create the HTTPRoute %s/%s: %v", desired.Namespace, desired.Name, err)
-			return fmt.Errorf("create HTTPRoute %s: %w", desired.Name, err)
+		if err := c.Create(ctx, desired); apierrors.IsAlreadyExists(err) {
+			// Created by an earlier reconcile the cache has not shown yet: the next one compares.
+			p.Requeue(0)
+			return nil
+		} else if err != nil {
+			p.RelatedEventf(desired, corev1.EventTypeWarning, reasons.failedCreate, "Create", "Failed to create the %s %s/%s: %v", kind, desired.GetNamespace(), desired.GetName(), err)
+			return fmt.Errorf("create %s %s: %w", kind, desired.GetName(), err)
 		}
-		p.RelatedEventf(desired, corev1.EventTypeNormal, EventCreatedHTTPRoute, "Create", "Created the HTTPRoute %s/%s: %s", desired.Namespace, desired.Name, weights(desired))
+		p.RelatedEventf(desired, corev1.EventTypeNormal, reasons.created, "Create", "Created the %s %s/%s%s", kind, desired.GetNamespace(), desired.GetName(), routeNote(desired))
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("get HTTPRoute %s: %w", desired.Name, err)
+		return fmt.Errorf("get %s %s: %w", kind, desired.GetName(), err)
 	}
 	if !controlledAlike(existing, desired) {
-		p.RelatedEventf(existing, corev1.EventTypeWarning, EventFailedToUpdateHTTPRoute, "Update", "Failed to update the HTTPRoute %s/%s, it is not controlled by this RayService", existing.Namespace, existing.Name)
-		return fmt.Errorf("httproute %s is not controlled by the RayService", existing.Name)
+		p.RelatedEventf(existing, corev1.EventTypeWarning, reasons.failedUpdate, "Update", "Failed to update the %s %s/%s, it is not controlled by this RayService", kind, existing.GetNamespace(), existing.GetName())
+		return fmt.Errorf("%s %s is not controlled by the RayService", kind, existing.GetName())
 	}
-	if routeEqual(existing, desired) {
+	if equal(existing, desired) {
 		return nil
 	}
-	updated := existing.DeepCopy()
-	updated.Spec.ParentRefs = desired.Spec.ParentRefs
-	updated.Spec.Rules = desired.Spec.Rules
-	if err := r.client.Update(ctx, updated); err != nil {
-		p.RelatedEventf(existing, corev1.EventTypeWarning, EventFailedToUpdateHTTPRoute, "Update", "Failed to update the HTTPRoute %s/%s: %v", existing.Namespace, existing.Name, err)
-		return fmt.Errorf("update HTTPRoute %s: %w", existing.Name, err)
+	merge(existing, desired)
+	if err := c.Update(ctx, existing); err != nil {
+		p.RelatedEventf(existing, corev1.EventTypeWarning, reasons.failedUpdate, "Update", "Failed to update the %s %s/%s: %v", kind, existing.GetNamespace(), existing.GetName(), err)
+		return fmt.Errorf("update %s %s: %w", kind, existing.GetName(), err)
 	}
-	p.RelatedEventf(existing, corev1.EventTypeNormal, EventUpdatedHTTPRoute, "Update", "Updated the HTTPRoute %s/%s: %s", existing.Namespace, existing.Name, weights(desired))
+	p.RelatedEventf(existing, corev1.EventTypeNormal, reasons.updated, "Update", "Updated the %s %s/%s%s", kind, existing.GetNamespace(), existing.GetName(), routeNote(desired))
 	return nil
+}
+
+// routeNote says where an HTTPRoute sends traffic, for its events.
+func routeNote(o client.Object) string {
+	if r, ok := o.(*gwv1.HTTPRoute); ok {
+		return ": " + weights(r)
+	}
+	return ""
 }
 
 // deleteGatewayObjects deletes the service's HTTPRoute and Gateway.
