@@ -161,7 +161,7 @@ func computePlan(o observed) *plan {
 
 	errs := validate(rs)
 	if incremental(rs) && !o.gatewayAPI {
-		errs = append(errs, field.Invalid(field.NewPath("spec", "upgradeStrategy", "type"), rs.Spec.UpgradeStrategy.Type,
+		errs = append(errs, field.Invalid(field.NewPath("spec", "upgradeStrategy", "type"), upgradeType(rs),
 			"NewClusterWithIncrementalUpgrade needs the Gateway API (gateway.networking.k8s.io/v1 Gateways and HTTPRoutes), which this cluster does not serve"))
 	}
 	if len(errs) > 0 {
