@@ -7,6 +7,7 @@ import (
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
@@ -36,6 +37,10 @@ func addTypes(s *runtime.Scheme) error {
 		return err
 	}
 	if err := spv1alpha1.AddToScheme(s); err != nil {
+		return err
+	}
+	// The Gateway API's Gateways and HTTPRoutes, of RayServices upgraded incrementally.
+	if err := gwv1.AddToScheme(s); err != nil {
 		return err
 	}
 	return mantav1alpha1.AddToScheme(s)

@@ -15,6 +15,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
@@ -287,6 +289,12 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		cacheOpts.ByObject[&cmv1.Issuer{}] = cache.ByObject{Label: svcSel}
 		cacheOpts.ByObject[&cmv1.Certificate{}] = cache.ByObject{Label: svcSel}
 	}
+	// Likewise the Gateways and HTTPRoutes of RayServices' incremental upgrades, where the Gateway API is installed.
+	if gatewayAPIServed(cfg) {
+		rs := labels.SelectorFromSet(labels.Set{rayv1.LabelOriginCRD: builder.KindRayService})
+		cacheOpts.ByObject[&gwv1.Gateway{}] = cache.ByObject{Label: rs}
+		cacheOpts.ByObject[&gwv1.HTTPRoute{}] = cache.ByObject{Label: rs}
+	}
 	if len(opts.WatchNamespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range opts.WatchNamespaces {
@@ -339,6 +347,16 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 
 // certManagerServed says whether the API server serves cert-manager's Certificates (and so its Issuers).
 func certManagerServed(cfg *rest.Config) bool {
+	return kindsServed(cfg, cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind))
+}
+
+// gatewayAPIServed says whether the API server serves the Gateway API's Gateways and HTTPRoutes.
+func gatewayAPIServed(cfg *rest.Config) bool {
+	return kindsServed(cfg, gwv1.SchemeGroupVersion.WithKind("Gateway"), gwv1.SchemeGroupVersion.WithKind("HTTPRoute"))
+}
+
+// kindsServed says whether the API server serves every one of kinds.
+func kindsServed(cfg *rest.Config, kinds ...schema.GroupVersionKind) bool {
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return false
@@ -347,8 +365,12 @@ func certManagerServed(cfg *rest.Config) bool {
 	if err != nil {
 		return false
 	}
-	_, err = mapper.RESTMapping(cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind).GroupKind(), cmv1.SchemeGroupVersion.Version)
-	return err == nil
+	for _, k := range kinds {
+		if _, err := mapper.RESTMapping(k.GroupKind(), k.Version); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // cachedPodSelector selects Ray pods. (The ImagePullJob controller keeps its puller pods in a cache of its own.)

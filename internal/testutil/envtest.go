@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
@@ -48,6 +49,7 @@ func Scheme() (*kruntime.Scheme, error) {
 		cmv1.AddToScheme,
 		volcanov1beta1.AddToScheme,
 		spv1alpha1.AddToScheme,
+		gwv1.AddToScheme,
 		mantav1alpha1.AddToScheme,
 	} {
 		if err := add(s); err != nil {

@@ -61,3 +61,22 @@ const DefaultClusterDeletionDelaySeconds = 60
 
 // AnnotationInitializingTimeout is KubeRay's annotation bounding how long a RayService may take to become Ready.
 const AnnotationInitializingTimeout = "ray.io/initializing-timeout"
+
+// Event reasons of the incremental upgrade (KubeRay's where it has one).
+const (
+	EventCreatedGateway               = "CreatedGateway"
+	EventUpdatedGateway               = "UpdatedGateway"
+	EventFailedToCreateGateway        = "FailedToCreateGateway"
+	EventFailedToUpdateGateway        = "FailedToUpdateGateway"
+	EventDeletedGateway               = "DeletedGateway"
+	EventDeletedHTTPRoute             = "DeletedHTTPRoute"
+	EventCreatedHTTPRoute             = "CreatedHTTPRoute"
+	EventUpdatedHTTPRoute             = "UpdatedHTTPRoute"
+	EventFailedToCreateHTTPRoute      = "FailedToCreateHTTPRoute"
+	EventFailedToUpdateHTTPRoute      = "FailedToUpdateHTTPRoute"
+	EventUpdatedServeTargetCapacity   = "UpdatedServeTargetCapacity"
+	EventFailedToUpdateTargetCapacity = "FailedToUpdateTargetCapacity"
+	EventUpgradeRollbackStarted       = "UpgradeRollbackStarted"
+	EventUpgradeResumed               = "UpgradeResumed"
+	EventUpgradeRolledBack            = "UpgradeRolledBack"
+)

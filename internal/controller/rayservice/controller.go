@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
@@ -64,6 +65,9 @@ type Reconciler struct {
 	services cache.Cache
 	recorder events.EventRecorder
 	opts     Options
+	// gatewayAPI: the API server serves Gateways and HTTPRoutes (found when the controller is set up), so the
+	// incremental upgrade can run.
+	gatewayAPI bool
 	// applied remembers, per RayCluster UID, the Serve config this process applied to which head, until the cached
 	// cluster carries the annotations that record it: a reconcile reading the cluster from a cache that has not
 	// seen the patch yet, or after the patch failed, does not send the same config again.
@@ -124,15 +128,37 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(r.services); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayService{}).
 		Owns(&rayv1.RayCluster{}).
 		WatchesRawSource(source.Kind(r.services, &corev1.Service{},
 			handler.TypedEnqueueRequestForOwner[*corev1.Service](mgr.GetScheme(), mgr.GetRESTMapper(), &rayv1.RayService{}, handler.OnlyControllerOwner()))).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.serviceOfPod)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.serviceOfPod))
+	// Gateways and HTTPRoutes are watched only where the Gateway API is installed (a watch of a kind the API server
+	// does not serve would stop the manager); elsewhere an incremental upgrade is refused.
+	r.gatewayAPI = gatewayAPIServed(mgr)
+	if r.gatewayAPI {
+		b = b.Owns(&gwv1.Gateway{}).Owns(&gwv1.HTTPRoute{})
+	}
+	return b.
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
 		Named("rayservice").
 		Complete(r)
+}
+
+// gatewayAPIServed says whether the scheme knows and the API server serves gateway.networking.k8s.io/v1 Gateways
+// and HTTPRoutes.
+func gatewayAPIServed(mgr ctrl.Manager) bool {
+	for _, kind := range []string{"Gateway", "HTTPRoute"} {
+		gvk := gwv1.SchemeGroupVersion.WithKind(kind)
+		if !mgr.GetScheme().Recognizes(gvk) {
+			return false
+		}
+		if _, err := mgr.GetRESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // serviceOfPod maps a Ray pod to the RayService that controls its cluster.
@@ -163,6 +189,8 @@ func (r *Reconciler) serviceOfPod(ctx context.Context, o client.Object) []reconc
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gateways,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;delete
 
 // Reconcile is thin: read, skip what is not ours, handle deletion, observe, plan, write, write the status once,
 // then record the events.

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -73,42 +74,7 @@ type env struct {
 // fakeRay, and walks the RayService state machine: each subtest in its own namespace.
 func TestController(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-
-	scheme, err := testutil.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	podReq, _ := labels.NewRequirement(rayv1.LabelNodeType, selection.Exists, nil)
-	svcReq, _ := labels.NewRequirement(rayv1.LabelCluster, selection.Exists, nil)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:     {Label: labels.NewSelector().Add(*podReq)},
-			&corev1.Service{}: {Label: labels.NewSelector().Add(*svcReq)},
-		}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := raycluster.NewReconciler(mgr, raycluster.Options{MaxConcurrentReconciles: 4}).SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	fr := newFakeRay()
-	r, err := NewReconciler(mgr, Options{RayClients: fr, MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
+	fr := startControllers(t, cfg, Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond})
 	e := &env{cl: cl, ray: fr}
 
 	t.Run("group", func(t *testing.T) {
@@ -137,6 +103,48 @@ func TestController(t *testing.T) {
 			})
 		}
 	})
+}
+
+// startControllers runs the RayCluster controller and the RayService controller (opts, with fakeRay for Ray) on
+// the envtest control plane at cfg, until t ends.
+func startControllers(t *testing.T, cfg *rest.Config, opts Options) *fakeRay {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	podReq, _ := labels.NewRequirement(rayv1.LabelNodeType, selection.Exists, nil)
+	svcReq, _ := labels.NewRequirement(rayv1.LabelCluster, selection.Exists, nil)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:  scheme,
+		Metrics: metricsserver.Options{BindAddress: "0"},
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:     {Label: labels.NewSelector().Add(*podReq)},
+			&corev1.Service{}: {Label: labels.NewSelector().Add(*svcReq)},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raycluster.NewReconciler(mgr, raycluster.Options{MaxConcurrentReconciles: 4}).SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	fr := newFakeRay()
+	opts.RayClients = fr
+	r, err := NewReconciler(mgr, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	return fr
 }
 
 func (e *env) namespace(t *testing.T) string {
@@ -692,20 +700,21 @@ func testUpgradeStrategyNone(t *testing.T, e *env) {
 	})
 }
 
+// Where the Gateway API is not installed (this control plane serves no Gateways), an incremental upgrade cannot run:
+// the RayService is refused, naming the field, and no cluster is created.
 func testIncrementalRefused(t *testing.T, e *env) {
 	ns := e.namespace(t)
-	rs := makeService(ns, "svc")
-	rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{Type: ptr.To(rayv1.NewClusterWithIncrementalUpgrade)}
+	rs := makeIncrementalService(ns, "svc")
 	if err := e.cl.Create(context.Background(), rs); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "refused, naming the field", func() (bool, string) {
 		got := e.get(t, rs)
-		r, u := cond(got, rayv1.RayServiceReady), cond(got, ConditionUnsupportedFeature)
-		return r.Reason == string(rayv1.RayServiceValidationFailed) && strings.Contains(r.Message, "NewClusterWithIncrementalUpgrade") &&
-			u.Status == metav1.ConditionTrue && strings.Contains(u.Message, "spec.upgradeStrategy.type"), fmt.Sprintf("Ready %+v, UnsupportedFeature %+v", r, u)
+		r := cond(got, rayv1.RayServiceReady)
+		return r.Reason == string(rayv1.RayServiceValidationFailed) && strings.Contains(r.Message, "spec.upgradeStrategy.type") &&
+			strings.Contains(r.Message, "Gateway API"), fmt.Sprintf("Ready %+v", r)
 	})
-	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, EventUnsupportedFeature) })
+	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, EventInvalidRayServiceSpec) })
 	var list rayv1.RayClusterList
 	if err := e.cl.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)

@@ -6,10 +6,12 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
@@ -38,10 +40,16 @@ func (r *Reconciler) ownedClusters(ctx context.Context, rs *rayv1.RayService) ([
 // observe reads the service's clusters and their pods from the cache, and asks each ready head for its Serve
 // applications and each running pod's Serve proxy for its health.
 func (r *Reconciler) observe(ctx context.Context, rs *rayv1.RayService) (observed, error) {
-	o := observed{rs: rs, now: r.opts.Now(), newName: func() string { return builder.ChildClusterName(rs.Name, r.opts.Rand) }, noZeroDowntime: r.opts.NoZeroDowntime}
+	o := observed{rs: rs, now: r.opts.Now(), newName: func() string { return builder.ChildClusterName(rs.Name, r.opts.Rand) }, noZeroDowntime: r.opts.NoZeroDowntime,
+		gatewayAPI: r.gatewayAPI}
 	var err error
 	if o.clusters, err = r.ownedClusters(ctx, rs); err != nil {
 		return o, err
+	}
+	if incremental(rs) && r.gatewayAPI {
+		if o.gateway, o.route, err = r.gatewayObjects(ctx, rs); err != nil {
+			return o, err
+		}
 	}
 	if rs.Spec.Suspend || len(validate(rs)) > 0 {
 		return o, nil
@@ -159,4 +167,22 @@ func servePort(c *rayv1.RayCluster) int32 {
 		}
 	}
 	return ray.DefaultServePort
+}
+
+// gatewayObjects reads the service's Gateway and HTTPRoute; nil when absent.
+func (r *Reconciler) gatewayObjects(ctx context.Context, rs *rayv1.RayService) (*gwv1.Gateway, *gwv1.HTTPRoute, error) {
+	g, route := &gwv1.Gateway{}, &gwv1.HTTPRoute{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: rs.Namespace, Name: GatewayName(rs)}, g); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("get Gateway %s: %w", GatewayName(rs), err)
+		}
+		g = nil
+	}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: rs.Namespace, Name: HTTPRouteName(rs)}, route); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil, nil, fmt.Errorf("get HTTPRoute %s: %w", HTTPRouteName(rs), err)
+		}
+		route = nil
+	}
+	return g, route, nil
 }

@@ -11,7 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	"sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -53,6 +55,11 @@ type observed struct {
 	newName func() string
 	// noZeroDowntime: Options.NoZeroDowntime.
 	noZeroDowntime bool
+	// gatewayAPI: the API server serves the Gateway API's Gateways and HTTPRoutes. gateway and route are the
+	// service's (nil when absent or not looked up).
+	gatewayAPI bool
+	gateway    *gwv1.Gateway
+	route      *gwv1.HTTPRoute
 }
 
 // serveApply is one PUT of the Serve config to a cluster, followed by recording the hash on the cluster.
@@ -61,6 +68,10 @@ type serveApply struct {
 	config  string
 	hash    string
 	headID  string
+	// capacity: the config carries a new Serve target capacity; revert takes it out of the status if Ray did not
+	// take it.
+	capacity bool
+	revert   func(*rayv1.RayServiceStatuses)
 }
 
 // podLabel sets ray.io/serve on a pod.
@@ -90,7 +101,14 @@ type plan struct {
 	// recordApplied are clusters whose applied-config annotations are still to be written (recordUnwritten).
 	recordApplied []*rayv1.RayCluster
 	services      []*corev1.Service
-	podLabels     []podLabel
+	// gateway and route are the incremental upgrade's Gateway and HTTPRoute; routeRevert takes the traffic change
+	// out of the status if the route could not be written.
+	gateway     *gwv1.Gateway
+	route       *gwv1.HTTPRoute
+	routeRevert func(*rayv1.RayServiceStatuses)
+	// deleteGatewayOf is the service whose Gateway and HTTPRoute go (it is suspended).
+	deleteGatewayOf *rayv1.RayService
+	podLabels       []podLabel
 	// written holds, by cluster name, the event reporting a cluster update or deletion; the writer records it once
 	// that write succeeded.
 	written map[string]reconcile.Event
@@ -141,7 +159,12 @@ func computePlan(o observed) *plan {
 		meta.RemoveStatusCondition(&st.Conditions, ConditionUnsupportedFeature)
 	}
 
-	if errs := validate(rs); len(errs) > 0 {
+	errs := validate(rs)
+	if incremental(rs) && !o.gatewayAPI {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "upgradeStrategy", "type"), upgradeType(rs),
+			"NewClusterWithIncrementalUpgrade needs the Gateway API (gateway.networking.k8s.io/v1 Gateways and HTTPRoutes), which this cluster does not serve"))
+	}
+	if len(errs) > 0 {
 		msg := validation.Message(errs)
 		if oldReady == nil || oldReady.Reason != string(rayv1.RayServiceValidationFailed) || oldReady.Message != msg {
 			p.StatusEventf(corev1.EventTypeWarning, EventInvalidRayServiceSpec, "Validate", "The RayService spec is invalid %s/%s: %s", rs.Namespace, rs.Name, msg)
@@ -152,6 +175,10 @@ func computePlan(o observed) *plan {
 	}
 	if rs.Spec.Suspend {
 		planSuspend(o, p, setCond)
+		// KubeRay removes the incremental upgrade's Gateway and HTTPRoute with the clusters.
+		if o.gateway != nil || o.route != nil {
+			p.deleteGatewayOf = rs
+		}
 		return p
 	}
 	if meta.IsStatusConditionTrue(rs.Status.Conditions, string(rayv1.RayServiceSuspended)) ||
@@ -178,6 +205,17 @@ func computePlan(o observed) *plan {
 		strategy = rayv1.RayServiceUpgradeNone
 	}
 
+	inc := incremental(rs)
+	// An incremental upgrade in progress: both clusters serve a share of the traffic.
+	upgrading := inc && active != nil && pending != nil && pending.cluster != nil &&
+		meta.IsStatusConditionTrue(rs.Status.Conditions, string(rayv1.UpgradeInProgress))
+	rollback := false
+	if upgrading {
+		rollback = planRollbackState(p, active, pending, spec, setCond)
+	} else if pending == nil {
+		meta.RemoveStatusCondition(&st.Conditions, string(rayv1.RollbackInProgress))
+	}
+
 	needPending := active == nil
 	if active != nil {
 		switch updated, action := clusterAction(active.cluster, spec); action {
@@ -188,9 +226,12 @@ func computePlan(o observed) *plan {
 			needPending = strategy != rayv1.RayServiceUpgradeNone
 		}
 	}
-	if needPending {
+	switch {
+	case rollback:
+		// The pending cluster keeps serving its share until the traffic is back.
+	case needPending:
 		pending = planPending(o, p, pending, spec)
-	} else if pending != nil {
+	case pending != nil:
 		// The spec no longer needs a new cluster (it went back, or the strategy is None): drop the pending one.
 		if pending.cluster != nil && pending.cluster.DeletionTimestamp == nil {
 			p.deleteClusters = append(p.deleteClusters, pending.cluster)
@@ -200,18 +241,38 @@ func computePlan(o observed) *plan {
 		pending = nil
 	}
 
-	configHash := builder.ServeConfigHash(rs.Spec.ServeConfigV2)
+	var capacityTo string
+	var capacityRevert func(*rayv1.RayServiceStatuses)
+	if inc {
+		initCapacity(st, active != nil)
+		if upgrading {
+			capacityTo, capacityRevert = planCapacity(o, p, active, pending, rollback)
+		}
+	}
+	configOf := func(c *clusterObs) string {
+		if c == active {
+			return serveConfigFor(rs, st.ActiveServiceStatus.TargetCapacity)
+		}
+		return serveConfigFor(rs, st.PendingServiceStatus.TargetCapacity)
+	}
+
 	appliedNow := map[string]bool{}
 	for _, c := range []*clusterObs{active, pending} {
 		if c == nil || c.cluster == nil || !c.headReady || rs.Spec.ServeConfigV2 == "" {
 			continue
 		}
+		config := configOf(c)
+		configHash := builder.ServeConfigHash(config)
 		id := headID(c.head)
 		// Ray reporting no application at all for a config that has some means it lost them (a GCS restart the pod
 		// status does not show): the config is sent again. The PUT is declarative, so a spare one is harmless.
 		lost := c.details != nil && len(c.details.Applications) == 0 && len(configuredApps(rs.Spec.ServeConfigV2)) > 0
 		if lost || c.cluster.Annotations[builder.AnnotationServeConfigHash] != configHash || c.cluster.Annotations[builder.AnnotationServeConfigHead] != id {
-			p.apply = append(p.apply, serveApply{cluster: c.cluster, config: rs.Spec.ServeConfigV2, hash: configHash, headID: id})
+			a := serveApply{cluster: c.cluster, config: config, hash: configHash, headID: id}
+			if c.cluster.Name == capacityTo {
+				a.capacity, a.revert = true, capacityRevert
+			}
+			p.apply = append(p.apply, a)
 			appliedNow[c.cluster.Name] = true
 		} else if c.recordUnwritten {
 			p.recordApplied = append(p.recordApplied, c.cluster)
@@ -226,7 +287,9 @@ func computePlan(o observed) *plan {
 		// During an upgrade, traffic moves only to a cluster that already has a serve endpoint (a Ready pod labelled
 		// ray.io/serve=true): switched earlier, the Service has none until the head's label, written after the
 		// Service, or a worker's readiness arrives, and requests fail in between.
-		if pending.cluster != nil && !appliedNow[pending.cluster.Name] && ready(rs, pending, configHash) && (active == nil || serveEndpoints(pending) > 0) {
+		// During an incremental upgrade traffic moves by the HTTPRoute's weights instead (planTraffic).
+		if (!inc || active == nil) && pending.cluster != nil && !appliedNow[pending.cluster.Name] &&
+			ready(rs, pending, builder.ServeConfigHash(configOf(pending))) && (active == nil || serveEndpoints(pending) > 0) {
 			if active != nil {
 				p.StatusEventf(corev1.EventTypeNormal, EventPromotedPendingCluster, "Upgrade", "switched traffic from RayCluster %s to RayCluster %s: all Serve applications are RUNNING", active.cluster.Name, pending.cluster.Name)
 			} else {
@@ -238,10 +301,30 @@ func computePlan(o observed) *plan {
 		}
 	}
 
+	if inc {
+		p.gateway = desiredGateway(rs)
+		if active != nil {
+			pendingReady := pending != nil && pending.cluster != nil && !appliedNow[pending.cluster.Name] &&
+				ready(rs, pending, builder.ServeConfigHash(configOf(pending)))
+			active, pending = planTraffic(o, p, active, pending, upgrading && capacityTo == "", rollback, pendingReady)
+		}
+	}
+
 	if active != nil {
-		p.services = []*corev1.Service{builder.RayServiceHeadService(rs, active.cluster), builder.RayServiceServeService(rs, active.cluster)}
+		if inc {
+			p.services = []*corev1.Service{builder.RayServiceHeadService(rs, active.cluster), clusterServeService(rs, active.cluster)}
+			if pending != nil && pending.cluster != nil {
+				p.services = append(p.services, clusterServeService(rs, pending.cluster))
+			}
+		} else {
+			p.services = []*corev1.Service{builder.RayServiceHeadService(rs, active.cluster), builder.RayServiceServeService(rs, active.cluster)}
+		}
 	}
 	st.NumServeEndpoints = planServeLabels(rs, p, active, pending)
+	if inc && pending != nil && pending.cluster != nil {
+		// Both clusters serve during an incremental upgrade.
+		st.NumServeEndpoints += int32(serveEndpoints(pending))
+	}
 	planOldClusters(o, p, active, pending)
 
 	switch {

@@ -243,7 +243,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		"bad config": {func(rs *rayv1.RayService) { rs.Spec.ServeConfigV2 = "- a list" }, "spec.serveConfigV2"},
 		"incremental": {func(rs *rayv1.RayService) {
 			rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{Type: ptr.To(rayv1.NewClusterWithIncrementalUpgrade)}
-		}, "spec.upgradeStrategy.type"},
+		}, "spec.upgradeStrategy.clusterUpgradeOptions: required"},
 		"options": {func(rs *rayv1.RayService) {
 			rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{ClusterUpgradeOptions: &rayv1.ClusterUpgradeOptions{}}
 		}, "spec.upgradeStrategy.clusterUpgradeOptions"},

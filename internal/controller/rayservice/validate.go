@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
@@ -37,8 +38,7 @@ func validate(rs *rayv1.RayService) field.ErrorList {
 	if u := rs.Spec.UpgradeStrategy; u != nil {
 		t := upgradeType(rs)
 		if t == rayv1.NewClusterWithIncrementalUpgrade {
-			errs = append(errs, &field.Error{Type: field.ErrorTypeNotSupported, Field: spec.Child("upgradeStrategy", "type").String(), BadValue: t,
-				Detail: "NewClusterWithIncrementalUpgrade is not supported by Manta yet; use NewCluster or None"})
+			errs = append(errs, validateIncremental(rs, spec.Child("upgradeStrategy"))...)
 		} else if u.ClusterUpgradeOptions != nil {
 			errs = append(errs, field.Forbidden(spec.Child("upgradeStrategy", "clusterUpgradeOptions"), fmt.Sprintf("only used with NewClusterWithIncrementalUpgrade, not %s", t)))
 		}
@@ -78,9 +78,6 @@ func validate(rs *rayv1.RayService) field.ErrorList {
 // reconciled without them; the UnsupportedFeature condition and an event name them.
 func unsupportedFields(rs *rayv1.RayService) []string {
 	var out []string
-	if upgradeType(rs) == rayv1.NewClusterWithIncrementalUpgrade {
-		out = append(out, "spec.upgradeStrategy.type=NewClusterWithIncrementalUpgrade")
-	}
 	if rs.Spec.ServiceUnhealthySecondThreshold != nil {
 		out = append(out, "spec.serviceUnhealthySecondThreshold (deprecated: no effect, as in KubeRay)")
 	}
@@ -94,6 +91,44 @@ func unsupportedFields(rs *rayv1.RayService) []string {
 		out = append(out, f)
 	}
 	return out
+}
+
+// validateIncremental checks what KubeRay checks of an incremental upgrade: the autoscaler (Serve's target
+// capacity moves replicas), and options that can make progress.
+func validateIncremental(rs *rayv1.RayService, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	o := rs.Spec.UpgradeStrategy.ClusterUpgradeOptions
+	opts := path.Child("clusterUpgradeOptions")
+	if o == nil {
+		errs = append(errs, field.Required(opts, "required for NewClusterWithIncrementalUpgrade"))
+		o = &rayv1.ClusterUpgradeOptions{StepSizePercent: ptr.To[int32](0), IntervalSeconds: ptr.To[int32](1), GatewayClassName: "-"}
+	}
+	maxSurge := ptr.Deref(o.MaxSurgePercent, 100)
+	if maxSurge < 0 || maxSurge > 100 {
+		errs = append(errs, field.Invalid(opts.Child("maxSurgePercent"), maxSurge, "must be between 0 and 100"))
+	}
+	switch {
+	case o.StepSizePercent == nil:
+		errs = append(errs, field.Required(opts.Child("stepSizePercent"), "required for NewClusterWithIncrementalUpgrade"))
+	case *o.StepSizePercent < 0 || *o.StepSizePercent > 100:
+		errs = append(errs, field.Invalid(opts.Child("stepSizePercent"), *o.StepSizePercent, "must be between 0 and 100"))
+	case *o.StepSizePercent > maxSurge:
+		errs = append(errs, field.Invalid(opts.Child("stepSizePercent"), *o.StepSizePercent,
+			fmt.Sprintf("must be less than or equal to maxSurgePercent (%d)", maxSurge)))
+	}
+	if o.IntervalSeconds == nil {
+		errs = append(errs, field.Required(opts.Child("intervalSeconds"), "required for NewClusterWithIncrementalUpgrade"))
+	} else if *o.IntervalSeconds <= 0 {
+		errs = append(errs, field.Invalid(opts.Child("intervalSeconds"), *o.IntervalSeconds, "must be greater than 0"))
+	}
+	if o.GatewayClassName == "" {
+		errs = append(errs, field.Required(opts.Child("gatewayClassName"), "required for NewClusterWithIncrementalUpgrade"))
+	}
+	if !ptr.Deref(rs.Spec.RayClusterSpec.EnableInTreeAutoscaling, false) {
+		errs = append(errs, field.Required(field.NewPath("spec", "rayClusterConfig", "enableInTreeAutoscaling"),
+			"NewClusterWithIncrementalUpgrade needs the Ray autoscaler"))
+	}
+	return errs
 }
 
 func unsupportedMessage(fields []string) string {

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
@@ -40,10 +43,17 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 	for _, a := range p.apply {
 		if err := r.applyServeConfig(ctx, a); err != nil {
 			p.RelatedEventf(a.cluster, corev1.EventTypeWarning, EventFailedToUpdateServeApplications, "ApplyServeConfig", "Failed to update serve applications to the RayCluster %s/%s: %v", a.cluster.Namespace, a.cluster.Name, err)
+			if a.capacity {
+				a.revert(&p.status)
+				p.RelatedEventf(a.cluster, corev1.EventTypeWarning, EventFailedToUpdateTargetCapacity, "ApplyServeConfig", "Failed to update target_capacity of serve applications to the RayCluster %s/%s: %v", a.cluster.Namespace, a.cluster.Name, err)
+			}
 			p.Requeue(0)
 			continue
 		}
 		p.RelatedEventf(a.cluster, corev1.EventTypeNormal, EventUpdatedServeApplications, "ApplyServeConfig", "Updated serve applications to the RayCluster %s/%s", a.cluster.Namespace, a.cluster.Name)
+		if a.capacity {
+			p.RelatedEventf(a.cluster, corev1.EventTypeNormal, EventUpdatedServeTargetCapacity, "ApplyServeConfig", "Updated target_capacity of serve applications to the RayCluster %s/%s", a.cluster.Namespace, a.cluster.Name)
+		}
 	}
 	for _, c := range p.recordApplied {
 		if err := r.recordApplied(ctx, c); err != nil {
@@ -52,6 +62,17 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 	}
 	for _, svc := range p.services {
 		if err := r.applyService(ctx, p, svc); err != nil {
+			return err
+		}
+	}
+	if p.gateway != nil {
+		if err := r.applyGateway(ctx, p, p.gateway); err != nil {
+			return err
+		}
+	}
+	if p.route != nil {
+		if err := r.applyRoute(ctx, p, p.route); err != nil {
+			p.routeRevert(&p.status)
 			return err
 		}
 	}
@@ -88,6 +109,11 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 			return fmt.Errorf("annotate RayCluster %s: %w", a.cluster.Name, err)
 		}
 	}
+	if p.deleteGatewayOf != nil {
+		if err := r.deleteGatewayObjects(ctx, p, p.deleteGatewayOf); err != nil {
+			return err
+		}
+	}
 	for _, c := range p.deleteClusters {
 		if err := r.client.Delete(ctx, c, client.Preconditions{UID: &c.UID}); err != nil && !apierrors.IsNotFound(err) {
 			p.RelatedEventf(c, corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "Failed to delete the RayCluster %s/%s: %v", c.Namespace, c.Name, err)
@@ -95,8 +121,185 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 		}
 		r.applied.Delete(c.UID)
 		p.recordWritten(c.Name)
+		if err := r.deleteClusterServeService(ctx, c); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// deleteClusterServeService deletes the <cluster>-serve-svc an incremental upgrade made for a cluster that goes.
+func (r *Reconciler) deleteClusterServeService(ctx context.Context, c *rayv1.RayCluster) error {
+	owner := metav1.GetControllerOf(c)
+	svc := &corev1.Service{}
+	if err := r.services.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: builder.ServeServiceName(c)}, svc); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if ref := metav1.GetControllerOf(svc); owner == nil || ref == nil || ref.UID != owner.UID || svc.DeletionTimestamp != nil {
+		return nil
+	}
+	if err := r.client.Delete(ctx, svc, client.Preconditions{UID: &svc.UID}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete Service %s: %w", svc.Name, err)
+	}
+	return nil
+}
+
+// ownedReasons are the event reasons of one kind's writes.
+type ownedReasons struct{ created, updated, failedCreate, failedUpdate string }
+
+// applyGateway creates the Gateway or brings the fields Manta sets (class, listeners) in line.
+func (r *Reconciler) applyGateway(ctx context.Context, p *plan, desired *gwv1.Gateway) error {
+	return applyOwned(ctx, r.client, p, desired, &gwv1.Gateway{}, "Gateway",
+		ownedReasons{EventCreatedGateway, EventUpdatedGateway, EventFailedToCreateGateway, EventFailedToUpdateGateway},
+		gatewayEqual, func(existing, desired *gwv1.Gateway) {
+			existing.Spec.GatewayClassName, existing.Spec.Listeners = desired.Spec.GatewayClassName, desired.Spec.Listeners
+		})
+}
+
+// applyRoute creates the HTTPRoute or brings the fields Manta sets (parent, match, backends and weights) in line.
+func (r *Reconciler) applyRoute(ctx context.Context, p *plan, desired *gwv1.HTTPRoute) error {
+	return applyOwned(ctx, r.client, p, desired, &gwv1.HTTPRoute{}, "HTTPRoute",
+		ownedReasons{EventCreatedHTTPRoute, EventUpdatedHTTPRoute, EventFailedToCreateHTTPRoute, EventFailedToUpdateHTTPRoute},
+		routeEqual, func(existing, desired *gwv1.HTTPRoute) {
+			existing.Spec.ParentRefs, existing.Spec.Rules = desired.Spec.ParentRefs, desired.Spec.Rules
+		})
+}
+
+// applyOwned creates desired, or writes what Manta sets (merge) onto the object of its name when that differs
+// (equal); an object of that name the RayService does not control is left alone and reported. existing is an empty
+// object of desired's type to read into.
+func applyOwned[T client.Object](ctx context.Context, c client.Client, p *plan, desired, existing T, kind string, reasons ownedReasons,
+	equal func(a, b T) bool, merge func(existing, desired T)) error {
+	err := c.Get(ctx, client.ObjectKeyFromObject(desired), existing)
+	if apierrors.IsNotFound(err) {
+		if err := c.Create(ctx, desired); apierrors.IsAlreadyExists(err) {
+			// Created by an earlier reconcile the cache has not shown yet: the next one compares.
+			p.Requeue(0)
+			return nil
+		} else if err != nil {
+			p.RelatedEventf(desired, corev1.EventTypeWarning, reasons.failedCreate, "Create", "Failed to create the %s %s/%s: %v", kind, desired.GetNamespace(), desired.GetName(), err)
+			return fmt.Errorf("create %s %s: %w", kind, desired.GetName(), err)
+		}
+		p.RelatedEventf(desired, corev1.EventTypeNormal, reasons.created, "Create", "Created the %s %s/%s%s", kind, desired.GetNamespace(), desired.GetName(), routeNote(desired))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get %s %s: %w", kind, desired.GetName(), err)
+	}
+	if !controlledAlike(existing, desired) {
+		p.RelatedEventf(existing, corev1.EventTypeWarning, reasons.failedUpdate, "Update", "Failed to update the %s %s/%s, it is not controlled by this RayService", kind, existing.GetNamespace(), existing.GetName())
+		return fmt.Errorf("%s %s is not controlled by the RayService", kind, existing.GetName())
+	}
+	if equal(existing, desired) {
+		return nil
+	}
+	merge(existing, desired)
+	if err := c.Update(ctx, existing); err != nil {
+		p.RelatedEventf(existing, corev1.EventTypeWarning, reasons.failedUpdate, "Update", "Failed to update the %s %s/%s: %v", kind, existing.GetNamespace(), existing.GetName(), err)
+		return fmt.Errorf("update %s %s: %w", kind, existing.GetName(), err)
+	}
+	p.RelatedEventf(existing, corev1.EventTypeNormal, reasons.updated, "Update", "Updated the %s %s/%s%s", kind, existing.GetNamespace(), existing.GetName(), routeNote(desired))
+	return nil
+}
+
+// routeNote says where an HTTPRoute sends traffic, for its events.
+func routeNote(o client.Object) string {
+	if r, ok := o.(*gwv1.HTTPRoute); ok {
+		return ": " + weights(r)
+	}
+	return ""
+}
+
+// deleteGatewayObjects deletes the service's HTTPRoute and Gateway.
+func (r *Reconciler) deleteGatewayObjects(ctx context.Context, p *plan, rs *rayv1.RayService) error {
+	for _, d := range []struct {
+		o      client.Object
+		reason string
+	}{
+		{&gwv1.HTTPRoute{ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: HTTPRouteName(rs)}}, EventDeletedHTTPRoute},
+		{&gwv1.Gateway{ObjectMeta: metav1.ObjectMeta{Namespace: rs.Namespace, Name: GatewayName(rs)}}, EventDeletedGateway},
+	} {
+		o := d.o
+		if err := r.client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("get %s: %w", o.GetName(), err)
+		}
+		if !metav1.IsControlledBy(o, rs) || o.GetDeletionTimestamp() != nil {
+			continue
+		}
+		uid := o.GetUID()
+		if err := r.client.Delete(ctx, o, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("delete %s: %w", o.GetName(), err)
+		}
+		p.RelatedEventf(o, corev1.EventTypeNormal, d.reason, "Suspend", "Deleted %s/%s: the RayService is suspended", o.GetNamespace(), o.GetName())
+	}
+	return nil
+}
+
+// controlledAlike: existing has the controller desired names.
+func controlledAlike(existing, desired metav1.Object) bool {
+	ref, want := metav1.GetControllerOf(existing), metav1.GetControllerOf(desired)
+	return ref != nil && want != nil && ref.UID == want.UID
+}
+
+// gatewayEqual compares what Manta sets on a Gateway; the API server and the Gateway implementation default the rest.
+func gatewayEqual(a, b *gwv1.Gateway) bool {
+	if a.Spec.GatewayClassName != b.Spec.GatewayClassName || len(a.Spec.Listeners) != len(b.Spec.Listeners) {
+		return false
+	}
+	for i := range a.Spec.Listeners {
+		x, y := a.Spec.Listeners[i], b.Spec.Listeners[i]
+		if x.Name != y.Name || x.Protocol != y.Protocol || x.Port != y.Port {
+			return false
+		}
+	}
+	return true
+}
+
+// routeEqual compares what Manta sets on an HTTPRoute.
+func routeEqual(a, b *gwv1.HTTPRoute) bool {
+	if len(a.Spec.ParentRefs) != len(b.Spec.ParentRefs) || len(a.Spec.Rules) != len(b.Spec.Rules) {
+		return false
+	}
+	for i := range a.Spec.ParentRefs {
+		x, y := a.Spec.ParentRefs[i], b.Spec.ParentRefs[i]
+		if x.Name != y.Name || ptr.Deref(x.Namespace, "") != ptr.Deref(y.Namespace, "") {
+			return false
+		}
+	}
+	for i := range a.Spec.Rules {
+		x, y := a.Spec.Rules[i], b.Spec.Rules[i]
+		if len(x.Matches) != len(y.Matches) || len(x.BackendRefs) != len(y.BackendRefs) {
+			return false
+		}
+		for j := range x.Matches {
+			m, n := x.Matches[j].Path, y.Matches[j].Path
+			if (m == nil) != (n == nil) || (m != nil && (ptr.Deref(m.Type, "") != ptr.Deref(n.Type, "") || ptr.Deref(m.Value, "") != ptr.Deref(n.Value, ""))) {
+				return false
+			}
+		}
+		for j := range x.BackendRefs {
+			m, n := x.BackendRefs[j], y.BackendRefs[j]
+			if m.Name != n.Name || ptr.Deref(m.Namespace, "") != ptr.Deref(n.Namespace, "") ||
+				ptr.Deref(m.Port, 0) != ptr.Deref(n.Port, 0) || ptr.Deref(m.Weight, 1) != ptr.Deref(n.Weight, 1) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// weights says where the route sends traffic, for events.
+func weights(r *gwv1.HTTPRoute) string {
+	var parts []string
+	for _, rule := range r.Spec.Rules {
+		for _, b := range rule.BackendRefs {
+			parts = append(parts, fmt.Sprintf("%s %d%%", b.Name, ptr.Deref(b.Weight, 1)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // applyServeConfig sends the config to the cluster's head, then records on the cluster what was applied to which
