@@ -40,7 +40,7 @@ func addTypes(s *runtime.Scheme) error {
 		return err
 	}
 	// The Gateway API's Gateways and HTTPRoutes, of RayServices upgraded incrementally.
-	if err := gwv1.AddToScheme(s); err != nil {
+	if err := gwv1.Install(s); err != nil {
 		return err
 	}
 	return mantav1alpha1.AddToScheme(s)

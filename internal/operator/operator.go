@@ -352,7 +352,7 @@ func certManagerServed(cfg *rest.Config) bool {
 
 // gatewayAPIServed says whether the API server serves the Gateway API's Gateways and HTTPRoutes.
 func gatewayAPIServed(cfg *rest.Config) bool {
-	return kindsServed(cfg, gwv1.SchemeGroupVersion.WithKind("Gateway"), gwv1.SchemeGroupVersion.WithKind("HTTPRoute"))
+	return kindsServed(cfg, schema.GroupVersionKind{Group: gwv1.GroupVersion.Group, Version: gwv1.GroupVersion.Version, Kind: "Gateway"}, schema.GroupVersionKind{Group: gwv1.GroupVersion.Group, Version: gwv1.GroupVersion.Version, Kind: "HTTPRoute"})
 }
 
 // kindsServed says whether the API server serves every one of kinds.

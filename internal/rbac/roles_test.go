@@ -266,6 +266,8 @@ var mainRoles = map[string]map[string]used{
 		"networking.k8s.io/networkpolicies":      {"create delete get list update watch", `networkingv1\.NetworkPolicy\b`}, // spec.networkPolicy (networkpolicy.go)
 		"scheduling.volcano.sh/podgroups":        {"create get list update watch", `volcanov1beta1\.PodGroup\b`},           // --batch-scheduler=volcano, gang kept in line (podgroup.go)
 		"scheduling.x-k8s.io/podgroups":          {"create get list watch", `spv1alpha1\.PodGroup\b`},                      // --batch-scheduler=scheduler-plugins, made once (podgroup.go)
+		"gateway.networking.k8s.io/gateways":     {"create delete get list update watch", `gwv1\.Gateway\b`},               // NewClusterWithIncrementalUpgrade (incremental.go, write.go)
+		"gateway.networking.k8s.io/httproutes":   {"create delete get list update watch", `gwv1\.HTTPRoute\b`},             // traffic weights moved by the upgrade
 		"manta.dev/imagepulljobs":                {"create delete get list patch update watch", `ImagePullJob\b`},
 		"manta.dev/imagepulljobs/status":         {"get patch update", `Status\(\)\.(Update|Patch)`},
 		"ray.io/rayclusters":                     {"create delete get list patch update watch", `rayv1\.RayCluster\b`},

@@ -49,7 +49,7 @@ func Scheme() (*kruntime.Scheme, error) {
 		cmv1.AddToScheme,
 		volcanov1beta1.AddToScheme,
 		spv1alpha1.AddToScheme,
-		gwv1.AddToScheme,
+		gwv1.Install,
 		mantav1alpha1.AddToScheme,
 	} {
 		if err := add(s); err != nil {

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
@@ -150,7 +151,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // and HTTPRoutes.
 func gatewayAPIServed(mgr ctrl.Manager) bool {
 	for _, kind := range []string{"Gateway", "HTTPRoute"} {
-		gvk := gwv1.SchemeGroupVersion.WithKind(kind)
+		gvk := schema.GroupVersionKind{Group: gwv1.GroupVersion.Group, Version: gwv1.GroupVersion.Version, Kind: kind}
 		if !mgr.GetScheme().Recognizes(gvk) {
 			return false
 		}
