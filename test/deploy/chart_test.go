@@ -95,7 +95,7 @@ var nonDefault = map[string]any{
 		"leaderElection": false, "useKubernetesProxy": true, "clusterDomain": "corp.local",
 		"defaultPodTemplate": "ml-system/ray-defaults", "reconcileConcurrency": 3, "qps": 50, "burst": 60,
 		"leaseDuration": "20s", "renewDeadline": "12s", "retryPeriod": "3s", "eventQps": 10, "eventBurst": 20,
-		"rayTimeout": "5s", "gcPercent": 80, "adaptiveProcs": false, "statusCoalesceWindow": "0s", "gcsFtRedisCleanup": false,
+		"rayTimeout": "5s", "gcPercent": 80, "adaptiveProcs": false, "statusCoalesceWindow": "0s", "gcsFtRedisCleanup": false, "batchScheduler": "volcano",
 		"metricsPort": 9090, "healthProbePort": 9091, "nodeSelector": map[string]string{"kubernetes.io/os": "linux"},
 		"imagePull": map[string]any{"nodeSelector": "pool in (pullers, gpu),!no-pull", "priorityClassName": "image-pullers",
 			"tolerateAllTaints": true, "tolerations": []string{"nvidia.com/gpu:NoSchedule", "dedicated=ray"}},
@@ -552,6 +552,8 @@ var chartlessFlags = map[string]string{
 	"pprof-addr": "a profiling endpoint for benchmarks, not for a deployed operator",
 	// A pod's metrics port is not on loopback, where alone the operator serves plain HTTP.
 	"metrics-secure": "the chart always serves metrics over HTTPS with authentication",
+	// KubeRay's older spelling of --batch-scheduler=volcano; the chart's batchScheduler value sets the newer flag.
+	"enable-batch-scheduler": "the chart sets --batch-scheduler",
 }
 
 // checkEveryOperatorFlagIsAValue: every flag of `manta operator` (but chartlessFlags and the logger's global flags)
@@ -656,15 +658,20 @@ func TestSecurityChartProxyRoles(t *testing.T) {
 			}
 		}
 	}
-	// Whatever the values, the main roles carry no proxy verb and the apiserver's no list or watch on Secrets.
+	// Whatever the values, no role lists or watches Secrets: the API server gets Ray auth token Secrets by name;
+	// the operator also creates and updates them (the token Secret it makes, tlsOptions' CA), never by listing.
 	for _, o := range kinds(mustHelmTemplate(t, root, "manta", namespace, map[string]any{}), "ClusterRole") {
 		var r rbacv1.ClusterRole
 		if err := runtimeFrom(o, &r); err != nil {
 			t.Fatal(err)
 		}
 		for _, rule := range r.Rules {
-			if slices.Contains(rule.Resources, "secrets") && !slices.Equal(rule.Verbs, []string{"get"}) {
-				t.Errorf("ClusterRole %s grants %v on secrets: only get, by name", r.Name, rule.Verbs)
+			want := []string{"get"}
+			if r.Name == "manta-operator" {
+				want = []string{"create", "get", "update"}
+			}
+			if slices.Contains(rule.Resources, "secrets") && !slices.Equal(rule.Verbs, want) {
+				t.Errorf("ClusterRole %s grants %v on secrets: want %v, by name (no list or watch)", r.Name, rule.Verbs, want)
 			}
 		}
 	}

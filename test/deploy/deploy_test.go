@@ -563,7 +563,9 @@ func checkPermissions(t *testing.T, root string, admin *rest.Config) {
 		{namespace, "", "events", "create", true},
 		{namespace, "", "events", "patch", true},
 		{"default", "coordination.k8s.io", "leases", "update", false},
-		{"default", "", "secrets", "get", false},        // the API server's (Ray auth tokens), not the operator's
+		{"default", "", "secrets", "list", false}, // Ray auth token Secrets are read and written by name
+		{"default", "", "secrets", "watch", false},
+		{"default", "", "secrets", "delete", false},     // the token Secret it made goes with its cluster (owner reference)
 		{"default", "", "services/proxy", "get", false}, // only with --use-kubernetes-proxy: manta-operator-proxy
 		{"default", "", "pods/proxy", "get", false},
 	} {

@@ -31,6 +31,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	sigyaml "sigs.k8s.io/yaml"
 
@@ -119,6 +120,8 @@ func startControllers(t *testing.T, cfg *rest.Config, opts Options) *fakeRay {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
+		// TestController and TestIncrementalUpgrade each start these controllers in this one process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:     {Label: labels.NewSelector().Add(*podReq)},
 			&corev1.Service{}: {Label: labels.NewSelector().Add(*svcReq)},
@@ -1016,25 +1019,26 @@ func testRayUnavailableRetried(t *testing.T, e *env) {
 	e.ray.with(name, func(h *fakeHead) { h.down = true })
 	e.setReady(t, ns, name, 2)
 	eventually(t, "failed deploy reported", func() (bool, string) { return e.hasEvent(t, rs, EventFailedToUpdateServeApplications) })
-	// Each retry (every requeue) counts in one aggregated event: a series, not an Event object per retry.
-	eventually(t, "failed deploys aggregated", func() (bool, string) {
+	// Each retry (every requeue) is recorded again. How repeats are aggregated into a series is the recorder's
+	// rule: this test runs controller-runtime's recorder, whose series key holds the RayService's resourceVersion
+	// (which the status write between retries changes); the operator's own recorder keeps one series across it
+	// (internal/operator TestEventSeriesKey, TestEventRecorderOwnClientAndSeries). So count occurrences.
+	eventually(t, "failed deploys recorded again on retry", func() (bool, string) {
 		var list eventsv1.EventList
 		if err := e.cl.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
 		}
-		var n, count int
+		var n, seen int
 		for _, ev := range list.Items {
 			if ev.Regarding.Name == rs.Name && ev.Reason == EventFailedToUpdateServeApplications {
 				n++
+				seen++
 				if ev.Series != nil {
-					count = int(ev.Series.Count)
+					seen += int(ev.Series.Count) - 1
 				}
 			}
 		}
-		if n > 1 {
-			t.Fatalf("%d FailedToUpdateServeApplications events, want one aggregated event", n)
-		}
-		return n == 1 && count >= 2, fmt.Sprintf("%d events, series count %d", n, count)
+		return seen >= 2, fmt.Sprintf("%d events, %d occurrences", n, seen)
 	})
 	got := e.get(t, rs)
 	if got.Status.ActiveServiceStatus.RayClusterName != "" || cond(got, rayv1.RayServiceReady).Status == metav1.ConditionTrue {
