@@ -44,6 +44,7 @@ func TestRealNode(t *testing.T) {
 		{"ImagePullJob pulls from the registry", testImagePullJob},
 		{"REST API cluster and job", testRESTAPI},
 		{"GCS fault tolerance with Redis", testGCSFaultTolerance},
+		{"Ctrl-C on manta dev leaves nothing", testCtrlCLeavesNothing},
 		{"a killed run is swept by the next start", testKilledRunIsSwept},
 	}
 	for _, s := range steps {
