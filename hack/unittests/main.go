@@ -68,10 +68,12 @@ type graph struct {
 func main() {
 	list := flag.Bool("list", false, "print each package's unit tests and the tests left out; run nothing")
 	flag.Parse()
+	// flag.Parse drops the "--" that ends the flags: what followed it in os.Args ends flag.Args().
 	args := flag.Args()
 	var testFlags []string
-	if i := slices.Index(args, "--"); i >= 0 {
-		args, testFlags = args[:i], args[i+1:]
+	if i := slices.Index(os.Args, "--"); i >= 0 {
+		n := len(os.Args) - i - 1
+		args, testFlags = args[:len(args)-n], args[len(args)-n:]
 	}
 	if err := run(args, testFlags, *list); err != nil {
 		fmt.Fprintln(os.Stderr, "unittests:", err)
