@@ -1,4 +1,5 @@
-# Manta: Ray on Kubernetes. `make run` starts the dev cluster with everything in it; `make test` runs every test.
+# Manta: Ray on Kubernetes. `make run` starts the dev cluster with everything in it; `make test` runs every test,
+# `make test-unit` the unit tests alone.
 SHELL := /usr/bin/env bash
 ROOT := $(CURDIR)
 BIN := $(ROOT)/bin
@@ -62,6 +63,14 @@ build: ## Build bin/manta (stamped with the git commit).
 test: tools ray images ## Run every test: unit, envtest, Ray conformance, end-to-end on the dev cluster.
 	# test/real, the longest package, is named first so that it starts first and the others run beside it.
 	go test $(GO_TEST_FLAGS) ./test/real/ ./...
+
+# The unit tests are found in the source on each run (hack/unittests): every test that starts no control plane (envtest,
+# the dev cluster) and no other process. Nothing to build first.
+GO_UNIT_TEST_FLAGS ?= -timeout 10m -count=1
+
+.PHONY: test-unit
+test-unit: ## Run the unit tests, in seconds with no control plane: every test that starts no kube-apiserver, etcd, dev cluster or other process (found by hack/unittests).
+	go run ./hack/unittests -- $(GO_UNIT_TEST_FLAGS)
 
 .PHONY: oracle
 oracle: tools ## Compare Manta's RayCluster controller with KubeRay's operator on every sample (test/oracle).

@@ -193,80 +193,18 @@ func (n *normalizer) value(t reflect.Type, v any, path string) any {
 		t = t.Elem()
 	}
 	if t.Implements(enumType) {
-		names := reflect.Zero(t).Interface().(enum).enumNames()
-		raw, _ := json.Marshal(v)
-		i, err := parseEnum(raw, names)
-		if err != nil {
-			n.violation(path, fmt.Sprintf("must be one of %s (or its number)", strings.Join(names, ", ")))
-			return nil
-		}
-		return json.Number(strconv.Itoa(int(i)))
+		return n.enumValue(t, v, path)
 	}
 	if t == timeType {
-		s, ok := v.(string)
-		if _, err := time.Parse(time.RFC3339, s); !ok || err != nil {
-			n.violation(path, "must be an RFC 3339 date-time string")
-			return nil
-		}
-		return s
+		return n.dateTime(v, path)
 	}
 	switch t.Kind() {
 	case reflect.Struct:
-		obj, ok := v.(map[string]any)
-		if !ok {
-			n.violation(path, "must be a JSON object")
-			return nil
-		}
-		fields := modelFields(t)
-		out := map[string]any{}
-		given := map[string]string{}
-		for _, k := range sortedKeys(obj) {
-			f, ok := fields[k]
-			if !ok {
-				n.unknown = append(n.unknown, join(path, k))
-				continue
-			}
-			if prev, dup := given[f.json]; dup {
-				n.violation(join(path, f.json), fmt.Sprintf("is given twice, as %q and %q", prev, k))
-				continue
-			}
-			given[f.json] = k
-			if c := n.value(f.typ, obj[k], join(path, f.json)); c != nil {
-				out[f.json] = c
-			}
-		}
-		return out
+		return n.object(t, v, path)
 	case reflect.Map:
-		obj, ok := v.(map[string]any)
-		if !ok {
-			n.violation(path, "must be a JSON object")
-			return nil
-		}
-		out := map[string]any{}
-		for _, k := range sortedKeys(obj) {
-			if c := n.value(t.Elem(), obj[k], join(path, k)); c != nil {
-				out[k] = c
-			}
-		}
-		return out
+		return n.mapValue(t, v, path)
 	case reflect.Slice:
-		arr, ok := v.([]any)
-		if !ok {
-			n.violation(path, "must be a JSON array")
-			return nil
-		}
-		out := make([]any, 0, len(arr))
-		for i, e := range arr {
-			p := path + "[" + strconv.Itoa(i) + "]"
-			if e == nil {
-				n.violation(p, "must not be null")
-				continue
-			}
-			if c := n.value(t.Elem(), e, p); c != nil {
-				out = append(out, c)
-			}
-		}
-		return out
+		return n.array(t, v, path)
 	case reflect.String:
 		s, ok := v.(string)
 		if !ok {
@@ -275,29 +213,127 @@ func (n *normalizer) value(t reflect.Type, v any, path string) any {
 		}
 		return s
 	case reflect.Bool:
-		// Beyond protobuf's JSON mapping: KubeRay's Python client sends "enableIngress": "true".
-		switch v {
-		case true, "true":
-			return true
-		case false, "false":
-			return false
-		}
-		n.violation(path, "must be true or false")
-		return nil
+		return n.boolean(v, path)
 	case reflect.Int32, reflect.Int64, reflect.Uint32, reflect.Uint64:
 		return n.integer(t.Kind(), v, path)
 	case reflect.Float32, reflect.Float64:
-		s, ok := numberText(v)
-		f, err := strconv.ParseFloat(s, 64)
-		if !ok || err != nil || math.IsNaN(f) || math.IsInf(f, 0) || (t.Kind() == reflect.Float32 && math.Abs(f) > math.MaxFloat32) {
-			n.violation(path, "must be a finite number (a JSON number or a string holding one)")
-			return nil
-		}
-		return json.Number(strconv.FormatFloat(f, 'g', -1, 64))
+		return n.float(t.Kind(), v, path)
 	default:
 		n.violation(path, "unsupported value")
 		return nil
 	}
+}
+
+// enumValue is an enum given by name or number, as its number.
+func (n *normalizer) enumValue(t reflect.Type, v any, path string) any {
+	names := reflect.Zero(t).Interface().(enum).enumNames()
+	raw, _ := json.Marshal(v)
+	i, err := parseEnum(raw, names)
+	if err != nil {
+		n.violation(path, fmt.Sprintf("must be one of %s (or its number)", strings.Join(names, ", ")))
+		return nil
+	}
+	return json.Number(strconv.Itoa(int(i)))
+}
+
+// dateTime is an RFC 3339 date-time string.
+func (n *normalizer) dateTime(v any, path string) any {
+	s, ok := v.(string)
+	if _, err := time.Parse(time.RFC3339, s); !ok || err != nil {
+		n.violation(path, "must be an RFC 3339 date-time string")
+		return nil
+	}
+	return s
+}
+
+// object is a model struct: each field by its JSON name or its proto field name (not both), under its JSON name.
+// Fields the model does not have are collected as unknown.
+func (n *normalizer) object(t reflect.Type, v any, path string) any {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		n.violation(path, "must be a JSON object")
+		return nil
+	}
+	fields := modelFields(t)
+	out := map[string]any{}
+	given := map[string]string{}
+	for _, k := range sortedKeys(obj) {
+		f, ok := fields[k]
+		if !ok {
+			n.unknown = append(n.unknown, join(path, k))
+			continue
+		}
+		if prev, dup := given[f.json]; dup {
+			n.violation(join(path, f.json), fmt.Sprintf("is given twice, as %q and %q", prev, k))
+			continue
+		}
+		given[f.json] = k
+		if c := n.value(f.typ, obj[k], join(path, f.json)); c != nil {
+			out[f.json] = c
+		}
+	}
+	return out
+}
+
+// mapValue is a map; null entries are dropped.
+func (n *normalizer) mapValue(t reflect.Type, v any, path string) any {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		n.violation(path, "must be a JSON object")
+		return nil
+	}
+	out := map[string]any{}
+	for _, k := range sortedKeys(obj) {
+		if c := n.value(t.Elem(), obj[k], join(path, k)); c != nil {
+			out[k] = c
+		}
+	}
+	return out
+}
+
+// array is a slice; a null element is refused.
+func (n *normalizer) array(t reflect.Type, v any, path string) any {
+	arr, ok := v.([]any)
+	if !ok {
+		n.violation(path, "must be a JSON array")
+		return nil
+	}
+	out := make([]any, 0, len(arr))
+	for i, e := range arr {
+		p := path + "[" + strconv.Itoa(i) + "]"
+		if e == nil {
+			n.violation(p, "must not be null")
+			continue
+		}
+		if c := n.value(t.Elem(), e, p); c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// boolean is true or false, or, beyond protobuf's JSON mapping, the strings "true" and "false": KubeRay's Python
+// client sends "enableIngress": "true".
+func (n *normalizer) boolean(v any, path string) any {
+	switch v {
+	case true, "true":
+		return true
+	case false, "false":
+		return false
+	}
+	n.violation(path, "must be true or false")
+	return nil
+}
+
+// float is a finite number (within float32's range for a float32), as a JSON number or a string holding one.
+func (n *normalizer) float(k reflect.Kind, v any, path string) any {
+	s, ok := numberText(v)
+	f, err := strconv.ParseFloat(s, 64)
+	if !ok || err != nil || math.IsNaN(f) || math.IsInf(f, 0) || (k == reflect.Float32 && math.Abs(f) > math.MaxFloat32) {
+		n.violation(path, "must be a finite number (a JSON number or a string holding one)")
+		return nil
+	}
+	return json.Number(strconv.FormatFloat(f, 'g', -1, 64))
 }
 
 // numberText is the text of a JSON number, or of a string that protobuf's JSON mapping reads as a number.

@@ -98,30 +98,15 @@ func pullDuration(pod *corev1.Pod, now time.Time) time.Duration {
 //     a create in flight, or a retry record); retries go first, then new pods go to Waiting nodes in name order.
 func computePlan(o observed) (plan, error) {
 	job := o.job
-	old := job.Status
 	var p plan
-	p.status = *old.DeepCopy()
-	st := &p.status
-	st.ObservedGeneration = job.Generation
-	if st.StartTime == nil {
-		st.StartTime = &metav1.Time{Time: o.now}
+	p.status = *job.Status.DeepCopy()
+	p.status.ObservedGeneration = job.Generation
+	if p.status.StartTime == nil {
+		p.status.StartTime = &metav1.Time{Time: o.now}
 	}
-
-	if old.CompletionTime != nil {
-		// Finished: only clean up and wait for the TTL.
-		for i := range o.pods {
-			if o.pods[i].DeletionTimestamp == nil {
-				p.delete = append(p.delete, &o.pods[i])
-			}
-		}
-		st.Active = 0
-		st.RetryingNodes = nil
+	if job.Status.CompletionTime != nil {
+		planFinished(o, &p)
 		return p, nil
-	}
-
-	nodesByName := make(map[string]*corev1.Node, len(o.nodes))
-	for i := range o.nodes {
-		nodesByName[o.nodes[i].Name] = &o.nodes[i]
 	}
 	selected, excluded, err := SelectNodes(job, o.nodes, o.podSelectorPods, o.podOptions.Policy)
 	if err != nil {
@@ -130,204 +115,292 @@ func computePlan(o observed) (plan, error) {
 	setExcluded(&p, excluded, job.Generation, o.now)
 	setPriorityClassNotUsed(&p, job, o.podOptions.Policy.PriorityClassName, o.now)
 
-	// Records of nodes that no longer exist are dropped: a node that comes back under the same name is a new machine.
-	succeeded := sets.New[string]()
+	s := observeProgress(o, &p, selected)
+	timeout := time.Duration(timeoutSeconds(job)) * time.Second
+	for _, node := range sets.List(s.universe) {
+		planNode(o, &p, s, node, timeout)
+	}
+	deadlinePassed := deadlineReached(o, &p)
+	if deadlinePassed {
+		failRemaining(&p, s)
+	} else {
+		planCreates(o, &p, s, timeout)
+	}
+	recordProgress(&p.status, s)
+	planCompletion(o, &p, s, deadlinePassed)
+	p.status.Message = StatusMessage(&p.status, deadlinePassed)
+	return p, nil
+}
+
+// progress is the per-node state computePlan's steps hand on: the records as this reconcile decides them, what the
+// cache and the creates in flight hold, and the count of the nodes still pulling or waiting.
+type progress struct {
+	nodesByName map[string]*corev1.Node
+	// universe is every node the job covers: the selected ones and those with a recorded outcome.
+	universe  sets.Set[string]
+	succeeded sets.Set[string]
+	failed    map[string]mantav1alpha1.FailedNode
+	retrying  map[string]mantav1alpha1.RetryingNode
+
+	// podCount counts every pod in the cache, terminating or not, and every create the cache does not show yet.
+	podCount      int
+	nodesWithPods sets.Set[string]
+	// live are the non-terminating pods by node; pending the newest create in flight by node.
+	live    map[string][]*corev1.Pod
+	pending map[string]pendingPod
+
+	// startable are Waiting nodes without any pod left; retryReady are nodes whose next attempt may start.
+	startable, retryReady []string
+	// waiting counts the nodes not started yet; active the nodes Pulling.
+	waiting int
+	active  int32
+	// lastAttempt is, by node, the newest attempt known (for the failure record a passed deadline writes).
+	lastAttempt map[string]int32
+}
+
+// planFinished only cleans up a finished job: its pods go, and it waits for the TTL.
+func planFinished(o observed, p *plan) {
+	for i := range o.pods {
+		if o.pods[i].DeletionTimestamp == nil {
+			p.delete = append(p.delete, &o.pods[i])
+		}
+	}
+	p.status.Active = 0
+	p.status.RetryingNodes = nil
+}
+
+// observeProgress reads the observed status records and the job's pods. Records of nodes that no longer exist are
+// dropped (a node that comes back under the same name is a new machine), and so are retry records of nodes no longer
+// selected, with their pods.
+func observeProgress(o observed, p *plan, selected []string) *progress {
+	old := &o.job.Status
+	s := &progress{
+		nodesByName:   make(map[string]*corev1.Node, len(o.nodes)),
+		succeeded:     sets.New[string](),
+		failed:        map[string]mantav1alpha1.FailedNode{},
+		retrying:      map[string]mantav1alpha1.RetryingNode{},
+		nodesWithPods: sets.New[string](),
+		live:          map[string][]*corev1.Pod{},
+		pending:       map[string]pendingPod{},
+		lastAttempt:   map[string]int32{},
+	}
+	for i := range o.nodes {
+		s.nodesByName[o.nodes[i].Name] = &o.nodes[i]
+	}
 	for _, n := range old.SucceededNodes {
-		if nodesByName[n] != nil {
-			succeeded.Insert(n)
+		if s.nodesByName[n] != nil {
+			s.succeeded.Insert(n)
 		}
 	}
-	failed := map[string]mantav1alpha1.FailedNode{}
 	for _, f := range old.FailedNodes {
-		if nodesByName[f.Name] != nil {
-			failed[f.Name] = f
+		if s.nodesByName[f.Name] != nil {
+			s.failed[f.Name] = f
 		}
 	}
-	universe := sets.New(selected...)
-	universe = universe.Union(succeeded)
-	for n := range failed {
-		universe.Insert(n)
+	s.universe = sets.New(selected...)
+	s.universe = s.universe.Union(s.succeeded)
+	for n := range s.failed {
+		s.universe.Insert(n)
 	}
-	// Retry records of nodes no longer selected (or gone) are dropped with their pods.
-	retrying := map[string]mantav1alpha1.RetryingNode{}
 	for _, r := range old.RetryingNodes {
-		if universe.Has(r.Name) {
-			retrying[r.Name] = r
+		if s.universe.Has(r.Name) {
+			s.retrying[r.Name] = r
 		}
 	}
 
-	// Every pod in the cache exists, terminating or not, and so does every create the cache does not show yet.
-	podCount := len(o.pods) + len(o.pendingCreates)
-	nodesWithPods := sets.New[string]()
-	live := map[string][]*corev1.Pod{}
+	s.podCount = len(o.pods) + len(o.pendingCreates)
 	for i := range o.pods {
 		pod := &o.pods[i]
-		nodesWithPods.Insert(pod.Spec.NodeName)
+		s.nodesWithPods.Insert(pod.Spec.NodeName)
 		if pod.DeletionTimestamp != nil {
 			continue
 		}
-		if !universe.Has(pod.Spec.NodeName) {
+		if !s.universe.Has(pod.Spec.NodeName) {
 			p.delete = append(p.delete, pod)
 			continue
 		}
-		live[pod.Spec.NodeName] = append(live[pod.Spec.NodeName], pod)
+		s.live[pod.Spec.NodeName] = append(s.live[pod.Spec.NodeName], pod)
 	}
-	pending := map[string]pendingPod{}
 	for _, pc := range o.pendingCreates {
-		if cur, ok := pending[pc.node]; !ok || pc.attempt > cur.attempt {
-			pending[pc.node] = pc
+		if cur, ok := s.pending[pc.node]; !ok || pc.attempt > cur.attempt {
+			s.pending[pc.node] = pc
 		}
 	}
+	return s
+}
 
-	timeout := time.Duration(timeoutSeconds(job)) * time.Second
-	limit := backoffLimit(job)
-	var startable, retryReady []string
-	waiting := 0 // nodes not started yet
-	var active int32
-	lastAttempt := map[string]int32{}
-	for _, node := range sets.List(universe) {
-		pods := live[node]
-		sort.Slice(pods, func(i, j int) bool { return podAttempt(pods[i]) < podAttempt(pods[j]) })
-		if succeeded.Has(node) || failed[node].Name != "" {
-			delete(retrying, node)
-			p.delete = append(p.delete, pods...)
-			continue
-		}
-		r, isRetrying := retrying[node]
-		lastAttempt[node] = r.Attempts
-		// Pods of attempts recorded as failed go: the observed status holds their outcome. Of the others the newest
-		// is the current attempt (older unrecorded ones are leftovers and go too).
-		var cur *corev1.Pod
-		for _, pod := range pods {
-			if podAttempt(pod) <= r.Attempts {
-				p.delete = append(p.delete, pod)
-				continue
-			}
-			if cur != nil {
-				p.delete = append(p.delete, cur)
-			}
-			cur = pod
-			lastAttempt[node] = podAttempt(pod)
-		}
-		if pc, ok := pending[node]; ok && pc.attempt > r.Attempts && (cur == nil || pc.attempt > podAttempt(cur)) {
-			// Created, not yet in the cache.
-			lastAttempt[node] = pc.attempt
-			active++
-			p.Requeue(timeout - o.now.Sub(pc.created))
+// planNode decides one node of the job: its leftover pods go, and its current attempt (in the cache or in flight),
+// its retry, or its wait for a slot is counted.
+func planNode(o observed, p *plan, s *progress, node string, timeout time.Duration) {
+	pods := s.live[node]
+	sort.Slice(pods, func(i, j int) bool { return podAttempt(pods[i]) < podAttempt(pods[j]) })
+	if s.succeeded.Has(node) || s.failed[node].Name != "" {
+		delete(s.retrying, node)
+		p.delete = append(p.delete, pods...)
+		return
+	}
+	r, isRetrying := s.retrying[node]
+	s.lastAttempt[node] = r.Attempts
+	cur := currentPod(p, s, node, pods, r.Attempts)
+	if pc, ok := s.pending[node]; ok && pc.attempt > r.Attempts && (cur == nil || pc.attempt > podAttempt(cur)) {
+		// Created, not yet in the cache.
+		s.lastAttempt[node] = pc.attempt
+		s.active++
+		p.Requeue(timeout - o.now.Sub(pc.created))
+		return
+	}
+	if cur != nil {
+		planAttempt(o, p, s, node, cur, timeout)
+		return
+	}
+	if o.job.Spec.ImagePullPolicy != mantav1alpha1.PullAlways && nodeHasImage(s.nodesByName[node], o.job.Spec.Image) {
+		s.succeeded.Insert(node)
+		delete(s.retrying, node)
+		return
+	}
+	if isRetrying {
+		planRetry(o, p, s, node, r)
+		return
+	}
+	s.waiting++
+	if !s.nodesWithPods.Has(node) {
+		s.startable = append(s.startable, node)
+	}
+}
+
+// currentPod returns the node's current attempt, the newest of its pods (sorted by attempt) not recorded as failed.
+// Pods of attempts recorded as failed go: the observed status holds their outcome. Older unrecorded ones are
+// leftovers and go too.
+func currentPod(p *plan, s *progress, node string, pods []*corev1.Pod, recorded int32) *corev1.Pod {
+	var cur *corev1.Pod
+	for _, pod := range pods {
+		if podAttempt(pod) <= recorded {
+			p.delete = append(p.delete, pod)
 			continue
 		}
 		if cur != nil {
-			a := podAttempt(cur)
-			result, reason, message := classifyAttempt(cur, o.now, timeout)
-			switch result {
-			case attemptSucceeded:
-				succeeded.Insert(node)
-				delete(retrying, node)
-				p.pulls = append(p.pulls, finishedPull{metrics.OutcomeSucceeded, pullDuration(cur, o.now)})
-			case attemptRunning:
-				active++
-				p.Requeue(timeout - o.now.Sub(cur.CreationTimestamp.Time))
-			case attemptFailed:
-				p.pulls = append(p.pulls, finishedPull{metrics.OutcomeFailed, pullDuration(cur, o.now)})
-				if a > limit {
-					f := mantav1alpha1.FailedNode{Name: node, Reason: reason, Message: message, Attempts: a}
-					failed[node] = f
-					delete(retrying, node)
-					p.newlyFailed = append(p.newlyFailed, f)
-					continue
-				}
-				// Recorded now; the pod is deleted once the observed status holds the record (the status write
-				// brings the next reconcile), and the next attempt starts once the pod is gone.
-				retrying[node] = mantav1alpha1.RetryingNode{Name: node, Attempts: a, Reason: reason, Message: message,
-					NextAttemptAfter: metav1.Time{Time: ceilSecond(cur.CreationTimestamp.Add(retryBackoff(o.retryBase, a)))}}
-				active++
-			}
-			continue
+			p.delete = append(p.delete, cur)
 		}
-		if job.Spec.ImagePullPolicy != mantav1alpha1.PullAlways && nodeHasImage(nodesByName[node], job.Spec.Image) {
-			succeeded.Insert(node)
-			delete(retrying, node)
-			continue
-		}
-		if isRetrying {
-			active++
-			if nodesWithPods.Has(node) {
-				continue // the failed attempt's pod still exists; its deletion brings the next reconcile
-			}
-			if o.now.Before(r.NextAttemptAfter.Time) {
-				p.Requeue(r.NextAttemptAfter.Sub(o.now))
-				continue
-			}
-			retryReady = append(retryReady, node)
-			continue
-		}
-		waiting++
-		if !nodesWithPods.Has(node) {
-			startable = append(startable, node)
-		}
+		cur = pod
+		s.lastAttempt[node] = podAttempt(pod)
 	}
+	return cur
+}
 
-	deadlinePassed := false
-	cp := job.Spec.CompletionPolicy
-	if cp.Type != mantav1alpha1.CompleteNever && cp.ActiveDeadlineSeconds != nil {
-		deadline := st.StartTime.Add(time.Duration(*cp.ActiveDeadlineSeconds) * time.Second)
-		if !o.now.Before(deadline) {
-			deadlinePassed = true
-		} else {
-			p.Requeue(deadline.Sub(o.now))
-		}
-	}
-
-	if deadlinePassed {
-		// Every node not done fails; their pods go away on the next reconcile, once the records are stored.
-		for _, node := range sets.List(universe) {
-			if succeeded.Has(node) || failed[node].Name != "" {
-				continue
-			}
-			f := mantav1alpha1.FailedNode{Name: node, Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded, Attempts: lastAttempt[node]}
-			failed[node] = f
+// planAttempt records the outcome of the node's current attempt: succeeded, still running, or failed (a retry record,
+// or the node's failure once the backoff limit is spent).
+func planAttempt(o observed, p *plan, s *progress, node string, cur *corev1.Pod, timeout time.Duration) {
+	a := podAttempt(cur)
+	result, reason, message := classifyAttempt(cur, o.now, timeout)
+	switch result {
+	case attemptSucceeded:
+		s.succeeded.Insert(node)
+		delete(s.retrying, node)
+		p.pulls = append(p.pulls, finishedPull{metrics.OutcomeSucceeded, pullDuration(cur, o.now)})
+	case attemptRunning:
+		s.active++
+		p.Requeue(timeout - o.now.Sub(cur.CreationTimestamp.Time))
+	case attemptFailed:
+		p.pulls = append(p.pulls, finishedPull{metrics.OutcomeFailed, pullDuration(cur, o.now)})
+		if a > backoffLimit(o.job) {
+			f := mantav1alpha1.FailedNode{Name: node, Reason: reason, Message: message, Attempts: a}
+			s.failed[node] = f
+			delete(s.retrying, node)
 			p.newlyFailed = append(p.newlyFailed, f)
+			return
 		}
-		retrying = map[string]mantav1alpha1.RetryingNode{}
-		waiting, active = 0, 0
-	} else {
-		par := int(parallelism(job))
-		// Retries first: their nodes already hold a parallelism slot.
-		for _, node := range retryReady {
-			if podCount >= par {
-				break // a pod deletion brings the next reconcile
-			}
-			p.create = append(p.create, BuildPullerPod(job, node, retrying[node].Attempts+1, o.podOptions))
-			podCount++
+		// Recorded now; the pod is deleted once the observed status holds the record (the status write brings the
+		// next reconcile), and the next attempt starts once the pod is gone.
+		s.retrying[node] = mantav1alpha1.RetryingNode{Name: node, Attempts: a, Reason: reason, Message: message,
+			NextAttemptAfter: metav1.Time{Time: ceilSecond(cur.CreationTimestamp.Add(retryBackoff(o.retryBase, a)))}}
+		s.active++
+	}
+}
+
+// planRetry counts a retrying node as Pulling and makes it ready for its next attempt once no pod of it is left and
+// its backoff has passed.
+func planRetry(o observed, p *plan, s *progress, node string, r mantav1alpha1.RetryingNode) {
+	s.active++
+	if s.nodesWithPods.Has(node) {
+		return // the failed attempt's pod still exists; its deletion brings the next reconcile
+	}
+	if o.now.Before(r.NextAttemptAfter.Time) {
+		p.Requeue(r.NextAttemptAfter.Sub(o.now))
+		return
+	}
+	s.retryReady = append(s.retryReady, node)
+}
+
+// deadlineReached says whether the job's activeDeadlineSeconds has passed, and requeues for it when not.
+func deadlineReached(o observed, p *plan) bool {
+	cp := o.job.Spec.CompletionPolicy
+	if cp.Type == mantav1alpha1.CompleteNever || cp.ActiveDeadlineSeconds == nil {
+		return false
+	}
+	deadline := p.status.StartTime.Add(time.Duration(*cp.ActiveDeadlineSeconds) * time.Second)
+	if !o.now.Before(deadline) {
+		return true
+	}
+	p.Requeue(deadline.Sub(o.now))
+	return false
+}
+
+// failRemaining fails every node not done once the deadline passed; their pods go away on the next reconcile, once
+// the records are stored.
+func failRemaining(p *plan, s *progress) {
+	for _, node := range sets.List(s.universe) {
+		if s.succeeded.Has(node) || s.failed[node].Name != "" {
+			continue
+		}
+		f := mantav1alpha1.FailedNode{Name: node, Reason: ReasonDeadlineExceeded, Message: MessageDeadlineExceeded, Attempts: s.lastAttempt[node]}
+		s.failed[node] = f
+		p.newlyFailed = append(p.newlyFailed, f)
+	}
+	s.retrying = map[string]mantav1alpha1.RetryingNode{}
+	s.waiting, s.active = 0, 0
+}
+
+// planCreates starts puller pods within parallelism: retries first (their nodes already hold a slot), then Waiting
+// nodes in name order.
+func planCreates(o observed, p *plan, s *progress, timeout time.Duration) {
+	par := int(parallelism(o.job))
+	for _, node := range s.retryReady {
+		if s.podCount >= par {
+			break // a pod deletion brings the next reconcile
+		}
+		p.create = append(p.create, BuildPullerPod(o.job, node, s.retrying[node].Attempts+1, o.podOptions))
+		s.podCount++
+		p.Requeue(timeout)
+	}
+	// A slot is taken by every node that has a puller pod in the cache (finished or not), a create in flight or a
+	// retry record.
+	busy := s.nodesWithPods.Clone()
+	for n := range s.pending {
+		busy.Insert(n)
+	}
+	for n := range s.retrying {
+		busy.Insert(n)
+	}
+	if n := min(par-busy.Len(), par-s.podCount, len(s.startable)); n > 0 {
+		for _, node := range s.startable[:n] {
+			p.create = append(p.create, BuildPullerPod(o.job, node, 1, o.podOptions))
 			p.Requeue(timeout)
 		}
-		// A slot is taken by every node that has a puller pod in the cache (finished or not), a create in flight or a
-		// retry record.
-		busy := nodesWithPods.Clone()
-		for n := range pending {
-			busy.Insert(n)
-		}
-		for n := range retrying {
-			busy.Insert(n)
-		}
-		if n := min(par-busy.Len(), par-podCount, len(startable)); n > 0 {
-			for _, node := range startable[:n] {
-				p.create = append(p.create, BuildPullerPod(job, node, 1, o.podOptions))
-				p.Requeue(timeout)
-			}
-			active += int32(n)
-			waiting -= n
-		}
+		s.active += int32(n)
+		s.waiting -= n
 	}
+}
 
+// recordProgress writes the records and counts into the status, in name order.
+func recordProgress(st *mantav1alpha1.ImagePullJobStatus, s *progress) {
 	st.RetryingNodes = nil
-	for _, n := range sets.List(sets.KeySet(retrying)) {
-		st.RetryingNodes = append(st.RetryingNodes, retrying[n])
+	for _, n := range sets.List(sets.KeySet(s.retrying)) {
+		st.RetryingNodes = append(st.RetryingNodes, s.retrying[n])
 	}
-	st.SucceededNodes = sets.List(succeeded)
-	st.FailedNodes = make([]mantav1alpha1.FailedNode, 0, len(failed))
-	for _, n := range sets.List(sets.KeySet(failed)) {
-		st.FailedNodes = append(st.FailedNodes, failed[n])
+	st.SucceededNodes = sets.List(s.succeeded)
+	st.FailedNodes = make([]mantav1alpha1.FailedNode, 0, len(s.failed))
+	for _, n := range sets.List(sets.KeySet(s.failed)) {
+		st.FailedNodes = append(st.FailedNodes, s.failed[n])
 	}
 	if len(st.FailedNodes) == 0 {
 		st.FailedNodes = nil
@@ -335,27 +408,31 @@ func computePlan(o observed) (plan, error) {
 	if len(st.SucceededNodes) == 0 {
 		st.SucceededNodes = nil
 	}
-	st.Desired = int32(universe.Len())
-	st.Succeeded = int32(succeeded.Len())
-	st.Failed = int32(len(failed))
-	st.Active = active
+	st.Desired = int32(s.universe.Len())
+	st.Succeeded = int32(s.succeeded.Len())
+	st.Failed = int32(len(s.failed))
+	st.Active = s.active
+}
 
-	if cp.Type != mantav1alpha1.CompleteNever && (deadlinePassed || (active == 0 && waiting == 0)) {
-		st.CompletionTime = &metav1.Time{Time: o.now}
-		st.Active = 0
-		p.completed = true
-		p.ForgetRequeue()
-		reason, msg := ReasonCompleted, fmt.Sprintf("%d of %d nodes have the image", st.Succeeded, st.Desired)
-		if deadlinePassed {
-			reason, msg = ReasonDeadlineExceeded, MessageDeadlineExceeded
-		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: ConditionComplete, Status: metav1.ConditionTrue, Reason: reason, Message: msg,
-			ObservedGeneration: job.Generation, LastTransitionTime: metav1.Time{Time: o.now},
-		})
+// planCompletion completes the job once no node is Pulling or Waiting, or its deadline passed (never for a job that
+// never completes).
+func planCompletion(o observed, p *plan, s *progress, deadlinePassed bool) {
+	st := &p.status
+	if o.job.Spec.CompletionPolicy.Type == mantav1alpha1.CompleteNever || !(deadlinePassed || (s.active == 0 && s.waiting == 0)) {
+		return
 	}
-	st.Message = StatusMessage(st, deadlinePassed)
-	return p, nil
+	st.CompletionTime = &metav1.Time{Time: o.now}
+	st.Active = 0
+	p.completed = true
+	p.ForgetRequeue()
+	reason, msg := ReasonCompleted, fmt.Sprintf("%d of %d nodes have the image", st.Succeeded, st.Desired)
+	if deadlinePassed {
+		reason, msg = ReasonDeadlineExceeded, MessageDeadlineExceeded
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: ConditionComplete, Status: metav1.ConditionTrue, Reason: reason, Message: msg,
+		ObservedGeneration: o.job.Generation, LastTransitionTime: metav1.Time{Time: o.now},
+	})
 }
 
 // setExcluded records in the NodesExcluded condition how many nodes the job selects that the operator's policy

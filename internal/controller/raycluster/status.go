@@ -111,14 +111,7 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg,
 			ObservedGeneration: c.Generation, LastTransitionTime: now})
 	}
-	setOrRemove := func(t string, f *failure) {
-		if f == nil {
-			meta.RemoveStatusCondition(&s.Conditions, t)
-			return
-		}
-		setCond(t, metav1.ConditionTrue, f.reason, f.message)
-	}
-	setOrRemove(ConditionInvalidSpec, o.invalid)
+	setOrRemove(&s, setCond, ConditionInvalidSpec, o.invalid)
 	if len(o.unsupported) > 0 {
 		setCond(ConditionUnsupportedFeature, metav1.ConditionTrue, ReasonUnsupportedFields, builder.UnsupportedMessage(o.unsupported))
 	} else {
@@ -127,76 +120,114 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 	if o.invalid != nil {
 		return s
 	}
-	setOrRemove(ConditionDefaultPodTemplateFailure, o.templateErr)
-	setOrRemove(string(rayv1.RayClusterReplicaFailure), o.failure)
+	setOrRemove(&s, setCond, ConditionDefaultPodTemplateFailure, o.templateErr)
+	setOrRemove(&s, setCond, string(rayv1.RayClusterReplicaFailure), o.failure)
 
-	// What the spec asks for once running, as KubeRay reports it: a suspended cluster still says what it will
-	// want on resume (and quota tools read it that way).
+	desired := setDesired(&s, c)
+	pods := countPods(o.pods)
+	s.ReadyWorkerReplicas, s.AvailableWorkerReplicas = pods.ready, pods.available
+	setHead(&s, pods.head, o.headService)
+	if pods.head == nil {
+		setCond(string(rayv1.HeadPodReady), metav1.ConditionFalse, rayv1.HeadPodNotFound, "Head Pod not found")
+	} else {
+		status, reason, msg := headPodReadiness(pods.head)
+		setCond(string(rayv1.HeadPodReady), status, reason, msg)
+	}
+	setState(&s, c, o, pods, desired, now, setCond)
+	return s
+}
+
+// condSetter sets one condition of the computed status, observed at the cluster's generation, now.
+type condSetter func(t string, status metav1.ConditionStatus, reason, msg string)
+
+// setOrRemove sets condition t to True with the failure's reason and message, or removes it when there is none.
+func setOrRemove(s *rayv1.RayClusterStatus, setCond condSetter, t string, f *failure) {
+	if f == nil {
+		meta.RemoveStatusCondition(&s.Conditions, t)
+		return
+	}
+	setCond(t, metav1.ConditionTrue, f.reason, f.message)
+}
+
+// setDesired records what the spec asks for once running, as KubeRay reports it: a suspended cluster still says
+// what it will want on resume (and quota tools read it that way). It returns the desired worker pods.
+func setDesired(s *rayv1.RayClusterStatus, c *rayv1.RayCluster) int32 {
 	// (A shallow copy: both only read it.)
 	running := *c
 	running.Spec.Suspend = nil
 	desired, minR, maxR := workerReplicaCounts(&running)
 	s.DesiredWorkerReplicas, s.MinWorkerReplicas, s.MaxWorkerReplicas = desired, minR, maxR
 	s.DesiredCPU, s.DesiredMemory, s.DesiredGPU, s.DesiredTPU = desiredResources(&running)
+	return desired
+}
 
-	suspend := ptr.Deref(c.Spec.Suspend, false)
-	var head *corev1.Pod
-	var ready, available int32
-	allReady := true
-	for i := range o.pods {
-		p := &o.pods[i]
+// podCounts summarises the cluster's pods that are not terminating.
+type podCounts struct {
+	head *corev1.Pod
+	// ready and available count the workers Running and Ready, and Running.
+	ready, available int32
+	// allReady: every pod, the head included, is Running and Ready.
+	allReady bool
+}
+
+func countPods(pods []corev1.Pod) podCounts {
+	n := podCounts{allReady: true}
+	for i := range pods {
+		p := &pods[i]
 		r := builder.PodRunningAndReady(p)
-		allReady = allReady && r
+		n.allReady = n.allReady && r
 		if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead {
-			head = p
+			n.head = p
 			continue
 		}
 		if p.Status.Phase == corev1.PodRunning {
-			available++
+			n.available++
 		}
 		if r {
-			ready++
+			n.ready++
 		}
 	}
-	s.ReadyWorkerReplicas, s.AvailableWorkerReplicas = ready, available
+	return n
+}
 
+// setHead records the head pod's and head Service's names and addresses, and the Service's endpoints by port name.
+func setHead(s *rayv1.RayClusterStatus, head *corev1.Pod, svc *corev1.Service) {
 	s.Head = rayv1.HeadInfo{}
 	if head != nil {
 		s.Head.PodName, s.Head.PodIP = head.Name, head.Status.PodIP
 	}
 	s.Endpoints = nil
-	if svc := o.headService; svc != nil {
-		s.Head.ServiceName = svc.Name
-		s.Head.ServiceIP = svc.Spec.ClusterIP
-		if svc.Spec.ClusterIP == corev1.ClusterIPNone {
-			s.Head.ServiceIP = s.Head.PodIP
+	if svc == nil {
+		return
+	}
+	s.Head.ServiceName = svc.Name
+	s.Head.ServiceIP = svc.Spec.ClusterIP
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		s.Head.ServiceIP = s.Head.PodIP
+	}
+	for _, p := range svc.Spec.Ports {
+		if s.Endpoints == nil {
+			s.Endpoints = map[string]string{}
 		}
-		for _, p := range svc.Spec.Ports {
-			if s.Endpoints == nil {
-				s.Endpoints = map[string]string{}
-			}
-			switch {
-			case p.NodePort != 0:
-				s.Endpoints[p.Name] = itoa(p.NodePort)
-			case p.TargetPort.String() != "0" && p.TargetPort.String() != "":
-				s.Endpoints[p.Name] = p.TargetPort.String()
-			default:
-				s.Endpoints[p.Name] = itoa(p.Port)
-			}
+		switch {
+		case p.NodePort != 0:
+			s.Endpoints[p.Name] = itoa(p.NodePort)
+		case p.TargetPort.String() != "0" && p.TargetPort.String() != "":
+			s.Endpoints[p.Name] = p.TargetPort.String()
+		default:
+			s.Endpoints[p.Name] = itoa(p.Port)
 		}
 	}
+}
 
-	switch {
-	case head == nil:
-		setCond(string(rayv1.HeadPodReady), metav1.ConditionFalse, rayv1.HeadPodNotFound, "Head Pod not found")
-	default:
-		status, reason, msg := headPodReadiness(head)
-		setCond(string(rayv1.HeadPodReady), status, reason, msg)
-	}
-
+// setState sets the Provisioned, Suspending and Suspended conditions and the state (with its transition time).
+// Suspension is one-way until it completes, as in KubeRay: once Suspending, every pod is deleted even if
+// spec.suspend is cleared meanwhile; only a Suspended cluster resumes.
+func setState(s *rayv1.RayClusterStatus, c *rayv1.RayCluster, o observed, pods podCounts, desired int32, now metav1.Time, setCond condSetter) {
+	suspend := ptr.Deref(c.Spec.Suspend, false)
 	phase := suspendPhaseOf(c)
 	goingDown := phase == suspending || (phase != suspended && suspend)
-	allUp := !goingDown && phase != suspended && o.reconcileOK && head != nil && len(o.pods) == int(desired)+1 && allReady
+	allUp := !goingDown && phase != suspended && o.reconcileOK && pods.head != nil && len(o.pods) == int(desired)+1 && pods.allReady
 	if !meta.IsStatusConditionTrue(s.Conditions, string(rayv1.RayClusterProvisioned)) && phase != suspended {
 		if allUp {
 			setCond(string(rayv1.RayClusterProvisioned), metav1.ConditionTrue, rayv1.AllPodRunningAndReadyFirstTime, "All Ray Pods are ready for the first time")
@@ -204,8 +235,6 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 			setCond(string(rayv1.RayClusterProvisioned), metav1.ConditionFalse, rayv1.RayClusterPodsProvisioning, "RayCluster Pods are being provisioned for first time")
 		}
 	}
-	// Suspension is one-way until it completes, as in KubeRay: once Suspending, every pod is deleted even if
-	// spec.suspend is cleared meanwhile; only a Suspended cluster resumes.
 	state := s.State
 	switch {
 	case goingDown && len(o.pods) == 0:
@@ -237,7 +266,6 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 			s.StateTransitionTimes[state] = ptr.To(now)
 		}
 	}
-	return s
 }
 
 type suspendPhase int

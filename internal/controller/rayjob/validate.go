@@ -19,13 +19,26 @@ import (
 func Validate(j *rayv1.RayJob) field.ErrorList {
 	var errs field.ErrorList
 	spec := field.NewPath("spec")
-	s := &j.Spec
 	if len(j.Name) > MaxNameLength {
 		errs = append(errs, field.TooLong(field.NewPath("metadata", "name"), j.Name, MaxNameLength))
 	}
-	mode := submissionMode(j)
-	hasSelector := len(s.ClusterSelector) > 0
-	if hasSelector {
+	errs = append(errs, validateCluster(j, spec)...)
+	errs = append(errs, validateSubmission(j, spec)...)
+	errs = append(errs, validateLifecycle(j, spec)...)
+	errs = append(errs, validateDeletionStrategy(j, spec)...)
+	errs = append(errs, validateEntrypoint(j, spec)...)
+	if s := &j.Spec; s.RayClusterSpec != nil && s.RayClusterSpec.Suspend != nil && *s.RayClusterSpec.Suspend {
+		errs = append(errs, field.Forbidden(spec.Child("rayClusterSpec", "suspend"), "suspend the RayJob (spec.suspend), not its cluster"))
+	}
+	return errs
+}
+
+// validateCluster checks the cluster the RayJob runs on: one it selects (clusterSelector, which rules out what
+// only a cluster of its own allows) or one it creates (rayClusterSpec, under the RayCluster rules).
+func validateCluster(j *rayv1.RayJob, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	s := &j.Spec
+	if len(s.ClusterSelector) > 0 {
 		if s.ClusterSelector[rayv1.LabelCluster] == "" {
 			errs = append(errs, field.Required(spec.Child("clusterSelector").Key(rayv1.LabelCluster), "the selector must name the cluster with ray.io/cluster"))
 		}
@@ -43,7 +56,7 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 		if ptr.Deref(s.BackoffLimit, 0) > 0 {
 			errs = append(errs, field.Forbidden(spec.Child("backoffLimit"), "retries create a new cluster each; not possible with clusterSelector"))
 		}
-		if mode == rayv1.SidecarMode {
+		if submissionMode(j) == rayv1.SidecarMode {
 			errs = append(errs, field.Forbidden(spec.Child("submissionMode"), "SidecarMode needs a cluster the RayJob creates (rayClusterSpec), not clusterSelector"))
 		}
 		if s.ShutdownAfterJobFinishes {
@@ -59,6 +72,14 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 		errs = append(errs, validation.NoK8sTokenAuth(s.RayClusterSpec, spec.Child("rayClusterSpec"))...)
 		errs = append(errs, validation.ClusterSpec(s.RayClusterSpec, j.Annotations, spec.Child("rayClusterSpec"))...)
 	}
+	return errs
+}
+
+// validateSubmission checks the fields the submission mode needs or rules out.
+func validateSubmission(j *rayv1.RayJob, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	s := &j.Spec
+	mode := submissionMode(j)
 	if mode != rayv1.InteractiveMode && strings.TrimSpace(s.Entrypoint) == "" && !ownSubmitterCommand(j) {
 		errs = append(errs, field.Required(spec.Child("entrypoint"), fmt.Sprintf("%s needs an entrypoint", mode)))
 	}
@@ -79,6 +100,18 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 			errs = append(errs, field.NotSupported(spec.Child("rayClusterSpec", "headGroupSpec", "template", "spec", "restartPolicy"), p, []string{string(corev1.RestartPolicyNever)}))
 		}
 	}
+	return errs
+}
+
+// legacyDeletion: the deletionStrategy uses the older onSuccess/onFailure policies.
+func legacyDeletion(s *rayv1.RayJobSpec) bool {
+	return s.DeletionStrategy != nil && (s.DeletionStrategy.OnSuccess != nil || s.DeletionStrategy.OnFailure != nil)
+}
+
+// validateLifecycle checks suspension, the deadline, retries and the TTL after the job finished.
+func validateLifecycle(j *rayv1.RayJob, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	s := &j.Spec
 	if s.Suspend && !s.ShutdownAfterJobFinishes {
 		errs = append(errs, field.Forbidden(spec.Child("suspend"), "a RayJob can be suspended only with shutdownAfterJobFinishes: true"))
 	}
@@ -91,41 +124,57 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 	if s.TTLSecondsAfterFinished < 0 {
 		errs = append(errs, field.Invalid(spec.Child("ttlSecondsAfterFinished"), s.TTLSecondsAfterFinished, "must be 0 or greater"))
 	}
-	legacy := s.DeletionStrategy != nil && (s.DeletionStrategy.OnSuccess != nil || s.DeletionStrategy.OnFailure != nil)
-	if s.TTLSecondsAfterFinished > 0 && !s.ShutdownAfterJobFinishes && !legacy {
+	if s.TTLSecondsAfterFinished > 0 && !s.ShutdownAfterJobFinishes && !legacyDeletion(s) {
 		errs = append(errs, field.Invalid(spec.Child("ttlSecondsAfterFinished"), s.TTLSecondsAfterFinished, "needs shutdownAfterJobFinishes: true or deletionStrategy.onSuccess/onFailure"))
 	}
-	if ds := s.DeletionStrategy; ds != nil {
-		p := spec.Child("deletionStrategy")
-		if s.ShutdownAfterJobFinishes {
-			errs = append(errs, field.Forbidden(p, "deletionStrategy and shutdownAfterJobFinishes: true both say what to delete; use one"))
+	return errs
+}
+
+// validateDeletionStrategy checks spec.deletionStrategy: either the onSuccess/onFailure pair or deletionRules
+// without duplicates, each policy one the RayJob can carry out.
+func validateDeletionStrategy(j *rayv1.RayJob, spec *field.Path) field.ErrorList {
+	s := &j.Spec
+	ds := s.DeletionStrategy
+	if ds == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	p := spec.Child("deletionStrategy")
+	if s.ShutdownAfterJobFinishes {
+		errs = append(errs, field.Forbidden(p, "deletionStrategy and shutdownAfterJobFinishes: true both say what to delete; use one"))
+	}
+	if len(ds.DeletionRules) > 0 && s.TTLSecondsAfterFinished > 0 {
+		errs = append(errs, field.Forbidden(spec.Child("ttlSecondsAfterFinished"), "with deletionRules each rule has its own condition.ttlSeconds"))
+	}
+	if legacyDeletion(s) && (ds.OnSuccess == nil || ds.OnFailure == nil) {
+		errs = append(errs, field.Required(p, "onSuccess and onFailure go together"))
+	}
+	for i, pol := range []*rayv1.DeletionPolicy{ds.OnSuccess, ds.OnFailure} {
+		name := []string{"onSuccess", "onFailure"}[i]
+		if pol != nil && pol.Policy == nil {
+			errs = append(errs, field.Required(p.Child(name, "policy"), "name the policy"))
 		}
-		if len(ds.DeletionRules) > 0 && s.TTLSecondsAfterFinished > 0 {
-			errs = append(errs, field.Forbidden(spec.Child("ttlSecondsAfterFinished"), "with deletionRules each rule has its own condition.ttlSeconds"))
-		}
-		if legacy && (ds.OnSuccess == nil || ds.OnFailure == nil) {
-			errs = append(errs, field.Required(p, "onSuccess and onFailure go together"))
-		}
-		for i, pol := range []*rayv1.DeletionPolicy{ds.OnSuccess, ds.OnFailure} {
-			name := []string{"onSuccess", "onFailure"}[i]
-			if pol != nil && pol.Policy == nil {
-				errs = append(errs, field.Required(p.Child(name, "policy"), "name the policy"))
-			}
-			if pol != nil && pol.Policy != nil {
-				errs = append(errs, policyErrs(j, *pol.Policy, p.Child(name, "policy"))...)
-			}
-		}
-		seen := map[string]bool{}
-		for i, r := range ds.DeletionRules {
-			rp := p.Child("deletionRules").Index(i)
-			key := fmt.Sprintf("%s/%s/%s/%d", r.Policy, ptr.Deref(r.Condition.JobStatus, ""), ptr.Deref(r.Condition.JobDeploymentStatus, ""), r.Condition.TTLSeconds)
-			if seen[key] {
-				errs = append(errs, field.Duplicate(rp, key))
-			}
-			seen[key] = true
-			errs = append(errs, policyErrs(j, r.Policy, rp.Child("policy"))...)
+		if pol != nil && pol.Policy != nil {
+			errs = append(errs, policyErrs(j, *pol.Policy, p.Child(name, "policy"))...)
 		}
 	}
+	seen := map[string]bool{}
+	for i, r := range ds.DeletionRules {
+		rp := p.Child("deletionRules").Index(i)
+		key := fmt.Sprintf("%s/%s/%s/%d", r.Policy, ptr.Deref(r.Condition.JobStatus, ""), ptr.Deref(r.Condition.JobDeploymentStatus, ""), r.Condition.TTLSeconds)
+		if seen[key] {
+			errs = append(errs, field.Duplicate(rp, key))
+		}
+		seen[key] = true
+		errs = append(errs, policyErrs(j, r.Policy, rp.Child("policy"))...)
+	}
+	return errs
+}
+
+// validateEntrypoint checks what the job's entrypoint runs with: its runtime environment and resources.
+func validateEntrypoint(j *rayv1.RayJob, spec *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	s := &j.Spec
 	if _, err := ray.RuntimeEnvFromYAML(s.RuntimeEnvYAML); err != nil {
 		errs = append(errs, field.Invalid(spec.Child("runtimeEnvYAML"), "(omitted)", err.Error()))
 	}
@@ -137,9 +186,6 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 	}
 	if s.EntrypointNumGpus < 0 {
 		errs = append(errs, field.Invalid(spec.Child("entrypointNumGpus"), s.EntrypointNumGpus, "must be 0 or greater"))
-	}
-	if s.RayClusterSpec != nil && s.RayClusterSpec.Suspend != nil && *s.RayClusterSpec.Suspend {
-		errs = append(errs, field.Forbidden(spec.Child("rayClusterSpec", "suspend"), "suspend the RayJob (spec.suspend), not its cluster"))
 	}
 	return errs
 }

@@ -263,7 +263,7 @@ func upgradeOptions(rs *rayv1.RayService) (step, maxSurge int32, interval time.D
 
 // planRollbackState decides, during an incremental upgrade, whether it is rolled back: the spec no longer matches
 // the pending cluster. A spec that matches it again resumes the upgrade.
-func planRollbackState(p *plan, active, pending *clusterObs, spec *rayv1.RayClusterSpec, setCond func(rayv1.RayServiceConditionType, metav1.ConditionStatus, rayv1.RayServiceConditionReason, string)) bool {
+func planRollbackState(p *plan, active, pending *clusterObs, spec *rayv1.RayClusterSpec, setCond setCondFunc) bool {
 	st := &p.status
 	if _, action := clusterAction(pending.cluster, spec); action != actionNew {
 		if meta.IsStatusConditionTrue(st.Conditions, string(rayv1.RollbackInProgress)) {

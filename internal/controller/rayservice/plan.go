@@ -2,19 +2,13 @@ package rayservice
 
 import (
 	"fmt"
-	"maps"
-	"slices"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/utils/ptr"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
-	"sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/builder"
@@ -137,40 +131,15 @@ func (p *plan) onWrite(cluster, typ, reason, action, format string, args ...any)
 func computePlan(o observed) *plan {
 	rs := o.rs
 	p := &plan{status: *rs.Status.DeepCopy()}
-	st := &p.status
-	st.ObservedGeneration = rs.Generation
+	p.status.ObservedGeneration = rs.Generation
 	now := metav1.NewTime(o.now)
 	setCond := func(t rayv1.RayServiceConditionType, status metav1.ConditionStatus, reason rayv1.RayServiceConditionReason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: string(t), Status: status, Reason: string(reason),
+		meta.SetStatusCondition(&p.status.Conditions, metav1.Condition{Type: string(t), Status: status, Reason: string(reason),
 			Message: msg, ObservedGeneration: rs.Generation, LastTransitionTime: now})
 	}
-	oldReady := meta.FindStatusCondition(rs.Status.Conditions, string(rayv1.RayServiceReady))
 
-	unsupported := unsupportedFields(rs)
-	if len(unsupported) > 0 {
-		msg := unsupportedMessage(unsupported)
-		old := meta.FindStatusCondition(rs.Status.Conditions, ConditionUnsupportedFeature)
-		if old == nil || old.Message != msg {
-			p.StatusEventf(corev1.EventTypeWarning, EventUnsupportedFeature, "Validate", "%s", msg)
-		}
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionUnsupportedFeature, Status: metav1.ConditionTrue,
-			Reason: ReasonUnsupportedFields, Message: msg, ObservedGeneration: rs.Generation, LastTransitionTime: now})
-	} else {
-		meta.RemoveStatusCondition(&st.Conditions, ConditionUnsupportedFeature)
-	}
-
-	errs := validate(rs)
-	if incremental(rs) && !o.gatewayAPI {
-		errs = append(errs, field.Invalid(field.NewPath("spec", "upgradeStrategy", "type"), upgradeType(rs),
-			"NewClusterWithIncrementalUpgrade needs the Gateway API (gateway.networking.k8s.io/v1 Gateways and HTTPRoutes), which this cluster does not serve"))
-	}
-	if len(errs) > 0 {
-		msg := validation.Message(errs)
-		if oldReady == nil || oldReady.Reason != string(rayv1.RayServiceValidationFailed) || oldReady.Message != msg {
-			p.StatusEventf(corev1.EventTypeWarning, EventInvalidRayServiceSpec, "Validate", "The RayService spec is invalid %s/%s: %s", rs.Namespace, rs.Name, msg)
-		}
-		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceValidationFailed, msg)
-		st.ServiceStatus = ""
+	planUnsupported(o, p, now)
+	if !planValid(o, p, setCond) {
 		return p
 	}
 	if rs.Spec.Suspend {
@@ -181,87 +150,182 @@ func computePlan(o observed) *plan {
 		}
 		return p
 	}
-	if meta.IsStatusConditionTrue(rs.Status.Conditions, string(rayv1.RayServiceSuspended)) ||
-		meta.IsStatusConditionTrue(rs.Status.Conditions, string(rayv1.RayServiceSuspending)) {
-		setCond(rayv1.RayServiceSuspended, metav1.ConditionFalse, rayv1.RayServiceResumed, "the RayService was resumed")
-		setCond(rayv1.RayServiceSuspending, metav1.ConditionFalse, rayv1.RayServiceResumed, "the RayService was resumed")
-		// Initializing again: the upgrade condition the suspension left starts over.
-		meta.RemoveStatusCondition(&st.Conditions, string(rayv1.UpgradeInProgress))
-	}
+	planResume(o, p, setCond)
 	if timedOut(o, p, setCond) {
 		return p
 	}
 
-	active, pending := o.active, o.pending
-	if active != nil && active.cluster == nil {
+	r := planClusters(o, p, setCond)
+	planServeConfigs(o, p, r)
+	planPromotion(o, p, r)
+	planRouting(o, p, r)
+	planServeEndpoints(o, p, r)
+	planOldClusters(o, p, r.active, r.pending)
+	planConditions(o, p, r, setCond)
+	return p
+}
+
+// setCondFunc sets one condition of the planned status, observed at the service's generation, now.
+type setCondFunc func(rayv1.RayServiceConditionType, metav1.ConditionStatus, rayv1.RayServiceConditionReason, string)
+
+// rollout is what computePlan's steps decide about the service's two clusters, handed from step to step.
+type rollout struct {
+	// active and pending are the clusters that serve and that are being brought up; nil when there is none.
+	active, pending *clusterObs
+	// inc: the upgrade strategy is NewClusterWithIncrementalUpgrade.
+	inc bool
+	// upgrading: an incremental upgrade is in progress (both clusters serve a share of the traffic); rollback: it is
+	// being rolled back.
+	upgrading, rollback bool
+	// capacityTo names the cluster whose Serve target capacity this reconcile changes; capacityRevert takes the
+	// change out of the status if Ray does not take it.
+	capacityTo     string
+	capacityRevert func(*rayv1.RayServiceStatuses)
+	// appliedNow are, by name, the clusters this reconcile sends the Serve config to.
+	appliedNow map[string]bool
+}
+
+// configOf is the Serve config a cluster is to hold: the spec's, with the cluster's recorded target capacity.
+func (r *rollout) configOf(rs *rayv1.RayService, st *rayv1.RayServiceStatuses, c *clusterObs) string {
+	if c == r.active {
+		return serveConfigFor(rs, st.ActiveServiceStatus.TargetCapacity)
+	}
+	return serveConfigFor(rs, st.PendingServiceStatus.TargetCapacity)
+}
+
+// pendingReady says whether the pending cluster may receive traffic; a cluster the config is sent to in this
+// reconcile may not yet.
+func (r *rollout) pendingReady(rs *rayv1.RayService, st *rayv1.RayServiceStatuses) bool {
+	return r.pending != nil && r.pending.cluster != nil && !r.appliedNow[r.pending.cluster.Name] &&
+		ready(rs, r.pending, builder.ServeConfigHash(r.configOf(rs, st, r.pending)))
+}
+
+// planUnsupported reports the spec fields Manta does not implement in the UnsupportedFeature condition (and an event
+// when their list changed).
+func planUnsupported(o observed, p *plan, now metav1.Time) {
+	rs, st := o.rs, &p.status
+	unsupported := unsupportedFields(rs)
+	if len(unsupported) == 0 {
+		meta.RemoveStatusCondition(&st.Conditions, ConditionUnsupportedFeature)
+		return
+	}
+	msg := unsupportedMessage(unsupported)
+	old := meta.FindStatusCondition(rs.Status.Conditions, ConditionUnsupportedFeature)
+	if old == nil || old.Message != msg {
+		p.StatusEventf(corev1.EventTypeWarning, EventUnsupportedFeature, "Validate", "%s", msg)
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionUnsupportedFeature, Status: metav1.ConditionTrue,
+		Reason: ReasonUnsupportedFields, Message: msg, ObservedGeneration: rs.Generation, LastTransitionTime: now})
+}
+
+// planValid validates the spec. An invalid one makes the service not Ready (ValidationFailed, with an event when the
+// message changed) and nothing else happens; it returns false then.
+func planValid(o observed, p *plan, setCond setCondFunc) bool {
+	rs := o.rs
+	errs := validate(rs)
+	if incremental(rs) && !o.gatewayAPI {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "upgradeStrategy", "type"), upgradeType(rs),
+			"NewClusterWithIncrementalUpgrade needs the Gateway API (gateway.networking.k8s.io/v1 Gateways and HTTPRoutes), which this cluster does not serve"))
+	}
+	if len(errs) == 0 {
+		return true
+	}
+	msg := validation.Message(errs)
+	oldReady := meta.FindStatusCondition(rs.Status.Conditions, string(rayv1.RayServiceReady))
+	if oldReady == nil || oldReady.Reason != string(rayv1.RayServiceValidationFailed) || oldReady.Message != msg {
+		p.StatusEventf(corev1.EventTypeWarning, EventInvalidRayServiceSpec, "Validate", "The RayService spec is invalid %s/%s: %s", rs.Namespace, rs.Name, msg)
+	}
+	setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceValidationFailed, msg)
+	p.status.ServiceStatus = ""
+	return false
+}
+
+// planResume ends the suspension conditions of a service that is no longer suspended.
+func planResume(o observed, p *plan, setCond setCondFunc) {
+	conds := o.rs.Status.Conditions
+	if !meta.IsStatusConditionTrue(conds, string(rayv1.RayServiceSuspended)) && !meta.IsStatusConditionTrue(conds, string(rayv1.RayServiceSuspending)) {
+		return
+	}
+	setCond(rayv1.RayServiceSuspended, metav1.ConditionFalse, rayv1.RayServiceResumed, "the RayService was resumed")
+	setCond(rayv1.RayServiceSuspending, metav1.ConditionFalse, rayv1.RayServiceResumed, "the RayService was resumed")
+	// Initializing again: the upgrade condition the suspension left starts over.
+	meta.RemoveStatusCondition(&p.status.Conditions, string(rayv1.UpgradeInProgress))
+}
+
+// planClusters decides which clusters exist: a vanished active cluster is forgotten, the active one is updated in
+// place when the spec allows it, and a pending cluster is brought up, replaced or dropped as the spec needs.
+func planClusters(o observed, p *plan, setCond setCondFunc) *rollout {
+	rs, st := o.rs, &p.status
+	r := &rollout{active: o.active, pending: o.pending, inc: incremental(rs), appliedNow: map[string]bool{}}
+	if r.active != nil && r.active.cluster == nil {
 		// The active cluster is gone (deleted by someone): nothing serves; a new cluster is brought up.
 		p.StatusEventf(corev1.EventTypeWarning, EventDeletedRayCluster, "Reconcile", "active RayCluster %s no longer exists; creating a new one", st.ActiveServiceStatus.RayClusterName)
 		st.ActiveServiceStatus = rayv1.RayServiceStatus{}
-		active = nil
+		r.active = nil
 	}
 	spec := &rs.Spec.RayClusterSpec
-	strategy := upgradeType(rs)
-	if o.noZeroDowntime && (rs.Spec.UpgradeStrategy == nil || rs.Spec.UpgradeStrategy.Type == nil) {
-		strategy = rayv1.RayServiceUpgradeNone
-	}
-
-	inc := incremental(rs)
-	// An incremental upgrade in progress: both clusters serve a share of the traffic.
-	upgrading := inc && active != nil && pending != nil && pending.cluster != nil &&
+	r.upgrading = r.inc && r.active != nil && r.pending != nil && r.pending.cluster != nil &&
 		meta.IsStatusConditionTrue(rs.Status.Conditions, string(rayv1.UpgradeInProgress))
-	rollback := false
-	if upgrading {
-		rollback = planRollbackState(p, active, pending, spec, setCond)
-	} else if pending == nil {
+	if r.upgrading {
+		r.rollback = planRollbackState(p, r.active, r.pending, spec, setCond)
+	} else if r.pending == nil {
 		meta.RemoveStatusCondition(&st.Conditions, string(rayv1.RollbackInProgress))
 	}
 
-	needPending := active == nil
-	if active != nil {
-		switch updated, action := clusterAction(active.cluster, spec); action {
-		case actionInPlace:
-			p.updateClusters = append(p.updateClusters, updated)
-			p.onWrite(updated.Name, corev1.EventTypeNormal, EventUpdatedRayCluster, "Update", "Updated the active RayCluster %s/%s", updated.Namespace, updated.Name)
-		case actionNew:
-			needPending = strategy != rayv1.RayServiceUpgradeNone
-		}
-	}
-	switch {
-	case rollback:
+	switch needPending := planActiveUpdate(o, p, r.active); {
+	case r.rollback:
 		// The pending cluster keeps serving its share until the traffic is back.
 	case needPending:
-		pending = planPending(o, p, pending, spec)
-	case pending != nil:
+		r.pending = planPending(o, p, r.pending, spec)
+	case r.pending != nil:
 		// The spec no longer needs a new cluster (it went back, or the strategy is None): drop the pending one.
-		if pending.cluster != nil && pending.cluster.DeletionTimestamp == nil {
-			p.deleteClusters = append(p.deleteClusters, pending.cluster)
-			p.onWrite(pending.cluster.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "Deleted the RayCluster %s/%s", pending.cluster.Namespace, pending.cluster.Name)
+		if c := r.pending.cluster; c != nil && c.DeletionTimestamp == nil {
+			p.deleteClusters = append(p.deleteClusters, c)
+			p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "Deleted the RayCluster %s/%s", c.Namespace, c.Name)
 		}
 		st.PendingServiceStatus = rayv1.RayServiceStatus{}
-		pending = nil
+		r.pending = nil
 	}
+	return r
+}
 
-	var capacityTo string
-	var capacityRevert func(*rayv1.RayServiceStatuses)
-	if inc {
-		initCapacity(st, active != nil)
-		if upgrading {
-			capacityTo, capacityRevert = planCapacity(o, p, active, pending, rollback)
+// planActiveUpdate updates the active cluster in place when the spec changed only in ways that allow it, and says
+// whether a pending cluster is needed: there is no active cluster, or the spec needs a new one and the upgrade
+// strategy rolls it out.
+func planActiveUpdate(o observed, p *plan, active *clusterObs) bool {
+	if active == nil {
+		return true
+	}
+	switch updated, action := clusterAction(active.cluster, &o.rs.Spec.RayClusterSpec); action {
+	case actionInPlace:
+		p.updateClusters = append(p.updateClusters, updated)
+		p.onWrite(updated.Name, corev1.EventTypeNormal, EventUpdatedRayCluster, "Update", "Updated the active RayCluster %s/%s", updated.Namespace, updated.Name)
+	case actionNew:
+		strategy := upgradeType(o.rs)
+		if o.noZeroDowntime && (o.rs.Spec.UpgradeStrategy == nil || o.rs.Spec.UpgradeStrategy.Type == nil) {
+			strategy = rayv1.RayServiceUpgradeNone
+		}
+		return strategy != rayv1.RayServiceUpgradeNone
+	}
+	return false
+}
+
+// planServeConfigs plans the incremental upgrade's capacity change due now, then sends the Serve config to each
+// cluster with a ready head that does not hold it (or whose applications Ray lost), and records a config that this
+// process applied but could not record yet.
+func planServeConfigs(o observed, p *plan, r *rollout) {
+	rs, st := o.rs, &p.status
+	if r.inc {
+		initCapacity(st, r.active != nil)
+		if r.upgrading {
+			r.capacityTo, r.capacityRevert = planCapacity(o, p, r.active, r.pending, r.rollback)
 		}
 	}
-	configOf := func(c *clusterObs) string {
-		if c == active {
-			return serveConfigFor(rs, st.ActiveServiceStatus.TargetCapacity)
-		}
-		return serveConfigFor(rs, st.PendingServiceStatus.TargetCapacity)
-	}
-
-	appliedNow := map[string]bool{}
-	for _, c := range []*clusterObs{active, pending} {
+	for _, c := range []*clusterObs{r.active, r.pending} {
 		if c == nil || c.cluster == nil || !c.headReady || rs.Spec.ServeConfigV2 == "" {
 			continue
 		}
-		config := configOf(c)
+		config := r.configOf(rs, st, c)
 		configHash := builder.ServeConfigHash(config)
 		id := headID(c.head)
 		// Ray reporting no application at all for a config that has some means it lost them (a GCS restart the pod
@@ -269,64 +333,82 @@ func computePlan(o observed) *plan {
 		lost := c.details != nil && len(c.details.Applications) == 0 && len(configuredApps(rs.Spec.ServeConfigV2)) > 0
 		if lost || c.cluster.Annotations[builder.AnnotationServeConfigHash] != configHash || c.cluster.Annotations[builder.AnnotationServeConfigHead] != id {
 			a := serveApply{cluster: c.cluster, config: config, hash: configHash, headID: id}
-			if c.cluster.Name == capacityTo {
-				a.capacity, a.revert = true, capacityRevert
+			if c.cluster.Name == r.capacityTo {
+				a.capacity, a.revert = true, r.capacityRevert
 			}
 			p.apply = append(p.apply, a)
-			appliedNow[c.cluster.Name] = true
+			r.appliedNow[c.cluster.Name] = true
 		} else if c.recordUnwritten {
 			p.recordApplied = append(p.recordApplied, c.cluster)
 		}
 	}
+}
 
-	if active != nil {
-		st.ActiveServiceStatus = serviceStatus(active, st.ActiveServiceStatus)
+// planPromotion records both clusters' statuses and makes the pending cluster the active one once it is ready.
+// During an upgrade, traffic moves only to a cluster that already has a serve endpoint (a Ready pod labelled
+// ray.io/serve=true): switched earlier, the Service has none until the head's label, written after the Service, or a
+// worker's readiness arrives, and requests fail in between. During an incremental upgrade traffic moves by the
+// HTTPRoute's weights instead (planRouting).
+func planPromotion(o observed, p *plan, r *rollout) {
+	rs, st := o.rs, &p.status
+	if r.active != nil {
+		st.ActiveServiceStatus = serviceStatus(r.active, st.ActiveServiceStatus)
 	}
-	if pending != nil {
-		st.PendingServiceStatus = serviceStatus(pending, st.PendingServiceStatus)
-		// During an upgrade, traffic moves only to a cluster that already has a serve endpoint (a Ready pod labelled
-		// ray.io/serve=true): switched earlier, the Service has none until the head's label, written after the
-		// Service, or a worker's readiness arrives, and requests fail in between.
-		// During an incremental upgrade traffic moves by the HTTPRoute's weights instead (planTraffic).
-		if (!inc || active == nil) && pending.cluster != nil && !appliedNow[pending.cluster.Name] &&
-			ready(rs, pending, builder.ServeConfigHash(configOf(pending))) && (active == nil || serveEndpoints(pending) > 0) {
-			if active != nil {
-				p.StatusEventf(corev1.EventTypeNormal, EventPromotedPendingCluster, "Upgrade", "switched traffic from RayCluster %s to RayCluster %s: all Serve applications are RUNNING", active.cluster.Name, pending.cluster.Name)
-			} else {
-				p.StatusEventf(corev1.EventTypeNormal, EventPromotedPendingCluster, "Promote", "RayCluster %s serves: all Serve applications are RUNNING", pending.cluster.Name)
-			}
-			st.ActiveServiceStatus = st.PendingServiceStatus
-			st.PendingServiceStatus = rayv1.RayServiceStatus{}
-			active, pending = pending, nil
-		}
+	if r.pending == nil {
+		return
 	}
+	st.PendingServiceStatus = serviceStatus(r.pending, st.PendingServiceStatus)
+	if (r.inc && r.active != nil) || !r.pendingReady(rs, st) || (r.active != nil && serveEndpoints(r.pending) == 0) {
+		return
+	}
+	if r.active != nil {
+		p.StatusEventf(corev1.EventTypeNormal, EventPromotedPendingCluster, "Upgrade", "switched traffic from RayCluster %s to RayCluster %s: all Serve applications are RUNNING", r.active.cluster.Name, r.pending.cluster.Name)
+	} else {
+		p.StatusEventf(corev1.EventTypeNormal, EventPromotedPendingCluster, "Promote", "RayCluster %s serves: all Serve applications are RUNNING", r.pending.cluster.Name)
+	}
+	st.ActiveServiceStatus = st.PendingServiceStatus
+	st.PendingServiceStatus = rayv1.RayServiceStatus{}
+	r.active, r.pending = r.pending, nil
+}
 
-	if inc {
+// planRouting plans what routes traffic: during an incremental upgrade the Gateway and the HTTPRoute's weights
+// (planTraffic), and the Services of the active (and, incrementally, the pending) cluster.
+func planRouting(o observed, p *plan, r *rollout) {
+	rs := o.rs
+	if r.inc {
 		p.gateway = desiredGateway(rs)
-		if active != nil {
-			pendingReady := pending != nil && pending.cluster != nil && !appliedNow[pending.cluster.Name] &&
-				ready(rs, pending, builder.ServeConfigHash(configOf(pending)))
-			active, pending = planTraffic(o, p, active, pending, upgrading && capacityTo == "", rollback, pendingReady)
+		if r.active != nil {
+			r.active, r.pending = planTraffic(o, p, r.active, r.pending, r.upgrading && r.capacityTo == "", r.rollback, r.pendingReady(rs, &p.status))
 		}
 	}
-
-	if active != nil {
-		if inc {
-			p.services = []*corev1.Service{builder.RayServiceHeadService(rs, active.cluster), clusterServeService(rs, active.cluster)}
-			if pending != nil && pending.cluster != nil {
-				p.services = append(p.services, clusterServeService(rs, pending.cluster))
-			}
-		} else {
-			p.services = []*corev1.Service{builder.RayServiceHeadService(rs, active.cluster), builder.RayServiceServeService(rs, active.cluster)}
-		}
+	if r.active == nil {
+		return
 	}
-	st.NumServeEndpoints = planServeLabels(rs, p, active, pending)
-	if inc && pending != nil && pending.cluster != nil {
-		// Both clusters serve during an incremental upgrade.
-		st.NumServeEndpoints += int32(serveEndpoints(pending))
+	if !r.inc {
+		p.services = []*corev1.Service{builder.RayServiceHeadService(rs, r.active.cluster), builder.RayServiceServeService(rs, r.active.cluster)}
+		return
 	}
-	planOldClusters(o, p, active, pending)
+	p.services = []*corev1.Service{builder.RayServiceHeadService(rs, r.active.cluster), clusterServeService(rs, r.active.cluster)}
+	if r.pending != nil && r.pending.cluster != nil {
+		p.services = append(p.services, clusterServeService(rs, r.pending.cluster))
+	}
+}
 
+// planServeEndpoints labels the pods the Serve Service selects and counts the serve endpoints: the active cluster's,
+// and during an incremental upgrade the pending cluster's too (both serve).
+func planServeEndpoints(o observed, p *plan, r *rollout) {
+	st := &p.status
+	st.NumServeEndpoints = planServeLabels(o.rs, p, r.active, r.pending)
+	if r.inc && r.pending != nil && r.pending.cluster != nil {
+		st.NumServeEndpoints += int32(serveEndpoints(r.pending))
+	}
+}
+
+// planConditions sets Ready (from the serve endpoints, or Initializing until a first cluster serves), UpgradeInProgress
+// (from which clusters exist) and the serviceStatus.
+func planConditions(o observed, p *plan, r *rollout, setCond setCondFunc) {
+	st := &p.status
+	oldReady := meta.FindStatusCondition(o.rs.Status.Conditions, string(rayv1.RayServiceReady))
 	switch {
 	case st.NumServeEndpoints > 0:
 		setCond(rayv1.RayServiceReady, metav1.ConditionTrue, rayv1.NonZeroServeEndpoints, msgNonZeroServeEndpoints)
@@ -341,9 +423,9 @@ func computePlan(o observed) *plan {
 		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceInitializing, msgInitializing)
 	}
 	switch {
-	case active != nil && pending != nil:
+	case r.active != nil && r.pending != nil:
 		setCond(rayv1.UpgradeInProgress, metav1.ConditionTrue, rayv1.BothActivePendingClustersExist, msgBothClusters)
-	case active != nil:
+	case r.active != nil:
 		setCond(rayv1.UpgradeInProgress, metav1.ConditionFalse, rayv1.NoPendingCluster, msgNoPendingCluster)
 	default:
 		// Until a first cluster serves, the service is initializing; no active cluster after that (it was deleted
@@ -359,356 +441,4 @@ func computePlan(o observed) *plan {
 	} else {
 		st.ServiceStatus = ""
 	}
-	return p
-}
-
-// planPending makes sure a pending cluster with the current spec exists (or is being created) and returns it.
-func planPending(o observed, p *plan, pending *clusterObs, spec *rayv1.RayClusterSpec) *clusterObs {
-	st := &p.status
-	if pending != nil && pending.cluster != nil {
-		switch updated, action := clusterAction(pending.cluster, spec); action {
-		case actionSame:
-			return pending
-		case actionInPlace:
-			p.updateClusters = append(p.updateClusters, updated)
-			p.onWrite(updated.Name, corev1.EventTypeNormal, EventUpdatedRayCluster, "Update", "Updated the pending RayCluster %s/%s", updated.Namespace, updated.Name)
-			return pending
-		}
-		// Out of date: it never served, so it goes now.
-		if pending.cluster.DeletionTimestamp == nil {
-			p.deleteClusters = append(p.deleteClusters, pending.cluster)
-			p.onWrite(pending.cluster.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "Deleted the RayCluster %s/%s", pending.cluster.Namespace, pending.cluster.Name)
-		}
-		pending = nil
-	}
-	if pending != nil && pending.cluster == nil {
-		// Named in the status, not created yet (or not in the cache yet: creating again is then a no-op).
-		name := st.PendingServiceStatus.RayClusterName
-		if slices.ContainsFunc(o.clusters, func(c rayv1.RayCluster) bool { return c.Name == name && c.DeletionTimestamp != nil }) {
-			// The name is still taken by a terminating cluster: wait.
-			p.Requeue(time.Second)
-			return pending
-		}
-		p.createCluster = builder.RayServiceCluster(o.rs, name)
-		return pending
-	}
-	// Record the name first; the cluster is created by the next reconcile, which reads it back.
-	name := o.newName()
-	st.PendingServiceStatus = rayv1.RayServiceStatus{RayClusterName: name}
-	if st.ActiveServiceStatus.RayClusterName != "" {
-		p.StatusEventf(corev1.EventTypeNormal, EventUpgradeStarted, "Upgrade", "the rayClusterConfig changed: preparing new RayCluster %s", name)
-	}
-	p.Requeue(0)
-	return &clusterObs{}
-}
-
-type clusterActionType int
-
-const (
-	actionSame clusterActionType = iota
-	actionInPlace
-	actionNew
-)
-
-// clusterAction compares a cluster with the spec: the same, different only in ways that can be made in place
-// (returns the updated cluster), or needing a new cluster.
-func clusterAction(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec) (*rayv1.RayCluster, clusterActionType) {
-	n, err := strconv.Atoi(c.Annotations[builder.AnnotationNumWorkerGroups])
-	if err != nil || n > len(spec.WorkerGroupSpecs) || builder.RayServiceClusterHash(spec, n) != c.Annotations[builder.AnnotationClusterSpecHash] {
-		return nil, actionNew
-	}
-	updated := c.DeepCopy()
-	autoscaling := ptr.Deref(spec.EnableInTreeAutoscaling, false)
-	for i := range spec.WorkerGroupSpecs {
-		want := &spec.WorkerGroupSpecs[i]
-		if i >= n || i >= len(updated.Spec.WorkerGroupSpecs) {
-			updated.Spec.WorkerGroupSpecs = append(updated.Spec.WorkerGroupSpecs, *want.DeepCopy())
-			continue
-		}
-		g := &updated.Spec.WorkerGroupSpecs[i]
-		g.MinReplicas, g.MaxReplicas = want.MinReplicas, want.MaxReplicas
-		if !autoscaling {
-			// With the autoscaler on, replicas and workersToDelete are the autoscaler's to set.
-			g.Replicas = want.Replicas
-			g.ScaleStrategy = want.ScaleStrategy
-		}
-	}
-	if equality.Semantic.DeepEqual(updated.Spec, c.Spec) {
-		return nil, actionSame
-	}
-	updated.Annotations = maps.Clone(updated.Annotations)
-	updated.Annotations[builder.AnnotationClusterSpecHash] = builder.RayServiceClusterHash(spec, len(spec.WorkerGroupSpecs))
-	updated.Annotations[builder.AnnotationNumWorkerGroups] = strconv.Itoa(len(spec.WorkerGroupSpecs))
-	return updated, actionInPlace
-}
-
-// ready says whether the cluster may receive traffic: the current config was applied to its current head and Ray
-// reports every application RUNNING (and every configured application present).
-func ready(rs *rayv1.RayService, c *clusterObs, configHash string) bool {
-	if c.cluster == nil || !c.headReady || c.details == nil {
-		return false
-	}
-	if rs.Spec.ServeConfigV2 == "" {
-		return true
-	}
-	if c.cluster.Annotations[builder.AnnotationServeConfigHash] != configHash || c.cluster.Annotations[builder.AnnotationServeConfigHead] != headID(c.head) {
-		return false
-	}
-	for _, name := range configuredApps(rs.Spec.ServeConfigV2) {
-		if _, ok := c.details.Applications[name]; !ok {
-			return false
-		}
-	}
-	if len(c.details.Applications) == 0 {
-		return false
-	}
-	for _, a := range c.details.Applications {
-		if a.Status != ray.ApplicationStatusRunning {
-			return false
-		}
-	}
-	return true
-}
-
-// configuredApps are the application names of a serveConfigV2 ("default" when an application has none, as Serve).
-func configuredApps(config string) []string {
-	var cfg struct {
-		Applications []struct {
-			Name string `json:"name"`
-		} `json:"applications"`
-	}
-	if err := yaml.Unmarshal([]byte(config), &cfg); err != nil {
-		return nil
-	}
-	out := make([]string, 0, len(cfg.Applications))
-	for _, a := range cfg.Applications {
-		if a.Name == "" {
-			a.Name = "default"
-		}
-		out = append(out, a.Name)
-	}
-	return out
-}
-
-// serviceStatus is the status of one cluster; application statuses Ray did not report this time are kept.
-func serviceStatus(c *clusterObs, old rayv1.RayServiceStatus) rayv1.RayServiceStatus {
-	s := old
-	if c.cluster == nil {
-		return s
-	}
-	s.RayClusterName = c.cluster.Name
-	s.RayClusterStatus = *c.cluster.Status.DeepCopy()
-	if c.details != nil {
-		s.Applications = nil
-		for name, a := range c.details.Applications {
-			if s.Applications == nil {
-				s.Applications = map[string]rayv1.AppStatus{}
-			}
-			as := rayv1.AppStatus{Status: a.Status, Message: a.Message}
-			for dn, d := range a.Deployments {
-				if as.Deployments == nil {
-					as.Deployments = map[string]rayv1.ServeDeploymentStatus{}
-				}
-				as.Deployments[dn] = rayv1.ServeDeploymentStatus{Status: d.Status, Message: d.Message}
-			}
-			s.Applications[name] = as
-		}
-	}
-	return s
-}
-
-// serveEndpoints counts the cluster's pods that the Serve Service selects and routes to as they are now: Running,
-// Ready and labelled ray.io/serve=true.
-func serveEndpoints(c *clusterObs) int {
-	n := 0
-	for i := range c.pods {
-		if c.pods[i].Labels[rayv1.LabelServe] == "true" && builder.PodRunningAndReady(&c.pods[i]) {
-			n++
-		}
-	}
-	return n
-}
-
-// planServeLabels sets the head's ray.io/serve: true once its Serve proxy answered (unless
-// excludeHeadPodFromServeSvc), false before. Workers keep the true they are created with, as under KubeRay: their
-// readiness probe checks their proxy, so a worker whose proxy does not answer is not Ready and gets no traffic. It
-// returns the active cluster's serve endpoints: its Ready pods labelled true.
-func planServeLabels(rs *rayv1.RayService, p *plan, active, pending *clusterObs) int32 {
-	var endpoints int32
-	for _, c := range []*clusterObs{active, pending} {
-		if c == nil || c.cluster == nil {
-			continue
-		}
-		for i := range c.pods {
-			pod := &c.pods[i]
-			want := "false"
-			isHead := pod.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead
-			if !isHead || (c.proxyHealthy[pod.Name] && !rs.Spec.ExcludeHeadPodFromServeSvc) {
-				want = "true"
-			}
-			if pod.Labels[rayv1.LabelServe] != want {
-				p.podLabels = append(p.podLabels, podLabel{pod: pod, value: want})
-			}
-			if c == active && want == "true" && builder.PodRunningAndReady(pod) {
-				endpoints++
-			}
-		}
-	}
-	return endpoints
-}
-
-// planOldClusters deletes the service's clusters that are neither active nor pending once their deletion delay has
-// passed, and starts that delay for the ones that just left.
-func planOldClusters(o observed, p *plan, active, pending *clusterObs) {
-	keep := map[string]bool{}
-	for _, c := range []*clusterObs{active, pending} {
-		if c != nil && c.cluster != nil {
-			keep[c.cluster.Name] = true
-		}
-	}
-	if n := p.status.PendingServiceStatus.RayClusterName; n != "" {
-		keep[n] = true
-	}
-	delay := time.Duration(ptr.Deref(o.rs.Spec.RayClusterDeletionDelaySeconds, DefaultClusterDeletionDelaySeconds)) * time.Second
-	deleting := map[string]bool{}
-	for _, c := range p.deleteClusters {
-		deleting[c.Name] = true
-	}
-	for i := range o.clusters {
-		c := &o.clusters[i]
-		if c.DeletionTimestamp != nil || deleting[c.Name] {
-			continue
-		}
-		at, hasAt := c.Annotations[builder.AnnotationDeleteAfter]
-		if keep[c.Name] {
-			if hasAt {
-				// Named again (a stale read marked it): it must not be deleted later for an old reason.
-				p.annotate = append(p.annotate, annotationPatch{cluster: c, key: builder.AnnotationDeleteAfter})
-			}
-			continue
-		}
-		deadline, err := time.Parse(time.RFC3339, at)
-		if !hasAt || err != nil {
-			deadline = o.now.Add(delay)
-			if delay > 0 {
-				p.annotate = append(p.annotate, annotationPatch{cluster: c, key: builder.AnnotationDeleteAfter, value: ptr.To(deadline.UTC().Format(time.RFC3339))})
-				p.Requeue(delay)
-				continue
-			}
-		}
-		if o.now.Before(deadline) {
-			p.Requeue(deadline.Sub(o.now))
-			continue
-		}
-		if st := &o.rs.Status; c.Name == st.ActiveServiceStatus.RayClusterName || c.Name == st.PendingServiceStatus.RayClusterName {
-			// The recorded status still names it (this reconcile's status write may yet fail): delete it once the
-			// status that no longer names it is stored.
-			p.Requeue(0)
-			continue
-		}
-		p.deleteClusters = append(p.deleteClusters, c)
-		p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "Deleted the RayCluster %s/%s", c.Namespace, c.Name)
-	}
-}
-
-// planSuspend deletes every cluster of a suspended service.
-func planSuspend(o observed, p *plan, setCond func(rayv1.RayServiceConditionType, metav1.ConditionStatus, rayv1.RayServiceConditionReason, string)) {
-	st := &p.status
-	alive := 0
-	for i := range o.clusters {
-		c := &o.clusters[i]
-		alive++
-		if c.DeletionTimestamp == nil {
-			p.deleteClusters = append(p.deleteClusters, c)
-			p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Suspend", "Deleted the RayCluster %s/%s", c.Namespace, c.Name)
-		}
-	}
-	st.ActiveServiceStatus, st.PendingServiceStatus = rayv1.RayServiceStatus{}, rayv1.RayServiceStatus{}
-	st.NumServeEndpoints = 0
-	st.ServiceStatus = ""
-	if alive > 0 {
-		setCond(rayv1.RayServiceSuspending, metav1.ConditionTrue, rayv1.RayServiceSuspendInProgress, "deleting the RayService's clusters")
-		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceSuspendRequested, "the RayService is being suspended")
-		p.Requeue(time.Second)
-	} else {
-		setCond(rayv1.RayServiceSuspending, metav1.ConditionFalse, rayv1.RayServiceSuspendComplete, "the RayService's clusters are deleted")
-		setCond(rayv1.RayServiceSuspended, metav1.ConditionTrue, rayv1.RayServiceSuspendComplete, "the RayService is suspended")
-		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceSuspendComplete, "the RayService is suspended")
-	}
-	setCond(rayv1.UpgradeInProgress, metav1.ConditionFalse, rayv1.NoActiveCluster, "the RayService is suspended")
-}
-
-// timedOut applies the ray.io/initializing-timeout annotation: a service not Ready within it is failed and its
-// clusters are deleted, until its spec changes.
-func timedOut(o observed, p *plan, setCond func(rayv1.RayServiceConditionType, metav1.ConditionStatus, rayv1.RayServiceConditionReason, string)) bool {
-	rs := o.rs
-	ready := meta.FindStatusCondition(rs.Status.Conditions, string(rayv1.RayServiceReady))
-	if ready == nil {
-		return false
-	}
-	failed := ready.Reason == string(rayv1.RayServiceInitializingTimeout) && ready.ObservedGeneration == rs.Generation
-	if !failed {
-		timeout, ok := initializingTimeout(rs)
-		if !ok || ready.Reason != string(rayv1.RayServiceInitializing) {
-			return false
-		}
-		if left := ready.LastTransitionTime.Add(timeout).Sub(o.now); left > 0 {
-			p.Requeue(left)
-			return false
-		}
-		spent := o.now.Sub(ready.LastTransitionTime.Time)
-		p.StatusEventf(corev1.EventTypeWarning, string(rayv1.RayServiceInitializingTimeout), "Initialize",
-			"RayService initializing timeout exceeded after %s (configured timeout: %s)", spent, timeout)
-		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceInitializingTimeout,
-			fmt.Sprintf("RayService failed to become ready within the configured timeout of %s. Time spent initializing: %s", timeout, spent))
-	}
-	for i := range o.clusters {
-		if c := &o.clusters[i]; c.DeletionTimestamp == nil {
-			p.deleteClusters = append(p.deleteClusters, c)
-			p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "Deleted the RayCluster %s/%s", c.Namespace, c.Name)
-		}
-	}
-	p.status.ActiveServiceStatus, p.status.PendingServiceStatus = rayv1.RayServiceStatus{}, rayv1.RayServiceStatus{}
-	p.status.NumServeEndpoints = 0
-	p.status.ServiceStatus = ""
-	return true
-}
-
-// initializingTimeout parses the annotation: a Go duration or a number of seconds.
-func initializingTimeout(rs *rayv1.RayService) (time.Duration, bool) {
-	v, ok := rs.Annotations[AnnotationInitializingTimeout]
-	if !ok {
-		return 0, false
-	}
-	if d, err := time.ParseDuration(v); err == nil && d > 0 {
-		return d, true
-	}
-	if n, err := strconv.Atoi(v); err == nil && n > 0 {
-		return time.Duration(n) * time.Second, true
-	}
-	return 0, false
-}
-
-func upgradeType(rs *rayv1.RayService) rayv1.RayServiceUpgradeType {
-	if u := rs.Spec.UpgradeStrategy; u != nil && u.Type != nil {
-		return *u.Type
-	}
-	return rayv1.NewCluster
-}
-
-// headID identifies a head incarnation: the pod and how often its Ray container restarted.
-func headID(pod *corev1.Pod) string {
-	if pod == nil {
-		return ""
-	}
-	var restarts int32
-	if len(pod.Spec.Containers) > 0 {
-		name := pod.Spec.Containers[builder.RayContainerIndex].Name
-		for _, cs := range pod.Status.ContainerStatuses {
-			if cs.Name == name {
-				restarts = cs.RestartCount
-			}
-		}
-	}
-	return string(pod.UID) + "/" + strconv.Itoa(int(restarts))
 }

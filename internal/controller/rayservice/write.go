@@ -25,6 +25,23 @@ import (
 // Kubernetes write that fails, so a cluster is never deleted while a Service may still point at it. A Serve config
 // that Ray does not accept now is reported and retried by a later reconcile; the rest of the plan goes on.
 func (r *Reconciler) write(ctx context.Context, p *plan) error {
+	for _, step := range []func(context.Context, *plan) error{
+		r.writeClusters,
+		r.writeServeConfigs,
+		r.writeRouting,
+		r.writeServeLabels,
+		r.writeAnnotations,
+		r.writeDeletions,
+	} {
+		if err := step(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeClusters creates the planned cluster (one that exists already is fine) and updates clusters in place.
+func (r *Reconciler) writeClusters(ctx context.Context, p *plan) error {
 	if c := p.createCluster; c != nil {
 		if err := r.client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
 			p.RelatedEventf(c, corev1.EventTypeWarning, EventFailedToCreateRayCluster, "Create", "Failed to create the RayCluster %s/%s: %v", c.Namespace, c.Name, err)
@@ -40,6 +57,12 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 		}
 		p.recordWritten(c.Name)
 	}
+	return nil
+}
+
+// writeServeConfigs sends the Serve configs (one Ray refuses is reported, its capacity change taken back, and
+// retried) and records configs applied earlier whose record could not be written then.
+func (r *Reconciler) writeServeConfigs(ctx context.Context, p *plan) error {
 	for _, a := range p.apply {
 		if err := r.applyServeConfig(ctx, a); err != nil {
 			p.RelatedEventf(a.cluster, corev1.EventTypeWarning, EventFailedToUpdateServeApplications, "ApplyServeConfig", "Failed to update serve applications to the RayCluster %s/%s: %v", a.cluster.Namespace, a.cluster.Name, err)
@@ -60,6 +83,12 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// writeRouting applies the Services, then the incremental upgrade's Gateway and HTTPRoute (a route that could not be
+// written takes its traffic change out of the status).
+func (r *Reconciler) writeRouting(ctx context.Context, p *plan) error {
 	for _, svc := range p.services {
 		if err := r.applyService(ctx, p, svc); err != nil {
 			return err
@@ -76,6 +105,11 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// writeServeLabels sets ray.io/serve on the pods whose label is to change; a pod that is gone is skipped.
+func (r *Reconciler) writeServeLabels(ctx context.Context, p *plan) error {
 	for _, l := range p.podLabels {
 		patched := l.pod.DeepCopy()
 		if patched.Labels == nil {
@@ -94,6 +128,11 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 			p.Eventf(corev1.EventTypeNormal, EventUpdatedHeadPodServeLabel, "Update", "Updated the serve label to %q for the Head Pod %s/%s", l.value, l.pod.Namespace, l.pod.Name)
 		}
 	}
+	return nil
+}
+
+// writeAnnotations sets or removes the planned cluster annotations; a cluster that is gone is skipped.
+func (r *Reconciler) writeAnnotations(ctx context.Context, p *plan) error {
 	for _, a := range p.annotate {
 		patched := a.cluster.DeepCopy()
 		patched.Annotations = maps.Clone(patched.Annotations)
@@ -109,6 +148,12 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 			return fmt.Errorf("annotate RayCluster %s: %w", a.cluster.Name, err)
 		}
 	}
+	return nil
+}
+
+// writeDeletions deletes a suspended service's Gateway and HTTPRoute, then the clusters that go (each only as the
+// incarnation planned, by UID) with their per-cluster Serve Services.
+func (r *Reconciler) writeDeletions(ctx context.Context, p *plan) error {
 	if p.deleteGatewayOf != nil {
 		if err := r.deleteGatewayObjects(ctx, p, p.deleteGatewayOf); err != nil {
 			return err

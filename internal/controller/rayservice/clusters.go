@@ -1,0 +1,237 @@
+package rayservice
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/builder"
+)
+
+// planPending makes sure a pending cluster with the current spec exists (or is being created) and returns it.
+func planPending(o observed, p *plan, pending *clusterObs, spec *rayv1.RayClusterSpec) *clusterObs {
+	st := &p.status
+	if pending != nil && pending.cluster != nil {
+		switch updated, action := clusterAction(pending.cluster, spec); action {
+		case actionSame:
+			return pending
+		case actionInPlace:
+			p.updateClusters = append(p.updateClusters, updated)
+			p.onWrite(updated.Name, corev1.EventTypeNormal, EventUpdatedRayCluster, "Update", "Updated the pending RayCluster %s/%s", updated.Namespace, updated.Name)
+			return pending
+		}
+		// Out of date: it never served, so it goes now.
+		if pending.cluster.DeletionTimestamp == nil {
+			p.deleteClusters = append(p.deleteClusters, pending.cluster)
+			p.onWrite(pending.cluster.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "Deleted the RayCluster %s/%s", pending.cluster.Namespace, pending.cluster.Name)
+		}
+		pending = nil
+	}
+	if pending != nil && pending.cluster == nil {
+		// Named in the status, not created yet (or not in the cache yet: creating again is then a no-op).
+		name := st.PendingServiceStatus.RayClusterName
+		if slices.ContainsFunc(o.clusters, func(c rayv1.RayCluster) bool { return c.Name == name && c.DeletionTimestamp != nil }) {
+			// The name is still taken by a terminating cluster: wait.
+			p.Requeue(time.Second)
+			return pending
+		}
+		p.createCluster = builder.RayServiceCluster(o.rs, name)
+		return pending
+	}
+	// Record the name first; the cluster is created by the next reconcile, which reads it back.
+	name := o.newName()
+	st.PendingServiceStatus = rayv1.RayServiceStatus{RayClusterName: name}
+	if st.ActiveServiceStatus.RayClusterName != "" {
+		p.StatusEventf(corev1.EventTypeNormal, EventUpgradeStarted, "Upgrade", "the rayClusterConfig changed: preparing new RayCluster %s", name)
+	}
+	p.Requeue(0)
+	return &clusterObs{}
+}
+
+type clusterActionType int
+
+const (
+	actionSame clusterActionType = iota
+	actionInPlace
+	actionNew
+)
+
+// clusterAction compares a cluster with the spec: the same, different only in ways that can be made in place
+// (returns the updated cluster), or needing a new cluster.
+func clusterAction(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec) (*rayv1.RayCluster, clusterActionType) {
+	n, err := strconv.Atoi(c.Annotations[builder.AnnotationNumWorkerGroups])
+	if err != nil || n > len(spec.WorkerGroupSpecs) || builder.RayServiceClusterHash(spec, n) != c.Annotations[builder.AnnotationClusterSpecHash] {
+		return nil, actionNew
+	}
+	updated := c.DeepCopy()
+	autoscaling := ptr.Deref(spec.EnableInTreeAutoscaling, false)
+	for i := range spec.WorkerGroupSpecs {
+		want := &spec.WorkerGroupSpecs[i]
+		if i >= n || i >= len(updated.Spec.WorkerGroupSpecs) {
+			updated.Spec.WorkerGroupSpecs = append(updated.Spec.WorkerGroupSpecs, *want.DeepCopy())
+			continue
+		}
+		g := &updated.Spec.WorkerGroupSpecs[i]
+		g.MinReplicas, g.MaxReplicas = want.MinReplicas, want.MaxReplicas
+		if !autoscaling {
+			// With the autoscaler on, replicas and workersToDelete are the autoscaler's to set.
+			g.Replicas = want.Replicas
+			g.ScaleStrategy = want.ScaleStrategy
+		}
+	}
+	if equality.Semantic.DeepEqual(updated.Spec, c.Spec) {
+		return nil, actionSame
+	}
+	updated.Annotations = maps.Clone(updated.Annotations)
+	updated.Annotations[builder.AnnotationClusterSpecHash] = builder.RayServiceClusterHash(spec, len(spec.WorkerGroupSpecs))
+	updated.Annotations[builder.AnnotationNumWorkerGroups] = strconv.Itoa(len(spec.WorkerGroupSpecs))
+	return updated, actionInPlace
+}
+
+// planOldClusters deletes the service's clusters that are neither active nor pending once their deletion delay has
+// passed, and starts that delay for the ones that just left.
+func planOldClusters(o observed, p *plan, active, pending *clusterObs) {
+	keep := map[string]bool{}
+	for _, c := range []*clusterObs{active, pending} {
+		if c != nil && c.cluster != nil {
+			keep[c.cluster.Name] = true
+		}
+	}
+	if n := p.status.PendingServiceStatus.RayClusterName; n != "" {
+		keep[n] = true
+	}
+	delay := time.Duration(ptr.Deref(o.rs.Spec.RayClusterDeletionDelaySeconds, DefaultClusterDeletionDelaySeconds)) * time.Second
+	deleting := map[string]bool{}
+	for _, c := range p.deleteClusters {
+		deleting[c.Name] = true
+	}
+	for i := range o.clusters {
+		c := &o.clusters[i]
+		if c.DeletionTimestamp != nil || deleting[c.Name] {
+			continue
+		}
+		at, hasAt := c.Annotations[builder.AnnotationDeleteAfter]
+		if keep[c.Name] {
+			if hasAt {
+				// Named again (a stale read marked it): it must not be deleted later for an old reason.
+				p.annotate = append(p.annotate, annotationPatch{cluster: c, key: builder.AnnotationDeleteAfter})
+			}
+			continue
+		}
+		deadline, err := time.Parse(time.RFC3339, at)
+		if !hasAt || err != nil {
+			deadline = o.now.Add(delay)
+			if delay > 0 {
+				p.annotate = append(p.annotate, annotationPatch{cluster: c, key: builder.AnnotationDeleteAfter, value: ptr.To(deadline.UTC().Format(time.RFC3339))})
+				p.Requeue(delay)
+				continue
+			}
+		}
+		if o.now.Before(deadline) {
+			p.Requeue(deadline.Sub(o.now))
+			continue
+		}
+		if st := &o.rs.Status; c.Name == st.ActiveServiceStatus.RayClusterName || c.Name == st.PendingServiceStatus.RayClusterName {
+			// The recorded status still names it (this reconcile's status write may yet fail): delete it once the
+			// status that no longer names it is stored.
+			p.Requeue(0)
+			continue
+		}
+		p.deleteClusters = append(p.deleteClusters, c)
+		p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "Deleted the RayCluster %s/%s", c.Namespace, c.Name)
+	}
+}
+
+// planSuspend deletes every cluster of a suspended service.
+func planSuspend(o observed, p *plan, setCond setCondFunc) {
+	st := &p.status
+	alive := 0
+	for i := range o.clusters {
+		c := &o.clusters[i]
+		alive++
+		if c.DeletionTimestamp == nil {
+			p.deleteClusters = append(p.deleteClusters, c)
+			p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Suspend", "Deleted the RayCluster %s/%s", c.Namespace, c.Name)
+		}
+	}
+	st.ActiveServiceStatus, st.PendingServiceStatus = rayv1.RayServiceStatus{}, rayv1.RayServiceStatus{}
+	st.NumServeEndpoints = 0
+	st.ServiceStatus = ""
+	if alive > 0 {
+		setCond(rayv1.RayServiceSuspending, metav1.ConditionTrue, rayv1.RayServiceSuspendInProgress, "deleting the RayService's clusters")
+		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceSuspendRequested, "the RayService is being suspended")
+		p.Requeue(time.Second)
+	} else {
+		setCond(rayv1.RayServiceSuspending, metav1.ConditionFalse, rayv1.RayServiceSuspendComplete, "the RayService's clusters are deleted")
+		setCond(rayv1.RayServiceSuspended, metav1.ConditionTrue, rayv1.RayServiceSuspendComplete, "the RayService is suspended")
+		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceSuspendComplete, "the RayService is suspended")
+	}
+	setCond(rayv1.UpgradeInProgress, metav1.ConditionFalse, rayv1.NoActiveCluster, "the RayService is suspended")
+}
+
+// timedOut applies the ray.io/initializing-timeout annotation: a service not Ready within it is failed and its
+// clusters are deleted, until its spec changes.
+func timedOut(o observed, p *plan, setCond setCondFunc) bool {
+	rs := o.rs
+	ready := meta.FindStatusCondition(rs.Status.Conditions, string(rayv1.RayServiceReady))
+	if ready == nil {
+		return false
+	}
+	failed := ready.Reason == string(rayv1.RayServiceInitializingTimeout) && ready.ObservedGeneration == rs.Generation
+	if !failed {
+		timeout, ok := initializingTimeout(rs)
+		if !ok || ready.Reason != string(rayv1.RayServiceInitializing) {
+			return false
+		}
+		if left := ready.LastTransitionTime.Add(timeout).Sub(o.now); left > 0 {
+			p.Requeue(left)
+			return false
+		}
+		spent := o.now.Sub(ready.LastTransitionTime.Time)
+		p.StatusEventf(corev1.EventTypeWarning, string(rayv1.RayServiceInitializingTimeout), "Initialize",
+			"RayService initializing timeout exceeded after %s (configured timeout: %s)", spent, timeout)
+		setCond(rayv1.RayServiceReady, metav1.ConditionFalse, rayv1.RayServiceInitializingTimeout,
+			fmt.Sprintf("RayService failed to become ready within the configured timeout of %s. Time spent initializing: %s", timeout, spent))
+	}
+	for i := range o.clusters {
+		if c := &o.clusters[i]; c.DeletionTimestamp == nil {
+			p.deleteClusters = append(p.deleteClusters, c)
+			p.onWrite(c.Name, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "Deleted the RayCluster %s/%s", c.Namespace, c.Name)
+		}
+	}
+	p.status.ActiveServiceStatus, p.status.PendingServiceStatus = rayv1.RayServiceStatus{}, rayv1.RayServiceStatus{}
+	p.status.NumServeEndpoints = 0
+	p.status.ServiceStatus = ""
+	return true
+}
+
+// initializingTimeout parses the annotation: a Go duration or a number of seconds.
+func initializingTimeout(rs *rayv1.RayService) (time.Duration, bool) {
+	v, ok := rs.Annotations[AnnotationInitializingTimeout]
+	if !ok {
+		return 0, false
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return d, true
+	}
+	if n, err := strconv.Atoi(v); err == nil && n > 0 {
+		return time.Duration(n) * time.Second, true
+	}
+	return 0, false
+}
+
+func upgradeType(rs *rayv1.RayService) rayv1.RayServiceUpgradeType {
+	if u := rs.Spec.UpgradeStrategy; u != nil && u.Type != nil {
+		return *u.Type
+	}
+	return rayv1.NewCluster
+}
