@@ -64,7 +64,8 @@ type Options struct {
 	Dir string
 	// BinDir holds etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok; empty means <repo>/bin.
 	BinDir string
-	// CRDDirs are installed after the API server is up; empty means <repo>/config/crd.
+	// CRDDirs (directories or files) are installed after the API server is up; nil means <repo>/config/crd and
+	// the batch schedulers' PodGroup CRDs (SchedulerCRDPaths).
 	CRDDirs []string
 	// ExtraStages are more kwok Stage documents (YAML), for tests that need pods to fail or exit.
 	ExtraStages [][]byte
@@ -115,7 +116,11 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		opts.BinDir = filepath.Join(root, "bin")
 	}
 	if opts.CRDDirs == nil {
-		opts.CRDDirs = []string{filepath.Join(root, "config", "crd")}
+		scheduler, err := SchedulerCRDPaths(root)
+		if err != nil {
+			return nil, err
+		}
+		opts.CRDDirs = append([]string{filepath.Join(root, "config", "crd")}, scheduler...)
 	}
 	if len(opts.Pools) == 0 {
 		n := opts.Nodes

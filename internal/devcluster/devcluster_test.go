@@ -49,6 +49,25 @@ func TestDevClusterSmoke(t *testing.T) {
 		}
 	})
 
+	// The batch schedulers' PodGroup CRDs come with the default CRDs, served once Start returns, so an operator
+	// started with --batch-scheduler volcano or scheduler-plugins finds its kinds.
+	t.Run("batch scheduler PodGroups served", func(t *testing.T) {
+		for _, gv := range []string{"scheduling.volcano.sh/v1beta1", "scheduling.x-k8s.io/v1alpha1"} {
+			res, err := cs.Discovery().ServerResourcesForGroupVersion(gv)
+			if err != nil {
+				t.Errorf("%s: %v", gv, err)
+				continue
+			}
+			served := false
+			for _, r := range res.APIResources {
+				served = served || (r.Name == "podgroups" && r.Kind == "PodGroup" && r.Namespaced)
+			}
+			if !served {
+				t.Errorf("%s serves no namespaced podgroups: %v", gv, res.APIResources)
+			}
+		}
+	})
+
 	ns := "smoke"
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

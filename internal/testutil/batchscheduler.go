@@ -3,17 +3,19 @@ package testutil
 import (
 	"path/filepath"
 	"testing"
+
+	"github.com/manta-dev/manta/internal/devcluster"
 )
 
 // SchedulerPluginsCRDs is the directory of scheduler-plugins' CRDs (PodGroup, ElasticQuota) in its Go module.
 func SchedulerPluginsCRDs(t testing.TB) string {
 	t.Helper()
-	return filepath.Join(moduleDir(t, "sigs.k8s.io/scheduler-plugins"), "config", "crd", "bases")
+	return filepath.Join(moduleDir(t, devcluster.SchedulerPluginsModule), "config", "crd", "bases")
 }
 
-// VolcanoCRDs is the directory of a minimal Volcano PodGroup CRD (testdata/volcano): Volcano's Go module has the
-// types but not the CRD.
+// VolcanoCRDs is the directory of the minimal Volcano PodGroup CRD the dev cluster installs too
+// (devcluster.VolcanoCRDDir): Volcano's Go module has the types but not the CRD.
 func VolcanoCRDs(t testing.TB) string {
 	t.Helper()
-	return filepath.Join(MustRepoRoot(t), "internal", "testutil", "testdata", "volcano")
+	return devcluster.VolcanoCRDDir(MustRepoRoot(t))
 }

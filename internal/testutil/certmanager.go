@@ -1,10 +1,10 @@
 package testutil
 
 import (
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/manta-dev/manta/internal/devcluster"
 )
 
 // CertManagerCRDs is the directory of cert-manager's CRDs (deploy/crds) in the cert-manager module go.mod requires,
@@ -18,12 +18,9 @@ func CertManagerCRDs(t testing.TB) string {
 // moduleDir is where the Go module that go.mod requires is on disk.
 func moduleDir(t testing.TB, module string) string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
-	cmd.Dir = MustRepoRoot(t)
-	out, err := cmd.Output()
-	dir := strings.TrimSpace(string(out))
-	if err != nil || dir == "" {
-		t.Fatalf("finding the module %s (go mod download fetches it): %v %s", module, err, out)
+	dir, err := devcluster.ModuleDir(MustRepoRoot(t), module)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }
