@@ -61,8 +61,10 @@ const (
 	// schedulerPluginsPodScheduler is the schedulerName of scheduler-plugins' second-scheduler install.
 	schedulerPluginsPodScheduler = "scheduler-plugins-scheduler"
 
-	// SubmitterGroupName is the group (task) name of a RayJob's submitter pod.
-	SubmitterGroupName = "submitter"
+	// SubmitterGroupName is the group (task) name of a RayJob's submitter pod (KubeRay's
+	// utils.RayNodeSubmitterGroupLabelValue, v1.5.0 to v1.7.0): volcano.sh/task-spec, yunikorn.apache.org/task-group-name
+	// and its task group.
+	SubmitterGroupName = "submittergroup"
 )
 
 // ValidBatchScheduler says whether name is one --batch-scheduler accepts.

@@ -241,7 +241,7 @@ func TestYuniKornTaskGroupsPlacement(t *testing.T) {
 	got := MarshalTaskGroups(append(ClusterTaskGroups(&c.Spec), SubmitterTaskGroup(submitter)))
 	want := `[{"minResource":{"cpu":"1","memory":"2Gi"},"name":"headgroup","minMember":1},` +
 		`{"minResource":{"cpu":"2","memory":"4Gi"},"nodeSelector":{"pool":"gpu"},"name":"small","tolerations":[{"key":"gpu","operator":"Exists"}],"minMember":6},` +
-		`{"minResource":{"cpu":"500m"},"name":"submitter","minMember":1}]`
+		`{"minResource":{"cpu":"500m"},"name":"submittergroup","minMember":1}]`
 	if got != want {
 		t.Errorf("task groups\n got %s\nwant %s", got, want)
 	}

@@ -77,7 +77,7 @@ func TestBatchSchedulerVolcano(t *testing.T) {
 	})
 	tmpl := sub.Spec.Template
 	if tmpl.Spec.SchedulerName != "volcano" || tmpl.Annotations["scheduling.k8s.io/group-name"] != "ray-vj-pg" ||
-		tmpl.Annotations["volcano.sh/task-spec"] != "submitter" || tmpl.Labels[builder.LabelVolcanoQueue] != "q1" {
+		tmpl.Annotations["volcano.sh/task-spec"] != "submittergroup" || tmpl.Labels[builder.LabelVolcanoQueue] != "q1" {
 		t.Errorf("submitter pod template %q %v %v", tmpl.Spec.SchedulerName, tmpl.Labels, tmpl.Annotations)
 	}
 
