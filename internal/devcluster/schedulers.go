@@ -14,7 +14,9 @@ const SchedulerPluginsModule = "sigs.k8s.io/scheduler-plugins"
 // VolcanoCRDDir is the directory, under the repository root, of a minimal Volcano PodGroup CRD
 // (scheduling.volcano.sh/v1beta1): Volcano's Go module volcano.sh/apis has the types but no CRD, and the module
 // proxy serves no Volcano module that has one (volcano.sh/volcano is not served).
-func VolcanoCRDDir(root string) string { return filepath.Join(root, "internal", "devcluster", "crds", "volcano") }
+func VolcanoCRDDir(root string) string {
+	return filepath.Join(root, "internal", "devcluster", "crds", "volcano")
+}
 
 // ModuleDir is where a Go module that the go.mod at root requires is on disk (`go list -m`, which downloads it
 // when it is not yet in the module cache).
