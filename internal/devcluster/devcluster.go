@@ -65,7 +65,8 @@ type Options struct {
 	// BinDir holds etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok; empty means <repo>/bin.
 	BinDir string
 	// CRDDirs (directories or files) are installed after the API server is up; nil means <repo>/config/crd and
-	// the batch schedulers' PodGroup CRDs (SchedulerCRDPaths).
+	// the batch schedulers' PodGroup CRDs (SchedulerCRDPaths) and the Gateway API's GatewayClass, Gateway and
+	// HTTPRoute CRDs (GatewayAPICRDs).
 	CRDDirs []string
 	// ExtraStages are more kwok Stage documents (YAML), for tests that need pods to fail or exit.
 	ExtraStages [][]byte
@@ -116,11 +117,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		opts.BinDir = filepath.Join(root, "bin")
 	}
 	if opts.CRDDirs == nil {
-		scheduler, err := SchedulerCRDPaths(root)
-		if err != nil {
-			return nil, err
-		}
-		opts.CRDDirs = append([]string{filepath.Join(root, "config", "crd")}, scheduler...)
+	// the batch schedulers' PodGroup CRDs (SchedulerCRDPaths) and the Gateway API's GatewayClass, Gateway and
+	// HTTPRoute CRDs (GatewayAPICRDs).
 	}
 	if len(opts.Pools) == 0 {
 		n := opts.Nodes

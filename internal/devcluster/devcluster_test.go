@@ -67,6 +67,7 @@ func TestDevClusterSmoke(t *testing.T) {
 			}
 		}
 	})
+	t.Run("Gateway API served", func(t *testing.T) { testGatewayAPIServed(t, ctx, c) })
 
 	ns := "smoke"
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
