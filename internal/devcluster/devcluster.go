@@ -64,7 +64,7 @@ type Options struct {
 	Dir string
 	// BinDir holds etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kwok; empty means <repo>/bin.
 	BinDir string
-	// CRDDirs (directories or files) are installed after the API server is up; nil means <repo>/config/crd and
+	// CRDDirs (directories or files) are installed after the API server is up; nil means <repo>/config/crd,
 	// the batch schedulers' PodGroup CRDs (SchedulerCRDPaths) and the Gateway API's GatewayClass, Gateway and
 	// HTTPRoute CRDs (GatewayAPICRDs).
 	CRDDirs []string
@@ -117,8 +117,15 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		opts.BinDir = filepath.Join(root, "bin")
 	}
 	if opts.CRDDirs == nil {
-	// the batch schedulers' PodGroup CRDs (SchedulerCRDPaths) and the Gateway API's GatewayClass, Gateway and
-	// HTTPRoute CRDs (GatewayAPICRDs).
+		scheduler, err := SchedulerCRDPaths(root)
+		if err != nil {
+			return nil, err
+		}
+		gw, err := GatewayAPICRDs(root)
+		if err != nil {
+			return nil, err
+		}
+		opts.CRDDirs = append(append([]string{filepath.Join(root, "config", "crd")}, scheduler...), gw...)
 	}
 	if len(opts.Pools) == 0 {
 		n := opts.Nodes
