@@ -64,6 +64,7 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 	for {
 		writes, moving := "", ""
 		for i, sd := range sides {
+			bindPods(t, sd, sd.ns(ns))
 			env.submitters.play(t, sd, sd.ns(ns))
 			snaps[i] = takeSnapshot(t, sd, sd.ns(ns))
 			writes += snaps[i].writes
@@ -71,7 +72,7 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 				moving = sd.name + ": " + snaps[i].moving
 			}
 		}
-		states, err := env.operatorStates()
+		states, err := operatorStates(sides)
 		switch {
 		case err != nil:
 			why = err.Error()
@@ -115,9 +116,10 @@ type operatorState struct {
 }
 
 // operatorStates reads both operators' metrics (KubeRay's, Manta's).
-func (h *harness) operatorStates() ([]operatorState, error) {
+func operatorStates(sides []side) ([]operatorState, error) {
 	var out []operatorState
-	for _, u := range h.metrics {
+	for _, sd := range sides {
+		u := sd.metrics
 		series, err := scrape(u)
 		if err != nil {
 			return nil, err
@@ -392,6 +394,8 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 			move("Job %s waits for the Job controller", b.Name)
 		}
 	}
+
+	snapshotPodGroups(t, sd, ns, saw, func(n string, m map[string]any) { s.objects["podgroup/"+repl.Replace(n)] = m }, toMap)
 
 	clusterExists := map[string]bool{}
 	for i := range clusters {
