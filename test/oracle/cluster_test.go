@@ -36,6 +36,8 @@ type harness struct {
 	root       string
 	heads      *rayHeads
 	submitters *submitters
+	// upgrades records the incremental upgrades' states (incremental_test.go).
+	upgrades *upgradeWatch
 }
 
 // env is the run's harness, set by startSides.
@@ -104,7 +106,7 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 	}
 	setPodCIDRs(t, ctx, direct)
 	heads := serveRayHeads(t, podNet, cl, objs)
-	env = &harness{cluster: c, root: root, heads: heads, submitters: newSubmitters(heads)}
+	env = &harness{cluster: c, root: root, heads: heads, submitters: newSubmitters(heads), upgrades: watchUpgrades(t, ctx, reader)}
 
 	// Every namespace exists, with its default ServiceAccount (pods cannot be created before it), before either
 	// operator starts, so neither sees a failure the other does not.
@@ -278,8 +280,11 @@ func startKubeRay(t *testing.T, ctx context.Context, root string, c *devcluster.
 		"--health-probe-bind-address=0", "--use-kubernetes-proxy",
 		"--reconcile-concurrency=4", "--watch-namespace="+strings.Join(namespaces, ","),
 		// On by default in KubeRay after v1.5.0, and what Manta implements: the replica labels of workers, and
-		// RayJob deletionStrategy rules.
-		"--feature-gates=RayMultiHostIndexing=true,RayJobDeletionPolicy=true")
+		// RayJob deletionStrategy rules. RayServiceIncrementalUpgrade (alpha, off by default in v1.5.0, on by
+		// default from v1.7): without it v1.5.0 rejects a RayService with upgradeStrategy
+		// NewClusterWithIncrementalUpgrade as invalid, and the incremental-upgrade scenario would compare nothing
+		// of the upgrade; it changes nothing for a RayService of another strategy.
+		"--feature-gates=RayMultiHostIndexing=true,RayJobDeletionPolicy=true,RayServiceIncrementalUpgrade=true")
 	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A killed test takes the operator with it.

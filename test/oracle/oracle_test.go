@@ -76,7 +76,7 @@ func TestOracle(t *testing.T) {
 		objs = append(objs, s.objs...)
 	}
 	for _, sc := range scs {
-		objs = append(objs, toUnstructured(t, sc.cluster))
+		objs = append(objs, sc.object(t))
 	}
 	mantaBin := buildManta(t)
 	kuberay, manta := startSides(t, root, objs, nss)

@@ -246,10 +246,18 @@ func listRay(t *testing.T, sd side, ns string, gvk schema.GroupVersionKind) []un
 func normaliser(ns string, clusters, jobs, services []unstructured.Unstructured) (*strings.Replacer, map[string]string) {
 	names := map[string]string{}
 	var pairs []string
-	generated := func(owner, name string) {
+	generatedAs := func(owner, name, tail string) {
 		if _, done := names[name]; !done && regexp.MustCompile(`^`+regexp.QuoteMeta(owner)+`-[a-z0-9]{5}$`).MatchString(name) {
-			names[name] = owner + "-XXXXX"
+			names[name] = owner + "-" + tail
 			pairs = append(pairs, name, names[name])
+		}
+	}
+	generated := func(owner, name string) { generatedAs(owner, name, "XXXXX") }
+	// A RayService's pending cluster is <owner>-YYYYY, so that during an upgrade its objects do not take the
+	// active cluster's names; once promoted it is <owner>-XXXXX.
+	for _, o := range services {
+		if n, _, _ := unstructured.NestedString(o.Object, "status", "pendingServiceStatus", "rayClusterName"); n != "" {
+			generatedAs(o.GetName(), n, "YYYYY")
 		}
 	}
 	for _, c := range clusters {
@@ -261,7 +269,7 @@ func normaliser(ns string, clusters, jobs, services []unstructured.Unstructured)
 	}
 	// The clusters the owners name, also once deleted (a Service may still select one).
 	for _, o := range slices.Concat(jobs, services) {
-		for _, path := range [][]string{{"status", "rayClusterName"}, {"status", "activeServiceStatus", "rayClusterName"}, {"status", "pendingServiceStatus", "rayClusterName"}} {
+		for _, path := range [][]string{{"status", "rayClusterName"}, {"status", "activeServiceStatus", "rayClusterName"}} {
 			if n, _, _ := unstructured.NestedString(o.Object, path...); n != "" {
 				generated(o.GetName(), n)
 			}
@@ -442,6 +450,8 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 			}
 		}
 	}
+
+	snapshotGatewayAPI(t, sd, ns, s, services, clusters, toMap, saw, move)
 
 	events := &corev1.EventList{}
 	if err := sd.cl.List(ctx, events, client.InNamespace(ns)); err != nil {
