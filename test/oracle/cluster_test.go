@@ -38,6 +38,8 @@ type harness struct {
 	submitters *submitters
 	// upgrades records the incremental upgrades' states (incremental_test.go).
 	upgrades *upgradeWatch
+	// direct reads straight from the API server, not the informer cache (see eventsInCache).
+	direct client.Client
 }
 
 // env is the run's harness, set by startSides.
@@ -106,7 +108,7 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 	}
 	setPodCIDRs(t, ctx, direct)
 	heads := serveRayHeads(t, podNet, cl, objs)
-	env = &harness{cluster: c, root: root, heads: heads, submitters: newSubmitters(heads), upgrades: watchUpgrades(t, ctx, reader)}
+	env = &harness{cluster: c, root: root, heads: heads, submitters: newSubmitters(heads), upgrades: watchUpgrades(t, ctx, reader), direct: direct}
 
 	// Every namespace exists, with its default ServiceAccount (pods cannot be created before it), before either
 	// operator starts, so neither sees a failure the other does not.
