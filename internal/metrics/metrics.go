@@ -70,13 +70,13 @@ var (
 // ObserveStatusStaleness records how long a written RayCluster status change was held back.
 func ObserveStatusStaleness(d time.Duration) { statusStaleness.Observe(d.Seconds()) }
 
-// eventsQueued reports the operator's event writes waiting in memory (SetEventsQueued); events are held back while
-// the operator writes pods, Services and statuses.
+// eventsQueued reports the operator's event writes not yet sent (SetEventsQueued): queued in memory, or being
+// written; events are held back while the operator writes pods, Services and statuses.
 var (
 	eventsQueuedFunc atomic.Pointer[func() int]
 	eventsQueued     = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "manta_events_queued",
-		Help: "Event writes waiting in the operator's memory (held back while it writes pods, Services and statuses).",
+		Help: "Event writes not yet sent: waiting in the operator's memory (held back while it writes pods, Services and statuses) or being written.",
 	}, func() float64 {
 		if f := eventsQueuedFunc.Load(); f != nil {
 			return float64((*f)())

@@ -108,6 +108,9 @@ type eventManager struct {
 	stopped bool
 	// writing says the writer has taken an event from the queue and not come back for the next (see EventsIdle).
 	writing bool
+	// inFlight says the writer holds an event it took from the queue and has not yet sent: waiting behind the
+	// operator's other writes, or in its API call (see Pending).
+	inFlight bool
 }
 
 // pendingEvent is one Event as the API server has it (or will), kept compact: every event of the last seriesWindow
@@ -301,11 +304,17 @@ func (m *eventManager) enqueue(p *pendingEvent) {
 	}
 }
 
-// Pending is how many event writes wait in the queue.
+// Pending is how many event writes are not yet sent: those waiting in the queue, and the one the writer holds
+// (waiting behind the operator's other writes, or in its API call). When it is 0, every event recorded so far is
+// at the API server (or was dropped), so a reader of the API server finds it.
 func (m *eventManager) Pending() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.queue)
+	n := len(m.queue)
+	if m.inFlight {
+		n++
+	}
+	return n
 }
 
 // EventsIdle says whether no event write waits in the queue or is on its way: every event recorded so far has been
@@ -364,6 +373,7 @@ func (m *eventManager) next() *pendingEvent {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.writing = len(m.queue) > 0
+	m.inFlight = m.writing
 	if len(m.queue) == 0 {
 		return nil
 	}
@@ -380,6 +390,11 @@ func (m *eventManager) next() *pendingEvent {
 // write creates the Event, or writes its series count when it exists; a failed write goes back in the queue. It
 // returns the attempts made so far when the write failed, 0 otherwise.
 func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
+	defer func() {
+		m.mu.Lock()
+		m.inFlight = false
+		m.mu.Unlock()
+	}()
 	m.mu.Lock()
 	ev := p.event()
 	written := p.written
@@ -449,6 +464,7 @@ func (m *eventManager) stop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.stopped = true
+	m.inFlight = false
 	if n := len(m.queue); n > 0 {
 		ctrl.Log.WithName("events").Info("operator stopping: queued events not written", "count", n)
 	}

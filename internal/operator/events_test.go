@@ -12,6 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manta-dev/manta/internal/testutil"
@@ -250,3 +253,53 @@ func TestEventSeriesKey(t *testing.T) {
 }
 
 func ptrMicro(t time.Time) *metav1.MicroTime { m := metav1.NewMicroTime(t); return &m }
+
+// An event the writer has taken from the queue still counts in Pending (manta_events_queued) until its write has
+// returned: a reader that waits for Pending 0 (the oracle's and the benchmarks' settle) then finds the Event at the
+// API server. Before, the event was uncounted from the moment it left the queue, through the writer's wait behind
+// the operator's other writes and its API call, and the last event of a quiet namespace could be missed.
+func TestPendingCountsTheEventBeingWritten(t *testing.T) {
+	cs := fake.NewClientset()
+	entered, release := make(chan struct{}), make(chan struct{})
+	cs.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+		close(entered)
+		<-release
+		return false, nil, nil // on to the tracker: the Event is stored
+	})
+	m := &eventManager{client: cs.EventsV1(), series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1)}
+	now := time.Now()
+	m.record(&pendingEvent{typ: corev1.EventTypeNormal, action: "Delete", reason: "DeletedRayJob", controller: "rayjob-controller",
+		regarding: corev1.ObjectReference{Kind: "RayJob", Namespace: "default", Name: "j", UID: "u"},
+		namespace: "default", name: eventName("j", now), note: "deleted", eventTime: now.UnixNano(), lastObserved: now.UnixNano(), count: 1}, now)
+	if got := m.Pending(); got != 1 {
+		t.Fatalf("Pending() = %d with one event queued, want 1", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	select {
+	case <-entered:
+	case <-time.After(time.Minute):
+		t.Fatal("the writer never sent the event")
+	}
+	// Barrier: the writer is inside Create, the queue is empty.
+	m.mu.Lock()
+	queued := len(m.queue)
+	m.mu.Unlock()
+	if got := m.Pending(); queued != 0 || got != 1 {
+		t.Errorf("while the event's write is on its way: %d queued, Pending() = %d, want 0 queued and Pending() 1", queued, got)
+	}
+	close(release)
+	testutil.Eventually(t, time.Minute, "Pending 0 once the write returned", func() (bool, string) {
+		got := m.Pending()
+		return got == 0, fmt.Sprintf("Pending() = %d", got)
+	})
+	list, err := cs.EventsV1().Events("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || list.Items[0].Reason != "DeletedRayJob" {
+		t.Errorf("events at the API server once Pending is 0: %+v, want the one recorded", list.Items)
+	}
+}

@@ -29,13 +29,17 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-// harness is what every sample and scenario of a run shares besides the sides: the fake Ray heads, the played
-// submitters and the operators' metrics.
+// harness is what every sample and scenario of a run shares besides the sides: the dev cluster, the fake Ray
+// heads and the played submitters.
 type harness struct {
+	cluster    *devcluster.Cluster
+	root       string
 	heads      *rayHeads
 	submitters *submitters
-	// metrics are the operators' /metrics URLs (KubeRay's, Manta's).
-	metrics []string
+	// upgrades records the incremental upgrades' states (incremental_test.go).
+	upgrades *upgradeWatch
+	// direct reads straight from the API server, not the informer cache (see eventsInCache).
+	direct client.Client
 }
 
 // env is the run's harness, set by startSides.
@@ -46,6 +50,8 @@ type side struct {
 	name   string
 	prefix string
 	cl     client.Client
+	// metrics is the operator's /metrics URL.
+	metrics string
 }
 
 func (s side) ns(name string) string { return s.prefix + name }
@@ -89,8 +95,12 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 	if err != nil {
 		t.Fatal(err)
 	}
-	kuberay = side{name: "kuberay", prefix: "k-", cl: cl}
-	manta = side{name: "manta", prefix: "m-", cl: cl}
+	ports, err := devcluster.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kuberay = side{name: "kuberay", prefix: "k-", cl: cl, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0])}
+	manta = side{name: "manta", prefix: "m-", cl: cl, metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1])}
 	// Before any pod, and straight to the API server: the cache may not have started yet.
 	direct, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -98,16 +108,28 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 	}
 	setPodCIDRs(t, ctx, direct)
 	heads := serveRayHeads(t, podNet, cl, objs)
-	ports, err := devcluster.FreePorts(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env = &harness{heads: heads, submitters: newSubmitters(heads), metrics: []string{
-		fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0]), fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[1])}}
+	env = &harness{cluster: c, root: root, heads: heads, submitters: newSubmitters(heads), upgrades: watchUpgrades(t, ctx, reader), direct: direct}
 
 	// Every namespace exists, with its default ServiceAccount (pods cannot be created before it), before either
 	// operator starts, so neither sees a failure the other does not.
-	var kns, mns []string
+	kns, mns := createNamespacePairs(t, ctx, kuberay, manta, nss)
+	kns, mns = append(kns, kuberay.ns("probe")), append(mns, manta.ns("probe"))
+	for _, n := range []string{kuberay.ns("probe"), manta.ns("probe")} {
+		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startKubeRay(t, ctx, root, c, kns, kuberay.metrics, "kuberay-operator")
+	startManta(t, ctx, c, mns, manta.metrics)
+	waitForProbes(t, ctx, "probe", true, kuberay, manta)
+	t.Logf("oracle: dev cluster and both operators up in %s (%d namespace pairs)", time.Since(start).Round(time.Millisecond), len(nss))
+	return kuberay, manta
+}
+
+// createNamespacePairs creates both namespaces of each name in nss and waits for their default ServiceAccounts;
+// it returns KubeRay's and Manta's.
+func createNamespacePairs(t *testing.T, ctx context.Context, kuberay, manta side, nss []string) (kns, mns []string) {
+	cl := kuberay.cl
 	for _, n := range nss {
 		kns, mns = append(kns, kuberay.ns(n)), append(mns, manta.ns(n))
 	}
@@ -133,41 +155,36 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 		}
 		return true, ""
 	})
-	kns, mns = append(kns, kuberay.ns("probe")), append(mns, manta.ns("probe"))
-	for _, n := range []string{kuberay.ns("probe"), manta.ns("probe")} {
-		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}); err != nil {
+	return kns, mns
+}
+
+// waitForProbes creates a probe cluster in each side's namespace probe and waits until each operator has written
+// its status (and, with headIP, the head's IP from the fake nodes' pod CIDRs): an operator watching many
+// namespaces starts its controllers only once every informer has synced, so the samples start after this.
+func waitForProbes(t *testing.T, ctx context.Context, probe string, headIP bool, sides ...side) {
+	for _, sd := range sides {
+		u := toUnstructured(t, testutil.MakeRayCluster(sd.ns(probe), "probe").Obj())
+		if err := sd.cl.Create(ctx, u); err != nil {
 			t.Fatal(err)
 		}
 	}
-	startKubeRay(t, ctx, root, c, kns, ports[0])
-	startManta(t, ctx, c, mns, ports[1])
-	// An operator watching many namespaces starts its controllers only once every informer has synced: the samples
-	// start when both have written the status of a probe cluster, not before.
-	for _, sd := range []side{kuberay, manta} {
-		probe := toUnstructured(t, testutil.MakeRayCluster(sd.ns("probe"), "probe").Obj())
-		if err := cl.Create(ctx, probe); err != nil {
-			t.Fatal(err)
-		}
-	}
-	testutil.Eventually(t, 5*time.Minute, "both operators to write the status of a probe cluster", func() (bool, string) {
-		for _, sd := range []side{kuberay, manta} {
+	testutil.Eventually(t, 5*time.Minute, "the operators to write the status of a probe cluster", func() (bool, string) {
+		for _, sd := range sides {
 			u := &unstructured.Unstructured{}
 			u.SetGroupVersionKind(rayClusterGVK)
-			if err := cl.Get(ctx, client.ObjectKey{Namespace: sd.ns("probe"), Name: "probe"}, u); err != nil {
+			if err := sd.cl.Get(ctx, client.ObjectKey{Namespace: sd.ns(probe), Name: "probe"}, u); err != nil {
 				return false, err.Error()
 			}
 			if g, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration"); g != u.GetGeneration() {
 				return false, sd.name + " has not reconciled the probe cluster"
 			}
 			// The head's IP comes from the node's pod CIDR, where the fake Ray heads answer.
-			if ip, _, _ := unstructured.NestedString(u.Object, "status", "head", "podIP"); !inPodRange(ip) {
+			if ip, _, _ := unstructured.NestedString(u.Object, "status", "head", "podIP"); headIP && !inPodRange(ip) {
 				return false, fmt.Sprintf("%s's probe head has IP %q, not in %s", sd.name, ip, podRange)
 			}
 		}
 		return true, ""
 	})
-	t.Logf("oracle: dev cluster and both operators up in %s (%d namespace pairs)", time.Since(start).Round(time.Millisecond), len(nss))
-	return kuberay, manta
 }
 
 // nodePools shapes fake nodes for the objects: a general pool, and a node for each distinct nodeSelector in them,
@@ -253,20 +270,24 @@ func inPodRange(ip string) bool {
 // leader election, the namespaces, its metrics on loopback, the API server's proxy to reach Ray heads (as Manta
 // does here: the test process has no cluster DNS), 4 reconciles at once (as Manta here, so neither side lags for
 // want of workers), and the feature gates below.
-func startKubeRay(t *testing.T, ctx context.Context, root string, c *devcluster.Cluster, namespaces []string, metricsPort int) {
-	logPath := filepath.Join(c.Dir(), "logs", "kuberay-operator.log")
+func startKubeRay(t *testing.T, ctx context.Context, root string, c *devcluster.Cluster, namespaces []string, metricsURL, logName string, extra ...string) {
+	logPath := filepath.Join(c.Dir(), "logs", logName+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "kuberay-operator"),
-		"--kubeconfig="+c.Kubeconfig, "--enable-leader-election=false", fmt.Sprintf("--metrics-addr=127.0.0.1:%d", metricsPort),
+		"--kubeconfig="+c.Kubeconfig, "--enable-leader-election=false", "--metrics-addr="+metricsAddr(metricsURL),
 		"--health-probe-bind-address=0", "--use-kubernetes-proxy",
 		"--reconcile-concurrency=4", "--watch-namespace="+strings.Join(namespaces, ","),
 		// On by default in KubeRay after v1.5.0, and what Manta implements: the replica labels of workers, and
-		// RayJob deletionStrategy rules.
-		"--feature-gates=RayMultiHostIndexing=true,RayJobDeletionPolicy=true")
+		// RayJob deletionStrategy rules. RayServiceIncrementalUpgrade (alpha, off by default in v1.5.0, on by
+		// default from v1.7): without it v1.5.0 rejects a RayService with upgradeStrategy
+		// NewClusterWithIncrementalUpgrade as invalid, and the incremental-upgrade scenario would compare nothing
+		// of the upgrade; it changes nothing for a RayService of another strategy.
+		"--feature-gates=RayMultiHostIndexing=true,RayJobDeletionPolicy=true,RayServiceIncrementalUpgrade=true")
+	cmd.Args = append(cmd.Args, extra...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A killed test takes the operator with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -286,7 +307,7 @@ func startKubeRay(t *testing.T, ctx context.Context, root string, c *devcluster.
 
 // startManta runs Manta's operator, every controller, in this process (operator.Run, what `manta operator` runs)
 // watching namespaces; its log goes to the dev cluster's log directory.
-func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namespaces []string, metricsPort int) {
+func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namespaces []string, metricsURL string) {
 	logPath := filepath.Join(c.Dir(), "logs", "manta-operator.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -299,7 +320,7 @@ func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namesp
 		defer close(done)
 		err := operator.Run(ctx, c.RESTConfig(), operator.Options{
 			WatchNamespaces: namespaces, ReconcileConcurrency: 4, ClusterDomain: "cluster.local", UseKubernetesProxy: true,
-			MetricsAddr: fmt.Sprintf("127.0.0.1:%d", metricsPort), MetricsInsecure: true,
+			MetricsAddr: metricsAddr(metricsURL), MetricsInsecure: true,
 		})
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("manta operator: %v", err)
@@ -314,6 +335,11 @@ func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namesp
 			t.Logf("manta operator log tail:\n%s", tail(logPath, 40))
 		}
 	})
+}
+
+// metricsAddr is the host:port of a /metrics URL.
+func metricsAddr(u string) string {
+	return strings.TrimSuffix(strings.TrimPrefix(u, "http://"), "/metrics")
 }
 
 func tail(path string, n int) string {

@@ -76,8 +76,9 @@ func TestOracle(t *testing.T) {
 		objs = append(objs, s.objs...)
 	}
 	for _, sc := range scs {
-		objs = append(objs, toUnstructured(t, sc.cluster))
+		objs = append(objs, sc.object(t))
 	}
+	mantaBin := buildManta(t)
 	kuberay, manta := startSides(t, root, objs, nss)
 
 	var mu sync.Mutex
@@ -127,6 +128,8 @@ func TestOracle(t *testing.T) {
 		}
 		wg.Wait()
 	})
+	// The batch schedulers' pairs, once the main pair's samples are done (so neither slows the other).
+	t.Run("batch-scheduler", func(t *testing.T) { runBatchSchedulers(t, mantaBin(), samples, kuberay.cl, record) })
 	sort.Slice(report, func(i, j int) bool { return report[i].Sample < report[j].Sample })
 	if p := os.Getenv("ORACLE_REPORT"); p != "" {
 		b, _ := json.MarshalIndent(report, "", "  ")

@@ -20,11 +20,26 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-// A scenario starts a cluster on both sides, then takes steps; after each step both settle and are compared.
+// A scenario starts a cluster (or a RayService) on both sides, then takes steps; after each step both settle and
+// are compared.
 type scenario struct {
 	name    string
 	cluster *rayv1.RayCluster
-	steps   []step
+	// service, when set, is started instead of cluster.
+	service *rayv1.RayService
+	// setup, when set, runs once before the scenario's objects are applied (cluster-scoped objects it needs).
+	setup func(t *testing.T, cl client.Client)
+	steps []step
+	// history, when set, compares what both sides went through during the steps, after the last one.
+	history func(t *testing.T, ns string, sides ...side) []diff
+}
+
+// object is what the scenario applies to both sides.
+func (sc scenario) object(t *testing.T) *unstructured.Unstructured {
+	if sc.service != nil {
+		return unstructuredService(t, sc.service)
+	}
+	return toUnstructured(t, sc.cluster)
 }
 
 // A step does the same thing on one side as on the other; pods are picked by their labels, since their names differ.
@@ -48,25 +63,26 @@ func scenarios() []scenario {
 	}
 	gcsFT.Spec.HeadGroupSpec.Template.Annotations = map[string]string{kwokCompleteDelay: "1h", kwokCompleteJitter: "1h"}
 	return []scenario{
-		{"scale", base().Obj(), []step{
+		{name: "scale", cluster: base().Obj(), steps: []step{
 			{"up", jsonPatch(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":4}]`)},
 			{"down", jsonPatch(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":1}]`)},
 		}},
-		{"workers-to-delete", base().Obj(), []step{{"first-worker", workersToDelete}}},
-		{"suspend-resume", base().Obj(), []step{
+		{name: "workers-to-delete", cluster: base().Obj(), steps: []step{{"first-worker", workersToDelete}}},
+		{name: "suspend-resume", cluster: base().Obj(), steps: []step{
 			{"suspend", mergePatch(`{"spec":{"suspend":true}}`)},
 			{"resume", mergePatch(`{"spec":{"suspend":false}}`)},
 		}},
-		{"head-deleted", base().Obj(), []step{{"delete-head", deletePod(rayv1.NodeTypeHead, "")}}},
-		{"worker-failed", base().Obj(), []step{{"fail-worker", failWorker}}},
-		{"recreate", base().Recreate().Obj(), []step{{"new-image", jsonPatch(`[
+		{name: "head-deleted", cluster: base().Obj(), steps: []step{{"delete-head", deletePod(rayv1.NodeTypeHead, "")}}},
+		{name: "worker-failed", cluster: base().Obj(), steps: []step{{"fail-worker", failWorker}}},
+		{name: "recreate", cluster: base().Recreate().Obj(), steps: []step{{"new-image", jsonPatch(`[
 			{"op":"replace","path":"/spec/headGroupSpec/template/spec/containers/0/image","value":"rayproject/ray:2.53.0"},
 			{"op":"replace","path":"/spec/workerGroupSpecs/0/template/spec/containers/0/image","value":"rayproject/ray:2.53.0"}]`)}}},
-		{"multi-host", multiHost, []step{{"lose-a-host", deletePod(rayv1.NodeTypeWorker, "1")}}},
-		{"gcs-ft-redis", gcsFT, []step{
+		{name: "multi-host", cluster: multiHost, steps: []step{{"lose-a-host", deletePod(rayv1.NodeTypeWorker, "1")}}},
+		{name: "gcs-ft-redis", cluster: gcsFT, steps: []step{
 			{"delete-with-redis", deleteAndWaitCleanupJob},
 			{"redis-cleanup-completed", completeCleanupJob},
 		}},
+		incrementalScenario(),
 	}
 }
 
@@ -78,12 +94,18 @@ type stepDiffs struct {
 
 // runScenario creates the scenario's cluster on both sides and compares after the start and after every step.
 func runScenario(t *testing.T, ns string, sc scenario, sides ...side) []stepDiffs {
-	out := []stepDiffs{{"start", runSample(t, ns, sample{name: sc.name, objs: []*unstructured.Unstructured{toUnstructured(t, sc.cluster)}}, sides...)}}
+	if sc.setup != nil {
+		sc.setup(t, sides[0].cl)
+	}
+	out := []stepDiffs{{"start", runSample(t, ns, sample{name: sc.name, objs: []*unstructured.Unstructured{sc.object(t)}}, sides...)}}
 	for _, st := range sc.steps {
 		for _, sd := range sides {
 			st.do(t, sd, sd.ns(ns))
 		}
 		out = append(out, stepDiffs{st.name, settle(t, ns, sides...)})
+	}
+	if sc.history != nil {
+		out = append(out, stepDiffs{"history", sc.history(t, ns, sides...)})
 	}
 	return out
 }

@@ -45,6 +45,9 @@ func planPending(o observed, p *plan, pending *clusterObs, spec *rayv1.RayCluste
 			return pending
 		}
 		p.createCluster = builder.RayServiceCluster(o.rs, name)
+		if incremental(o.rs) && st.ActiveServiceStatus.RayClusterName != "" {
+			startAtMinReplicas(p.createCluster)
+		}
 		return pending
 	}
 	// Record the name first; the cluster is created by the next reconcile, which reads it back.
@@ -55,6 +58,17 @@ func planPending(o observed, p *plan, pending *clusterObs, spec *rayv1.RayCluste
 	}
 	p.Requeue(0)
 	return &clusterObs{}
+}
+
+// startAtMinReplicas leaves the worker groups' replicas unset (the CRD defaults them to 0) in the new cluster of an
+// incremental upgrade, as KubeRay (v1.5.0 and v1.7, constructRayClusterForRayService) creates it: the cluster
+// starts at each group's minReplicas and the autoscaler grows it as the upgrade raises its Serve target_capacity,
+// rather than starting at the replicas the active cluster was given (the incremental upgrade requires the
+// autoscaler, validateIncremental). The RayService's first cluster keeps the spec's replicas.
+func startAtMinReplicas(c *rayv1.RayCluster) {
+	for i := range c.Spec.WorkerGroupSpecs {
+		c.Spec.WorkerGroupSpecs[i].Replicas = nil
+	}
 }
 
 type clusterActionType int

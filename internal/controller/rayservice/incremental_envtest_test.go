@@ -142,7 +142,17 @@ func (e *env) startIncremental(t *testing.T, rs *rayv1.RayService) (old, pending
 		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "rayproject/ray:2.52.1"
 	})
 	pending = e.waitPending(t, rs, "")
-	e.setReady(t, rs.Namespace, pending, 2)
+	// As KubeRay creates it, the new cluster's worker groups have no replicas (the CRD's default, 0): it starts at
+	// minReplicas (0 here), its head alone, and the autoscaler grows it.
+	c := &rayv1.RayCluster{}
+	eventually(t, "the new cluster created", func() (bool, string) {
+		err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: rs.Namespace, Name: pending}, c)
+		return err == nil, fmt.Sprint(err)
+	})
+	if r := c.Spec.WorkerGroupSpecs[0].Replicas; r == nil || *r != 0 {
+		t.Fatalf("the new cluster's worker replicas are %v, want 0 (unset, defaulted by the CRD)", r)
+	}
+	e.setReady(t, rs.Namespace, pending, 1)
 	return old, pending
 }
 

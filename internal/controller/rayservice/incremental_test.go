@@ -224,6 +224,56 @@ func TestPlanIncrementalUpgradeWalk(t *testing.T) {
 	w.run(func() bool { _, ok := w.clusters["svc-old"]; return !ok })
 }
 
+// The new cluster of an incremental upgrade is created with its worker groups' replicas unset, as KubeRay (v1.5.0
+// and v1.7, constructRayClusterForRayService) creates it: it starts at minReplicas and the autoscaler grows it with
+// the Serve target_capacity. The RayService's first cluster, and a NewCluster upgrade's, keep the spec's replicas.
+func TestPlanIncrementalNewClusterStartsAtMinReplicas(t *testing.T) {
+	rs := incService()
+	rs.Spec.RayClusterSpec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](3)
+	rs.Spec.RayClusterSpec.WorkerGroupSpecs[0].MinReplicas = ptr.To[int32](1)
+	rs.Spec.RayClusterSpec.WorkerGroupSpecs[0].MaxReplicas = ptr.To[int32](5)
+	w := newWorld(t, rs)
+	created := map[string]*rayv1.RayCluster{}
+	step := func() {
+		if c := w.step().createCluster; c != nil {
+			created[c.Name] = c.DeepCopy()
+		}
+	}
+	for i := 0; i < 50 && w.rs.Status.ActiveServiceStatus.RayClusterName != "svc-old"; i++ {
+		step()
+		w.now = w.now.Add(10 * time.Second)
+	}
+	first := created["svc-old"]
+	if first == nil || first.Spec.WorkerGroupSpecs[0].Replicas == nil || *first.Spec.WorkerGroupSpecs[0].Replicas != 3 {
+		t.Fatalf("first cluster created as %+v, want the spec's replicas (3)", first)
+	}
+	rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:new"
+	for i := 0; i < 50 && created["svc-new"] == nil; i++ {
+		step()
+		w.now = w.now.Add(10 * time.Second)
+	}
+	c := created["svc-new"]
+	if c == nil {
+		t.Fatal("the upgrade created no new cluster")
+	}
+	for _, g := range c.Spec.WorkerGroupSpecs {
+		if g.Replicas != nil {
+			t.Errorf("upgrade's new cluster: group %s created with replicas %d, want unset (it starts at minReplicas)", g.GroupName, *g.Replicas)
+		}
+		if ptr.Deref(g.MinReplicas, -1) != 1 || ptr.Deref(g.MaxReplicas, -1) != 5 {
+			t.Errorf("upgrade's new cluster: group %s min/max %v/%v, want the spec's 1/5", g.GroupName, g.MinReplicas, g.MaxReplicas)
+		}
+	}
+	// Its replicas unset are not a change of spec: the plan neither updates it in place nor replaces it.
+	if got := rs.Spec.RayClusterSpec.WorkerGroupSpecs[0].Replicas; got == nil || *got != 3 {
+		t.Errorf("the RayService's own spec was changed: replicas %v", got)
+	}
+	w.clusters["svc-new"].cluster.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](0) // as the CRD defaults it
+	if p := computePlan(w.observe()); p.createCluster != nil || len(p.updateClusters) != 0 || len(p.deleteClusters) != 0 {
+		t.Errorf("the new cluster at replicas 0 planned again: create %v, update %d, delete %d", p.createCluster != nil, len(p.updateClusters), len(p.deleteClusters))
+	}
+}
+
 // A spec that goes back mid-upgrade rolls the upgrade back: traffic returns stepSizePercent at a time, the pending
 // cluster's capacity is taken back, and the pending cluster is dropped.
 func TestPlanIncrementalRollback(t *testing.T) {
