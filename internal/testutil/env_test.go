@@ -22,3 +22,15 @@ func TestNamespaceName(t *testing.T) {
 		}
 	}
 }
+
+func TestBuildersLabel(t *testing.T) {
+	if got := MakeRayJob("ns", "j").Label("a", "b").Label("c", "d").Obj().Labels; got["a"] != "b" || got["c"] != "d" {
+		t.Errorf("RayJob labels %v", got)
+	}
+	if got := MakeRayService("ns", "s").Label("a", "b").Obj().Labels; got["a"] != "b" {
+		t.Errorf("RayService labels %v", got)
+	}
+	if got := MakeRayCluster("ns", "c").Label("a", "b").Obj().Labels; got["a"] != "b" {
+		t.Errorf("RayCluster labels %v", got)
+	}
+}

@@ -58,12 +58,19 @@ func (w *RayClusterWrapper) Autoscaling() *RayClusterWrapper {
 
 // Label sets a label on the RayCluster.
 func (w *RayClusterWrapper) Label(k, v string) *RayClusterWrapper {
-	if w.Labels == nil {
-		w.Labels = map[string]string{}
-	}
-	w.Labels[k] = v
+	setLabel(&w.RayCluster, k, v)
 	return w
 }
 
 // Obj returns the RayCluster.
 func (w *RayClusterWrapper) Obj() *rayv1.RayCluster { return w.RayCluster.DeepCopy() }
+
+// setLabel sets the label k=v on o.
+func setLabel(o metav1.Object, k, v string) {
+	l := o.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[k] = v
+	o.SetLabels(l)
+}

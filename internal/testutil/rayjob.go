@@ -96,10 +96,7 @@ func (w *RayJobWrapper) ClusterSelector(sel map[string]string) *RayJobWrapper {
 
 // Label sets a label on the RayJob.
 func (w *RayJobWrapper) Label(k, v string) *RayJobWrapper {
-	if w.Labels == nil {
-		w.Labels = map[string]string{}
-	}
-	w.Labels[k] = v
+	setLabel(&w.RayJob, k, v)
 	return w
 }
 

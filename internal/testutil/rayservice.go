@@ -45,10 +45,7 @@ func (w *RayServiceWrapper) Cluster(f func(*rayv1.RayClusterSpec)) *RayServiceWr
 
 // Label sets a label on the RayService.
 func (w *RayServiceWrapper) Label(k, v string) *RayServiceWrapper {
-	if w.Labels == nil {
-		w.Labels = map[string]string{}
-	}
-	w.Labels[k] = v
+	setLabel(&w.RayService, k, v)
 	return w
 }
 
