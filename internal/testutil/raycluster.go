@@ -58,19 +58,9 @@ func (w *RayClusterWrapper) Autoscaling() *RayClusterWrapper {
 
 // Label sets a label on the RayCluster.
 func (w *RayClusterWrapper) Label(k, v string) *RayClusterWrapper {
-	setLabel(&w.RayCluster, k, v)
+	metav1.SetMetaDataLabel(&w.ObjectMeta, k, v)
 	return w
 }
 
 // Obj returns the RayCluster.
 func (w *RayClusterWrapper) Obj() *rayv1.RayCluster { return w.RayCluster.DeepCopy() }
-
-// setLabel sets the label k=v on o.
-func setLabel(o metav1.Object, k, v string) {
-	l := o.GetLabels()
-	if l == nil {
-		l = map[string]string{}
-	}
-	l[k] = v
-	o.SetLabels(l)
-}

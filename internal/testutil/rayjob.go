@@ -96,7 +96,7 @@ func (w *RayJobWrapper) ClusterSelector(sel map[string]string) *RayJobWrapper {
 
 // Label sets a label on the RayJob.
 func (w *RayJobWrapper) Label(k, v string) *RayJobWrapper {
-	setLabel(&w.RayJob, k, v)
+	metav1.SetMetaDataLabel(&w.ObjectMeta, k, v)
 	return w
 }
 

@@ -45,7 +45,7 @@ func (w *RayServiceWrapper) Cluster(f func(*rayv1.RayClusterSpec)) *RayServiceWr
 
 // Label sets a label on the RayService.
 func (w *RayServiceWrapper) Label(k, v string) *RayServiceWrapper {
-	setLabel(&w.RayService, k, v)
+	metav1.SetMetaDataLabel(&w.ObjectMeta, k, v)
 	return w
 }
 
