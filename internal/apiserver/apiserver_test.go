@@ -58,7 +58,7 @@ func cluster(ns, name string) Cluster {
 }
 
 func (e *testEnv) testComputeTemplates(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	base := "/apis/v1/namespaces/" + ns + "/compute_templates"
 	tpl := ComputeTemplate{
 		Name: "gpu", Namespace: ns, CPU: 8, Memory: 32, GPU: 1, GPUAccelerator: "nvidia.com/gpu",
@@ -164,7 +164,7 @@ func (e *testEnv) testComputeTemplates(t *testing.T) {
 }
 
 func (e *testEnv) testClusters(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", ComputeTemplate{
 		Name: "big", Namespace: ns, CPU: 16, Memory: 512, MemoryUnit: "Mi", GPU: 2,
@@ -324,7 +324,7 @@ func ptrBool(b bool) *bool { return &b }
 
 // testClusterValidation checks every rule of the cluster spec, each naming its field.
 func (e *testEnv) testClusterValidation(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
 	base := "/apis/v1/namespaces/" + ns + "/clusters"
 	for _, tc := range []struct {
@@ -494,7 +494,7 @@ func (e *testEnv) testClusterValidation(t *testing.T) {
 }
 
 func (e *testEnv) testPagination(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
 	for _, n := range []string{"a", "b", "c"} {
 		mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/clusters", cluster(ns, n)), nil)
@@ -534,7 +534,7 @@ func job(ns, name string) RayJob {
 }
 
 func (e *testEnv) testJobs(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
 	base := "/apis/v1/namespaces/" + ns + "/jobs"
 	j := job(ns, "train")
@@ -637,7 +637,7 @@ func service(ns, name string) RayService {
 }
 
 func (e *testEnv) testServices(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
 	base := "/apis/v1/namespaces/" + ns + "/services"
 	s := service(ns, "serve")
@@ -734,7 +734,7 @@ func (e *testEnv) testServices(t *testing.T) {
 }
 
 func (e *testEnv) testImagePullJobs(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	base := "/apis/v1/namespaces/" + ns + "/image_pull_jobs"
 	j := ImagePullJob{Name: "prepull", Namespace: ns, Image: "rayproject/ray:2.52.0", ImagePullPolicy: "Always",
 		PullSecrets: []string{"regcred"}, NodeSelector: map[string]string{"pool": "gpu"},
@@ -831,7 +831,7 @@ func (e *testEnv) testImagePullJobs(t *testing.T) {
 }
 
 func (e *testEnv) testJobSubmissions(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/clusters", cluster(ns, "live")), nil)
 	base := "/apis/v1/namespaces/" + ns + "/jobsubmissions/live"
@@ -907,7 +907,7 @@ func (e *testEnv) testJobSubmissions(t *testing.T) {
 
 // testRequests covers what every endpoint shares: paths, methods, bodies, health, metrics, the document.
 func (e *testEnv) testRequests(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	base := "/apis/v1/namespaces/" + ns + "/clusters"
 	mustFail(t, e.do(t, "GET", "/apis/v1/nothing", nil), 404, codeNotFound, "")
 	r := e.do(t, "PATCH", base, nil)

@@ -67,7 +67,7 @@ func (e *testEnv) waitRBAC(t *testing.T, saNS, sa, ns string, rules ...rbacv1.Po
 }
 
 func (e *testEnv) testAuth(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	alice := e.serviceAccountToken(t, ns, "alice")
 	bob := e.serviceAccountToken(t, ns, "bob")
 	e.grant(t, ns, "alice",

@@ -11,30 +11,29 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // testEnv is one envtest control plane with API servers in front of it: open (auth none) for handler tests, and
 // guarded (auth kubernetes) for auth tests and Schemathesis.
 type testEnv struct {
+	*testutil.Env
 	cfg     *rest.Config
 	k       client.Client
 	open    *httptest.Server
 	guarded *httptest.Server
 	ray     *fakeRay
-	nsSeq   atomic.Int32
 	// logs holds the guarded server's request log lines, to check that no token is logged.
 	logMu sync.Mutex
 	logs  strings.Builder
@@ -47,7 +46,7 @@ func (e *testEnv) logText() string {
 }
 
 func newTestEnv(t *testing.T, cfg *rest.Config, k client.Client) *testEnv {
-	e := &testEnv{cfg: cfg, k: k, ray: newFakeRay(t)}
+	e := &testEnv{Env: testutil.NewEnv(k), cfg: cfg, k: k, ray: newFakeRay(t)}
 	dash := func(_ context.Context, rc *rayv1.RayCluster, svc *corev1.Service) (Dashboard, error) {
 		if rc.Status.Head.ServiceName == "unreachable" {
 			tr, _ := ray.NewDirectTransport("http://127.0.0.1:1", nil)
@@ -81,20 +80,6 @@ func newTestEnv(t *testing.T, cfg *rest.Config, k client.Client) *testEnv {
 		}
 	}
 	return e
-}
-
-// namespace creates a fresh namespace for one test.
-func (e *testEnv) namespace(t *testing.T) string {
-	t.Helper()
-	name := fmt.Sprintf("t%d-%s", e.nsSeq.Add(1), strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())))
-	if len(name) > 63 {
-		name = strings.TrimRight(name[:63], "-")
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := e.k.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return name
 }
 
 type resp struct {

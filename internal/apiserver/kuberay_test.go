@@ -24,7 +24,7 @@ import (
 // names, its Python client adds fields the proto lacks, both send a raw token) and checks the answers KubeRay's
 // server would give, plus Manta's promise that unknown fields never pass silently.
 func (e *testEnv) testKubeRayClients(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
 	strict, err := New(e.cfg, Options{Auth: AuthNone, Log: logr.Discard(), FieldValidation: FieldValidationStrict})
 	if err != nil {

@@ -30,7 +30,7 @@ func (e *testEnv) testSchemathesis(t *testing.T) {
 	}
 	st := strings.TrimSpace(string(out))
 
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	token := e.serviceAccountToken(t, ns, "fuzzer")
 	crb := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "fuzzer-" + ns},

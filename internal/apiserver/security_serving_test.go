@@ -228,7 +228,7 @@ func TestSecurityREST(t *testing.T) {
 // still answers, and once they finish requests are served again.
 func (e *testEnv) testInflightBound(t *testing.T) {
 	const n = 3
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
 	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/clusters", cluster(ns, "c")), nil)
 
@@ -313,7 +313,7 @@ func callNoFatal(base, method, path string) resp {
 // A caller may have this server read a ConfigMap, a Secret or events for them only if RBAC lets them read it.
 func (e *testEnv) testCallerReads(t *testing.T) {
 	ctx := context.Background()
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	base := "/apis/v1/namespaces/" + ns
 	g := e.guarded.URL
 	mustOK(t, e.do(t, "POST", base+"/compute_templates", template(ns, "small")), nil)
@@ -377,7 +377,7 @@ func (e *testEnv) testCallerReads(t *testing.T) {
 
 // /metrics under Kubernetes auth: a token, and RBAC allowing get on the non-resource URL /metrics.
 func (e *testEnv) testMetricsAuth(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	g := e.guarded.URL
 	mustFail(t, call(t, g, "GET", "/metrics", nil, ""), 401, codeUnauthenticated, "")
 	nobody := e.serviceAccountToken(t, ns, "nobody")

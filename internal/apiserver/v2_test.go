@@ -22,7 +22,7 @@ import (
 // namespace and one that it does not. Kubernetes itself authorises and admits every request, with the caller's
 // own token, so what RBAC and the CRD's CEL rules say is what the caller gets.
 func (e *testEnv) testV2(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rule := rbacv1.PolicyRule{APIGroups: []string{"ray.io"}, Resources: []string{"rayclusters"}, Verbs: []string{"get", "list", "create", "update", "patch", "delete"}}
 	events := rbacv1.PolicyRule{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"list"}}
 	allowed := e.serviceAccountToken(t, ns, "v2-allowed")

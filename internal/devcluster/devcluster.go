@@ -106,46 +106,10 @@ type Cluster struct {
 // Start brings up a dev cluster and returns when the API server answers, the CRDs are established and every fake
 // node is Ready. On error, everything started so far is stopped.
 func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
-	if opts.Logf == nil {
-		opts.Logf = func(string, ...any) {}
-	}
-	root, err := RepoRoot()
-	if err != nil && (opts.BinDir == "" || opts.CRDDirs == nil) {
+	opts, err = opts.complete()
+	if err != nil {
 		return nil, err
 	}
-	if opts.BinDir == "" {
-		opts.BinDir = filepath.Join(root, "bin")
-	}
-	if opts.CRDDirs == nil {
-		scheduler, err := SchedulerCRDPaths(root)
-		if err != nil {
-			return nil, err
-		}
-		gw, err := GatewayAPICRDs(root)
-		if err != nil {
-			return nil, err
-		}
-		opts.CRDDirs = append(append([]string{filepath.Join(root, "config", "crd")}, scheduler...), gw...)
-	}
-	if len(opts.Pools) == 0 {
-		n := opts.Nodes
-		if n == 0 {
-			n = 3
-		}
-		opts.Pools = []NodePool{{Name: "kwok-node", Count: n, CPU: opts.NodeCPU, Memory: opts.NodeMemory, Pods: opts.NodeMaxPods}}
-	}
-	if opts.RealNode {
-		fake := corev1.Taint{Key: FakeNodeTaint, Value: "fake", Effect: corev1.TaintEffectNoSchedule}
-		for i := range opts.Pools {
-			opts.Pools[i].Taints = append(append([]corev1.Taint(nil), opts.Pools[i].Taints...), fake)
-		}
-	}
-	for _, name := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok"} {
-		if _, err := os.Stat(filepath.Join(opts.BinDir, name)); err != nil {
-			return nil, fmt.Errorf("devcluster: %s not found in %s (run `make tools`): %w", name, opts.BinDir, err)
-		}
-	}
-
 	c := &Cluster{opts: opts, dir: opts.Dir}
 	// A killed real node's mounts may sit in a stale temp dir: unmount them before sweepStaleDirs removes it.
 	if os.Geteuid() == 0 {
@@ -153,18 +117,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	if c.dir == "" {
-		// Short paths: etcd and the components put sockets and files here.
-		sweepStaleDirs()
-		c.dir, err = os.MkdirTemp("", tempPrefix)
-		if err != nil {
-			return nil, err
-		}
-		c.removeDir = true
-		if err := os.WriteFile(filepath.Join(c.dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-			return nil, err
-		}
-	} else if err := os.MkdirAll(c.dir, 0o755); err != nil {
+	if err := c.makeDir(); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -178,21 +131,8 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	// FreePorts only reserves the ports until it returns; another process can take one before a component binds
-	// it. Start again on fresh ports then, as the Ray head in test/ray does.
-	for attempt := 1; ; attempt++ {
-		err := c.startControlPlane(ctx)
-		if err == nil {
-			break
-		}
-		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
-			return nil, err
-		}
-		opts.Logf("devcluster: a port was taken before the control plane bound it, starting again on other ports: %v", err)
-		c.stopProcesses()
-		if err := os.RemoveAll(filepath.Join(c.dir, "etcd")); err != nil {
-			return nil, err
-		}
+	if err := c.startControlPlaneRetrying(ctx); err != nil {
+		return nil, err
 	}
 	opts.Logf("devcluster: control plane up in %s", time.Since(start).Round(time.Millisecond))
 	if err := c.installCRDs(ctx); err != nil {
@@ -216,6 +156,87 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	opts.Logf("devcluster: ready in %s", time.Since(start).Round(time.Millisecond))
 	return c, nil
+}
+
+// complete fills in the defaults of o (the repository's bin/ and CRDs, one pool of 3 fake nodes, fake nodes
+// tainted beside a real one) and checks the control plane's binaries are there.
+func (o Options) complete() (Options, error) {
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	root, err := RepoRoot()
+	if err != nil && (o.BinDir == "" || o.CRDDirs == nil) {
+		return o, err
+	}
+	if o.BinDir == "" {
+		o.BinDir = filepath.Join(root, "bin")
+	}
+	if o.CRDDirs == nil {
+		scheduler, err := SchedulerCRDPaths(root)
+		if err != nil {
+			return o, err
+		}
+		gw, err := GatewayAPICRDs(root)
+		if err != nil {
+			return o, err
+		}
+		o.CRDDirs = append(append([]string{filepath.Join(root, "config", "crd")}, scheduler...), gw...)
+	}
+	if len(o.Pools) == 0 {
+		n := o.Nodes
+		if n == 0 {
+			n = 3
+		}
+		o.Pools = []NodePool{{Name: "kwok-node", Count: n, CPU: o.NodeCPU, Memory: o.NodeMemory, Pods: o.NodeMaxPods}}
+	}
+	if o.RealNode {
+		fake := corev1.Taint{Key: FakeNodeTaint, Value: "fake", Effect: corev1.TaintEffectNoSchedule}
+		for i := range o.Pools {
+			o.Pools[i].Taints = append(append([]corev1.Taint(nil), o.Pools[i].Taints...), fake)
+		}
+	}
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager", "kwok"} {
+		if _, err := os.Stat(filepath.Join(o.BinDir, name)); err != nil {
+			return o, fmt.Errorf("devcluster: %s not found in %s (run `make tools`): %w", name, o.BinDir, err)
+		}
+	}
+	return o, nil
+}
+
+// makeDir makes the cluster's directory: Options.Dir, or a fresh temporary one (removed by Stop) marked with the
+// owner's pid.
+func (c *Cluster) makeDir() error {
+	if c.dir != "" {
+		return os.MkdirAll(c.dir, 0o755)
+	}
+	// Short paths: etcd and the components put sockets and files here.
+	sweepStaleDirs()
+	dir, err := os.MkdirTemp("", tempPrefix)
+	if err != nil {
+		return err
+	}
+	c.dir, c.removeDir = dir, true
+	return os.WriteFile(filepath.Join(c.dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644)
+}
+
+// startControlPlaneRetrying is startControlPlane, started again on fresh ports (up to three times) when a port was
+// taken: FreePorts only reserves the ports until it returns, and another process can take one before a component
+// binds it (the Ray head in test/ray does the same).
+func (c *Cluster) startControlPlaneRetrying(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		err := c.startControlPlane(ctx)
+		if err == nil {
+			return nil
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			return err
+		}
+		c.opts.Logf("devcluster: a port was taken before the control plane bound it, starting again on other ports: %v", err)
+		c.stopProcesses()
+		if err := os.RemoveAll(filepath.Join(c.dir, "etcd")); err != nil {
+			return err
+		}
+	}
 }
 
 // RESTConfig returns a copy of the admin client configuration.
@@ -260,141 +281,6 @@ func (c *Cluster) stopProcesses() error {
 	}
 	c.procs = nil
 	return errors.Join(errs...)
-}
-
-func (c *Cluster) startControlPlane(ctx context.Context) error {
-	serviceCIDR := kwokServiceCIDR
-	pkiOpts := pkiOptions{}
-	if c.node != nil {
-		serviceCIDR = c.node.net.serviceCIDR
-		pkiOpts.node = &nodeIdentity{name: RealNodeName, ip: net.IP(c.node.net.nodeIP.Addr().AsSlice())}
-		pkiOpts.servingIPs = append(pkiOpts.servingIPs, net.IP(c.node.net.nodeIP.Addr().AsSlice()))
-	}
-	// Pods reach the API server through the kubernetes Service's ClusterIP, the first of the range.
-	pkiOpts.servingIPs = append(pkiOpts.servingIPs, net.IP(firstIP(serviceCIDR).AsSlice()))
-	pki, err := writePKI(c.dir, pkiOpts)
-	if err != nil {
-		return err
-	}
-	c.pki = pki
-	ports, err := FreePorts(3)
-	if err != nil {
-		return err
-	}
-	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
-	c.apiPort = apiPort
-	c.Server = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-
-	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
-	if err := c.run(ctx, "etcd",
-		"--name=manta-dev",
-		"--data-dir="+filepath.Join(c.dir, "etcd"),
-		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
-		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=manta-dev="+peerURL,
-		"--listen-metrics-urls=", // no extra listener
-		"--unsafe-no-fsync=true",
-		"--quota-backend-bytes=8589934592",
-		"--log-level=warn",
-	); err != nil {
-		return err
-	}
-
-	apiArgs := []string{
-		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(apiPort),
-		"--service-cluster-ip-range=" + serviceCIDR.String(),
-	}
-	if c.node != nil {
-		// The API server listens on 127.0.0.1 only; the node's namespace reaches it through a forwarder on the
-		// node's address and the same port (startForwarder), which is what the kubernetes Service leads to.
-		apiArgs = append(apiArgs,
-			"--advertise-address="+c.node.net.nodeIP.Addr().String(),
-			"--endpoint-reconciler-type=lease",
-			"--authorization-mode=Node,RBAC",
-			"--kubelet-client-certificate="+pki.kubeletClientCert,
-			"--kubelet-client-key="+pki.kubeletClientKey,
-			"--kubelet-certificate-authority="+pki.caCert,
-			"--kubelet-preferred-address-types=InternalIP",
-		)
-	} else {
-		apiArgs = append(apiArgs,
-			"--advertise-address=127.0.0.1",
-			// Loopback cannot back the kubernetes Service's endpoints; nothing on fake nodes needs them.
-			"--endpoint-reconciler-type=none",
-			"--authorization-mode=RBAC",
-		)
-	}
-	if err := c.run(ctx, "kube-apiserver", append(apiArgs,
-		"--tls-cert-file="+pki.servingCert, "--tls-private-key-file="+pki.servingKey,
-		"--client-ca-file="+pki.caCert,
-		"--token-auth-file="+pki.tokenFile,
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+pki.saPub,
-		"--service-account-signing-key-file="+pki.saKey,
-		"--api-audiences=https://kubernetes.default.svc.cluster.local",
-		"--allow-privileged=true",
-		"--max-requests-inflight=1000",
-		"--max-mutating-requests-inflight=500",
-		"--profiling="+strconv.FormatBool(c.opts.Profiling),
-		"--v=0",
-	)...); err != nil {
-		return err
-	}
-
-	c.config = &rest.Config{
-		Host:            c.Server,
-		BearerToken:     pki.adminToken,
-		TLSClientConfig: rest.TLSClientConfig{CAData: pki.caPEM},
-		QPS:             500,
-		Burst:           1000,
-	}
-	c.Kubeconfig = filepath.Join(c.dir, "kubeconfig")
-	if err := writeKubeconfig(c.Kubeconfig, c.Server, pki.caPEM, pki.adminToken); err != nil {
-		return err
-	}
-	if c.opts.KubeconfigPath != "" {
-		if err := os.MkdirAll(filepath.Dir(c.opts.KubeconfigPath), 0o755); err != nil {
-			return err
-		}
-		if err := writeKubeconfig(c.opts.KubeconfigPath, c.Server, pki.caPEM, pki.adminToken); err != nil {
-			return err
-		}
-	}
-	if err := c.waitHealthy(ctx, "/readyz", 3*time.Minute); err != nil {
-		return fmt.Errorf("kube-apiserver did not become ready: %w (log: %s)", err, c.logPath("kube-apiserver"))
-	}
-
-	if err := c.run(ctx, "kube-scheduler",
-		"--kubeconfig="+c.Kubeconfig,
-		"--authentication-kubeconfig="+c.Kubeconfig,
-		"--authorization-kubeconfig="+c.Kubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port=0", // nothing reads its health endpoints; one port less to race for
-		"--leader-elect=false",
-		"--kube-api-qps=500", "--kube-api-burst=1000",
-		"--v=0",
-	); err != nil {
-		return err
-	}
-	return c.run(ctx, "kube-controller-manager",
-		"--kubeconfig="+c.Kubeconfig,
-		"--authentication-kubeconfig="+c.Kubeconfig,
-		"--authorization-kubeconfig="+c.Kubeconfig,
-		"--bind-address=127.0.0.1",
-		"--secure-port=0",
-		"--leader-elect=false",
-		"--service-account-private-key-file="+pki.saKey,
-		"--root-ca-file="+pki.caCert,
-		"--use-service-account-credentials=false",
-		"--cluster-name=manta-dev",
-		"--kube-api-qps=500", "--kube-api-burst=1000",
-		// Fake nodes have no kubelet; keep them from being marked unreachable between kwok heartbeats.
-		"--node-monitor-grace-period=2m",
-		"--v=0",
-	)
 }
 
 func (c *Cluster) startKwok(ctx context.Context) error {

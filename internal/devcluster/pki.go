@@ -70,11 +70,34 @@ func writePKI(dir string, o pkiOptions) (*pki, error) {
 		saPub:       filepath.Join(pkiDir, "sa.pub"),
 		tokenFile:   filepath.Join(pkiDir, "tokens.csv"),
 	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	now := time.Now()
+	ca, caKey, err := p.writeCA(now)
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	if err := p.writeServing(now, ca, caKey, o.servingIPs); err != nil {
+		return nil, err
+	}
+	if err := p.writeServiceAccountKeys(); err != nil {
+		return nil, err
+	}
+	if o.node != nil {
+		if err := p.writeNodePKI(pkiDir, ca, caKey, o.node); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.writeTokens(o.node); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// writeCA creates the cluster's CA and writes its certificate.
+func (p *pki) writeCA(now time.Time) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
 	caTmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "manta-dev-ca"},
@@ -86,17 +109,22 @@ func writePKI(dir string, o pkiOptions) (*pki, error) {
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ca, _ := x509.ParseCertificate(caDER)
 	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 	if err := os.WriteFile(p.caCert, p.caPEM, 0o644); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	return ca, caKey, nil
+}
 
+// writeServing writes the API server's serving certificate and key, for localhost, the kubernetes Service's
+// names, 127.0.0.1 and ips.
+func (p *pki) writeServing(now time.Time, ca *x509.Certificate, caKey *ecdsa.PrivateKey, ips []net.IP) error {
 	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	srvTmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(2),
@@ -106,64 +134,62 @@ func writePKI(dir string, o pkiOptions) (*pki, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:     []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPAddresses:  append([]net.IP{net.ParseIP("127.0.0.1")}, o.servingIPs...),
+		IPAddresses:  append([]net.IP{net.ParseIP("127.0.0.1")}, ips...),
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := writePEM(p.servingCert, "CERTIFICATE", srvDER); err != nil {
-		return nil, err
+		return err
 	}
 	srvKeyDER, err := x509.MarshalECPrivateKey(srvKey)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := writePEM(p.servingKey, "EC PRIVATE KEY", srvKeyDER); err != nil {
-		return nil, err
-	}
+	return writePEM(p.servingKey, "EC PRIVATE KEY", srvKeyDER)
+}
 
+// writeServiceAccountKeys writes the key pair that signs and checks service-account tokens.
+func (p *pki) writeServiceAccountKeys() error {
 	saKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := writePEM(p.saKey, "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(saKey)); err != nil {
-		return nil, err
+		return err
 	}
 	pubDER, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := writePEM(p.saPub, "PUBLIC KEY", pubDER); err != nil {
-		return nil, err
-	}
+	return writePEM(p.saPub, "PUBLIC KEY", pubDER)
+}
 
+// writeTokens writes the token file: the admin's token (system:masters) and, with a real node, its kubelet's,
+// kube-proxy's and CoreDNS's.
+func (p *pki) writeTokens(node *nodeIdentity) error {
+	var err error
 	if p.adminToken, err = newToken(); err != nil {
-		return nil, err
+		return err
 	}
 	lines := fmt.Sprintf("%s,manta-dev-admin,manta-dev-admin,\"system:masters\"\n", p.adminToken)
-	if o.node != nil {
-		if err := p.writeNodePKI(pkiDir, ca, caKey, o.node); err != nil {
-			return nil, err
-		}
+	if node != nil {
 		for _, t := range []struct {
 			tok         *string
 			user, group string
 		}{
-			{&p.nodeToken, nodeUser(o.node.name), "system:nodes"},
+			{&p.nodeToken, nodeUser(node.name), "system:nodes"},
 			{&p.proxyToken, kubeProxyUser, ""},
 			{&p.dnsToken, coreDNSUser, ""},
 		} {
 			if *t.tok, err = newToken(); err != nil {
-				return nil, err
+				return err
 			}
 			lines += fmt.Sprintf("%s,%s,%s,\"%s\"\n", *t.tok, t.user, t.user, t.group)
 		}
 	}
-	if err := os.WriteFile(p.tokenFile, []byte(lines), 0o600); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return os.WriteFile(p.tokenFile, []byte(lines), 0o600)
 }
 
 func newToken() (string, error) {

@@ -122,11 +122,11 @@ func (c *Cluster) nodeServer() string {
 }
 
 // startRealNode starts the node once the control plane is up: the API forwarder and the registry in the node's
-// namespace, the images pushed, then containerd, CoreDNS, kube-proxy and the kubelet.
+// namespace, the images pushed, the node's files written, then containerd, CoreDNS, kube-proxy and the kubelet.
 func (c *Cluster) startRealNode(ctx context.Context, pk *pki) error {
-	n, p := c.node.net, c.node.paths
+	p := c.node.paths
 	start := time.Now()
-	for _, d := range []string{p.dir, p.cniConfDir, p.cniIPAM, p.registryHosts, p.kubeletRoot, p.podLogs, p.registryBlobs, n.resolvConfDir} {
+	for _, d := range []string{p.dir, p.cniConfDir, p.cniIPAM, p.registryHosts, p.kubeletRoot, p.podLogs, p.registryBlobs, c.node.net.resolvConfDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -138,16 +138,32 @@ func (c *Cluster) startRealNode(ctx context.Context, pk *pki) error {
 	if err != nil {
 		return err
 	}
+	pause, err := c.pushNodeImages(ctx, regHost)
+	if err != nil {
+		return err
+	}
+	if err := c.writeNodeFiles(ctx, pk, regHost, pause); err != nil {
+		return err
+	}
+	if err := c.startNodeDaemons(ctx); err != nil {
+		return err
+	}
+	c.opts.Logf("devcluster: real node %s started in %s (logs: containerd, coredns, kube-proxy, kubelet)", RealNodeName, time.Since(start).Round(time.Millisecond))
+	return nil
+}
 
+// pushNodeImages pushes every image the dev cluster builds to the node's registry at regHost, and returns the
+// pause image's reference (the pod sandboxes').
+func (c *Cluster) pushNodeImages(ctx context.Context, regHost string) (string, error) {
 	// Every image the dev cluster builds, in its registry before the kubelet asks for the sandbox image.
 	var res imagesResult
 	select {
 	case res = <-c.node.images:
 	case <-ctx.Done():
-		return ctx.Err()
+		return "", ctx.Err()
 	}
 	if res.err != nil {
-		return fmt.Errorf("devcluster: real node images: %w", res.err)
+		return "", fmt.Errorf("devcluster: real node images: %w", res.err)
 	}
 	pause := ""
 	pushTransport := &http.Transport{Proxy: nil}
@@ -155,7 +171,7 @@ func (c *Cluster) startRealNode(ctx context.Context, pk *pki) error {
 	for _, img := range res.imgs {
 		t := time.Now()
 		if err := images.Push(ctx, img, regHost, pushTransport); err != nil {
-			return fmt.Errorf("devcluster: real node: %w", err)
+			return "", fmt.Errorf("devcluster: real node: %w", err)
 		}
 		c.opts.Logf("devcluster: pushed %s to the node's registry in %s", img.Ref, time.Since(t).Round(time.Millisecond))
 		if strings.HasPrefix(img.Ref, "registry.k8s.io/pause:") {
@@ -163,9 +179,16 @@ func (c *Cluster) startRealNode(ctx context.Context, pk *pki) error {
 		}
 	}
 	if pause == "" {
-		return errors.New("devcluster: real node: the images include no registry.k8s.io/pause image for pod sandboxes")
+		return "", errors.New("devcluster: real node: the images include no registry.k8s.io/pause image for pod sandboxes")
 	}
+	return pause, nil
+}
 
+// writeNodeFiles writes the configurations of the node's daemons (containerd with regHost mirroring the
+// registries and pause as its sandbox image, CNI, the kubelet, kube-proxy, CoreDNS, resolv.conf), their
+// kubeconfigs, CoreDNS's rights and the node's cgroup parent.
+func (c *Cluster) writeNodeFiles(ctx context.Context, pk *pki, regHost, pause string) error {
+	n, p := c.node.net, c.node.paths
 	cni, err := cniConfig(n, p)
 	if err != nil {
 		return err
@@ -205,10 +228,13 @@ func (c *Cluster) startRealNode(ctx context.Context, pk *pki) error {
 	if err := c.grantCoreDNS(ctx); err != nil {
 		return err
 	}
-	if err := makeCgroupParent(n.cgroupParent); err != nil {
-		return err
-	}
+	return makeCgroupParent(n.cgroupParent)
+}
 
+// startNodeDaemons starts containerd (waited for until it listens), CoreDNS, kube-proxy and the kubelet in the
+// node's namespace.
+func (c *Cluster) startNodeDaemons(ctx context.Context) error {
+	n, p := c.node.net, c.node.paths
 	c.node.firstProc = len(c.procs)
 	env := nodeEnv(c.opts.BinDir)
 	if err := c.start(ctx, procSpec{name: "containerd", netns: n.netnsPath(), env: env,
@@ -236,7 +262,7 @@ func (c *Cluster) startRealNode(ctx context.Context, pk *pki) error {
 		args: []string{"--config", p.kubeProxyConfig, "--v=1"}}); err != nil {
 		return err
 	}
-	if err := c.start(ctx, procSpec{name: "kubelet", netns: n.netnsPath(), env: env, args: []string{
+	return c.start(ctx, procSpec{name: "kubelet", netns: n.netnsPath(), env: env, args: []string{
 		"--config", p.kubeletConfig,
 		"--kubeconfig", p.kubeletKubeconfig,
 		"--root-dir", p.kubeletRoot,
@@ -244,11 +270,7 @@ func (c *Cluster) startRealNode(ctx context.Context, pk *pki) error {
 		"--node-ip", n.nodeIP.Addr().String(),
 		"--node-labels", RealNodeLabel + "=true",
 		"--v=1",
-	}}); err != nil {
-		return err
-	}
-	c.opts.Logf("devcluster: real node %s started in %s (logs: containerd, coredns, kube-proxy, kubelet)", RealNodeName, time.Since(start).Round(time.Millisecond))
-	return nil
+	}})
 }
 
 // nodeEnv is the node's daemons' environment: containerd finds its shim and the shim finds runc on PATH, and

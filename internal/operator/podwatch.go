@@ -19,31 +19,16 @@ import (
 // resources. client-go copies each event three times on the way in (the frame into the WatchEvent, its object into
 // runtime.Unknown, then the decoded Pod) before the cache's transform (stripPod) throws most of it away: 24 % of all
 // the operator allocated in a 500-cluster benchmark trial, and the garbage collector's work that comes with it.
-// pruneRayPodWatches drops the same fields from the protobuf bytes of each event as they arrive, before client-go
-// reads them, so that client-go copies and decodes only what the cache keeps. stripPod still runs on every cached
-// pod (the initial list, and any event this leaves alone) and TestPrunedPodIsStrippedPod holds the two to the same
-// result.
+// pruneRayPodWatches drops the same fields (podCacheDrops, from which both are derived) from the protobuf bytes of
+// each event as they arrive, before client-go reads them, so that client-go copies and decodes only what the cache
+// keeps. stripPod still runs on every cached pod (the initial list, and any event this leaves alone) and
+// TestPrunedPodIsStrippedPod holds the two to the same result.
 
 // prune names, by protobuf field number, the fields of a message to drop (nil) or to prune in turn (a message
 // field, or each element of a repeated one).
 type prune map[protowire.Number]prune
 
-var (
-	// containerPrune: command, args, ports, env, resources, volumeMounts, livenessProbe, readinessProbe,
-	// lifecycle, securityContext, envFrom, startupProbe.
-	containerPrune = prune{3: nil, 4: nil, 6: nil, 7: nil, 8: nil, 9: nil, 10: nil, 11: nil, 12: nil, 15: nil, 19: nil, 22: nil}
-	// containerStatusPrune: imageID, containerID, allocatedResources, resources, volumeMounts, user,
-	// allocatedResourcesStatus.
-	containerStatusPrune = prune{7: nil, 8: nil, 10: nil, 11: nil, 12: nil, 13: nil, 14: nil}
-	podPrune             = prune{
-		1: {17: nil}, // metadata.managedFields
-		// spec: volumes, containers, nodeSelector, securityContext, imagePullSecrets, affinity, initContainers,
-		// tolerations, hostAliases, dnsConfig, overhead, topologySpreadConstraints.
-		2: {1: nil, 2: containerPrune, 7: nil, 14: nil, 15: nil, 18: nil, 20: containerPrune, 22: nil, 23: nil, 26: nil, 32: nil, 33: nil},
-		// status: hostIP, containerStatuses, initContainerStatuses, podIPs, resourceClaimStatuses, hostIPs.
-		3: {5: nil, 8: containerStatusPrune, 10: containerStatusPrune, 12: nil, 15: nil, 16: nil},
-	}
-)
+// podPrune (podcache.go) is derived from podCacheDrops.
 
 // protobufMagic starts every object the API server encodes as protobuf (runtime.Unknown follows).
 var protobufMagic = []byte("k8s\x00")

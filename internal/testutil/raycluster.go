@@ -58,10 +58,7 @@ func (w *RayClusterWrapper) Autoscaling() *RayClusterWrapper {
 
 // Label sets a label on the RayCluster.
 func (w *RayClusterWrapper) Label(k, v string) *RayClusterWrapper {
-	if w.Labels == nil {
-		w.Labels = map[string]string{}
-	}
-	w.Labels[k] = v
+	metav1.SetMetaDataLabel(&w.ObjectMeta, k, v)
 	return w
 }
 

@@ -36,6 +36,7 @@ import (
 // env is one envtest control plane with the controller running, shared by the subtests of TestEnvtest; each
 // subtest works in its own namespace and on its own nodes.
 type env struct {
+	*testutil.Env
 	cl      client.Client
 	cfg     *rest.Config
 	writes  *writeCounter
@@ -136,7 +137,7 @@ func startEnvWith(t *testing.T, opts Options) *env {
 			t.Errorf("manager: %v", err)
 		}
 	})
-	return &env{cl: cl, cfg: cfg, writes: wc, kubelet: k, pods: pw}
+	return &env{Env: testutil.NewEnv(cl), cl: cl, cfg: cfg, writes: wc, kubelet: k, pods: pw}
 }
 
 // fakeKubelet plays the nodes' kubelets: a puller pod whose image contains "does-not-exist" waits in ErrImagePull,
@@ -233,17 +234,11 @@ func (k *fakeKubelet) pods(job types.UID) []corev1.Pod {
 	return slices.Clone(k.firstSeen[job])
 }
 
+// namespace is Env.Namespace with its default ServiceAccount, which the puller pods run as and nothing makes on
+// envtest's control plane (it has no controller-manager).
 func (e *env) namespace(t *testing.T) string {
 	t.Helper()
-	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", " ", "-").Replace(t.Name()))
-	if len(name) > 50 {
-		name = name[:50]
-	}
-	name = strings.Trim(name, "-") + fmt.Sprintf("-%d", time.Now().UnixNano()%100000)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := e.cl.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
+	name := e.Namespace(t)
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: name}}
 	if err := e.cl.Create(context.Background(), sa); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)

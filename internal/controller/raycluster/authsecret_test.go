@@ -32,10 +32,10 @@ func tokenSecretOf(t *testing.T, pod *corev1.Pod) string {
 // no longer reported unsupported.
 func testAuthSecretCreated(t *testing.T, e *env) {
 	ctx := context.Background()
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
 	rc.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeToken}
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 2)
 	rc = e.get(t, rc)
 
@@ -74,15 +74,15 @@ func testAuthSecretCreated(t *testing.T, e *env) {
 // is used as it is, token and all, as KubeRay does.
 func testAuthSecretNamedOrExisting(t *testing.T, e *env) {
 	ctx := context.Background()
-	ns := e.namespace(t)
-	mustCreate(t, e.cl, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mine"}, StringData: map[string]string{"auth_token": "m"}})
+	ns := e.Namespace(t)
+	e.Create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "mine"}, StringData: map[string]string{"auth_token": "m"}})
 	named := testutil.MakeRayCluster(ns, "named").Obj()
 	named.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeToken, SecretName: ptr.To("mine")}
-	mustCreate(t, e.cl, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "preset"}, StringData: map[string]string{"auth_token": "p"}})
+	e.Create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "preset"}, StringData: map[string]string{"auth_token": "p"}})
 	preset := testutil.MakeRayCluster(ns, "preset").Obj()
 	preset.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeToken}
-	mustCreate(t, e.cl, named)
-	mustCreate(t, e.cl, preset)
+	e.Create(t, named)
+	e.Create(t, preset)
 
 	// The Secret is handled before the head pod is created, in the same reconcile: the pod is the barrier.
 	if got := tokenSecretOf(t, &e.waitPods(t, named, 1)[0]); got != "mine" {

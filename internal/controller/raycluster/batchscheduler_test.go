@@ -29,7 +29,7 @@ import (
 func TestBatchSchedulers(t *testing.T) {
 	cfg, cl := testutil.StartEnvtestWithCRDs(t, filepath.Join(testutil.MustRepoRoot(t), "config", "crd"),
 		testutil.VolcanoCRDs(t), testutil.SchedulerPluginsCRDs(t))
-	e := &env{cl: cl}
+	e := &env{Env: testutil.NewEnv(cl), cl: cl}
 	for _, tc := range []struct {
 		scheduler string
 		fn        func(*testing.T, *env, string)
@@ -89,7 +89,7 @@ func testVolcano(t *testing.T, e *env, ns string) {
 	ctx := context.Background()
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).
 		Label(builder.LabelVolcanoQueue, "q1").Label(builder.LabelPriorityClassName, "high").Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 3)
 	c := e.get(t, rc)
 	pg := &volcanov1beta1.PodGroup{}
@@ -118,7 +118,7 @@ func testVolcano(t *testing.T, e *env, ns string) {
 	// A RayJob's cluster: the RayJob's PodGroup (which the RayJob controller makes) holds its pods.
 	job := testutil.MakeRayCluster(ns, "job1-raycluster").Workers("small", 1).
 		Label(rayv1.LabelOriginCRD, "RayJob").Label(rayv1.LabelOriginCRName, "job1").Obj()
-	mustCreate(t, e.cl, job)
+	e.Create(t, job)
 	schedulerPods(t, e.waitPods(t, job, 2), "volcano", func(*corev1.Pod) map[string]string { return nil },
 		func(*corev1.Pod) map[string]string {
 			return map[string]string{"scheduling.k8s.io/group-name": "ray-job1-pg"}
@@ -131,7 +131,7 @@ func testVolcano(t *testing.T, e *env, ns string) {
 
 	bad := testutil.MakeRayCluster(ns, "bad").Workers("small", 1).
 		Label(builder.LabelVolcanoNetworkTopologyMode, "hard").Label(builder.LabelVolcanoNetworkTopologyHighestTier, "two").Obj()
-	mustCreate(t, e.cl, bad)
+	e.Create(t, bad)
 	e.waitObserved(t, bad)
 	eventually(t, "ReplicaFailure naming the label", func() (bool, string) {
 		cond := meta.FindStatusCondition(e.get(t, bad).Status.Conditions, string(rayv1.RayClusterReplicaFailure))
@@ -148,7 +148,7 @@ func testVolcano(t *testing.T, e *env, ns string) {
 func testSchedulerPlugins(t *testing.T, e *env, ns string) {
 	ctx := context.Background()
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Label(builder.LabelGangScheduling, "true").Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 3)
 	c := e.get(t, rc)
 	pg := &spv1alpha1.PodGroup{}
@@ -164,7 +164,7 @@ func testSchedulerPlugins(t *testing.T, e *env, ns string) {
 	}, func(*corev1.Pod) map[string]string { return nil })
 
 	plain := testutil.MakeRayCluster(ns, "plain").Workers("small", 1).Obj()
-	mustCreate(t, e.cl, plain)
+	e.Create(t, plain)
 	// The PodGroup would come before the pods: once they are there, none is coming.
 	for _, p := range e.waitPods(t, plain, 2) {
 		if _, ok := p.Labels[builder.LabelSchedulerPluginsPodGroup]; ok || p.Spec.SchedulerName != "scheduler-plugins-scheduler" {
@@ -182,7 +182,7 @@ func testYuniKorn(t *testing.T, e *env, ns string) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Label(builder.LabelGangScheduling, "true").
 		Label(builder.LabelYuniKornAppID, "app1").Label(builder.LabelYuniKornQueue, "root.q").Label(builder.LabelKaiQueue, "k").Obj()
 	rc.Spec.WorkerGroupSpecs[0].MinReplicas = ptr.To[int32](1)
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	groups := `[{"minResource":{"cpu":"1","memory":"2Gi"},"name":"headgroup","minMember":1},` +
 		`{"minResource":{"cpu":"1","memory":"1Gi"},"name":"small","minMember":1}]`
 	schedulerPods(t, e.waitPods(t, rc, 3), "yunikorn", func(*corev1.Pod) map[string]string {
@@ -199,7 +199,7 @@ func testYuniKorn(t *testing.T, e *env, ns string) {
 
 func testKai(t *testing.T, e *env, ns string) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Label(builder.LabelKaiQueue, "team-a").Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	schedulerPods(t, e.waitPods(t, rc, 2), "kai-scheduler", func(*corev1.Pod) map[string]string {
 		return map[string]string{builder.LabelKaiQueue: "team-a"}
 	}, func(*corev1.Pod) map[string]string { return nil })

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,13 +41,13 @@ const testCreateBackoffBase = 100 * time.Millisecond
 
 // env is one envtest control plane with the controller running, shared by the subtests (each in its namespace).
 type env struct {
+	*testutil.Env
 	cl client.Client
 	// mgrCl is the manager's client: reads from its cache (which has the pod index), for tests that run a
 	// Reconciler of their own.
 	mgrCl client.Client
 	// wcl watches, for the checks that count writes.
 	wcl client.WithWatch
-	nsN atomic.Int32
 	// creates records every pod create the controller attempts, by namespace, with its time and outcome.
 	creates createLog
 }
@@ -148,7 +147,7 @@ func startEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	req, _ := labels.NewRequirement(rayv1.LabelNodeType, selection.Exists, nil)
-	e := &env{cl: cl}
+	e := &env{Env: testutil.NewEnv(cl), cl: cl}
 	if e.wcl, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		t.Fatal(err)
 	}
@@ -186,16 +185,6 @@ func startEnv(t *testing.T) *env {
 		}
 	}()
 	return e
-}
-
-func (e *env) namespace(t *testing.T) string {
-	t.Helper()
-	name := fmt.Sprintf("t%d-%s", e.nsN.Add(1), strings.ToLower(strings.ReplaceAll(t.Name()[strings.LastIndex(t.Name(), "/")+1:], "_", "-")))
-	if len(name) > 50 {
-		name = name[:50]
-	}
-	mustCreate(t, e.cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	return name
 }
 
 func mustCreate(t *testing.T, cl client.Client, o client.Object) {
@@ -322,9 +311,9 @@ func uids(pods []corev1.Pod) map[types.UID]bool {
 }
 
 func testCreateAndReady(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 3).Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 4)
 	for _, p := range pods {
 		if p.Labels["defaulted"] != "yes" || len(p.OwnerReferences) != 1 || p.Annotations[builder.AnnotationPodTemplateHash] == "" {
@@ -407,9 +396,9 @@ func testCreateAndReady(t *testing.T, e *env) {
 }
 
 func testScaleUpDown(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 3)
 	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](6) })
 	e.waitPods(t, rc, 7)
@@ -421,9 +410,9 @@ func testScaleUpDown(t *testing.T, e *env) {
 }
 
 func testWorkersToDelete(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 3).Autoscaling().Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 4)
 	for o, name := range map[client.Object]string{&corev1.ServiceAccount{}: "rc", &rbacv1.Role{}: "rc-autoscaler", &rbacv1.RoleBinding{}: "rc-autoscaler"} {
 		if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, o); err != nil {
@@ -456,9 +445,9 @@ func testWorkersToDelete(t *testing.T, e *env) {
 }
 
 func testFailedPodReplaced(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 3)
 	var victim corev1.Pod
 	for _, p := range pods {
@@ -483,9 +472,9 @@ func testFailedPodReplaced(t *testing.T, e *env) {
 }
 
 func testSuspendResume(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 3)
 	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) })
 	e.waitPods(t, rc, 0)
@@ -506,9 +495,9 @@ func testSuspendResume(t *testing.T, e *env) {
 }
 
 func testRecreate(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Recreate().Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	before := uids(e.waitPods(t, rc, 3))
 
 	// Replicas and tolerations do not recreate.
@@ -570,9 +559,9 @@ func testRecreate(t *testing.T, e *env) {
 }
 
 func testNoRecreateWithoutPolicy(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	before := uids(e.waitPods(t, rc, 2))
 	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "other" })
 	e.waitObserved(t, rc)
@@ -584,9 +573,9 @@ func testNoRecreateWithoutPolicy(t *testing.T, e *env) {
 }
 
 func testAdopt(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Recreate().Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 3)
 	before := uids(pods)
 	// A cluster taken over from another operator: the pods carry no template hash.
@@ -614,9 +603,9 @@ func testAdopt(t *testing.T, e *env) {
 }
 
 func testRefusedUnderRayJob(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Recreate().Label(rayv1.LabelOriginCRD, "RayJob").Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	eventually(t, "InvalidRayClusterSpec", func() (bool, string) {
 		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionInvalidSpec)
 		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "RayJob"), fmt.Sprintf("%+v", c)
@@ -631,10 +620,10 @@ func testRefusedUnderRayJob(t *testing.T, e *env) {
 // A spec KubeRay refuses about the autoscaler (here a suspended worker group the autoscaler would scale anyway) is
 // refused the same way: the condition and event name the field, and nothing is created.
 func testRefusedAutoscalerSpec(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
 	rc.Spec.WorkerGroupSpecs[0].Suspend = ptr.To(true)
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	eventually(t, "InvalidRayClusterSpec", func() (bool, string) {
 		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionInvalidSpec)
 		return c != nil && c.Status == metav1.ConditionTrue && strings.HasPrefix(c.Message, "spec.workerGroupSpecs[0].suspend: "), fmt.Sprintf("%+v", c)
@@ -648,11 +637,11 @@ func testRefusedAutoscalerSpec(t *testing.T, e *env) {
 // Under autoscaler v1 a worker group that restarts in place is warned about with KubeRay's reason, and still runs
 // with the policy it asked for (KubeRay v1.7).
 func testAutoscalerV1RestartPolicy(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
 	rc.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{Version: ptr.To(rayv1.AutoscalerVersionV1)}
 	rc.Spec.WorkerGroupSpecs[0].Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	waitEvent(t, e, ns, ConditionInvalidSpec)
 	workers := e.waitPods(t, rc, 2)
 	for _, p := range workers {
@@ -666,10 +655,10 @@ func testAutoscalerV1RestartPolicy(t *testing.T, e *env) {
 }
 
 func testUnsupported(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
 	rc.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{}
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
 	e.setReady(t, rc)
 	got := e.waitState(t, rc, rayv1.Ready)
@@ -681,11 +670,11 @@ func testUnsupported(t *testing.T, e *env) {
 }
 
 func testServeAndHeadless(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("tpu", 1).Obj()
 	rc.Annotations = map[string]string{builder.AnnotationEnableServeService: "true"}
 	rc.Spec.WorkerGroupSpecs[0].NumOfHosts = 4
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 5)
 	for _, name := range []string{"rc-head-svc", "rc-serve-svc", "rc-headless"} {
 		if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &corev1.Service{}); err != nil {
@@ -712,10 +701,10 @@ func waitEvent(t *testing.T, e *env, ns, reason string) {
 
 // A missing default PodTemplate is a condition and an event; the pods are still built from the user's template.
 func testMissingDefaultTemplate(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Obj()
 	rc.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") // keep the running controller away
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	rec := events.NewFakeRecorder(10)
 	r := &Reconciler{client: e.mgrCl, reader: e.cl, recorder: rec, opts: Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10}, exp: newExpectations()}
 	// Reconcile bypasses the managedBy skip by calling the inner steps the way Reconcile does.
@@ -742,10 +731,10 @@ func testMissingDefaultTemplate(t *testing.T, e *env) {
 // A multi-host replica is numOfHosts pods with one replica name; when one host fails the whole replica is
 // replaced, and replica indices stay unique.
 func testMultiHost(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("tpu", 2).Obj()
 	rc.Spec.WorkerGroupSpecs[0].NumOfHosts = 2
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 5)
 	byReplica := func() map[string][]corev1.Pod {
 		m := map[string][]corev1.Pod{}
@@ -808,10 +797,10 @@ func testMultiHost(t *testing.T, e *env) {
 // The head and serve Services follow the spec: ports, headServiceAnnotations and the service type, without
 // dropping what others wrote on them and without rewriting them when nothing changed.
 func testServicesFollowSpec(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
 	rc.Annotations = map[string]string{builder.AnnotationEnableServeService: "true"}
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
 	getSvc := func(name string) *corev1.Service {
 		svc := &corev1.Service{}
@@ -884,11 +873,11 @@ func testServicesFollowSpec(t *testing.T, e *env) {
 // Under restartPolicy Never a pod whose Ray container terminated stays Running (its sidecars run on) but is dead
 // for Ray: head and workers are replaced.
 func testRayContainerTerminated(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
 	rc.Spec.HeadGroupSpec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
 	rc.Spec.WorkerGroupSpecs[0].Template.Spec.RestartPolicy = corev1.RestartPolicyNever
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 2)
 	for i := range pods {
 		p := &pods[i]
@@ -915,12 +904,12 @@ func testRayContainerTerminated(t *testing.T, e *env) {
 
 // A RayCluster managed by another controller (MultiKueue) is left alone: no pods, no Services, no status.
 func testManagedByOther(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
 	rc.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue")
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	ours := testutil.MakeRayCluster(ns, "ours").Obj()
-	mustCreate(t, e.cl, ours)
+	e.Create(t, ours)
 	// Once the controller has handled a cluster created after it, it has seen the other one too.
 	e.waitPods(t, ours, 1)
 	e.waitObserved(t, ours)
@@ -938,11 +927,11 @@ func testManagedByOther(t *testing.T, e *env) {
 // A cluster labelled ray.io/disable-provisioned-head-restart=true (a SidecarMode RayJob's) keeps its terminated
 // head once provisioned and makes no new one; before provisioning, a lost head is replaced as usual.
 func testHeadRestartDisabled(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
 	rc.Annotations = map[string]string{rayv1.LabelDisableProvisionedHeadRestart: "true"}
 	rc.Spec.HeadGroupSpec.Template.Spec.RestartPolicy = corev1.RestartPolicyNever
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
 	e.setReady(t, rc)
 	e.waitState(t, rc, rayv1.Ready)
@@ -967,10 +956,10 @@ func testHeadRestartDisabled(t *testing.T, e *env) {
 // has nothing to clean; deleting it must not hang forever (issue 11). Manta removes the finalizer and says, in a
 // Warning event, that Redis was not cleaned.
 func testGCSFinalizerReleased(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Obj()
 	rc.Finalizers = []string{builder.FinalizerGCSFTRedisCleanup}
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 1)
 	if err := e.cl.Delete(context.Background(), rc); err != nil {
 		t.Fatal(err)

@@ -221,9 +221,9 @@ func (e *env) heldFor(t *testing.T, rc *rayv1.RayCluster, d time.Duration) {
 // (the head's image and Redis settings, one container, no probes, small resources, one try in five minutes), and the
 // cluster goes only when the Job has completed.
 func testRedisCleanupComplete(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := ftCluster(ns)
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
 	if got := e.get(t, rc); !slices.Equal(got.Finalizers, []string{builder.FinalizerGCSFTRedisCleanup}) {
 		t.Fatalf("finalizers %v", got.Finalizers)
@@ -262,9 +262,9 @@ func testRedisCleanupComplete(t *testing.T, e *env) {
 
 // A failed cleanup Job releases the finalizer too (the cluster must not hang), with a Warning that the keys stay.
 func testRedisCleanupFailed(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := ftCluster(ns)
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
 	job := e.deleteAndWaitJob(t, rc)
 	e.finishJob(t, job, batchv1.JobFailed)
@@ -275,10 +275,10 @@ func testRedisCleanupFailed(t *testing.T, e *env) {
 // A cleanup Job that never finishes does not hold the cluster past its deletion timeout: the finalizer is released
 // with KubeRay's ForceDeletedStuckCluster warning.
 func testRedisCleanupTimeout(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := ftCluster(ns)
 	rc.Annotations = map[string]string{AnnotationGCSFTDeletionTimeout: "3"}
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
 	e.deleteAndWaitJob(t, rc) // never finished: envtest runs no Job controller
 	e.waitGone(t, rc)
@@ -288,12 +288,12 @@ func testRedisCleanupTimeout(t *testing.T, e *env) {
 // A cluster KubeRay created with the ft-enabled annotation carries the finalizer already; Manta takes it over and
 // runs the cleanup on deletion with the Redis address of the head's env.
 func testRedisCleanupAdopted(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Obj()
 	rc.Annotations = map[string]string{builder.AnnotationFTEnabled: "true", builder.AnnotationExternalStorageNamespace: "kept"}
 	rc.Finalizers = []string{builder.FinalizerGCSFTRedisCleanup}
 	rc.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: builder.EnvRedisAddress, Value: "redis:6379"}}
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 1)
 	if got := e.get(t, rc); !slices.Equal(got.Finalizers, []string{builder.FinalizerGCSFTRedisCleanup}) {
 		t.Fatalf("finalizers %v (want KubeRay's, once)", got.Finalizers)
@@ -308,14 +308,14 @@ func testRedisCleanupAdopted(t *testing.T, e *env) {
 
 // Without a Redis-backed GCS there is nothing to clean: no finalizer, and deletion is immediate.
 func testNoFinalizerWithoutRedis(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	plain := testutil.MakeRayCluster(ns, "plain").Obj()
 	embedded := testutil.MakeRayCluster(ns, "embedded").Obj()
 	embedded.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB}
 	off := testutil.MakeRayCluster(ns, "off").Obj()
 	off.Annotations = map[string]string{builder.AnnotationFTEnabled: "false"}
 	for _, rc := range []*rayv1.RayCluster{plain, embedded, off} {
-		mustCreate(t, e.cl, rc)
+		e.Create(t, rc)
 		e.waitPods(t, rc, 1)
 		if got := e.get(t, rc); len(got.Finalizers) != 0 {
 			t.Errorf("%s: finalizers %v", rc.Name, got.Finalizers)

@@ -49,11 +49,11 @@ func (e *env) waitPVCOwner(t *testing.T, ns, name string, want *rayv1.RayCluster
 // same name takes it over; a policy changed later applied to the live claim; a changed size only reported; a
 // user's claim never created, its absence reported.
 func testGCSStorage(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	ctx := context.Background()
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
 	rc.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB}
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 2)
 	rc = e.get(t, rc)
 	pvc := e.waitPVCOwner(t, ns, "rc-gcs-pvc", rc)
@@ -110,7 +110,7 @@ func testGCSStorage(t *testing.T, e *env) {
 	keep := testutil.MakeRayCluster(ns, "keep").Obj()
 	keep.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB,
 		Storage: &rayv1.GcsEmbeddedStorage{DeletionPolicy: rayv1.GcsStorageRetain, StorageClassName: ptr.To("fast")}}
-	mustCreate(t, e.cl, keep)
+	e.Create(t, keep)
 	e.waitPods(t, keep, 1)
 	kept := e.waitPVCOwner(t, ns, "keep-gcs-pvc", nil)
 	if ptr.Deref(kept.Spec.StorageClassName, "") != "fast" {
@@ -126,7 +126,7 @@ func testGCSStorage(t *testing.T, e *env) {
 	again := testutil.MakeRayCluster(ns, "keep").Obj()
 	again.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB,
 		Storage: &rayv1.GcsEmbeddedStorage{StorageClassName: ptr.To("fast")}}
-	mustCreate(t, e.cl, again)
+	e.Create(t, again)
 	if got := e.waitPVCOwner(t, ns, "keep-gcs-pvc", e.get(t, again)); got.UID != kept.UID {
 		t.Errorf("a new claim (%s) instead of the retained one (%s)", got.UID, kept.UID)
 	}
@@ -135,7 +135,7 @@ func testGCSStorage(t *testing.T, e *env) {
 	byo := testutil.MakeRayCluster(ns, "byo").Obj()
 	byo.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB,
 		Storage: &rayv1.GcsEmbeddedStorage{ClaimName: "mine"}}
-	mustCreate(t, e.cl, byo)
+	e.Create(t, byo)
 	e.waitPods(t, byo, 1)
 	waitEventNaming(t, e, ns, EventFailedToCreatePVC, `claimName "mine" not found`)
 	for _, name := range []string{"mine", "byo-gcs-pvc"} {

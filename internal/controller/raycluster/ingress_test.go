@@ -21,13 +21,13 @@ import (
 // The head Ingress is created as the builder makes it (as the API server stores it), follows ingressOptions,
 // is put back when edited, and is deleted when enableIngress goes; someone else's under the name is left alone.
 func testHeadIngress(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	ctx := context.Background()
 	rc := testutil.MakeRayCluster(ns, "rc").Obj()
 	rc.Annotations = map[string]string{builder.AnnotationIngressClass: "nginx", "nginx.ingress.kubernetes.io/ssl-redirect": "false"}
 	rc.Spec.HeadGroupSpec.EnableIngress = ptr.To(true)
 	rc.Spec.HeadGroupSpec.IngressOptions = &rayv1.IngressOptions{Host: ptr.To("ray.example.com")}
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	key := types.NamespacedName{Namespace: ns, Name: "rc-head-ingress"}
 	matches := func(what string) *networkingv1.Ingress {
 		t.Helper()
@@ -80,10 +80,10 @@ func testHeadIngress(t *testing.T, e *env) {
 	// still comes up.
 	theirs := &networkingv1.Ingress{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "other-head-ingress"},
 		Spec: networkingv1.IngressSpec{DefaultBackend: &networkingv1.IngressBackend{Service: &networkingv1.IngressServiceBackend{Name: "x", Port: networkingv1.ServiceBackendPort{Number: 80}}}}}
-	mustCreate(t, e.cl, theirs)
+	e.Create(t, theirs)
 	other := testutil.MakeRayCluster(ns, "other").Obj()
 	other.Spec.HeadGroupSpec.EnableIngress = ptr.To(true)
-	mustCreate(t, e.cl, other)
+	e.Create(t, other)
 	waitEvent(t, e, ns, EventFailedToCreateIngress)
 	e.waitPods(t, other, 1)
 	got := &networkingv1.Ingress{}

@@ -115,11 +115,11 @@ func sortedKeys[V any](m map[string]V) []string {
 // removed group); puts back a policy someone edited; leaves someone else's under its name alone and says so; and
 // deletes its own when spec.networkPolicy goes.
 func testNetworkPolicies(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	ctx := context.Background()
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("a", 1).Workers("b", 1).Obj()
 	rc.Spec.NetworkPolicy = &rayv1.NetworkPolicyConfig{}
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	got := e.get(t, rc)
 	if got.Spec.NetworkPolicy.Mode != rayv1.NetworkPolicyDenyAll {
 		t.Fatalf("mode %q, want the CRD's default DenyAll", got.Spec.NetworkPolicy.Mode)
@@ -188,7 +188,7 @@ func testNetworkPolicies(t *testing.T, e *env) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rc-workers-c"},
 		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
 	}
-	mustCreate(t, e.cl, theirs)
+	e.Create(t, theirs)
 	e.update(t, rc, func(c *rayv1.RayCluster) {
 		c.Spec.WorkerGroupSpecs = append(c.Spec.WorkerGroupSpecs, *c.Spec.WorkerGroupSpecs[0].DeepCopy())
 		c.Spec.WorkerGroupSpecs[1].GroupName = "c"

@@ -22,11 +22,11 @@ import (
 // refusal (the head getting in while its workers are refused does not start it again), reports each refusal once
 // on ReplicaFailure and in one event per kind (not one per retry), and creates the workers once the quota allows.
 func testQuotaBackoff(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	ctx := context.Background()
 	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pods"},
 		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}}
-	mustCreate(t, e.cl, q)
+	e.Create(t, q)
 	// envtest runs no quota controller: the status it would fill in, which the admission plugin then keeps.
 	q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("0")}}
 	if err := e.cl.Status().Update(ctx, q); err != nil {
@@ -47,7 +47,7 @@ func testQuotaBackoff(t *testing.T, e *env) {
 		}
 	}
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	refused := func() int {
 		n := 0
 		for _, a := range e.creates.in(ns) {

@@ -42,11 +42,11 @@ func TestSecurityAutoscalerRBAC(t *testing.T) {
 
 // A tenant pre-creates the Role under the name Manta gives the autoscaler's, with wide rules and no owner.
 func testForeignRoleNotBound(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
 	roleName := builder.AutoscalerRoleName(rc)
-	mustCreate(t, e.cl, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: roleName}, Rules: wideRules})
-	mustCreate(t, e.cl, rc)
+	e.Create(t, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: roleName}, Rules: wideRules})
+	e.Create(t, rc)
 
 	ev := waitEventNaming(t, e, ns, EventAutoscalerRBACNotOwned, "Role "+ns+"/"+roleName)
 	if ev.Type != corev1.EventTypeWarning {
@@ -78,11 +78,11 @@ func testForeignRoleNotBound(t *testing.T, e *env) {
 
 // A ServiceAccount named like the cluster exists and is someone else's: the head does not run as it, nothing binds it.
 func testForeignServiceAccountNotBound(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
 	saName := builder.AutoscalerServiceAccountName(rc)
-	mustCreate(t, e.cl, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: saName}})
-	mustCreate(t, e.cl, rc)
+	e.Create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: saName}})
+	e.Create(t, rc)
 
 	waitEventNaming(t, e, ns, EventAutoscalerRBACNotOwned, "ServiceAccount "+ns+"/"+saName)
 	assertNotBound(t, e, ns, "", saName)
@@ -93,10 +93,10 @@ func testForeignServiceAccountNotBound(t *testing.T, e *env) {
 
 // serviceAccountName: default would give the autoscaler's Role to every pod of the namespace that names none.
 func testDefaultServiceAccountRefused(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
 	rc.Spec.HeadGroupSpec.Template.Spec.ServiceAccountName = "default"
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 
 	waitEventNaming(t, e, ns, ConditionInvalidSpec, "serviceAccountName")
 	c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionInvalidSpec)
@@ -111,9 +111,9 @@ func testDefaultServiceAccountRefused(t *testing.T, e *env) {
 
 // With no serviceAccountName the head runs as a ServiceAccount of the cluster's own, and default is never a subject.
 func testOwnServiceAccount(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
 	head := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)[0]
 	if head.Spec.ServiceAccountName != "rc" {
@@ -125,9 +125,9 @@ func testOwnServiceAccount(t *testing.T, e *env) {
 
 // The cluster's own Role and RoleBinding, edited, are brought back before a new head (and autoscaler) starts.
 func testOwnedRoleRestored(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
 	key := types.NamespacedName{Namespace: ns, Name: builder.AutoscalerRoleName(rc)}
 	role, rb := &rbacv1.Role{}, &rbacv1.RoleBinding{}

@@ -27,11 +27,11 @@ import (
 // (so the certificate is reissued before more pods come), makes the issued Secrets owned by their Certificates,
 // and gives the pods Ray's TLS settings.
 func testTLS(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	ctx := context.Background()
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
 	rc.Spec.TLSOptions = &rayv1.TLSOptions{Enabled: ptr.To(true)}
-	mustCreate(t, e.cl, rc)
+	e.Create(t, rc)
 	c := e.get(t, rc)
 
 	getCert := func(nodeType string) *cmv1.Certificate {

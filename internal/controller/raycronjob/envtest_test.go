@@ -16,7 +16,6 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,10 +47,10 @@ func TestMain(m *testing.M) {
 // set the clock to a moment and then touch the RayCronJob (an annotation), which reconciles it at that moment; the
 // requeue the controller asks for is real time, minutes away, and does not fire during a test.
 type env struct {
+	*testutil.Env
 	cfg   *rest.Config
 	cl    client.Client
 	clock *clocktesting.FakeClock
-	nsID  atomic.Int32
 	nudge atomic.Int32
 }
 
@@ -73,16 +72,7 @@ func startEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	testutil.RunManager(t, mgr)
-	return &env{cfg: cfg, cl: cl, clock: clock}
-}
-
-func (e *env) namespace(t *testing.T) string {
-	t.Helper()
-	ns := fmt.Sprintf("rcj-%d", e.nsID.Add(1))
-	if err := e.cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	return ns
+	return &env{Env: testutil.NewEnv(cl), cfg: cfg, cl: cl, clock: clock}
 }
 
 func (e *env) create(t *testing.T, ns, name, schedule string, mutate func(*rayv1.RayCronJob)) *rayv1.RayCronJob {
@@ -92,19 +82,13 @@ func (e *env) create(t *testing.T, ns, name, schedule string, mutate func(*rayv1
 		mutate(cj)
 	}
 	cj.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: name}
-	if err := e.cl.Create(context.Background(), cj); err != nil {
-		t.Fatal(err)
-	}
+	e.Create(t, cj)
 	return cj
 }
 
 func (e *env) get(t *testing.T, cj *rayv1.RayCronJob) *rayv1.RayCronJob {
 	t.Helper()
-	out := &rayv1.RayCronJob{}
-	if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(cj), out); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testutil.Get(t, e.Env, cj)
 }
 
 // reconcileAt sets the controller's clock to now and has it reconcile the RayCronJob.
@@ -120,15 +104,7 @@ func (e *env) reconcileAt(t *testing.T, cj *rayv1.RayCronJob, now time.Time) {
 // waitFor polls the RayCronJob until cond holds.
 func (e *env) waitFor(t *testing.T, cj *rayv1.RayCronJob, what string, cond func(*rayv1.RayCronJob) bool) *rayv1.RayCronJob {
 	t.Helper()
-	var last *rayv1.RayCronJob
-	testutil.Eventually(t, wait, what, func() (bool, string) {
-		last = &rayv1.RayCronJob{}
-		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(cj), last); err != nil {
-			return false, err.Error()
-		}
-		return cond(last), fmt.Sprintf("status %+v", last.Status)
-	})
-	return last
+	return testutil.WaitFor(t, e.Env, cj, what, cond)
 }
 
 // children lists the RayJobs carrying the RayCronJob's label, sorted by name.
@@ -169,23 +145,7 @@ func (e *env) waitChildren(t *testing.T, cj *rayv1.RayCronJob, runs ...time.Time
 // waitEvent waits for an event of the given type and reason about the RayCronJob, and returns its note.
 func (e *env) waitEvent(t *testing.T, cj *rayv1.RayCronJob, typ, reason string) string {
 	t.Helper()
-	var note string
-	testutil.Eventually(t, wait, typ+" event "+reason, func() (bool, string) {
-		l := &eventsv1.EventList{}
-		if err := e.cl.List(context.Background(), l, client.InNamespace(cj.Namespace)); err != nil {
-			return false, err.Error()
-		}
-		var seen []string
-		for _, ev := range l.Items {
-			if ev.Regarding.Name == cj.Name && ev.Regarding.Kind == "RayCronJob" && ev.Type == typ && ev.Reason == reason {
-				note = ev.Note
-				return true, ""
-			}
-			seen = append(seen, ev.Type+"/"+ev.Reason)
-		}
-		return false, fmt.Sprint("events: ", seen)
-	})
-	return note
+	return e.WaitEvent(t, cj, typ, reason)
 }
 
 // every returns the times of a "*/step * * * *" schedule strictly after from, up to and including to.
@@ -208,7 +168,7 @@ func TestOnAPIServer(t *testing.T) {
 // A RayJob per run as the clock passes each, named, labelled, annotated and owned as KubeRay's are; earlier RayJobs
 // are neither waited for nor pruned; runs missed between two reconciles each get theirs.
 func (e *env) testRuns(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	cj := e.create(t, ns, "every-five", "*/5 * * * *", nil)
 	created := e.get(t, cj).CreationTimestamp.UTC()
 	ticks := every(5*time.Minute, created, created.Add(time.Hour))
@@ -306,7 +266,7 @@ func (e *env) table(t *testing.T, cj *rayv1.RayCronJob) *metav1.Table {
 
 // Suspended, runs pass without RayJobs and with KubeRay's event; resumed, the runs missed meanwhile follow.
 func (e *env) testSuspend(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	cj := e.create(t, ns, "paused", "*/5 * * * *", func(c *rayv1.RayCronJob) { c.Spec.Suspend = ptr.To(true) })
 	created := e.get(t, cj).CreationTimestamp.UTC()
 	now := created.Add(11 * time.Minute)
@@ -327,7 +287,7 @@ func (e *env) testSuspend(t *testing.T) {
 // An unknown zone passes the schema's pattern; the controller names spec.timeZone in a condition and an event and
 // creates nothing. Fixed, the schedule runs in the zone.
 func (e *env) testInvalidTimeZone(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	cj := e.create(t, ns, "half-past", "30 * * * *", func(c *rayv1.RayCronJob) { c.Spec.TimeZone = ptr.To("Mars/Olympus") })
 	created := e.get(t, cj).CreationTimestamp.UTC()
 	now := created.Add(61 * time.Minute)
@@ -358,7 +318,7 @@ func (e *env) testInvalidTimeZone(t *testing.T) {
 
 // What the schema can refuse is refused at admission, with a message naming the field; what KubeRay accepts passes.
 func (e *env) testAdmission(t *testing.T) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	for _, tc := range []struct {
 		name   string
 		mutate func(*rayv1.RayCronJob)

@@ -20,7 +20,7 @@ import (
 )
 
 func sizedSpec() *rayv1.RayClusterSpec {
-	spec := clusterSpec()
+	spec := testutil.RayJobClusterSpec()
 	rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")}
 	spec.HeadGroupSpec.Template.Spec.Containers[0].Resources.Requests = rl
 	spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Resources.Requests = rl.DeepCopy()
@@ -47,12 +47,12 @@ func sameQuantities(got *corev1.ResourceList, want map[string]string) bool {
 func TestBatchSchedulerVolcano(t *testing.T) {
 	e := startEnvWith(t, builder.SchedulerVolcano)
 	ctx := context.Background()
-	ns := e.namespace(t)
-	j := e.create(t, ns, "vj", func(j *rayv1.RayJob) {
+	ns := e.Namespace(t)
+	j := e.create(t, testutil.MakeRayJob(ns, "vj").With(func(j *rayv1.RayJob) {
 		j.Labels = map[string]string{builder.LabelVolcanoQueue: "q1"}
 		j.Spec.SubmissionMode = rayv1.K8sJobMode
 		j.Spec.RayClusterSpec = sizedSpec()
-	})
+	}))
 	pg := &volcanov1beta1.PodGroup{}
 	testutil.Eventually(t, wait, "PodGroup ray-vj-pg", func() (bool, string) {
 		err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ray-vj-pg"}, pg)
@@ -102,10 +102,10 @@ func TestBatchSchedulerVolcano(t *testing.T) {
 		t.Errorf("PodGroup after the job: %+v", pg.Spec)
 	}
 
-	sel := e.create(t, ns, "onexisting", func(j *rayv1.RayJob) {
+	sel := e.create(t, testutil.MakeRayJob(ns, "onexisting").With(func(j *rayv1.RayJob) {
 		j.Spec.RayClusterSpec = nil
 		j.Spec.ClusterSelector = map[string]string{rayv1.LabelCluster: c.Name}
-	})
+	}))
 	if note := e.waitEvent(t, sel, corev1.EventTypeWarning, ReasonBatchSchedulingRefused); !strings.Contains(note, "spec.clusterSelector") {
 		t.Errorf("refusal %q does not name spec.clusterSelector", note)
 	}
@@ -118,7 +118,7 @@ func TestBatchSchedulerKaiRefusesK8sJobMode(t *testing.T) {
 		mode   rayv1.JobSubmissionMode
 		refuse bool
 	}{{rayv1.K8sJobMode, true}, {"", true}, {rayv1.SidecarMode, false}, {rayv1.HTTPMode, false}} {
-		run := &run{j: &rayv1.RayJob{Spec: rayv1.RayJobSpec{SubmissionMode: c.mode, RayClusterSpec: clusterSpec()}}}
+		run := &run{j: &rayv1.RayJob{Spec: rayv1.RayJobSpec{SubmissionMode: c.mode, RayClusterSpec: testutil.RayJobClusterSpec()}}}
 		err := r.batchSchedule(context.Background(), run)
 		if (err != nil) != c.refuse || (err != nil && !strings.Contains(err.Error(), "spec.submissionMode")) {
 			t.Errorf("%q: %v", c.mode, err)
@@ -129,7 +129,7 @@ func TestBatchSchedulerKaiRefusesK8sJobMode(t *testing.T) {
 // The submitter's share of a Volcano gang, as KubeRay's getSubmitterResource: the pod's (requests over limits) in
 // K8sJobMode, the default sidecar's in SidecarMode, nothing otherwise.
 func TestSubmitterResources(t *testing.T) {
-	j := &rayv1.RayJob{Spec: rayv1.RayJobSpec{RayClusterSpec: clusterSpec()}}
+	j := &rayv1.RayJob{Spec: rayv1.RayJobSpec{RayClusterSpec: testutil.RayJobClusterSpec()}}
 	check := func(what string, want map[string]string) {
 		t.Helper()
 		got := submitterResources(j)

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -32,9 +30,9 @@ import (
 const wait = 2 * time.Minute
 
 type env struct {
-	cl   client.Client
-	ray  *fakeRay
-	nsID atomic.Int32
+	*testutil.Env
+	cl  client.Client
+	ray *fakeRay
 }
 
 // startEnv runs the RayJob controller alone against a real kube-apiserver: the tests play the RayCluster
@@ -80,62 +78,26 @@ func startEnvWith(t *testing.T, scheduler string) *env {
 		t.Fatal(err)
 	}
 	testutil.RunManager(t, mgr)
-	return &env{cl: cl, ray: fr}
+	return &env{Env: testutil.NewEnv(cl), cl: cl, ray: fr}
 }
 
-func (e *env) namespace(t *testing.T) string {
+// create creates the RayJob w builds.
+func (e *env) create(t *testing.T, w *testutil.RayJobWrapper) *rayv1.RayJob {
 	t.Helper()
-	ns := fmt.Sprintf("rj-%d", e.nsID.Add(1))
-	if err := e.cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	return ns
-}
-
-func clusterSpec() *rayv1.RayClusterSpec {
-	return &rayv1.RayClusterSpec{
-		HeadGroupSpec: rayv1.HeadGroupSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{Name: "ray-head", Image: "rayproject/ray:2.52.0"}}}}},
-		WorkerGroupSpecs: []rayv1.WorkerGroupSpec{{GroupName: "small", Replicas: ptr.To[int32](1), MinReplicas: ptr.To[int32](0), MaxReplicas: ptr.To[int32](2),
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-worker", Image: "rayproject/ray:2.52.0"}}}}}},
-	}
-}
-
-func (e *env) create(t *testing.T, ns, name string, mutate func(*rayv1.RayJob)) *rayv1.RayJob {
-	t.Helper()
-	j := &rayv1.RayJob{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: rayv1.RayJobSpec{
-		Entrypoint: "python -c 'print(1)'", RayClusterSpec: clusterSpec(), SubmissionMode: rayv1.HTTPMode,
-	}}
-	if mutate != nil {
-		mutate(j)
-	}
-	if err := e.cl.Create(context.Background(), j); err != nil {
-		t.Fatal(err)
-	}
+	j := w.Obj()
+	e.Create(t, j)
 	return j
 }
 
 func (e *env) get(t *testing.T, j *rayv1.RayJob) *rayv1.RayJob {
 	t.Helper()
-	out := &rayv1.RayJob{}
-	if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), out); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return testutil.Get(t, e.Env, j)
 }
 
 // waitFor polls the RayJob until cond holds.
 func (e *env) waitFor(t *testing.T, j *rayv1.RayJob, what string, cond func(*rayv1.RayJob) bool) *rayv1.RayJob {
 	t.Helper()
-	var last *rayv1.RayJob
-	testutil.Eventually(t, wait, what, func() (bool, string) {
-		last = &rayv1.RayJob{}
-		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), last); err != nil {
-			return false, err.Error()
-		}
-		return cond(last), fmt.Sprintf("status %+v", last.Status)
-	})
-	return last
+	return testutil.WaitFor(t, e.Env, j, what, cond)
 }
 
 func (e *env) waitDeployment(t *testing.T, j *rayv1.RayJob, want rayv1.JobDeploymentStatus) *rayv1.RayJob {
@@ -182,23 +144,7 @@ func (e *env) update(t *testing.T, j *rayv1.RayJob, mutate func(*rayv1.RayJob)) 
 // waitEvent waits for an event of the given type and reason about the RayJob, and returns its note.
 func (e *env) waitEvent(t *testing.T, j *rayv1.RayJob, typ, reason string) string {
 	t.Helper()
-	var note string
-	testutil.Eventually(t, wait, typ+" event "+reason, func() (bool, string) {
-		l := &eventsv1.EventList{}
-		if err := e.cl.List(context.Background(), l, client.InNamespace(j.Namespace)); err != nil {
-			return false, err.Error()
-		}
-		var seen []string
-		for _, ev := range l.Items {
-			if ev.Regarding.Name == j.Name && ev.Regarding.Kind == "RayJob" && ev.Type == typ && ev.Reason == reason {
-				note = ev.Note
-				return true, ""
-			}
-			seen = append(seen, ev.Type+"/"+ev.Reason)
-		}
-		return false, fmt.Sprint("events: ", seen)
-	})
-	return note
+	return e.WaitEvent(t, j, typ, reason)
 }
 
 func (e *env) requests(ns, cluster string) (reqs int, jobs int, stops []string) {
@@ -210,15 +156,15 @@ func TestEnvtest(t *testing.T) {
 	e := startEnv(t)
 
 	t.Run("HTTPMode runs to Complete, submits once, reports Ray's times, and deletes the cluster", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "http-ok", func(j *rayv1.RayJob) {
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "http-ok").With(func(j *rayv1.RayJob) {
 			j.Labels = map[string]string{"team": "a"}
 			j.Spec.ShutdownAfterJobFinishes = true
 			j.Spec.Metadata = map[string]string{"owner": "me"}
 			j.Spec.RuntimeEnvYAML = "env_vars:\n  A: b\n"
 			j.Spec.EntrypointNumCpus = 0.5
 			j.Spec.EntrypointResources = `{"custom": 2}`
-		})
+		}))
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusInitializing)
 		if !strings.HasPrefix(got.Status.JobId, "http-ok-") || len(got.Status.JobId) != len("http-ok-")+5 {
 			t.Errorf("jobId = %q, want http-ok-<5 chars>", got.Status.JobId)
@@ -268,8 +214,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("HTTPMode submit that times out after Ray accepted it is not submitted again", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "http-timeout", nil)
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "http-timeout"))
 		got := e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
 		e.ray.with(ns, got.Status.RayClusterName, func(h *fakeHead) { h.acceptThenTimeout = true })
 		c := e.readyCluster(t, j)
@@ -293,8 +239,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("dashboard down longer than the status check timeout fails the job", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "down", nil)
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "down"))
 		c := e.readyCluster(t, j)
 		e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
 		e.ray.with(ns, c.Name, func(h *fakeHead) { h.down = true })
@@ -306,8 +252,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("a head answering 5xx for a while: submitted once, completes, check failures cleared", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "flaky", nil)
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "flaky"))
 		got := e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
 		e.ray.with(ns, got.Status.RayClusterName, func(h *fakeHead) { h.fail5xx = 5 })
 		c := e.readyCluster(t, j)
@@ -324,8 +270,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("a job Ray lost is not resubmitted", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "lost", nil)
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "lost"))
 		c := e.readyCluster(t, j)
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
 		e.ray.with(ns, c.Name, func(h *fakeHead) { delete(h.jobs, got.Status.JobId) })
@@ -339,8 +285,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("backoffLimit retries on a new cluster with a new job id", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "retry", func(j *rayv1.RayJob) { j.Spec.BackoffLimit = ptr.To[int32](1) })
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "retry").BackoffLimit(1))
 		c1 := e.readyCluster(t, j)
 		first := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
 		e.ray.with(ns, c1.Name, func(h *fakeHead) { h.setJob(first.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
@@ -361,11 +307,11 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("K8sJobMode creates one submitter Job and completes when Ray and the submitter are done", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "k8sjob", func(j *rayv1.RayJob) {
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "k8sjob").With(func(j *rayv1.RayJob) {
 			j.Spec.SubmissionMode = rayv1.K8sJobMode
 			j.Spec.SubmitterConfig = &rayv1.SubmitterConfig{BackoffLimit: ptr.To[int32](5)}
-		})
+		}))
 		c := e.readyCluster(t, j)
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
 		sub := &batchv1.Job{}
@@ -410,8 +356,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("K8sJobMode submitter that fails before submitting fails the RayJob", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "k8sfail", func(j *rayv1.RayJob) { j.Spec.SubmissionMode = rayv1.K8sJobMode })
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "k8sfail").Mode(rayv1.K8sJobMode))
 		e.readyCluster(t, j)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
 		sub := &batchv1.Job{}
@@ -436,11 +382,11 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("K8sJobMode fails 30 s after the submitter finished when Ray never reports the job terminal", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "k8sgrace", func(j *rayv1.RayJob) {
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "k8sgrace").With(func(j *rayv1.RayJob) {
 			j.Spec.SubmissionMode = rayv1.K8sJobMode
 			j.Spec.ShutdownAfterJobFinishes = true
-		})
+		}))
 		c := e.readyCluster(t, j)
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
 		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusRunning, time.Now().UnixMilli(), 0) })
@@ -471,8 +417,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("SidecarMode fails 30 s after the submitter container exited when Ray never reports the job terminal", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "sidegrace", func(j *rayv1.RayJob) { j.Spec.SubmissionMode = rayv1.SidecarMode })
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "sidegrace").Mode(rayv1.SidecarMode))
 		c := e.readyCluster(t, j)
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
 		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusRunning, time.Now().UnixMilli(), 0) })
@@ -504,8 +450,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("suspend: Suspended without a cluster, resume creates one, suspend again deletes it", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "susp", func(j *rayv1.RayJob) { j.Spec.Suspend = true; j.Spec.ShutdownAfterJobFinishes = true })
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "susp").Suspend().ShutdownAfterJobFinishes())
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusSuspended)
 		if got.Status.RayClusterName != "" {
 			t.Errorf("suspended job has cluster %q", got.Status.RayClusterName)
@@ -522,8 +468,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("activeDeadlineSeconds fails the job and stops it in Ray", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "deadline", func(j *rayv1.RayJob) { j.Spec.ActiveDeadlineSeconds = ptr.To[int32](3) })
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "deadline").ActiveDeadline(3))
 		c := e.readyCluster(t, j)
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
 		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusRunning, 1, 0) })
@@ -537,8 +483,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("preRunningDeadlineSeconds fails a job whose cluster never gets ready", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "prerun", func(j *rayv1.RayJob) { j.Spec.PreRunningDeadlineSeconds = ptr.To[int32](2) })
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "prerun").PreRunningDeadline(2))
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
 		if got.Status.Reason != rayv1.PreRunningDeadlineExceeded {
 			t.Errorf("reason = %q", got.Status.Reason)
@@ -546,8 +492,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("invalid specs end in ValidationFailed naming the field", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "invalid", func(j *rayv1.RayJob) { j.Spec.RuntimeEnvYAML = "a: [" })
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "invalid").RuntimeEnvYAML("a: ["))
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusValidationFailed)
 		if got.Status.Reason != rayv1.ValidationFailed || !strings.Contains(got.Status.Message, "spec.runtimeEnvYAML") {
 			t.Errorf("reason %q message %q", got.Status.Reason, got.Status.Message)
@@ -557,8 +503,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("InteractiveMode waits for spec.jobId, then follows that job", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "interactive", func(j *rayv1.RayJob) { j.Spec.SubmissionMode = rayv1.InteractiveMode; j.Spec.Entrypoint = "" })
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "interactive").Mode(rayv1.InteractiveMode).Entrypoint(""))
 		c := e.readyCluster(t, j)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusWaiting)
 		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob("mine", rayv1.JobStatusRunning, 1, 0) })
@@ -575,8 +521,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("SidecarMode puts the submitter in the head pod and follows the job", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "sidecar", func(j *rayv1.RayJob) { j.Spec.SubmissionMode = rayv1.SidecarMode })
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "sidecar").Mode(rayv1.SidecarMode))
 		c := e.readyCluster(t, j)
 		head := c.Spec.HeadGroupSpec.Template.Spec
 		if len(head.Containers) != 2 || head.Containers[1].Name != SubmitterContainerName || head.RestartPolicy != corev1.RestartPolicyNever ||
@@ -595,15 +541,15 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("deletionRules: DeleteWorkers, then DeleteCluster, then DeleteSelf, each after its TTL", func(t *testing.T) {
-		ns := e.namespace(t)
+		ns := e.Namespace(t)
 		succeeded := rayv1.JobStatusSucceeded
-		j := e.create(t, ns, "rules", func(j *rayv1.RayJob) {
+		j := e.create(t, testutil.MakeRayJob(ns, "rules").With(func(j *rayv1.RayJob) {
 			j.Spec.DeletionStrategy = &rayv1.DeletionStrategy{DeletionRules: []rayv1.DeletionRule{
 				{Policy: rayv1.DeleteWorkers, Condition: rayv1.DeletionCondition{JobStatus: &succeeded, TTLSeconds: 0}},
 				{Policy: rayv1.DeleteCluster, Condition: rayv1.DeletionCondition{JobStatus: &succeeded, TTLSeconds: 3}},
 				{Policy: rayv1.DeleteSelf, Condition: rayv1.DeletionCondition{JobStatus: &succeeded, TTLSeconds: 6}},
 			}}
-		})
+		}))
 		c := e.readyCluster(t, j)
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
 		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
@@ -629,13 +575,13 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("legacy onFailure DeleteNone keeps the cluster; onSuccess is not applied to a failure", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "legacy", func(j *rayv1.RayJob) {
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "legacy").With(func(j *rayv1.RayJob) {
 			j.Spec.DeletionStrategy = &rayv1.DeletionStrategy{
 				OnSuccess: &rayv1.DeletionPolicy{Policy: ptr.To(rayv1.DeleteCluster)},
 				OnFailure: &rayv1.DeletionPolicy{Policy: ptr.To(rayv1.DeleteNone)},
 			}
-		})
+		}))
 		c := e.readyCluster(t, j)
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
 		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
@@ -650,8 +596,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("deleting a running RayJob stops its Ray job", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "delete-me", nil)
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "delete-me"))
 		c := e.readyCluster(t, j)
 		got := e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
 		if !strings.Contains(strings.Join(got.Finalizers, ","), Finalizer) {
@@ -670,11 +616,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("clusterSelector uses an existing cluster and leaves it", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "selector", func(j *rayv1.RayJob) {
-			j.Spec.RayClusterSpec = nil
-			j.Spec.ClusterSelector = map[string]string{rayv1.LabelCluster: "shared"}
-		})
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "selector").ClusterSelector(map[string]string{rayv1.LabelCluster: "shared"}))
 		// Selected before it exists: a warning event as KubeRay's, the status message left alone.
 		note := e.waitEvent(t, j, corev1.EventTypeWarning, ReasonClusterNotFound)
 		if want := "RayCluster " + ns + "/shared set in the clusterSelector is not found. It must be created manually"; note != want {
@@ -683,7 +626,7 @@ func TestEnvtest(t *testing.T) {
 		if got := e.get(t, j); got.Status.Message != "" || got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusInitializing {
 			t.Errorf("status %+v", got.Status)
 		}
-		existing := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}, Spec: *clusterSpec()}
+		existing := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}, Spec: *testutil.RayJobClusterSpec()}
 		if err := e.cl.Create(context.Background(), existing); err != nil {
 			t.Fatal(err)
 		}
@@ -700,11 +643,11 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("a RayJob managed by another controller is left alone", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "foreign", func(j *rayv1.RayJob) { j.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") })
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "foreign").ManagedBy("kueue.x-k8s.io/multikueue"))
 		// The work queue hands out the foreign RayJob before one created after it: once that one is reconciled,
 		// the controller has seen the foreign one too.
-		e.waitDeployment(t, e.create(t, ns, "ours", nil), rayv1.JobDeploymentStatusInitializing)
+		e.waitDeployment(t, e.create(t, testutil.MakeRayJob(ns, "ours")), rayv1.JobDeploymentStatusInitializing)
 		got := e.get(t, j)
 		if got.Status.JobDeploymentStatus != "" || len(got.Finalizers) != 0 {
 			t.Errorf("foreign RayJob touched: %+v finalizers %v", got.Status, got.Finalizers)

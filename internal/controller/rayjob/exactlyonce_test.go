@@ -71,7 +71,7 @@ func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *fakeRay, conflicts *
 // the operator stopped and started again at each step, every RayJob gets one cluster and one submission.
 func TestExactlyOnce(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
-	e := &env{cl: cl, ray: newFakeRay()}
+	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: newFakeRay()}
 	var conflicts atomic.Int64
 	stop := startFlakyOperator(t, cfg, e.ray, &conflicts)
 	defer func() { stop() }()
@@ -80,11 +80,11 @@ func TestExactlyOnce(t *testing.T) {
 		stop = startFlakyOperator(t, cfg, e.ray, &conflicts)
 	}
 
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	const n = 5
 	jobs := make([]*rayv1.RayJob, n)
 	for i := range jobs {
-		jobs[i] = e.create(t, ns, fmt.Sprintf("once-%d", i), nil)
+		jobs[i] = e.create(t, testutil.MakeRayJob(ns, fmt.Sprintf("once-%d", i)))
 	}
 	restart()
 	for i, j := range jobs {

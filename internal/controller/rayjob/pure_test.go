@@ -10,11 +10,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/testutil"
 )
 
 func job(mutate func(*rayv1.RayJob)) *rayv1.RayJob {
 	j := &rayv1.RayJob{ObjectMeta: metav1.ObjectMeta{Name: "j", Namespace: "ns", UID: "uid-1"}, Spec: rayv1.RayJobSpec{
-		Entrypoint: "python x.py", RayClusterSpec: clusterSpec(), SubmissionMode: rayv1.K8sJobMode,
+		Entrypoint: "python x.py", RayClusterSpec: testutil.RayJobClusterSpec(), SubmissionMode: rayv1.K8sJobMode,
 	}}
 	if mutate != nil {
 		mutate(j)

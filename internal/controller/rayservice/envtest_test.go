@@ -65,9 +65,9 @@ const (
 )
 
 type env struct {
+	*testutil.Env
 	cl  client.Client
 	ray *fakeRay
-	nsN atomic.Int32
 	ipN atomic.Int32
 }
 
@@ -76,7 +76,7 @@ type env struct {
 func TestController(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
 	fr := startControllers(t, cfg, Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond})
-	e := &env{cl: cl, ray: fr}
+	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: fr}
 
 	t.Run("group", func(t *testing.T) {
 		for name, fn := range map[string]func(*testing.T, *env){
@@ -150,18 +150,6 @@ func startControllers(t *testing.T, cfg *rest.Config, opts Options) *fakeRay {
 	return fr
 }
 
-func (e *env) namespace(t *testing.T) string {
-	t.Helper()
-	name := fmt.Sprintf("t%d-%s", e.nsN.Add(1), strings.NewReplacer(".", "-", "_", "-").Replace(strings.ToLower(t.Name()[strings.LastIndex(t.Name(), "/")+1:])))
-	if len(name) > 50 {
-		name = name[:50]
-	}
-	if err := e.cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-		t.Fatal(err)
-	}
-	return name
-}
-
 func eventually(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
 	testutil.Eventually(t, 2*time.Minute, what, cond)
@@ -183,15 +171,7 @@ func (e *env) waitReconciles(t *testing.T, cluster string, n int) {
 }
 
 func makeService(ns, name string) *rayv1.RayService {
-	spec := testutil.MakeRayCluster(ns, name).Workers("small", 1).Obj().Spec
-	return &rayv1.RayService{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: rayv1.RayServiceSpec{
-			ServeConfigV2:                  configV1,
-			RayClusterSpec:                 spec,
-			RayClusterDeletionDelaySeconds: ptr.To[int32](3),
-		},
-	}
+	return testutil.MakeRayService(ns, name).ServeConfig(configV1).ClusterDeletionDelay(3).Obj()
 }
 
 func (e *env) get(t *testing.T, rs *rayv1.RayService) *rayv1.RayService {
@@ -350,7 +330,7 @@ func (e *env) hasEvent(t *testing.T, rs *rayv1.RayService, reason string) (bool,
 }
 
 func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	name := e.bringUp(t, rs)
 
@@ -450,7 +430,7 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 }
 
 func testNewClusterUpgrade(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	old := e.bringUp(t, rs)
 
@@ -495,7 +475,7 @@ func testNewClusterUpgrade(t *testing.T, e *env) {
 }
 
 func testUpgradeReplacedMidway(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	old := e.bringUp(t, rs)
 	e.update(t, rs, func(s *rayv1.RayService) {
@@ -536,7 +516,7 @@ func testUpgradeReplacedMidway(t *testing.T, e *env) {
 }
 
 func testUnhealthyNeverGetsTraffic(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	old := e.bringUp(t, rs)
 	e.update(t, rs, func(s *rayv1.RayService) {
@@ -570,7 +550,7 @@ func testUnhealthyNeverGetsTraffic(t *testing.T, e *env) {
 }
 
 func testHeadRestartReapplies(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	name := e.bringUp(t, rs)
 	// The head's Ray container restarts: without GCS fault tolerance Ray has lost the applications. The fake keeps
@@ -597,7 +577,7 @@ func testHeadRestartReapplies(t *testing.T, e *env) {
 
 // testLostApplicationsReapplied: Ray reports no application (state lost without a visible restart): re-applied.
 func testLostApplicationsReapplied(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	name := e.bringUp(t, rs)
 	e.ray.with(name, func(h *fakeHead) { h.apps = nil })
@@ -612,7 +592,7 @@ func testLostApplicationsReapplied(t *testing.T, e *env) {
 }
 
 func testWorkerReadinessDrivesEndpoints(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	rs.Spec.ExcludeHeadPodFromServeSvc = true
 	name := e.bringUp(t, rs)
@@ -657,7 +637,7 @@ func testWorkerReadinessDrivesEndpoints(t *testing.T, e *env) {
 }
 
 func testSuspendResume(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	name := e.bringUp(t, rs)
 	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.Suspend = true })
@@ -677,7 +657,7 @@ func testSuspendResume(t *testing.T, e *env) {
 }
 
 func testUpgradeStrategyNone(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{Type: ptr.To(rayv1.RayServiceUpgradeNone)}
 	name := e.bringUp(t, rs)
@@ -706,7 +686,7 @@ func testUpgradeStrategyNone(t *testing.T, e *env) {
 // Where the Gateway API is not installed (this control plane serves no Gateways), an incremental upgrade cannot run:
 // the RayService is refused, naming the field, and no cluster is created.
 func testIncrementalRefused(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeIncrementalService(ns, "svc")
 	if err := e.cl.Create(context.Background(), rs); err != nil {
 		t.Fatal(err)
@@ -728,7 +708,7 @@ func testIncrementalRefused(t *testing.T, e *env) {
 }
 
 func testInvalidSpec(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	rs.Spec.ServeConfigV2 = "applications: [unclosed"
 	if err := e.cl.Create(context.Background(), rs); err != nil {
@@ -748,7 +728,7 @@ func testInvalidSpec(t *testing.T, e *env) {
 }
 
 func testDelete(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	name := e.bringUp(t, rs)
 	// The garbage collector (not run by envtest) deletes the cluster and the Services with the RayService: each
@@ -800,7 +780,7 @@ func testDelete(t *testing.T, e *env) {
 }
 
 func testManagedByOther(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	rs.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue")
 	if err := e.cl.Create(context.Background(), rs); err != nil {
@@ -830,7 +810,7 @@ func testKubeRaySamples(t *testing.T, e *env) {
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
 			t.Parallel()
-			ns := e.namespace(t)
+			ns := e.Namespace(t)
 			raw, err := testutil.ReadKubeRaySample(f)
 			if err != nil {
 				t.Fatal(err)
@@ -908,7 +888,7 @@ func testKubeRaySamples(t *testing.T, e *env) {
 // testServeServiceFromSpec: the serve Service takes the name, type, labels and annotations of serveService; its
 // selector and ports stay Manta's.
 func testServeServiceFromSpec(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	rs.Spec.ServeService = &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "custom-serve", Labels: map[string]string{"team": "a"}, Annotations: map[string]string{"lb": "yes"}},
@@ -1010,7 +990,7 @@ func TestPrintColumnsAsKubeRay(t *testing.T) {
 
 // testRayUnavailableRetried: a head that does not answer gets no traffic; the failed deploy is reported and retried.
 func testRayUnavailableRetried(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	if err := e.cl.Create(context.Background(), rs); err != nil {
 		t.Fatal(err)
@@ -1057,7 +1037,7 @@ func testRayUnavailableRetried(t *testing.T, e *env) {
 // testForeignServiceNotTaken: a Service of the serve Service's name that the RayService does not control is left
 // alone and reported.
 func testForeignServiceNotTaken(t *testing.T, e *env) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	foreign := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc-serve-svc"},
 		Spec:       corev1.ServiceSpec{Selector: map[string]string{"app": "mine"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},

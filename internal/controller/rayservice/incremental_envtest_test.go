@@ -60,7 +60,7 @@ func TestIncrementalUpgrade(t *testing.T) {
 	cfg, cl := testutil.StartEnvtestWithCRDs(t, append([]string{filepath.Join(testutil.MustRepoRoot(t), "config", "crd")}, testutil.GatewayAPICRDs(t)...)...)
 	clock := &testClock{now: time.Now().Truncate(time.Second)}
 	fr := startControllers(t, cfg, Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond, Now: clock.Now})
-	e := &env{cl: cl, ray: fr}
+	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: fr}
 	// One after the other: they share the clock, and each expects it to move only when it says.
 	t.Run("Upgrade", func(t *testing.T) { testIncrementalUpgrade(t, e, clock) })
 	t.Run("Rollback", func(t *testing.T) { testIncrementalRollback(t, e, clock) })
@@ -158,7 +158,7 @@ func (e *env) startIncremental(t *testing.T, rs *rayv1.RayService) (old, pending
 
 func testIncrementalUpgrade(t *testing.T, e *env, clock *testClock) {
 	ctx := context.Background()
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeIncrementalService(ns, "svc")
 	old, pending := e.startIncremental(t, rs)
 
@@ -247,7 +247,7 @@ func testIncrementalUpgrade(t *testing.T, e *env, clock *testClock) {
 // The spec goes back mid-upgrade: traffic returns to the old cluster stepSizePercent at a time, the new cluster's
 // capacity is taken back, and the new cluster is dropped.
 func testIncrementalRollback(t *testing.T, e *env, clock *testClock) {
-	ns := e.namespace(t)
+	ns := e.Namespace(t)
 	rs := makeIncrementalService(ns, "svc")
 	oldImage := rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image
 	old, pending := e.startIncremental(t, rs)
