@@ -95,7 +95,7 @@ func TestNodeBinariesAnswer(t *testing.T) {
 	for _, l := range strings.Fields(answer(t, nil, "coredns", "-plugins")) {
 		plugins[strings.TrimPrefix(l, "dns.")] = true
 	}
-	for _, p := range []string{"kubernetes", "forward", "errors", "health", "ready", "cache", "loop", "reload"} {
+	for _, p := range []string{"bind", "log", "kubernetes", "forward", "errors", "health", "ready", "cache", "loop", "reload"} {
 		if !plugins[p] {
 			t.Errorf("bin/coredns lacks the %s plugin", p)
 		}

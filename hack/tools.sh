@@ -7,7 +7,7 @@
 #   hack/tools/node/containerd  containerd, containerd-shim-runc-v2, ctr: about 2 minutes on 2 cores
 #   hack/tools/node/runc        runc: about half a minute on 2 cores
 #   hack/tools/node/cni         the CNI plugins bridge, host-local, loopback, portmap: about 1 minute on 2 cores
-#   hack/tools/node/coredns     CoreDNS: about 4 minutes on 2 cores
+#   hack/tools/node/coredns     CoreDNS (the plugins a cluster DNS uses): about 2 minutes on 2 cores
 # (cold: an empty Go build cache). For each build it says what it builds, downloads the module's dependencies first,
 # so Go's download lines do not stand for progress, reports every 30 seconds how many of the binaries are built and
 # how long it has been (MANTA_TOOLS_PROGRESS_SECONDS changes the period; hack/tools_test.go uses it), and says how

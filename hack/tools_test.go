@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"go/parser"
 	"go/token"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,8 +88,7 @@ func newToolsTree(t *testing.T) *toolsTree {
 		t.Fatal(err)
 	}
 	for _, m := range append(mods, more...) {
-		for _, f := range []string{"go.mod", "go.sum", "tools.go"} {
-			p := filepath.Join(filepath.Dir(m), f)
+		for _, p := range append([]string{filepath.Join(filepath.Dir(m), "go.sum"), m}, goFiles(t, filepath.Dir(m))...) {
 			b, err := os.ReadFile(p)
 			if err != nil {
 				t.Fatal(err)
@@ -273,7 +273,7 @@ func TestToolsRebuildOnlyWhatIsStale(t *testing.T) {
 
 // TestToolsOutputsAreComplete: a cold build writes every binary the control plane and the real node need and nothing
 // else, each script's outputs list (what its stamp and tools.sh's progress check) names exactly what it builds, and
-// every package built is pinned by its module's tools.go.
+// every package built is pinned by an import of its module's Go files (tools.go, or a main of ours).
 func TestToolsOutputsAreComplete(t *testing.T) {
 	tr := newToolsTree(t)
 	_, calls := tr.run()
@@ -324,14 +324,33 @@ func TestToolsOutputsAreComplete(t *testing.T) {
 		if !strings.HasPrefix(cmd, "go build") {
 			continue
 		}
-		pinned := imports(t, filepath.Join(strings.TrimPrefix(dir, "hack/"), "tools.go"))
+		pinned := map[string]bool{}
+		for _, f := range goFiles(t, strings.TrimPrefix(dir, "hack/")) {
+			maps.Copy(pinned, imports(t, f))
+		}
 		for _, arg := range strings.Fields(cmd) {
 			if strings.Contains(arg, ".") && strings.Contains(arg, "/") && !strings.Contains(arg, "=") &&
 				!strings.HasPrefix(arg, "./") && !strings.HasPrefix(arg, "/") && !pinned[arg] {
-				t.Errorf("%s builds %s, which its tools.go does not import", dir, arg)
+				t.Errorf("%s builds %s, which none of its Go files imports", dir, arg)
 			}
 		}
 	}
+}
+
+// goFiles lists the Go files of the module at dir, its subdirectories' included.
+func goFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".go") {
+			files = append(files, p)
+		}
+		return err
+	})
+	if err != nil || len(files) == 0 {
+		t.Fatalf("the Go files of %s: %v (found %d)", dir, err, len(files))
+	}
+	return files
 }
 
 // imports returns the import paths of a Go file.
