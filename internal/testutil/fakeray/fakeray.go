@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,6 +70,8 @@ type job struct {
 	started   bool
 	submitted time.Time
 	done      chan struct{}
+	// history is every status the job has had, in order: a test reads the short ones no poll is sure to see.
+	history []ray.JobStatus
 }
 
 type serveState struct {
@@ -115,6 +118,16 @@ func (h *Head) Job(id string) (ray.JobInfo, bool) {
 		return ray.JobInfo{}, false
 	}
 	return j.info, true
+}
+
+// History is every status job id has had, in order (nil for an unknown job).
+func (h *Head) History(id string) []ray.JobStatus {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if j, ok := h.jobs[id]; ok {
+		return slices.Clone(j.history)
+	}
+	return nil
 }
 
 // Jobs returns every job's info in submission order.
@@ -361,7 +374,7 @@ func (h *Head) submit(req ray.JobSubmitRequest) (int, any) {
 		Metadata: req.Metadata, RuntimeEnv: req.RuntimeEnv, StartTime: time.Now().UnixMilli(),
 		EntrypointNumCPUs: req.EntrypointNumCPUs, EntrypointNumGPUs: req.EntrypointNumGPUs,
 		EntrypointMemory: req.EntrypointMemory, EntrypointResources: req.EntrypointResources,
-	}}
+	}, history: []ray.JobStatus{ray.JobStatusPending}}
 	if j.info.Metadata == nil {
 		j.info.Metadata = map[string]string{}
 	}
@@ -432,6 +445,7 @@ func (h *Head) schedule() {
 		h.nextJob++
 		j.started = true
 		j.info.Status, j.info.Message = ray.JobStatusRunning, "Job is currently running."
+		j.history = append(j.history, j.info.Status)
 		j.info.JobID = fmt.Sprintf("%02x000000", h.nextJob%256)
 		j.info.DriverInfo = &ray.DriverInfo{ID: j.info.JobID, NodeIPAddress: "127.0.0.1", PID: fmt.Sprint(10000 + h.nextJob)}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -480,6 +494,7 @@ func (h *Head) run(ctx context.Context, j *job, held map[string]float64) {
 			j.info.Message = fmt.Sprintf("Job entrypoint command failed with exit code %d. No logs available.", code)
 		}
 	}
+	j.history = append(j.history, j.info.Status)
 	if !h.closed {
 		h.schedule()
 	}
