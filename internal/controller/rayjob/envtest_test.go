@@ -553,8 +553,8 @@ func TestEnvtest(t *testing.T) {
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
 		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusRunning, 1, 0) })
 		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
-		if got.Status.Reason != rayv1.DeadlineExceeded {
-			t.Errorf("reason = %q", got.Status.Reason)
+		if want := fmt.Sprintf("The RayJob has passed the activeDeadlineSeconds. StartTime: %s. ActiveDeadlineSeconds: %d", got.Status.StartTime.Local(), *j.Spec.ActiveDeadlineSeconds); got.Status.Reason != rayv1.DeadlineExceeded || got.Status.Message != want {
+			t.Errorf("reason = %q, message %q, want KubeRay's %q", got.Status.Reason, got.Status.Message, want)
 		}
 		if _, _, stops := e.requests(ns, c.Name); len(stops) == 0 || stops[0] != got.Status.JobId {
 			t.Errorf("stops = %v", stops)

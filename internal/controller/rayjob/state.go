@@ -135,7 +135,8 @@ func (r *Reconciler) deadlines(ctx context.Context, run *run, cluster *rayv1.Ray
 		r.fail(run, reason, fmt.Sprintf(format, *seconds))
 		return true
 	}
-	if check(j.Spec.ActiveDeadlineSeconds, rayv1.DeadlineExceeded, "the RayJob ran longer than activeDeadlineSeconds (%ds)") {
+	// KubeRay's message, which names when the job started (in the local zone, to the second, as the API holds it).
+	if check(j.Spec.ActiveDeadlineSeconds, rayv1.DeadlineExceeded, "The RayJob has passed the activeDeadlineSeconds. StartTime: "+s.StartTime.Local().Truncate(time.Second).String()+". ActiveDeadlineSeconds: %d") {
 		return true
 	}
 	if s.JobStatus == rayv1.JobStatusRunning || rayv1.IsJobTerminal(s.JobStatus) {
