@@ -20,11 +20,12 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-// A scenario starts a cluster on both sides, then takes steps; after each step both settle and are compared.
+// A scenario starts its objects (a RayCluster named rc, or a RayJob or RayService) on both sides, then takes steps;
+// after each step both settle and are compared.
 type scenario struct {
-	name    string
-	cluster *rayv1.RayCluster
-	steps   []step
+	name  string
+	objs  []*unstructured.Unstructured
+	steps []step
 }
 
 // A step does the same thing on one side as on the other; pods are picked by their labels, since their names differ.
@@ -33,7 +34,12 @@ type step struct {
 	do   func(t *testing.T, sd side, ns string)
 }
 
-func scenarios() []scenario {
+func scenarios(t *testing.T, samples []sample) []scenario {
+	out := clusterScenarios(t)
+	return append(out, jobAndServiceScenarios(t, samples)...)
+}
+
+func clusterScenarios(t *testing.T) []scenario {
 	base := func() *testutil.RayClusterWrapper { return testutil.MakeRayCluster("", "rc").Workers("small", 2) }
 	multiHost := base().Obj()
 	multiHost.Spec.WorkerGroupSpecs[0].NumOfHosts = 2
@@ -47,12 +53,18 @@ func scenarios() []scenario {
 			LocalObjectReference: corev1.LocalObjectReference{Name: "redis-password-secret"}, Key: "password"}}},
 	}
 	gcsFT.Spec.HeadGroupSpec.Template.Annotations = map[string]string{kwokCompleteDelay: "1h", kwokCompleteJitter: "1h"}
-	return []scenario{
+	type clusterScenario struct {
+		name    string
+		cluster *rayv1.RayCluster
+		steps   []step
+	}
+	var out []scenario
+	for _, sc := range []clusterScenario{
 		{"scale", base().Obj(), []step{
 			{"up", jsonPatch(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":4}]`)},
 			{"down", jsonPatch(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":1}]`)},
 		}},
-		{"workers-to-delete", base().Obj(), []step{{"first-worker", workersToDelete}}},
+		{"workers-to-delete", base().Obj(), []step{{"first-worker", func(t *testing.T, sd side, ns string) { workersToDelete(t, sd, ns, 1) }}}},
 		{"suspend-resume", base().Obj(), []step{
 			{"suspend", mergePatch(`{"spec":{"suspend":true}}`)},
 			{"resume", mergePatch(`{"spec":{"suspend":false}}`)},
@@ -67,7 +79,20 @@ func scenarios() []scenario {
 			{"delete-with-redis", deleteAndWaitCleanupJob},
 			{"redis-cleanup-completed", completeCleanupJob},
 		}},
+		// An autoscaler edits replicas while the pods of its last edit are still being made: three edits without a
+		// settle between them. (Where the result depends on which edits an operator happened to see together, such
+		// as a workersToDelete while the group still grows, the comparison would be of timing, not of behaviour.)
+		{"replica-edits", base().Obj(), []step{
+			{"burst", func(t *testing.T, sd side, ns string) {
+				for _, r := range []int{5, 3, 6} {
+					jsonPatch(fmt.Sprintf(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":%d}]`, r))(t, sd, ns)
+				}
+			}},
+		}},
+	} {
+		out = append(out, scenario{sc.name, []*unstructured.Unstructured{toUnstructured(t, sc.cluster)}, sc.steps})
 	}
+	return out
 }
 
 // stepDiffs are the differences found after one step ("start" is the cluster applied).
@@ -78,7 +103,7 @@ type stepDiffs struct {
 
 // runScenario creates the scenario's cluster on both sides and compares after the start and after every step.
 func runScenario(t *testing.T, ns string, sc scenario, sides ...side) []stepDiffs {
-	out := []stepDiffs{{"start", runSample(t, ns, sample{name: sc.name, objs: []*unstructured.Unstructured{toUnstructured(t, sc.cluster)}}, sides...)}}
+	out := []stepDiffs{{"start", runSample(t, ns, sample{name: sc.name, objs: sc.objs}, sides...)}}
 	for _, st := range sc.steps {
 		for _, sd := range sides {
 			st.do(t, sd, sd.ns(ns))
@@ -164,16 +189,12 @@ func failWorker(t *testing.T, sd side, ns string) {
 	}
 }
 
-// workersToDelete names the first worker for deletion and lowers replicas by one, as the autoscaler does.
-func workersToDelete(t *testing.T, sd side, ns string) {
+// workersToDelete names the first worker for deletion and sets replicas, as the autoscaler does.
+func workersToDelete(t *testing.T, sd side, ns string, replicas int) {
 	p := podsOf(t, sd, ns, rayv1.NodeTypeWorker)[0]
 	name, _ := json.Marshal(p.Name)
-	jsonPatch(fmt.Sprintf(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":1},
-		{"op":"add","path":"/spec/workerGroupSpecs/0/scaleStrategy","value":{"workersToDelete":[%s]}}]`, name))(t, sd, ns)
-	u := rayCluster()
-	if err := sd.cl.Get(context.Background(), clusterKey(ns), u); err != nil {
-		t.Fatal(err)
-	}
+	jsonPatch(fmt.Sprintf(`[{"op":"replace","path":"/spec/workerGroupSpecs/0/replicas","value":%d},
+		{"op":"add","path":"/spec/workerGroupSpecs/0/scaleStrategy","value":{"workersToDelete":[%s]}}]`, replicas, name))(t, sd, ns)
 }
 
 // The dev cluster's (kwok's) per-pod delay before a Job's running pod succeeds, and its cap.
