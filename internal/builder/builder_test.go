@@ -196,6 +196,14 @@ func TestProbesByRayVersion(t *testing.T) {
 	if diff := cmp.Diff(want, pod.Spec.Containers[0].ReadinessProbe); diff != "" {
 		t.Errorf("readiness (-want +got):\n%s", diff)
 	}
+	// A RayService's worker also asks its Serve proxy, with KubeRay's exact command (the oracle compares it).
+	svc := cluster()
+	svc.Labels = map[string]string{rayv1.LabelOriginCRD: KindRayService}
+	p := WorkerPod(svc, &svc.Spec.WorkerGroupSpecs[0], PodOptions{}).Spec.Containers[0].ReadinessProbe
+	if want := "wget --tries 1 -T 2 -q -O- http://localhost:52365/api/local_raylet_healthz | grep success && " +
+		"wget --tries 1 -T 10 -q -O- http://localhost:8000/-/healthz | grep success"; p.Exec == nil || p.Exec.Command[2] != want || p.FailureThreshold != 1 {
+		t.Errorf("serve worker readiness %+v, want command %q", p, want)
+	}
 	// A probe the user set is kept.
 	c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 42}
 	pod = WorkerPod(c, &c.Spec.WorkerGroupSpecs[0], PodOptions{})

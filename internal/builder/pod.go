@@ -354,7 +354,8 @@ func setProbes(ray *corev1.Container, rayVersion string, params map[string]strin
 			checks = append(checks, fmt.Sprintf("wget --tries 1 -T 10 -q -O- http://localhost:%d/api/gcs_healthz | grep success", dashboardPort))
 		}
 		if readiness && serveWorker {
-			checks = append(checks, fmt.Sprintf("wget --tries 1 -T 2 -q -O- http://localhost:%d/-/healthz | grep success", servePort(ray)))
+			// KubeRay's text, whose -T is its probe's initial delay (10); the probe's timeout (2 s) ends it first.
+			checks = append(checks, fmt.Sprintf("wget --tries 1 -T 10 -q -O- http://localhost:%d/-/healthz | grep success", servePort(ray)))
 		}
 		return corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"bash", "-c", strings.Join(checks, " && ")}}}
 	}

@@ -167,8 +167,9 @@ type allowed struct {
 	// Transient marks Manta's answer to a transient failure that a loaded machine brings about (a call to a Ray
 	// head through the API server timing out), so a run may not see it.
 	Transient bool `json:"transient,omitempty"`
-	// Only, when set, limits the entry to one direction: "manta" when only Manta has the field, event or object
-	// (KubeRay's side is absent), "kuberay" when only KubeRay has it.
+	// Only limits the entry to one direction: "manta" when only Manta has the field, event or object (KubeRay's
+	// side is absent), "kuberay" when only KubeRay has it. Unset, the entry covers only a value both sides have:
+	// a field or event one side lacks is never excused by a row that does not say which side may lack it.
 	Only    string `json:"only,omitempty"`
 	re, sre *regexp.Regexp
 	used    bool
@@ -224,6 +225,9 @@ func loadDifferences(path string) (*differences, error) {
 func (d *differences) allows(sample string, df diff) bool {
 	for _, a := range slices.Concat(d.Deliberate, d.Pending) {
 		if a.Rewrite != nil && !sameText(a.Rewrite.re.ReplaceAllString(df.Manta, a.Rewrite.To), df.KubeRay) {
+			continue
+		}
+		if a.Only == "" && (df.absent(df.KubeRay) || df.absent(df.Manta)) {
 			continue
 		}
 		if (a.Only == "manta" && !df.absent(df.KubeRay)) || (a.Only == "kuberay" && !df.absent(df.Manta)) {

@@ -73,11 +73,11 @@ func incrementalService() *rayv1.RayService {
 
 // incrementalScenario: the service comes up behind its Gateway; its cluster spec changes (a new head image), so a
 // new cluster is made; the Gateway is programmed and the upgrade runs to its end.
-func incrementalScenario() scenario {
+func incrementalScenario(t *testing.T) scenario {
 	return scenario{
-		name:    "incremental-upgrade",
-		service: incrementalService(),
-		setup:   createGatewayClass,
+		name:  "incremental-upgrade",
+		objs:  []*unstructured.Unstructured{unstructuredService(t, incrementalService())},
+		setup: createGatewayClass,
 		steps: []step{
 			{"new-cluster-spec", afterKubeRayEventBudget(servicePatch(`[{"op":"replace","path":"/spec/rayClusterConfig/headGroupSpec/template/spec/containers/0/image","value":"rayproject/ray:2.53.0"}]`))},
 			{"gateway-programmed", programGateway},

@@ -58,11 +58,11 @@ func TestOracle(t *testing.T) {
 	}
 	samples = append(samples, e2eClusters(t)...)
 	kinds["RayCluster"] += 3
-	// No sample's job fails: these do, so a FAILED Ray job is compared through the submitter, over HTTP, and under
-	// shutdownAfterJobFinishes with a TTL.
-	samples = append(samples, failingJobs(t)...)
-	kinds["RayJob"] += 2
-	scs := scenarios()
+	// RayJobs no sample has (jobs.go): failing ones, retries, each deletion rule, a deadline.
+	jobs := oracleJobs(t)
+	samples = append(samples, jobs...)
+	kinds["RayJob"] += len(jobs)
+	scs := scenarios(t, samples)
 
 	var nss []string
 	for i := range samples {
@@ -76,7 +76,7 @@ func TestOracle(t *testing.T) {
 		objs = append(objs, s.objs...)
 	}
 	for _, sc := range scs {
-		objs = append(objs, sc.object(t))
+		objs = append(objs, sc.objs...)
 	}
 	mantaBin := buildManta(t)
 	kuberay, manta := startSides(t, root, objs, nss)
@@ -236,35 +236,6 @@ func e2eClusters(t *testing.T) []sample {
 		"e2e/prepulled":         testutil.MakeRayCluster("", "prepulled").Workers("small", 1).Obj(),
 	} {
 		out = append(out, sample{name: name, objs: []*unstructured.Unstructured{toUnstructured(t, rc)}})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out
-}
-
-// failingEntrypoint exits 1 on the fake Ray heads (fakeray.ExitCode) as it would on a real one.
-const failingEntrypoint = `python -c 'import sys; sys.exit(1)'`
-
-// failingJobs are RayJobs whose Ray job fails: one submitted by a submitter Job, its cluster deleted 5 s after the
-// job ended; one submitted by the operator over HTTP.
-func failingJobs(t *testing.T) []sample {
-	var out []sample
-	for name, mode := range map[string]rayv1.JobSubmissionMode{"oracle/ray-job.fails": rayv1.K8sJobMode, "oracle/ray-job.fails-http": rayv1.HTTPMode} {
-		rc := testutil.MakeRayCluster("", "unused").Workers("small", 1).Obj()
-		job := &rayv1.RayJob{Spec: rayv1.RayJobSpec{Entrypoint: failingEntrypoint, SubmissionMode: mode, RayClusterSpec: &rc.Spec}}
-		if mode == rayv1.K8sJobMode {
-			job.Spec.ShutdownAfterJobFinishes, job.Spec.TTLSecondsAfterFinished = true, 5
-		}
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(job)
-		if err != nil {
-			t.Fatal(err)
-		}
-		obj := &unstructured.Unstructured{Object: u}
-		obj.SetAPIVersion("ray.io/v1")
-		obj.SetKind("RayJob")
-		obj.SetName("fails")
-		delete(obj.Object, "status")
-		unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
-		out = append(out, sample{name: name, objs: []*unstructured.Unstructured{obj}})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out

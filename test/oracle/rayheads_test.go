@@ -3,9 +3,11 @@ package oracle
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil/fakeray"
 )
 
@@ -36,14 +39,24 @@ type rayHeads struct {
 	mu    sync.Mutex
 	heads map[types.UID]*fakeray.Head // by head pod UID
 	ports map[int]string              // port -> "dashboard", "serve" or "agent"
+	// held counts, by namespace, the jobs whose entrypoint holds them (holdMarker) running on a head there until
+	// the test releases the namespace; released holds the namespaces released. Under holdMu, not mu: a held job
+	// ends when its head is closed, which the cleanup does with mu held.
+	holdMu   sync.Mutex
+	held     map[string]int
+	released map[string]chan struct{}
 }
+
+// holdMarker in an entrypoint keeps the Ray job RUNNING on the fake head until the test releases its namespace
+// (rayHeads.release), or for good: a job that runs past a deadline, or that is suspended mid-run.
+const holdMarker = "oracle-hold"
 
 type localAddrKey struct{}
 
 // serveRayHeads listens in the pod network on every port the objects name for Ray's dashboard, agent or Serve
 // proxy (and Ray's defaults), until the test ends.
 func serveRayHeads(t *testing.T, n *podNetwork, cl client.Client, objs []*unstructured.Unstructured) *rayHeads {
-	r := &rayHeads{cl: cl, heads: map[types.UID]*fakeray.Head{},
+	r := &rayHeads{cl: cl, heads: map[types.UID]*fakeray.Head{}, held: map[string]int{}, released: map[string]chan struct{}{},
 		ports: map[int]string{defaultDashboardPort: "dashboard", defaultServePort: "serve", defaultAgentPort: "agent"}}
 	var walk func(v any)
 	walk = func(v any) {
@@ -161,10 +174,64 @@ func (r *rayHeads) headOf(ctx context.Context, ns, cluster string) *fakeray.Head
 		defer r.mu.Unlock()
 		h := r.heads[p.UID]
 		if h == nil {
-			h = fakeray.New(fakeray.Options{Run: fakeray.Scripted(jobStep), ServeDeploying: jobStep})
+			h = fakeray.New(fakeray.Options{Run: r.runner(ns), ServeDeploying: jobStep})
 			r.heads[p.UID] = h
 		}
 		return h
 	}
 	return nil
+}
+
+// runner runs the jobs of a head in namespace ns: fakeray.Scripted, held first while the entrypoint asks for it and
+// ns is not released.
+func (r *rayHeads) runner(ns string) fakeray.RunFunc {
+	run := fakeray.Scripted(jobStep)
+	return func(ctx context.Context, req ray.JobSubmitRequest, logs io.Writer) int {
+		if strings.Contains(req.Entrypoint, holdMarker) {
+			r.holdMu.Lock()
+			ch := r.releaseChan(ns)
+			r.held[ns]++
+			r.holdMu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-ch:
+			}
+			r.holdMu.Lock()
+			r.held[ns]--
+			r.holdMu.Unlock()
+			if ctx.Err() != nil {
+				return -1
+			}
+		}
+		return run(ctx, req, logs)
+	}
+}
+
+// releaseChan is ns's release channel; r.holdMu held.
+func (r *rayHeads) releaseChan(ns string) chan struct{} {
+	ch := r.released[ns]
+	if ch == nil {
+		ch = make(chan struct{})
+		r.released[ns] = ch
+	}
+	return ch
+}
+
+// release ends the hold of every held job in ns, and of every job held there later.
+func (r *rayHeads) release(ns string) {
+	r.holdMu.Lock()
+	defer r.holdMu.Unlock()
+	ch := r.releaseChan(ns)
+	select {
+	case <-ch:
+	default:
+		close(ch)
+	}
+}
+
+// holding says whether a job of ns is held on a fake head: it runs until the test releases it.
+func (r *rayHeads) holding(ns string) bool {
+	r.holdMu.Lock()
+	defer r.holdMu.Unlock()
+	return r.held[ns] > 0
 }

@@ -276,7 +276,7 @@ func listRay(t *testing.T, sd side, ns string, gvk schema.GroupVersionKind) []un
 // normaliser rewrites what differs by construction between the sides: the namespace, and the names and IDs the
 // operators generate at random (<owner>-<5 random> for a RayJob's or RayService's cluster, <job>-<5 random> for a
 // job ID). A generated name of another shape is left as it is, so the difference shows.
-func normaliser(ns string, clusters, jobs, services []unstructured.Unstructured) (*strings.Replacer, map[string]string) {
+func normaliser(ns string, clusters, jobs, services []unstructured.Unstructured, svcs []corev1.Service) (*strings.Replacer, map[string]string) {
 	names := map[string]string{}
 	var pairs []string
 	generatedAs := func(owner, name, tail string) {
@@ -308,6 +308,15 @@ func normaliser(ns string, clusters, jobs, services []unstructured.Unstructured)
 			}
 		}
 	}
+	// The cluster a RayJob's or RayService's Service still selects once the cluster is gone (a suspended RayJob
+	// keeps its head Service, selecting the cluster it had).
+	for _, svc := range svcs {
+		for _, o := range svc.OwnerReferences {
+			if c := svc.Spec.Selector[rayv1.LabelCluster]; (o.Kind == "RayJob" || o.Kind == "RayService") && c != "" {
+				generated(o.Name, c)
+			}
+		}
+	}
 
 	for _, j := range jobs {
 		id, _, _ := unstructured.NestedString(j.Object, "status", "jobId")
@@ -332,7 +341,11 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	clusters := listRay(t, sd, ns, rayClusterGVK)
 	jobs := listRay(t, sd, ns, rayJobGVK)
 	services := listRay(t, sd, ns, rayServiceGVK)
-	repl, generated := normaliser(ns, clusters, jobs, services)
+	svcs := &corev1.ServiceList{}
+	if err := sd.cl.List(ctx, svcs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	repl, generated := normaliser(ns, clusters, jobs, services, svcs.Items)
 	name := func(n string) string {
 		if g, ok := generated[n]; ok {
 			return g
@@ -401,10 +414,6 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		s.pods[key] = append(s.pods[key], m)
 	}
 
-	svcs := &corev1.ServiceList{}
-	if err := sd.cl.List(ctx, svcs, client.InNamespace(ns)); err != nil {
-		t.Fatal(err)
-	}
 	for i := range svcs.Items {
 		saw("service", &svcs.Items[i])
 		m := toMap(&svcs.Items[i])
@@ -470,9 +479,11 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 			s.objects[key+".status"] = normaliseStatus(status)
 			s.objects[key+".metadata"] = map[string]any{"finalizers": m["metadata"].(map[string]any)["finalizers"]}
 			if o.GetKind() == "RayJob" {
-				if why := rayJobMoving(o, clusterExists, workersOfCluster); why != "" {
+				if why := rayJobMoving(o, clusterExists, workersOfCluster, env.heads.holding(ns)); why != "" {
 					move("RayJob %s: %s", o.GetName(), why)
 				}
+			} else if why := oldServiceCluster(o, clusters); why != "" {
+				move("RayService %s: %s", o.GetName(), why)
 			} else if !conditionTrue(o, "Ready") {
 				// With a head running, the operator polls its Serve applications until they run.
 				for _, path := range [][]string{{"status", "activeServiceStatus", "rayClusterName"}, {"status", "pendingServiceStatus", "rayClusterName"}} {
@@ -537,14 +548,22 @@ func normaliseMessage(repl *strings.Replacer, msg string) string {
 }
 
 // rayJobMoving says what a RayJob still waits for that no work queue shows: its Ray job (the operator polls the
-// head), or the TTL or the deletion rules of a finished job (a timer). Empty when nothing.
-func rayJobMoving(o *unstructured.Unstructured, clusterExists map[string]bool, workers map[string]int) string {
+// head) unless the test holds it (held: a job of the namespace is held on its fake head) and no deadline runs,
+// a suspension under way, or the TTL or the deletion rules of a finished job (a timer). Empty when nothing.
+func rayJobMoving(o *unstructured.Unstructured, clusterExists map[string]bool, workers map[string]int, held bool) string {
 	st, _, _ := unstructured.NestedString(o.Object, "status", "jobDeploymentStatus")
 	jobStatus, _, _ := unstructured.NestedString(o.Object, "status", "jobStatus")
 	cluster, _, _ := unstructured.NestedString(o.Object, "status", "rayClusterName")
 	switch st {
-	case "Running", "Retrying":
-		// The operator polls the head for the Ray job, or waits out a retry's delay.
+	case "Running":
+		_, deadline, _ := unstructured.NestedInt64(o.Object, "spec", "activeDeadlineSeconds")
+		if held && jobStatus == "RUNNING" && !deadline {
+			// Held until the test's next step releases it: the operators have nothing left to do but poll.
+			return ""
+		}
+		return "deployment status " + st
+	case "Retrying", "Suspending":
+		// The operator polls the head for the Ray job, waits out a retry's delay, or tears the cluster down.
 		return "deployment status " + st
 	case "Complete", "Failed":
 	default:
@@ -758,4 +777,20 @@ func podsInOrder(ps []map[string]any) []map[string]any {
 		out[i] = k.pod
 	}
 	return out
+}
+
+// oldServiceCluster says whether a RayService still has a cluster that is neither its active nor its pending one:
+// an upgrade's old cluster, deleted once its deletion delay (a timer) has run out. Empty when none.
+func oldServiceCluster(o *unstructured.Unstructured, clusters []unstructured.Unstructured) string {
+	active, _, _ := unstructured.NestedString(o.Object, "status", "activeServiceStatus", "rayClusterName")
+	pending, _, _ := unstructured.NestedString(o.Object, "status", "pendingServiceStatus", "rayClusterName")
+	for _, c := range clusters {
+		if owner := metav1.GetControllerOf(&c); owner == nil || owner.Kind != "RayService" || owner.Name != o.GetName() {
+			continue
+		}
+		if n := c.GetName(); n != active && n != pending && c.GetDeletionTimestamp() == nil {
+			return "cluster " + n + " awaits its deletion delay"
+		}
+	}
+	return ""
 }

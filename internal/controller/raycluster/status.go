@@ -349,9 +349,11 @@ func workerReplicaCounts(c *rayv1.RayCluster) (desired, minR, maxR int32) {
 	for i := range c.Spec.WorkerGroupSpecs {
 		g := &c.Spec.WorkerGroupSpecs[i]
 		h := hosts(g)
-		if !ptr.Deref(g.Suspend, false) {
-			d += int64(groupReplicas(c, g)) * h
+		if ptr.Deref(g.Suspend, false) {
+			// A suspended group (a RayJob's DeleteWorkers rule) counts for nothing, its bounds neither, as in KubeRay.
+			continue
 		}
+		d += int64(groupReplicas(c, g)) * h
 		mn += int64(ptr.Deref(g.MinReplicas, 0)) * h
 		mx += int64(ptr.Deref(g.MaxReplicas, math.MaxInt32)) * h
 	}

@@ -133,6 +133,21 @@ func TestComputeStatus(t *testing.T) {
 				t.Errorf("cpu %s memory %s", s.DesiredCPU.String(), s.DesiredMemory.String())
 			}
 		},
+	}, {
+		// A RayJob's DeleteWorkers rule suspends the worker groups: as KubeRay, they count for nothing, their
+		// bounds neither (the oracle's ray-job.rule-deleteworkers found maxWorkerReplicas still counting them).
+		name: "suspended worker group",
+		mutate: func(c *rayv1.RayCluster) {
+			g := &c.Spec.WorkerGroupSpecs[0]
+			g.MinReplicas, g.MaxReplicas, g.Suspend = ptr.To[int32](1), ptr.To[int32](10), ptr.To(true)
+		},
+		obs:       observed{reconcileOK: true},
+		wantConds: map[string]string{"HeadPodReady": "False/HeadPodNotFound", "RayClusterProvisioned": "False/RayClusterPodsProvisioning", "RayClusterSuspended": "False/RayClusterSuspended", "RayClusterSuspending": "False/RayClusterSuspending"},
+		check: func(t *testing.T, s rayv1.RayClusterStatus) {
+			if s.DesiredWorkerReplicas != 0 || s.MinWorkerReplicas != 0 || s.MaxWorkerReplicas != 0 {
+				t.Errorf("desired %d min %d max %d; want 0 0 0", s.DesiredWorkerReplicas, s.MinWorkerReplicas, s.MaxWorkerReplicas)
+			}
+		},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

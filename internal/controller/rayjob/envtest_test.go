@@ -467,6 +467,31 @@ func TestEnvtest(t *testing.T) {
 		}
 	})
 
+	t.Run("suspended mid-run without shutdownAfterJobFinishes: ValidationFailed; the fixed spec starts over on a new cluster once the old is gone", func(t *testing.T) {
+		ns := e.namespace(t)
+		j := e.create(t, ns, "badsusp", nil)
+		c := e.readyCluster(t, j)
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
+		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.Suspend = true })
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusValidationFailed)
+		if !strings.Contains(got.Status.Message, "spec.suspend") {
+			t.Errorf("message %q", got.Status.Message)
+		}
+		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.Suspend = false })
+		// The old run's cluster goes before the new run names its own: never two clusters at once.
+		e.clusterGone(t, ns, c.Name)
+		got = e.waitFor(t, j, "a new cluster", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" && j.Status.RayClusterName != c.Name })
+		clusters := &rayv1.RayClusterList{}
+		if err := e.cl.List(t.Context(), clusters, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for _, rc := range clusters.Items {
+			if rc.Name != got.Status.RayClusterName {
+				t.Errorf("cluster %s of the old run still there beside %s", rc.Name, got.Status.RayClusterName)
+			}
+		}
+	})
+
 	t.Run("activeDeadlineSeconds fails the job and stops it in Ray", func(t *testing.T) {
 		ns := e.Namespace(t)
 		j := e.create(t, testutil.MakeRayJob(ns, "deadline").ActiveDeadline(3))
@@ -474,8 +499,8 @@ func TestEnvtest(t *testing.T) {
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
 		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusRunning, 1, 0) })
 		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
-		if got.Status.Reason != rayv1.DeadlineExceeded {
-			t.Errorf("reason = %q", got.Status.Reason)
+		if want := fmt.Sprintf("The RayJob has passed the activeDeadlineSeconds. StartTime: %s. ActiveDeadlineSeconds: %d", got.Status.StartTime.Local(), *j.Spec.ActiveDeadlineSeconds); got.Status.Reason != rayv1.DeadlineExceeded || got.Status.Message != want {
+			t.Errorf("reason = %q, message %q, want KubeRay's %q", got.Status.Reason, got.Status.Message, want)
 		}
 		if _, _, stops := e.requests(ns, c.Name); len(stops) == 0 || stops[0] != got.Status.JobId {
 			t.Errorf("stops = %v", stops)

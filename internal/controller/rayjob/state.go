@@ -38,8 +38,13 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 		return nil
 	}
 	if s.JobDeploymentStatus == rayv1.JobDeploymentStatusValidationFailed {
-		// The spec was fixed: start over.
-		s.JobDeploymentStatus, s.Reason, s.Message = rayv1.JobDeploymentStatusNew, "", ""
+		// The spec was fixed: start over, once what the run had made is gone. A RayJob made invalid mid-run (such
+		// as one suspended without shutdownAfterJobFinishes) keeps its cluster and submitter while invalid; a new
+		// run beside them would hold two clusters and submit the job twice.
+		return r.tearDown(ctx, run, func() {
+			failed, succeeded, start := s.Failed, s.Succeeded, s.StartTime
+			*s = rayv1.RayJobStatus{Failed: failed, Succeeded: succeeded, StartTime: start, JobDeploymentStatus: rayv1.JobDeploymentStatusNew}
+		})
 	}
 	switch s.JobDeploymentStatus {
 	case rayv1.JobDeploymentStatusNew:
@@ -130,7 +135,8 @@ func (r *Reconciler) deadlines(ctx context.Context, run *run, cluster *rayv1.Ray
 		r.fail(run, reason, fmt.Sprintf(format, *seconds))
 		return true
 	}
-	if check(j.Spec.ActiveDeadlineSeconds, rayv1.DeadlineExceeded, "the RayJob ran longer than activeDeadlineSeconds (%ds)") {
+	// KubeRay's message, which names when the job started (in the local zone, to the second, as the API holds it).
+	if check(j.Spec.ActiveDeadlineSeconds, rayv1.DeadlineExceeded, "The RayJob has passed the activeDeadlineSeconds. StartTime: "+s.StartTime.Local().Truncate(time.Second).String()+". ActiveDeadlineSeconds: %d") {
 		return true
 	}
 	if s.JobStatus == rayv1.JobStatusRunning || rayv1.IsJobTerminal(s.JobStatus) {
