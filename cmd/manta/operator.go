@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/operator"
 	"github.com/manta-dev/manta/internal/procs"
@@ -37,7 +37,7 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 		"under a burst of RayClusters (10 or more holding a change), the longest a status change that only reports progress (counts, head address, HeadPodReady, RayClusterProvisioned) waits to be written with the next one; "+
 			"outside a burst it waits at most 1s, and state changes and failures are written at once; 0 writes every change at once")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "namespaces to watch (default: all)")
-	fs.StringVar(&o.BatchScheduler, "batch-scheduler", "", "batch scheduler every Ray pod is handed to, as KubeRay's flag: "+strings.Join(builder.BatchSchedulers, ", ")+
+	fs.StringVar(&o.BatchScheduler, "batch-scheduler", "", "batch scheduler every Ray pod is handed to, as KubeRay's flag: "+strings.Join(clusterbuild.BatchSchedulers, ", ")+
 		" (empty: the cluster's own scheduler); see docs/compatibility.md")
 	fs.BoolVar(&o.EnableBatchScheduler, "enable-batch-scheduler", false, "(deprecated, as in KubeRay) the same as --batch-scheduler=volcano")
 	fs.DurationVar(&o.RayTimeout, "ray-timeout", 0, "bound on each call to a Ray head's dashboard or Serve endpoint (0: 2s direct, 10s through --use-kubernetes-proxy)")

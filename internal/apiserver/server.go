@@ -25,7 +25,7 @@ import (
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/rayauth"
 )
@@ -202,10 +202,10 @@ func factoryDashboard(c client.Client, f *ray.Factory) DashboardFunc {
 // rayTokenSecretName is the Secret holding a cluster's Ray auth token, when it uses one: where the operator puts
 // it, as KubeRay names it, or authOptions.secretName.
 func rayTokenSecretName(rc *rayv1.RayCluster) (string, bool) {
-	if !builder.AuthEnabled(&rc.Spec) || builder.K8sTokenAuth(&rc.Spec) {
+	if !clusterbuild.AuthEnabled(&rc.Spec) || clusterbuild.K8sTokenAuth(&rc.Spec) {
 		return "", false
 	}
-	return builder.AuthSecretName(rc), true
+	return clusterbuild.AuthSecretName(rc), true
 }
 
 // headServiceName is the name of the cluster's head Service and the field it was read from.

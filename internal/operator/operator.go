@@ -31,7 +31,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/ray"
 )
@@ -106,7 +106,7 @@ type Options struct {
 	// NoZeroDowntime: KubeRay's ENABLE_ZERO_DOWNTIME=false (see rayservice.Options).
 	NoZeroDowntime bool
 	// BatchScheduler (--batch-scheduler) names the batch scheduler every Ray pod is handed to, one of
-	// builder.BatchSchedulers; EnableBatchScheduler (--enable-batch-scheduler, KubeRay's deprecated switch) means
+	// clusterbuild.BatchSchedulers; EnableBatchScheduler (--enable-batch-scheduler, KubeRay's deprecated switch) means
 	// volcano. KubeRay refuses both together and an unknown name, and so does Validate.
 	BatchScheduler       string
 	EnableBatchScheduler bool
@@ -155,9 +155,9 @@ func (o Options) batchScheduler() (string, error) {
 	case o.EnableBatchScheduler && o.BatchScheduler != "":
 		return "", fmt.Errorf("--enable-batch-scheduler (deprecated) and --batch-scheduler are both set: use --batch-scheduler only")
 	case o.EnableBatchScheduler:
-		return builder.SchedulerVolcano, nil
-	case o.BatchScheduler != "" && !builder.ValidBatchScheduler(o.BatchScheduler):
-		return "", fmt.Errorf("--batch-scheduler %q: not a batch scheduler KubeRay supports (%s)", o.BatchScheduler, strings.Join(builder.BatchSchedulers, ", "))
+		return clusterbuild.SchedulerVolcano, nil
+	case o.BatchScheduler != "" && !clusterbuild.ValidBatchScheduler(o.BatchScheduler):
+		return "", fmt.Errorf("--batch-scheduler %q: not a batch scheduler KubeRay supports (%s)", o.BatchScheduler, strings.Join(clusterbuild.BatchSchedulers, ", "))
 	}
 	return o.BatchScheduler, nil
 }
@@ -291,7 +291,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	}
 	// Likewise the Gateways and HTTPRoutes of RayServices' incremental upgrades, where the Gateway API is installed.
 	if gatewayAPIServed(cfg) {
-		rs := labels.SelectorFromSet(labels.Set{rayv1.LabelOriginCRD: builder.KindRayService})
+		rs := labels.SelectorFromSet(labels.Set{rayv1.LabelOriginCRD: clusterbuild.KindRayService})
 		cacheOpts.ByObject[&gwv1.Gateway{}] = cache.ByObject{Label: rs}
 		cacheOpts.ByObject[&gwv1.HTTPRoute{}] = cache.ByObject{Label: rs}
 	}

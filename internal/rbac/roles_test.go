@@ -31,7 +31,7 @@ type binary struct {
 }
 
 var binaries = map[string]binary{
-	"operator":  {"config/rbac/operator/role.yaml", "config/rbac/operator-proxy/role.yaml", []string{"internal/controller", "internal/operator", "internal/builder"}},
+	"operator":  {"config/rbac/operator/role.yaml", "config/rbac/operator-proxy/role.yaml", []string{"internal/controller", "internal/operator", "internal/clusterbuild"}},
 	"apiserver": {"config/rbac/apiserver/role.yaml", "config/rbac/apiserver-proxy/role.yaml", []string{"internal/apiserver"}},
 }
 

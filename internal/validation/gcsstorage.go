@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 // gcsBackend refuses, as KubeRay does, what does not belong to the chosen GCS backend: Redis settings and the
@@ -47,23 +47,23 @@ func gcsBackend(spec *rayv1.RayClusterSpec, path *field.Path) field.ErrorList {
 	}
 	head := path.Child("headGroupSpec", "template", "spec")
 	tmpl := &spec.HeadGroupSpec.Template.Spec
-	ray := &tmpl.Containers[builder.RayContainerIndex]
-	for _, name := range []string{builder.EnvGCSStorage, builder.EnvGCSStoragePath} {
+	ray := &tmpl.Containers[clusterbuild.RayContainerIndex]
+	for _, name := range []string{clusterbuild.EnvGCSStorage, clusterbuild.EnvGCSStoragePath} {
 		if slices.ContainsFunc(ray.Env, func(e corev1.EnvVar) bool { return e.Name == name }) {
-			errs = append(errs, field.Forbidden(head.Child("containers").Index(builder.RayContainerIndex).Child("env").Key(name),
+			errs = append(errs, field.Forbidden(head.Child("containers").Index(clusterbuild.RayContainerIndex).Child("env").Key(name),
 				"the operator sets it for the rocksdb backend"))
 		}
 	}
 	for i, m := range ray.VolumeMounts {
-		if m.Name == builder.GCSStorageVolumeName || m.MountPath == builder.GCSStorageMountPath {
-			errs = append(errs, field.Forbidden(head.Child("containers").Index(builder.RayContainerIndex).Child("volumeMounts").Index(i),
-				fmt.Sprintf("the operator mounts volume %q at %s for the rocksdb backend", builder.GCSStorageVolumeName, builder.GCSStorageMountPath)))
+		if m.Name == clusterbuild.GCSStorageVolumeName || m.MountPath == clusterbuild.GCSStorageMountPath {
+			errs = append(errs, field.Forbidden(head.Child("containers").Index(clusterbuild.RayContainerIndex).Child("volumeMounts").Index(i),
+				fmt.Sprintf("the operator mounts volume %q at %s for the rocksdb backend", clusterbuild.GCSStorageVolumeName, clusterbuild.GCSStorageMountPath)))
 		}
 	}
 	for i, v := range tmpl.Volumes {
-		if v.Name == builder.GCSStorageVolumeName {
+		if v.Name == clusterbuild.GCSStorageVolumeName {
 			errs = append(errs, field.Forbidden(head.Child("volumes").Index(i),
-				fmt.Sprintf("the operator adds volume %q for the rocksdb backend", builder.GCSStorageVolumeName)))
+				fmt.Sprintf("the operator adds volume %q for the rocksdb backend", clusterbuild.GCSStorageVolumeName)))
 		}
 	}
 	return errs
@@ -92,7 +92,7 @@ func historyServer(spec *rayv1.RayClusterSpec, path *field.Path) field.ErrorList
 		env[e.Name] = e
 	}
 	ep := cp.Child("env")
-	for _, name := range builder.CollectorManagedEnv {
+	for _, name := range clusterbuild.CollectorManagedEnv {
 		if _, ok := env[name]; ok {
 			errs = append(errs, field.Forbidden(ep.Key(name), "the operator sets it on the collector"))
 		}
@@ -129,9 +129,9 @@ func historyServer(spec *rayv1.RayClusterSpec, path *field.Path) field.ErrorList
 	}
 	named := func(ctrs []corev1.Container, p *field.Path) {
 		for i, c := range ctrs {
-			if c.Name == builder.CollectorContainerName {
+			if c.Name == clusterbuild.CollectorContainerName {
 				errs = append(errs, field.Forbidden(p.Index(i).Child("name"),
-					fmt.Sprintf("%q is the collector the operator adds for historyServerOptions", builder.CollectorContainerName)))
+					fmt.Sprintf("%q is the collector the operator adds for historyServerOptions", clusterbuild.CollectorContainerName)))
 			}
 		}
 	}

@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 // MaxClusterNameLen leaves room in 63 characters for the suffixes of the names derived from a cluster's.
@@ -97,9 +97,9 @@ func ClusterSpec(spec *rayv1.RayClusterSpec, annotations map[string]string, path
 		}
 		// Users' autoscalerOptions.args may run $KUBERAY_GEN_AUTOSCALER_START_CMD; a value of their own would
 		// silently replace the command the operator generates.
-		if i := slices.IndexFunc(o.Env, func(e corev1.EnvVar) bool { return e.Name == builder.EnvAutoscalerStartCmd }); i >= 0 {
-			errs = append(errs, field.Forbidden(op.Child("env").Key(builder.EnvAutoscalerStartCmd),
-				fmt.Sprintf("autoscalerOptions.env must not contain %s: it is managed by the operator and injected automatically into the autoscaler container", builder.EnvAutoscalerStartCmd)))
+		if i := slices.IndexFunc(o.Env, func(e corev1.EnvVar) bool { return e.Name == clusterbuild.EnvAutoscalerStartCmd }); i >= 0 {
+			errs = append(errs, field.Forbidden(op.Child("env").Key(clusterbuild.EnvAutoscalerStartCmd),
+				fmt.Sprintf("autoscalerOptions.env must not contain %s: it is managed by the operator and injected automatically into the autoscaler container", clusterbuild.EnvAutoscalerStartCmd)))
 		}
 	}
 	return errs
@@ -137,8 +137,8 @@ func autoscalerV2Fields(spec *rayv1.RayClusterSpec, path *field.Path) field.Erro
 	if o := spec.AutoscalerOptions; o != nil && o.Version != nil && *o.Version == rayv1.AutoscalerVersionV2 {
 		v2 = true
 	}
-	for _, e := range spec.HeadGroupSpec.Template.Spec.Containers[builder.RayContainerIndex].Env {
-		if e.Name == builder.EnvAutoscalerV2 && (e.Value == "1" || e.Value == "true") {
+	for _, e := range spec.HeadGroupSpec.Template.Spec.Containers[clusterbuild.RayContainerIndex].Env {
+		if e.Name == clusterbuild.EnvAutoscalerV2 && (e.Value == "1" || e.Value == "true") {
 			v2 = true
 		}
 	}
@@ -152,7 +152,7 @@ func autoscalerV2Fields(spec *rayv1.RayClusterSpec, path *field.Path) field.Erro
 			case !v2:
 				errs = append(errs, field.Forbidden(gp.Child("idleTimeoutSeconds"), fmt.Sprintf(
 					"worker group %s: idleTimeoutSeconds is set, but autoscaler v2 is not enabled. Please set .spec.autoscalerOptions.version to 'v2' (or set %s environment variable to 'true' in the head pod if using KubeRay < 1.4.0)",
-					g.GroupName, builder.EnvAutoscalerV2)))
+					g.GroupName, clusterbuild.EnvAutoscalerV2)))
 			}
 		}
 		if p := ptr.Deref(g.Priority, 0); p != 0 {
@@ -216,7 +216,7 @@ func authOptions(spec *rayv1.RayClusterSpec, path *field.Path) field.ErrorList {
 // NoK8sTokenAuth refuses enableK8sTokenAuth in the cluster spec of a RayJob or a RayService, as KubeRay does: their
 // operator and submitter calls carry the shared token, not a ServiceAccount token Ray would accept.
 func NoK8sTokenAuth(spec *rayv1.RayClusterSpec, path *field.Path) field.ErrorList {
-	if spec == nil || !builder.K8sTokenAuth(spec) {
+	if spec == nil || !clusterbuild.K8sTokenAuth(spec) {
 		return nil
 	}
 	return field.ErrorList{field.Forbidden(path.Child("authOptions", "enableK8sTokenAuth"), "Kubernetes token authentication is for standalone RayClusters only")}
@@ -228,16 +228,16 @@ func NoK8sTokenAuth(spec *rayv1.RayClusterSpec, path *field.Path) field.ErrorLis
 func autoscaling(c *rayv1.RayCluster, path *field.Path) field.ErrorList {
 	s := &c.Spec
 	v2Env, hasV2Env := corev1.EnvVar{}, false
-	for _, e := range s.HeadGroupSpec.Template.Spec.Containers[builder.RayContainerIndex].Env {
-		if e.Name == builder.EnvAutoscalerV2 {
+	for _, e := range s.HeadGroupSpec.Template.Spec.Containers[clusterbuild.RayContainerIndex].Env {
+		if e.Name == clusterbuild.EnvAutoscalerV2 {
 			v2Env, hasV2Env = e, true
 			break
 		}
 	}
 	head := path.Child("headGroupSpec", "template", "spec")
-	envPath := head.Child("containers").Index(builder.RayContainerIndex).Child("env").Key(builder.EnvAutoscalerV2)
+	envPath := head.Child("containers").Index(clusterbuild.RayContainerIndex).Child("env").Key(clusterbuild.EnvAutoscalerV2)
 	enable := path.Child("enableInTreeAutoscaling")
-	if !builder.AutoscalingEnabled(c) {
+	if !clusterbuild.AutoscalingEnabled(c) {
 		if hasV2Env && (v2Env.Value == "1" || v2Env.Value == "true") {
 			return field.ErrorList{field.Invalid(envPath, v2Env.Value, fmt.Sprintf("%q asks for autoscaler v2, which needs %s: true", v2Env.Value, enable))}
 		}
@@ -283,7 +283,7 @@ func autoscaling(c *rayv1.RayCluster, path *field.Path) field.ErrorList {
 // Redis settings outside gcsFaultToleranceOptions that would be silently overridden or half applied.
 func gcsFaultTolerance(c *rayv1.RayCluster, path *field.Path) field.ErrorList {
 	h := &c.Spec.HeadGroupSpec
-	env := h.Template.Spec.Containers[builder.RayContainerIndex].Env
+	env := h.Template.Spec.Containers[clusterbuild.RayContainerIndex].Env
 	hasEnv := func(name string) bool {
 		return slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == name })
 	}
@@ -293,19 +293,19 @@ func gcsFaultTolerance(c *rayv1.RayCluster, path *field.Path) field.ErrorList {
 	o := c.Spec.GcsFaultToleranceOptions
 	var e *field.Error
 	switch {
-	case o != nil && c.Annotations[builder.AnnotationFTEnabled] != "":
-		e = field.Forbidden(annotations.Key(builder.AnnotationFTEnabled), fmt.Sprintf("set together with %s; use only the options", opts))
-	case !builder.GCSFaultTolerance(c) && o == nil && hasEnv(builder.EnvRedisAddress):
-		e = field.Forbidden(head.Child("template"), fmt.Sprintf("%s is set, which enables GCS fault tolerance; set %s instead", builder.EnvRedisAddress, opts))
+	case o != nil && c.Annotations[clusterbuild.AnnotationFTEnabled] != "":
+		e = field.Forbidden(annotations.Key(clusterbuild.AnnotationFTEnabled), fmt.Sprintf("set together with %s; use only the options", opts))
+	case !clusterbuild.GCSFaultTolerance(c) && o == nil && hasEnv(clusterbuild.EnvRedisAddress):
+		e = field.Forbidden(head.Child("template"), fmt.Sprintf("%s is set, which enables GCS fault tolerance; set %s instead", clusterbuild.EnvRedisAddress, opts))
 	case o != nil && h.RayStartParams["redis-password"] != "":
 		e = field.Forbidden(head.Child("rayStartParams").Key("redis-password"), fmt.Sprintf("use %s", opts.Child("redisPassword")))
-	case o != nil && hasEnv(builder.EnvRedisPassword):
+	case o != nil && hasEnv(clusterbuild.EnvRedisPassword):
 		e = field.Forbidden(head.Child("template"), fmt.Sprintf("REDIS_PASSWORD is set; use %s", opts.Child("redisPassword")))
-	case o != nil && hasEnv(builder.EnvRedisAddress):
+	case o != nil && hasEnv(clusterbuild.EnvRedisAddress):
 		e = field.Forbidden(head.Child("template"), fmt.Sprintf("RAY_REDIS_ADDRESS is set; use %s", opts.Child("redisAddress")))
-	case o != nil && c.Annotations[builder.AnnotationExternalStorageNamespace] != "":
-		e = field.Forbidden(annotations.Key(builder.AnnotationExternalStorageNamespace), fmt.Sprintf("use %s", opts.Child("externalStorageNamespace")))
-	case h.RayStartParams["redis-username"] != "" || hasEnv(builder.EnvRedisUsername):
+	case o != nil && c.Annotations[clusterbuild.AnnotationExternalStorageNamespace] != "":
+		e = field.Forbidden(annotations.Key(clusterbuild.AnnotationExternalStorageNamespace), fmt.Sprintf("use %s", opts.Child("externalStorageNamespace")))
+	case h.RayStartParams["redis-username"] != "" || hasEnv(clusterbuild.EnvRedisUsername):
 		e = field.Forbidden(head, fmt.Sprintf("a Redis username in rayStartParams or env; use %s", opts.Child("redisUsername")))
 	default:
 		return nil

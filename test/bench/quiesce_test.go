@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -149,10 +149,10 @@ func createRawRayCluster(b *testing.B, e *trialEnv, raw *rawRayClusters, rc *ray
 
 // rayPods are the pods an operator makes for rc (1 head, the first group's workers), labelled with the run.
 func rayPods(rc *rayv1.RayCluster) []*corev1.Pod {
-	pods := []*corev1.Pod{builder.HeadPod(rc, builder.PodOptions{})}
+	pods := []*corev1.Pod{clusterbuild.HeadPod(rc, clusterbuild.PodOptions{})}
 	g := &rc.Spec.WorkerGroupSpecs[0]
 	for range *g.Replicas {
-		pods = append(pods, builder.WorkerPod(rc, g, builder.PodOptions{}))
+		pods = append(pods, clusterbuild.WorkerPod(rc, g, clusterbuild.PodOptions{}))
 	}
 	for _, p := range pods {
 		p.Labels[benchLabel] = rc.Labels[benchLabel]
@@ -161,7 +161,7 @@ func rayPods(rc *rayv1.RayCluster) []*corev1.Pod {
 }
 
 // rawRayClusters stands in for an operator with nothing but the work any operator must have the control plane do:
-// for each RayCluster created, its head Service and pods at once, owned by it as Manta owns them (internal/builder's
+// for each RayCluster created, its head Service and pods at once, owned by it as Manta owns them (internal/clusterbuild's
 // objects, its controller reference), several clusters in flight as an operator's reconciles are; and, watching
 // the run's pods, once all of a cluster's pods are Ready one status write saying ready.
 type rawRayClusters struct {
@@ -257,7 +257,7 @@ func startRawRayClusters(ctx context.Context, e *trialEnv, run string, podsPerCl
 
 // createOwned creates rc's head Service and pods, all at once.
 func createOwned(ctx context.Context, e *trialEnv, rc *rayv1.RayCluster) error {
-	objs := []client.Object{builder.HeadService(rc)}
+	objs := []client.Object{clusterbuild.HeadService(rc)}
 	for _, p := range rayPods(rc) {
 		objs = append(objs, p)
 	}
@@ -309,12 +309,12 @@ func (r *rawRayClusters) writeReady(ctx context.Context, e *trialEnv, key string
 	s.DesiredWorkerReplicas, s.ReadyWorkerReplicas, s.AvailableWorkerReplicas = workers, workers, workers
 	s.MinWorkerReplicas, s.MaxWorkerReplicas = ptr.Deref(rc.Spec.WorkerGroupSpecs[0].MinReplicas, 0), ptr.Deref(rc.Spec.WorkerGroupSpecs[0].MaxReplicas, 0)
 	s.DesiredCPU, s.DesiredMemory = cpu, mem
-	s.Head = rayv1.HeadInfo{ServiceName: builder.HeadServiceName(rc)}
+	s.Head = rayv1.HeadInfo{ServiceName: clusterbuild.HeadServiceName(rc)}
 	if head != nil {
 		s.Head.PodName, s.Head.PodIP, s.Head.ServiceIP = head.Name, head.Status.PodIP, head.Status.PodIP
 	}
 	s.Endpoints = map[string]string{}
-	for _, p := range builder.HeadService(rc).Spec.Ports {
+	for _, p := range clusterbuild.HeadService(rc).Spec.Ports {
 		s.Endpoints[p.Name] = strconv.Itoa(int(p.Port))
 	}
 	s.ObservedGeneration, s.LastUpdateTime = rc.Generation, &now

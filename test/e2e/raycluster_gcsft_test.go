@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -49,14 +49,14 @@ func TestRedisCleanupOnDevCluster(t *testing.T) {
 	got := &rayv1.RayCluster{}
 	ready := poll("the cluster to be ready with the finalizer", func() bool {
 		err := cl.Get(ctx, client.ObjectKeyFromObject(rc), got)
-		return err == nil && got.Status.State == rayv1.Ready && slices.Contains(got.Finalizers, builder.FinalizerGCSFTRedisCleanup)
+		return err == nil && got.Status.State == rayv1.Ready && slices.Contains(got.Finalizers, clusterbuild.FinalizerGCSFTRedisCleanup)
 	})
 
 	if err := cl.Delete(ctx, rc); err != nil {
 		t.Fatal(err)
 	}
 	job := &batchv1.Job{}
-	jobKey := client.ObjectKey{Namespace: ns, Name: builder.RedisCleanupJobName(rc)}
+	jobKey := client.ObjectKey{Namespace: ns, Name: clusterbuild.RedisCleanupJobName(rc)}
 	created := poll("the Redis cleanup Job", func() bool { return cl.Get(ctx, jobKey, job) == nil })
 	pods := &corev1.PodList{}
 	if err := cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelCluster: rc.Name, rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {

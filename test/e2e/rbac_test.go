@@ -30,7 +30,7 @@ import (
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/apiserver"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/operator"
@@ -312,9 +312,9 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 				fmt.Sprintf("state %q, %d ready workers, conditions %s", got.Status.State, got.Status.ReadyWorkerReplicas, conditionSummary(got.Status.Conditions))
 		})
 		for _, o := range []client.Object{
-			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: builder.AutoscalerServiceAccountName(rc)}},
-			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: builder.AutoscalerRoleName(rc)}},
-			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: builder.AutoscalerRoleName(rc)}},
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: clusterbuild.AutoscalerServiceAccountName(rc)}},
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: clusterbuild.AutoscalerRoleName(rc)}},
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: clusterbuild.AutoscalerRoleName(rc)}},
 		} {
 			if err := cl.Get(ctx, client.ObjectKey{Namespace: rc.Namespace, Name: o.GetName()}, o); err != nil {
 				t.Errorf("autoscaler %T %s: %v", o, o.GetName(), err)

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -225,7 +225,7 @@ func deleteAndWaitCleanupJob(t *testing.T, sd side, ns string) {
 	}
 	testutil.Eventually(t, 2*time.Minute, sd.name+": the Redis cleanup Job's pod", func() (bool, string) {
 		pods := &corev1.PodList{}
-		err := sd.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelNodeType: builder.NodeTypeRedisCleanup})
+		err := sd.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelNodeType: clusterbuild.NodeTypeRedisCleanup})
 		return err == nil && len(pods.Items) == 1, fmt.Sprintf("%d pods, %v", len(pods.Items), err)
 	})
 }
@@ -234,7 +234,7 @@ func deleteAndWaitCleanupJob(t *testing.T, sd side, ns string) {
 // the operator must release the finalizer, so the cluster goes.
 func completeCleanupJob(t *testing.T, sd side, ns string) {
 	ctx := context.Background()
-	p := podsOf(t, sd, ns, builder.NodeTypeRedisCleanup)[0]
+	p := podsOf(t, sd, ns, clusterbuild.NodeTypeRedisCleanup)[0]
 	testutil.EndPod(&p, 0)
 	if err := sd.cl.Status().Update(ctx, &p); err != nil {
 		t.Fatalf("%s: %v", sd.name, err)

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 var rayClusterGVK = schema.GroupVersionKind{Group: "ray.io", Version: "v1", Kind: "RayCluster"}
@@ -410,7 +410,7 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		}
 		// Readiness is the one part of the status the operators decide (readiness probes and gates), and what
 		// Services select on.
-		m["status"] = map[string]any{"ready": builder.PodRunningAndReady(p)}
+		m["status"] = map[string]any{"ready": clusterbuild.PodRunningAndReady(p)}
 		s.pods[key] = append(s.pods[key], m)
 	}
 

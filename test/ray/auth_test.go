@@ -29,7 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/operator"
 	"github.com/manta-dev/manta/internal/ray"
@@ -153,8 +153,8 @@ func testAuthSubmitterScript(t *testing.T, h *rayHead, token string, dash *ray.D
 			switch {
 			case e.ValueFrom == nil:
 				env = append(env, e.Name+"="+e.Value)
-			case e.Name == builder.EnvRayAuthToken && e.ValueFrom.SecretKeyRef != nil &&
-				e.ValueFrom.SecretKeyRef.Name == builder.AuthSecretName(cluster) && e.ValueFrom.SecretKeyRef.Key == builder.AuthTokenSecretKey:
+			case e.Name == clusterbuild.EnvRayAuthToken && e.ValueFrom.SecretKeyRef != nil &&
+				e.ValueFrom.SecretKeyRef.Name == clusterbuild.AuthSecretName(cluster) && e.ValueFrom.SecretKeyRef.Key == clusterbuild.AuthTokenSecretKey:
 				resolved = true
 				if withToken {
 					env = append(env, e.Name+"="+token)
@@ -219,7 +219,7 @@ func testAuthOperator(t *testing.T, h *rayHead, token string, dash *ray.Dashboar
 	startOperatorAs(t, cfg, cl, ns, operator.Options{RayClients: f}, "10.0.0.10")
 
 	secret := func(name string) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{builder.AuthTokenSecretKey: []byte(token)}}
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{clusterbuild.AuthTokenSecretKey: []byte(token)}}
 	}
 	// A RayJob whose cluster names its Secret.
 	named := newRayJob(ns, "auth-named", `python -c "print('manta auth named ok')"`)
@@ -231,7 +231,7 @@ func testAuthOperator(t *testing.T, h *rayHead, token string, dash *ray.Dashboar
 	selected := newRayJob(ns, "auth-selected", `python -c "print('manta auth selected ok')"`)
 	selected.Spec.RayClusterSpec = nil
 	selected.Spec.ClusterSelector = map[string]string{rayv1.LabelCluster: "authrc"}
-	for _, o := range []client.Object{secret("head-token"), secret(builder.AuthSecretName(rc)), rc, named, selected} {
+	for _, o := range []client.Object{secret("head-token"), secret(clusterbuild.AuthSecretName(rc)), rc, named, selected} {
 		if err := cl.Create(t.Context(), o); err != nil {
 			t.Fatal(err)
 		}

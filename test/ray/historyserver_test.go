@@ -14,7 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -29,7 +29,7 @@ func TestHistoryCollectorRayEvents(t *testing.T) {
 	c.Spec.HistoryServerOptions = &rayv1.HistoryServerOptions{CollectorOptions: &rayv1.CollectorOptions{
 		Image: "collector", Env: []corev1.EnvVar{{Name: "STORAGE_BACKEND", Value: "S3"}, {Name: "S3_REGION", Value: "r"}},
 	}}
-	pod := builder.HeadPod(c, builder.PodOptions{})
+	pod := clusterbuild.HeadPod(c, clusterbuild.PodOptions{})
 
 	var mu sync.Mutex
 	seen := map[string]int{}
@@ -52,16 +52,16 @@ func TestHistoryCollectorRayEvents(t *testing.T) {
 	}))
 	t.Cleanup(collector.Close)
 
-	const inPod = "http://localhost:" + builder.CollectorEventsPort
+	const inPod = "http://localhost:" + clusterbuild.CollectorEventsPort
 	var env []string
-	for _, e := range pod.Spec.Containers[builder.RayContainerIndex].Env {
+	for _, e := range pod.Spec.Containers[clusterbuild.RayContainerIndex].Env {
 		if !strings.HasPrefix(e.Name, "RAY_enable_") && !strings.HasPrefix(e.Name, "RAY_DASHBOARD_AGGREGATOR_AGENT_") {
 			continue
 		}
 		v := e.Value
 		if e.Name == "RAY_DASHBOARD_AGGREGATOR_AGENT_EVENTS_EXPORT_ADDR" {
 			if !strings.HasPrefix(v, inPod+"/") {
-				t.Fatalf("%s=%q: not the collector's port %s", e.Name, v, builder.CollectorEventsPort)
+				t.Fatalf("%s=%q: not the collector's port %s", e.Name, v, clusterbuild.CollectorEventsPort)
 			}
 			v = collector.URL + strings.TrimPrefix(v, inPod)
 		}

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -136,7 +136,7 @@ func testAutoscaler(t *testing.T, ctx context.Context, e *env) {
 			return false, err.Error()
 		}
 		for _, s := range p.Status.ContainerStatuses {
-			if s.Name == builder.AutoscalerContainerName {
+			if s.Name == clusterbuild.AutoscalerContainerName {
 				return s.Ready && s.RestartCount == 0, e.podReport(ctx, ns, head.Name)
 			}
 		}
@@ -246,7 +246,7 @@ func (e *env) readyHeadPod(t *testing.T, ctx context.Context, ns string) *corev1
 }
 
 func (e *env) autoscalerLog(ctx context.Context, ns, head string) string {
-	out, err := e.logs(ctx, ns, head, builder.AutoscalerContainerName)
+	out, err := e.logs(ctx, ns, head, clusterbuild.AutoscalerContainerName)
 	if err != nil {
 		return err.Error()
 	}

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -48,7 +48,7 @@ func testGCSFaultTolerance(t *testing.T, ctx context.Context, e *env) {
 	if err := e.cl.Create(ctx, &rc); err != nil {
 		t.Fatal(err)
 	}
-	storageNS := builder.ExternalStorageNamespace(&rc)
+	storageNS := clusterbuild.ExternalStorageNamespace(&rc)
 	start := time.Now()
 	head := e.waitRayClusterReady(t, ctx, &rc, "")
 	t.Logf("GCS FT cluster ready in %s (head %s, storage namespace %s)", time.Since(start).Round(time.Second), head.Name, storageNS)
@@ -271,7 +271,7 @@ type cleanupWatch struct {
 
 func (e *env) watchCleanup(t *testing.T, ctx context.Context, ns string) *cleanupWatch {
 	t.Helper()
-	sel := rayv1.LabelNodeType + "=" + builder.NodeTypeRedisCleanup
+	sel := rayv1.LabelNodeType + "=" + clusterbuild.NodeTypeRedisCleanup
 	wctx, cancel := context.WithCancel(ctx)
 	w := &cleanupWatch{cancel: cancel}
 	jobs, err := e.cs.BatchV1().Jobs(ns).Watch(wctx, metav1.ListOptions{LabelSelector: sel})

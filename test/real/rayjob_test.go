@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/ray"
 )
@@ -122,7 +122,7 @@ func testRayJobModesOnSelectedCluster(t *testing.T, ctx context.Context, e *env)
 		e.stopOperator()
 		e.startOperator(t)
 	}()
-	fqdn := builder.HeadServiceFQDN(&rc, "")
+	fqdn := clusterbuild.HeadServiceFQDN(&rc, "")
 	if addrs, err := net.DefaultResolver.LookupHost(ctx, fqdn); err == nil {
 		t.Fatalf("%s resolves in this machine's namespace (%v): the proxied operator could reach the head directly", fqdn, addrs)
 	}

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/devcluster/images"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -87,7 +87,7 @@ func testRayClusterRecreate(t *testing.T, ctx context.Context, e *env) {
 	for _, p := range e.clusterPods(t, ctx, &rc) {
 		typ := p.Labels[rayv1.LabelNodeType]
 		old := oldByType[typ]
-		oldHash, newHash := old.Annotations[builder.AnnotationPodTemplateHash], p.Annotations[builder.AnnotationPodTemplateHash]
+		oldHash, newHash := old.Annotations[clusterbuild.AnnotationPodTemplateHash], p.Annotations[clusterbuild.AnnotationPodTemplateHash]
 		if newHash == "" || newHash == oldHash {
 			t.Errorf("%s pod %s: template hash %q, was %q; want a new one", typ, p.Name, newHash, oldHash)
 		}

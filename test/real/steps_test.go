@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -281,7 +281,7 @@ func (e *env) checkProbesAndInit(t *testing.T, ctx context.Context, ns string) {
 		workers++
 		var ran bool
 		for _, s := range p.Status.InitContainerStatuses {
-			if s.Name == builder.WaitGCSInitContainerName && s.State.Terminated != nil {
+			if s.Name == clusterbuild.WaitGCSInitContainerName && s.State.Terminated != nil {
 				ran = true
 				if s.State.Terminated.ExitCode != 0 {
 					t.Errorf("%s: %s exited %d", p.Name, s.Name, s.State.Terminated.ExitCode)
@@ -289,7 +289,7 @@ func (e *env) checkProbesAndInit(t *testing.T, ctx context.Context, ns string) {
 			}
 		}
 		if !ran {
-			t.Errorf("%s: no terminated %s init container: %s", p.Name, builder.WaitGCSInitContainerName, e.podReport(ctx, ns, p.Name))
+			t.Errorf("%s: no terminated %s init container: %s", p.Name, clusterbuild.WaitGCSInitContainerName, e.podReport(ctx, ns, p.Name))
 		}
 	}
 	if workers != 1 {

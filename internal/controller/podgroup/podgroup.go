@@ -1,4 +1,4 @@
-// Package podgroup writes the batch schedulers' PodGroups (built by internal/builder) for the RayCluster and RayJob
+// Package podgroup writes the batch schedulers' PodGroups (built by internal/clusterbuild) for the RayCluster and RayJob
 // controllers, as KubeRay v1.7's scheduler plugins write them.
 package podgroup
 
@@ -12,7 +12,7 @@ import (
 	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 // +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;update
@@ -66,7 +66,7 @@ func SyncVolcano(ctx context.Context, cl client.Client, want *volcanov1beta1.Pod
 		return false, fmt.Errorf("read PodGroup %s: %w", want.Name, notInstalled(err, crd))
 	}
 	got = got.DeepCopy()
-	if !builder.VolcanoPodGroupChanged(got, want) {
+	if !clusterbuild.VolcanoPodGroupChanged(got, want) {
 		return false, nil
 	}
 	if err := cl.Update(ctx, got); err != nil {

@@ -9,7 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 // EventFailedToCreateAuthSecret reports that the cluster's Ray auth token Secret could not be created.
@@ -21,10 +21,10 @@ const EventFailedToCreateAuthSecret = "FailedToCreateAuthSecret"
 // processes started with it. Read past the cache, so the operator needs no list or watch on Secrets.
 func (r *Reconciler) ensureAuthSecret(ctx context.Context, run *run) error {
 	c := run.c
-	if !builder.AuthSecretWanted(c) {
+	if !clusterbuild.AuthSecretWanted(c) {
 		return nil
 	}
-	name := builder.AuthSecretName(c)
+	name := clusterbuild.AuthSecretName(c)
 	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &corev1.Secret{})
 	if err == nil {
 		return nil
@@ -32,7 +32,7 @@ func (r *Reconciler) ensureAuthSecret(ctx context.Context, run *run) error {
 	if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("read ray auth token secret %s: %w", name, err)
 	}
-	sec, err := builder.AuthSecret(c)
+	sec, err := clusterbuild.AuthSecret(c)
 	if err != nil {
 		return fmt.Errorf("generate ray auth token: %w", err)
 	}

@@ -12,14 +12,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
 func tokenSecretOf(t *testing.T, pod *corev1.Pod) string {
 	t.Helper()
-	for _, e := range pod.Spec.Containers[builder.RayContainerIndex].Env {
-		if e.Name == builder.EnvRayAuthToken && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+	for _, e := range pod.Spec.Containers[clusterbuild.RayContainerIndex].Env {
+		if e.Name == clusterbuild.EnvRayAuthToken && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
 			return e.ValueFrom.SecretKeyRef.Name
 		}
 	}
@@ -46,7 +46,7 @@ func testAuthSecretCreated(t *testing.T, e *env) {
 	if !metav1.IsControlledBy(&sec, rc) || sec.Labels[rayv1.LabelCluster] != "rc" {
 		t.Errorf("Secret owners %+v, labels %v: want the RayCluster as controller", sec.OwnerReferences, sec.Labels)
 	}
-	token := string(sec.Data[builder.AuthTokenSecretKey])
+	token := string(sec.Data[clusterbuild.AuthTokenSecretKey])
 	if len(token) < 40 {
 		t.Errorf("token %q: want 32 random bytes, base64", token)
 	}
@@ -62,7 +62,7 @@ func testAuthSecretCreated(t *testing.T, e *env) {
 	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rc"}, &sec); err != nil {
 		t.Fatal(err)
 	}
-	if string(sec.Data[builder.AuthTokenSecretKey]) != token {
+	if string(sec.Data[clusterbuild.AuthTokenSecretKey]) != token {
 		t.Error("the token changed on a later reconcile")
 	}
 	if c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionUnsupportedFeature); c != nil && c.Status == metav1.ConditionTrue {

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 // autoscalerRBACRetry is when a cluster whose autoscaler RBAC was refused is looked at again: only its user can
@@ -51,11 +51,11 @@ func (e *errNotOwned) Error() string {
 // server, not from a cache of every Role of the cluster.
 func (r *Reconciler) ensureAutoscalerRBAC(ctx context.Context, run *run) error {
 	c := run.c
-	role, rb := builder.AutoscalerRole(c), builder.AutoscalerRoleBinding(c)
+	role, rb := clusterbuild.AutoscalerRole(c), clusterbuild.AutoscalerRoleBinding(c)
 	children := []rbacChild{
 		{
-			desired: builder.AutoscalerServiceAccount(c), existing: &corev1.ServiceAccount{}, kind: "ServiceAccount",
-			mustOwn: builder.AutoscalerServiceAccountManaged(c),
+			desired: clusterbuild.AutoscalerServiceAccount(c), existing: &corev1.ServiceAccount{}, kind: "ServiceAccount",
+			mustOwn: clusterbuild.AutoscalerServiceAccountManaged(c),
 			// Manta writes no field of a ServiceAccount beyond its metadata.
 			sync:    func(client.Object) (bool, bool) { return false, false },
 			created: EventCreatedServiceAccount, failCreate: EventFailedToCreateServiceAccount,
@@ -158,7 +158,7 @@ func (r *Reconciler) refuseAutoscalerRBAC(ctx context.Context, run *run, refused
 	if !conditionMessageIs(c, string(rayv1.RayClusterReplicaFailure), refused.Error()) {
 		run.Eventf(corev1.EventTypeWarning, EventAutoscalerRBACNotOwned, "Create", "%s", refused.Error())
 	}
-	name, rb := builder.AutoscalerRoleName(c), &rbacv1.RoleBinding{}
+	name, rb := clusterbuild.AutoscalerRoleName(c), &rbacv1.RoleBinding{}
 	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, rb)
 	if err == nil && metav1.IsControlledBy(rb, c) {
 		if err := r.client.Delete(ctx, rb, client.Preconditions{UID: &rb.UID}); err != nil && !apierrors.IsNotFound(err) {

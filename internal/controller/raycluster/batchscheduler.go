@@ -8,7 +8,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/podgroup"
 )
 
@@ -20,17 +20,17 @@ func (r *Reconciler) reconcilePodGroup(ctx context.Context, run *run) error {
 	c := run.c
 	var err error
 	switch r.opts.BatchScheduler {
-	case builder.SchedulerVolcano:
-		if builder.VolcanoPodGroupWanted(c) {
-			members, res := builder.GangSize(&c.Spec, builder.AutoscalingEnabled(c))
+	case clusterbuild.SchedulerVolcano:
+		if clusterbuild.VolcanoPodGroupWanted(c) {
+			members, res := clusterbuild.GangSize(&c.Spec, clusterbuild.AutoscalingEnabled(c))
 			var want *volcanov1beta1.PodGroup
-			if want, err = builder.VolcanoPodGroup(c, rayv1.GroupVersion.WithKind(builder.KindRayCluster), members, res); err == nil {
+			if want, err = clusterbuild.VolcanoPodGroup(c, rayv1.GroupVersion.WithKind(clusterbuild.KindRayCluster), members, res); err == nil {
 				_, err = podgroup.SyncVolcano(ctx, r.client, want)
 			}
 		}
-	case builder.SchedulerPlugins:
-		if builder.GangScheduling(c) {
-			err = podgroup.CreateSchedulerPlugins(ctx, r.client, builder.SchedulerPluginsPodGroup(c))
+	case clusterbuild.SchedulerPlugins:
+		if clusterbuild.GangScheduling(c) {
+			err = podgroup.CreateSchedulerPlugins(ctx, r.client, clusterbuild.SchedulerPluginsPodGroup(c))
 		}
 	}
 	if err == nil {

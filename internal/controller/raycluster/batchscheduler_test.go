@@ -18,7 +18,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/podgroup"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -34,10 +34,10 @@ func TestBatchSchedulers(t *testing.T) {
 		scheduler string
 		fn        func(*testing.T, *env, string)
 	}{
-		{builder.SchedulerVolcano, testVolcano},
-		{builder.SchedulerPlugins, testSchedulerPlugins},
-		{builder.SchedulerYuniKorn, testYuniKorn},
-		{builder.SchedulerKai, testKai},
+		{clusterbuild.SchedulerVolcano, testVolcano},
+		{clusterbuild.SchedulerPlugins, testSchedulerPlugins},
+		{clusterbuild.SchedulerYuniKorn, testYuniKorn},
+		{clusterbuild.SchedulerKai, testKai},
 	} {
 		ns := "sched-" + tc.scheduler
 		mustCreate(t, cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
@@ -88,7 +88,7 @@ func schedulerPods(t *testing.T, pods []corev1.Pod, schedulerName string, lbls, 
 func testVolcano(t *testing.T, e *env, ns string) {
 	ctx := context.Background()
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).
-		Label(builder.LabelVolcanoQueue, "q1").Label(builder.LabelPriorityClassName, "high").Obj()
+		Label(clusterbuild.LabelVolcanoQueue, "q1").Label(clusterbuild.LabelPriorityClassName, "high").Obj()
 	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 3)
 	c := e.get(t, rc)
@@ -101,7 +101,7 @@ func testVolcano(t *testing.T, e *env, ns string) {
 		t.Errorf("PodGroup %+v %+v", pg.Spec, pg.OwnerReferences)
 	}
 	schedulerPods(t, pods, "volcano", func(*corev1.Pod) map[string]string {
-		return map[string]string{builder.LabelVolcanoQueue: "q1", builder.LabelPriorityClassName: "high"}
+		return map[string]string{clusterbuild.LabelVolcanoQueue: "q1", clusterbuild.LabelPriorityClassName: "high"}
 	}, func(p *corev1.Pod) map[string]string {
 		return map[string]string{"scheduling.k8s.io/group-name": "ray-rc-pg", "volcano.sh/task-spec": p.Labels[rayv1.LabelGroup]}
 	})
@@ -130,7 +130,7 @@ func testVolcano(t *testing.T, e *env, ns string) {
 	}
 
 	bad := testutil.MakeRayCluster(ns, "bad").Workers("small", 1).
-		Label(builder.LabelVolcanoNetworkTopologyMode, "hard").Label(builder.LabelVolcanoNetworkTopologyHighestTier, "two").Obj()
+		Label(clusterbuild.LabelVolcanoNetworkTopologyMode, "hard").Label(clusterbuild.LabelVolcanoNetworkTopologyHighestTier, "two").Obj()
 	e.Create(t, bad)
 	e.waitObserved(t, bad)
 	eventually(t, "ReplicaFailure naming the label", func() (bool, string) {
@@ -147,7 +147,7 @@ func testVolcano(t *testing.T, e *env, ns string) {
 // pods labelled with it; one that does not gets neither.
 func testSchedulerPlugins(t *testing.T, e *env, ns string) {
 	ctx := context.Background()
-	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Label(builder.LabelGangScheduling, "true").Obj()
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Label(clusterbuild.LabelGangScheduling, "true").Obj()
 	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 3)
 	c := e.get(t, rc)
@@ -160,14 +160,14 @@ func testSchedulerPlugins(t *testing.T, e *env, ns string) {
 		t.Errorf("PodGroup %+v %+v", pg.Spec, pg.OwnerReferences)
 	}
 	schedulerPods(t, pods, "scheduler-plugins-scheduler", func(*corev1.Pod) map[string]string {
-		return map[string]string{builder.LabelSchedulerPluginsPodGroup: "rc"}
+		return map[string]string{clusterbuild.LabelSchedulerPluginsPodGroup: "rc"}
 	}, func(*corev1.Pod) map[string]string { return nil })
 
 	plain := testutil.MakeRayCluster(ns, "plain").Workers("small", 1).Obj()
 	e.Create(t, plain)
 	// The PodGroup would come before the pods: once they are there, none is coming.
 	for _, p := range e.waitPods(t, plain, 2) {
-		if _, ok := p.Labels[builder.LabelSchedulerPluginsPodGroup]; ok || p.Spec.SchedulerName != "scheduler-plugins-scheduler" {
+		if _, ok := p.Labels[clusterbuild.LabelSchedulerPluginsPodGroup]; ok || p.Spec.SchedulerName != "scheduler-plugins-scheduler" {
 			t.Errorf("pod %s of a cluster without gang scheduling: %q %v", p.Name, p.Spec.SchedulerName, p.Labels)
 		}
 	}
@@ -179,8 +179,8 @@ func testSchedulerPlugins(t *testing.T, e *env, ns string) {
 // YuniKorn: the application and queue labels, the task groups of the gang; another scheduler's label on the cluster
 // is reported as ignored.
 func testYuniKorn(t *testing.T, e *env, ns string) {
-	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Label(builder.LabelGangScheduling, "true").
-		Label(builder.LabelYuniKornAppID, "app1").Label(builder.LabelYuniKornQueue, "root.q").Label(builder.LabelKaiQueue, "k").Obj()
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Label(clusterbuild.LabelGangScheduling, "true").
+		Label(clusterbuild.LabelYuniKornAppID, "app1").Label(clusterbuild.LabelYuniKornQueue, "root.q").Label(clusterbuild.LabelKaiQueue, "k").Obj()
 	rc.Spec.WorkerGroupSpecs[0].MinReplicas = ptr.To[int32](1)
 	e.Create(t, rc)
 	groups := `[{"minResource":{"cpu":"1","memory":"2Gi"},"name":"headgroup","minMember":1},` +
@@ -198,10 +198,10 @@ func testYuniKorn(t *testing.T, e *env, ns string) {
 }
 
 func testKai(t *testing.T, e *env, ns string) {
-	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Label(builder.LabelKaiQueue, "team-a").Obj()
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Label(clusterbuild.LabelKaiQueue, "team-a").Obj()
 	e.Create(t, rc)
 	schedulerPods(t, e.waitPods(t, rc, 2), "kai-scheduler", func(*corev1.Pod) map[string]string {
-		return map[string]string{builder.LabelKaiQueue: "team-a"}
+		return map[string]string{clusterbuild.LabelKaiQueue: "team-a"}
 	}, func(*corev1.Pod) map[string]string { return nil })
 	if cond := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionUnsupportedFeature); cond != nil {
 		t.Errorf("the scheduler's own label reported: %+v", cond)

@@ -22,7 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -164,7 +164,7 @@ func TestStatusCoalescingBound(t *testing.T) {
 			return err == nil, fmt.Sprint(err)
 		})
 		for i, p := range pods(3) {
-			if !builder.PodRunningAndReady(&p) {
+			if !clusterbuild.PodRunningAndReady(&p) {
 				setPhase(t, cl, &p, corev1.PodRunning, true, fmt.Sprintf("10.1.1.%d", i+1))
 			}
 		}

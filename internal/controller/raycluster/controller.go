@@ -1,6 +1,6 @@
 // Package raycluster is the RayCluster controller: it keeps a head pod, the worker pods of every group and the
 // head Service in line with a ray.io/v1 RayCluster, and reports what it sees in the status. The objects it writes
-// are built by internal/builder; this package only reads, diffs, writes and reports.
+// are built by internal/clusterbuild; this package only reads, diffs, writes and reports.
 package raycluster
 
 import (
@@ -32,7 +32,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/createbackoff"
 	"github.com/manta-dev/manta/internal/metrics"
@@ -76,7 +76,7 @@ type Options struct {
 	}
 	// Now replaces the clock of the Redis cleanup's deletion timeout in tests (time.Now when nil).
 	Now func() time.Time
-	// BatchScheduler is the operator's batch scheduler (one of builder.BatchSchedulers; empty: none): every
+	// BatchScheduler is the operator's batch scheduler (one of clusterbuild.BatchSchedulers; empty: none): every
 	// cluster's pods are handed to it, with the PodGroup it needs (batchscheduler.go).
 	BatchScheduler string
 }
@@ -160,7 +160,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.Watches(&cmv1.Certificate{}, ownerHandler(false))
 	}
 	// Volcano's PodGroups, as KubeRay watches them, where Volcano is installed.
-	if r.opts.BatchScheduler == builder.SchedulerVolcano {
+	if r.opts.BatchScheduler == clusterbuild.SchedulerVolcano {
 		if _, err := mgr.GetRESTMapper().RESTMapping(volcanov1beta1.SchemeGroupVersion.WithKind("PodGroup").GroupKind(), volcanov1beta1.SchemeGroupVersion.Version); err == nil {
 			b = b.Watches(&volcanov1beta1.PodGroup{}, ownerHandler(false))
 		}
@@ -379,9 +379,9 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	if err := r.ensureCleanupFinalizer(ctx, c); err != nil {
 		return err
 	}
-	run.obs.unsupported = append(builder.UnsupportedFields(c), builder.IgnoredSchedulerFields(c, r.opts.BatchScheduler)...)
-	if len(run.obs.unsupported) > 0 && !conditionMessageIs(c, ConditionUnsupportedFeature, builder.UnsupportedMessage(run.obs.unsupported)) {
-		run.StatusEventf(corev1.EventTypeWarning, ConditionUnsupportedFeature, "Validate", "%s", builder.UnsupportedMessage(run.obs.unsupported))
+	run.obs.unsupported = append(clusterbuild.UnsupportedFields(c), clusterbuild.IgnoredSchedulerFields(c, r.opts.BatchScheduler)...)
+	if len(run.obs.unsupported) > 0 && !conditionMessageIs(c, ConditionUnsupportedFeature, clusterbuild.UnsupportedMessage(run.obs.unsupported)) {
+		run.StatusEventf(corev1.EventTypeWarning, ConditionUnsupportedFeature, "Validate", "%s", clusterbuild.UnsupportedMessage(run.obs.unsupported))
 	}
 	if err := r.ensureAuthSecret(ctx, run); err != nil {
 		return err
@@ -431,11 +431,11 @@ func validate(c *rayv1.RayCluster) *failure {
 // parentKind is RayJob or RayService when one of them created the cluster.
 func parentKind(c *rayv1.RayCluster) string {
 	for _, o := range c.OwnerReferences {
-		if o.APIVersion == rayv1.GroupVersion.String() && (o.Kind == builder.KindRayJob || o.Kind == builder.KindRayService) {
+		if o.APIVersion == rayv1.GroupVersion.String() && (o.Kind == clusterbuild.KindRayJob || o.Kind == clusterbuild.KindRayService) {
 			return o.Kind
 		}
 	}
-	if k := c.Labels[rayv1.LabelOriginCRD]; k == builder.KindRayJob || k == builder.KindRayService {
+	if k := c.Labels[rayv1.LabelOriginCRD]; k == clusterbuild.KindRayJob || k == clusterbuild.KindRayService {
 		return k
 	}
 	return ""
@@ -466,9 +466,9 @@ func (r *Reconciler) defaultTemplate(ctx context.Context, run *run) *corev1.PodT
 	// A direct read, not the cache: with --watch-namespace the cache does not see the operator's own namespace.
 	if err := r.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, tmpl); err != nil {
 		f = &failure{ReasonDefaultTemplateNotFound, fmt.Sprintf("default PodTemplate %s/%s: %v", ns, name, err)}
-	} else if err := builder.ValidateDefaultPodTemplate(tmpl); err != nil {
+	} else if err := clusterbuild.ValidateDefaultPodTemplate(tmpl); err != nil {
 		f = &failure{ReasonDefaultTemplateInvalid, fmt.Sprintf("default PodTemplate %s/%s is invalid: %v", ns, name, err)}
-	} else if err := builder.CheckDefaultTemplate(run.c, &tmpl.Template); err != nil {
+	} else if err := clusterbuild.CheckDefaultTemplate(run.c, &tmpl.Template); err != nil {
 		f = &failure{ReasonDefaultTemplateInvalid, fmt.Sprintf("default PodTemplate %s/%s cannot be merged under %v", ns, name, err)}
 	}
 	if f != nil {
@@ -490,17 +490,17 @@ var readOnly = &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}
 // are patched: users and other controllers annotate the Services too.
 func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 	c := run.c
-	want := []*corev1.Service{builder.HeadService(c)}
+	want := []*corev1.Service{clusterbuild.HeadService(c)}
 	var unwanted []string // names only: a Service built to learn its name was garbage on every reconcile
-	if builder.WantsServeService(c) {
-		want = append(want, builder.ServeService(c))
+	if clusterbuild.WantsServeService(c) {
+		want = append(want, clusterbuild.ServeService(c))
 	} else {
-		unwanted = append(unwanted, builder.ServeServiceName(c))
+		unwanted = append(unwanted, clusterbuild.ServeServiceName(c))
 	}
-	if builder.WantsHeadlessWorkerService(c) {
-		want = append(want, builder.HeadlessWorkerService(c))
+	if clusterbuild.WantsHeadlessWorkerService(c) {
+		want = append(want, clusterbuild.HeadlessWorkerService(c))
 	} else {
-		unwanted = append(unwanted, builder.HeadlessWorkerServiceName(c))
+		unwanted = append(unwanted, clusterbuild.HeadlessWorkerServiceName(c))
 	}
 	if err := r.deleteUnwantedServices(ctx, run, unwanted); err != nil {
 		return err
@@ -568,7 +568,7 @@ func (r *Reconciler) updateService(ctx context.Context, run *run, existing, desi
 		// Someone else's Service under the name we want: not ours to rewrite.
 		return existing, nil
 	}
-	updated, changed, recreate := builder.UpdateService(existing, desired)
+	updated, changed, recreate := clusterbuild.UpdateService(existing, desired)
 	switch {
 	case !changed:
 		return existing, nil

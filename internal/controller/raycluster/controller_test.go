@@ -30,7 +30,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -258,7 +258,7 @@ func (e *env) waitPods(t *testing.T, rc *rayv1.RayCluster, n int) []corev1.Pod {
 func (e *env) setReady(t *testing.T, rc *rayv1.RayCluster) {
 	t.Helper()
 	for i, p := range e.pods(t, rc) {
-		if builder.PodRunningAndReady(&p) {
+		if clusterbuild.PodRunningAndReady(&p) {
 			continue
 		}
 		setPhase(t, e.cl, &p, corev1.PodRunning, true, fmt.Sprintf("10.0.%d.%d", i/200, i%200+1))
@@ -316,7 +316,7 @@ func testCreateAndReady(t *testing.T, e *env) {
 	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 4)
 	for _, p := range pods {
-		if p.Labels["defaulted"] != "yes" || len(p.OwnerReferences) != 1 || p.Annotations[builder.AnnotationPodTemplateHash] == "" {
+		if p.Labels["defaulted"] != "yes" || len(p.OwnerReferences) != 1 || p.Annotations[clusterbuild.AnnotationPodTemplateHash] == "" {
 			t.Errorf("pod %s: labels %v owners %v annotations %v", p.Name, p.Labels, p.OwnerReferences, p.Annotations)
 		}
 		env := map[string]bool{}
@@ -582,14 +582,14 @@ func testAdopt(t *testing.T, e *env) {
 	for i := range pods {
 		p := &pods[i]
 		patch := client.MergeFrom(p.DeepCopy())
-		delete(p.Annotations, builder.AnnotationPodTemplateHash)
+		delete(p.Annotations, clusterbuild.AnnotationPodTemplateHash)
 		if err := e.cl.Patch(context.Background(), p, patch); err != nil {
 			t.Fatal(err)
 		}
 	}
 	eventually(t, "pods stamped", func() (bool, string) {
 		for _, p := range e.pods(t, rc) {
-			if p.Annotations[builder.AnnotationPodTemplateHash] == "" {
+			if p.Annotations[clusterbuild.AnnotationPodTemplateHash] == "" {
 				return false, p.Name + " unstamped"
 			}
 		}
@@ -672,7 +672,7 @@ func testUnsupported(t *testing.T, e *env) {
 func testServeAndHeadless(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("tpu", 1).Obj()
-	rc.Annotations = map[string]string{builder.AnnotationEnableServeService: "true"}
+	rc.Annotations = map[string]string{clusterbuild.AnnotationEnableServeService: "true"}
 	rc.Spec.WorkerGroupSpecs[0].NumOfHosts = 4
 	e.Create(t, rc)
 	e.waitPods(t, rc, 5)
@@ -799,7 +799,7 @@ func testMultiHost(t *testing.T, e *env) {
 func testServicesFollowSpec(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
-	rc.Annotations = map[string]string{builder.AnnotationEnableServeService: "true"}
+	rc.Annotations = map[string]string{clusterbuild.AnnotationEnableServeService: "true"}
 	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
 	getSvc := func(name string) *corev1.Service {
@@ -861,7 +861,7 @@ func testServicesFollowSpec(t *testing.T, e *env) {
 	})
 
 	// The serve Service goes when the cluster no longer asks for it; the head Service stays.
-	e.update(t, rc, func(c *rayv1.RayCluster) { delete(c.Annotations, builder.AnnotationEnableServeService) })
+	e.update(t, rc, func(c *rayv1.RayCluster) { delete(c.Annotations, clusterbuild.AnnotationEnableServeService) })
 	eventually(t, "serve Service deleted", func() (bool, string) {
 		err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rc-serve-svc"}, &corev1.Service{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
@@ -958,7 +958,7 @@ func testHeadRestartDisabled(t *testing.T, e *env) {
 func testGCSFinalizerReleased(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Obj()
-	rc.Finalizers = []string{builder.FinalizerGCSFTRedisCleanup}
+	rc.Finalizers = []string{clusterbuild.FinalizerGCSFTRedisCleanup}
 	e.Create(t, rc)
 	e.waitPods(t, rc, 1)
 	if err := e.cl.Delete(context.Background(), rc); err != nil {

@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 )
 
@@ -86,10 +86,10 @@ type cleanupPlan struct {
 // planCleanup decides the next step of the Redis cleanup of deleted cluster c from its pods and its cleanup Jobs at
 // time now. As in KubeRay, the deletion timeout applies once the head is gone: until then nothing could clean up.
 func planCleanup(c *rayv1.RayCluster, pods []corev1.Pod, jobs []batchv1.Job, now time.Time) cleanupPlan {
-	if !controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
+	if !controllerutil.ContainsFinalizer(c, clusterbuild.FinalizerGCSFTRedisCleanup) {
 		return cleanupPlan{step: cleanupNone}
 	}
-	if !builder.GCSFaultTolerance(c) {
+	if !clusterbuild.GCSFaultTolerance(c) {
 		return cleanupPlan{step: cleanupSkip}
 	}
 	var running []corev1.Pod
@@ -158,7 +158,7 @@ func jobFinished(j *batchv1.Job) batchv1.JobConditionType {
 
 // reconcileDeletion takes a deleted cluster through the next step of its Redis cleanup.
 func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
+	if !controllerutil.ContainsFinalizer(c, clusterbuild.FinalizerGCSFTRedisCleanup) {
 		return ctrl.Result{}, nil
 	}
 	if r.opts.NoRedisCleanup {
@@ -167,7 +167,7 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster)
 		}
 		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
 			"removed finalizer %s without cleaning Redis: the operator's Redis cleanup is off (--gcs-ft-redis-cleanup=false); delete the keys of storage namespace %q from Redis by hand",
-			builder.FinalizerGCSFTRedisCleanup, builder.ExternalStorageNamespace(c))
+			clusterbuild.FinalizerGCSFTRedisCleanup, clusterbuild.ExternalStorageNamespace(c))
 		return ctrl.Result{}, nil
 	}
 	pods := &corev1.PodList{}
@@ -176,18 +176,18 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster)
 	}
 	// Read past the cache: it holds only the Jobs labelled as KubeRay's, which a head template can relabel.
 	jobs := &batchv1.JobList{}
-	if err := r.apiReader().List(ctx, jobs, client.InNamespace(c.Namespace), client.MatchingLabels(builder.RedisCleanupSelector(c))); err != nil {
+	if err := r.apiReader().List(ctx, jobs, client.InNamespace(c.Namespace), client.MatchingLabels(clusterbuild.RedisCleanupSelector(c))); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list Redis cleanup jobs: %w", err)
 	}
 	p := planCleanup(c, pods.Items, jobs.Items, r.now())
-	logger := log.FromContext(ctx).WithValues("storageNamespace", builder.ExternalStorageNamespace(c))
+	logger := log.FromContext(ctx).WithValues("storageNamespace", clusterbuild.ExternalStorageNamespace(c))
 	switch p.step {
 	case cleanupSkip:
 		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
 			return ctrl.Result{}, err
 		}
 		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
-			"removed finalizer %s without cleaning Redis: the cluster has no Redis-backed GCS fault tolerance", builder.FinalizerGCSFTRedisCleanup)
+			"removed finalizer %s without cleaning Redis: the cluster has no Redis-backed GCS fault tolerance", clusterbuild.FinalizerGCSFTRedisCleanup)
 	case cleanupDeletePods:
 		// Deleted without events, as KubeRay does: the cluster itself is going.
 		for i := range p.pods {
@@ -215,7 +215,7 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster)
 		age := r.now().Sub(c.DeletionTimestamp.Time).Round(time.Second)
 		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, EventForceDeletedStuckCluster, "Delete",
 			"removed finalizer %s %s after the deletion: the Redis cleanup did not finish within %s (annotation %s); delete the keys of storage namespace %q from Redis by hand",
-			builder.FinalizerGCSFTRedisCleanup, age, gcsFTDeletionTimeout(c), AnnotationGCSFTDeletionTimeout, builder.ExternalStorageNamespace(c))
+			clusterbuild.FinalizerGCSFTRedisCleanup, age, gcsFTDeletionTimeout(c), AnnotationGCSFTDeletionTimeout, clusterbuild.ExternalStorageNamespace(c))
 		logger.Info("gave up the Redis cleanup: deletion timeout passed", "age", age)
 	case cleanupRelease:
 		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
@@ -224,7 +224,7 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster)
 		if p.failed {
 			r.recorder.Eventf(c, nil, corev1.EventTypeWarning, EventRedisCleanupFailed, "Delete",
 				"Redis cleanup Job %s failed; removed finalizer %s: delete the keys of storage namespace %q from Redis by hand",
-				p.job.Name, builder.FinalizerGCSFTRedisCleanup, p.job.Annotations[builder.AnnotationExternalStorageNamespace])
+				p.job.Name, clusterbuild.FinalizerGCSFTRedisCleanup, p.job.Annotations[clusterbuild.AnnotationExternalStorageNamespace])
 		}
 		logger.Info("released the Redis cleanup finalizer", "job", p.job.Name, "failed", p.failed)
 	}
@@ -235,14 +235,14 @@ func (r *Reconciler) createCleanupJob(ctx context.Context, c *rayv1.RayCluster) 
 	// The default PodTemplate shapes the head, so it shapes the Job built from it; its failures were reported
 	// while the cluster lived.
 	scratch := newRun(c, client.ObjectKeyFromObject(c))
-	job := builder.RedisCleanupJob(c, builder.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: r.defaultTemplate(ctx, scratch)})
+	job := clusterbuild.RedisCleanupJob(c, clusterbuild.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: r.defaultTemplate(ctx, scratch)})
 	if job == nil {
 		// No head container to run it in (a spec that was never valid): nothing ever wrote to Redis.
 		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
 			return ctrl.Result{}, err
 		}
 		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
-			"removed finalizer %s without cleaning Redis: the head template has no container to run the cleanup in", builder.FinalizerGCSFTRedisCleanup)
+			"removed finalizer %s without cleaning Redis: the head template has no container to run the cleanup in", clusterbuild.FinalizerGCSFTRedisCleanup)
 		return ctrl.Result{}, nil
 	}
 	if err := r.client.Create(ctx, job); err != nil {
@@ -260,20 +260,20 @@ func (r *Reconciler) createCleanupJob(ctx context.Context, c *rayv1.RayCluster) 
 // ensureCleanupFinalizer puts the Redis cleanup finalizer on a cluster with a Redis-backed GCS (unless the cleanup
 // is off).
 func (r *Reconciler) ensureCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
-	if r.opts.NoRedisCleanup || !builder.GCSFaultTolerance(c) || controllerutil.ContainsFinalizer(c, builder.FinalizerGCSFTRedisCleanup) {
+	if r.opts.NoRedisCleanup || !clusterbuild.GCSFaultTolerance(c) || controllerutil.ContainsFinalizer(c, clusterbuild.FinalizerGCSFTRedisCleanup) {
 		return nil
 	}
 	orig := c.DeepCopy()
-	controllerutil.AddFinalizer(c, builder.FinalizerGCSFTRedisCleanup)
+	controllerutil.AddFinalizer(c, clusterbuild.FinalizerGCSFTRedisCleanup)
 	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("add finalizer %s: %w", builder.FinalizerGCSFTRedisCleanup, err)
+		return fmt.Errorf("add finalizer %s: %w", clusterbuild.FinalizerGCSFTRedisCleanup, err)
 	}
 	return nil
 }
 
 func (r *Reconciler) releaseCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
 	orig := c.DeepCopy()
-	controllerutil.RemoveFinalizer(c, builder.FinalizerGCSFTRedisCleanup)
+	controllerutil.RemoveFinalizer(c, clusterbuild.FinalizerGCSFTRedisCleanup)
 	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
 		return client.IgnoreNotFound(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -24,14 +24,14 @@ func TestPlanCleanup(t *testing.T) {
 		c := testutil.MakeRayCluster("ns", "rc").Obj()
 		c.UID = "uid-rc"
 		if finalizer {
-			c.Finalizers = []string{builder.FinalizerGCSFTRedisCleanup}
+			c.Finalizers = []string{clusterbuild.FinalizerGCSFTRedisCleanup}
 		}
 		if ft {
 			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "redis:6379"}
 		}
 		return c
 	}
-	owner := *builder.OwnerReference(rc(true, true))
+	owner := *clusterbuild.OwnerReference(rc(true, true))
 	pod := func(name, nodeType string, deleting bool) corev1.Pod {
 		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{rayv1.LabelNodeType: nodeType}, OwnerReferences: []metav1.OwnerReference{owner}}}
 		if deleting {
@@ -61,7 +61,7 @@ func TestPlanCleanup(t *testing.T) {
 		{"finalizer without Redis", rc(true, false), []corev1.Pod{pod("h", rayv1.NodeTypeHead, false)}, nil, cleanupSkip, nil, false},
 		{"running pods are deleted first", rc(true, true), []corev1.Pod{
 			pod("h", rayv1.NodeTypeHead, false), pod("w1", rayv1.NodeTypeWorker, false), pod("w2", rayv1.NodeTypeWorker, true),
-			pod("cleanup", builder.NodeTypeRedisCleanup, false),
+			pod("cleanup", clusterbuild.NodeTypeRedisCleanup, false),
 		}, nil, cleanupDeletePods, []string{"h", "w1"}, false},
 		{"a terminating head is waited for", rc(true, true), []corev1.Pod{pod("h", rayv1.NodeTypeHead, true)}, nil, cleanupWaitHead, nil, false},
 		{"terminating workers are not waited for", rc(true, true), []corev1.Pod{pod("w", rayv1.NodeTypeWorker, true)}, nil, cleanupCreateJob, nil, false},
@@ -93,7 +93,7 @@ func TestPlanCleanupDeletionTimeout(t *testing.T) {
 	rc := func(annotation string) *rayv1.RayCluster {
 		c := testutil.MakeRayCluster("ns", "rc").Obj()
 		c.UID = "uid-rc"
-		c.Finalizers = []string{builder.FinalizerGCSFTRedisCleanup}
+		c.Finalizers = []string{clusterbuild.FinalizerGCSFTRedisCleanup}
 		c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "redis:6379"}
 		c.DeletionTimestamp = ptr.To(metav1.NewTime(deleted))
 		if annotation != "" {
@@ -101,7 +101,7 @@ func TestPlanCleanupDeletionTimeout(t *testing.T) {
 		}
 		return c
 	}
-	owner := *builder.OwnerReference(rc(""))
+	owner := *clusterbuild.OwnerReference(rc(""))
 	running := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "rc-redis-cleanup", OwnerReferences: []metav1.OwnerReference{owner}}}
 	done := *running.DeepCopy()
 	done.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
@@ -211,7 +211,7 @@ func (e *env) heldFor(t *testing.T, rc *rayv1.RayCluster, d time.Duration) {
 	t.Helper()
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 		got := &rayv1.RayCluster{}
-		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rc), got); err != nil || !slices.Contains(got.Finalizers, builder.FinalizerGCSFTRedisCleanup) {
+		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rc), got); err != nil || !slices.Contains(got.Finalizers, clusterbuild.FinalizerGCSFTRedisCleanup) {
 			t.Fatalf("cluster released before its cleanup Job finished: %v %v", err, got.Finalizers)
 		}
 	}
@@ -225,7 +225,7 @@ func testRedisCleanupComplete(t *testing.T, e *env) {
 	rc := ftCluster(ns)
 	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
-	if got := e.get(t, rc); !slices.Equal(got.Finalizers, []string{builder.FinalizerGCSFTRedisCleanup}) {
+	if got := e.get(t, rc); !slices.Equal(got.Finalizers, []string{clusterbuild.FinalizerGCSFTRedisCleanup}) {
 		t.Fatalf("finalizers %v", got.Finalizers)
 	}
 	e.setReady(t, rc)
@@ -233,8 +233,8 @@ func testRedisCleanupComplete(t *testing.T, e *env) {
 	live := e.get(t, rc)
 
 	job := e.deleteAndWaitJob(t, rc)
-	if !metav1.IsControlledBy(job, live) || job.Labels[rayv1.LabelNodeType] != builder.NodeTypeRedisCleanup ||
-		job.Annotations[builder.AnnotationExternalStorageNamespace] != string(live.UID) {
+	if !metav1.IsControlledBy(job, live) || job.Labels[rayv1.LabelNodeType] != clusterbuild.NodeTypeRedisCleanup ||
+		job.Annotations[clusterbuild.AnnotationExternalStorageNamespace] != string(live.UID) {
 		t.Errorf("job metadata: owners %+v labels %v annotations %v", job.OwnerReferences, job.Labels, job.Annotations)
 	}
 	if ptr.Deref(job.Spec.BackoffLimit, -1) != 0 || ptr.Deref(job.Spec.ActiveDeadlineSeconds, 0) != 300 {
@@ -248,7 +248,7 @@ func testRedisCleanupComplete(t *testing.T, e *env) {
 	for _, v := range spec.Containers[0].Env {
 		env[v.Name] = v
 	}
-	if env[builder.EnvRedisAddress].Value != "redis:6379" || env[builder.EnvRedisPassword].ValueFrom == nil || env[builder.EnvExternalStorageNS].Value != string(live.UID) {
+	if env[clusterbuild.EnvRedisAddress].Value != "redis:6379" || env[clusterbuild.EnvRedisPassword].ValueFrom == nil || env[clusterbuild.EnvExternalStorageNS].Value != string(live.UID) {
 		t.Errorf("job env %+v", env)
 	}
 	if cpu := spec.Containers[0].Resources.Limits.Cpu(); cpu.String() != "200m" {
@@ -290,16 +290,16 @@ func testRedisCleanupTimeout(t *testing.T, e *env) {
 func testRedisCleanupAdopted(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Obj()
-	rc.Annotations = map[string]string{builder.AnnotationFTEnabled: "true", builder.AnnotationExternalStorageNamespace: "kept"}
-	rc.Finalizers = []string{builder.FinalizerGCSFTRedisCleanup}
-	rc.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: builder.EnvRedisAddress, Value: "redis:6379"}}
+	rc.Annotations = map[string]string{clusterbuild.AnnotationFTEnabled: "true", clusterbuild.AnnotationExternalStorageNamespace: "kept"}
+	rc.Finalizers = []string{clusterbuild.FinalizerGCSFTRedisCleanup}
+	rc.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: clusterbuild.EnvRedisAddress, Value: "redis:6379"}}
 	e.Create(t, rc)
 	e.waitPods(t, rc, 1)
-	if got := e.get(t, rc); !slices.Equal(got.Finalizers, []string{builder.FinalizerGCSFTRedisCleanup}) {
+	if got := e.get(t, rc); !slices.Equal(got.Finalizers, []string{clusterbuild.FinalizerGCSFTRedisCleanup}) {
 		t.Fatalf("finalizers %v (want KubeRay's, once)", got.Finalizers)
 	}
 	job := e.deleteAndWaitJob(t, rc)
-	if job.Annotations[builder.AnnotationExternalStorageNamespace] != "kept" {
+	if job.Annotations[clusterbuild.AnnotationExternalStorageNamespace] != "kept" {
 		t.Errorf("job annotations %v", job.Annotations)
 	}
 	e.finishJob(t, job, batchv1.JobComplete)
@@ -313,7 +313,7 @@ func testNoFinalizerWithoutRedis(t *testing.T, e *env) {
 	embedded := testutil.MakeRayCluster(ns, "embedded").Obj()
 	embedded.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB}
 	off := testutil.MakeRayCluster(ns, "off").Obj()
-	off.Annotations = map[string]string{builder.AnnotationFTEnabled: "false"}
+	off.Annotations = map[string]string{clusterbuild.AnnotationFTEnabled: "false"}
 	for _, rc := range []*rayv1.RayCluster{plain, embedded, off} {
 		e.Create(t, rc)
 		e.waitPods(t, rc, 1)

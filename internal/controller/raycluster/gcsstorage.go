@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 // Event reasons of the embedded GCS backend's claim, KubeRay's.
@@ -28,11 +28,11 @@ const (
 // the existing claim; a changed size, class or access mode is only reported, Kubernetes cannot apply it in place.
 func (r *Reconciler) reconcileGCSStorage(ctx context.Context, run *run) error {
 	c := run.c
-	if !builder.EmbeddedGCS(c) {
+	if !clusterbuild.EmbeddedGCS(c) {
 		return nil
 	}
-	key := types.NamespacedName{Namespace: c.Namespace, Name: builder.GCSStoragePVCName(c)}
-	if !builder.GCSStorageManaged(c) {
+	key := types.NamespacedName{Namespace: c.Namespace, Name: clusterbuild.GCSStoragePVCName(c)}
+	if !clusterbuild.GCSStorageManaged(c) {
 		// The user's claim need not carry the cluster label the cache selects on: read past it, as metadata only.
 		meta := &metav1.PartialObjectMetadata{}
 		meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"))
@@ -44,12 +44,12 @@ func (r *Reconciler) reconcileGCSStorage(ctx context.Context, run *run) error {
 		}
 		return err
 	}
-	desired := builder.GCSStoragePVC(c)
+	desired := clusterbuild.GCSStoragePVC(c)
 	live := &corev1.PersistentVolumeClaim{}
 	err := r.client.Get(ctx, key, live)
 	if apierrors.IsNotFound(err) {
-		if !builder.GCSStorageRetained(c) {
-			desired.OwnerReferences = []metav1.OwnerReference{*builder.OwnerReference(c)}
+		if !clusterbuild.GCSStorageRetained(c) {
+			desired.OwnerReferences = []metav1.OwnerReference{*clusterbuild.OwnerReference(c)}
 		}
 		err = r.client.Create(ctx, desired)
 		if err == nil {
@@ -66,7 +66,7 @@ func (r *Reconciler) reconcileGCSStorage(ctx context.Context, run *run) error {
 	if err != nil {
 		return fmt.Errorf("read PVC %s: %w", key.Name, err)
 	}
-	if drift := builder.GCSStoragePVCDrift(desired, live); drift != "" {
+	if drift := clusterbuild.GCSStoragePVCDrift(desired, live); drift != "" {
 		run.Eventf(corev1.EventTypeWarning, EventFailedToCreatePVC, "Update",
 			"GCS storage PVC %s/%s already exists and cannot be reconfigured in place (%s); delete the PVC to recreate it with the new settings", key.Namespace, key.Name, drift)
 	}
@@ -76,7 +76,7 @@ func (r *Reconciler) reconcileGCSStorage(ctx context.Context, run *run) error {
 // adoptGCSStorage makes an existing claim follow the deletion policy: the cluster its controller, or not. A claim
 // another controller holds is left alone and fails the reconcile: the head would share someone else's GCS state.
 func (r *Reconciler) adoptGCSStorage(ctx context.Context, c *rayv1.RayCluster, live *corev1.PersistentVolumeClaim) error {
-	retain := builder.GCSStorageRetained(c)
+	retain := clusterbuild.GCSStorageRetained(c)
 	owned := metav1.IsControlledBy(live, c)
 	labelled := live.Labels[rayv1.LabelCluster] == c.Name
 	if owner := metav1.GetControllerOfNoCopy(live); owner != nil && !owned {
@@ -97,7 +97,7 @@ func (r *Reconciler) adoptGCSStorage(ctx context.Context, c *rayv1.RayCluster, l
 		}
 	}
 	if !retain {
-		refs = append(refs, *builder.OwnerReference(c))
+		refs = append(refs, *clusterbuild.OwnerReference(c))
 	}
 	u.OwnerReferences = refs
 	if err := r.client.Patch(ctx, u, client.MergeFromWithOptions(live, client.MergeFromWithOptimisticLock{})); err != nil {

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -57,7 +57,7 @@ func testGCSStorage(t *testing.T, e *env) {
 	pods := e.waitPods(t, rc, 2)
 	rc = e.get(t, rc)
 	pvc := e.waitPVCOwner(t, ns, "rc-gcs-pvc", rc)
-	want := builder.GCSStoragePVC(rc)
+	want := clusterbuild.GCSStoragePVC(rc)
 	if pvc.Labels[rayv1.LabelCluster] != "rc" || !cmp.Equal(want.Spec.AccessModes, pvc.Spec.AccessModes) ||
 		!pvc.Spec.Resources.Requests.Storage().Equal(resource.MustParse("1Gi")) || pvc.Spec.StorageClassName != nil {
 		t.Errorf("PVC labels %v spec %+v", pvc.Labels, pvc.Spec)
@@ -69,12 +69,12 @@ func testGCSStorage(t *testing.T, e *env) {
 		}
 		var claim string
 		for _, v := range p.Spec.Volumes {
-			if v.Name == builder.GCSStorageVolumeName && v.PersistentVolumeClaim != nil {
+			if v.Name == clusterbuild.GCSStorageVolumeName && v.PersistentVolumeClaim != nil {
 				claim = v.PersistentVolumeClaim.ClaimName
 			}
 		}
-		if claim != "rc-gcs-pvc" || p.Annotations[builder.AnnotationFTEnabled] != "true" {
-			t.Errorf("head mounts claim %q, ft-enabled %q", claim, p.Annotations[builder.AnnotationFTEnabled])
+		if claim != "rc-gcs-pvc" || p.Annotations[clusterbuild.AnnotationFTEnabled] != "true" {
+			t.Errorf("head mounts claim %q, ft-enabled %q", claim, p.Annotations[clusterbuild.AnnotationFTEnabled])
 		}
 	}
 

@@ -5,7 +5,7 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 // Event reasons of the head Ingress: KubeRay's, and for its deletion (KubeRay never deletes it) Manta's.
@@ -21,7 +21,7 @@ const (
 var ingressKind = ownedKind[*networkingv1.Ingress]{
 	kind:    "Ingress",
 	newObj:  func() *networkingv1.Ingress { return &networkingv1.Ingress{} },
-	sync:    builder.SyncHeadIngress,
+	sync:    clusterbuild.SyncHeadIngress,
 	created: EventCreatedIngress, failCreate: EventFailedToCreateIngress,
 	updated: EventUpdatedIngress, failUpdate: EventFailedToUpdateIngress,
 	deleted: EventDeletedIngress, failDelete: EventFailedToDeleteIngress,
@@ -34,8 +34,8 @@ var ingressKind = ownedKind[*networkingv1.Ingress]{
 // exposing the dashboard.
 func (r *Reconciler) reconcileHeadIngress(ctx context.Context, run *run) error {
 	var desired []*networkingv1.Ingress
-	if builder.WantsHeadIngress(run.c) {
-		desired = append(desired, builder.HeadIngress(run.c))
+	if clusterbuild.WantsHeadIngress(run.c) {
+		desired = append(desired, clusterbuild.HeadIngress(run.c))
 	}
 	list := &networkingv1.IngressList{}
 	return reconcileOwned(ctx, r, run, ingressKind, list, func() []*networkingv1.Ingress {

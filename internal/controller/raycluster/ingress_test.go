@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -24,7 +24,7 @@ func testHeadIngress(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	ctx := context.Background()
 	rc := testutil.MakeRayCluster(ns, "rc").Obj()
-	rc.Annotations = map[string]string{builder.AnnotationIngressClass: "nginx", "nginx.ingress.kubernetes.io/ssl-redirect": "false"}
+	rc.Annotations = map[string]string{clusterbuild.AnnotationIngressClass: "nginx", "nginx.ingress.kubernetes.io/ssl-redirect": "false"}
 	rc.Spec.HeadGroupSpec.EnableIngress = ptr.To(true)
 	rc.Spec.HeadGroupSpec.IngressOptions = &rayv1.IngressOptions{Host: ptr.To("ray.example.com")}
 	e.Create(t, rc)
@@ -41,8 +41,8 @@ func testHeadIngress(t *testing.T, e *env) {
 			if !metav1.IsControlledBy(ing, c) {
 				return false, "not controlled by the cluster"
 			}
-			want := builder.HeadIngress(c)
-			if _, changed := builder.SyncHeadIngress(ing, want); changed {
+			want := clusterbuild.HeadIngress(c)
+			if _, changed := clusterbuild.SyncHeadIngress(ing, want); changed {
 				return false, cmp.Diff(want.Spec, ing.Spec) + fmt.Sprint(ing.Annotations)
 			}
 			return true, ""

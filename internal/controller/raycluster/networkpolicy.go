@@ -5,7 +5,7 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 // Event reasons of the NetworkPolicies, KubeRay's.
@@ -23,7 +23,7 @@ var networkPolicyKind = ownedKind[*networkingv1.NetworkPolicy]{
 	kind:   "NetworkPolicy",
 	newObj: func() *networkingv1.NetworkPolicy { return &networkingv1.NetworkPolicy{} },
 	sync: func(existing, desired *networkingv1.NetworkPolicy) (*networkingv1.NetworkPolicy, bool) {
-		if !builder.NetworkPolicyChanged(existing, desired) {
+		if !clusterbuild.NetworkPolicyChanged(existing, desired) {
 			return nil, false
 		}
 		u := existing.DeepCopy()
@@ -47,5 +47,5 @@ func (r *Reconciler) reconcileNetworkPolicies(ctx context.Context, run *run) err
 			out[i] = &list.Items[i]
 		}
 		return out
-	}, builder.NetworkPolicies(run.c))
+	}, clusterbuild.NetworkPolicies(run.c))
 }

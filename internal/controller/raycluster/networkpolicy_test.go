@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -30,7 +30,7 @@ func TestPlanNetworkPolicies(t *testing.T) {
 	c := testutil.MakeRayCluster("ns", "rc").Workers("a", 1).Workers("b", 1).Obj()
 	c.UID = "uid-rc"
 	c.Spec.NetworkPolicy = &rayv1.NetworkPolicyConfig{Mode: rayv1.NetworkPolicyDenyAll}
-	desired := builder.NetworkPolicies(c)
+	desired := clusterbuild.NetworkPolicies(c)
 	stored := func(name string, mutate ...func(*networkingv1.NetworkPolicy)) *networkingv1.NetworkPolicy {
 		// A name the spec does not ask for is one of a removed group.
 		p := desired[1].DeepCopy()
@@ -73,7 +73,7 @@ func TestPlanNetworkPolicies(t *testing.T) {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}
 			for _, u := range p.update {
-				if builder.NetworkPolicyChanged(u, desired[slices.IndexFunc(desired, func(d *networkingv1.NetworkPolicy) bool { return d.Name == u.Name })]) {
+				if clusterbuild.NetworkPolicyChanged(u, desired[slices.IndexFunc(desired, func(d *networkingv1.NetworkPolicy) bool { return d.Name == u.Name })]) {
 					t.Errorf("update of %s does not carry the desired policy", u.Name)
 				}
 			}
@@ -81,7 +81,7 @@ func TestPlanNetworkPolicies(t *testing.T) {
 	}
 	// Without spec.networkPolicy every policy the cluster controls goes, and no other.
 	c.Spec.NetworkPolicy = nil
-	p := planOwned(c, networkPolicyKind, builder.NetworkPolicies(c), []*networkingv1.NetworkPolicy{stored("rc-head"), stored("rc-workers-a", foreign)})
+	p := planOwned(c, networkPolicyKind, clusterbuild.NetworkPolicies(c), []*networkingv1.NetworkPolicy{stored("rc-head"), stored("rc-workers-a", foreign)})
 	if got := npNames(p.delete); !slices.Equal(got, []string{"rc-head"}) || len(p.create)+len(p.update)+len(p.foreign) != 0 {
 		t.Errorf("networkPolicy removed: delete %v, plan %+v", got, p)
 	}
@@ -133,12 +133,12 @@ func testNetworkPolicies(t *testing.T, e *env) {
 			if !slices.Equal(sortedKeys(nps), want) {
 				return false, fmt.Sprintf("policies %v", sortedKeys(nps))
 			}
-			for _, d := range builder.NetworkPolicies(c) {
+			for _, d := range clusterbuild.NetworkPolicies(c) {
 				p := nps[d.Name]
 				if !metav1.IsControlledBy(p, c) {
 					return false, d.Name + " is not controlled by the cluster"
 				}
-				if builder.NetworkPolicyChanged(p, d) {
+				if clusterbuild.NetworkPolicyChanged(p, d) {
 					return false, fmt.Sprintf("%s differs: %s", d.Name, cmp.Diff(d.Spec, p.Spec))
 				}
 			}

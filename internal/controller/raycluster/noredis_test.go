@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -35,7 +35,7 @@ func TestRedisCleanupOff(t *testing.T) {
 	}
 	live := ft("live")
 	deleted := ft("deleted")
-	deleted.Finalizers = []string{builder.FinalizerGCSFTRedisCleanup}
+	deleted.Finalizers = []string{clusterbuild.FinalizerGCSFTRedisCleanup}
 	deleted.DeletionTimestamp = &metav1.Time{Time: metav1.Now().Time}
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithIndex(&corev1.Pod{}, clusterpods.Index, clusterpods.IndexValue).WithObjects(live, deleted).Build()
 	rec := events.NewFakeRecorder(10)
@@ -47,7 +47,7 @@ func TestRedisCleanupOff(t *testing.T) {
 	if err := r.ensureCleanupFinalizer(ctx, live); err != nil {
 		t.Fatal(err)
 	}
-	if err := cl.Get(ctx, client.ObjectKeyFromObject(live), live); err != nil || controllerutil.ContainsFinalizer(live, builder.FinalizerGCSFTRedisCleanup) {
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(live), live); err != nil || controllerutil.ContainsFinalizer(live, clusterbuild.FinalizerGCSFTRedisCleanup) {
 		t.Errorf("finalizers %v (%v); want no Redis cleanup finalizer", live.Finalizers, err)
 	}
 

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -43,7 +43,7 @@ func host(replica string, h int) func(*corev1.Pod) {
 // planNames is a plan as names, for comparing.
 type planNames struct {
 	Named, Dead, Surplus []string
-	Create               []builder.Replica
+	Create               []clusterbuild.Replica
 }
 
 func names(pods []corev1.Pod) []string {
@@ -63,23 +63,23 @@ func TestPlanGroup(t *testing.T) {
 		want    planNames
 	}{
 		{name: "new group: every replica created, indexes from 0",
-			want: planNames{Create: []builder.Replica{{Index: 0, Name: "small-r1"}, {Index: 1, Name: "small-r2"}, {Index: 2, Name: "small-r3"}}}},
+			want: planNames{Create: []clusterbuild.Replica{{Index: 0, Name: "small-r1"}, {Index: 1, Name: "small-r2"}, {Index: 2, Name: "small-r3"}}}},
 		{name: "in line: nothing to do",
 			pods: []corev1.Pod{worker("a", 0, time.Hour), worker("b", 1, time.Hour), worker("c", 2, time.Hour)}},
 		{name: "a missing replica takes the lowest free index",
 			pods: []corev1.Pod{worker("a", 0, time.Hour), worker("c", 2, time.Hour)},
-			want: planNames{Create: []builder.Replica{{Index: 1, Name: "small-r1"}}}},
+			want: planNames{Create: []clusterbuild.Replica{{Index: 1, Name: "small-r1"}}}},
 		{name: "pods of other groups and the head are not the group's",
 			pods: []corev1.Pod{worker("a", 0, time.Hour), worker("b", 1, time.Hour), worker("c", 2, time.Hour),
 				worker("other", 0, time.Hour, func(p *corev1.Pod) { p.Labels[rayv1.LabelGroup] = "big" }),
 				worker("head", 0, time.Hour, func(p *corev1.Pod) { p.Labels[rayv1.LabelNodeType] = rayv1.NodeTypeHead })}},
 		{name: "a terminated pod is deleted and replaced, its index reused",
 			pods: []corev1.Pod{worker("a", 0, time.Hour), worker("b", 1, time.Hour, failed), worker("c", 2, time.Hour)},
-			want: planNames{Dead: []string{"b"}, Create: []builder.Replica{{Index: 1, Name: "small-r1"}}}},
+			want: planNames{Dead: []string{"b"}, Create: []clusterbuild.Replica{{Index: 1, Name: "small-r1"}}}},
 		{name: "workersToDelete goes, and is replaced up to replicas",
 			group: func(g *rayv1.WorkerGroupSpec) { g.ScaleStrategy.WorkersToDelete = []string{"c"} },
 			pods:  []corev1.Pod{worker("a", 0, time.Hour), worker("b", 1, time.Hour), worker("c", 2, time.Hour)},
-			want:  planNames{Named: []string{"c"}, Create: []builder.Replica{{Index: 2, Name: "small-r1"}}}},
+			want:  planNames{Named: []string{"c"}, Create: []clusterbuild.Replica{{Index: 2, Name: "small-r1"}}}},
 		{name: "scale down without the autoscaler: not ready first, then the newest",
 			group: func(g *rayv1.WorkerGroupSpec) { g.Replicas = ptr.To[int32](1) },
 			pods:  []corev1.Pod{worker("old", 0, 3*time.Hour), worker("new", 1, time.Hour), worker("unready", 2, 2*time.Hour, notReady)},
@@ -96,7 +96,7 @@ func TestPlanGroup(t *testing.T) {
 			group: func(g *rayv1.WorkerGroupSpec) { g.Replicas = ptr.To[int32](2); g.NumOfHosts = 2 },
 			pods: []corev1.Pod{worker("x0", 0, time.Hour, host("x", 0)), worker("x1", 0, time.Hour, host("x", 1)),
 				worker("y0", 1, time.Hour, host("y", 0))},
-			want: planNames{Dead: []string{"y0"}, Create: []builder.Replica{{Index: 1, Name: "small-r1", HostIndex: 0}, {Index: 1, Name: "small-r1", HostIndex: 1}}}},
+			want: planNames{Dead: []string{"y0"}, Create: []clusterbuild.Replica{{Index: 1, Name: "small-r1", HostIndex: 0}, {Index: 1, Name: "small-r1", HostIndex: 1}}}},
 		{name: "multi-host: workersToDelete naming one host takes its whole replica",
 			group: func(g *rayv1.WorkerGroupSpec) {
 				g.Replicas = ptr.To[int32](1)
@@ -104,7 +104,7 @@ func TestPlanGroup(t *testing.T) {
 				g.ScaleStrategy.WorkersToDelete = []string{"x1"}
 			},
 			pods: []corev1.Pod{worker("x0", 0, time.Hour, host("x", 0)), worker("x1", 0, time.Hour, host("x", 1))},
-			want: planNames{Named: []string{"x0", "x1"}, Create: []builder.Replica{{Index: 0, Name: "small-r1", HostIndex: 0}, {Index: 0, Name: "small-r1", HostIndex: 1}}}},
+			want: planNames{Named: []string{"x0", "x1"}, Create: []clusterbuild.Replica{{Index: 0, Name: "small-r1", HostIndex: 0}, {Index: 0, Name: "small-r1", HostIndex: 1}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

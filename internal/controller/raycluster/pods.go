@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/createbackoff"
 )
@@ -70,7 +70,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	if recreate(c) {
 		for i := range pods {
 			want, ok := hashes.For(pods[i].Labels)
-			if h := pods[i].Annotations[builder.AnnotationPodTemplateHash]; ok && h != "" && h != want {
+			if h := pods[i].Annotations[clusterbuild.AnnotationPodTemplateHash]; ok && h != "" && h != want {
 				return r.deleteAll(ctx, run, pods, "the pod templates changed and upgradeStrategy is Recreate")
 			}
 		}
@@ -82,10 +82,10 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	if err := r.reconcilePodGroup(ctx, run); err != nil {
 		return err
 	}
-	opts := builder.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hashes.Head,
+	opts := clusterbuild.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hashes.Head,
 		BatchScheduler: r.opts.BatchScheduler}
 	var errs []error
-	if builder.TLSEnabled(c) {
+	if clusterbuild.TLSEnabled(c) {
 		// Before any pod create: the certificates' IP addresses follow the pods, and the creates wait for them.
 		if err := r.reconcileTLS(ctx, run); err != nil {
 			errs = append(errs, &backedOff{err})
@@ -125,20 +125,20 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 type cachedHashes struct {
 	uid        types.UID
 	generation int64
-	hashes     builder.TemplateHashes
+	hashes     clusterbuild.TemplateHashes
 }
 
-// templateHashes returns builder.Hashes of the cluster's spec, computed once per generation: the spec changes only
+// templateHashes returns clusterbuild.Hashes of the cluster's spec, computed once per generation: the spec changes only
 // with the generation, and hashing every pod template's JSON on each reconcile was the largest allocation of a
 // reconcile with nothing to do.
-func (r *Reconciler) templateHashes(run *run) builder.TemplateHashes {
+func (r *Reconciler) templateHashes(run *run) clusterbuild.TemplateHashes {
 	c := run.c
 	if v, ok := r.hashes.Load(run.key); ok {
 		if ch := v.(cachedHashes); ch.uid == c.UID && ch.generation == c.Generation && c.Generation != 0 {
 			return ch.hashes
 		}
 	}
-	h := builder.Hashes(&c.Spec)
+	h := clusterbuild.Hashes(&c.Spec)
 	r.hashes.Store(run.key, cachedHashes{uid: c.UID, generation: c.Generation, hashes: h})
 	return h
 }
@@ -152,7 +152,7 @@ func recreate(c *rayv1.RayCluster) bool {
 // again while its old pods terminate).
 func metaOwnedBy(p *corev1.Pod, c *rayv1.RayCluster) bool {
 	for _, o := range p.OwnerReferences {
-		if o.Kind == builder.KindRayCluster && o.UID != c.UID {
+		if o.Kind == clusterbuild.KindRayCluster && o.UID != c.UID {
 			return false
 		}
 	}
@@ -161,12 +161,12 @@ func metaOwnedBy(p *corev1.Pod, c *rayv1.RayCluster) bool {
 
 // adopt stamps the template hash on pods that lack it (pods of a cluster taken over from another operator), so
 // that a later template change is detected and the takeover itself recreates nothing.
-func (r *Reconciler) adopt(ctx context.Context, run *run, hashes builder.TemplateHashes) error {
+func (r *Reconciler) adopt(ctx context.Context, run *run, hashes clusterbuild.TemplateHashes) error {
 	var errs []error
 	for i := range run.obs.pods {
 		p := &run.obs.pods[i]
 		hash, ok := hashes.For(p.Labels)
-		if !ok || p.Annotations[builder.AnnotationPodTemplateHash] != "" {
+		if !ok || p.Annotations[clusterbuild.AnnotationPodTemplateHash] != "" {
 			continue
 		}
 		// p shares its maps with the cache (reconcilePods): change and patch a copy, never p itself.
@@ -174,7 +174,7 @@ func (r *Reconciler) adopt(ctx context.Context, run *run, hashes builder.Templat
 		if stamped.Annotations == nil {
 			stamped.Annotations = map[string]string{}
 		}
-		stamped.Annotations[builder.AnnotationPodTemplateHash] = hash
+		stamped.Annotations[clusterbuild.AnnotationPodTemplateHash] = hash
 		if err := r.client.Patch(ctx, stamped, client.MergeFrom(p)); err != nil {
 			if !apierrors.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("stamp pod %s: %w", p.Name, err))
@@ -203,7 +203,7 @@ func shouldReplace(p *corev1.Pod) bool {
 	if p.Spec.RestartPolicy != corev1.RestartPolicyNever || len(p.Spec.Containers) == 0 {
 		return false
 	}
-	ray := p.Spec.Containers[builder.RayContainerIndex].Name
+	ray := p.Spec.Containers[clusterbuild.RayContainerIndex].Name
 	for _, cs := range p.Status.ContainerStatuses {
 		if cs.Name == ray && cs.State.Terminated != nil {
 			return true
@@ -218,7 +218,7 @@ func headRestartDisabled(c *rayv1.RayCluster) bool {
 		meta.IsStatusConditionTrue(c.Status.Conditions, string(rayv1.RayClusterProvisioned))
 }
 
-func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.PodOptions) error {
+func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts clusterbuild.PodOptions) error {
 	c := run.c
 	var heads, dead []corev1.Pod
 	for _, p := range run.obs.pods {
@@ -252,7 +252,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	if len(heads) > 0 {
 		return nil
 	}
-	if builder.AutoscalingEnabled(c) {
+	if clusterbuild.AutoscalingEnabled(c) {
 		if err := r.ensureAutoscalerRBAC(ctx, run); err != nil {
 			run.obs.failure = &failure{rayv1.FailedCreateHeadPod, err.Error()}
 			return err
@@ -269,7 +269,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts builder.P
 	if run.tlsWait != nil {
 		return &backedOff{run.tlsWait}
 	}
-	pod := builder.HeadPod(c, opts)
+	pod := clusterbuild.HeadPod(c, opts)
 	if err := r.createPod(ctx, pod); err != nil {
 		msg := createbackoff.StableMessage(err, pod)
 		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, msg}
@@ -292,7 +292,7 @@ type groupPlan struct {
 	// short of a host), surplus those above the wanted count; each flattened to its pods.
 	named, dead, surplus []corev1.Pod
 	// create are the new pods, numOfHosts per new replica.
-	create []builder.Replica
+	create []clusterbuild.Replica
 }
 
 // planGroup decides what happens to one worker group, from the cluster's pods and nothing else (newName draws the
@@ -358,13 +358,13 @@ func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod,
 	switch diff := int(groupReplicas(c, g)) - len(alive); {
 	case diff > 0:
 		for range diff {
-			rep := builder.Replica{Index: nextIndex(), Name: builder.ReplicaName(g.GroupName, newName())}
+			rep := clusterbuild.Replica{Index: nextIndex(), Name: clusterbuild.ReplicaName(g.GroupName, newName())}
 			for h := range int(hosts(g)) {
 				rep.HostIndex = h
 				plan.create = append(plan.create, rep)
 			}
 		}
-	case diff < 0 && !builder.AutoscalingEnabled(c):
+	case diff < 0 && !clusterbuild.AutoscalingEnabled(c):
 		slices.SortStableFunc(alive, func(a, b []corev1.Pod) int {
 			if ra, rb := replicaReady(a), replicaReady(b); ra != rb {
 				if ra {
@@ -381,7 +381,7 @@ func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod,
 
 // reconcileGroup writes a worker group's plan (planGroup): the deletions, then the creates, which wait out a
 // create backoff and are made only for a cluster that still exists (clusterLive).
-func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts builder.PodOptions) error {
+func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts clusterbuild.PodOptions) error {
 	c := run.c
 	plan := planGroup(c, g, run.obs.pods, func() string { return utilrand.String(5) })
 	var errs []error
@@ -418,7 +418,7 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 
 func replicaReady(pods []corev1.Pod) bool {
 	for i := range pods {
-		if !builder.PodRunningAndReady(&pods[i]) {
+		if !clusterbuild.PodRunningAndReady(&pods[i]) {
 			return false
 		}
 	}
@@ -426,11 +426,11 @@ func replicaReady(pods []corev1.Pod) bool {
 }
 
 // groupLabel is the value of ray.io/group on the group's pods.
-func groupLabel(g *rayv1.WorkerGroupSpec) string { return builder.GroupLabelValue(g.GroupName) }
+func groupLabel(g *rayv1.WorkerGroupSpec) string { return clusterbuild.GroupLabelValue(g.GroupName) }
 
 // createWorkers creates n worker pods in batches that double from 1 up to MaxParallelWrites, like the Job
 // controller's slow start: a quota or admission error costs one failed request, not hundreds.
-func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts builder.PodOptions, replicas []builder.Replica) error {
+func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts clusterbuild.PodOptions, replicas []clusterbuild.Replica) error {
 	if run.tlsWait != nil {
 		return &backedOff{run.tlsWait}
 	}
@@ -446,7 +446,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 			rep := replicas[next]
 			next++
 			wg.Go(func() {
-				pod := builder.WorkerPodForReplica(run.c, g, opts, rep)
+				pod := clusterbuild.WorkerPodForReplica(run.c, g, opts, rep)
 				err := r.createPod(ctx, pod)
 				mu.Lock()
 				defer mu.Unlock()

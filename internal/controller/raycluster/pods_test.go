@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -96,12 +96,12 @@ func TestCreateWorkersBounded(t *testing.T) {
 	}).Build()
 	r := &Reconciler{client: cl, reader: cl, opts: Options{MaxParallelWrites: 4}, exp: newExpectations()}
 	key := types.NamespacedName{Namespace: "ns", Name: "rc"}
-	reps := make([]builder.Replica, 40)
+	reps := make([]clusterbuild.Replica, 40)
 	for i := range reps {
-		reps[i] = builder.Replica{Index: i}
+		reps[i] = clusterbuild.Replica{Index: i}
 	}
 	rn := &run{c: rc, key: key}
-	if err := r.createWorkers(context.Background(), rn, &rc.Spec.WorkerGroupSpecs[0], builder.PodOptions{}, reps); err != nil {
+	if err := r.createWorkers(context.Background(), rn, &rc.Spec.WorkerGroupSpecs[0], clusterbuild.PodOptions{}, reps); err != nil {
 		t.Fatal(err)
 	}
 	list := &corev1.PodList{}
@@ -121,7 +121,7 @@ func TestCreateWorkersBounded(t *testing.T) {
 	failAfter = 0
 	mu.Unlock()
 	rn = &run{c: rc, key: key}
-	if err := r.createWorkers(context.Background(), rn, &rc.Spec.WorkerGroupSpecs[0], builder.PodOptions{}, reps); err == nil {
+	if err := r.createWorkers(context.Background(), rn, &rc.Spec.WorkerGroupSpecs[0], clusterbuild.PodOptions{}, reps); err == nil {
 		t.Fatal("no error from failing creates")
 	}
 	if n := calls.Load(); n != 1 {

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 // progressPriority is the work-queue priority of a reconcile caused by a change to one of a cluster's own pods or
@@ -141,7 +141,7 @@ func clusterOf(o client.Object) (reconcile.Request, bool) {
 		return reconcile.Request{}, false
 	}
 	ref := metav1.GetControllerOfNoCopy(o)
-	if ref == nil || ref.Kind != builder.KindRayCluster {
+	if ref == nil || ref.Kind != clusterbuild.KindRayCluster {
 		return reconcile.Request{}, false
 	}
 	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != rayv1.GroupVersion.Group {
@@ -172,7 +172,7 @@ func podProgress(old, p *corev1.Pod) bool {
 	}
 	return maps.Equal(old.Labels, p.Labels) && maps.Equal(old.Annotations, p.Annotations) &&
 		slices.EqualFunc(old.OwnerReferences, p.OwnerReferences, ownerRefEqual) &&
-		!(builder.PodRunningAndReady(old) && !builder.PodRunningAndReady(p))
+		!(clusterbuild.PodRunningAndReady(old) && !clusterbuild.PodRunningAndReady(p))
 }
 
 // podUpdateMatters filters the pod updates the controller reconciles: it reads a pod's labels, annotations, owners,

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -44,7 +44,7 @@ func TestSecurityAutoscalerRBAC(t *testing.T) {
 func testForeignRoleNotBound(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
-	roleName := builder.AutoscalerRoleName(rc)
+	roleName := clusterbuild.AutoscalerRoleName(rc)
 	e.Create(t, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: roleName}, Rules: wideRules})
 	e.Create(t, rc)
 
@@ -56,7 +56,7 @@ func testForeignRoleNotBound(t *testing.T, e *env) {
 		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, string(rayv1.RayClusterReplicaFailure))
 		return c != nil && strings.Contains(c.Message, "Role "+ns+"/"+roleName), fmt.Sprintf("%+v", c)
 	})
-	assertNotBound(t, e, ns, roleName, builder.AutoscalerServiceAccountName(rc))
+	assertNotBound(t, e, ns, roleName, clusterbuild.AutoscalerServiceAccountName(rc))
 	if n := len(e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)); n != 0 {
 		t.Errorf("%d head pods: the head must wait while its autoscaler has no Role", n)
 	}
@@ -80,7 +80,7 @@ func testForeignRoleNotBound(t *testing.T, e *env) {
 func testForeignServiceAccountNotBound(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
-	saName := builder.AutoscalerServiceAccountName(rc)
+	saName := clusterbuild.AutoscalerServiceAccountName(rc)
 	e.Create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: saName}})
 	e.Create(t, rc)
 
@@ -129,7 +129,7 @@ func testOwnedRoleRestored(t *testing.T, e *env) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
 	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
-	key := types.NamespacedName{Namespace: ns, Name: builder.AutoscalerRoleName(rc)}
+	key := types.NamespacedName{Namespace: ns, Name: clusterbuild.AutoscalerRoleName(rc)}
 	role, rb := &rbacv1.Role{}, &rbacv1.RoleBinding{}
 	if err := e.cl.Get(context.Background(), key, role); err != nil {
 		t.Fatal(err)
@@ -165,7 +165,7 @@ func assertOwnRBAC(t *testing.T, e *env, rc *rayv1.RayCluster) {
 	c := e.get(t, rc)
 	ctx := context.Background()
 	sa, role, rb := &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}
-	for o, name := range map[client.Object]string{sa: builder.AutoscalerServiceAccountName(c), role: builder.AutoscalerRoleName(c), rb: builder.AutoscalerRoleName(c)} {
+	for o, name := range map[client.Object]string{sa: clusterbuild.AutoscalerServiceAccountName(c), role: clusterbuild.AutoscalerRoleName(c), rb: clusterbuild.AutoscalerRoleName(c)} {
 		if err := e.cl.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: name}, o); err != nil {
 			t.Fatalf("%T %s: %v", o, name, err)
 		}
@@ -173,8 +173,8 @@ func assertOwnRBAC(t *testing.T, e *env, rc *rayv1.RayCluster) {
 			t.Errorf("%T %s is not controlled by the cluster: %+v", o, name, o.GetOwnerReferences())
 		}
 	}
-	want := builder.AutoscalerRoleBinding(c)
-	if !equality.Semantic.DeepEqual(role.Rules, builder.AutoscalerRole(c).Rules) {
+	want := clusterbuild.AutoscalerRoleBinding(c)
+	if !equality.Semantic.DeepEqual(role.Rules, clusterbuild.AutoscalerRole(c).Rules) {
 		t.Errorf("Role rules %+v", role.Rules)
 	}
 	if !equality.Semantic.DeepEqual(rb.Subjects, want.Subjects) || rb.RoleRef != want.RoleRef {

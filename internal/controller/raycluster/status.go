@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 // Condition types Manta adds to KubeRay's.
@@ -113,7 +113,7 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 	}
 	setOrRemove(&s, setCond, ConditionInvalidSpec, o.invalid)
 	if len(o.unsupported) > 0 {
-		setCond(ConditionUnsupportedFeature, metav1.ConditionTrue, ReasonUnsupportedFields, builder.UnsupportedMessage(o.unsupported))
+		setCond(ConditionUnsupportedFeature, metav1.ConditionTrue, ReasonUnsupportedFields, clusterbuild.UnsupportedMessage(o.unsupported))
 	} else {
 		meta.RemoveStatusCondition(&s.Conditions, ConditionUnsupportedFeature)
 	}
@@ -174,7 +174,7 @@ func countPods(pods []corev1.Pod) podCounts {
 	n := podCounts{allReady: true}
 	for i := range pods {
 		p := &pods[i]
-		r := builder.PodRunningAndReady(p)
+		r := clusterbuild.PodRunningAndReady(p)
 		n.allReady = n.allReady && r
 		if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead {
 			n.head = p
@@ -387,7 +387,7 @@ func desiredResources(c *rayv1.RayCluster) (cpu, mem, gpu, tpu resource.Quantity
 					mem.Add(total)
 				case name == "google.com/tpu":
 					tpu.Add(total)
-				case builder.IsGPUResource(string(name)):
+				case clusterbuild.IsGPUResource(string(name)):
 					gpu.Add(total)
 				}
 			}

@@ -12,7 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -38,7 +38,7 @@ func condStatus(s rayv1.RayClusterStatus) map[string]string {
 func TestComputeStatus(t *testing.T) {
 	now := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	base := testutil.MakeRayCluster("ns", "rc").Workers("small", 2).Obj()
-	headless := builder.HeadService(base)
+	headless := clusterbuild.HeadService(base)
 	tests := []struct {
 		name      string
 		mutate    func(*rayv1.RayCluster)

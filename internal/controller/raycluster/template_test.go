@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -32,7 +32,7 @@ func TestDefaultTemplateOutsideWatchedNamespaces(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: "operator", Name: "defaults"},
 		Template: corev1.PodTemplateSpec{
 			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"defaulted": "yes"}},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: builder.DefaultContainerName, Image: "placeholder"}}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: clusterbuild.DefaultContainerName, Image: "placeholder"}}},
 		},
 	})
 	scheme, err := testutil.Scheme()

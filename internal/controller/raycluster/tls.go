@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 // Event reasons of tlsOptions, KubeRay's.
@@ -75,12 +75,12 @@ func (r *Reconciler) reconcileTLS(ctx context.Context, run *run) error {
 
 func (r *Reconciler) ensureTLSObjects(ctx context.Context, run *run, wrote *bool) error {
 	c := run.c
-	for _, iss := range builder.TLSIssuers(c) {
+	for _, iss := range clusterbuild.TLSIssuers(c) {
 		if _, err := r.ensureTLSObject(ctx, run, cmv1.IssuerKind, iss, &cmv1.Issuer{}, nil, wrote); err != nil {
 			return err
 		}
 	}
-	if _, err := r.ensureTLSObject(ctx, run, cmv1.CertificateKind, builder.TLSCACertificate(c), &cmv1.Certificate{}, nil, wrote); err != nil {
+	if _, err := r.ensureTLSObject(ctx, run, cmv1.CertificateKind, clusterbuild.TLSCACertificate(c), &cmv1.Certificate{}, nil, wrote); err != nil {
 		return err
 	}
 	ips := map[string][]string{}
@@ -92,10 +92,10 @@ func (r *Reconciler) ensureTLSObjects(ctx context.Context, run *run, wrote *bool
 	}
 	var errs []error
 	for _, nodeType := range []string{rayv1.NodeTypeHead, rayv1.NodeTypeWorker} {
-		desired := builder.TLSLeafCertificate(c, nodeType, r.opts.ClusterDomain, ips[nodeType])
+		desired := clusterbuild.TLSLeafCertificate(c, nodeType, r.opts.ClusterDomain, ips[nodeType])
 		sync := func(o client.Object) bool {
 			got := o.(*cmv1.Certificate)
-			if !builder.TLSLeafChanged(got, desired) {
+			if !clusterbuild.TLSLeafChanged(got, desired) {
 				return false
 			}
 			got.Labels, got.Spec = desired.Labels, *desired.Spec.DeepCopy()
@@ -108,7 +108,7 @@ func (r *Reconciler) ensureTLSObjects(ctx context.Context, run *run, wrote *bool
 		}
 	}
 	ca := &cmv1.Certificate{}
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: builder.CACertificateName(c)}, ca); err == nil {
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: clusterbuild.CACertificateName(c)}, ca); err == nil {
 		errs = append(errs, r.ownSecret(ctx, ca))
 	}
 	return errors.Join(errs...)
@@ -172,25 +172,25 @@ func (r *Reconciler) ownSecret(ctx context.Context, cert *cmv1.Certificate) erro
 func (r *Reconciler) tlsReady(ctx context.Context, c *rayv1.RayCluster) (bool, string, error) {
 	for _, nodeType := range []string{rayv1.NodeTypeHead, rayv1.NodeTypeWorker} {
 		cert := &cmv1.Certificate{}
-		name := builder.TLSCertificateName(c, nodeType)
+		name := clusterbuild.TLSCertificateName(c, nodeType)
 		if err := r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, cert); err != nil {
 			if apierrors.IsNotFound(err) {
 				return false, "Certificate " + name + " is not in the cache yet", nil
 			}
 			return false, "", fmt.Errorf("read Certificate %s: %w", name, err)
 		}
-		if !builder.CertificateReady(cert) {
+		if !clusterbuild.CertificateReady(cert) {
 			return false, fmt.Sprintf("Certificate %s is not ready at generation %d", name, cert.Generation), nil
 		}
 		sec := &corev1.Secret{}
-		secName := builder.TLSSecretName(c, nodeType)
+		secName := clusterbuild.TLSSecretName(c, nodeType)
 		if err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: secName}, sec); err != nil {
 			if apierrors.IsNotFound(err) {
 				return false, "Secret " + secName + " does not exist yet", nil
 			}
 			return false, "", fmt.Errorf("read Secret %s: %w", secName, err)
 		}
-		for _, k := range builder.TLSSecretKeys {
+		for _, k := range clusterbuild.TLSSecretKeys {
 			if _, ok := sec.Data[k]; !ok {
 				return false, fmt.Sprintf("Secret %s has no %s yet", secName, k), nil
 			}

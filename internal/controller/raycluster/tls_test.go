@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -37,13 +37,13 @@ func testTLS(t *testing.T, e *env) {
 	getCert := func(nodeType string) *cmv1.Certificate {
 		t.Helper()
 		cert := &cmv1.Certificate{}
-		if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: builder.TLSCertificateName(c, nodeType)}, cert); err != nil {
+		if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: clusterbuild.TLSCertificateName(c, nodeType)}, cert); err != nil {
 			t.Fatal(err)
 		}
 		return cert
 	}
 	eventually(t, "PKI created", func() (bool, string) {
-		for _, want := range builder.TLSIssuers(c) {
+		for _, want := range clusterbuild.TLSIssuers(c) {
 			got := &cmv1.Issuer{}
 			if err := e.cl.Get(ctx, client.ObjectKeyFromObject(want), got); err != nil {
 				return false, err.Error()
@@ -52,8 +52,8 @@ func testTLS(t *testing.T, e *env) {
 				return false, "Issuer " + want.Name + ": " + cmp.Diff(want.Spec, got.Spec)
 			}
 		}
-		for _, want := range []*cmv1.Certificate{builder.TLSCACertificate(c),
-			builder.TLSLeafCertificate(c, rayv1.NodeTypeHead, "", nil), builder.TLSLeafCertificate(c, rayv1.NodeTypeWorker, "", nil)} {
+		for _, want := range []*cmv1.Certificate{clusterbuild.TLSCACertificate(c),
+			clusterbuild.TLSLeafCertificate(c, rayv1.NodeTypeHead, "", nil), clusterbuild.TLSLeafCertificate(c, rayv1.NodeTypeWorker, "", nil)} {
 			got := &cmv1.Certificate{}
 			if err := e.cl.Get(ctx, client.ObjectKeyFromObject(want), got); err != nil {
 				return false, err.Error()
@@ -91,12 +91,12 @@ func testTLS(t *testing.T, e *env) {
 	// Issued: the head and the worker come, each with its node type's certificate and Ray's TLS settings.
 	for _, p := range e.waitPods(t, rc, 2) {
 		nodeType := p.Labels[rayv1.LabelNodeType]
-		if i := slices.IndexFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == builder.TLSVolumeName }); i < 0 ||
-			p.Spec.Volumes[i].Secret == nil || p.Spec.Volumes[i].Secret.SecretName != builder.TLSSecretName(c, nodeType) {
+		if i := slices.IndexFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == clusterbuild.TLSVolumeName }); i < 0 ||
+			p.Spec.Volumes[i].Secret == nil || p.Spec.Volumes[i].Secret.SecretName != clusterbuild.TLSSecretName(c, nodeType) {
 			t.Errorf("%s volumes %+v", nodeType, p.Spec.Volumes)
 		}
-		if !slices.ContainsFunc(p.Spec.Containers[0].Env, func(v corev1.EnvVar) bool { return v.Name == builder.EnvRayUseTLS && v.Value == "1" }) ||
-			p.Spec.InitContainers[0].Name != builder.TLSWaitInitContainer {
+		if !slices.ContainsFunc(p.Spec.Containers[0].Env, func(v corev1.EnvVar) bool { return v.Name == clusterbuild.EnvRayUseTLS && v.Value == "1" }) ||
+			p.Spec.InitContainers[0].Name != clusterbuild.TLSWaitInitContainer {
 			t.Errorf("%s pod without Ray's TLS settings: env %v, init containers %d", nodeType, p.Spec.Containers[0].Env, len(p.Spec.InitContainers))
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -28,11 +28,11 @@ func TestValidateUpgradeStrategyOwner(t *testing.T) {
 		want     string // substring of the message; "" means valid
 	}{
 		{"standalone with Recreate", func(*rayv1.RayCluster) {}, true, ""},
-		{"RayJob owner without upgradeStrategy", owner(builder.KindRayJob), false, ""},
-		{"RayJob owner", owner(builder.KindRayJob), true, "upgradeStrategy cannot be set when RayCluster is created by RayJob"},
-		{"RayService owner", owner(builder.KindRayService), true, "upgradeStrategy cannot be set when RayCluster is created by RayService"},
+		{"RayJob owner without upgradeStrategy", owner(clusterbuild.KindRayJob), false, ""},
+		{"RayJob owner", owner(clusterbuild.KindRayJob), true, "upgradeStrategy cannot be set when RayCluster is created by RayJob"},
+		{"RayService owner", owner(clusterbuild.KindRayService), true, "upgradeStrategy cannot be set when RayCluster is created by RayService"},
 		{"RayService origin label", func(c *rayv1.RayCluster) {
-			c.Labels = map[string]string{rayv1.LabelOriginCRD: builder.KindRayService}
+			c.Labels = map[string]string{rayv1.LabelOriginCRD: clusterbuild.KindRayService}
 		}, true, "created by RayService"},
 		{"unrelated owner", func(c *rayv1.RayCluster) {
 			c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: "d", UID: "u"}}
@@ -84,7 +84,7 @@ func TestValidateSpec(t *testing.T) {
 			c.Spec.WorkerGroupSpecs[0].Resources = map[string]string{"memory": "8 gigs"}
 		}, "spec.workerGroupSpecs[0].resources[memory]"},
 		{"FT annotation and options", func(c *rayv1.RayCluster) {
-			c.Annotations = map[string]string{builder.AnnotationFTEnabled: "true"}
+			c.Annotations = map[string]string{clusterbuild.AnnotationFTEnabled: "true"}
 			c.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{RedisAddress: "r:6379"}
 		}, "use only the options"},
 		{"Redis address without FT", func(c *rayv1.RayCluster) {
@@ -101,14 +101,14 @@ func TestValidateSpec(t *testing.T) {
 			c.Spec.WorkerGroupSpecs[0].Resources = map[string]string{"memory": "8Gi", "cpu": "500m"}
 		}, ""},
 		{"autoscaler v2 by env without autoscaling", func(c *rayv1.RayCluster) {
-			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: builder.EnvAutoscalerV2, Value: "true"}}
+			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: clusterbuild.EnvAutoscalerV2, Value: "true"}}
 		}, "env[RAY_enable_autoscaler_v2]: \"true\" asks for autoscaler v2, which needs spec.enableInTreeAutoscaling"},
 		{"autoscaler v1 by env without autoscaling", func(c *rayv1.RayCluster) {
-			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: builder.EnvAutoscalerV2, Value: "0"}}
+			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: clusterbuild.EnvAutoscalerV2, Value: "0"}}
 		}, ""},
 		{"autoscaler v2 by env with autoscaling", func(c *rayv1.RayCluster) {
 			autoscale(c)
-			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: builder.EnvAutoscalerV2, Value: "1"}}
+			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: clusterbuild.EnvAutoscalerV2, Value: "1"}}
 		}, ""},
 		{"suspended group with autoscaling", func(c *rayv1.RayCluster) {
 			autoscale(c)
@@ -120,7 +120,7 @@ func TestValidateSpec(t *testing.T) {
 		{"autoscaler version twice", func(c *rayv1.RayCluster) {
 			autoscale(c)
 			c.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{Version: ptr.To(rayv1.AutoscalerVersionV1)}
-			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: builder.EnvAutoscalerV2, Value: "false"}}
+			c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: clusterbuild.EnvAutoscalerV2, Value: "false"}}
 		}, "use only spec.autoscalerOptions.version"},
 		{"head restarts under autoscaler v2", func(c *rayv1.RayCluster) {
 			autoscale(c)

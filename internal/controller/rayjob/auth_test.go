@@ -8,7 +8,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 func authEnv(secret string) []corev1.EnvVar {
@@ -60,7 +60,7 @@ func TestSubmitterAuthEnv(t *testing.T) {
 			}
 			// The head's Ray container gets it from the builder, as every cluster's does.
 			sidecarCluster := ClusterFor(j, "j-abcde")
-			pod := builder.HeadPod(sidecarCluster, builder.PodOptions{})
+			pod := clusterbuild.HeadPod(sidecarCluster, clusterbuild.PodOptions{})
 			if diff := cmp.Diff(authEnv(tc.secret), pick(pod.Spec.Containers[0].Env, "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")); diff != "" {
 				t.Errorf("head Ray container env (-want +got):\n%s", diff)
 			}

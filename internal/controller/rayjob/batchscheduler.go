@@ -9,7 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/podgroup"
 )
 
@@ -29,7 +29,7 @@ func (r *Reconciler) batchSchedule(ctx context.Context, run *run) error {
 	j := run.j
 	var refused string
 	switch r.opts.BatchScheduler {
-	case builder.SchedulerVolcano:
+	case clusterbuild.SchedulerVolcano:
 		if j.Spec.RayClusterSpec == nil {
 			refused = "spec.clusterSelector: volcano cannot gang-schedule a RayJob on an existing RayCluster"
 			break
@@ -38,7 +38,7 @@ func (r *Reconciler) batchSchedule(ctx context.Context, run *run) error {
 			run.Eventf(corev1.EventTypeWarning, podgroup.Reason(err), "Reconcile", "batch scheduler volcano: %v", err)
 			return err
 		}
-	case builder.SchedulerKai:
+	case clusterbuild.SchedulerKai:
 		if submissionMode(j) == rayv1.K8sJobMode {
 			refused = "spec.submissionMode: kai-scheduler cannot gang-schedule a K8sJobMode RayJob (its submitter pod is made after the cluster is ready); use SidecarMode"
 		}
@@ -58,14 +58,14 @@ func (r *Reconciler) syncVolcanoPodGroup(ctx context.Context, j *rayv1.RayJob, i
 	res := corev1.ResourceList{}
 	if initial {
 		spec := j.Spec.RayClusterSpec
-		members, res = builder.GangSize(spec, ptr.Deref(spec.EnableInTreeAutoscaling, false))
-		builder.AddResources(res, submitterResources(j))
+		members, res = clusterbuild.GangSize(spec, ptr.Deref(spec.EnableInTreeAutoscaling, false))
+		clusterbuild.AddResources(res, submitterResources(j))
 	} else if cluster, err := r.getCluster(ctx, j); err != nil {
 		return false, err
 	} else if cluster != nil && cluster.DeletionTimestamp == nil {
-		members, res = builder.GangSize(&cluster.Spec, builder.AutoscalingEnabled(cluster))
+		members, res = clusterbuild.GangSize(&cluster.Spec, clusterbuild.AutoscalingEnabled(cluster))
 	}
-	want, err := builder.VolcanoPodGroup(j, rayv1.GroupVersion.WithKind(builder.KindRayJob), members, res)
+	want, err := clusterbuild.VolcanoPodGroup(j, rayv1.GroupVersion.WithKind(clusterbuild.KindRayJob), members, res)
 	if err != nil {
 		return false, err
 	}
@@ -77,9 +77,9 @@ func (r *Reconciler) syncVolcanoPodGroup(ctx context.Context, j *rayv1.RayJob, i
 func submitterResources(j *rayv1.RayJob) corev1.ResourceList {
 	switch submissionMode(j) {
 	case rayv1.K8sJobMode:
-		return builder.PodResource(&submitterTemplate(j).Spec)
+		return clusterbuild.PodResource(&submitterTemplate(j).Spec)
 	case rayv1.SidecarMode:
-		return builder.PodResource(&corev1.PodSpec{Containers: []corev1.Container{{Resources: defaultSubmitterResources()}}})
+		return clusterbuild.PodResource(&corev1.PodSpec{Containers: []corev1.Container{{Resources: defaultSubmitterResources()}}})
 	}
 	return nil
 }
@@ -95,8 +95,8 @@ func (r *Reconciler) addSchedulerMetadata(j *rayv1.RayJob, child metav1.Object, 
 	if r.opts.BatchScheduler == "" || j.Spec.RayClusterSpec == nil {
 		return
 	}
-	builder.AddSchedulerMetadata(r.opts.BatchScheduler, j, child, group, func() []builder.YuniKornTaskGroup {
-		return append(builder.ClusterTaskGroups(j.Spec.RayClusterSpec), builder.SubmitterTaskGroup(&submitterTemplate(j).Spec))
+	clusterbuild.AddSchedulerMetadata(r.opts.BatchScheduler, j, child, group, func() []clusterbuild.YuniKornTaskGroup {
+		return append(clusterbuild.ClusterTaskGroups(j.Spec.RayClusterSpec), clusterbuild.SubmitterTaskGroup(&submitterTemplate(j).Spec))
 	})
 }
 
@@ -104,7 +104,7 @@ func (r *Reconciler) addSchedulerMetadata(j *rayv1.RayJob, child metav1.Object, 
 // uses: once the job has finished, and when it is suspended or retried (its cluster deleted).
 func (r *Reconciler) batchSchedulerCleanup(ctx context.Context, run *run) error {
 	j := run.j
-	if r.opts.BatchScheduler != builder.SchedulerVolcano || j.Spec.RayClusterSpec == nil || j.Status.RayClusterName == "" {
+	if r.opts.BatchScheduler != clusterbuild.SchedulerVolcano || j.Spec.RayClusterSpec == nil || j.Status.RayClusterName == "" {
 		return nil
 	}
 	updated, err := r.syncVolcanoPodGroup(ctx, j, false)

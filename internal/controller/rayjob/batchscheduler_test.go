@@ -15,7 +15,7 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -45,11 +45,11 @@ func sameQuantities(got *corev1.ResourceList, want map[string]string) bool {
 // pods in it; once the job is done, the PodGroup shrunk to the cluster that remains. A RayJob on an existing
 // cluster is refused with an event naming spec.clusterSelector.
 func TestBatchSchedulerVolcano(t *testing.T) {
-	e := startEnvWith(t, builder.SchedulerVolcano)
+	e := startEnvWith(t, clusterbuild.SchedulerVolcano)
 	ctx := context.Background()
 	ns := e.Namespace(t)
 	j := e.create(t, testutil.MakeRayJob(ns, "vj").With(func(j *rayv1.RayJob) {
-		j.Labels = map[string]string{builder.LabelVolcanoQueue: "q1"}
+		j.Labels = map[string]string{clusterbuild.LabelVolcanoQueue: "q1"}
 		j.Spec.SubmissionMode = rayv1.K8sJobMode
 		j.Spec.RayClusterSpec = sizedSpec()
 	}))
@@ -66,7 +66,7 @@ func TestBatchSchedulerVolcano(t *testing.T) {
 	}
 
 	c := e.readyCluster(t, j)
-	if c.Annotations["scheduling.k8s.io/group-name"] != "ray-vj-pg" || c.Labels[builder.LabelVolcanoQueue] != "q1" {
+	if c.Annotations["scheduling.k8s.io/group-name"] != "ray-vj-pg" || c.Labels[clusterbuild.LabelVolcanoQueue] != "q1" {
 		t.Errorf("cluster labels %v annotations %v", c.Labels, c.Annotations)
 	}
 	got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
@@ -77,7 +77,7 @@ func TestBatchSchedulerVolcano(t *testing.T) {
 	})
 	tmpl := sub.Spec.Template
 	if tmpl.Spec.SchedulerName != "volcano" || tmpl.Annotations["scheduling.k8s.io/group-name"] != "ray-vj-pg" ||
-		tmpl.Annotations["volcano.sh/task-spec"] != "submittergroup" || tmpl.Labels[builder.LabelVolcanoQueue] != "q1" {
+		tmpl.Annotations["volcano.sh/task-spec"] != "submittergroup" || tmpl.Labels[clusterbuild.LabelVolcanoQueue] != "q1" {
 		t.Errorf("submitter pod template %q %v %v", tmpl.Spec.SchedulerName, tmpl.Labels, tmpl.Annotations)
 	}
 
@@ -113,7 +113,7 @@ func TestBatchSchedulerVolcano(t *testing.T) {
 
 // kai-scheduler refuses a K8sJobMode RayJob, as KubeRay v1.7 does, naming the field; SidecarMode goes on.
 func TestBatchSchedulerKaiRefusesK8sJobMode(t *testing.T) {
-	r := &Reconciler{opts: Options{BatchScheduler: builder.SchedulerKai}}
+	r := &Reconciler{opts: Options{BatchScheduler: clusterbuild.SchedulerKai}}
 	for _, c := range []struct {
 		mode   rayv1.JobSubmissionMode
 		refuse bool

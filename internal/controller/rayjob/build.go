@@ -14,19 +14,19 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
 // ownerRef makes the RayJob the controller of what it creates, so deleting it deletes them.
 func ownerRef(j *rayv1.RayJob) metav1.OwnerReference {
-	return *metav1.NewControllerRef(j, rayv1.GroupVersion.WithKind(builder.KindRayJob))
+	return *metav1.NewControllerRef(j, rayv1.GroupVersion.WithKind(clusterbuild.KindRayJob))
 }
 
 // originLabels mark objects made for a RayJob (kuberay-compat.md §2).
 func originLabels(j *rayv1.RayJob) map[string]string {
 	return map[string]string{
-		rayv1.LabelOriginCRD:    builder.KindRayJob,
+		rayv1.LabelOriginCRD:    clusterbuild.KindRayJob,
 		rayv1.LabelOriginCRName: j.Name,
 	}
 }
@@ -52,10 +52,10 @@ func ClusterFor(j *rayv1.RayJob, name string) *rayv1.RayCluster {
 		// The head runs once: a restarted head would have lost the job its sidecar submitted.
 		head.RestartPolicy = corev1.RestartPolicyNever
 		c := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: j.Namespace}, Spec: *spec}
-		address := "http://127.0.0.1:" + strconv.Itoa(int(ray.DashboardPort(builder.HeadService(c))))
+		address := "http://127.0.0.1:" + strconv.Itoa(int(ray.DashboardPort(clusterbuild.HeadService(c))))
 		sub := submitterContainer(j, headImage(spec), address)
 		// `ray job submit` reads the token from the environment, as Ray's CLI does.
-		builder.AddAuthEnv(&sub, c)
+		clusterbuild.AddAuthEnv(&sub, c)
 		head.Containers = append(head.Containers, sub)
 	}
 	return &rayv1.RayCluster{
@@ -69,7 +69,7 @@ func ClusterFor(j *rayv1.RayJob, name string) *rayv1.RayCluster {
 
 func headImage(spec *rayv1.RayClusterSpec) string {
 	if cs := spec.HeadGroupSpec.Template.Spec.Containers; len(cs) > 0 {
-		return cs[builder.RayContainerIndex].Image
+		return cs[clusterbuild.RayContainerIndex].Image
 	}
 	return ""
 }
@@ -98,8 +98,8 @@ func SubmitterJob(j *rayv1.RayJob, cluster *rayv1.RayCluster, address string) *b
 			c.Command, c.Args = submitCommand(j, address)
 		}
 		c.Env = mergeEnv(c.Env, submitterEnv(j, address))
-		builder.AddAuthEnv(c, cluster)
-		builder.AddAuthVolume(&tmpl.Spec, cluster)
+		clusterbuild.AddAuthEnv(c, cluster)
+		clusterbuild.AddAuthVolume(&tmpl.Spec, cluster)
 	}
 	// The Job carries the origin labels; its pods get the Job controller's own labels only, as KubeRay's do.
 	labels := originLabels(j)
@@ -233,12 +233,12 @@ func SubmitRequest(j *rayv1.RayJob) (ray.JobSubmitRequest, error) {
 // HeadTarget is where the head of cluster is reached.
 func HeadTarget(c *rayv1.RayCluster) ray.Target {
 	return ray.Target{
-		Namespace: c.Namespace, HeadServiceName: builder.HeadServiceName(c),
-		DashboardPort: ray.DashboardPort(builder.HeadService(c)),
+		Namespace: c.Namespace, HeadServiceName: clusterbuild.HeadServiceName(c),
+		DashboardPort: ray.DashboardPort(clusterbuild.HeadService(c)),
 	}
 }
 
 // DashboardURL is status.dashboardURL as KubeRay writes it: <head-svc>.<ns>.svc.<domain>:<port>, no scheme.
 func DashboardURL(c *rayv1.RayCluster, domain string) string {
-	return builder.HeadServiceFQDN(c, domain) + ":" + strconv.Itoa(int(ray.DashboardPort(builder.HeadService(c))))
+	return clusterbuild.HeadServiceFQDN(c, domain) + ":" + strconv.Itoa(int(ray.DashboardPort(clusterbuild.HeadService(c))))
 }

@@ -49,7 +49,7 @@ type Options struct {
 	// StopOnDeleteTimeout bounds how long deleting a RayJob waits for Ray to stop its job (30 s when zero); after
 	// it the finalizer goes anyway with a warning event, so an unreachable head cannot block deletion forever.
 	StopOnDeleteTimeout time.Duration
-	// BatchScheduler is the operator's batch scheduler (one of builder.BatchSchedulers; empty: none): the RayJob's
+	// BatchScheduler is the operator's batch scheduler (one of clusterbuild.BatchSchedulers; empty: none): the RayJob's
 	// cluster and submitter are handed to it (batchscheduler.go).
 	BatchScheduler string
 	// Clock and Rand are injectable for tests.

@@ -468,8 +468,8 @@ func TestEnvtest(t *testing.T) {
 	})
 
 	t.Run("suspended mid-run without shutdownAfterJobFinishes: ValidationFailed; the fixed spec starts over on a new cluster once the old is gone", func(t *testing.T) {
-		ns := e.namespace(t)
-		j := e.create(t, ns, "badsusp", nil)
+		ns := e.Namespace(t)
+		j := e.create(t, testutil.MakeRayJob(ns, "badsusp"))
 		c := e.readyCluster(t, j)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
 		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.Suspend = true })

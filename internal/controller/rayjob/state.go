@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/ray"
 )
@@ -94,12 +94,12 @@ func (r *Reconciler) initialize(run *run) {
 	case j.Spec.JobId != "":
 		s.JobId = j.Spec.JobId
 	default:
-		s.JobId = builder.ChildClusterName(j.Name, r.opts.Rand)
+		s.JobId = clusterbuild.ChildClusterName(j.Name, r.opts.Rand)
 	}
 	if sel := j.Spec.ClusterSelector[rayv1.LabelCluster]; sel != "" {
 		s.RayClusterName = sel
 	} else {
-		s.RayClusterName = builder.ChildClusterName(j.Name, r.opts.Rand)
+		s.RayClusterName = clusterbuild.ChildClusterName(j.Name, r.opts.Rand)
 	}
 	if s.StartTime == nil {
 		s.StartTime = ptr.To(metav1.NewTime(run.now))
@@ -285,7 +285,7 @@ func (r *Reconciler) ensureSubmitter(ctx context.Context, run *run, cluster *ray
 		return err
 	}
 	job := SubmitterJob(run.j, cluster, r.rays.InClusterDashboardURL(HeadTarget(cluster)))
-	r.addSchedulerMetadata(run.j, &job.Spec.Template, builder.SubmitterGroupName)
+	r.addSchedulerMetadata(run.j, &job.Spec.Template, clusterbuild.SubmitterGroupName)
 	if err := r.client.Create(ctx, job); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil
@@ -676,7 +676,7 @@ func (r *Reconciler) ensureHeadService(ctx context.Context, run *run, cluster *r
 	if len(j.Spec.ClusterSelector) > 0 {
 		return nil
 	}
-	want := builder.OwnerHeadService(cluster, builder.KindRayJob, j.Name)
+	want := clusterbuild.OwnerHeadService(cluster, clusterbuild.KindRayJob, j.Name)
 	want.OwnerReferences = []metav1.OwnerReference{ownerRef(j)}
 	have := &corev1.Service{}
 	err := r.reader.Get(ctx, client.ObjectKeyFromObject(want), have)

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -37,7 +37,7 @@ func TestAppliedRecord(t *testing.T) {
 		}})
 	r := &Reconciler{client: cl}
 	applied := func(c *rayv1.RayCluster) bool {
-		return c.Annotations[builder.AnnotationServeConfigHash] == "h1" && c.Annotations[builder.AnnotationServeConfigHead] == "head-1"
+		return c.Annotations[clusterbuild.AnnotationServeConfigHash] == "h1" && c.Annotations[clusterbuild.AnnotationServeConfigHead] == "head-1"
 	}
 
 	r.applied.Store(c.UID, appliedRecord{hash: "h1", headID: "head-1"})

@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 )
 
 // planPending makes sure a pending cluster with the current spec exists (or is being created) and returns it.
@@ -44,7 +44,7 @@ func planPending(o observed, p *plan, pending *clusterObs, spec *rayv1.RayCluste
 			p.Requeue(time.Second)
 			return pending
 		}
-		p.createCluster = builder.RayServiceCluster(o.rs, name)
+		p.createCluster = clusterbuild.RayServiceCluster(o.rs, name)
 		if incremental(o.rs) && st.ActiveServiceStatus.RayClusterName != "" {
 			startAtMinReplicas(p.createCluster)
 		}
@@ -82,8 +82,8 @@ const (
 // clusterAction compares a cluster with the spec: the same, different only in ways that can be made in place
 // (returns the updated cluster), or needing a new cluster.
 func clusterAction(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec) (*rayv1.RayCluster, clusterActionType) {
-	n, err := strconv.Atoi(c.Annotations[builder.AnnotationNumWorkerGroups])
-	if err != nil || n > len(spec.WorkerGroupSpecs) || builder.RayServiceClusterHash(spec, n) != c.Annotations[builder.AnnotationClusterSpecHash] {
+	n, err := strconv.Atoi(c.Annotations[clusterbuild.AnnotationNumWorkerGroups])
+	if err != nil || n > len(spec.WorkerGroupSpecs) || clusterbuild.RayServiceClusterHash(spec, n) != c.Annotations[clusterbuild.AnnotationClusterSpecHash] {
 		return nil, actionNew
 	}
 	updated := c.DeepCopy()
@@ -106,8 +106,8 @@ func clusterAction(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec) (*rayv1.RayC
 		return nil, actionSame
 	}
 	updated.Annotations = maps.Clone(updated.Annotations)
-	updated.Annotations[builder.AnnotationClusterSpecHash] = builder.RayServiceClusterHash(spec, len(spec.WorkerGroupSpecs))
-	updated.Annotations[builder.AnnotationNumWorkerGroups] = strconv.Itoa(len(spec.WorkerGroupSpecs))
+	updated.Annotations[clusterbuild.AnnotationClusterSpecHash] = clusterbuild.RayServiceClusterHash(spec, len(spec.WorkerGroupSpecs))
+	updated.Annotations[clusterbuild.AnnotationNumWorkerGroups] = strconv.Itoa(len(spec.WorkerGroupSpecs))
 	return updated, actionInPlace
 }
 
@@ -133,11 +133,11 @@ func planOldClusters(o observed, p *plan, active, pending *clusterObs) {
 		if c.DeletionTimestamp != nil || deleting[c.Name] {
 			continue
 		}
-		at, hasAt := c.Annotations[builder.AnnotationDeleteAfter]
+		at, hasAt := c.Annotations[clusterbuild.AnnotationDeleteAfter]
 		if keep[c.Name] {
 			if hasAt {
 				// Named again (a stale read marked it): it must not be deleted later for an old reason.
-				p.annotate = append(p.annotate, annotationPatch{cluster: c, key: builder.AnnotationDeleteAfter})
+				p.annotate = append(p.annotate, annotationPatch{cluster: c, key: clusterbuild.AnnotationDeleteAfter})
 			}
 			continue
 		}
@@ -145,7 +145,7 @@ func planOldClusters(o observed, p *plan, active, pending *clusterObs) {
 		if !hasAt || err != nil {
 			deadline = o.now.Add(delay)
 			if delay > 0 {
-				p.annotate = append(p.annotate, annotationPatch{cluster: c, key: builder.AnnotationDeleteAfter, value: ptr.To(deadline.UTC().Format(time.RFC3339))})
+				p.annotate = append(p.annotate, annotationPatch{cluster: c, key: clusterbuild.AnnotationDeleteAfter, value: ptr.To(deadline.UTC().Format(time.RFC3339))})
 				p.Requeue(delay)
 				continue
 			}

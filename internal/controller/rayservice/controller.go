@@ -28,7 +28,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/rayauth"
@@ -106,7 +106,7 @@ func newServiceCache(mgr ctrl.Manager, namespaces []string) (cache.Cache, error)
 		Mapper: mgr.GetRESTMapper(),
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Service{}: {
-				Label:     labels.SelectorFromSet(labels.Set{rayv1.LabelOriginCRD: builder.KindRayService}),
+				Label:     labels.SelectorFromSet(labels.Set{rayv1.LabelOriginCRD: clusterbuild.KindRayService}),
 				Transform: cache.TransformStripManagedFields(),
 			},
 		},
@@ -176,7 +176,7 @@ func (r *Reconciler) serviceOfPod(ctx context.Context, o client.Object) []reconc
 		return nil
 	}
 	ref := metav1.GetControllerOf(c)
-	if ref == nil || ref.Kind != builder.KindRayService || ref.APIVersion != rayv1.GroupVersion.String() {
+	if ref == nil || ref.Kind != clusterbuild.KindRayService || ref.APIVersion != rayv1.GroupVersion.String() {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: ref.Name}}}
@@ -272,7 +272,7 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, rs *rayv1.RayService
 	}
 	var list rayv1.RayClusterList
 	if err := r.client.List(ctx, &list, client.InNamespace(rs.Namespace),
-		client.MatchingLabels{rayv1.LabelOriginCRName: rs.Name, rayv1.LabelOriginCRD: builder.KindRayService}); err != nil {
+		client.MatchingLabels{rayv1.LabelOriginCRName: rs.Name, rayv1.LabelOriginCRD: clusterbuild.KindRayService}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list RayClusters: %w", err)
 	}
 	if len(list.Items) == 0 {

@@ -36,7 +36,7 @@ import (
 	sigyaml "sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -232,7 +232,7 @@ func (e *env) setReady(t *testing.T, ns, cluster string, n int) {
 		}
 		for i := range pods {
 			p := &pods[i]
-			if builder.PodRunningAndReady(p) {
+			if clusterbuild.PodRunningAndReady(p) {
 				continue
 			}
 			ip := fmt.Sprintf("10.1.%d.%d", e.ipN.Add(1)/250, e.ipN.Load()%250+1)
@@ -862,7 +862,7 @@ func testKubeRaySamples(t *testing.T, e *env) {
 				name := e.get(t, rs).Status.PendingServiceStatus.RayClusterName
 				eventually(t, "cluster ready and the RayService Ready", func() (bool, string) {
 					for _, p := range e.pods(t, ns, name) {
-						if !builder.PodRunningAndReady(&p) {
+						if !clusterbuild.PodRunningAndReady(&p) {
 							ip := fmt.Sprintf("10.2.%d.%d", e.ipN.Add(1)/250, e.ipN.Load()%250+1)
 							p.Status.Phase = corev1.PodRunning
 							p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}

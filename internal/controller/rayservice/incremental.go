@@ -11,7 +11,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -159,8 +159,8 @@ func serveConfigFor(rs *rayv1.RayService, capacity *int32) string {
 // holds says Ray holds config on the cluster's current head (the config and head recorded on the cluster).
 func holds(c *clusterObs, config string) bool {
 	return c != nil && c.cluster != nil && c.headReady &&
-		c.cluster.Annotations[builder.AnnotationServeConfigHash] == builder.ServeConfigHash(config) &&
-		c.cluster.Annotations[builder.AnnotationServeConfigHead] == headID(c.head)
+		c.cluster.Annotations[clusterbuild.AnnotationServeConfigHash] == clusterbuild.ServeConfigHash(config) &&
+		c.cluster.Annotations[clusterbuild.AnnotationServeConfigHead] == headID(c.head)
 }
 
 // gatewayReady: a Gateway implementation accepted the Gateway and programmed its data plane.
@@ -190,7 +190,7 @@ func routeWeight(r *gwv1.HTTPRoute, cluster *rayv1.RayCluster) int32 {
 	if r == nil || cluster == nil || len(r.Spec.Rules) == 0 {
 		return -1
 	}
-	name := builder.ServeServiceName(cluster)
+	name := clusterbuild.ServeServiceName(cluster)
 	for _, b := range r.Spec.Rules[0].BackendRefs {
 		if string(b.Name) == name {
 			return ptr.Deref(b.Weight, 1)
@@ -203,7 +203,7 @@ func routeWeight(r *gwv1.HTTPRoute, cluster *rayv1.RayCluster) int32 {
 func desiredGateway(rs *rayv1.RayService) *gwv1.Gateway {
 	return &gwv1.Gateway{
 		ObjectMeta: metav1.ObjectMeta{Name: GatewayName(rs), Namespace: rs.Namespace, Labels: originLabels(rs),
-			OwnerReferences: []metav1.OwnerReference{*builder.RayServiceOwnerReference(rs)}},
+			OwnerReferences: []metav1.OwnerReference{*clusterbuild.RayServiceOwnerReference(rs)}},
 		Spec: gwv1.GatewaySpec{
 			GatewayClassName: gwv1.ObjectName(rs.Spec.UpgradeStrategy.ClusterUpgradeOptions.GatewayClassName),
 			Listeners:        []gwv1.Listener{{Name: GatewayListenerName, Protocol: gwv1.HTTPProtocolType, Port: GatewayListenerPort}},
@@ -217,7 +217,7 @@ func desiredRoute(rs *rayv1.RayService, st *rayv1.RayServiceStatuses, active, pe
 	ns := gwv1.Namespace(rs.Namespace)
 	backend := func(c *rayv1.RayCluster, weight int32) gwv1.HTTPBackendRef {
 		return gwv1.HTTPBackendRef{BackendRef: gwv1.BackendRef{
-			BackendObjectReference: gwv1.BackendObjectReference{Name: gwv1.ObjectName(builder.ServeServiceName(c)), Namespace: ptr.To(ns), Port: ptr.To(servePort(c))},
+			BackendObjectReference: gwv1.BackendObjectReference{Name: gwv1.ObjectName(clusterbuild.ServeServiceName(c)), Namespace: ptr.To(ns), Port: ptr.To(servePort(c))},
 			Weight:                 ptr.To(weight),
 		}}
 	}
@@ -227,7 +227,7 @@ func desiredRoute(rs *rayv1.RayService, st *rayv1.RayServiceStatuses, active, pe
 	}
 	return &gwv1.HTTPRoute{
 		ObjectMeta: metav1.ObjectMeta{Name: HTTPRouteName(rs), Namespace: rs.Namespace, Labels: originLabels(rs),
-			OwnerReferences: []metav1.OwnerReference{*builder.RayServiceOwnerReference(rs)}},
+			OwnerReferences: []metav1.OwnerReference{*clusterbuild.RayServiceOwnerReference(rs)}},
 		Spec: gwv1.HTTPRouteSpec{
 			CommonRouteSpec: gwv1.CommonRouteSpec{ParentRefs: []gwv1.ParentReference{{Name: gwv1.ObjectName(GatewayName(rs)), Namespace: ptr.To(ns)}}},
 			Rules: []gwv1.HTTPRouteRule{{
@@ -244,15 +244,15 @@ func desiredRoute(rs *rayv1.RayService, st *rayv1.RayServiceStatuses, active, pe
 func clusterServeService(rs *rayv1.RayService, c *rayv1.RayCluster) *corev1.Service {
 	plain := rs.DeepCopy()
 	plain.Spec.ServeService = nil // KubeRay ignores serveService during incremental upgrades
-	svc := builder.RayServiceServeService(plain, c)
-	svc.Name = builder.ServeServiceName(c)
+	svc := clusterbuild.RayServiceServeService(plain, c)
+	svc.Name = clusterbuild.ServeServiceName(c)
 	svc.Labels[rayv1.LabelOriginCRName] = c.Name
 	svc.Labels[rayv1.LabelServe] = c.Name + "-serve"
 	return svc
 }
 
 func originLabels(rs *rayv1.RayService) map[string]string {
-	return map[string]string{rayv1.LabelOriginCRName: rs.Name, rayv1.LabelOriginCRD: builder.KindRayService}
+	return map[string]string{rayv1.LabelOriginCRName: rs.Name, rayv1.LabelOriginCRD: clusterbuild.KindRayService}
 }
 
 // upgradeOptions are the clusterUpgradeOptions with KubeRay's default maxSurgePercent (validate has checked them).

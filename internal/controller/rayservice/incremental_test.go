@@ -14,7 +14,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/validation"
 )
 
@@ -78,13 +78,13 @@ func (w *world) step() *plan {
 	p := computePlan(w.observe())
 	if c := p.createCluster; c != nil {
 		co := readyCluster(w.rs, c.Name)
-		delete(co.cluster.Annotations, builder.AnnotationServeConfigHash)
+		delete(co.cluster.Annotations, clusterbuild.AnnotationServeConfigHash)
 		w.clusters[c.Name] = co
 	}
 	for _, a := range p.apply {
 		co := w.clusters[a.cluster.Name]
-		co.cluster.Annotations[builder.AnnotationServeConfigHash] = a.hash
-		co.cluster.Annotations[builder.AnnotationServeConfigHead] = a.headID
+		co.cluster.Annotations[clusterbuild.AnnotationServeConfigHash] = a.hash
+		co.cluster.Annotations[clusterbuild.AnnotationServeConfigHead] = a.headID
 		var cfg struct {
 			TargetCapacity *int32 `json:"target_capacity"`
 		}

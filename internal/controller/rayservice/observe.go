@@ -14,7 +14,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/ray"
 )
@@ -40,7 +40,7 @@ func (r *Reconciler) ownedClusters(ctx context.Context, rs *rayv1.RayService) ([
 // observe reads the service's clusters and their pods from the cache, and asks each ready head for its Serve
 // applications and each running pod's Serve proxy for its health.
 func (r *Reconciler) observe(ctx context.Context, rs *rayv1.RayService) (observed, error) {
-	o := observed{rs: rs, now: r.opts.Now(), newName: func() string { return builder.ChildClusterName(rs.Name, r.opts.Rand) }, noZeroDowntime: r.opts.NoZeroDowntime,
+	o := observed{rs: rs, now: r.opts.Now(), newName: func() string { return clusterbuild.ChildClusterName(rs.Name, r.opts.Rand) }, noZeroDowntime: r.opts.NoZeroDowntime,
 		gatewayAPI: r.gatewayAPI}
 	var err error
 	if o.clusters, err = r.ownedClusters(ctx, rs); err != nil {
@@ -97,16 +97,16 @@ func (r *Reconciler) observeCluster(ctx context.Context, rs *rayv1.RayService, c
 			co.head = &co.pods[i]
 		}
 	}
-	co.headReady = co.head != nil && builder.PodRunningAndReady(co.head) && co.head.Status.PodIP != ""
+	co.headReady = co.head != nil && clusterbuild.PodRunningAndReady(co.head) && co.head.Status.PodIP != ""
 	if !co.headReady {
 		return nil
 	}
 	headSvc := &corev1.Service{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: builder.HeadServiceName(c)}, headSvc); err != nil {
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: c.Namespace, Name: clusterbuild.HeadServiceName(c)}, headSvc); err != nil {
 		headSvc = nil
 	}
 	target := ray.Target{
-		Namespace: c.Namespace, HeadServiceName: builder.HeadServiceName(c),
+		Namespace: c.Namespace, HeadServiceName: clusterbuild.HeadServiceName(c),
 		DashboardPort: ray.DashboardPort(headSvc), ServePort: servePort(c),
 	}
 	if dash, err := r.dashboardFor(ctx, c, target); err != nil {
@@ -160,8 +160,8 @@ func (r *Reconciler) checkProxies(ctx context.Context, rs *rayv1.RayService, co 
 // servePort is the port of the head Ray container's port named "serve", or Serve's default.
 func servePort(c *rayv1.RayCluster) int32 {
 	if cs := c.Spec.HeadGroupSpec.Template.Spec.Containers; len(cs) > 0 {
-		for _, p := range cs[builder.RayContainerIndex].Ports {
-			if p.Name == builder.ServePortName && p.ContainerPort > 0 {
+		for _, p := range cs[clusterbuild.RayContainerIndex].Ports {
+			if p.Name == clusterbuild.ServePortName && p.ContainerPort > 0 {
 				return p.ContainerPort
 			}
 		}

@@ -11,7 +11,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/validation"
@@ -197,7 +197,7 @@ func (r *rollout) configOf(rs *rayv1.RayService, st *rayv1.RayServiceStatuses, c
 // reconcile may not yet.
 func (r *rollout) pendingReady(rs *rayv1.RayService, st *rayv1.RayServiceStatuses) bool {
 	return r.pending != nil && r.pending.cluster != nil && !r.appliedNow[r.pending.cluster.Name] &&
-		ready(rs, r.pending, builder.ServeConfigHash(r.configOf(rs, st, r.pending)))
+		ready(rs, r.pending, clusterbuild.ServeConfigHash(r.configOf(rs, st, r.pending)))
 }
 
 // planUnsupported reports the spec fields Manta does not implement in the UnsupportedFeature condition (and an event
@@ -326,12 +326,12 @@ func planServeConfigs(o observed, p *plan, r *rollout) {
 			continue
 		}
 		config := r.configOf(rs, st, c)
-		configHash := builder.ServeConfigHash(config)
+		configHash := clusterbuild.ServeConfigHash(config)
 		id := headID(c.head)
 		// Ray reporting no application at all for a config that has some means it lost them (a GCS restart the pod
 		// status does not show): the config is sent again. The PUT is declarative, so a spare one is harmless.
 		lost := c.details != nil && len(c.details.Applications) == 0 && len(configuredApps(rs.Spec.ServeConfigV2)) > 0
-		if lost || c.cluster.Annotations[builder.AnnotationServeConfigHash] != configHash || c.cluster.Annotations[builder.AnnotationServeConfigHead] != id {
+		if lost || c.cluster.Annotations[clusterbuild.AnnotationServeConfigHash] != configHash || c.cluster.Annotations[clusterbuild.AnnotationServeConfigHead] != id {
 			a := serveApply{cluster: c.cluster, config: config, hash: configHash, headID: id}
 			if c.cluster.Name == r.capacityTo {
 				a.capacity, a.revert = true, r.capacityRevert
@@ -385,10 +385,10 @@ func planRouting(o observed, p *plan, r *rollout) {
 		return
 	}
 	if !r.inc {
-		p.services = []*corev1.Service{builder.RayServiceHeadService(rs, r.active.cluster), builder.RayServiceServeService(rs, r.active.cluster)}
+		p.services = []*corev1.Service{clusterbuild.RayServiceHeadService(rs, r.active.cluster), clusterbuild.RayServiceServeService(rs, r.active.cluster)}
 		return
 	}
-	p.services = []*corev1.Service{builder.RayServiceHeadService(rs, r.active.cluster), clusterServeService(rs, r.active.cluster)}
+	p.services = []*corev1.Service{clusterbuild.RayServiceHeadService(rs, r.active.cluster), clusterServeService(rs, r.active.cluster)}
 	if r.pending != nil && r.pending.cluster != nil {
 		p.services = append(p.services, clusterServeService(rs, r.pending.cluster))
 	}

@@ -13,7 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/validation"
 )
@@ -37,12 +37,12 @@ func names(seq ...string) func() string {
 
 // readyCluster is a cluster of rs whose head is ready, with the current config applied and all apps RUNNING.
 func readyCluster(rs *rayv1.RayService, name string) *clusterObs {
-	c := builder.RayServiceCluster(rs, name)
+	c := clusterbuild.RayServiceCluster(rs, name)
 	head := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name + "-head-x", UID: "head-uid", Labels: map[string]string{rayv1.LabelNodeType: rayv1.NodeTypeHead, rayv1.LabelServe: "true"}},
 		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
-	c.Annotations[builder.AnnotationServeConfigHash] = builder.ServeConfigHash(rs.Spec.ServeConfigV2)
-	c.Annotations[builder.AnnotationServeConfigHead] = headID(&head)
+	c.Annotations[clusterbuild.AnnotationServeConfigHash] = clusterbuild.ServeConfigHash(rs.Spec.ServeConfigV2)
+	c.Annotations[clusterbuild.AnnotationServeConfigHead] = headID(&head)
 	apps := map[string]ray.ServeApplication{}
 	for _, a := range configuredApps(rs.Spec.ServeConfigV2) {
 		apps[a] = ray.ServeApplication{Status: ray.ApplicationStatusRunning}
@@ -167,7 +167,7 @@ func TestPlanPromotionAndDeletionDelay(t *testing.T) {
 	// Later reconciles: kept until the deadline, deleted after.
 	rs.Status = p.status
 	oldMarked := old.cluster.DeepCopy()
-	oldMarked.Annotations[builder.AnnotationDeleteAfter] = *p.annotate[0].value
+	oldMarked.Annotations[clusterbuild.AnnotationDeleteAfter] = *p.annotate[0].value
 	for _, tc := range []struct {
 		now    time.Time
 		delete bool
@@ -208,7 +208,7 @@ func TestPlanNoZeroDowntime(t *testing.T) {
 
 func TestClusterAction(t *testing.T) {
 	rs := planService()
-	c := builder.RayServiceCluster(rs, "svc-a")
+	c := clusterbuild.RayServiceCluster(rs, "svc-a")
 	spec := rs.Spec.RayClusterSpec.DeepCopy()
 	if _, a := clusterAction(c, spec); a != actionSame {
 		t.Errorf("unchanged spec: action %d", a)
@@ -220,7 +220,7 @@ func TestClusterAction(t *testing.T) {
 	g := spec.WorkerGroupSpecs[0].DeepCopy()
 	g.GroupName = "more"
 	spec.WorkerGroupSpecs = append(spec.WorkerGroupSpecs, *g)
-	if u, a := clusterAction(c, spec); a != actionInPlace || len(u.Spec.WorkerGroupSpecs) != 2 || u.Annotations[builder.AnnotationNumWorkerGroups] != "2" {
+	if u, a := clusterAction(c, spec); a != actionInPlace || len(u.Spec.WorkerGroupSpecs) != 2 || u.Annotations[clusterbuild.AnnotationNumWorkerGroups] != "2" {
 		t.Errorf("appended group: action %d", a)
 	}
 	spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "other"
@@ -299,7 +299,7 @@ func TestInitializingTimeout(t *testing.T) {
 	rs.Status.Conditions = []metav1.Condition{{Type: string(rayv1.RayServiceReady), Status: metav1.ConditionFalse,
 		Reason: string(rayv1.RayServiceInitializing), LastTransitionTime: metav1.NewTime(t0), ObservedGeneration: 1}}
 	rs.Status.PendingServiceStatus.RayClusterName = "svc-a"
-	c := builder.RayServiceCluster(rs, "svc-a")
+	c := clusterbuild.RayServiceCluster(rs, "svc-a")
 	p := computePlan(observed{rs: rs, now: t0.Add(29 * time.Second), pending: &clusterObs{cluster: c}, clusters: []rayv1.RayCluster{*c}})
 	if len(p.deleteClusters) != 0 {
 		t.Fatal("deleted before the timeout")
@@ -342,7 +342,7 @@ func TestInitializingTimeoutRearmedOnResume(t *testing.T) {
 		t.Fatalf("Suspended %+v", s)
 	}
 	rs.Status = p.status
-	c := builder.RayServiceCluster(rs, "svc-a")
+	c := clusterbuild.RayServiceCluster(rs, "svc-a")
 	obs := func(now time.Time) observed {
 		return observed{rs: rs, now: now, pending: &clusterObs{cluster: c}, clusters: []rayv1.RayCluster{*c}}
 	}

@@ -7,7 +7,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -20,7 +20,7 @@ func ready(rs *rayv1.RayService, c *clusterObs, configHash string) bool {
 	if rs.Spec.ServeConfigV2 == "" {
 		return true
 	}
-	if c.cluster.Annotations[builder.AnnotationServeConfigHash] != configHash || c.cluster.Annotations[builder.AnnotationServeConfigHead] != headID(c.head) {
+	if c.cluster.Annotations[clusterbuild.AnnotationServeConfigHash] != configHash || c.cluster.Annotations[clusterbuild.AnnotationServeConfigHead] != headID(c.head) {
 		return false
 	}
 	for _, name := range configuredApps(rs.Spec.ServeConfigV2) {
@@ -91,7 +91,7 @@ func serviceStatus(c *clusterObs, old rayv1.RayServiceStatus) rayv1.RayServiceSt
 func serveEndpoints(c *clusterObs) int {
 	n := 0
 	for i := range c.pods {
-		if c.pods[i].Labels[rayv1.LabelServe] == "true" && builder.PodRunningAndReady(&c.pods[i]) {
+		if c.pods[i].Labels[rayv1.LabelServe] == "true" && clusterbuild.PodRunningAndReady(&c.pods[i]) {
 			n++
 		}
 	}
@@ -118,7 +118,7 @@ func planServeLabels(rs *rayv1.RayService, p *plan, active, pending *clusterObs)
 			if pod.Labels[rayv1.LabelServe] != want {
 				p.podLabels = append(p.podLabels, podLabel{pod: pod, value: want})
 			}
-			if c == active && want == "true" && builder.PodRunningAndReady(pod) {
+			if c == active && want == "true" && clusterbuild.PodRunningAndReady(pod) {
 				endpoints++
 			}
 		}
@@ -133,7 +133,7 @@ func headID(pod *corev1.Pod) string {
 	}
 	var restarts int32
 	if len(pod.Spec.Containers) > 0 {
-		name := pod.Spec.Containers[builder.RayContainerIndex].Name
+		name := pod.Spec.Containers[clusterbuild.RayContainerIndex].Name
 		for _, cs := range pod.Status.ContainerStatuses {
 			if cs.Name == name {
 				restarts = cs.RestartCount

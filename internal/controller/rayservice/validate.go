@@ -10,7 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/validation"
 )
@@ -57,7 +57,7 @@ func validate(rs *rayv1.RayService) field.ErrorList {
 		errs = append(errs, field.Forbidden(cluster.Child("headGroupSpec", "headService", "metadata", "name"),
 			"a RayService's clusters each need their own head Service; leave the name unset (clients use <rayservice>-head-svc)"))
 	}
-	// The clusters carry the service's annotations (builder.RayServiceCluster).
+	// The clusters carry the service's annotations (clusterbuild.RayServiceCluster).
 	errs = append(errs, validation.NoK8sTokenAuth(cs, cluster)...)
 	errs = append(errs, validation.ClusterSpec(cs, rs.Annotations, cluster)...)
 	seen := map[string]bool{}
@@ -84,7 +84,7 @@ func unsupportedFields(rs *rayv1.RayService) []string {
 	if rs.Spec.DeploymentUnhealthySecondThreshold != nil {
 		out = append(out, "spec.deploymentUnhealthySecondThreshold (deprecated: no effect, as in KubeRay)")
 	}
-	for _, f := range builder.UnsupportedFields(builder.RayServiceCluster(rs, rs.Name)) {
+	for _, f := range clusterbuild.UnsupportedFields(clusterbuild.RayServiceCluster(rs, rs.Name)) {
 		if rest, ok := strings.CutPrefix(f, "spec."); ok {
 			f = "spec.rayClusterConfig." + rest
 		}

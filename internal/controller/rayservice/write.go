@@ -16,7 +16,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/builder"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -177,7 +177,7 @@ func (r *Reconciler) writeDeletions(ctx context.Context, p *plan) error {
 func (r *Reconciler) deleteClusterServeService(ctx context.Context, c *rayv1.RayCluster) error {
 	owner := metav1.GetControllerOf(c)
 	svc := &corev1.Service{}
-	if err := r.services.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: builder.ServeServiceName(c)}, svc); err != nil {
+	if err := r.services.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: clusterbuild.ServeServiceName(c)}, svc); err != nil {
 		return client.IgnoreNotFound(err)
 	}
 	if ref := metav1.GetControllerOf(svc); owner == nil || ref == nil || ref.UID != owner.UID || svc.DeletionTimestamp != nil {
@@ -352,7 +352,7 @@ func weights(r *gwv1.HTTPRoute) string {
 func (r *Reconciler) applyServeConfig(ctx context.Context, a serveApply) error {
 	c := a.cluster
 	dash, err := r.dashboardFor(ctx, c, ray.Target{
-		Namespace: c.Namespace, HeadServiceName: builder.HeadServiceName(c), DashboardPort: r.dashboardPort(ctx, c),
+		Namespace: c.Namespace, HeadServiceName: clusterbuild.HeadServiceName(c), DashboardPort: r.dashboardPort(ctx, c),
 	})
 	if err != nil {
 		return err
@@ -382,7 +382,7 @@ func (r *Reconciler) recordApplied(ctx context.Context, c *rayv1.RayCluster) err
 	}
 	rec := v.(appliedRecord)
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		builder.AnnotationServeConfigHash: rec.hash, builder.AnnotationServeConfigHead: rec.headID,
+		clusterbuild.AnnotationServeConfigHash: rec.hash, clusterbuild.AnnotationServeConfigHead: rec.headID,
 	}}})
 	if err != nil {
 		return err
@@ -411,7 +411,7 @@ func (r *Reconciler) withApplied(c *rayv1.RayCluster) (unwritten bool) {
 		return false
 	}
 	rec := v.(appliedRecord)
-	if c.Annotations[builder.AnnotationServeConfigHash] == rec.hash && c.Annotations[builder.AnnotationServeConfigHead] == rec.headID {
+	if c.Annotations[clusterbuild.AnnotationServeConfigHash] == rec.hash && c.Annotations[clusterbuild.AnnotationServeConfigHead] == rec.headID {
 		r.applied.CompareAndDelete(c.UID, v)
 		return false
 	}
@@ -425,13 +425,13 @@ func (rec appliedRecord) putOn(c *rayv1.RayCluster) {
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
-	c.Annotations[builder.AnnotationServeConfigHash] = rec.hash
-	c.Annotations[builder.AnnotationServeConfigHead] = rec.headID
+	c.Annotations[clusterbuild.AnnotationServeConfigHash] = rec.hash
+	c.Annotations[clusterbuild.AnnotationServeConfigHead] = rec.headID
 }
 
 func (r *Reconciler) dashboardPort(ctx context.Context, c *rayv1.RayCluster) int32 {
 	svc := &corev1.Service{}
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: builder.HeadServiceName(c)}, svc); err != nil {
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: clusterbuild.HeadServiceName(c)}, svc); err != nil {
 		return ray.DashboardPort(nil)
 	}
 	return ray.DashboardPort(svc)
@@ -473,7 +473,7 @@ func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.
 	}
 	base := existing
 	existing = withoutRetiredLabels(existing, desired)
-	updated, changed, recreate := builder.UpdateService(existing, desired)
+	updated, changed, recreate := clusterbuild.UpdateService(existing, desired)
 	changed = changed || existing != base
 	switch {
 	case !changed:
