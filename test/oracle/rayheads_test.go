@@ -229,6 +229,24 @@ func (r *rayHeads) release(ns string) {
 	}
 }
 
+// serveUnread names a running head pod in ns whose Serve applications are DEPLOYING, or have turned RUNNING and not
+// been read since (fakeray.Head.ServeUnread): the operator polling them writes their status once it reads them.
+func (r *rayHeads) serveUnread(ctx context.Context, ns string) string {
+	pods := &corev1.PodList{}
+	if err := r.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {
+		return "list head pods: " + err.Error()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if h := r.heads[p.UID]; h != nil && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && h.ServeUnread() {
+			return p.Name
+		}
+	}
+	return ""
+}
+
 // holding says whether a job of ns is held on a fake head: it runs until the test releases it.
 func (r *rayHeads) holding(ns string) bool {
 	r.holdMu.Lock()

@@ -484,6 +484,9 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 				}
 			} else if why := oldServiceCluster(o, clusters); why != "" {
 				move("RayService %s: %s", o.GetName(), why)
+			} else if c := pendingUpgrade(o); c != "" && headRunning[c] {
+				// The new cluster's applications turn RUNNING and it is promoted; both write nothing meanwhile.
+				move("RayService %s: upgrade to %s under way, its head runs", o.GetName(), c)
 			} else if !conditionTrue(o, "Ready") {
 				// With a head running, the operator polls its Serve applications until they run.
 				for _, path := range [][]string{{"status", "activeServiceStatus", "rayClusterName"}, {"status", "pendingServiceStatus", "rayClusterName"}} {
@@ -495,6 +498,9 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		}
 	}
 
+	if pod := env.heads.serveUnread(ctx, ns); pod != "" {
+		move("head %s: its Serve applications' status is new to the operator", pod)
+	}
 	snapshotGatewayAPI(t, sd, ns, s, services, clusters, toMap, saw, move)
 
 	events := &corev1.EventList{}
@@ -777,6 +783,16 @@ func podsInOrder(ps []map[string]any) []map[string]any {
 		out[i] = k.pod
 	}
 	return out
+}
+
+// pendingUpgrade names the pending cluster of a RayService's NewCluster upgrade (an incremental one moves on as
+// snapshotGatewayAPI says), "" when there is none.
+func pendingUpgrade(o *unstructured.Unstructured) string {
+	if typ, _, _ := unstructured.NestedString(o.Object, "spec", "upgradeStrategy", "type"); typ != "" && typ != string(rayv1.NewCluster) {
+		return ""
+	}
+	pending, _, _ := unstructured.NestedString(o.Object, "status", "pendingServiceStatus", "rayClusterName")
+	return pending
 }
 
 // oldServiceCluster says whether a RayService still has a cluster that is neither its active nor its pending one:

@@ -78,6 +78,7 @@ type serveState struct {
 	raw      []byte // the last config deployed, as sent
 	apps     []serveApp
 	deployed time.Time
+	lastRead time.Time // the last GET of the applications
 }
 
 type serveApp struct {
@@ -160,6 +161,19 @@ func (h *Head) ServeDeploys() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.deploys
+}
+
+// ServeUnread says whether the applications of the last Serve config are DEPLOYING, or turned RUNNING and have
+// not been read since: they turn on a timer, which no request to the head shows, and a test waits until the
+// operator has seen the change (a barrier).
+func (h *Head) ServeUnread() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.serve == nil || len(h.serve.apps) == 0 {
+		return false
+	}
+	running := h.serve.deployed.Add(h.opts.ServeDeploying)
+	return time.Now().Before(running) || h.serve.lastRead.Before(running)
 }
 
 // ServeConfig returns the last Serve config deployed (the request body), nil when none is.
@@ -549,15 +563,19 @@ func (h *Head) serveApplications(w http.ResponseWriter, r *http.Request) {
 		h.mu.Unlock()
 		w.WriteHeader(http.StatusOK)
 	case http.MethodGet:
-		writeJSON(w, http.StatusOK, h.serveDetails())
+		writeJSON(w, http.StatusOK, h.serveDetails(true))
 	default:
 		text(w, http.StatusMethodNotAllowed, "405: Method Not Allowed")
 	}
 }
 
-func (h *Head) serveDetails() ray.ServeDetails {
+// serveDetails is what GET /api/serve/applications/ answers; read says an operator reads it (ServeUnread).
+func (h *Head) serveDetails(read bool) ray.ServeDetails {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if read && h.serve != nil {
+		h.serve.lastRead = time.Now()
+	}
 	d := ray.ServeDetails{ProxyLocation: "EveryNode", DeployMode: "MULTI_APP", Applications: map[string]ray.ServeApplication{},
 		ControllerInfo: map[string]json.RawMessage{}}
 	if h.serve == nil {

@@ -89,3 +89,38 @@ func TestScriptedHead(t *testing.T) {
 		t.Errorf("deployment %+v, want HEALTHY", dep)
 	}
 }
+
+// ServeUnread holds from a deploy until a read sees the applications RUNNING, and a new config starts it again.
+func TestServeUnread(t *testing.T) {
+	h := New(Options{ServeDeploying: 0})
+	defer h.Close()
+	srv := Start(h)
+	defer srv.Close()
+	tr, err := ray.NewDirectTransport(srv.Dashboard.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ray.NewDashboardClient(tr)
+	ctx := context.Background()
+	if h.ServeUnread() {
+		t.Error("unread with no Serve config")
+	}
+	for _, price := range []string{"3", "4"} {
+		if err := c.DeployServeConfigV2(ctx, "applications:\n- name: app\n  import_path: a:b\n  args: {price: "+price+"}\n  deployments:\n  - name: D\n"); err != nil {
+			t.Fatal(err)
+		}
+		if !h.ServeUnread() {
+			t.Errorf("price %s: read before any GET", price)
+		}
+		d, err := c.GetServeDetails(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := d.Applications["app"].Status; got != ray.ApplicationStatusRunning {
+			t.Fatalf("price %s: application %s, want RUNNING", price, got)
+		}
+		if h.ServeUnread() {
+			t.Errorf("price %s: unread after a GET saw it RUNNING", price)
+		}
+	}
+}
