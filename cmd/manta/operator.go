@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/operator"
+	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/procs"
 )
 
@@ -46,6 +48,27 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 		"when a RayCluster with a Redis-backed GCS is deleted, delete its storage namespace from Redis with a Job before releasing the cluster, as KubeRay does; "+
 			envRedisCleanup+"=false in the environment (KubeRay's switch) makes the default false")
 	f.NoOptDefVal = "true"
+	fs.Var(&optimizationsFlag{sw: &o.Optimizations}, "disable-optimization",
+		"performance mechanisms to turn off, comma-separated (repeatable): "+optimize.Names()+
+			"; each off makes the operator cost more under load and changes nothing it does (docs/operations.md)")
+}
+
+// optimizationsFlag is --disable-optimization: it refuses a name that is not a mechanism of internal/optimize.
+type optimizationsFlag struct {
+	names []string
+	sw    **optimize.Switches
+}
+
+func (f *optimizationsFlag) String() string { return strings.Join(f.names, ",") }
+func (f *optimizationsFlag) Type() string   { return "strings" }
+func (f *optimizationsFlag) Set(v string) error {
+	names := append(slices.Clone(f.names), strings.Split(v, ",")...)
+	sw, err := optimize.Parse(names)
+	if err != nil {
+		return err
+	}
+	f.names, *f.sw = names, sw
+	return nil
 }
 
 // applyKubeRayEnv applies the environment variables KubeRay's operator reads (operator.ApplyKubeRayEnv), under the

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/manta-dev/manta/internal/optimize"
 )
 
 // The Ray pod watch is most of what the operator decodes: every pod is sent again on each change kwok or a kubelet
@@ -39,14 +41,14 @@ var prunedPodFrames atomic.Int64
 // pruneRayPodWatches wraps the operator's transport: the response of a protobuf watch of pods selected by exactly
 // selector (the Ray pod cache's; the ImagePullJob controller's puller pods and every other request pass untouched)
 // is read through a podWatchBody.
-func pruneRayPodWatches(selector string) func(http.RoundTripper) http.RoundTripper {
+func pruneRayPodWatches(selector string, sw *optimize.Switches) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(r)
 			if err != nil || resp.StatusCode != http.StatusOK || !isRayPodWatch(r, selector) || !isProtobufWatch(resp) {
 				return resp, err
 			}
-			resp.Body = &podWatchBody{body: resp.Body}
+			resp.Body = &podWatchBody{body: resp.Body, sw: sw}
 			return resp, nil
 		})
 	}
@@ -88,6 +90,7 @@ type podWatchBody struct {
 	scratch  [][]byte
 	outer    [3][]byte
 	pruneErr error // the last frame that could not be pruned (read by tests)
+	sw       *optimize.Switches
 }
 
 func (b *podWatchBody) Read(p []byte) (int, error) {
@@ -127,6 +130,7 @@ func (b *podWatchBody) next() error {
 		out = append(append(b.out[:0], hdr[:]...), b.in...)
 	} else {
 		prunedPodFrames.Add(1)
+		b.sw.Acted(optimize.PodWatchPruning)
 	}
 	binary.BigEndian.PutUint32(out, uint32(len(out)-len(hdr)))
 	b.out, b.off = out, 0

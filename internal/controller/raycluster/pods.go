@@ -23,6 +23,7 @@ import (
 	"github.com/manta-dev/manta/internal/builder"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/createbackoff"
+	"github.com/manta-dev/manta/internal/optimize"
 )
 
 // reconcilePods creates and deletes the cluster's pods. Order matters: suspend, then Recreate, then adoption,
@@ -128,13 +129,18 @@ type cachedHashes struct {
 	hashes     builder.TemplateHashes
 }
 
-// templateHashes returns builder.Hashes of the cluster's spec, computed once per generation: the spec changes only
-// with the generation, and hashing every pod template's JSON on each reconcile was the largest allocation of a
-// reconcile with nothing to do.
+// templateHashes returns builder.Hashes of the cluster's spec, computed once per generation
+// (optimize.TemplateHashCache): the spec changes only with the generation, and hashing every pod template's JSON on
+// each reconcile was the largest allocation of a reconcile with nothing to do.
 func (r *Reconciler) templateHashes(run *run) builder.TemplateHashes {
 	c := run.c
+	sw := r.opts.Optimizations
+	if !sw.On(optimize.TemplateHashCache) {
+		return builder.Hashes(&c.Spec)
+	}
 	if v, ok := r.hashes.Load(run.key); ok {
 		if ch := v.(cachedHashes); ch.uid == c.UID && ch.generation == c.Generation && c.Generation != 0 {
+			sw.Acted(optimize.TemplateHashCache)
 			return ch.hashes
 		}
 	}
