@@ -157,12 +157,9 @@ func newOperatorCommand() *cobra.Command {
 }
 
 // defaultGCPercent is the operator's GOGC when neither --gc-percent nor GOGC is set. The operator's live heap is
-// small and mostly its informer caches (about 25 MiB with 500 RayClusters and 2,000 pods); at Go's default of 100
-// the heap grows to twice that, plus what a burst allocates, before a collection. Measured side by side with 500
-// RayClusters (make bench, test/bench/README.md): peak RSS 88 MiB at 100, 75 at 50, and 66-67 at 35 against 71 at
-// 50 in one run. It trades CPU for memory: the CPU-s of that run were within its noise (8.1-8.2 against 6.7-10.9),
-// but in the next full run the operator's CPU-s were 1.11-1.23x KubeRay's at concurrency 8, against 0.98-1.04x at
-// 50 in the run before. Raise it (--gc-percent, the chart's operator.gcPercent) where CPU counts more.
+// small and mostly its informer caches; at Go's default of 100 the heap grows to twice that, plus what a burst
+// allocates, before a collection. It trades CPU for memory (the measurements: docs/benchmarks.md); raise it
+// (--gc-percent, the chart's operator.gcPercent) where CPU counts more.
 const defaultGCPercent = 35
 
 // adaptProcs says whether to adapt GOMAXPROCS to the load: as --adaptive-procs says when it is given, else unless

@@ -16,12 +16,9 @@ import (
 	"github.com/manta-dev/manta/internal/optimize"
 )
 
-// The Ray pod watch is most of what the operator decodes: every pod is sent again on each change kwok or a kubelet
-// makes to its status, whole, with its managedFields, its ray start command, environment, volumes, probes and
-// resources. client-go copies each event three times on the way in (the frame into the WatchEvent, its object into
-// runtime.Unknown, then the decoded Pod) before the cache's transform (stripPod) throws most of it away: 24 % of all
-// the operator allocated in a 500-cluster benchmark trial, and the garbage collector's work that comes with it.
-// pruneRayPodWatches drops the same fields (podCacheDrops, from which both are derived) from the protobuf bytes of
+// The Ray pod watch is most of what the operator decodes: every pod is sent again, whole, on each change to its
+// status, and client-go copies each event three times on the way in before the cache's transform (stripPod) throws
+// most of it away (docs/benchmarks.md, "Why each mechanism exists"). pruneRayPodWatches drops the same fields (podCacheDrops, from which both are derived) from the protobuf bytes of
 // each event as they arrive, before client-go reads them, so that client-go copies and decodes only what the cache
 // keeps. stripPod still runs on every cached pod (the initial list, and any event this leaves alone) and
 // TestPrunedPodIsStrippedPod holds the two to the same result.

@@ -38,7 +38,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		return fmt.Errorf("list pods: %w", err)
 	}
 	// The expectations read every listed pod, terminating ones included; then the list is filtered in place (a
-	// second slice of pod values was 6 % of the bytes the operator allocated in a 500-cluster benchmark).
+	// second slice of pod values was a large share of what the operator allocated: docs/benchmarks.md).
 	_, satisfied := r.exp.Observe(run.key, list.Items)
 	pods := list.Items[:0]
 	for i := range list.Items {
