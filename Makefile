@@ -80,7 +80,8 @@ oracle: tools ## Compare Manta's RayCluster controller with KubeRay's operator o
 run: tools build images ## Start `manta dev`: the local simulated cluster with Manta running.
 	$(BIN)/manta dev
 
-# BENCH_SIZES: RayClusters per trial; BENCH_CONTENDERS: see test/bench/README.md.
+# BENCH_SIZES: RayClusters per trial; BENCH_CONTENDERS: see test/bench/README.md. For a before/after in one run,
+# BENCH_CONTENDERS=manta,manta-base MANTA_BENCH_BASE=<git revision> (manta-base is Manta built from that revision).
 BENCH_SIZES ?= 100,500,1000
 BENCH_CONTENDERS ?= raw,raw-parallel,manta,kuberay,kuberay-c8
 BENCH_ROUNDS ?= 1

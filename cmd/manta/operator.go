@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/operator"
+	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/procs"
 )
 
@@ -46,6 +48,27 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 		"when a RayCluster with a Redis-backed GCS is deleted, delete its storage namespace from Redis with a Job before releasing the cluster, as KubeRay does; "+
 			envRedisCleanup+"=false in the environment (KubeRay's switch) makes the default false")
 	f.NoOptDefVal = "true"
+	fs.Var(&optimizationsFlag{sw: &o.Optimizations}, "disable-optimization",
+		"performance mechanisms to turn off, comma-separated (repeatable): "+optimize.Names()+
+			"; each off makes the operator cost more under load and changes nothing it does (docs/operations.md)")
+}
+
+// optimizationsFlag is --disable-optimization: it refuses a name that is not a mechanism of internal/optimize.
+type optimizationsFlag struct {
+	names []string
+	sw    **optimize.Switches
+}
+
+func (f *optimizationsFlag) String() string { return strings.Join(f.names, ",") }
+func (f *optimizationsFlag) Type() string   { return "strings" }
+func (f *optimizationsFlag) Set(v string) error {
+	names := append(slices.Clone(f.names), strings.Split(v, ",")...)
+	sw, err := optimize.Parse(names)
+	if err != nil {
+		return err
+	}
+	f.names, *f.sw = names, sw
+	return nil
 }
 
 // applyKubeRayEnv applies the environment variables KubeRay's operator reads (operator.ApplyKubeRayEnv), under the
@@ -134,12 +157,9 @@ func newOperatorCommand() *cobra.Command {
 }
 
 // defaultGCPercent is the operator's GOGC when neither --gc-percent nor GOGC is set. The operator's live heap is
-// small and mostly its informer caches (about 25 MiB with 500 RayClusters and 2,000 pods); at Go's default of 100
-// the heap grows to twice that, plus what a burst allocates, before a collection. Measured side by side with 500
-// RayClusters (make bench, test/bench/README.md): peak RSS 88 MiB at 100, 75 at 50, and 66-67 at 35 against 71 at
-// 50 in one run. It trades CPU for memory: the CPU-s of that run were within its noise (8.1-8.2 against 6.7-10.9),
-// but in the next full run the operator's CPU-s were 1.11-1.23x KubeRay's at concurrency 8, against 0.98-1.04x at
-// 50 in the run before. Raise it (--gc-percent, the chart's operator.gcPercent) where CPU counts more.
+// small and mostly its informer caches; at Go's default of 100 the heap grows to twice that, plus what a burst
+// allocates, before a collection. It trades CPU for memory (the measurements: docs/benchmarks.md); raise it
+// (--gc-percent, the chart's operator.gcPercent) where CPU counts more.
 const defaultGCPercent = 35
 
 // adaptProcs says whether to adapt GOMAXPROCS to the load: as --adaptive-procs says when it is given, else unless

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/manta-dev/manta/internal/operator"
+	"github.com/manta-dev/manta/internal/optimize"
 )
 
 func TestSetGCPercent(t *testing.T) {
@@ -156,5 +157,36 @@ func TestOperatorKubeRayEnv(t *testing.T) {
 	addOperatorFlags(fs, &o)
 	if err := applyKubeRayEnv(fs, &o, getenv); err == nil || !strings.Contains(err.Error(), "RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS") {
 		t.Errorf("err %v", err)
+	}
+}
+
+// --disable-optimization turns the named mechanisms off (repeatable, comma-separated) and refuses unknown names.
+func TestDisableOptimizationFlag(t *testing.T) {
+	var o operator.Options
+	fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	addOperatorFlags(fs, &o)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range optimize.All {
+		if !o.Optimizations.On(m) {
+			t.Errorf("%s off by default", m)
+		}
+	}
+	if err := fs.Parse([]string{"--disable-optimization=status-coalescing,metadata-writes", "--disable-optimization=pod-watch-pruning"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range optimize.All {
+		want := m != optimize.StatusCoalescing && m != optimize.MetadataWrites && m != optimize.PodWatchPruning
+		if o.Optimizations.On(m) != want {
+			t.Errorf("%s on = %v, want %v", m, o.Optimizations.On(m), want)
+		}
+	}
+	fs = pflag.NewFlagSet("operator", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	addOperatorFlags(fs, &operator.Options{})
+	if err := fs.Parse([]string{"--disable-optimization=status-coalesing"}); err == nil || !strings.Contains(err.Error(), "unknown optimization") {
+		t.Errorf("a misspelt name: %v", err)
 	}
 }

@@ -321,10 +321,7 @@ func (c *Cluster) startKwok(ctx context.Context) error {
 // kwokConfiguration raises kwok's stage parallelism from its default of 4 workers, which otherwise paces how fast
 // hundreds of pods turn Ready and hides the operator's own time, to 12, not more: with 32, when a cluster's pods
 // arrive together kwok (v0.8.0) plays some pod stages twice, one of them from a stale pod, sending pods back to
-// Pending and patching their status again (500 RayClusters: 12-24 status patches per cluster instead of 11, kwok's
-// CPU doubled, readiness flapping); with 4 and 12 workers the same trials made 11.0-11.2. (Those pods took two or
-// three stages to Ready; with pod-ready-at-once, one, and `make bench` counted 4.0 patches per cluster of 4 pods in
-// every trial.) kwok reads it from the same file as the Stages.
+// Pending (the measurements: docs/benchmarks.md). kwok reads it from the same file as the Stages.
 var kwokConfiguration = []byte(`apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:

@@ -1,10 +1,9 @@
 // Package metawrite writes objects and reads back only their metadata.
 //
-// The API server answers a write with the whole object it stored, and a client decodes all of it: for a Ray pod
-// (its env, its scripts, a managedFields entry for every field sent) that decode was the operator's largest
-// allocation site in a 500-cluster trial (21 % of all bytes allocated), and each RayCluster status write decoded
-// the whole RayCluster again (45 KB allocated per write), though the RayCluster controller reads nothing of either
-// answer but the metadata (a pod's generated name, the cluster's new resourceVersion). Asked for the
+// The API server answers a write with the whole object it stored, and a client decodes all of it (for a Ray pod:
+// its env, its scripts, a managedFields entry for every field sent), though the RayCluster controller reads nothing
+// of either answer but the metadata: a pod's generated name, the cluster's new resourceVersion. Those decodes were
+// the operator's largest allocations (docs/benchmarks.md, "Why each mechanism exists"). Asked for the
 // `as=PartialObjectMetadata` media type (as the metadata client does for reads), the API server answers with the
 // object's ObjectMeta alone, which it encodes and the client decodes at a fraction of the cost.
 package metawrite
@@ -129,9 +128,8 @@ func (r *RayClusters) UpdateStatus(ctx context.Context, c *rayv1.RayCluster) err
 		return err
 	}
 	// A status write changes nothing in the metadata but the resourceVersion (and managedFields, which the cache
-	// drops): read that alone. Decoding the whole answer into PartialObjectMetadata (its managedFields list every
-	// field of the spec the cluster's creator set) allocated about 38 KB per write, 7 % of all the operator
-	// allocated in a 500-cluster trial.
+	// drops): read that alone. The answer's managedFields list every field of the spec the cluster's creator set,
+	// and decoding them into PartialObjectMetadata was still a large allocation per write.
 	raw, _ := res.Raw()
 	var answer struct {
 		Kind     string `json:"kind"`

@@ -1,10 +1,12 @@
 package operator
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -20,6 +22,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/rayservice"
 	"github.com/manta-dev/manta/internal/metawrite"
 	"github.com/manta-dev/manta/internal/metrics"
+	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -97,17 +100,10 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	return metrics.Setup(mgr, metrics.RayClusters, metrics.RayJobs, metrics.RayServices)
 }
 
-// setupRayCluster gives the RayCluster controller the writers that read back only metadata (internal/metawrite).
+// setupRayCluster gives the RayCluster controller the writers that read back only metadata (internal/metawrite),
+// unless optimize.MetadataWrites is off.
 func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string) error {
-	pods, err := metawrite.NewPods(mgr.GetConfig(), mgr.GetHTTPClient())
-	if err != nil {
-		return fmt.Errorf("pod creator: %w", err)
-	}
-	status, err := metawrite.NewRayClusters(mgr.GetConfig(), mgr.GetHTTPClient())
-	if err != nil {
-		return fmt.Errorf("RayCluster status writer: %w", err)
-	}
-	return raycluster.NewReconciler(mgr, raycluster.Options{
+	opts := raycluster.Options{
 		BatchScheduler:          scheduler,
 		DefaultPodTemplate:      o.DefaultPodTemplate,
 		ClusterDomain:           o.ClusterDomain,
@@ -115,9 +111,37 @@ func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string) error {
 		NoRedisCleanup:          o.NoRedisCleanup,
 		ResyncPeriod:            o.RayClusterResyncPeriod,
 		StatusCoalesceWindow:    coalesceWindow(o.StatusCoalesceWindow),
-		PodCreator:              pods,
-		StatusWriter:            status,
-	}).SetupWithManager(mgr)
+		Optimizations:           o.Optimizations,
+	}
+	if o.Optimizations.On(optimize.MetadataWrites) {
+		pods, err := metawrite.NewPods(mgr.GetConfig(), mgr.GetHTTPClient())
+		if err != nil {
+			return fmt.Errorf("pod creator: %w", err)
+		}
+		status, err := metawrite.NewRayClusters(mgr.GetConfig(), mgr.GetHTTPClient())
+		if err != nil {
+			return fmt.Errorf("RayCluster status writer: %w", err)
+		}
+		opts.PodCreator, opts.StatusWriter = countedWrites{pods, status, o.Optimizations}, countedWrites{pods, status, o.Optimizations}
+	}
+	return raycluster.NewReconciler(mgr, opts).SetupWithManager(mgr)
+}
+
+// countedWrites are the metadata-only writers, counted as optimize.MetadataWrites acting.
+type countedWrites struct {
+	pods   *metawrite.Pods
+	status *metawrite.RayClusters
+	sw     *optimize.Switches
+}
+
+func (w countedWrites) Create(ctx context.Context, p *corev1.Pod) error {
+	w.sw.Acted(optimize.MetadataWrites)
+	return w.pods.Create(ctx, p)
+}
+
+func (w countedWrites) UpdateStatus(ctx context.Context, c *rayv1.RayCluster) error {
+	w.sw.Acted(optimize.MetadataWrites)
+	return w.status.UpdateStatus(ctx, c)
 }
 
 // coalesceWindow maps --status-coalesce-window onto raycluster.Options, where 0 means the default and a negative

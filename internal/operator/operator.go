@@ -33,6 +33,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
+	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -110,6 +111,9 @@ type Options struct {
 	// volcano. KubeRay refuses both together and an unknown name, and so does Validate.
 	BatchScheduler       string
 	EnableBatchScheduler bool
+	// Optimizations switches the performance mechanisms (--disable-optimization; nil: all on): see
+	// internal/optimize. Turning one off changes what the operator costs, not what it does.
+	Optimizations *optimize.Switches
 }
 
 // leaderElectionJitter is client-go's leaderelection.JitterFactor: a renewal retry waits up to RetryPeriod × 1.2.
@@ -314,7 +318,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	activity := &writeActivity{}
 	cfg.Wrap(activity.wrap)
 	// The Ray pod watch reaches client-go with what stripPod would drop already gone (see podWatchBody).
-	cfg.Wrap(pruneRayPodWatches(podSel.String()))
+	if opts.Optimizations.On(optimize.PodWatchPruning) {
+		cfg.Wrap(pruneRayPodWatches(podSel.String(), opts.Optimizations))
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Controller:              ctrlOpts,
 		Scheme:                  scheme,

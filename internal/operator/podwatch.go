@@ -12,14 +12,13 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/manta-dev/manta/internal/optimize"
 )
 
-// The Ray pod watch is most of what the operator decodes: every pod is sent again on each change kwok or a kubelet
-// makes to its status, whole, with its managedFields, its ray start command, environment, volumes, probes and
-// resources. client-go copies each event three times on the way in (the frame into the WatchEvent, its object into
-// runtime.Unknown, then the decoded Pod) before the cache's transform (stripPod) throws most of it away: 24 % of all
-// the operator allocated in a 500-cluster benchmark trial, and the garbage collector's work that comes with it.
-// pruneRayPodWatches drops the same fields (podCacheDrops, from which both are derived) from the protobuf bytes of
+// The Ray pod watch is most of what the operator decodes: every pod is sent again, whole, on each change to its
+// status, and client-go copies each event three times on the way in before the cache's transform (stripPod) throws
+// most of it away (docs/benchmarks.md, "Why each mechanism exists"). pruneRayPodWatches drops the same fields (podCacheDrops, from which both are derived) from the protobuf bytes of
 // each event as they arrive, before client-go reads them, so that client-go copies and decodes only what the cache
 // keeps. stripPod still runs on every cached pod (the initial list, and any event this leaves alone) and
 // TestPrunedPodIsStrippedPod holds the two to the same result.
@@ -39,14 +38,14 @@ var prunedPodFrames atomic.Int64
 // pruneRayPodWatches wraps the operator's transport: the response of a protobuf watch of pods selected by exactly
 // selector (the Ray pod cache's; the ImagePullJob controller's puller pods and every other request pass untouched)
 // is read through a podWatchBody.
-func pruneRayPodWatches(selector string) func(http.RoundTripper) http.RoundTripper {
+func pruneRayPodWatches(selector string, sw *optimize.Switches) func(http.RoundTripper) http.RoundTripper {
 	return func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			resp, err := rt.RoundTrip(r)
 			if err != nil || resp.StatusCode != http.StatusOK || !isRayPodWatch(r, selector) || !isProtobufWatch(resp) {
 				return resp, err
 			}
-			resp.Body = &podWatchBody{body: resp.Body}
+			resp.Body = &podWatchBody{body: resp.Body, sw: sw}
 			return resp, nil
 		})
 	}
@@ -88,6 +87,7 @@ type podWatchBody struct {
 	scratch  [][]byte
 	outer    [3][]byte
 	pruneErr error // the last frame that could not be pruned (read by tests)
+	sw       *optimize.Switches
 }
 
 func (b *podWatchBody) Read(p []byte) (int, error) {
@@ -127,6 +127,7 @@ func (b *podWatchBody) next() error {
 		out = append(append(b.out[:0], hdr[:]...), b.in...)
 	} else {
 		prunedPodFrames.Add(1)
+		b.sw.Acted(optimize.PodWatchPruning)
 	}
 	binary.BigEndian.PutUint32(out, uint32(len(out)-len(hdr)))
 	b.out, b.off = out, 0

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -61,7 +61,8 @@ var contenders = map[string]contender{
 		return []string{bin, "operator", "--enable-leader-election=false",
 			"--metrics-addr=" + m, "--metrics-secure=false", "--health-probe-bind-address=0", "--pprof-addr=" + pp}
 	}},
-	// Manta built from another tree (MANTA_BENCH_BASE_BIN), for before/after comparisons in one run.
+	// Manta built from another revision (MANTA_BENCH_BASE, or a binary: MANTA_BENCH_BASE_BIN), for before/after
+	// comparisons in one run.
 	// MANTA_BENCH_BASE_ARGS adds flags (space-separated), for a before/after of a setting.
 	"manta-base": {name: "manta-base", args: func(bin, kc, m, pp string) []string {
 		args := []string{bin, "operator", "--enable-leader-election=false",
@@ -162,7 +163,8 @@ type quiescentFigures struct {
 //	MANTA_BENCH_ROUNDS      rounds of alternated trials (default 1)
 //	MANTA_BENCH_CONTENDERS  default raw,manta,kuberay,kuberay-c8 (also raw-parallel, raw-rayclusters, manta-base)
 //	MANTA_BENCH_JSON        where to write the results (default <tmp>/manta-bench/sidebyside.json)
-//	MANTA_BENCH_BASE_BIN    a manta binary for the contender manta-base (another commit, for before/after)
+//	MANTA_BENCH_BASE        a git revision: the contender manta-base runs Manta built from it (before/after)
+//	MANTA_BENCH_BASE_BIN    instead, a manta binary for the contender manta-base
 //	MANTA_BENCH_BASE_ARGS   more flags for manta-base (space-separated): a before/after of a setting
 //	MANTA_BENCH_PPROF       a directory: Manta's CPU profile of each trial and its heap at all-ready go there
 func BenchmarkSideBySide(b *testing.B) {
@@ -174,6 +176,11 @@ func BenchmarkSideBySide(b *testing.B) {
 		b.Fatal(err)
 	}
 	bins := map[string]string{"kuberay": filepath.Join(root, "bin", "kuberay-operator")}
+	if slices.Contains(names, "manta-base") {
+		if bins["manta-base"], err = baseBinary(os.Getenv, root, b.TempDir()); err != nil {
+			b.Fatal(err)
+		}
+	}
 	for _, n := range names {
 		c, ok := contenders[n]
 		if !ok {
@@ -184,7 +191,7 @@ func BenchmarkSideBySide(b *testing.B) {
 				b.Fatalf("%v (hack/build-kuberay.sh builds it)", err)
 			}
 		}
-		if (n == "manta" || n == "manta-base" && os.Getenv("MANTA_BENCH_BASE_BIN") == "") && bins["manta"] == "" {
+		if needsCurrentManta(c, bins) && bins["manta"] == "" {
 			bins["manta"] = testutil.BuildManta(b)
 		}
 	}
@@ -195,14 +202,7 @@ func BenchmarkSideBySide(b *testing.B) {
 			for round := range rounds {
 				for _, name := range names {
 					c := contenders[name]
-					bin := bins["manta"]
-					switch {
-					case c.kuberay:
-						bin = bins["kuberay"]
-					case name == "manta-base":
-						bin = cmp.Or(os.Getenv("MANTA_BENCH_BASE_BIN"), bins["manta"])
-					}
-					r := runTrial(b, c, bin, kuberayCRDs, n, round)
+					r := runTrial(b, c, binaryFor(c, bins), kuberayCRDs, n, round)
 					results = append(results, r)
 					progressf(b, "%s, %d clusters, round %d: all ready in %.1fs (created in %.1fs; p50 %.1fs, p99 %.1fs; steps p50/p99 %v), %.1f CPU-s (control plane %v), peak RSS %.0f MiB, %.1f writes/cluster %v, %.1f reconciles/cluster; API server served per cluster %v",
 						r.Contender, r.Clusters, round, r.AllReadyS, r.CreateS, r.P50S, r.P99S, r.Phases, r.CPUSeconds, r.ControlPlaneCPU, r.PeakRSSMiB, r.WritesPerCl, r.RequestsByVerb, r.ReconcilesPerCl, r.ServerRequests)

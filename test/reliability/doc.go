@@ -1,4 +1,4 @@
-// Package reliability holds the tests of issue 14: the operator killed and restarted, leader failover, a faulty
+// Package reliability holds the reliability tests: the operator killed and restarted, leader failover, a faulty
 // API server, a faulty Ray head, hostile input and load. They run on one dev cluster (internal/devcluster) with
 // the operator as a separate process, the real `manta operator` built from ./cmd/manta (operator_process_test.go),
 // that the tests SIGKILL and SIGTERM. It runs with --use-kubernetes-proxy against an in-test API proxy, which

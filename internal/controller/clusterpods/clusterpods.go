@@ -1,7 +1,6 @@
 // Package clusterpods finds a RayCluster's pods in the operator's cache through an index on their ray.io/cluster
-// label. Selecting them by label instead walks every cached pod of the namespace on each reconcile: with 1,000
-// clusters of 4 pods in one namespace, 4,000 label matches (and a 4,000-entry slice) for each of the ~20 reconciles
-// a new cluster gets, which was 6 % of the operator's CPU in a 500-cluster benchmark trial.
+// label. Selecting them by label instead walks every cached pod of the namespace on each reconcile, which grows
+// with the number of clusters in the namespace (docs/benchmarks.md, "Why each mechanism exists").
 //
 // The pods found are the cache's, and the operator's cache strips what no controller reads of a Ray pod (the
 // table podCacheDrops in internal/operator/podcache.go): the containers' command, args, env, ports, resources,

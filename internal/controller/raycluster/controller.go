@@ -36,6 +36,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/createbackoff"
 	"github.com/manta-dev/manta/internal/metrics"
+	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/validation"
 )
@@ -76,6 +77,9 @@ type Options struct {
 	}
 	// Now replaces the clock of the Redis cleanup's deletion timeout in tests (time.Now when nil).
 	Now func() time.Time
+	// Optimizations switches the controller's performance mechanisms (nil: all on); see internal/optimize and
+	// mechanisms.go.
+	Optimizations *optimize.Switches
 	// BatchScheduler is the operator's batch scheduler (one of clusterbuild.BatchSchedulers; empty: none): every
 	// cluster's pods are handed to it, with the PodGroup it needs (batchscheduler.go).
 	BatchScheduler string
@@ -91,9 +95,11 @@ type Reconciler struct {
 	opts        Options
 	exp         *reconcile.Expectations[types.NamespacedName, struct{}]
 	pending     *pendingStatus
+	status      statusPolicy
 	backoff     *createbackoff.Backoff
 
 	pendingOnce sync.Once
+	statusOnce  sync.Once
 	backoffOnce sync.Once
 
 	// observeStaleness receives, at each status write, how long its oldest change was held back (metrics' by
@@ -145,24 +151,25 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := clusterpods.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	sw := r.opts.Optimizations
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayCluster{}, ctrlbuilder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Watches(&corev1.Pod{}, ownerHandler(true), ctrlbuilder.WithPredicates(podUpdateMatters)).
-		Watches(&corev1.Service{}, ownerHandler(false)).
-		Watches(&batchv1.Job{}, ownerHandler(false)).
-		Watches(&networkingv1.NetworkPolicy{}, ownerHandler(false)).
-		Watches(&networkingv1.Ingress{}, ownerHandler(false)).
-		Watches(&corev1.PersistentVolumeClaim{}, ownerHandler(false))
+		Watches(&corev1.Pod{}, ownerHandler(true, sw), ctrlbuilder.WithPredicates(podUpdateMatters(sw))).
+		Watches(&corev1.Service{}, ownerHandler(false, sw)).
+		Watches(&batchv1.Job{}, ownerHandler(false, sw)).
+		Watches(&networkingv1.NetworkPolicy{}, ownerHandler(false, sw)).
+		Watches(&networkingv1.Ingress{}, ownerHandler(false, sw)).
+		Watches(&corev1.PersistentVolumeClaim{}, ownerHandler(false, sw))
 	// Certificates are watched only where cert-manager is installed (a watch of a kind the API server does not
 	// serve would stop the manager); elsewhere a cluster whose pods wait for certificates polls (tlsPoll).
 	if _, err := mgr.GetRESTMapper().RESTMapping(cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind).GroupKind(), cmv1.SchemeGroupVersion.Version); err == nil {
-		b = b.Watches(&cmv1.Certificate{}, ownerHandler(false))
+		b = b.Watches(&cmv1.Certificate{}, ownerHandler(false, sw))
 	}
 	// Volcano's PodGroups, as KubeRay watches them, where Volcano is installed.
 	if r.opts.BatchScheduler == clusterbuild.SchedulerVolcano {
 		if _, err := mgr.GetRESTMapper().RESTMapping(volcanov1beta1.SchemeGroupVersion.WithKind("PodGroup").GroupKind(), volcanov1beta1.SchemeGroupVersion.Version); err == nil {
-			b = b.Watches(&volcanov1beta1.PodGroup{}, ownerHandler(false))
+			b = b.Watches(&volcanov1beta1.PodGroup{}, ownerHandler(false, sw))
 		}
 	}
 	return b.
@@ -212,17 +219,14 @@ type run struct {
 // newRun starts the state of one reconcile (or of a part of one that runs beside the rest).
 func newRun(c *rayv1.RayCluster, key types.NamespacedName) *run { return &run{c: c, key: key} }
 
-// Reconcile is thin: read, skip what is not ours, reconcile, write the status once, then the events.
+// Reconcile reads the cluster, then observes its objects, plans and writes them (reconcile), then writes the
+// status once (writeStatus) and the events. The performance mechanisms sit behind mechanisms.go: read it as if
+// they were all off.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	c := &rayv1.RayCluster{}
 	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.exp.Forget(req.NamespacedName)
-			r.createBackoff().Succeeded(req.NamespacedName)
-			r.pendingStatus().forget(req.NamespacedName)
-			r.hashes.Delete(req.NamespacedName)
-			r.madePods.Delete(req.NamespacedName)
-			metrics.ForgetCluster(req.NamespacedName)
+			r.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -232,7 +236,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if c.DeletionTimestamp != nil {
 		return r.reconcileDeletion(ctx, c)
 	}
-	run := &run{c: c, key: req.NamespacedName}
+	run := newRun(c, req.NamespacedName)
 	run.Requeue(r.opts.ResyncPeriod)
 	oldStatus := c.Status.DeepCopy()
 	recErr := r.reconcile(ctx, run)
@@ -240,35 +244,47 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if run.created && !run.refused {
 		r.createBackoff().Succeeded(req.NamespacedName)
 	}
-
-	now := metav1.Now()
-	newStatus := computeStatus(c, run.obs, now)
-	var statusErr error
-	if statusEqual(oldStatus, &newStatus) {
-		r.pendingStatus().settled(req.NamespacedName)
-	} else {
-		switch hold := r.pendingStatus().hold(req.NamespacedName, oldStatus, &newStatus, r.now(), r.opts.StatusCoalesceWindow); {
-		case hold > 0:
-			run.Requeue(hold)
-		case r.pendingStatus().stale(req.NamespacedName, c.ResourceVersion):
-			// The cache has not seen our last status write yet: writing now would only conflict.
-			run.Requeue(200 * time.Millisecond)
-		default:
-			rv := c.ResourceVersion
-			newStatus.LastUpdateTime = &now
-			c.Status = newStatus
-			statusErr = r.updateStatus(ctx, c)
-			if statusErr == nil {
-				r.staleness(r.pendingStatus().wrote(req.NamespacedName, rv, r.now()))
-				metrics.ObserveCluster(c, oldStatus, now.Time)
-			}
-		}
-	}
+	statusErr := r.writeStatus(ctx, run, oldStatus)
 	if onlyBackedOff(recErr) {
 		// Refused pod creates: the retry is scheduled (run.Requeue) by createBackoff, not the work queue's limiter.
 		recErr = nil
 	}
 	return run.Finish(r.recorder, c, recErr, statusErr)
+}
+
+// forget drops what the controller remembers of a cluster that is gone.
+func (r *Reconciler) forget(key types.NamespacedName) {
+	r.exp.Forget(key)
+	r.createBackoff().Succeeded(key)
+	r.statusPolicy().forget(key)
+	r.hashes.Delete(key)
+	r.madePods.Delete(key)
+	metrics.ForgetCluster(key)
+}
+
+// writeStatus computes the status from what the reconcile observed and writes it when it changed and the status
+// policy does not hold it back (then the run requeues for when it is due).
+func (r *Reconciler) writeStatus(ctx context.Context, run *run, oldStatus *rayv1.RayClusterStatus) error {
+	c, policy := run.c, r.statusPolicy()
+	now := metav1.Now()
+	newStatus := computeStatus(c, run.obs, now)
+	if statusEqual(oldStatus, &newStatus) {
+		policy.settled(run.key)
+		return nil
+	}
+	if hold := policy.hold(run.key, c.ResourceVersion, oldStatus, &newStatus, r.now()); hold > 0 {
+		run.Requeue(hold)
+		return nil
+	}
+	rv := c.ResourceVersion
+	newStatus.LastUpdateTime = &now
+	c.Status = newStatus
+	if err := r.updateStatus(ctx, c); err != nil {
+		return err
+	}
+	r.staleness(policy.wrote(run.key, rv, r.now()))
+	metrics.ObserveCluster(c, oldStatus, now.Time)
+	return nil
 }
 
 // clusterLive confirms with the API server, before the first pod create of a reconcile, that the cluster still
@@ -277,20 +293,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // then would only be collected again (found by test/reliability: a RayJob's cluster got a second head and worker
 // after its deletion).
 //
-// A new cluster's first pods skip the read (a request per new cluster, through the API server that is creating the
-// pods of a burst): no operator has reported on the cluster yet, this one has created no pod for it, and it is
-// less than newClusterAge old. Pods made for such a cluster deleted meanwhile are collected by the garbage
-// collector; the stale-cache case above needs pods that existed and went.
+// A new cluster's first pods may skip the read (skipLiveCheck, in mechanisms.go).
 func (r *Reconciler) clusterLive(ctx context.Context, run *run) (bool, error) {
 	if run.liveChecked {
 		return run.live, nil
 	}
-	if c := run.c; c.Status.State == "" && len(c.Status.Conditions) == 0 && len(run.obs.pods) == 0 &&
-		time.Since(c.CreationTimestamp.Time) < newClusterAge {
-		if uid, made := r.madePods.Load(run.key); !made || uid != c.UID {
-			run.liveChecked, run.live = true, true
-			return true, nil
-		}
+	if r.skipLiveCheck(run) {
+		run.liveChecked, run.live = true, true
+		return true, nil
 	}
 	live, err := r.readClusterMeta(ctx, run.key)
 	if err != nil {
@@ -315,7 +325,6 @@ func (r *Reconciler) readClusterMeta(ctx context.Context, key types.NamespacedNa
 	return live, r.apiReader().Get(ctx, key, live)
 }
 
-// pendingStatus is r.pending, made on first use for Reconcilers built without NewReconciler (unit tests).
 // createBackoff is the backoff of refused pod creates (built on first use, for Reconcilers made in tests).
 func (r *Reconciler) createBackoff() *createbackoff.Backoff {
 	r.backoffOnce.Do(func() {
@@ -324,15 +333,6 @@ func (r *Reconciler) createBackoff() *createbackoff.Backoff {
 		}
 	})
 	return r.backoff
-}
-
-func (r *Reconciler) pendingStatus() *pendingStatus {
-	r.pendingOnce.Do(func() {
-		if r.pending == nil {
-			r.pending = newPendingStatus()
-		}
-	})
-	return r.pending
 }
 
 // now is the controller's time: Options.Now, else Options.Clock, else the real clock (Reconcilers built without

@@ -23,6 +23,7 @@ import (
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/createbackoff"
+	"github.com/manta-dev/manta/internal/optimize"
 )
 
 // reconcilePods creates and deletes the cluster's pods. Order matters: suspend, then Recreate, then adoption,
@@ -37,7 +38,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		return fmt.Errorf("list pods: %w", err)
 	}
 	// The expectations read every listed pod, terminating ones included; then the list is filtered in place (a
-	// second slice of pod values was 6 % of the bytes the operator allocated in a 500-cluster benchmark).
+	// second slice of pod values was a large share of what the operator allocated: docs/benchmarks.md).
 	_, satisfied := r.exp.Observe(run.key, list.Items)
 	pods := list.Items[:0]
 	for i := range list.Items {
@@ -128,13 +129,18 @@ type cachedHashes struct {
 	hashes     clusterbuild.TemplateHashes
 }
 
-// templateHashes returns clusterbuild.Hashes of the cluster's spec, computed once per generation: the spec changes only
-// with the generation, and hashing every pod template's JSON on each reconcile was the largest allocation of a
-// reconcile with nothing to do.
+// templateHashes returns clusterbuild.Hashes of the cluster's spec, computed once per generation
+// (optimize.TemplateHashCache): the spec changes only with the generation, and hashing every pod template's JSON on
+// each reconcile was the largest allocation of a reconcile with nothing to do.
 func (r *Reconciler) templateHashes(run *run) clusterbuild.TemplateHashes {
 	c := run.c
+	sw := r.opts.Optimizations
+	if !sw.On(optimize.TemplateHashCache) {
+		return clusterbuild.Hashes(&c.Spec)
+	}
 	if v, ok := r.hashes.Load(run.key); ok {
 		if ch := v.(cachedHashes); ch.uid == c.UID && ch.generation == c.Generation && c.Generation != 0 {
+			sw.Acted(optimize.TemplateHashCache)
 			return ch.hashes
 		}
 	}

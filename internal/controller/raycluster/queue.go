@@ -23,6 +23,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/optimize"
 )
 
 // progressPriority is the work-queue priority of a reconcile caused by a change to one of a cluster's own pods or
@@ -33,29 +34,30 @@ const progressPriority = 10
 
 // withProgressPriority wraps an owner handler so that what it enqueues jumps ahead of RayCluster events. Events from
 // an informer's initial list keep their low priority (an operator restart should not starve new clusters).
-func withProgressPriority(h handler.EventHandler) handler.EventHandler {
+func withProgressPriority(h handler.EventHandler, sw *optimize.Switches) handler.EventHandler {
 	return handler.Funcs{
 		CreateFunc: func(ctx context.Context, e crevent.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			h.Create(ctx, e, prioritized(q))
+			h.Create(ctx, e, prioritized(q, sw))
 		},
 		UpdateFunc: func(ctx context.Context, e crevent.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			h.Update(ctx, e, prioritized(q))
+			h.Update(ctx, e, prioritized(q, sw))
 		},
 		DeleteFunc: func(ctx context.Context, e crevent.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			h.Delete(ctx, e, prioritized(q))
+			h.Delete(ctx, e, prioritized(q, sw))
 		},
 		GenericFunc: func(ctx context.Context, e crevent.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			h.Generic(ctx, e, prioritized(q))
+			h.Generic(ctx, e, prioritized(q, sw))
 		},
 	}
 }
 
 // prioritized returns q with adds at progressPriority, when q is a priority queue (controller-runtime's default).
-func prioritized(q workqueue.TypedRateLimitingInterface[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+func prioritized(q workqueue.TypedRateLimitingInterface[reconcile.Request], sw *optimize.Switches) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 	pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request])
 	if !ok {
 		return q
 	}
+	sw.Acted(optimize.ProgressPriority)
 	return progressQueue{pq}
 }
 
@@ -77,12 +79,10 @@ func (q progressQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.R
 }
 
 // podBatch is how long a cluster's reconcile waits after a pod event that only reports progress (a pod created, or
-// given an IP, initialised, turned Running or Ready). A cluster's pods go through those steps within a second or so
-// of each other, and each step was a reconcile of its own: 22 per cluster in a 500-cluster trial, against KubeRay's
-// 3 (whose queue, being behind, merges them). Waiting gathers a cluster's steps into one reconcile; the status it
-// writes is no later than the coalescing of progress writes (coalesce.go) makes it anyway, but for the step that
-// makes the cluster ready, reported up to podBatch later. An event that asks for action (a pod deleted, failed,
-// exited, restarted or relabelled) is reconciled at once, and a reconcile already due is never put off.
+// given an IP, initialised, turned Running or Ready): a cluster's pods go through those steps within a second or
+// so of each other, and waiting gathers them into one reconcile (docs/benchmarks.md). An event that asks for action
+// (a pod deleted, failed, exited, restarted or relabelled) is reconciled at once, and a reconcile already due is
+// never put off.
 const podBatch = time.Second
 
 // ownerHandler enqueues the RayCluster that controls the object, at progressPriority (low for the initial list and
@@ -91,8 +91,9 @@ const podBatch = time.Second
 // per pod event than the reconcile it caused. With pods set, progress-only pod events wait podBatch. A Service
 // that appears waits podBatch too: a cluster's Services are created by its first reconcile, just before its pods,
 // and reconciled at once, the new Service cost a reconcile of its own (one per cluster) right before the one
-// its pods' events batch into; the status it brings (the head Service's name and IP) is progress.
-func ownerHandler(pods bool) handler.EventHandler {
+// its pods' events batch into; the status it brings (the head Service's name and IP) is progress. The batching
+// and the priority are switched by sw (optimize.PodEventBatching, optimize.ProgressPriority).
+func ownerHandler(pods bool, sw *optimize.Switches) handler.EventHandler {
 	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], after time.Duration, objs ...client.Object) {
 		var seen reconcile.Request
 		for i, o := range objs {
@@ -107,24 +108,25 @@ func ownerHandler(pods bool) handler.EventHandler {
 		}
 	}
 	batch := func(progress bool) time.Duration {
-		if pods && progress {
+		if progress && sw.On(optimize.PodEventBatching) {
+			sw.Acted(optimize.PodEventBatching)
 			return podBatch
 		}
 		return 0
 	}
-	return withProgressPriority(handler.WithLowPriorityWhenUnchanged(handler.Funcs{
+	h := handler.WithLowPriorityWhenUnchanged(handler.Funcs{
 		CreateFunc: func(_ context.Context, e crevent.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if _, ok := e.Object.(*corev1.Service); ok {
-				enqueue(q, podBatch, e.Object)
+				enqueue(q, batch(true), e.Object)
 				return
 			}
 			p, ok := e.Object.(*corev1.Pod)
-			enqueue(q, batch(ok && podProgress(nil, p)), e.Object)
+			enqueue(q, batch(pods && ok && podProgress(nil, p)), e.Object)
 		},
 		UpdateFunc: func(_ context.Context, e crevent.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			a, ok1 := e.ObjectOld.(*corev1.Pod)
 			b, ok2 := e.ObjectNew.(*corev1.Pod)
-			enqueue(q, batch(ok1 && ok2 && podProgress(a, b)), e.ObjectOld, e.ObjectNew)
+			enqueue(q, batch(pods && ok1 && ok2 && podProgress(a, b)), e.ObjectOld, e.ObjectNew)
 		},
 		DeleteFunc: func(_ context.Context, e crevent.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			enqueue(q, 0, e.Object)
@@ -132,7 +134,11 @@ func ownerHandler(pods bool) handler.EventHandler {
 		GenericFunc: func(_ context.Context, e crevent.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			enqueue(q, 0, e.Object)
 		},
-	}))
+	})
+	if !sw.On(optimize.ProgressPriority) {
+		return h
+	}
+	return withProgressPriority(h, sw)
 }
 
 // clusterOf is the RayCluster (ray.io, any version) that controls o, in o's namespace.
@@ -175,15 +181,25 @@ func podProgress(old, p *corev1.Pod) bool {
 		!(clusterbuild.PodRunningAndReady(old) && !clusterbuild.PodRunningAndReady(p))
 }
 
-// podUpdateMatters filters the pod updates the controller reconciles: it reads a pod's labels, annotations, owners,
-// deletion, phase, reason, message, IP, conditions and container statuses. A pod's binding to a node (spec.nodeName
-// and the PodScheduled condition) changes none of them, and was a reconcile of every new pod.
-var podUpdateMatters = predicate.Funcs{
-	UpdateFunc: func(e crevent.UpdateEvent) bool {
-		a, ok1 := e.ObjectOld.(*corev1.Pod)
-		b, ok2 := e.ObjectNew.(*corev1.Pod)
-		return !ok1 || !ok2 || !onlyScheduled(a, b)
-	},
+// podUpdateMatters filters the pod updates the controller reconciles (optimize.PodUpdateFilter): it reads a pod's
+// labels, annotations, owners, deletion, phase, reason, message, IP, conditions and container statuses. A pod's
+// binding to a node (spec.nodeName and the PodScheduled condition) changes none of them, and was a reconcile of
+// every new pod.
+func podUpdateMatters(sw *optimize.Switches) predicate.Predicate {
+	if !sw.On(optimize.PodUpdateFilter) {
+		return predicate.Funcs{}
+	}
+	return predicate.Funcs{
+		UpdateFunc: func(e crevent.UpdateEvent) bool {
+			a, ok1 := e.ObjectOld.(*corev1.Pod)
+			b, ok2 := e.ObjectNew.(*corev1.Pod)
+			if ok1 && ok2 && onlyScheduled(a, b) {
+				sw.Acted(optimize.PodUpdateFilter)
+				return false
+			}
+			return true
+		},
+	}
 }
 
 // onlyScheduled says whether two versions of a pod are the same in everything the controller reads (field by

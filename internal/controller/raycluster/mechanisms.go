@@ -1,0 +1,106 @@
+package raycluster
+
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/optimize"
+)
+
+// The controller's performance mechanisms (internal/optimize), each switched by Options.Optimizations, meet the
+// reconcile at these points only; with all of them off it observes, plans, writes and writes the status plainly:
+//   - the status write asks a statusPolicy whether to write now (coalescing, or writeAtOnce);
+//   - ownerHandler and podUpdateMatters (queue.go) decide when a change to an owned object is reconciled;
+//   - templateHashes (pods.go) may reuse a generation's hashes;
+//   - clusterLive may skip its read for a new cluster (skipLiveCheck).
+//
+// Metadata-only writes (Options.PodCreator, Options.StatusWriter) and the pod watch's pruning are wired by
+// internal/operator. The expectations and the create backoff are not among them: they keep the controller
+// correct (no duplicate pods; refused creates reported and retried at a pace), not fast.
+
+// statusPolicy decides when a changed status is written.
+type statusPolicy interface {
+	// hold returns how long to hold back a change of the cluster at resourceVersion rv (0: write it now).
+	hold(key types.NamespacedName, rv string, old, new *rayv1.RayClusterStatus, now time.Time) time.Duration
+	// wrote records a status write over rv and returns how long its oldest change was held back.
+	wrote(key types.NamespacedName, rv string, now time.Time) time.Duration
+	// settled says the status no longer differs; forget, that the cluster is gone.
+	settled(key types.NamespacedName)
+	forget(key types.NamespacedName)
+}
+
+// writeAtOnce is the plain policy: every change is written when it is seen.
+type writeAtOnce struct{}
+
+func (writeAtOnce) hold(types.NamespacedName, string, *rayv1.RayClusterStatus, *rayv1.RayClusterStatus, time.Time) time.Duration {
+	return 0
+}
+func (writeAtOnce) wrote(types.NamespacedName, string, time.Time) time.Duration { return 0 }
+func (writeAtOnce) settled(types.NamespacedName)                                {}
+func (writeAtOnce) forget(types.NamespacedName)                                 {}
+
+// coalescing holds progress-only changes back (coalesce.go), and waits for the cache to show the controller's last
+// status write before the next one (written over an older resourceVersion it would only conflict).
+type coalescing struct {
+	p      *pendingStatus
+	window time.Duration
+	sw     *optimize.Switches
+}
+
+func (s coalescing) hold(key types.NamespacedName, rv string, old, new *rayv1.RayClusterStatus, now time.Time) time.Duration {
+	d := s.p.hold(key, old, new, now, s.window)
+	if d == 0 && s.p.stale(key, rv) {
+		d = 200 * time.Millisecond
+	}
+	if d > 0 {
+		s.sw.Acted(optimize.StatusCoalescing)
+	}
+	return d
+}
+
+func (s coalescing) wrote(key types.NamespacedName, rv string, now time.Time) time.Duration {
+	return s.p.wrote(key, rv, now)
+}
+func (s coalescing) settled(key types.NamespacedName) { s.p.settled(key) }
+func (s coalescing) forget(key types.NamespacedName)  { s.p.forget(key) }
+
+// statusPolicy is the controller's, chosen on first use (Reconcilers built in tests skip NewReconciler).
+func (r *Reconciler) statusPolicy() statusPolicy {
+	r.statusOnce.Do(func() {
+		if r.opts.Optimizations.On(optimize.StatusCoalescing) {
+			r.status = coalescing{p: r.pendingStatus(), window: r.opts.StatusCoalesceWindow, sw: r.opts.Optimizations}
+		} else {
+			r.status = writeAtOnce{}
+		}
+	})
+	return r.status
+}
+
+// pendingStatus is what the coalescing remembers, made on first use.
+func (r *Reconciler) pendingStatus() *pendingStatus {
+	r.pendingOnce.Do(func() {
+		if r.pending == nil {
+			r.pending = newPendingStatus()
+		}
+	})
+	return r.pending
+}
+
+// skipLiveCheck says whether a new cluster's first pods may be created without clusterLive's read
+// (optimize.NewClusterLiveSkip): no operator has reported on the cluster yet, this one has created no pod for it,
+// and it is less than newClusterAge old. Pods made for such a cluster deleted meanwhile are collected by the garbage
+// collector; the stale-cache case clusterLive guards against needs pods that existed and went.
+func (r *Reconciler) skipLiveCheck(run *run) bool {
+	c := run.c
+	if !r.opts.Optimizations.On(optimize.NewClusterLiveSkip) || c.Status.State != "" || len(c.Status.Conditions) > 0 ||
+		len(run.obs.pods) > 0 || time.Since(c.CreationTimestamp.Time) >= newClusterAge {
+		return false
+	}
+	if uid, made := r.madePods.Load(run.key); made && uid == c.UID {
+		return false
+	}
+	r.opts.Optimizations.Acted(optimize.NewClusterLiveSkip)
+	return true
+}
