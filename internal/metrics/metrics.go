@@ -88,8 +88,14 @@ var (
 // SetEventsQueued makes manta_events_queued report f (the running operator's event queue).
 func SetEventsQueued(f func() int) { eventsQueuedFunc.Store(&f) }
 
-func init() {
-	ctrlmetrics.Registry.MustRegister(clusterProvisionedDuration, jobExecutionDuration, imagePulls, imagePullDuration, objects, eventsQueued, statusStaleness)
+var registerOnce sync.Once
+
+// Register adds Manta's collectors to controller-runtime's registry, which the manager's /metrics serves. Setup
+// calls it; once per process, since several managers may run in one (tests do).
+func Register() {
+	registerOnce.Do(func() {
+		ctrlmetrics.Registry.MustRegister(clusterProvisionedDuration, jobExecutionDuration, imagePulls, imagePullDuration, objects, eventsQueued, statusStaleness)
+	})
 }
 
 // ObserveCluster sets kuberay_cluster_provisioned_duration_seconds when c's RayClusterProvisioned condition turns
@@ -185,6 +191,7 @@ const (
 // Setup makes scrapes report the *_info and *_condition_* series of the given kinds from mgr's cache while mgr
 // runs (on every replica, leader or not, as KubeRay's do). Only list kinds the operator has RBAC for and watches.
 func Setup(mgr manager.Manager, kinds ...Kind) error {
+	Register()
 	return mgr.Add(&source{reader: mgr.GetCache(), kinds: kinds})
 }
 

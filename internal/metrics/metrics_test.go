@@ -104,6 +104,8 @@ func TestImagePulls(t *testing.T) {
 // TestObjectSeries: the info and condition series of every kind, from a reader, with KubeRay's names and labels,
 // reported once per object when two managers see it, and gone with the object and with the reader.
 func TestObjectSeries(t *testing.T) {
+	Register() // as Setup does: the series are read from the registry the manager serves
+	Register() // a second manager in the process registers nothing twice
 	scheme := runtime.NewScheme()
 	if err := rayv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)

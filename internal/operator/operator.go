@@ -228,12 +228,6 @@ func (o Options) leaderElectionTimes() (lease, renew, retry time.Duration) {
 	return lease, renew, retry
 }
 
-func init() {
-	// rest_client_rate_limiter_duration_seconds: how long requests waited on the client-side rate limiter (--qps,
-	// --burst), the figure that says whether the limit or the API server bounds the operator under load.
-	metrics.RegisterRESTClientMetrics(metrics.MetricRateLimiterLatency)
-}
-
 // Scheme holds the types the operator reads and writes.
 func Scheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
@@ -252,6 +246,10 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	// rest_client_rate_limiter_duration_seconds: how long requests waited on the client-side rate limiter (--qps,
+	// --burst), the figure that says whether the limit or the API server bounds the operator under load. Once per
+	// process (controller-runtime guards it).
+	metrics.RegisterRESTClientMetrics(metrics.MetricRateLimiterLatency)
 	cfg = rest.CopyConfig(cfg)
 	if opts.QPS > 0 {
 		cfg.QPS = opts.QPS
