@@ -261,47 +261,9 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	podSel, err := cachedPodSelector()
+	cacheOpts, podSel, err := cacheOptions(cfg, opts.WatchNamespaces)
 	if err != nil {
 		return nil, err
-	}
-	svcSel, err := existsSelector(rayv1.LabelCluster)
-	if err != nil {
-		return nil, err
-	}
-	cacheOpts := cache.Options{
-		DefaultTransform: stripUnread,
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: podSel, Transform: stripPod},
-			// The operator reads only the Services it made, which all carry ray.io/cluster.
-			&corev1.Service{}: {Label: svcSel},
-			// Its NetworkPolicies and Ingresses carry ray.io/cluster too.
-			&networkingv1.NetworkPolicy{}: {Label: svcSel},
-			&networkingv1.Ingress{}:       {Label: svcSel},
-			// And the claims of the embedded GCS backend it creates (a user's claim is read past the cache).
-			&corev1.PersistentVolumeClaim{}: {Label: svcSel},
-			// The only Jobs it reads are RayJob submitters and Redis cleanup Jobs, labelled
-			// created-by=kuberay-operator as KubeRay's are.
-			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{rayv1.LabelCreatedBy: rayv1.CreatedByValue})},
-		},
-	}
-	// And its cert-manager Issuers and Certificates (tlsOptions), where cert-manager is installed: the cache looks
-	// up every kind it is told about when it starts, and one the API server does not serve would stop it.
-	if certManagerServed(cfg) {
-		cacheOpts.ByObject[&cmv1.Issuer{}] = cache.ByObject{Label: svcSel}
-		cacheOpts.ByObject[&cmv1.Certificate{}] = cache.ByObject{Label: svcSel}
-	}
-	// Likewise the Gateways and HTTPRoutes of RayServices' incremental upgrades, where the Gateway API is installed.
-	if gatewayAPIServed(cfg) {
-		rs := labels.SelectorFromSet(labels.Set{rayv1.LabelOriginCRD: clusterbuild.KindRayService})
-		cacheOpts.ByObject[&gwv1.Gateway{}] = cache.ByObject{Label: rs}
-		cacheOpts.ByObject[&gwv1.HTTPRoute{}] = cache.ByObject{Label: rs}
-	}
-	if len(opts.WatchNamespaces) > 0 {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range opts.WatchNamespaces {
-			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
-		}
 	}
 	pprofAddr := opts.PprofAddr
 	if pprofAddr == "" {
@@ -347,6 +309,54 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		eventBurst = DefaultEventBurst
 	}
 	return withEventRecorder(mgr, activity, eventQPS, eventBurst)
+}
+
+// cacheOptions scopes the manager's cache to what the controllers read (see NewManager); podSel is the Ray pods'
+// label selector.
+func cacheOptions(cfg *rest.Config, namespaces []string) (cache.Options, labels.Selector, error) {
+	podSel, err := cachedPodSelector()
+	if err != nil {
+		return cache.Options{}, nil, err
+	}
+	svcSel, err := existsSelector(rayv1.LabelCluster)
+	if err != nil {
+		return cache.Options{}, nil, err
+	}
+	cacheOpts := cache.Options{
+		DefaultTransform: stripUnread,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: podSel, Transform: stripPod},
+			// The operator reads only the Services it made, which all carry ray.io/cluster.
+			&corev1.Service{}: {Label: svcSel},
+			// Its NetworkPolicies and Ingresses carry ray.io/cluster too.
+			&networkingv1.NetworkPolicy{}: {Label: svcSel},
+			&networkingv1.Ingress{}:       {Label: svcSel},
+			// And the claims of the embedded GCS backend it creates (a user's claim is read past the cache).
+			&corev1.PersistentVolumeClaim{}: {Label: svcSel},
+			// The only Jobs it reads are RayJob submitters and Redis cleanup Jobs, labelled
+			// created-by=kuberay-operator as KubeRay's are.
+			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{rayv1.LabelCreatedBy: rayv1.CreatedByValue})},
+		},
+	}
+	// And its cert-manager Issuers and Certificates (tlsOptions), where cert-manager is installed: the cache looks
+	// up every kind it is told about when it starts, and one the API server does not serve would stop it.
+	if certManagerServed(cfg) {
+		cacheOpts.ByObject[&cmv1.Issuer{}] = cache.ByObject{Label: svcSel}
+		cacheOpts.ByObject[&cmv1.Certificate{}] = cache.ByObject{Label: svcSel}
+	}
+	// Likewise the Gateways and HTTPRoutes of RayServices' incremental upgrades, where the Gateway API is installed.
+	if gatewayAPIServed(cfg) {
+		rs := labels.SelectorFromSet(labels.Set{rayv1.LabelOriginCRD: clusterbuild.KindRayService})
+		cacheOpts.ByObject[&gwv1.Gateway{}] = cache.ByObject{Label: rs}
+		cacheOpts.ByObject[&gwv1.HTTPRoute{}] = cache.ByObject{Label: rs}
+	}
+	if len(namespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return cacheOpts, podSel, nil
 }
 
 // certManagerServed says whether the API server serves cert-manager's Certificates (and so its Issuers).
