@@ -103,7 +103,7 @@ func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string) error {
 	if err != nil {
 		return fmt.Errorf("pod creator: %w", err)
 	}
-	status, err := metawrite.NewRayClusters(mgr.GetConfig(), mgr.GetHTTPClient())
+	status, err := metawrite.NewStatus(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return fmt.Errorf("RayCluster status writer: %w", err)
 	}

@@ -69,11 +69,9 @@ type Options struct {
 	PodCreator interface {
 		Create(context.Context, *corev1.Pod) error
 	}
-	// StatusWriter, when set, writes the RayClusters' status instead of the manager's client: the operator passes
-	// a metawrite.RayClusters, which reads back only the cluster's metadata (its new resourceVersion).
-	StatusWriter interface {
-		UpdateStatus(context.Context, *rayv1.RayCluster) error
-	}
+	// StatusWriter writes the RayClusters' status (reconcile.ClientStatus of the manager's client when nil): the
+	// operator passes a metawrite.Status, which reads back only the cluster's new resourceVersion.
+	StatusWriter reconcile.StatusWriter
 	// Now replaces the clock of the Redis cleanup's deletion timeout in tests (time.Now when nil).
 	Now func() time.Time
 	// BatchScheduler is the operator's batch scheduler (one of clusterbuild.BatchSchedulers; empty: none): every
@@ -130,6 +128,9 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.StatusWriter == nil {
+		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
 	}
 	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
 	if md, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
@@ -257,7 +258,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			rv := c.ResourceVersion
 			newStatus.LastUpdateTime = &now
 			c.Status = newStatus
-			statusErr = r.updateStatus(ctx, c)
+			statusErr = r.opts.StatusWriter.UpdateStatus(ctx, c)
 			if statusErr == nil {
 				r.staleness(r.pendingStatus().wrote(req.NamespacedName, rv, r.now()))
 				metrics.ObserveCluster(c, oldStatus, now.Time)
