@@ -21,6 +21,7 @@ import (
 	"github.com/manta-dev/manta/internal/metawrite"
 	"github.com/manta-dev/manta/internal/metrics"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // addTypes adds the API groups the operator serves to its scheme.
@@ -62,25 +63,35 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := setupRayCluster(mgr, opts, scheduler); err != nil {
+	// Every controller writes its status through the writer that reads back only the new resourceVersion.
+	status, err := metawrite.NewStatus(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("status writer: %w", err)
+	}
+	if err := setupRayCluster(mgr, opts, scheduler, status); err != nil {
 		return fmt.Errorf("RayCluster controller: %w", err)
 	}
 	if err := rayjob.NewReconciler(mgr, opts.RayClients, rayjob.Options{
 		BatchScheduler:               scheduler,
 		ClusterDomain:                opts.ClusterDomain,
 		MaxConcurrentReconciles:      opts.ReconcileConcurrency,
+		StatusWriter:                 status,
 		StatusCheckTimeout:           opts.RayJobStatusCheckTimeout,
 		TransitionGracePeriod:        opts.RayJobTransitionGracePeriod,
 		DeleteRayJobAfterJobFinishes: opts.DeleteRayJobAfterJobFinishes,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("RayJob controller: %w", err)
 	}
-	if err := raycronjob.NewReconciler(mgr, raycronjob.Options{MaxConcurrentReconciles: opts.ReconcileConcurrency}).SetupWithManager(mgr); err != nil {
+	if err := raycronjob.NewReconciler(mgr, raycronjob.Options{
+		MaxConcurrentReconciles: opts.ReconcileConcurrency,
+		StatusWriter:            status,
+	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("RayCronJob controller: %w", err)
 	}
 	rs, err := rayservice.NewReconciler(mgr, rayservice.Options{
 		RayClients:              opts.RayClients,
 		MaxConcurrentReconciles: opts.ReconcileConcurrency,
+		StatusWriter:            status,
 		Namespaces:              opts.WatchNamespaces,
 		NoZeroDowntime:          opts.NoZeroDowntime,
 	})
@@ -90,22 +101,19 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("RayService controller: %w", err)
 	}
-	if err := setupImagePullJob(mgr, opts); err != nil {
+	if err := setupImagePullJob(mgr, opts, status); err != nil {
 		return fmt.Errorf("ImagePullJob controllers: %w", err)
 	}
 	// KubeRay's kuberay_*_info and kuberay_*_condition_* series of the kinds above, from the operator's cache.
 	return metrics.Setup(mgr, metrics.RayClusters, metrics.RayJobs, metrics.RayServices)
 }
 
-// setupRayCluster gives the RayCluster controller the writers that read back only metadata (internal/metawrite).
-func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string) error {
+// setupRayCluster gives the RayCluster controller the pod creator that reads back only metadata
+// (internal/metawrite), and status, the status writer all controllers share.
+func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string, status reconcile.StatusWriter) error {
 	pods, err := metawrite.NewPods(mgr.GetConfig(), mgr.GetHTTPClient())
 	if err != nil {
 		return fmt.Errorf("pod creator: %w", err)
-	}
-	status, err := metawrite.NewStatus(mgr.GetConfig(), mgr.GetHTTPClient())
-	if err != nil {
-		return fmt.Errorf("RayCluster status writer: %w", err)
 	}
 	return raycluster.NewReconciler(mgr, raycluster.Options{
 		BatchScheduler:          scheduler,
@@ -130,7 +138,7 @@ func coalesceWindow(d time.Duration) time.Duration {
 }
 
 // setupImagePullJob registers the ImagePullJob controller and the RayCluster prepull controller that creates jobs.
-func setupImagePullJob(mgr ctrl.Manager, o Options) error {
+func setupImagePullJob(mgr ctrl.Manager, o Options, status reconcile.StatusWriter) error {
 	policy, err := o.imagePullPolicy()
 	if err != nil {
 		return err
@@ -138,6 +146,7 @@ func setupImagePullJob(mgr ctrl.Manager, o Options) error {
 	r, err := imagepulljob.NewReconciler(mgr, imagepulljob.Options{
 		PullerImage:             o.PullerImage,
 		MaxConcurrentReconciles: o.ReconcileConcurrency,
+		StatusWriter:            status,
 		Policy:                  policy,
 	})
 	if err != nil {
