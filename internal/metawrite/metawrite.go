@@ -1,11 +1,12 @@
 // Package metawrite writes objects and reads back only their metadata.
 //
-// The API server answers a write with the whole object it stored, and a client decodes all of it (for a Ray pod:
-// its env, its scripts, a managedFields entry for every field sent), though the RayCluster controller reads nothing
-// of either answer but the metadata: a pod's generated name, the cluster's new resourceVersion. Those decodes were
-// the operator's largest allocations (docs/benchmarks.md, "Why each mechanism exists"). Asked for the
-// `as=PartialObjectMetadata` media type (as the metadata client does for reads), the API server answers with the
-// object's ObjectMeta alone, which it encodes and the client decodes at a fraction of the cost.
+// The API server answers a write with the whole object it stored, and a client decodes all of it: for a Ray pod
+// (its env, its scripts, a managedFields entry for every field sent) and for each status write of a custom
+// resource (the whole object again) that decode is among the operator's largest allocation sites, though the
+// controllers read nothing of either answer but the metadata (a pod's generated name, the object's new
+// resourceVersion). Asked for the `as=PartialObjectMetadata` media type (as the metadata client does for reads),
+// the API server answers with the object's ObjectMeta alone, which it encodes and the client decodes at a fraction
+// of the cost.
 package metawrite
 
 import (
@@ -20,27 +21,29 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 )
 
 // asMetadata is the media type parameter that asks for an object's metadata alone.
 const asMetadata = ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
-var (
-	scheme = runtime.NewScheme()
-	codecs serializer.CodecFactory
-)
+// scheme and codecs encode what is sent and decode what comes back.
+var scheme, codecs = newScheme()
 
-func init() {
-	// core/v1 for the pods sent (and Status, which corev1 registers), ray.io/v1 for the RayClusters, meta.k8s.io/v1
-	// for what comes back.
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, rayv1.AddToScheme, metav1.AddMetaToScheme} {
-		if err := add(scheme); err != nil {
-			panic(err)
+// newScheme holds core/v1 for the pods sent (and Status, which corev1 registers), Manta's custom resources
+// (ray.io/v1, manta.dev/v1alpha1) for the statuses, and meta.k8s.io/v1 for what comes back.
+func newScheme() (*runtime.Scheme, serializer.CodecFactory) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, rayv1.AddToScheme, mantav1alpha1.AddToScheme, metav1.AddMetaToScheme} {
+		if err := add(s); err != nil {
+			panic(err) // only a clash between these fixed groups' registrations, which no input changes
 		}
 	}
-	codecs = serializer.NewCodecFactory(scheme)
+	return s, serializer.NewCodecFactory(s)
 }
 
 // newClient makes a REST client for one group version, sending contentType and asking for metadata in it. Each
@@ -104,32 +107,60 @@ func (p *Pods) Create(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// RayClusters writes RayCluster status through its own REST client, in JSON (a custom resource has no protobuf).
-type RayClusters struct {
-	rc rest.Interface
+// statusResources are the custom resources whose status a Status writes, by kind, with their resource.
+var statusResources = map[schema.GroupVersionKind]string{
+	rayv1.GroupVersion.WithKind("RayCluster"):           "rayclusters",
+	rayv1.GroupVersion.WithKind("RayJob"):               "rayjobs",
+	rayv1.GroupVersion.WithKind("RayService"):           "rayservices",
+	rayv1.GroupVersion.WithKind("RayCronJob"):           "raycronjobs",
+	mantav1alpha1.GroupVersion.WithKind("ImagePullJob"): "imagepulljobs",
 }
 
-// NewRayClusters makes a RayClusters from the operator's config and HTTP client.
-func NewRayClusters(cfg *rest.Config, hc *http.Client) (*RayClusters, error) {
-	rc, err := newClient(cfg, hc, "/apis", rayv1.GroupVersion, runtime.ContentTypeJSON)
-	if err != nil {
-		return nil, err
+// Status writes the status of Manta's custom resources (statusResources) through REST clients of its own, in JSON
+// (a custom resource has no protobuf): it is a reconcile.StatusWriter.
+type Status struct {
+	kinds map[schema.GroupVersionKind]statusClient
+}
+
+type statusClient struct {
+	rc       rest.Interface
+	resource string
+}
+
+// NewStatus makes a Status from the operator's config and HTTP client, with one REST client per kind (and so one
+// token bucket per kind, as the manager's client has).
+func NewStatus(cfg *rest.Config, hc *http.Client) (*Status, error) {
+	s := &Status{kinds: make(map[schema.GroupVersionKind]statusClient, len(statusResources))}
+	for gvk, resource := range statusResources {
+		rc, err := newClient(cfg, hc, "/apis", gvk.GroupVersion(), runtime.ContentTypeJSON)
+		if err != nil {
+			return nil, fmt.Errorf("%s status client: %w", gvk.Kind, err)
+		}
+		s.kinds[gvk] = statusClient{rc: rc, resource: resource}
 	}
-	return &RayClusters{rc: rc}, nil
+	return s, nil
 }
 
-// UpdateStatus replaces c's status (the status subresource, at c's resourceVersion: a stale one is a Conflict).
-// On success c's resourceVersion is the API server's new one (a status write changes no other metadata); its spec
-// and status stay as sent.
-func (r *RayClusters) UpdateStatus(ctx context.Context, c *rayv1.RayCluster) error {
-	// The encoder names the kind from the scheme (a cached object's TypeMeta is empty).
-	res := r.rc.Put().Namespace(c.Namespace).Resource("rayclusters").Name(c.Name).SubResource("status").Body(c).Do(ctx)
+// UpdateStatus replaces obj's status (the status subresource, at obj's resourceVersion: a stale one is a
+// Conflict). On success obj's resourceVersion is the API server's new one (a status write changes no other
+// metadata); its spec and status stay as sent. obj is one of statusResources' kinds.
+func (s *Status) UpdateStatus(ctx context.Context, obj client.Object) error {
+	// The kind comes from the scheme (a cached object's TypeMeta is empty), as the encoder's does.
+	gvk, err := apiutil.GVKForObject(obj, scheme)
+	if err != nil {
+		return err
+	}
+	c, ok := s.kinds[gvk]
+	if !ok {
+		return fmt.Errorf("metawrite writes no status of %v", gvk)
+	}
+	res := c.rc.Put().Namespace(obj.GetNamespace()).Resource(c.resource).Name(obj.GetName()).SubResource("status").Body(obj).Do(ctx)
 	if err := res.Error(); err != nil {
 		return err
 	}
 	// A status write changes nothing in the metadata but the resourceVersion (and managedFields, which the cache
-	// drops): read that alone. The answer's managedFields list every field of the spec the cluster's creator set,
-	// and decoding them into PartialObjectMetadata was still a large allocation per write.
+	// drops): read that alone. Decoding the answer into PartialObjectMetadata would allocate for its managedFields,
+	// which list every spec field the object's creator set.
 	raw, _ := res.Raw()
 	var answer struct {
 		Kind     string `json:"kind"`
@@ -138,12 +169,12 @@ func (r *RayClusters) UpdateStatus(ctx context.Context, c *rayv1.RayCluster) err
 		} `json:"metadata"`
 	}
 	if err := json.Unmarshal(raw, &answer); err != nil {
-		return fmt.Errorf("decode the metadata of the RayCluster status written: %w", err)
+		return fmt.Errorf("decode the metadata of the %s status written: %w", gvk.Kind, err)
 	}
 	if answer.Kind != "PartialObjectMetadata" || answer.Metadata.ResourceVersion == "" {
-		return fmt.Errorf("the API server answered the RayCluster status written with kind %q, resourceVersion %q; want PartialObjectMetadata with a resourceVersion",
-			answer.Kind, answer.Metadata.ResourceVersion)
+		return fmt.Errorf("the API server answered the %s status written with kind %q, resourceVersion %q; want PartialObjectMetadata with a resourceVersion",
+			gvk.Kind, answer.Kind, answer.Metadata.ResourceVersion)
 	}
-	c.ResourceVersion = answer.Metadata.ResourceVersion
+	obj.SetResourceVersion(answer.Metadata.ResourceVersion)
 	return nil
 }

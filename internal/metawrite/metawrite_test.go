@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"sync"
@@ -14,9 +15,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -78,7 +84,7 @@ func TestWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("PodCreate", func(t *testing.T) { testPodCreate(t, cfg, cl, ns.Name) })
-	t.Run("RayClusterStatus", func(t *testing.T) { testRayClusterStatus(t, cfg, cl, ns.Name) })
+	t.Run("Status", func(t *testing.T) { testStatus(t, cfg, cl, ns.Name) })
 }
 
 // recording is a REST config whose answers to writes ending in suffix are recorded, and its HTTP client.
@@ -159,46 +165,124 @@ func testPodCreate(t *testing.T, cfg *rest.Config, cl client.Client, namespace s
 	}
 }
 
-func testRayClusterStatus(t *testing.T, cfg *rest.Config, cl client.Client, namespace string) {
-	ctx := context.Background()
+// statusCase is one kind's object to create and the status to write to it.
+type statusCase struct {
+	obj    client.Object
+	status func(client.Object)
+}
+
+func statusCases(namespace string) []statusCase {
+	head := rayPod(namespace)
+	cluster := rayv1.RayClusterSpec{HeadGroupSpec: rayv1.HeadGroupSpec{RayStartParams: map[string]string{},
+		Template: corev1.PodTemplateSpec{Spec: head.Spec}}}
+	meta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"team": "a"}}
+	}
+	now := metav1.Now()
+	return []statusCase{
+		{&rayv1.RayCluster{ObjectMeta: meta("rc"), Spec: cluster}, func(o client.Object) {
+			o.(*rayv1.RayCluster).Status = rayv1.RayClusterStatus{State: rayv1.Ready, ReadyWorkerReplicas: 3, DesiredWorkerReplicas: 3,
+				Conditions: []metav1.Condition{{Type: string(rayv1.HeadPodReady), Status: metav1.ConditionTrue, Reason: "HeadPodRunningAndReady",
+					LastTransitionTime: now}}}
+		}},
+		{&rayv1.RayJob{ObjectMeta: meta("job"), Spec: rayv1.RayJobSpec{Entrypoint: "python job.py", RayClusterSpec: &cluster}}, func(o client.Object) {
+			o.(*rayv1.RayJob).Status = rayv1.RayJobStatus{JobDeploymentStatus: rayv1.JobDeploymentStatusRunning, JobStatus: rayv1.JobStatusRunning,
+				JobId: "job-1", RayClusterName: "job-raycluster-abcde", StartTime: &now,
+				Failed: ptr.To[int32](0), Succeeded: ptr.To[int32](0)} // the schema's defaults, which the API server would add
+		}},
+		{&rayv1.RayService{ObjectMeta: meta("svc"), Spec: rayv1.RayServiceSpec{RayClusterSpec: cluster}}, func(o client.Object) {
+			o.(*rayv1.RayService).Status = rayv1.RayServiceStatuses{NumServeEndpoints: 2, ObservedGeneration: 1, LastUpdateTime: &now}
+		}},
+		{&rayv1.RayCronJob{ObjectMeta: meta("cron"), Spec: rayv1.RayCronJobSpec{Schedule: "*/5 * * * *",
+			JobTemplate: rayv1.RayJobSpec{Entrypoint: "python job.py", RayClusterSpec: &cluster}}}, func(o client.Object) {
+			o.(*rayv1.RayCronJob).Status = rayv1.RayCronJobStatus{LastScheduleTime: &now, ObservedGeneration: 1}
+		}},
+		{&mantav1alpha1.ImagePullJob{ObjectMeta: meta("pull"), Spec: mantav1alpha1.ImagePullJobSpec{Image: "rayproject/ray:2.52.0"}}, func(o client.Object) {
+			o.(*mantav1alpha1.ImagePullJob).Status = mantav1alpha1.ImagePullJobStatus{Desired: 3, Active: 1, Succeeded: 2, StartTime: &now, ObservedGeneration: 1}
+		}},
+	}
+}
+
+// testStatus writes the status of each of Manta's custom resources.
+func testStatus(t *testing.T, cfg *rest.Config, cl client.Client, namespace string) {
 	rec, wrapped, hc := recording(t, cfg, "/status")
-	w, err := NewRayClusters(wrapped, hc)
+	w, err := NewStatus(wrapped, hc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	head := rayPod(namespace)
-	rc := &rayv1.RayCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "rc", Labels: map[string]string{"team": "a"}},
-		Spec: rayv1.RayClusterSpec{HeadGroupSpec: rayv1.HeadGroupSpec{RayStartParams: map[string]string{},
-			Template: corev1.PodTemplateSpec{Spec: head.Spec}}},
+	kinds := map[schema.GroupVersionKind]bool{}
+	for _, tc := range statusCases(namespace) {
+		gvk, err := apiutil.GVKForObject(tc.obj, scheme)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds[gvk] = true
+		t.Run(gvk.Kind, func(t *testing.T) { testStatusOf(t, w, rec, cl, tc) })
 	}
-	if err := cl.Create(ctx, rc); err != nil {
+	if len(kinds) != len(statusResources) {
+		t.Errorf("tested %v, want every kind of %v", kinds, statusResources)
+	}
+
+	// The table names each kind's resource as the API server serves it, and holds every custom resource it serves
+	// with a status.
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[schema.GroupVersionKind]string{}
+	for _, gv := range []schema.GroupVersion{rayv1.GroupVersion, mantav1alpha1.GroupVersion} {
+		list, err := dc.ServerResourcesForGroupVersion(gv.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range list.APIResources {
+			if parent, ok := strings.CutSuffix(r.Name, "/status"); ok {
+				served[gv.WithKind(r.Kind)] = parent
+			}
+		}
+	}
+	if !maps.Equal(served, statusResources) {
+		t.Errorf("the API server serves the status of %v; metawrite writes %v", served, statusResources)
+	}
+
+	// A kind outside the table is refused before anything is sent.
+	pod := rayPod(namespace)
+	pod.Name = "p"
+	if err := w.UpdateStatus(context.Background(), pod); err == nil || !strings.Contains(err.Error(), "/v1, Kind=Pod") {
+		t.Errorf("status write of a pod: %v, want an error naming the kind", err)
+	}
+}
+
+func testStatusOf(t *testing.T, w *Status, rec *recorder, cl client.Client, tc statusCase) {
+	ctx := context.Background()
+	if err := cl.Create(ctx, tc.obj); err != nil {
 		t.Fatal(err)
 	}
 	// What the informer cache hands the controller: no TypeMeta.
-	c := rc.DeepCopy()
-	c.TypeMeta = metav1.TypeMeta{}
-	before := c.ResourceVersion
-	c.Status = rayv1.RayClusterStatus{State: rayv1.Ready, ReadyWorkerReplicas: 3, DesiredWorkerReplicas: 3,
-		Conditions: []metav1.Condition{{Type: string(rayv1.HeadPodReady), Status: metav1.ConditionTrue, Reason: "HeadPodRunningAndReady",
-			LastTransitionTime: metav1.Now()}}}
-	sent := c.DeepCopy()
-	if err := w.UpdateStatus(ctx, c); err != nil {
+	obj := tc.obj.DeepCopyObject().(client.Object)
+	obj.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+	before := obj.GetResourceVersion()
+	tc.status(obj)
+	sent := obj.DeepCopyObject().(client.Object)
+	answers := len(rec.got())
+	if err := w.UpdateStatus(ctx, obj); err != nil {
 		t.Fatal(err)
 	}
-	stored := &rayv1.RayCluster{}
-	if err := cl.Get(ctx, client.ObjectKeyFromObject(rc), stored); err != nil {
+	stored := tc.obj.DeepCopyObject().(client.Object)
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), stored); err != nil {
 		t.Fatal(err)
 	}
-	if c.ResourceVersion == before || c.ResourceVersion != stored.ResourceVersion || c.UID != rc.UID || c.Labels["team"] != "a" ||
-		c.Generation != stored.Generation {
-		t.Fatalf("metadata after the status write = %+v, want the stored cluster's %+v (resourceVersion before %s)", c.ObjectMeta, stored.ObjectMeta, before)
+	if obj.GetResourceVersion() == before || obj.GetResourceVersion() != stored.GetResourceVersion() {
+		t.Fatalf("resourceVersion after the status write %s, want the stored one %s (before %s)", obj.GetResourceVersion(), stored.GetResourceVersion(), before)
 	}
-	if !equality.Semantic.DeepEqual(c.Spec, sent.Spec) || !equality.Semantic.DeepEqual(c.Status, sent.Status) || c.TypeMeta != sent.TypeMeta {
-		t.Fatalf("the cluster's spec, status or TypeMeta changed: %+v", c)
+	// Nothing else of the object moved: its metadata (but the resourceVersion), TypeMeta, spec and status are as sent.
+	sent.SetResourceVersion(obj.GetResourceVersion())
+	if !equality.Semantic.DeepEqual(obj, sent) {
+		t.Fatalf("the object changed beyond its resourceVersion: %+v, sent %+v", obj, sent)
 	}
-	if stored.Status.State != rayv1.Ready || stored.Status.ReadyWorkerReplicas != 3 || len(stored.Status.Conditions) != 1 {
-		t.Fatalf("stored status %+v, want the status sent", stored.Status)
+	got, want := fields(t, stored), fields(t, sent)
+	if !equality.Semantic.DeepEqual(got["status"], want["status"]) {
+		t.Fatalf("stored status %v, want the status sent %v", got["status"], want["status"])
 	}
 
 	// The answer was the metadata alone, in JSON.
@@ -206,24 +290,34 @@ func testRayClusterStatus(t *testing.T, cfg *rest.Config, cl client.Client, name
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, _ := json.Marshal(stored.Spec)
-	got := rec.got()
-	if len(got) != 1 || !strings.HasPrefix(got[0].contentType, "application/json") || got[0].bytes > len(full)-len(spec) {
-		t.Fatalf("answers %+v, want one JSON answer without the spec (%d of the whole cluster's %d bytes)", got, len(spec), len(full))
+	spec, _ := json.Marshal(got["spec"])
+	answered := rec.got()[answers:]
+	if len(answered) != 1 || !strings.HasPrefix(answered[0].contentType, "application/json") || answered[0].bytes > len(full)-len(spec) {
+		t.Fatalf("answers %+v, want one JSON answer without the spec (%d of the whole object's %d bytes)", answered, len(spec), len(full))
 	}
-	t.Logf("status write answered with %d bytes; the whole cluster is %d, its spec %d", got[0].bytes, len(full), len(spec))
+	t.Logf("status write answered with %d bytes; the whole object is %d, its spec %d", answered[0].bytes, len(full), len(spec))
 
-	// Refusals come back as the API server's errors, and leave the cluster's metadata alone.
-	stale := sent.DeepCopy()
+	// Refusals come back as the API server's errors, and leave the object's metadata alone.
+	stale := sent.DeepCopyObject().(client.Object)
+	stale.SetResourceVersion(before)
 	if err := w.UpdateStatus(ctx, stale); !apierrors.IsConflict(err) {
 		t.Fatalf("status write at the old resourceVersion: %v, want Conflict", err)
 	}
-	if stale.ResourceVersion != before {
-		t.Fatalf("a refused write changed the metadata: %+v", stale.ObjectMeta)
+	if stale.GetResourceVersion() != before {
+		t.Fatalf("a refused write changed the resourceVersion to %s", stale.GetResourceVersion())
 	}
-	gone := sent.DeepCopy()
-	gone.Name = "no-such-cluster"
+	gone := sent.DeepCopyObject().(client.Object)
+	gone.SetName("no-such-" + gone.GetName())
 	if err := w.UpdateStatus(ctx, gone); !apierrors.IsNotFound(err) {
-		t.Fatalf("status write of a missing cluster: %v, want NotFound", err)
+		t.Fatalf("status write of a missing object: %v, want NotFound", err)
 	}
+}
+
+// fields is obj as JSON fields (its times in JSON's precision, as stored).
+func fields(t *testing.T, obj client.Object) map[string]any {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

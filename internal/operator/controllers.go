@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
@@ -24,6 +25,7 @@ import (
 	"github.com/manta-dev/manta/internal/metrics"
 	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // addTypes adds the API groups the operator serves to its scheme.
@@ -65,25 +67,40 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
-	if err := setupRayCluster(mgr, opts, scheduler); err != nil {
+	// Every controller writes its status through one writer: the one that reads back only the new resourceVersion,
+	// unless optimize.MetadataWrites is off.
+	status := reconcile.ClientStatus(mgr.GetClient())
+	if opts.Optimizations.On(optimize.MetadataWrites) {
+		meta, err := metawrite.NewStatus(mgr.GetConfig(), mgr.GetHTTPClient())
+		if err != nil {
+			return fmt.Errorf("status writer: %w", err)
+		}
+		status = countedStatus{meta, opts.Optimizations}
+	}
+	if err := setupRayCluster(mgr, opts, scheduler, status); err != nil {
 		return fmt.Errorf("RayCluster controller: %w", err)
 	}
 	if err := rayjob.NewReconciler(mgr, opts.RayClients, rayjob.Options{
 		BatchScheduler:               scheduler,
 		ClusterDomain:                opts.ClusterDomain,
 		MaxConcurrentReconciles:      opts.ReconcileConcurrency,
+		StatusWriter:                 status,
 		StatusCheckTimeout:           opts.RayJobStatusCheckTimeout,
 		TransitionGracePeriod:        opts.RayJobTransitionGracePeriod,
 		DeleteRayJobAfterJobFinishes: opts.DeleteRayJobAfterJobFinishes,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("RayJob controller: %w", err)
 	}
-	if err := raycronjob.NewReconciler(mgr, raycronjob.Options{MaxConcurrentReconciles: opts.ReconcileConcurrency}).SetupWithManager(mgr); err != nil {
+	if err := raycronjob.NewReconciler(mgr, raycronjob.Options{
+		MaxConcurrentReconciles: opts.ReconcileConcurrency,
+		StatusWriter:            status,
+	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("RayCronJob controller: %w", err)
 	}
 	rs, err := rayservice.NewReconciler(mgr, rayservice.Options{
 		RayClients:              opts.RayClients,
 		MaxConcurrentReconciles: opts.ReconcileConcurrency,
+		StatusWriter:            status,
 		Namespaces:              opts.WatchNamespaces,
 		NoZeroDowntime:          opts.NoZeroDowntime,
 	})
@@ -93,16 +110,16 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("RayService controller: %w", err)
 	}
-	if err := setupImagePullJob(mgr, opts); err != nil {
+	if err := setupImagePullJob(mgr, opts, status); err != nil {
 		return fmt.Errorf("ImagePullJob controllers: %w", err)
 	}
 	// KubeRay's kuberay_*_info and kuberay_*_condition_* series of the kinds above, from the operator's cache.
 	return metrics.Setup(mgr, metrics.RayClusters, metrics.RayJobs, metrics.RayServices)
 }
 
-// setupRayCluster gives the RayCluster controller the writers that read back only metadata (internal/metawrite),
-// unless optimize.MetadataWrites is off.
-func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string) error {
+// setupRayCluster gives the RayCluster controller status, the status writer all controllers share, and the pod
+// creator that reads back only metadata (internal/metawrite) unless optimize.MetadataWrites is off.
+func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string, status reconcile.StatusWriter) error {
 	opts := raycluster.Options{
 		BatchScheduler:          scheduler,
 		DefaultPodTemplate:      o.DefaultPodTemplate,
@@ -112,36 +129,37 @@ func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string) error {
 		ResyncPeriod:            o.RayClusterResyncPeriod,
 		StatusCoalesceWindow:    coalesceWindow(o.StatusCoalesceWindow),
 		Optimizations:           o.Optimizations,
+		StatusWriter:            status,
 	}
 	if o.Optimizations.On(optimize.MetadataWrites) {
 		pods, err := metawrite.NewPods(mgr.GetConfig(), mgr.GetHTTPClient())
 		if err != nil {
 			return fmt.Errorf("pod creator: %w", err)
 		}
-		status, err := metawrite.NewRayClusters(mgr.GetConfig(), mgr.GetHTTPClient())
-		if err != nil {
-			return fmt.Errorf("RayCluster status writer: %w", err)
-		}
-		opts.PodCreator, opts.StatusWriter = countedWrites{pods, status, o.Optimizations}, countedWrites{pods, status, o.Optimizations}
+		opts.PodCreator = countedPods{pods, o.Optimizations}
 	}
 	return raycluster.NewReconciler(mgr, opts).SetupWithManager(mgr)
 }
 
-// countedWrites are the metadata-only writers, counted as optimize.MetadataWrites acting.
-type countedWrites struct {
-	pods   *metawrite.Pods
-	status *metawrite.RayClusters
-	sw     *optimize.Switches
+// countedPods and countedStatus are the metadata-only writers, counted as optimize.MetadataWrites acting.
+type countedPods struct {
+	pods *metawrite.Pods
+	sw   *optimize.Switches
 }
 
-func (w countedWrites) Create(ctx context.Context, p *corev1.Pod) error {
+func (w countedPods) Create(ctx context.Context, p *corev1.Pod) error {
 	w.sw.Acted(optimize.MetadataWrites)
 	return w.pods.Create(ctx, p)
 }
 
-func (w countedWrites) UpdateStatus(ctx context.Context, c *rayv1.RayCluster) error {
+type countedStatus struct {
+	status *metawrite.Status
+	sw     *optimize.Switches
+}
+
+func (w countedStatus) UpdateStatus(ctx context.Context, obj client.Object) error {
 	w.sw.Acted(optimize.MetadataWrites)
-	return w.status.UpdateStatus(ctx, c)
+	return w.status.UpdateStatus(ctx, obj)
 }
 
 // coalesceWindow maps --status-coalesce-window onto raycluster.Options, where 0 means the default and a negative
@@ -154,7 +172,7 @@ func coalesceWindow(d time.Duration) time.Duration {
 }
 
 // setupImagePullJob registers the ImagePullJob controller and the RayCluster prepull controller that creates jobs.
-func setupImagePullJob(mgr ctrl.Manager, o Options) error {
+func setupImagePullJob(mgr ctrl.Manager, o Options, status reconcile.StatusWriter) error {
 	policy, err := o.imagePullPolicy()
 	if err != nil {
 		return err
@@ -162,6 +180,7 @@ func setupImagePullJob(mgr ctrl.Manager, o Options) error {
 	r, err := imagepulljob.NewReconciler(mgr, imagepulljob.Options{
 		PullerImage:             o.PullerImage,
 		MaxConcurrentReconciles: o.ReconcileConcurrency,
+		StatusWriter:            status,
 		Policy:                  policy,
 	})
 	if err != nil {

@@ -1,7 +1,11 @@
-// Package reconcile holds what every Manta controller does the same way at the end of a reconcile: when to look
-// again, which events to record, and what to return when the status write fails. A controller gathers its asks in
-// a Result while it reconciles, writes the status once, then returns Result.Finish. The rules:
+// Package reconcile holds what every Manta controller does the same way at the end of a reconcile: how it writes
+// the status, when to look again, which events to record, and what to return when the status write fails. A
+// controller gathers its asks in a Result while it reconciles, writes the status once, then returns
+// Result.Finish. The rules:
 //
+//   - Status write. The status is written once per reconcile (when it changed) through a StatusWriter: the
+//     controller's Options.StatusWriter, ClientStatus of the manager's client when that is nil (the operator
+//     passes one that reads back only the new resourceVersion). Nothing else writes the object's status.
 //   - Requeue. Requeue(d) asks to look again after d; the earliest ask wins. d <= 0 ("as soon as possible") means
 //     MinRequeue: time for the cache to show this reconcile's own writes, without which the next reconcile reads
 //     them stale and its status write conflicts.

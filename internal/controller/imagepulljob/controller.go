@@ -51,6 +51,8 @@ type Options struct {
 	PodSelectorResync time.Duration
 	// MaxConcurrentReconciles defaults to 4.
 	MaxConcurrentReconciles int
+	// StatusWriter writes the ImagePullJobs' status (reconcile.ClientStatus of the manager's client when nil).
+	StatusWriter reconcile.StatusWriter
 	// CreateBackoffBase and CreateBackoffMax time the retries of puller creates the API server refused (a
 	// ResourceQuota, an admission webhook): the first waits Base, each next one twice as long, up to Max (defaults
 	// 1 s and 5 minutes, as for RayCluster pods).
@@ -87,6 +89,9 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.StatusWriter == nil {
+		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
 	}
 	c, err := newPullerCache(mgr)
 	if err != nil {
@@ -268,7 +273,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var statusErr error
 	if !equality.Semantic.DeepEqual(job.Status, p.status) {
 		job.Status = p.status
-		statusErr = r.client.Status().Update(ctx, job)
+		statusErr = r.opts.StatusWriter.UpdateStatus(ctx, job)
 		if statusErr == nil {
 			for _, pull := range p.pulls {
 				metrics.ObservePull(pull.outcome, pull.duration)
@@ -294,7 +299,7 @@ func (r *Reconciler) reportInvalid(ctx context.Context, job *mantav1alpha1.Image
 	job.Status.ObservedGeneration = job.Generation
 	var res reconcile.Result
 	res.StatusEventf(corev1.EventTypeWarning, "InvalidSpec", "Validate", "%s", msg)
-	return res.Finish(r.recorder, job, nil, r.client.Status().Update(ctx, job))
+	return res.Finish(r.recorder, job, nil, r.opts.StatusWriter.UpdateStatus(ctx, job))
 }
 
 func (r *Reconciler) deletePods(ctx context.Context, job *mantav1alpha1.ImagePullJob, pods []*corev1.Pod) error {

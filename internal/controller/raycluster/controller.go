@@ -70,11 +70,9 @@ type Options struct {
 	PodCreator interface {
 		Create(context.Context, *corev1.Pod) error
 	}
-	// StatusWriter, when set, writes the RayClusters' status instead of the manager's client: the operator passes
-	// a metawrite.RayClusters, which reads back only the cluster's metadata (its new resourceVersion).
-	StatusWriter interface {
-		UpdateStatus(context.Context, *rayv1.RayCluster) error
-	}
+	// StatusWriter writes the RayClusters' status (reconcile.ClientStatus of the manager's client when nil): the
+	// operator passes a metawrite.Status, which reads back only the cluster's new resourceVersion.
+	StatusWriter reconcile.StatusWriter
 	// Now replaces the clock of the Redis cleanup's deletion timeout in tests (time.Now when nil).
 	Now func() time.Time
 	// Optimizations switches the controller's performance mechanisms (nil: all on); see internal/optimize and
@@ -136,6 +134,9 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
+	}
+	if opts.StatusWriter == nil {
+		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
 	}
 	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
 	if md, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
@@ -279,7 +280,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, run *run, oldStatus *rayv1
 	rv := c.ResourceVersion
 	newStatus.LastUpdateTime = &now
 	c.Status = newStatus
-	if err := r.updateStatus(ctx, c); err != nil {
+	if err := r.opts.StatusWriter.UpdateStatus(ctx, c); err != nil {
 		return err
 	}
 	r.staleness(policy.wrote(run.key, rv, r.now()))

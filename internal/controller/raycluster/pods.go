@@ -586,12 +586,3 @@ func (r *Reconciler) createPod(ctx context.Context, pod *corev1.Pod) error {
 	}
 	return r.client.Create(ctx, pod)
 }
-
-// updateStatus writes c's status with Options.StatusWriter, or the manager's client when there is none.
-// Afterwards c's resourceVersion is the API server's new one.
-func (r *Reconciler) updateStatus(ctx context.Context, c *rayv1.RayCluster) error {
-	if r.opts.StatusWriter != nil {
-		return r.opts.StatusWriter.UpdateStatus(ctx, c)
-	}
-	return r.client.Status().Update(ctx, c)
-}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
+	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -147,7 +148,8 @@ func TestEventsSurviveStatusConflict(t *testing.T) {
 			},
 		}).Build()
 	rec := events.NewFakeRecorder(20)
-	r := &Reconciler{client: cl, reader: cl, recorder: rec, opts: Options{MaxParallelWrites: 4, ResyncPeriod: time.Minute}, exp: newExpectations()}
+	r := &Reconciler{client: cl, reader: cl, recorder: rec, opts: Options{MaxParallelWrites: 4, ResyncPeriod: time.Minute,
+		StatusWriter: reconcile.ClientStatus(cl)}, exp: newExpectations()}
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "rc"}})
 	if err != nil || res.RequeueAfter != time.Second {
 		t.Fatalf("Reconcile = %+v, %v; want a requeue after 1s", res, err)

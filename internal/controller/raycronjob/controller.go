@@ -26,6 +26,8 @@ import (
 type Options struct {
 	// MaxConcurrentReconciles is how many RayCronJobs reconcile at once (1 when zero).
 	MaxConcurrentReconciles int
+	// StatusWriter writes the RayCronJobs' status (reconcile.ClientStatus of the manager's client when nil).
+	StatusWriter reconcile.StatusWriter
 	// Clock tells the time the schedules are held to; injectable for tests.
 	Clock clock.PassiveClock
 	// Local is the time zone of schedules without spec.timeZone (time.Local when nil), as KubeRay uses its
@@ -49,6 +51,9 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	}
 	if opts.Local == nil {
 		opts.Local = time.Local
+	}
+	if opts.StatusWriter == nil {
+		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
 	}
 	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycronjob-controller"), opts: opts}
 }
@@ -119,7 +124,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	var statusErr error
 	if !equality.Semantic.DeepEqual(old, &cj.Status) {
-		statusErr = r.client.Status().Update(ctx, cj)
+		statusErr = r.opts.StatusWriter.UpdateStatus(ctx, cj)
 	}
 	// A conflicting status write is retried by reconcile.Result's rule: the run's RayJob exists under its fixed
 	// name, so the retry finds it and only records the run.

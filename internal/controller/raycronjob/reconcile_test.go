@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // fakeReconciler reconciles against the fake client, for what the API server cannot be made to do on cue: a run's
@@ -28,7 +29,8 @@ func fakeReconciler(t *testing.T, now time.Time, objs ...client.Object) (*Reconc
 	}
 	cl := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&rayv1.RayCronJob{}).Build()
 	rec := events.NewFakeRecorder(10)
-	return &Reconciler{client: cl, reader: cl, recorder: rec, opts: Options{Clock: clocktesting.NewFakeClock(now), Local: time.UTC}}, cl, rec
+	return &Reconciler{client: cl, reader: cl, recorder: rec, opts: Options{Clock: clocktesting.NewFakeClock(now), Local: time.UTC,
+		StatusWriter: reconcile.ClientStatus(cl)}}, cl, rec
 }
 
 func TestReconcileRunNameAlreadyTaken(t *testing.T) {

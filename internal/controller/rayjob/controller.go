@@ -37,6 +37,8 @@ type Options struct {
 	ClusterDomain string
 	// MaxConcurrentReconciles is how many RayJobs reconcile at once (1 when zero).
 	MaxConcurrentReconciles int
+	// StatusWriter writes the RayJobs' status (reconcile.ClientStatus of the manager's client when nil).
+	StatusWriter reconcile.StatusWriter
 	// StatusCheckTimeout, TransitionGracePeriod, SubmitterFinishedTimeout and PollInterval default to the Default*
 	// constants.
 	StatusCheckTimeout       time.Duration
@@ -89,6 +91,9 @@ func NewReconciler(mgr ctrl.Manager, rays ray.ClientFactory, opts Options) *Reco
 	}
 	if opts.Rand == nil {
 		opts.Rand = rand.IntN
+	}
+	if opts.StatusWriter == nil {
+		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
 	}
 	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("rayjob-controller"), rays: rays, opts: opts}
 }
@@ -165,7 +170,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if old.JobStatus != j.Status.JobStatus && j.Status.JobStatus != "" {
 			run.StatusEventf(corev1.EventTypeNormal, ReasonJobStatusChanged, "Reconcile", "Ray job %s is %s", j.Status.JobId, j.Status.JobStatus)
 		}
-		statusErr = r.client.Status().Update(ctx, j)
+		statusErr = r.opts.StatusWriter.UpdateStatus(ctx, j)
 		if statusErr == nil {
 			metrics.ObserveJob(j, old, r.opts.Clock.Now())
 		}

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
@@ -32,6 +32,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/rayauth"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Options configure the controller.
@@ -40,6 +41,8 @@ type Options struct {
 	RayClients ray.ClientFactory
 	// MaxConcurrentReconciles is how many RayServices reconcile at once (1 when zero).
 	MaxConcurrentReconciles int
+	// StatusWriter writes the RayServices' status (reconcile.ClientStatus of the manager's client when nil).
+	StatusWriter reconcile.StatusWriter
 	// RequeueInterval is how often a RayService is looked at again to follow Ray's application statuses and proxy
 	// health (2 seconds when zero, as KubeRay).
 	RequeueInterval time.Duration
@@ -91,6 +94,9 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	}
 	if opts.Rand == nil {
 		opts.Rand = rand.IntN
+	}
+	if opts.StatusWriter == nil {
+		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
 	}
 	services, err := newServiceCache(mgr, opts.Namespaces)
 	if err != nil {
@@ -163,7 +169,7 @@ func gatewayAPIServed(mgr ctrl.Manager) bool {
 }
 
 // serviceOfPod maps a Ray pod to the RayService that controls its cluster.
-func (r *Reconciler) serviceOfPod(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *Reconciler) serviceOfPod(ctx context.Context, o client.Object) []ctrlreconcile.Request {
 	name := o.GetLabels()[rayv1.LabelCluster]
 	if _, serve := o.GetLabels()[rayv1.LabelServe]; name == "" || !serve {
 		// Every pod of a RayService's cluster carries ray.io/serve (KubeRay's and Manta's builders set it
@@ -179,7 +185,7 @@ func (r *Reconciler) serviceOfPod(ctx context.Context, o client.Object) []reconc
 	if ref == nil || ref.Kind != clusterbuild.KindRayService || ref.APIVersion != rayv1.GroupVersion.String() {
 		return nil
 	}
-	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: ref.Name}}}
+	return []ctrlreconcile.Request{{NamespacedName: types.NamespacedName{Namespace: c.Namespace, Name: ref.Name}}}
 }
 
 // +kubebuilder:rbac:groups=ray.io,resources=rayservices,verbs=get;list;watch;update;patch
@@ -227,7 +233,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		now := metav1.NewTime(r.opts.Now())
 		p.status.LastUpdateTime = &now
 		rs.Status = p.status
-		statusErr = r.client.Status().Update(ctx, rs)
+		statusErr = r.opts.StatusWriter.UpdateStatus(ctx, rs)
 	}
 	// The events regard the RayService without its resourceVersion, which every status write moves: the recorder
 	// aggregates repeats of one event (a retried Serve config, say) by what they regard, so they count in one
