@@ -1,0 +1,40 @@
+package hack
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Every controller writes its object's status through one reconcile.StatusWriter (internal/reconcile's rules): a
+// direct Status().Update or Status().Patch elsewhere in the operator's code would bypass the writer the operator
+// chose (metadata-only, counted by optimize) and the rules the package states.
+func TestStatusWritesGoThroughTheWriter(t *testing.T) {
+	direct := regexp.MustCompile(`\.Status\(\)\.(Update|Patch)\(`)
+	for _, root := range []string{"../internal", "../cmd"} {
+		err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			if filepath.ToSlash(filepath.Dir(path)) == "../internal/reconcile" || strings.Contains(filepath.ToSlash(path), "/testutil/") {
+				return nil
+			}
+			src, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			for i, line := range strings.Split(string(src), "\n") {
+				if direct.MatchString(line) && !strings.HasPrefix(strings.TrimSpace(line), "//") {
+					t.Errorf("%s:%d writes a status directly; use the controller's reconcile.StatusWriter", path, i+1)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
