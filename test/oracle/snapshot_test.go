@@ -64,6 +64,7 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 	var markReads []map[types.UID]int // each side's fake heads' Serve reads at the mark
 	var eventsEmpty time.Time         // when Manta's event queue was first seen empty since the mark
 	markWrites, why := "", ""
+	lastLog := start
 	for {
 		// Read before the snapshots: a reconcile that these reads prove finished wrote before the snapshot.
 		reads := make([]map[types.UID]int, len(sides))
@@ -112,6 +113,10 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 				t.Logf("%s: settled after %s", ns, time.Since(start).Round(time.Millisecond))
 			}
 			break
+		}
+		if os.Getenv("ORACLE_DEBUG") != "" && time.Since(lastLog) > 10*time.Second {
+			lastLog = time.Now()
+			t.Logf("%s: not settled after %s: %s", ns, time.Since(start).Round(time.Second), why)
 		}
 		if time.Now().After(deadline) {
 			t.Errorf("%s: not settled after %s (%s); compared anyway", ns, settleDeadline, why)
