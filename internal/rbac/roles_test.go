@@ -269,18 +269,18 @@ var mainRoles = map[string]map[string]used{
 		"gateway.networking.k8s.io/gateways":     {"create delete get list update watch", `gwv1\.Gateway\b`},               // NewClusterWithIncrementalUpgrade (incremental.go, write.go)
 		"gateway.networking.k8s.io/httproutes":   {"create delete get list update watch", `gwv1\.HTTPRoute\b`},             // traffic weights moved by the upgrade
 		"manta.dev/imagepulljobs":                {"create delete get list patch update watch", `ImagePullJob\b`},
-		"manta.dev/imagepulljobs/status":         {"get patch update", `Status\(\)\.(Update|Patch)`},
+		"manta.dev/imagepulljobs/status":         {"get patch update", `StatusWriter\.UpdateStatus\(`},
 		"ray.io/rayclusters":                     {"create delete get list patch update watch", `rayv1\.RayCluster\b`},
-		"ray.io/rayclusters/status":              {"get patch update", `Status\(\)\.(Update|Patch)`},
+		"ray.io/rayclusters/status":              {"get patch update", `StatusWriter\.UpdateStatus\(`},
 		"ray.io/rayclusters/finalizers":          {"update", `controllerutil\.(Add|Remove)Finalizer|Finalizers`},
 		"ray.io/rayjobs":                         {"create delete get list patch update watch", `rayv1\.RayJob\b`}, // RayCronJob creates them
 		"ray.io/raycronjobs":                     {"get list watch", `rayv1\.RayCronJob\b`},
-		"ray.io/raycronjobs/status":              {"get patch update", `Status\(\)\.(Update|Patch)`},
+		"ray.io/raycronjobs/status":              {"get patch update", `StatusWriter\.UpdateStatus\(`},
 		"ray.io/raycronjobs/finalizers":          {"update", `NewControllerRef\(cj,`}, // blockOwnerDeletion on the RayJobs it owns
-		"ray.io/rayjobs/status":                  {"get patch update", `Status\(\)\.(Update|Patch)`},
+		"ray.io/rayjobs/status":                  {"get patch update", `StatusWriter\.UpdateStatus\(`},
 		"ray.io/rayjobs/finalizers":              {"update", `controllerutil\.(Add|Remove)Finalizer|Finalizers`},
 		"ray.io/rayservices":                     {"get list patch update watch", `rayv1\.RayService\b`},
-		"ray.io/rayservices/status":              {"get patch update", `Status\(\)\.(Update|Patch)`},
+		"ray.io/rayservices/status":              {"get patch update", `StatusWriter\.UpdateStatus\(`},
 		"ray.io/rayservices/finalizers":          {"update", `controllerutil\.(Add|Remove)Finalizer|Finalizers`},
 		"rbac.authorization.k8s.io/roles":        {"create delete get list update watch", `&rbacv1\.Role\{`},        // autoscaler Role, restored when edited (autoscalerrbac.go)
 		"rbac.authorization.k8s.io/rolebindings": {"create delete get list update watch", `&rbacv1\.RoleBinding\{`}, // autoscaler RoleBinding, restored or removed (autoscalerrbac.go)
