@@ -179,3 +179,24 @@ func TestMovingHeldJobsAndOldClusters(t *testing.T) {
 		t.Error("an old cluster awaiting deletion is not on its way")
 	}
 }
+
+// A head counts as polled since the mark after servePolls reads; a new Serve config counts from its deploy.
+func TestServePolledSince(t *testing.T) {
+	mark := []map[types.UID]int{{"a": 4}, {}}
+	for _, tc := range []struct {
+		name   string
+		now    []map[types.UID]int
+		polled bool
+	}{
+		{"none since", []map[types.UID]int{{"a": 4}, {}}, false},
+		{"two since", []map[types.UID]int{{"a": 6}, {}}, false},
+		{"three since", []map[types.UID]int{{"a": 7}, {}}, true},
+		{"new config, read once", []map[types.UID]int{{"a": 1}, {}}, false},
+		{"new config, read three times", []map[types.UID]int{{"a": 3}, {}}, true},
+		{"a head new since the mark", []map[types.UID]int{{"a": 7}, {"b": 2}}, false},
+	} {
+		if got := servePolledSince(mark, tc.now) == ""; got != tc.polled {
+			t.Errorf("%s: polled = %v, want %v", tc.name, got, tc.polled)
+		}
+	}
+}

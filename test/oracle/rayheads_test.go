@@ -247,6 +247,45 @@ func (r *rayHeads) serveUnread(ctx context.Context, ns string) string {
 	return ""
 }
 
+// serveReads counts, by head pod UID, the GETs of the Serve applications on each running head pod in ns that has a
+// Serve config (fakeray.Head.ServeReads) and whose cluster a RayService names as active or pending. Left out: a
+// RayService upgraded incrementally, where in one run a head with a Serve config went unread for minutes and the
+// settle never ended (not explained yet).
+func (r *rayHeads) serveReads(ctx context.Context, ns string) map[types.UID]int {
+	services := &unstructured.UnstructuredList{}
+	services.SetGroupVersionKind(rayServiceGVK.GroupVersion().WithKind("RayServiceList"))
+	if err := r.cl.List(ctx, services, client.InNamespace(ns)); err != nil {
+		return nil
+	}
+	polled := map[string]bool{}
+	for _, o := range services.Items {
+		if typ, _, _ := unstructured.NestedString(o.Object, "spec", "upgradeStrategy", "type"); typ == string(rayv1.NewClusterWithIncrementalUpgrade) {
+			continue
+		}
+		for _, status := range []string{"activeServiceStatus", "pendingServiceStatus"} {
+			if c, _, _ := unstructured.NestedString(o.Object, "status", status, "rayClusterName"); c != "" {
+				polled[c] = true
+			}
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := r.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reads := map[types.UID]int{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if h := r.heads[p.UID]; h != nil && polled[p.Labels[rayv1.LabelCluster]] && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			if n := h.ServeReads(); n >= 0 {
+				reads[p.UID] = n
+			}
+		}
+	}
+	return reads
+}
+
 // holding says whether a job of ns is held on a fake head: it runs until the test releases it.
 func (r *rayHeads) holding(ns string) bool {
 	r.holdMu.Lock()

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -60,9 +61,16 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 	start := time.Now()
 	deadline := start.Add(settleDeadline)
 	var mark []operatorState
-	var eventsEmpty time.Time // when Manta's event queue was first seen empty since the mark
+	var markReads []map[types.UID]int // each side's fake heads' Serve reads at the mark
+	var eventsEmpty time.Time         // when Manta's event queue was first seen empty since the mark
 	markWrites, why := "", ""
+	lastLog := start
 	for {
+		// Read before the snapshots: a reconcile that these reads prove finished wrote before the snapshot.
+		reads := make([]map[types.UID]int, len(sides))
+		for i, sd := range sides {
+			reads[i] = env.heads.serveReads(context.Background(), sd.ns(ns))
+		}
 		writes, moving := "", ""
 		for i, sd := range sides {
 			bindPods(t, sd, sd.ns(ns))
@@ -78,7 +86,7 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 		case err != nil:
 			why = err.Error()
 		case mark == nil || writes != markWrites:
-			mark, markWrites, eventsEmpty, why = states, writes, time.Time{}, "written since the last poll"
+			mark, markReads, markWrites, eventsEmpty, why = states, reads, writes, time.Time{}, "written since the last poll"
 		default:
 			if eventsEmpty.IsZero() && states[1].eventsQueued == 0 {
 				eventsEmpty = time.Now()
@@ -94,6 +102,9 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 				why = moving
 			}
 			if why == "" {
+				why = servePolledSince(markReads, reads)
+			}
+			if why == "" {
 				why = eventsInCache(t, ns, sides...)
 			}
 		}
@@ -103,6 +114,10 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 			}
 			break
 		}
+		if os.Getenv("ORACLE_DEBUG") != "" && time.Since(lastLog) > 10*time.Second {
+			lastLog = time.Now()
+			t.Logf("%s: not settled after %s: %s", ns, time.Since(start).Round(time.Second), why)
+		}
 		if time.Now().After(deadline) {
 			t.Errorf("%s: not settled after %s (%s); compared anyway", ns, settleDeadline, why)
 			break
@@ -110,6 +125,31 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 		time.Sleep(500 * time.Millisecond)
 	}
 	return snaps[0].compare(snaps[1])
+}
+
+// servePolls is how many reads of a head's Serve applications since the mark prove that its operator has looked
+// at the RayService again since then, and finished: an operator reads each head's applications once per reconcile
+// (KubeRay's and Manta's RayService controllers both poll every 2 s) and never reconciles one RayService twice at
+// once, so the reconcile that made the third read began after the one that made the second had ended, and that one
+// began after the mark.
+const servePolls = 3
+
+// servePolledSince says which side's fake head has not been polled servePolls times since the mark: what such a
+// poll finds (an application turned RUNNING, a proxy turned healthy, Endpoints the endpoint controller changed)
+// an operator writes only then, on a timer no work queue shows. Empty when every head with a Serve config has.
+func servePolledSince(mark, now []map[types.UID]int) string {
+	for i := range now {
+		for uid, n := range now[i] {
+			base := mark[i][uid]
+			if n < base { // a new Serve config since the mark: counted from its deploy
+				base = 0
+			}
+			if n-base < servePolls {
+				return fmt.Sprintf("head pod %s: its Serve applications read %d times since the last write, want %d", uid, n-base, servePolls)
+			}
+		}
+	}
+	return ""
 }
 
 // eventsInCache is the settle's last barrier: the events the API server holds in each side's namespace (read from

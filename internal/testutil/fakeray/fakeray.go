@@ -79,6 +79,7 @@ type serveState struct {
 	apps     []serveApp
 	deployed time.Time
 	lastRead time.Time // the last GET of the applications
+	reads    int       // the GETs of the applications
 }
 
 type serveApp struct {
@@ -174,6 +175,16 @@ func (h *Head) ServeUnread() bool {
 	}
 	running := h.serve.deployed.Add(h.opts.ServeDeploying)
 	return time.Now().Before(running) || h.serve.lastRead.Before(running)
+}
+
+// ServeReads counts the GETs of the applications since the last Serve config was deployed; -1 when none is.
+func (h *Head) ServeReads() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.serve == nil {
+		return -1
+	}
+	return h.serve.reads
 }
 
 // ServeConfig returns the last Serve config deployed (the request body), nil when none is.
@@ -575,6 +586,7 @@ func (h *Head) serveDetails(read bool) ray.ServeDetails {
 	defer h.mu.Unlock()
 	if read && h.serve != nil {
 		h.serve.lastRead = time.Now()
+		h.serve.reads++
 	}
 	d := ray.ServeDetails{ProxyLocation: "EveryNode", DeployMode: "MULTI_APP", Applications: map[string]ray.ServeApplication{},
 		ControllerInfo: map[string]json.RawMessage{}}
