@@ -3,6 +3,7 @@ package oracle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -229,33 +230,47 @@ func (r *rayHeads) release(ns string) {
 	}
 }
 
-// serveUnread names a running head pod in ns whose Serve applications are DEPLOYING, or have turned RUNNING and not
-// been read since (fakeray.Head.ServeUnread): the operator polling them writes their status once it reads them.
-func (r *rayHeads) serveUnread(ctx context.Context, ns string) string {
+// liveHeads calls f for each running head pod in ns, not being deleted, that has a fake head, with r.mu held.
+func (r *rayHeads) liveHeads(ctx context.Context, ns string, f func(*corev1.Pod, *fakeray.Head)) error {
 	pods := &corev1.PodList{}
 	if err := r.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {
-		return "list head pods: " + err.Error()
+		return fmt.Errorf("list head pods: %w", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if h := r.heads[p.UID]; h != nil && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && h.ServeUnread() {
-			return p.Name
+		if h := r.heads[p.UID]; h != nil && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			f(p, h)
 		}
 	}
-	return ""
+	return nil
+}
+
+// serveUnread says which running head pod in ns has Serve applications DEPLOYING, or turned RUNNING and not read
+// since (fakeray.Head.ServeUnread): the operator polling them writes their status once it reads them. Empty when none.
+func (r *rayHeads) serveUnread(ctx context.Context, ns string) string {
+	why := ""
+	err := r.liveHeads(ctx, ns, func(p *corev1.Pod, h *fakeray.Head) {
+		if why == "" && h.ServeUnread() {
+			why = "head " + p.Name + ": its Serve applications' status is new to the operator"
+		}
+	})
+	if err != nil {
+		return err.Error()
+	}
+	return why
 }
 
 // serveReads counts, by head pod UID, the GETs of the Serve applications on each running head pod in ns that has a
 // Serve config (fakeray.Head.ServeReads) and whose cluster a RayService names as active or pending. Left out: a
 // RayService upgraded incrementally, where in one run a head with a Serve config went unread for minutes and the
 // settle never ended (not explained yet).
-func (r *rayHeads) serveReads(ctx context.Context, ns string) map[types.UID]int {
+func (r *rayHeads) serveReads(ctx context.Context, ns string) (map[types.UID]int, error) {
 	services := &unstructured.UnstructuredList{}
 	services.SetGroupVersionKind(rayServiceGVK.GroupVersion().WithKind("RayServiceList"))
 	if err := r.cl.List(ctx, services, client.InNamespace(ns)); err != nil {
-		return nil
+		return nil, fmt.Errorf("list RayServices: %w", err)
 	}
 	polled := map[string]bool{}
 	for _, o := range services.Items {
@@ -268,22 +283,13 @@ func (r *rayHeads) serveReads(ctx context.Context, ns string) map[types.UID]int 
 			}
 		}
 	}
-	pods := &corev1.PodList{}
-	if err := r.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {
-		return nil
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	reads := map[types.UID]int{}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if h := r.heads[p.UID]; h != nil && polled[p.Labels[rayv1.LabelCluster]] && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
-			if n := h.ServeReads(); n >= 0 {
-				reads[p.UID] = n
-			}
+	err := r.liveHeads(ctx, ns, func(p *corev1.Pod, h *fakeray.Head) {
+		if n := h.ServeReads(); polled[p.Labels[rayv1.LabelCluster]] && n >= 0 {
+			reads[p.UID] = n
 		}
-	}
-	return reads
+	})
+	return reads, err
 }
 
 // holding says whether a job of ns is held on a fake head: it runs until the test releases it.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -68,8 +69,11 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 	for {
 		// Read before the snapshots: a reconcile that these reads prove finished wrote before the snapshot.
 		reads := make([]map[types.UID]int, len(sides))
+		var readsErr error
 		for i, sd := range sides {
-			reads[i] = env.heads.serveReads(context.Background(), sd.ns(ns))
+			var err error
+			reads[i], err = env.heads.serveReads(context.Background(), sd.ns(ns))
+			readsErr = errors.Join(readsErr, err)
 		}
 		writes, moving := "", ""
 		for i, sd := range sides {
@@ -85,6 +89,8 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 		switch {
 		case err != nil:
 			why = err.Error()
+		case readsErr != nil:
+			why = readsErr.Error()
 		case mark == nil || writes != markWrites:
 			mark, markReads, markWrites, eventsEmpty, why = states, reads, writes, time.Time{}, "written since the last poll"
 		default:
@@ -538,8 +544,8 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		}
 	}
 
-	if pod := env.heads.serveUnread(ctx, ns); pod != "" {
-		move("head %s: its Serve applications' status is new to the operator", pod)
+	if why := env.heads.serveUnread(ctx, ns); why != "" {
+		move("%s", why)
 	}
 	snapshotGatewayAPI(t, sd, ns, s, services, clusters, toMap, saw, move)
 

@@ -30,14 +30,7 @@ func TestExitCode(t *testing.T) {
 // entrypoint implies; a Serve application comes to RUNNING.
 func TestScriptedHead(t *testing.T) {
 	h := New(Options{Run: Scripted(200 * time.Millisecond), PendingFor: 100 * time.Millisecond, ServeDeploying: 100 * time.Millisecond})
-	defer h.Close()
-	srv := Start(h)
-	defer srv.Close()
-	tr, err := ray.NewDirectTransport(srv.Dashboard.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := ray.NewDashboardClient(tr)
+	c := serve(t, h)
 	ctx := context.Background()
 	for id, want := range map[string]ray.JobStatus{"ok": ray.JobStatusSucceeded, "bad": ray.JobStatusFailed} {
 		entry := "python ok.py"
@@ -93,14 +86,7 @@ func TestScriptedHead(t *testing.T) {
 // ServeUnread holds from a deploy until a read sees the applications RUNNING, and a new config starts it again.
 func TestServeUnread(t *testing.T) {
 	h := New(Options{ServeDeploying: 0})
-	defer h.Close()
-	srv := Start(h)
-	defer srv.Close()
-	tr, err := ray.NewDirectTransport(srv.Dashboard.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := ray.NewDashboardClient(tr)
+	c := serve(t, h)
 	ctx := context.Background()
 	if h.ServeUnread() {
 		t.Error("unread with no Serve config")
@@ -123,4 +109,16 @@ func TestServeUnread(t *testing.T) {
 			t.Errorf("price %s: unread after a GET saw it RUNNING", price)
 		}
 	}
+}
+
+// serve starts h's servers until the test ends and returns a dashboard client of it.
+func serve(t *testing.T, h *Head) ray.Dashboard {
+	t.Helper()
+	srv := Start(h)
+	t.Cleanup(func() { srv.Close(); h.Close() })
+	tr, err := ray.NewDirectTransport(srv.Dashboard.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ray.NewDashboardClient(tr)
 }
