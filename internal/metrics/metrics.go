@@ -88,13 +88,32 @@ var (
 // SetEventsQueued makes manta_events_queued report f (the running operator's event queue).
 func SetEventsQueued(f func() int) { eventsQueuedFunc.Store(&f) }
 
+// statusesHeld reports the RayClusters whose status change the operator holds back (SetStatusesHeld): the change
+// waits in memory on a timer, which no work queue shows, so a reader that needs the API server to have the
+// operator's whole view (a test's settle, a benchmark's quiescence) waits for it to be 0.
+var (
+	statusesHeldFunc atomic.Pointer[func() int]
+	statusesHeld     = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "manta_raycluster_statuses_held",
+		Help: "RayClusters whose status change is held back by status coalescing and not yet written.",
+	}, func() float64 {
+		if f := statusesHeldFunc.Load(); f != nil {
+			return float64((*f)())
+		}
+		return 0
+	})
+)
+
+// SetStatusesHeld makes manta_raycluster_statuses_held report f (the running RayCluster controller's held changes).
+func SetStatusesHeld(f func() int) { statusesHeldFunc.Store(&f) }
+
 var registerOnce sync.Once
 
 // Register adds Manta's collectors to controller-runtime's registry, which the manager's /metrics serves. Setup
 // calls it; once per process, since several managers may run in one (tests do).
 func Register() {
 	registerOnce.Do(func() {
-		ctrlmetrics.Registry.MustRegister(clusterProvisionedDuration, jobExecutionDuration, imagePulls, imagePullDuration, objects, eventsQueued, statusStaleness)
+		ctrlmetrics.Registry.MustRegister(clusterProvisionedDuration, jobExecutionDuration, imagePulls, imagePullDuration, objects, eventsQueued, statusesHeld, statusStaleness)
 	})
 }
 

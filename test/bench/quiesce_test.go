@@ -26,7 +26,8 @@ import (
 )
 
 // A trial is quiescent once no client has written to the API server for quietFor (node heartbeats and leases
-// aside, which never stop) and, for Manta, no event waits in its memory (manta_events_queued 0). Manta writes
+// aside, which never stop) and, for Manta, no event and no RayCluster status change waits in its memory
+// (manta_events_queued and manta_raycluster_statuses_held 0). Manta writes
 // most of its events after the last cluster is ready, KubeRay its own before: counting up to all-ready only would
 // leave out work one operator defers and the other does not.
 const (
@@ -61,31 +62,31 @@ func operatorWrites(requests map[string]float64) float64 {
 }
 
 // waitQuiescent polls the API server's request counters (and the operator's, op nil for none) every quiescePoll
-// until nothing was written for quietFor and no event is queued. at is the reading at all-ready: a write after it
+// until nothing was written for quietFor and no event or status change is held back. at is the reading at all-ready: a write after it
 // is first seen by a poll. It returns when the last write was seen (the all-ready time when none came after) and
 // whether quiescence came within quiesceTimeout.
 func waitQuiescent(b *testing.B, e *trialEnv, op *opProcess, at counted) (lastWrite time.Time, reached bool) {
 	b.Helper()
-	server, opw, queued := at.serverWrites, at.operatorWrites, 0.0
+	server, opw, queued, held := at.serverWrites, at.operatorWrites, 0.0, 0.0
 	lastWrite = at.readAt
 	deadline := time.Now().Add(quiesceTimeout)
 	for {
 		s := serverWrites(e.serverRequests(b))
 		o := 0.0
-		queued = 0
+		queued, held = 0, 0
 		if op != nil {
 			snap := op.scrape(b)
-			o, queued = operatorWrites(snap.requests), snap.eventsQueued
+			o, queued, held = operatorWrites(snap.requests), snap.eventsQueued, snap.statusesHeld
 		}
 		now := time.Now()
 		if s != server || o != opw {
 			lastWrite, server, opw = now, s, o
 		}
-		if now.Sub(lastWrite) >= quietFor && queued == 0 {
+		if now.Sub(lastWrite) >= quietFor && queued == 0 && held == 0 {
 			return lastWrite, true
 		}
 		if now.After(deadline) {
-			progressf(b, "not quiescent after %s: %.0f events queued, last write %s ago", quiesceTimeout, queued, now.Sub(lastWrite).Round(time.Second))
+			progressf(b, "not quiescent after %s: %.0f events queued, %.0f statuses held, last write %s ago", quiesceTimeout, queued, held, now.Sub(lastWrite).Round(time.Second))
 			return lastWrite, false
 		}
 		time.Sleep(quiescePoll)

@@ -729,6 +729,7 @@ type metricsSnapshot struct {
 	rateLimitWait float64            // rest_client_rate_limiter_duration_seconds_sum, when the operator exports it
 	reconciles    float64            // controller_runtime_reconcile_total of the raycluster controller (both operators)
 	eventsQueued  float64            // manta_events_queued (Manta only; 0 for KubeRay, which queues none)
+	statusesHeld  float64            // manta_raycluster_statuses_held (Manta only; KubeRay holds none back)
 	staleness     histogram          // manta_raycluster_status_staleness_seconds (Manta only)
 }
 
@@ -753,6 +754,8 @@ func parseMetrics(text string) metricsSnapshot {
 					s.rateLimitWait += v
 				case "manta_events_queued":
 					s.eventsQueued = v
+				case "manta_raycluster_statuses_held":
+					s.statusesHeld = v
 				}
 			}
 			continue

@@ -21,13 +21,14 @@ controller_runtime_reconcile_total{controller="raycluster",result="success"} 70
 controller_runtime_reconcile_total{controller="raycluster",result="requeue_after"} 5
 controller_runtime_reconcile_total{controller="rayjob",result="success"} 9
 manta_events_queued 17
+manta_raycluster_statuses_held 3
 manta_raycluster_status_staleness_seconds_bucket{le="1"} 4
 manta_raycluster_status_staleness_seconds_bucket{le="2"} 10
 manta_raycluster_status_staleness_seconds_bucket{le="+Inf"} 10
 `
 	s := parseMetrics(text)
 	if s.requests["GET"] != 12 || s.requests["POST"] != 40 || s.requests["PUT"] != 10 || s.rateLimitWait != 1.75 || s.reconciles != 75 ||
-		s.eventsQueued != 17 || !maps.Equal(s.staleness, histogram{1: 4, 2: 10, math.Inf(1): 10}) {
+		s.eventsQueued != 17 || s.statusesHeld != 3 || !maps.Equal(s.staleness, histogram{1: 4, 2: 10, math.Inf(1): 10}) {
 		t.Errorf("parseMetrics = %+v", s)
 	}
 	d := s.minus(metricsSnapshot{requests: map[string]float64{"POST": 30}, rateLimitWait: 0.75, reconciles: 25, staleness: histogram{1: 2, 2: 2, math.Inf(1): 2}})

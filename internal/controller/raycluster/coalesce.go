@@ -166,6 +166,13 @@ func loadWindow(window time.Duration, held int) time.Duration {
 	return min(window, max(quiet, time.Duration(held)*perHeldStretch))
 }
 
+// held is how many clusters hold a change back now.
+func (p *pendingStatus) held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.since)
+}
+
 // settled drops a cluster's held change once its status no longer differs (nothing left to write).
 func (p *pendingStatus) settled(key types.NamespacedName) {
 	p.mu.Lock()

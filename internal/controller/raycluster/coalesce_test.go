@@ -164,3 +164,29 @@ func TestPendingStatusBound(t *testing.T) {
 		}
 	})
 }
+
+// held (manta_raycluster_statuses_held) counts the clusters with a change waiting: each leaves it when its change
+// is written, no longer differs, or its cluster is gone.
+func TestPendingStatusHeld(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	progressing := rayv1.RayClusterStatus{ReadyWorkerReplicas: 1}
+	p := newPendingStatus()
+	key := func(i int) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: fmt.Sprint(i)} }
+	for i := range 3 {
+		if d := p.hold(key(i), &rayv1.RayClusterStatus{}, &progressing, t0, DefaultStatusCoalesceWindow); d == 0 {
+			t.Fatalf("cluster %d: progress not held", i)
+		}
+	}
+	p.hold(key(0), &rayv1.RayClusterStatus{}, &progressing, t0.Add(100*time.Millisecond), DefaultStatusCoalesceWindow)
+	for i, step := range []func(){
+		func() {},
+		func() { p.wrote(key(0), "2", t0.Add(time.Second)) },
+		func() { p.settled(key(1)) },
+		func() { p.forget(key(2)) },
+	} {
+		step()
+		if got, want := p.held(), 3-i; got != want {
+			t.Errorf("after step %d: held %d, want %d", i, got, want)
+		}
+	}
+}

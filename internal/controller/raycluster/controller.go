@@ -142,6 +142,7 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	if md, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
 		r.clusterMeta = md.Resource(rayv1.GroupVersion.WithResource("rayclusters"))
 	} // else the uncached reader serves (readClusterMeta)
+	metrics.SetStatusesHeld(func() int { return r.pendingStatus().held() })
 	return r
 }
 
