@@ -27,7 +27,7 @@ images: ## Build the dev cluster's real-node images (pause, Ray, Redis) into bin
 	@go run ./hack/images $(BIN)
 
 .PHONY: generate
-generate: tools ## Generate deepcopy, CRDs and RBAC from markers.
+generate: tools ## Generate deepcopy, CRDs and RBAC from markers, and the oracle's differences table in docs/compatibility.md.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(CONTROLLER_GEN) crd:maxDescLen=0,generateEmbeddedObjectMeta=true paths=./api/... output:crd:artifacts:config=config/crd
 	@# One least-privilege role per binary, from its own markers; the proxy subresources are roles of their own,
@@ -42,10 +42,12 @@ generate: tools ## Generate deepcopy, CRDs and RBAC from markers.
 	cp config/rbac/apiserver/role.yaml charts/manta/files/apiserver-role.yaml
 	cp config/rbac/operator-proxy/role.yaml charts/manta/files/operator-proxy-role.yaml
 	cp config/rbac/apiserver-proxy/role.yaml charts/manta/files/apiserver-proxy-role.yaml
+	@# docs/compatibility.md lists every row of the oracle's differences file.
+	go run ./hack/compatdoc test/oracle/differences.yaml docs/compatibility.md
 
 .PHONY: verify
 verify: generate ## Fail when generated files drift from the markers.
-	@git diff --exit-code -- api config charts || { echo "generated files are out of date: run make generate and commit" >&2; exit 1; }
+	@git diff --exit-code -- api config charts docs/compatibility.md || { echo "generated files are out of date: run make generate and commit" >&2; exit 1; }
 	@test -z "$$(git status --porcelain -- api config charts)" || { git status --porcelain -- api config; echo "untracked generated files: run make generate and commit" >&2; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: the files above need formatting" >&2; exit 1; }
 	@go mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy" >&2; exit 1; }
