@@ -89,16 +89,8 @@ func fakeKubelet(ctx context.Context, cl client.Client, ns, headIP string) {
 			if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead {
 				ip = headIP
 			}
-			now := metav1.Now()
-			p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &now,
-				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}}
-			for _, c := range p.Spec.Containers {
-				p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: true,
-					Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}})
-			}
-			if err := cl.Status().Update(ctx, p); err != nil {
-				continue
-			}
+			// The head's EndpointSlice is published before the pod turns Ready: an operator that sees a Ready head
+			// finds its Service's endpoints, so the first call through the Kubernetes proxy reaches the head.
 			if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead {
 				svc := p.Labels[rayv1.LabelCluster] + "-head-svc"
 				slice := &discoveryv1.EndpointSlice{
@@ -108,8 +100,18 @@ func fakeKubelet(ctx context.Context, cl client.Client, ns, headIP string) {
 						TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: p.Name, UID: p.UID}}},
 					Ports: []discoveryv1.EndpointPort{{Name: ptr.To(ray.DashboardPortName), Port: ptr.To(int32(head.DashboardPort)), Protocol: ptr.To(corev1.ProtocolTCP)}},
 				}
-				_ = cl.Create(ctx, slice)
+				if err := cl.Create(ctx, slice); err != nil && !apierrors.IsAlreadyExists(err) {
+					continue
+				}
 			}
+			now := metav1.Now()
+			p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &now,
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}}
+			for _, c := range p.Spec.Containers {
+				p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: true,
+					Started: ptr.To(true), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}})
+			}
+			_ = cl.Status().Update(ctx, p) // a failed write is tried again on the next pass: the pod is not Running yet
 		}
 	}
 }
