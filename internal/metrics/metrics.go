@@ -70,42 +70,43 @@ var (
 // ObserveStatusStaleness records how long a written RayCluster status change was held back.
 func ObserveStatusStaleness(d time.Duration) { statusStaleness.Observe(d.Seconds()) }
 
-// eventsQueued reports the operator's event writes not yet sent (SetEventsQueued): queued in memory, or being
-// written; events are held back while the operator writes pods, Services and statuses.
-var (
-	eventsQueuedFunc atomic.Pointer[func() int]
-	eventsQueued     = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "manta_events_queued",
-		Help: "Event writes not yet sent: waiting in the operator's memory (held back while it writes pods, Services and statuses) or being written.",
-	}, func() float64 {
-		if f := eventsQueuedFunc.Load(); f != nil {
+// funcGauge reports what a running component answers (0 until one is set): state that lives in its memory, such
+// as a queue's length, read at scrape time.
+type funcGauge struct {
+	prometheus.GaugeFunc
+	f atomic.Pointer[func() int]
+}
+
+func newFuncGauge(name, help string) *funcGauge {
+	g := &funcGauge{}
+	g.GaugeFunc = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+		if f := g.f.Load(); f != nil {
 			return float64((*f)())
 		}
 		return 0
 	})
+	return g
+}
+
+func (g *funcGauge) set(f func() int) { g.f.Store(&f) }
+
+var (
+	// eventsQueued reports the operator's event writes not yet sent (SetEventsQueued): queued in memory, or being
+	// written; events are held back while the operator writes pods, Services and statuses.
+	eventsQueued = newFuncGauge("manta_events_queued",
+		"Event writes not yet sent: waiting in the operator's memory (held back while it writes pods, Services and statuses) or being written.")
+	// statusesHeld reports the RayClusters whose status change the operator holds back (SetStatusesHeld): the
+	// change waits in memory on a timer, which no work queue shows, so a reader that needs the API server to have
+	// the operator's whole view (a test's settle, a benchmark's quiescence) waits for it to be 0.
+	statusesHeld = newFuncGauge("manta_raycluster_statuses_held",
+		"RayClusters whose status change is held back by status coalescing and not yet written.")
 )
 
 // SetEventsQueued makes manta_events_queued report f (the running operator's event queue).
-func SetEventsQueued(f func() int) { eventsQueuedFunc.Store(&f) }
-
-// statusesHeld reports the RayClusters whose status change the operator holds back (SetStatusesHeld): the change
-// waits in memory on a timer, which no work queue shows, so a reader that needs the API server to have the
-// operator's whole view (a test's settle, a benchmark's quiescence) waits for it to be 0.
-var (
-	statusesHeldFunc atomic.Pointer[func() int]
-	statusesHeld     = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "manta_raycluster_statuses_held",
-		Help: "RayClusters whose status change is held back by status coalescing and not yet written.",
-	}, func() float64 {
-		if f := statusesHeldFunc.Load(); f != nil {
-			return float64((*f)())
-		}
-		return 0
-	})
-)
+func SetEventsQueued(f func() int) { eventsQueued.set(f) }
 
 // SetStatusesHeld makes manta_raycluster_statuses_held report f (the running RayCluster controller's held changes).
-func SetStatusesHeld(f func() int) { statusesHeldFunc.Store(&f) }
+func SetStatusesHeld(f func() int) { statusesHeld.set(f) }
 
 var registerOnce sync.Once
 

@@ -189,3 +189,22 @@ func waitSources(t *testing.T, n int) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The gauges read from a running component's memory report 0 until it is set, then what it answers at each scrape.
+func TestFuncGauges(t *testing.T) {
+	for _, c := range []struct {
+		g   *funcGauge
+		set func(func() int)
+	}{{eventsQueued, SetEventsQueued}, {statusesHeld, SetStatusesHeld}} {
+		c.g.f.Store(nil)
+		if got := testutil.ToFloat64(c.g); got != 0 {
+			t.Errorf("unset: %v, want 0", got)
+		}
+		n := 0
+		c.set(func() int { n++; return n })
+		if a, b := testutil.ToFloat64(c.g), testutil.ToFloat64(c.g); a != 1 || b != 2 {
+			t.Errorf("set: scrapes read %v then %v, want 1 then 2", a, b)
+		}
+		c.g.f.Store(nil)
+	}
+}
