@@ -72,10 +72,10 @@ func testQuotaBackoff(t *testing.T, e *env) {
 			fails = append(fails, a.at)
 		}
 	}
-	gaps := testutil.CheckBackoff(t, fails, testCreateBackoffBase)
-	if last := gaps[len(gaps)-1]; last < 4*gaps[0] {
-		t.Errorf("the intervals do not grow: %v", gaps)
-	}
+	// CheckBackoff wants the i-th interval at least base<<i, so the sixth is at least 32 times the first wait: the
+	// intervals grow, and a streak restarted when the head got in would fail it. Intervals are not compared with
+	// each other: on a loaded machine the first can come seconds late (2.8 s once, in CI), and that proves nothing.
+	testutil.CheckBackoff(t, fails, testCreateBackoffBase)
 
 	got := e.get(t, rc)
 	cond := meta.FindStatusCondition(got.Status.Conditions, string(rayv1.RayClusterReplicaFailure))
