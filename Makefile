@@ -87,12 +87,15 @@ run: tools build images ## Start `manta dev`: the local simulated cluster with M
 BENCH_SIZES ?= 100,500,1000
 BENCH_CONTENDERS ?= raw,raw-parallel,manta,kuberay,kuberay-c8
 BENCH_ROUNDS ?= 1
+# BENCH_IDLE: a duration (10m): after each operator trial, its CPU and requests over that idle window.
+BENCH_IDLE ?=
+BENCH_TIMEOUT ?= 120m
 
 .PHONY: bench
 bench: tools build ## Race Manta's and KubeRay's operators and the raw ceiling, one fresh dev cluster per trial; writes bench-results.json.
 	MANTA_BENCH_SIZES=$(BENCH_SIZES) MANTA_BENCH_CONTENDERS=$(BENCH_CONTENDERS) MANTA_BENCH_ROUNDS=$(BENCH_ROUNDS) \
-	MANTA_BENCH_JSON=$(CURDIR)/bench-results.json \
-	go test -timeout 120m -count=1 -run '^$$' -bench BenchmarkSideBySide -benchtime 1x ./test/bench/
+	MANTA_BENCH_IDLE=$(BENCH_IDLE) MANTA_BENCH_JSON=$(CURDIR)/bench-results.json \
+	go test -timeout $(BENCH_TIMEOUT) -count=1 -run '^$$' -bench BenchmarkSideBySide -benchtime 1x ./test/bench/
 
 .PHONY: bench-operator
 bench-operator: tools build ## Run the in-process operator benchmarks (API calls, steady state, memory, large clusters, ImagePullJob).

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/manta-dev/manta/internal/metrics"
+	"github.com/manta-dev/manta/internal/optimize"
 )
 
 // Default event write limits (--event-qps, --event-burst). A new RayCluster costs three events (CreatedService,
@@ -95,8 +96,10 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // take from the budget of pod, Service and status writes nor queue ahead of them at the API server.
 type eventManager struct {
 	ctrl.Manager
-	client   v1.EventsV1Interface
+	client v1.EventsV1Interface
+	// activity is nil with event deferral off: events are then written as recorded.
 	activity *writeActivity
+	sw       *optimize.Switches
 	instance string
 
 	mu    sync.Mutex
@@ -195,7 +198,7 @@ func (p *pendingEvent) event() *eventsv1.Event {
 }
 
 // withEventRecorder wraps mgr so that GetEventRecorder answers from the operator's event queue.
-func withEventRecorder(mgr ctrl.Manager, activity *writeActivity, qps float32, burst int) (ctrl.Manager, error) {
+func withEventRecorder(mgr ctrl.Manager, activity *writeActivity, sw *optimize.Switches, qps float32, burst int) (ctrl.Manager, error) {
 	cfg := rest.CopyConfig(mgr.GetConfig())
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = qps, burst, nil
 	cl, err := v1.NewForConfigAndClient(cfg, mgr.GetHTTPClient())
@@ -203,7 +206,10 @@ func withEventRecorder(mgr ctrl.Manager, activity *writeActivity, qps float32, b
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	m := &eventManager{Manager: mgr, client: cl, activity: activity, instance: host,
+	if !sw.On(optimize.EventDeferral) {
+		activity = nil
+	}
+	m := &eventManager{Manager: mgr, client: cl, activity: activity, sw: sw, instance: host,
 		series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1)}
 	metrics.SetEventsQueued(m.Pending)
 	err = mgr.Add(manager.RunnableFunc(m.run))
@@ -349,6 +355,7 @@ func (m *eventManager) run(ctx context.Context) error {
 		}
 		// Behind the operator's other writes: while they go on, one event per eventBusyInterval.
 		if m.activity != nil && m.activity.busy(time.Now()) {
+			m.sw.Acted(optimize.EventDeferral)
 			select {
 			case <-ctx.Done():
 				m.stop()

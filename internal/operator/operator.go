@@ -308,7 +308,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if eventBurst <= 0 {
 		eventBurst = DefaultEventBurst
 	}
-	return withEventRecorder(mgr, activity, eventQPS, eventBurst)
+	return withEventRecorder(mgr, activity, opts.Optimizations, eventQPS, eventBurst)
 }
 
 // cacheOptions scopes the manager's cache to what the controllers read (see NewManager); podSel is the Ray pods'

@@ -29,6 +29,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/operator"
+	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -60,6 +61,12 @@ var contenders = map[string]contender{
 		// Plain HTTP metrics on loopback, so the harness scrapes them without a token.
 		return []string{bin, "operator", "--enable-leader-election=false",
 			"--metrics-addr=" + m, "--metrics-secure=false", "--health-probe-bind-address=0", "--pprof-addr=" + pp}
+	}},
+	// This tree's Manta with every performance mechanism off (docs/operations.md): what they buy together.
+	"manta-off": {name: "manta-off", args: func(bin, kc, m, pp string) []string {
+		return append([]string{bin, "operator", "--enable-leader-election=false",
+			"--metrics-addr=" + m, "--metrics-secure=false", "--health-probe-bind-address=0", "--pprof-addr=" + pp},
+			allOptimizationsOff()...)
 	}},
 	// Manta built from another revision (MANTA_BENCH_BASE, or a binary: MANTA_BENCH_BASE_BIN), for before/after
 	// comparisons in one run.
@@ -126,6 +133,9 @@ type trialResult struct {
 	// StatusStalenessS is the p50 and p99 of manta_raycluster_status_staleness_seconds over the trial (to
 	// quiescence): how long the changes Manta's status writes carried had been held back by its coalescing.
 	StatusStalenessS *[2]float64 `json:"statusStalenessP50P99Seconds,omitempty"`
+	// Scale and Idle are measured after quiescence (afterReady), for the operator contenders.
+	Scale *scaleFigures `json:"scale,omitempty"`
+	Idle  *idleFigures  `json:"idle,omitempty"`
 }
 
 // counted are the figures read from the counters at one point of a trial, as differences from its start.
@@ -160,12 +170,13 @@ type quiescentFigures struct {
 // ready. Settings come from the environment:
 //
 //	MANTA_BENCH_SIZES       RayClusters per trial, comma-separated (default 100)
-//	MANTA_BENCH_ROUNDS      rounds of alternated trials (default 1)
-//	MANTA_BENCH_CONTENDERS  default raw,manta,kuberay,kuberay-c8 (also raw-parallel, raw-rayclusters, manta-base)
+//	MANTA_BENCH_ROUNDS      rounds of alternated trials, the contenders' order rotated each round (default 1)
+//	MANTA_BENCH_CONTENDERS  default raw,manta,kuberay,kuberay-c8 (also raw-parallel, raw-rayclusters, manta-base, manta-off)
 //	MANTA_BENCH_JSON        where to write the results (default <tmp>/manta-bench/sidebyside.json)
 //	MANTA_BENCH_BASE        a git revision: the contender manta-base runs Manta built from it (before/after)
 //	MANTA_BENCH_BASE_BIN    instead, a manta binary for the contender manta-base
 //	MANTA_BENCH_BASE_ARGS   more flags for manta-base (space-separated): a before/after of a setting
+//	MANTA_BENCH_IDLE        a duration: after each operator trial's scale change, its costs over that idle window
 //	MANTA_BENCH_PPROF       a directory: Manta's CPU profile of each trial and its heap at all-ready go there
 func BenchmarkSideBySide(b *testing.B) {
 	sizes := envInts(b, "MANTA_BENCH_SIZES", []int{100})
@@ -200,7 +211,7 @@ func BenchmarkSideBySide(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		for _, n := range sizes {
 			for round := range rounds {
-				for _, name := range names {
+				for _, name := range roundOrder(names, round) {
 					c := contenders[name]
 					r := runTrial(b, c, binaryFor(c, bins), kuberayCRDs, n, round)
 					results = append(results, r)
@@ -225,6 +236,26 @@ func BenchmarkSideBySide(b *testing.B) {
 		b.Fatal(err)
 	}
 	fmt.Fprintf(os.Stdout, "results written to %s\n", out)
+}
+
+// allOptimizationsOff are the operator flags that turn off every performance mechanism: the switchable ones
+// (internal/optimize), the GC target and the adaptive GOMAXPROCS.
+func allOptimizationsOff() []string {
+	names := make([]string, len(optimize.All))
+	for i, m := range optimize.All {
+		names[i] = string(m)
+	}
+	return []string{"--disable-optimization=" + strings.Join(names, ","), "--gc-percent=100", "--adaptive-procs=false"}
+}
+
+// roundOrder is the order the contenders run in round r: names rotated by r, so that no contender always runs
+// first (on a machine fresh from the previous trial's teardown) or always after the same one.
+func roundOrder(names []string, r int) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	k := r % len(names)
+	return append(slices.Clone(names[k:]), names[:k]...)
 }
 
 // kuberayCRDDir is the CRD directory of the pinned KubeRay module in the module cache, "" when it is not there
@@ -401,6 +432,7 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 	if op != nil {
 		r.PeakRSSMiB = procPeakRSSMiB(op.cmd.Process.Pid)
 		r.StatusStalenessS = stalenessP50P99(q.snapshot.staleness)
+		afterReady(b, e, op, rcs[0], &r)
 	}
 	return r
 }
@@ -932,6 +964,10 @@ func sideBySideTable(rs []trialResult) string {
 	if medians := medianTable(rs); medians != "" {
 		sb.WriteString("\nMedians over the rounds:\n\n")
 		sb.WriteString(medians)
+	}
+	if after := afterReadyTable(rs); after != "" {
+		sb.WriteString("\nOnce all ready and quiescent:\n\n")
+		sb.WriteString(after)
 	}
 	return sb.String()
 }

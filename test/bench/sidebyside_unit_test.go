@@ -3,8 +3,11 @@ package bench
 import (
 	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/manta-dev/manta/internal/optimize"
 )
 
 func TestParseMetrics(t *testing.T) {
@@ -140,5 +143,60 @@ func TestServerWrites(t *testing.T) {
 		"PATCH nodes/status": 60, "POST events": 120, "GET pods": 1000, "LIST rayclusters": 5, "DELETE pods": 2}
 	if got := serverWrites(m); got != 922 {
 		t.Errorf("serverWrites = %v, want 922 (heartbeats, reads and refusals counted again left out)", got)
+	}
+}
+
+func TestRoundOrder(t *testing.T) {
+	names := []string{"raw", "manta", "base", "kuberay"}
+	for r, want := range []string{"raw manta base kuberay", "manta base kuberay raw", "base kuberay raw manta", "kuberay raw manta base", "raw manta base kuberay"} {
+		if got := strings.Join(roundOrder(names, r), " "); got != want {
+			t.Errorf("round %d: %s, want %s", r, got, want)
+		}
+	}
+	if got := strings.Join(names, " "); got != "raw manta base kuberay" {
+		t.Errorf("roundOrder changed its argument: %s", got)
+	}
+	if got := roundOrder(nil, 3); len(got) != 0 {
+		t.Errorf("no contenders: %v", got)
+	}
+}
+
+func TestAfterReadyTable(t *testing.T) {
+	if got := afterReadyTable([]trialResult{{Contender: "raw-rayclusters", Clusters: 10}}); got != "" {
+		t.Errorf("no operator trial, yet a table:\n%s", got)
+	}
+	rs := []trialResult{
+		{Contender: "raw-rayclusters", Clusters: 10},
+		{Contender: "manta", Clusters: 10, Round: 1, Scale: &scaleFigures{From: 3, To: 10, PodsS: 0.42, ReadyS: 1.5},
+			Idle: &idleFigures{Seconds: 600, CPUPercent: 0.12, RequestsPerMin: map[string]float64{"GET": 0}, ServerWritesPerMin: 0}},
+		{Contender: "kuberay-c8", Clusters: 10, Scale: &scaleFigures{From: 3, To: 10, PodsS: 2, ReadyS: -1}},
+	}
+	got := afterReadyTable(rs)
+	for _, want := range []string{
+		"| 10 | manta | 1 | 0.42 s / 1.50 s | 0.12 % (600 s) |",
+		"| 10 | kuberay-c8 | 0 | 2.00 s / not reached | - | - | - |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Count(got, "\n") != 4 {
+		t.Errorf("want a header, a rule and 2 rows:\n%s", got)
+	}
+}
+
+func TestAllOptimizationsOff(t *testing.T) {
+	args := allOptimizationsOff()
+	sw, err := optimize.Parse(strings.Split(strings.TrimPrefix(args[0], "--disable-optimization="), ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range optimize.All {
+		if sw.On(m) {
+			t.Errorf("%s stays on in manta-off: %v", m, args)
+		}
+	}
+	if !slices.Contains(args, "--gc-percent=100") || !slices.Contains(args, "--adaptive-procs=false") {
+		t.Errorf("manta-off keeps the GC target or adaptive GOMAXPROCS: %v", args)
 	}
 }
