@@ -97,6 +97,15 @@ bench: tools build ## Race Manta's and KubeRay's operators and the raw ceiling, 
 	MANTA_BENCH_IDLE=$(BENCH_IDLE) MANTA_BENCH_JSON=$(CURDIR)/bench-results.json \
 	go test -timeout $(BENCH_TIMEOUT) -count=1 -run '^$$' -bench BenchmarkSideBySide -benchtime 1x ./test/bench/
 
+# The cost curve to 10,000 RayClusters (test/bench/README.md): CURVE_STEPS, CURVE_CONTENDERS; writes bench-curve/.
+CURVE_STEPS ?= 1000,2500,5000,10000
+CURVE_CONTENDERS ?= manta,kuberay-c8
+
+.PHONY: bench-curve
+bench-curve: tools build ## Grow one dev cluster per operator to 10,000 RayClusters in steps; memory, CPU and time per step, plotted.
+	MANTA_CURVE_STEPS=$(CURVE_STEPS) MANTA_CURVE_CONTENDERS=$(CURVE_CONTENDERS) MANTA_CURVE_OUT=$(CURDIR)/bench-curve \
+	go test -timeout 300m -count=1 -run '^$$' -bench BenchmarkScaleCurve -benchtime 1x ./test/bench/
+
 .PHONY: bench-operator
 bench-operator: tools build ## Run the in-process operator benchmarks (API calls, steady state, memory, large clusters, ImagePullJob).
 	go test -timeout 60m -count=1 -run '^$$' -bench 'Benchmark[^S]' -benchtime 1x ./test/bench/...

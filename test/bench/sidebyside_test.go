@@ -908,21 +908,7 @@ func parseStatCPU(stat string) float64 {
 }
 
 // procPeakRSSMiB is a process's peak resident set size (VmHWM) from /proc/<pid>/status.
-func procPeakRSSMiB(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			var kb float64
-			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%f kB", &kb); err == nil {
-				return kb / 1024
-			}
-		}
-	}
-	return 0
-}
+func procPeakRSSMiB(pid int) float64 { return procStatusMiB(pid, "VmHWM:") }
 
 // sideBySideTable is the one table of the benchmark: a row per trial, grouped by size, in the order run. Where a
 // figure has two values, the first is read when the last cluster turned ready, the second once the trial was

@@ -200,3 +200,37 @@ func TestAllOptimizationsOff(t *testing.T) {
 		t.Errorf("manta-off keeps the GC target or adaptive GOMAXPROCS: %v", args)
 	}
 }
+
+func TestLineChartSVG(t *testing.T) {
+	svg := lineChartSVG("memory <x>", "clusters", "MiB", []string{"manta", "kuberay-c8"}, map[string][][2]float64{
+		"manta":      {{1000, 100}, {2500, 180}, {5000, 330}},
+		"kuberay-c8": {{1000, 230}, {2500, 480}},
+	})
+	for _, want := range []string{"<svg ", "</svg>", "memory &lt;x&gt;", ">manta<", ">kuberay-c8<", ">5000<", ">500<"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("svg lacks %q", want)
+		}
+	}
+	if n := strings.Count(svg, "<polyline"); n != 2 {
+		t.Errorf("%d lines, want one per series", n)
+	}
+	if n := strings.Count(svg, "<circle"); n != 5 {
+		t.Errorf("%d points drawn, want 5", n)
+	}
+	for v, want := range map[float64]float64{0: 1, 0.3: 0.5, 330: 500, 480: 500, 1000: 1000, 1001: 2000, 2100: 2500} {
+		if got := niceCeil(v); math.Abs(got-want) > 1e-9 {
+			t.Errorf("niceCeil(%v) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+func TestCurveTable(t *testing.T) {
+	got := curveTable([]curvePoint{
+		{Contender: "manta", Clusters: 1000, StepS: 60, PerClusterMs: 60, RSSMiB: 100, PeakRSSMiB: 110},
+		{Contender: "manta", Clusters: 3000, StepS: 150, PerClusterMs: 75, RSSMiB: 160, PeakRSSMiB: 170},
+	})
+	if !strings.Contains(got, "| manta | 1000 (4000) | 60.0 s | 60 ms | 100 (110) MiB | - |") ||
+		!strings.Contains(got, "| manta | 3000 (12000) | 150.0 s | 75 ms | 160 (170) MiB | 30.0 |") {
+		t.Errorf("table:\n%s", got)
+	}
+}
