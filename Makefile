@@ -95,7 +95,7 @@ BENCH_TIMEOUT ?= 120m
 bench: tools build ## Race Manta's and KubeRay's operators and the raw ceiling, one fresh dev cluster per trial; writes bench-results.json.
 	MANTA_BENCH_SIZES=$(BENCH_SIZES) MANTA_BENCH_CONTENDERS=$(BENCH_CONTENDERS) MANTA_BENCH_ROUNDS=$(BENCH_ROUNDS) \
 	MANTA_BENCH_IDLE=$(BENCH_IDLE) MANTA_BENCH_JSON=$(CURDIR)/bench-results.json \
-	go test -timeout $(BENCH_TIMEOUT) -count=1 -run '^$$' -bench BenchmarkSideBySide -benchtime 1x ./test/bench/
+	go test -timeout $(BENCH_TIMEOUT) -count=1 -run '^$$' -bench '^BenchmarkSideBySide$$' -benchtime 1x ./test/bench/
 
 # The cost curve to 10,000 RayClusters (test/bench/README.md): CURVE_STEPS, CURVE_CONTENDERS; writes bench-curve/.
 CURVE_STEPS ?= 1000,2500,5000,10000
@@ -105,6 +105,17 @@ CURVE_CONTENDERS ?= manta,kuberay-c8
 bench-curve: tools build ## Grow one dev cluster per operator to 10,000 RayClusters in steps; memory, CPU and time per step, plotted.
 	MANTA_CURVE_STEPS=$(CURVE_STEPS) MANTA_CURVE_CONTENDERS=$(CURVE_CONTENDERS) MANTA_CURVE_OUT=$(CURDIR)/bench-curve \
 	go test -timeout 300m -count=1 -run '^$$' -bench BenchmarkScaleCurve -benchtime 1x ./test/bench/
+
+# RayJob throughput (test/bench/README.md): JOBS RayJobs per trial, JOB_CONTENDERS; writes bench-rayjobs.json.
+JOBS ?= 200
+JOB_CONTENDERS ?= manta,kuberay-c8
+JOB_ROUNDS ?= 1
+
+.PHONY: bench-rayjobs
+bench-rayjobs: tools build ## Race the operators on RayJob throughput (HTTPMode, fake Ray heads at the pods' IPs); needs root.
+	MANTA_BENCH_JOBS=$(JOBS) MANTA_BENCH_JOB_CONTENDERS=$(JOB_CONTENDERS) MANTA_BENCH_JOB_ROUNDS=$(JOB_ROUNDS) \
+	MANTA_BENCH_JOBS_JSON=$(CURDIR)/bench-rayjobs.json \
+	go test -timeout 120m -count=1 -run '^$$' -bench BenchmarkSideBySideRayJobs -benchtime 1x ./test/bench/
 
 .PHONY: bench-operator
 bench-operator: tools build ## Run the in-process operator benchmarks (API calls, steady state, memory, large clusters, ImagePullJob).

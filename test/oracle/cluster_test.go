@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -27,6 +25,7 @@ import (
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/operator"
 	"github.com/manta-dev/manta/internal/testutil"
+	"github.com/manta-dev/manta/internal/testutil/podnet"
 )
 
 // harness is what every sample and scenario of a run shares besides the sides: the dev cluster, the fake Ray
@@ -61,7 +60,7 @@ func (s side) ns(name string) string { return s.prefix + name }
 func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, nss []string) (kuberay, manta side) {
 	ctx, cancel := context.WithCancel(context.Background())
 	start := time.Now()
-	podNet := newPodNetwork(t)
+	podNet := podnet.NewForTest(t)
 	// The oracle plays every submitter pod (submitters): kwok must not end them.
 	c, err := devcluster.Start(ctx, devcluster.Options{Pools: nodePools(objs), Logf: t.Logf, HoldJobPods: true})
 	if err != nil {
@@ -106,7 +105,9 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 	if err != nil {
 		t.Fatal(err)
 	}
-	setPodCIDRs(t, ctx, direct)
+	if err := podnet.SetNodeCIDRs(ctx, direct); err != nil {
+		t.Fatal(err)
+	}
 	heads := serveRayHeads(t, podNet, cl, objs)
 	env = &harness{cluster: c, root: root, heads: heads, submitters: newSubmitters(heads), upgrades: watchUpgrades(t, ctx, reader), direct: direct}
 
@@ -179,8 +180,8 @@ func waitForProbes(t *testing.T, ctx context.Context, probe string, headIP bool,
 				return false, sd.name + " has not reconciled the probe cluster"
 			}
 			// The head's IP comes from the node's pod CIDR, where the fake Ray heads answer.
-			if ip, _, _ := unstructured.NestedString(u.Object, "status", "head", "podIP"); headIP && !inPodRange(ip) {
-				return false, fmt.Sprintf("%s's probe head has IP %q, not in %s", sd.name, ip, podRange)
+			if ip, _, _ := unstructured.NestedString(u.Object, "status", "head", "podIP"); headIP && !podnet.InRange(ip) {
+				return false, fmt.Sprintf("%s's probe head has IP %q, not in %s", sd.name, ip, podnet.Range)
 			}
 		}
 		return true, ""
@@ -239,31 +240,6 @@ func nodePools(objs []*unstructured.Unstructured) []devcluster.NodePool {
 		pools = append(pools, node(fmt.Sprintf("sel%d", i), 1, selectors[k]))
 	}
 	return pools
-}
-
-// setPodCIDRs gives every fake node a pod CIDR in podRange, which kwok allocates pod IPs from.
-func setPodCIDRs(t *testing.T, ctx context.Context, cl client.Client) {
-	nodes := &corev1.NodeList{}
-	if err := cl.List(ctx, nodes); err != nil {
-		t.Fatal(err)
-	}
-	sort.Slice(nodes.Items, func(i, j int) bool { return nodes.Items[i].Name < nodes.Items[j].Name })
-	for i := range nodes.Items {
-		cidr, err := nodeCIDR(i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%[1]q]}}`, cidr)
-		if err := cl.Patch(ctx, &nodes.Items[i], client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
-			t.Fatalf("node %s: pod CIDR: %v", nodes.Items[i].Name, err)
-		}
-	}
-}
-
-func inPodRange(ip string) bool {
-	_, n, _ := net.ParseCIDR(podRange)
-	a := net.ParseIP(ip)
-	return a != nil && n.Contains(a)
 }
 
 // startKubeRay runs bin/kuberay-operator watching namespaces, at its defaults but for what the oracle needs: no

@@ -7,10 +7,9 @@
 // lists it with its reason.
 //
 // Both operators reach Ray the same way, through the API server's service and pod proxy (--use-kubernetes-proxy):
-// kwok gives pods IPs in podRange, which the root namespace routes into one network namespace where the range is
-// local, and a fake Ray head (internal/testutil/fakeray, held to real Ray by test/ray) answers there for each head
-// pod. The oracle plays the submitters (a submitter Job's pod, SidecarMode's container): it submits the RayJob's
-// entrypoint and ends the submitter as `ray job submit` would once the job ended. So RayJobs are compared at their
+// internal/testutil/podnet makes every fake pod's IP answer in one network namespace, and a fake Ray head
+// (internal/testutil/fakeray, held to real Ray by test/ray) answers there for each head pod. The oracle plays the
+// submitters (a submitter Job's pod, SidecarMode's container): it submits the RayJob's entrypoint and ends the submitter as `ray job submit` would once the job ended. So RayJobs are compared at their
 // terminal status (jobs end as their entrypoint implies), after their TTL and deletion rules, and RayServices once
 // Ready. Each comparison waits for both sides to settle (see settle): the operators' work queues drained per their
 // /metrics, no write since, nothing on its way; the deadline is a failure. Needs root (network namespaces).

@@ -21,6 +21,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil/fakeray"
+	"github.com/manta-dev/manta/internal/testutil/podnet"
 )
 
 // Ray's default ports, which every sample's pods use unless a container port of that name says otherwise.
@@ -56,7 +57,7 @@ type localAddrKey struct{}
 
 // serveRayHeads listens in the pod network on every port the objects name for Ray's dashboard, agent or Serve
 // proxy (and Ray's defaults), until the test ends.
-func serveRayHeads(t *testing.T, n *podNetwork, cl client.Client, objs []*unstructured.Unstructured) *rayHeads {
+func serveRayHeads(t *testing.T, n *podnet.Network, cl client.Client, objs []*unstructured.Unstructured) *rayHeads {
 	r := &rayHeads{cl: cl, heads: map[types.UID]*fakeray.Head{}, held: map[string]int{}, released: map[string]chan struct{}{},
 		ports: map[int]string{defaultDashboardPort: "dashboard", defaultServePort: "serve", defaultAgentPort: "agent"}}
 	var walk func(v any)
@@ -99,7 +100,7 @@ func serveRayHeads(t *testing.T, n *podNetwork, cl client.Client, objs []*unstru
 		ReadHeaderTimeout: 30 * time.Second,
 	}
 	for port := range r.ports {
-		l, err := n.listen(net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
+		l, err := n.Listen(net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
 		if err != nil {
 			t.Fatalf("listen on port %d in the pod network: %v", port, err)
 		}
