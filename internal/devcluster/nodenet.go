@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -100,15 +101,39 @@ func (n nodeNet) tearDown(ctx context.Context) error {
 			errs = append(errs, err.Error())
 		}
 	}
+	// The kernel destroys a deleted namespace's devices (eth0, and with it its veth peer) asynchronously: the
+	// root end may still be listed here and gone by the time `ip link delete` runs, which is the state wanted.
 	if _, err := net.InterfaceByName(n.hostLink); err == nil {
 		if err := ip(ctx, "link", "delete", n.hostLink); err != nil {
-			errs = append(errs, err.Error())
+			if _, still := net.InterfaceByName(n.hostLink); still == nil {
+				errs = append(errs, err.Error())
+			}
 		}
+	}
+	if err := waitLinkGone(ctx, n.hostLink); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("devcluster: remove the real node's network: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// waitLinkGone returns once no interface is named name: a link being destroyed is still listed (with its address
+// and routes) until the kernel's cleanup finishes.
+func waitLinkGone(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		if _, err := net.InterfaceByName(name); err != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("devcluster: link %s still exists: %w", name, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func ip(ctx context.Context, args ...string) error {
