@@ -17,7 +17,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/logging"
 	"github.com/manta-dev/manta/internal/operator"
@@ -95,7 +94,7 @@ func runDev(cmd *cobra.Command, f *devFlags) error {
 		RealNode:       withNode,
 		KubeconfigPath: abs,
 		// Puller pods exit on fake nodes (and pulls of images named *does-not-exist* fail) as on real ones.
-		ExtraStages: [][]byte{imagepulljob.KwokStages},
+		ExtraStages: [][]byte{devcluster.PullerStages},
 		Logf:        func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) },
 	})
 	if err != nil {

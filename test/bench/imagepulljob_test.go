@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
-	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/operator"
 )
@@ -24,7 +23,7 @@ func BenchmarkImagePullJob(b *testing.B) {
 	requireKinds(b, mantav1alpha1.GroupVersion.WithKind("ImagePullJob"))
 	e := startEnv(b, 30*time.Minute, devcluster.Options{
 		Pools:       []devcluster.NodePool{{Name: "pull", Count: nodes, CPU: "8", Memory: "32Gi", Pods: 110}},
-		ExtraStages: [][]byte{imagepulljob.KwokStages},
+		ExtraStages: [][]byte{devcluster.PullerStages},
 	})
 	const ns = "bench-pull"
 	e.createNamespaces(b, ns)

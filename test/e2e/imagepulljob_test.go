@@ -40,7 +40,7 @@ func (w *apiWrites) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // TestImagePullJobOnDevCluster runs the ImagePullJob controller against the dev cluster with 1,000 kwok nodes and
-// the puller stages (imagepulljob.KwokStages): puller pods are scheduled, run and exit on the fake nodes, and pulls of
+// the puller stages (devcluster.PullerStages): puller pods are scheduled, run and exit on the fake nodes, and pulls of
 // "does-not-exist" images fail with ErrImagePull. It has its own cluster because it needs those nodes and stages.
 func TestImagePullJobOnDevCluster(t *testing.T) {
 	ctrl.SetLogger(logr.Discard())
@@ -53,7 +53,7 @@ func TestImagePullJobOnDevCluster(t *testing.T) {
 	start := time.Now()
 	var extra [][]byte
 	if !strings.Contains(string(devcluster.DefaultStages()), "manta-puller-complete") {
-		extra = append(extra, imagepulljob.KwokStages)
+		extra = append(extra, devcluster.PullerStages)
 	}
 	c, err := devcluster.Start(ctx, devcluster.Options{
 		Pools: []devcluster.NodePool{

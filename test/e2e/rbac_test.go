@@ -173,7 +173,7 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 	defer cancel()
 	var extra [][]byte
 	if !strings.Contains(string(devcluster.DefaultStages()), "manta-puller-complete") {
-		extra = append(extra, imagepulljob.KwokStages)
+		extra = append(extra, devcluster.PullerStages)
 	}
 	c, err := devcluster.Start(ctx, devcluster.Options{
 		Pools:       []devcluster.NodePool{{Name: "rbac", Count: 3, Labels: map[string]string{"e2e.manta.dev/pool": "rbac"}}},

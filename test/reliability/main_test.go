@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -61,7 +60,7 @@ func devCluster(t *testing.T) (*devcluster.Cluster, client.Client) {
 		defer func() { <-built }()
 		var extra [][]byte
 		if !strings.Contains(string(devcluster.DefaultStages()), "manta-puller-complete") {
-			extra = append(extra, imagepulljob.KwokStages)
+			extra = append(extra, devcluster.PullerStages)
 		}
 		c, err := devcluster.Start(context.Background(), devcluster.Options{Nodes: 3, NodeCPU: "200", NodeMemory: "1000Gi", NodeMaxPods: 250,
 			ExtraStages: extra, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
