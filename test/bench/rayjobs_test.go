@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -51,10 +52,10 @@ type jobResult struct {
 	QuiescentS float64 `json:"quiescentSeconds"`
 	CPUSeconds float64 `json:"operatorCPUSeconds"`
 	PeakRSSMiB float64 `json:"operatorPeakRSSMiB"`
-	// WritesPerJob are the operator's writes of Kubernetes objects per job (its POST/PUT/PATCH/DELETE less the
-	// ones it sent through the API server's proxy to a Ray head); RayAPIPerJob its requests to Ray through that
-	// proxy, counted by the API server; ServerWritesPerJob every client's object writes (the scheduler's, kwok's,
-	// the controller-manager's). RequestsByVerb is the operator's client metric: Manta's includes its Ray requests,
+	// WritesPerJob are the operator's writes of Kubernetes objects per job (its POST/PUT/PATCH/DELETE, not its
+	// writes to a Ray head); RayAPIPerJob its requests to Ray through the API server's proxy, as the API server
+	// counts them; ServerWritesPerJob every client's object writes (the scheduler's, kwok's, the
+	// controller-manager's). RequestsByVerb is the operator's client metric: Manta's includes its Ray requests,
 	// KubeRay's does not.
 	WritesPerJob       float64            `json:"writesPerJob"`
 	RayAPIPerJob       float64            `json:"rayAPIRequestsPerJob"`
@@ -192,16 +193,17 @@ func runJobTrial(b *testing.B, c contender, bin, kuberayCRDs string, jobs int) j
 			proxied += v - served0[k]
 		}
 	}
-	proxiedWrites := proxyWrites(served) - proxyWrites(served0)
 	opWrites := operatorWrites(d.requests)
-	// Manta sends its Ray requests through client-go's REST client, whose request metric counts them; KubeRay
-	// sends them through the REST config's bare HTTP client, which that metric does not see.
+	// The API server counts a proxied request as CONNECT whatever its method, and Manta's client-go request metric
+	// counts its Ray requests (sent through client-go's REST client) by method: the fake heads count the writes
+	// among them (submissions, stops, deletes), which are Ray's, not Kubernetes objects. KubeRay sends its Ray
+	// requests through the REST config's bare HTTP client, which its metric does not see.
 	if !c.kuberay {
-		opWrites -= proxiedWrites
+		opWrites -= float64(heads.rayWrites())
 	}
 	r.WritesPerJob = opWrites / float64(jobs)
 	r.RayAPIPerJob = proxied / float64(jobs)
-	r.ServerWritesPerJob = (serverWrites(served) - serverWrites(served0) - proxiedWrites) / float64(jobs)
+	r.ServerWritesPerJob = (serverWrites(served) - serverWrites(served0)) / float64(jobs)
 	r.RequestsByVerb = map[string]float64{}
 	for verb, v := range d.requests {
 		r.RequestsByVerb[verb] = math.Round(v/float64(jobs)*100) / 100
@@ -209,22 +211,6 @@ func runJobTrial(b *testing.B, c contender, bin, kuberayCRDs string, jobs int) j
 	progressf(b, "%s, %d RayJobs: all Complete in %.1fs (%.1f jobs/min; p50 %.1fs, p99 %.1fs), %d submissions; to quiescence at %.1fs: %.1f CPU-s, peak RSS %.0f MiB, %.1f writes/job, %.1f Ray API requests/job, %.1f server writes/job",
 		c.name, jobs, r.AllCompleteS, r.JobsPerMinute, r.P50S, r.P99S, r.Submissions, r.QuiescentS, r.CPUSeconds, r.PeakRSSMiB, r.WritesPerJob, r.RayAPIPerJob, r.ServerWritesPerJob)
 	return r
-}
-
-// proxyWrites sums the writes the API server proxied to pods and Services (a Ray job submission, a stop).
-func proxyWrites(m map[string]float64) float64 {
-	total := 0.0
-	for k, v := range m {
-		f := strings.Fields(k)
-		if len(f) != 2 || !strings.HasSuffix(f[1], "/proxy") {
-			continue
-		}
-		switch f[0] {
-		case "POST", "PUT", "PATCH", "DELETE":
-			total += v
-		}
-	}
-	return total
 }
 
 // withKubernetesProxy adds --use-kubernetes-proxy to a contender's command line: the harness has no cluster DNS.
@@ -284,10 +270,12 @@ func watchJobsComplete(b *testing.B, ctx context.Context, e *trialEnv, run strin
 
 // fakeHeads answers for every head pod of the trial at its IP with a fake Ray head of its own.
 type fakeHeads struct {
-	pods  toolscache.Indexer
-	mu    sync.Mutex
-	heads map[types.UID]*fakeray.Head
-	close func() // stops answering and ends every head's jobs
+	pods toolscache.Indexer
+	// writes counts the requests other than GET and HEAD the heads answered (submissions, stops, deletes).
+	writes atomic.Int64
+	mu     sync.Mutex
+	heads  map[types.UID]*fakeray.Head
+	close  func() // stops answering and ends every head's jobs
 }
 
 const byPodIP = "podIP"
@@ -343,6 +331,9 @@ func (h *fakeHeads) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "fake Ray: no local address", http.StatusInternalServerError)
 		return
 	}
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		h.writes.Add(1)
+	}
 	hd := h.headAt(addr.IP.String())
 	if hd == nil {
 		http.Error(w, "fake Ray: no Ray head at "+addr.IP.String(), http.StatusBadGateway)
@@ -374,6 +365,9 @@ func (h *fakeHeads) headAt(ip string) *fakeray.Head {
 	}
 	return nil
 }
+
+// rayWrites is how many requests other than GET and HEAD reached the heads.
+func (h *fakeHeads) rayWrites() int64 { return h.writes.Load() }
 
 // submissions is what the heads accepted.
 func (h *fakeHeads) submissions() int {
