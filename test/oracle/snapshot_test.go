@@ -147,6 +147,9 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 // began after the mark.
 const servePolls = 3
 
+// sideNames names the sides as settle gets them: KubeRay's first, then Manta's.
+var sideNames = []string{"KubeRay's", "Manta's"}
+
 // servePolledSince says which side's fake head has not been polled servePolls times since the mark: what such a
 // poll finds (an application turned RUNNING, a proxy turned healthy, Endpoints the endpoint controller changed)
 // an operator writes only then, on a timer no work queue shows. Empty when every head with a Serve config has.
@@ -158,7 +161,7 @@ func servePolledSince(mark, now []map[types.UID]int) string {
 				base = 0
 			}
 			if n-base < servePolls {
-				return fmt.Sprintf("head pod %s: its Serve applications read %d times since the last write, want %d", uid, n-base, servePolls)
+				return fmt.Sprintf("%s head pod %s: its Serve applications read %d times since the last write, want %d", sideNames[i], uid, n-base, servePolls)
 			}
 		}
 	}
