@@ -265,10 +265,10 @@ func (r *rayHeads) serveUnread(ctx context.Context, ns string) string {
 
 // serveReads counts, by head pod UID, the GETs of the Serve applications on each running head pod in ns that has a
 // Serve config (fakeray.Head.ServeReads) and whose cluster a RayService names as active or pending. Left out: a
-// RayService upgraded incrementally: in the oracle's run of that scenario, KubeRay v1.5.0 read the service's head
-// about once a minute, not every 2 s, with a write in the namespace between two reads, so three reads since the last
-// write never came ("KubeRay's head pod ... read 0 times since the last write"; why it polls so seldom there is not
-// found yet).
+// RayService upgraded incrementally: in a run of that scenario with it in, the writes in the namespace came about
+// once a minute and KubeRay v1.5.0 never read the service's head three times between two of them ("KubeRay's head
+// pod ... read 0 times since the last write" for 20 s and more), so the settle never ended; why KubeRay polls that
+// head so seldom is not found yet.
 func (r *rayHeads) serveReads(ctx context.Context, ns string) (map[types.UID]int, error) {
 	services := &unstructured.UnstructuredList{}
 	services.SetGroupVersionKind(rayServiceGVK.GroupVersion().WithKind("RayServiceList"))
