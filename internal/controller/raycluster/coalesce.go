@@ -79,7 +79,7 @@ func progressOnly(old, new *rayv1.RayClusterStatus) bool {
 // an unwritten progress change was first seen (zero if none). It returns 0 to write now, or how long to wait.
 func statusHold(old, new *rayv1.RayClusterStatus, pendingSince, now time.Time, window time.Duration) time.Duration {
 	switch {
-	case window <= 0 || !progressOnly(old, new):
+	case window <= 0 || !progressOnly(old, new) || complete(new):
 		return 0
 	case pendingSince.IsZero():
 		return window
@@ -87,6 +87,13 @@ func statusHold(old, new *rayv1.RayClusterStatus, pendingSince, now time.Time, w
 		return window - now.Sub(pendingSince)
 	}
 	return 0
+}
+
+// complete says whether s reports a ready cluster with every worker it wants ready: the last step of a scale-up,
+// with no later progress to write it together with, so it is written at once.
+func complete(s *rayv1.RayClusterStatus) bool {
+	return s.State == rayv1.Ready && s.ReadyWorkerReplicas == s.DesiredWorkerReplicas &&
+		meta.IsStatusConditionTrue(s.Conditions, string(rayv1.HeadPodReady))
 }
 
 // pendingStatus remembers, per cluster, since when a progress change has been held back, and the resourceVersion

@@ -35,6 +35,12 @@ func TestStatusHold(t *testing.T) {
 	withPorts.Endpoints = map[string]string{"dashboard": "8265"}
 	withNodePorts := *withPorts.DeepCopy()
 	withNodePorts.Endpoints = map[string]string{"dashboard": "31265"}
+	scaling := *ready.DeepCopy()
+	scaling.DesiredWorkerReplicas = 4
+	scaled := *scaling.DeepCopy()
+	scaled.ReadyWorkerReplicas = 3
+	allScaled := *scaling.DeepCopy()
+	allScaled.ReadyWorkerReplicas = 4
 	failing := *progressing.DeepCopy()
 	failing.Conditions = append(failing.Conditions, cond(string(rayv1.RayClusterReplicaFailure), metav1.ConditionTrue, "FailedCreateWorkerPod"))
 
@@ -57,6 +63,8 @@ func TestStatusHold(t *testing.T) {
 		{"the end of suspending is written at once", suspending, notSuspended, t0, t0.Add(time.Second), window, 0},
 		{"endpoints appearing are progress", progressing, withPorts, time.Time{}, t0, window, window},
 		{"corrected endpoints are written at once", withPorts, withNodePorts, t0, t0.Add(time.Second), window, 0},
+		{"a ready cluster's workers coming up one by one are held", scaling, scaled, time.Time{}, t0, window, window},
+		{"its last worker ready is written at once", scaled, allScaled, t0, t0.Add(time.Second), window, 0},
 		{"no window, no hold", rayv1.RayClusterStatus{}, progressing, time.Time{}, t0, -1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

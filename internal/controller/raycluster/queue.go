@@ -23,6 +23,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/optimize"
 )
 
@@ -86,14 +87,16 @@ func (q progressQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.R
 const podBatch = time.Second
 
 // ownerHandler enqueues the RayCluster that controls the object, at progressPriority (low for the initial list and
-// for updates that change nothing, as controller-runtime's owner handler does). It reads the controller reference
+// for updates that change nothing, as controller-runtime's owner handler does). A pod turning Ready that completes
+// its cluster (completes, nil for other kinds) is reconciled at once: the batch would hold the one change a user
+// waits for, with nothing left to gather into it. It reads the controller reference
 // itself: controller-runtime's owner handler looks up the owner's REST mapping on every event, which allocated more
 // per pod event than the reconcile it caused. With pods set, progress-only pod events wait podBatch. A Service
 // that appears waits podBatch too: a cluster's Services are created by its first reconcile, just before its pods,
 // and reconciled at once, the new Service cost a reconcile of its own (one per cluster) right before the one
 // its pods' events batch into; the status it brings (the head Service's name and IP) is progress. The batching
 // and the priority are switched by sw (optimize.PodEventBatching, optimize.ProgressPriority).
-func ownerHandler(pods bool, sw *optimize.Switches) handler.EventHandler {
+func ownerHandler(pods bool, sw *optimize.Switches, completes func(context.Context, *corev1.Pod) bool) handler.EventHandler {
 	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], after time.Duration, objs ...client.Object) {
 		var seen reconcile.Request
 		for i, o := range objs {
@@ -123,10 +126,14 @@ func ownerHandler(pods bool, sw *optimize.Switches) handler.EventHandler {
 			p, ok := e.Object.(*corev1.Pod)
 			enqueue(q, batch(pods && ok && podProgress(nil, p)), e.Object)
 		},
-		UpdateFunc: func(_ context.Context, e crevent.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		UpdateFunc: func(ctx context.Context, e crevent.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			a, ok1 := e.ObjectOld.(*corev1.Pod)
 			b, ok2 := e.ObjectNew.(*corev1.Pod)
-			enqueue(q, batch(pods && ok1 && ok2 && podProgress(a, b)), e.ObjectOld, e.ObjectNew)
+			progress := pods && ok1 && ok2 && podProgress(a, b)
+			if progress && completes != nil && !clusterbuild.PodRunningAndReady(a) && clusterbuild.PodRunningAndReady(b) && completes(ctx, b) {
+				progress = false
+			}
+			enqueue(q, batch(progress), e.ObjectOld, e.ObjectNew)
 		},
 		DeleteFunc: func(_ context.Context, e crevent.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			enqueue(q, 0, e.Object)
@@ -239,4 +246,38 @@ func conditionsEqual(x, y []corev1.PodCondition) bool {
 		return m
 	}
 	return maps.Equal(index(x), index(y))
+}
+
+// completesCluster says whether p, a pod that just turned Ready, completes its cluster: every pod the cluster wants
+// (its head and the desired workers) is in the cache, Running and Ready, and its status does not say so yet. Read
+// from the informer cache (the pods through their index), which has p's update before its handlers run.
+func (r *Reconciler) completesCluster(ctx context.Context, p *corev1.Pod) bool {
+	req, ok := clusterOf(p)
+	if !ok {
+		return false
+	}
+	c := &rayv1.RayCluster{}
+	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil || c.DeletionTimestamp != nil {
+		return false
+	}
+	desired, _, _ := workerReplicaCounts(c)
+	if c.Status.State == rayv1.Ready && c.Status.ReadyWorkerReplicas == desired {
+		return false
+	}
+	var pods corev1.PodList
+	if err := r.client.List(ctx, &pods, client.InNamespace(c.Namespace), clusterpods.Of(c.Name)); err != nil {
+		return false
+	}
+	n := 0
+	for i := range pods.Items {
+		q := &pods.Items[i]
+		if q.DeletionTimestamp != nil {
+			continue
+		}
+		if !clusterbuild.PodRunningAndReady(q) {
+			return false
+		}
+		n++
+	}
+	return n == int(desired)+1
 }

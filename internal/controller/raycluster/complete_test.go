@@ -1,0 +1,104 @@
+package raycluster
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
+	crevent "sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+// clusterPod is a pod of cluster rc (label and controller reference), Running and Ready or not.
+func clusterPod(name string, ready bool) *corev1.Pod {
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: "1", Labels: map[string]string{rayv1.LabelCluster: "rc"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "ray.io/v1", Kind: "RayCluster", Name: "rc", Controller: ptr.To(true)}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "198.18.0.9", Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}},
+	}
+}
+
+func TestCompletesCluster(t *testing.T) {
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		state rayv1.ClusterState
+		ready int32 // the status's readyWorkerReplicas
+		pods  []*corev1.Pod
+		want  bool
+	}{
+		{"the last of three pods ready", "", 0, []*corev1.Pod{clusterPod("head", true), clusterPod("w1", true), clusterPod("w2", true)}, true},
+		{"a worker not ready yet", "", 0, []*corev1.Pod{clusterPod("head", true), clusterPod("w1", true), clusterPod("w2", false)}, false},
+		{"a worker not created yet", "", 0, []*corev1.Pod{clusterPod("head", true), clusterPod("w1", true)}, false},
+		{"the last worker of a scale-up", rayv1.Ready, 1, []*corev1.Pod{clusterPod("head", true), clusterPod("w1", true), clusterPod("w2", true)}, true},
+		{"the status says it already", rayv1.Ready, 2, []*corev1.Pod{clusterPod("head", true), clusterPod("w1", true), clusterPod("w2", true)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := testutil.MakeRayCluster("ns", "rc").Workers("small", 2).Obj()
+			rc.Status.State, rc.Status.ReadyWorkerReplicas = tc.state, tc.ready
+			objs := []client.Object{rc}
+			for _, p := range tc.pods {
+				objs = append(objs, p)
+			}
+			cl := fake.NewClientBuilder().WithScheme(scheme).WithIndex(&corev1.Pod{}, clusterpods.Index, clusterpods.IndexValue).WithObjects(objs...).Build()
+			r := &Reconciler{client: cl}
+			if got := r.completesCluster(ctx, tc.pods[len(tc.pods)-1]); got != tc.want {
+				t.Errorf("completesCluster = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A pod turning Ready that completes its cluster is reconciled at once; one that does not waits podBatch, as does
+// any other progress.
+func TestCompletingPodIsNotBatched(t *testing.T) {
+	notReady, ready := clusterPod("w", false), clusterPod("w", true)
+	ready.ResourceVersion = "2"
+	for _, tc := range []struct {
+		name      string
+		completes bool
+		wantWait  bool
+	}{{"completes the cluster", true, false}, {"others still to come", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := priorityqueue.New[reconcile.Request]("test")
+			defer q.ShutDown()
+			calls := 0
+			h := ownerHandler(true, nil, func(_ context.Context, p *corev1.Pod) bool {
+				calls++
+				return tc.completes
+			})
+			added := time.Now()
+			h.Update(context.Background(), crevent.UpdateEvent{ObjectOld: notReady, ObjectNew: ready}, q)
+			item, _ := q.Get()
+			q.Done(item)
+			waited := time.Since(added)
+			if calls != 1 || item.Name != "rc" {
+				t.Fatalf("completes called %d times, queued %v; want once, rc", calls, item)
+			}
+			if tc.wantWait && waited < podBatch-50*time.Millisecond {
+				t.Errorf("reconciled after %s, want the batch (%s)", waited, podBatch)
+			}
+			if !tc.wantWait && waited >= podBatch/2 {
+				t.Errorf("reconciled after %s, want at once", waited)
+			}
+		})
+	}
+}
