@@ -37,7 +37,7 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 	fs.IntVar(&o.EventBurst, "event-burst", operator.DefaultEventBurst, "event write burst (see --event-qps)")
 	fs.DurationVar(&o.StatusCoalesceWindow, "status-coalesce-window", raycluster.DefaultStatusCoalesceWindow,
 		"under a burst of RayClusters (10 or more holding a change), the longest a status change that only reports progress (counts, head address, HeadPodReady, RayClusterProvisioned) waits to be written with the next one; "+
-			"outside a burst it waits at most 1s, and state changes and failures are written at once; 0 writes every change at once")
+			"outside a burst it waits at most 1s, and state changes, failures and a ready cluster's status with every worker ready are written at once; 0 writes every change at once")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "namespaces to watch (default: all)")
 	fs.StringVar(&o.BatchScheduler, "batch-scheduler", "", "batch scheduler every Ray pod is handed to, as KubeRay's flag: "+strings.Join(clusterbuild.BatchSchedulers, ", ")+
 		" (empty: the cluster's own scheduler); see docs/compatibility.md")
