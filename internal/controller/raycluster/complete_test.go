@@ -16,6 +16,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
+	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -67,37 +68,52 @@ func TestCompletesCluster(t *testing.T) {
 	}
 }
 
-// A pod turning Ready that completes its cluster is reconciled at once; one that does not waits podBatch, as does
-// any other progress.
+// delays records the delay of every add to a priority queue.
+type delays struct {
+	priorityqueue.PriorityQueue[reconcile.Request]
+	after []time.Duration
+}
+
+func (d *delays) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
+	d.after = append(d.after, o.After)
+	d.PriorityQueue.AddWithOpts(o, items...)
+}
+
+func (d *delays) Add(item reconcile.Request) {
+	d.after = append(d.after, 0)
+	d.PriorityQueue.Add(item)
+}
+
+// A pod turning Ready that completes its cluster is enqueued with no delay; one that does not waits podBatch, as does
+// any other progress; with the batching off, completes is not asked (it reads the cache for nothing).
 func TestCompletingPodIsNotBatched(t *testing.T) {
 	notReady, ready := clusterPod("w", false), clusterPod("w", true)
 	ready.ResourceVersion = "2"
 	for _, tc := range []struct {
 		name      string
+		sw        *optimize.Switches
 		completes bool
-		wantWait  bool
-	}{{"completes the cluster", true, false}, {"others still to come", false, true}} {
+		wantCalls int
+		want      time.Duration
+	}{
+		{"completes the cluster", nil, true, 1, 0},
+		{"others still to come", nil, false, 1, podBatch},
+		{"batching off", optimize.Off(optimize.PodEventBatching), true, 0, 0},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			q := priorityqueue.New[reconcile.Request]("test")
+			q := &delays{PriorityQueue: priorityqueue.New[reconcile.Request]("test")}
 			defer q.ShutDown()
 			calls := 0
-			h := ownerHandler(true, nil, func(_ context.Context, p *corev1.Pod) bool {
+			h := ownerHandler(true, tc.sw, func(_ context.Context, p *corev1.Pod) bool {
 				calls++
 				return tc.completes
 			})
-			added := time.Now()
 			h.Update(context.Background(), crevent.UpdateEvent{ObjectOld: notReady, ObjectNew: ready}, q)
-			item, _ := q.Get()
-			q.Done(item)
-			waited := time.Since(added)
-			if calls != 1 || item.Name != "rc" {
-				t.Fatalf("completes called %d times, queued %v; want once, rc", calls, item)
+			if calls != tc.wantCalls || len(q.after) != 1 || q.after[0] != tc.want {
+				t.Errorf("completes asked %d times, adds delayed %v; want %d, [%s]", calls, q.after, tc.wantCalls, tc.want)
 			}
-			if tc.wantWait && waited < podBatch-50*time.Millisecond {
-				t.Errorf("reconciled after %s, want the batch (%s)", waited, podBatch)
-			}
-			if !tc.wantWait && waited >= podBatch/2 {
-				t.Errorf("reconciled after %s, want at once", waited)
+			if item, _ := q.Get(); item.Name != "rc" {
+				t.Errorf("queued %v, want rc", item)
 			}
 		})
 	}

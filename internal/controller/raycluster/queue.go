@@ -130,7 +130,9 @@ func ownerHandler(pods bool, sw *optimize.Switches, completes func(context.Conte
 			a, ok1 := e.ObjectOld.(*corev1.Pod)
 			b, ok2 := e.ObjectNew.(*corev1.Pod)
 			progress := pods && ok1 && ok2 && podProgress(a, b)
-			if progress && completes != nil && !clusterbuild.PodRunningAndReady(a) && clusterbuild.PodRunningAndReady(b) && completes(ctx, b) {
+			// Asked only where the batch would apply: completes reads the cache.
+			if progress && completes != nil && sw.On(optimize.PodEventBatching) &&
+				!clusterbuild.PodRunningAndReady(a) && clusterbuild.PodRunningAndReady(b) && completes(ctx, b) {
 				progress = false
 			}
 			enqueue(q, batch(progress), e.ObjectOld, e.ObjectNew)
