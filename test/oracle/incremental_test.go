@@ -23,6 +23,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -245,6 +246,40 @@ func snapshotGatewayAPI(t *testing.T, sd side, ns string, s *snapshot, services,
 			}
 		}
 	}
+	for _, o := range services {
+		if typ, _, _ := unstructured.NestedString(o.Object, "spec", "upgradeStrategy", "type"); typ != string(rayv1.NewClusterWithIncrementalUpgrade) {
+			continue
+		}
+		if got, want, ok := serveEndpointsBehind(o, pods.Items); ok {
+			move("RayService %s: numServeEndpoints %d, its clusters have %d Ready serve pods", o.GetName(), got, want)
+		}
+	}
+}
+
+// serveEndpointsBehind says whether an incrementally upgraded RayService's numServeEndpoints is not yet the number
+// of Ready pods labelled ray.io/serve=true in the clusters its status names (the active one and, during the upgrade,
+// the pending one), as each operator counts them once settled. The head-read barrier (rayHeads.serveReads) leaves
+// such services out, so without this a side that labelled a head serving in its last reconcile would be compared
+// before the recount its next 2 s poll makes: KubeRay counts the Endpoints the controller-manager fills after the
+// label, Manta the pods' labels before its patch lands.
+func serveEndpointsBehind(o unstructured.Unstructured, pods []corev1.Pod) (got, want int64, behind bool) {
+	named := map[string]bool{}
+	for _, status := range []string{"activeServiceStatus", "pendingServiceStatus"} {
+		if c, _, _ := unstructured.NestedString(o.Object, "status", status, "rayClusterName"); c != "" {
+			named[c] = true
+		}
+	}
+	if len(named) == 0 {
+		return 0, 0, false
+	}
+	for i := range pods {
+		p := &pods[i]
+		if named[p.Labels[rayv1.LabelCluster]] && p.DeletionTimestamp == nil && p.Labels[rayv1.LabelServe] == "true" && clusterbuild.PodRunningAndReady(p) {
+			want++
+		}
+	}
+	got, _, _ = unstructured.NestedInt64(o.Object, "status", "numServeEndpoints")
+	return got, want, got != want
 }
 
 // upgradeWatch records, per namespace, every state an incremental upgrade went through, as the test's watches

@@ -267,8 +267,10 @@ func (r *rayHeads) serveUnread(ctx context.Context, ns string) string {
 // Serve config (fakeray.Head.ServeReads) and whose cluster a RayService names as active or pending. Left out: a
 // RayService upgraded incrementally: in a run of that scenario with it in, the writes in the namespace came about
 // once a minute and KubeRay v1.5.0 never read the service's head three times between two of them ("KubeRay's head
-// pod ... read 0 times since the last write" for 20 s and more), so the settle never ended; why KubeRay polls that
-// head so seldom is not found yet.
+// pod ... read 0 times since the last write" for 20 s and more), so the settle never ended. KubeRay v1.5.0 reads
+// both heads on every reconcile of such a service (each returns RequeueAfter 2 s), so the gaps are error backoff or
+// its four RayService workers busy elsewhere, which is not established. Such a service settles instead when its
+// numServeEndpoints counts its clusters' Ready serve pods (serveEndpointsBehind).
 func (r *rayHeads) serveReads(ctx context.Context, ns string) (map[types.UID]int, error) {
 	services := &unstructured.UnstructuredList{}
 	services.SetGroupVersionKind(rayServiceGVK.GroupVersion().WithKind("RayServiceList"))
