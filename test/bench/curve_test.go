@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -51,6 +52,8 @@ const (
 //	MANTA_CURVE_CONTENDERS    default manta,kuberay-c8 (any operator contender of BenchmarkSideBySide)
 //	MANTA_CURVE_STEP_TIMEOUT  default 30m
 //	MANTA_CURVE_OUT           directory of curve.json and the SVGs (default <tmp>/manta-bench/curve)
+//	MANTA_CURVE_PPROF         a directory: the API server's CPU profile (60 s) a minute into each step and every
+//	                          5 minutes after, as <contender>-<clusters>-<k>.apiserver.cpu.pprof
 func BenchmarkScaleCurve(b *testing.B) {
 	steps := envInts(b, "MANTA_CURVE_STEPS", []int{1000, 2500, 5000, 10000})
 	names := strings.Split(envOr("MANTA_CURVE_CONTENDERS", "manta,kuberay-c8"), ",")
@@ -86,7 +89,8 @@ func BenchmarkScaleCurve(b *testing.B) {
 // runCurve is one contender's curve on a dev cluster of its own.
 func runCurve(b *testing.B, c contender, bin, kuberayCRDs string, steps []int, stepTimeout time.Duration) []curvePoint {
 	b.Helper()
-	opts := devcluster.Options{Nodes: curveNodes, NodeCPU: "1000", NodeMemory: "4000Gi", NodeMaxPods: curveNodeMaxPods}
+	profDir := os.Getenv("MANTA_CURVE_PPROF")
+	opts := devcluster.Options{Nodes: curveNodes, NodeCPU: "1000", NodeMemory: "4000Gi", NodeMaxPods: curveNodeMaxPods, Profiling: profDir != ""}
 	if c.kuberayCRDs && kuberayCRDs != "" {
 		opts.CRDDirs = []string{kuberayCRDs}
 	}
@@ -112,8 +116,11 @@ func runCurve(b *testing.B, c contender, bin, kuberayCRDs string, steps []int, s
 		}
 		e.createNamespaces(b, nsNames...)
 		start := time.Now()
+		stopProfiles := profileStep(b, e, profDir, fmt.Sprintf("%s-%d", c.name, target))
 		e.createAll(b, curveInFlight, objs)
-		if !clustersReadyWithin(b, e, run, target, stepTimeout-time.Since(start)) {
+		ready := clustersReadyWithin(b, e, run, target, stepTimeout-time.Since(start))
+		stopProfiles()
+		if !ready {
 			progressf(b, "%s: %d clusters not all ready within %s: its curve ends at %d", c.name, target, stepTimeout, made)
 			break
 		}
@@ -132,6 +139,39 @@ func runCurve(b *testing.B, c contender, bin, kuberayCRDs string, steps []int, s
 			c.name, target, p.StepS, p.PerClusterMs, p.RSSMiB, p.PeakRSSMiB, p.CPUS, p.APIServerRSSMiB, p.EtcdRSSMiB)
 	}
 	return points
+}
+
+// profileStep profiles the API server's CPU for 60 s a minute into a step and every 5 minutes after, until the
+// returned stop is called, into dir as <name>-<k>.apiserver.cpu.pprof: where a long step's time goes. No-op when
+// dir is empty.
+func profileStep(b *testing.B, e *trialEnv, dir, name string) (stop func()) {
+	if dir == "" {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		wait := time.Minute
+		for k := 1; ; k++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			wait = 4 * time.Minute
+			body, err := e.cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "60").
+				Timeout(5 * time.Minute).DoRaw(ctx)
+			if err != nil || len(body) == 0 || os.MkdirAll(dir, 0o755) != nil {
+				continue
+			}
+			p := filepath.Join(dir, fmt.Sprintf("%s-%d.apiserver.cpu.pprof", name, k))
+			if os.WriteFile(p, body, 0o644) == nil {
+				progressf(b, "API server CPU profile: %s", p)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // clustersReadyWithin is waitClustersReady that answers false instead of failing when the time runs out.
