@@ -49,9 +49,13 @@ const (
 // per cluster, API server + etcd memory). Settings:
 //
 //	MANTA_CURVE_STEPS         cumulative RayClusters per step (default 1000,2500,5000,10000)
-//	MANTA_CURVE_CONTENDERS    default manta,kuberay-c8 (any operator contender of BenchmarkSideBySide)
+//	MANTA_CURVE_CONTENDERS    default manta,kuberay-c8 (any operator contender of BenchmarkSideBySide); none runs
+//	                          nothing and only writes MANTA_CURVE_WITH's points
 //	MANTA_CURVE_STEP_TIMEOUT  default 30m
 //	MANTA_CURVE_OUT           directory of curve.json and the SVGs (default <tmp>/manta-bench/curve)
+//	MANTA_CURVE_WITH          earlier runs' curve.json files (comma-separated): their points of the contenders this
+//	                          run leaves out are written, tabled and plotted with this run's, in the files' order
+//	                          before this run's (one contender rerun alone); a contender in two files comes from the later
 //	MANTA_CURVE_PPROF         a directory: the API server's CPU profile (60 s) a minute into each step and every
 //	                          5 minutes after, as <contender>-<clusters>-<k>.apiserver.cpu.pprof
 func BenchmarkScaleCurve(b *testing.B) {
@@ -69,6 +73,9 @@ func BenchmarkScaleCurve(b *testing.B) {
 	var points []curvePoint
 	for i := 0; i < b.N; i++ {
 		for _, n := range names {
+			if n == "none" {
+				continue
+			}
 			c, ok := contenders[n]
 			if !ok || c.args == nil || c.name == "manta-base" {
 				b.Fatalf("MANTA_CURVE_CONTENDERS: %q is not an operator contender of this tree", n)
@@ -77,6 +84,18 @@ func BenchmarkScaleCurve(b *testing.B) {
 				bins["manta"] = testutil.BuildManta(b)
 			}
 			points = append(points, runCurve(b, c, binaryFor(c, bins), kuberayCRDDir(root), steps, stepTimeout)...)
+		}
+	}
+	if with := os.Getenv("MANTA_CURVE_WITH"); with != "" {
+		files := strings.Split(with, ",")
+		for i := len(files) - 1; i >= 0; i-- { // backwards: each file's points go before those already in
+			data, err := os.ReadFile(files[i])
+			if err != nil {
+				b.Fatalf("MANTA_CURVE_WITH: %v", err)
+			}
+			if points, err = withEarlierCurve(data, points); err != nil {
+				b.Fatalf("MANTA_CURVE_WITH %s: %v", files[i], err)
+			}
 		}
 	}
 	out := envOr("MANTA_CURVE_OUT", filepath.Join(os.TempDir(), "manta-bench", "curve"))
@@ -248,6 +267,27 @@ func writeCurve(dir string, points []curvePoint) error {
 		}
 	}
 	return nil
+}
+
+// withEarlierCurve puts before points an earlier run's points (its curve.json) of every contender points lacks.
+func withEarlierCurve(earlier []byte, points []curvePoint) ([]curvePoint, error) {
+	var prev struct {
+		Points []curvePoint `json:"points"`
+	}
+	if err := json.Unmarshal(earlier, &prev); err != nil {
+		return nil, err
+	}
+	ran := map[string]bool{}
+	for _, p := range points {
+		ran[p.Contender] = true
+	}
+	var out []curvePoint
+	for _, p := range prev.Points {
+		if !ran[p.Contender] {
+			out = append(out, p)
+		}
+	}
+	return append(out, points...), nil
 }
 
 // curveTable is the curve as a Markdown table, with the operator's memory per 1,000 clusters added in each step.

@@ -234,3 +234,25 @@ func TestCurveTable(t *testing.T) {
 		t.Errorf("table:\n%s", got)
 	}
 }
+
+// A contender rerun alone keeps the earlier run's other contenders: their points come first, the rerun's replace its
+// own earlier ones.
+func TestWithEarlierCurve(t *testing.T) {
+	earlier := `{"points":[{"contender":"manta","clusters":1000,"operatorRSSMiB":90},{"contender":"kuberay-c8","clusters":1000,"operatorRSSMiB":260}]}`
+	got, err := withEarlierCurve([]byte(earlier), []curvePoint{{Contender: "kuberay-c8", Clusters: 1000, RSSMiB: 270}, {Contender: "kuberay-c8", Clusters: 10000, RSSMiB: 2000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []curvePoint{{Contender: "manta", Clusters: 1000, RSSMiB: 90}, {Contender: "kuberay-c8", Clusters: 1000, RSSMiB: 270}, {Contender: "kuberay-c8", Clusters: 10000, RSSMiB: 2000}}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("point %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if _, err := withEarlierCurve([]byte("not json"), nil); err == nil {
+		t.Error("a broken curve.json was accepted")
+	}
+}
