@@ -401,3 +401,52 @@ func unstructuredService(t *testing.T, rs *rayv1.RayService) *unstructured.Unstr
 	unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
 	return obj
 }
+
+// The incremental service's endpoint count settles on the Ready serve pods of the clusters its status names: a head
+// labelled serving but not yet counted holds the settle, the old cluster's pods and a pod not Ready do not count.
+func TestServeEndpointsBehind(t *testing.T) {
+	pod := func(cluster, serve string, ready bool, deleting bool) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{rayv1.LabelCluster: cluster, rayv1.LabelServe: serve}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}}
+		if ready {
+			p.Status.Conditions[0].Status = corev1.ConditionTrue
+		}
+		if deleting {
+			p.DeletionTimestamp = &metav1.Time{}
+		}
+		return p
+	}
+	svc := func(active, pending string, count int64) unstructured.Unstructured {
+		o := unstructured.Unstructured{Object: map[string]any{}}
+		_ = unstructured.SetNestedField(o.Object, active, "status", "activeServiceStatus", "rayClusterName")
+		if pending != "" {
+			_ = unstructured.SetNestedField(o.Object, pending, "status", "pendingServiceStatus", "rayClusterName")
+		}
+		_ = unstructured.SetNestedField(o.Object, count, "status", "numServeEndpoints")
+		return o
+	}
+	pods := []corev1.Pod{
+		pod("old", "true", true, false), pod("old", "true", true, false), // the active cluster's head and worker
+		pod("new", "true", true, false),  // the new head, labelled serving
+		pod("new", "true", false, false), // a new worker not Ready yet
+		pod("new", "false", true, false), // a head whose proxy has not answered
+		pod("gone", "true", true, false), // a cluster the status no longer names
+		pod("old", "true", true, true),   // a pod on its way out
+	}
+	for _, tc := range []struct {
+		name   string
+		svc    unstructured.Unstructured
+		want   int64
+		behind bool
+	}{
+		{"counted before the new head's label", svc("old", "new", 2), 3, true},
+		{"counted", svc("old", "new", 3), 3, false},
+		{"promoted", svc("new", "", 1), 1, false},
+		{"no cluster named yet", unstructured.Unstructured{Object: map[string]any{}}, 0, false},
+	} {
+		got, want, behind := serveEndpointsBehind(tc.svc, pods)
+		if want != tc.want || behind != tc.behind {
+			t.Errorf("%s: got %d, want %d (%d), behind %v (%v)", tc.name, got, want, tc.want, behind, tc.behind)
+		}
+	}
+}
