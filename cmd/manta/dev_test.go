@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/liveproc"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -149,21 +150,22 @@ func TestMantaDev(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("manta dev did not stop within 60s of SIGINT")
 	}
-	for _, pid := range children {
-		if err := syscall.Kill(pid, 0); err == nil {
-			t.Errorf("component process %d still alive after manta dev stopped", pid)
+	for _, id := range children {
+		if id.Exists() {
+			t.Errorf("component process %v still alive after manta dev stopped", id)
 		}
 	}
 }
 
-// childPIDs lists the direct children of pid, from /proc/*/stat (children may be started from any thread).
-func childPIDs(t *testing.T, pid int) []int {
+// childPIDs lists the direct children of pid, from /proc/*/stat (children may be started from any thread), by pid
+// and start time (a pid may be reused once its process is gone).
+func childPIDs(t *testing.T, pid int) []liveproc.ID {
 	t.Helper()
 	stats, err := filepath.Glob("/proc/[0-9]*/stat")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pids []int
+	var pids []liveproc.ID
 	for _, st := range stats {
 		b, err := os.ReadFile(st)
 		if err != nil {
@@ -174,7 +176,9 @@ func childPIDs(t *testing.T, pid int) []int {
 		f := strings.Fields(rest)
 		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
 			child, _ := strconv.Atoi(filepath.Base(filepath.Dir(st)))
-			pids = append(pids, child)
+			if id, ok := liveproc.Of(child); ok {
+				pids = append(pids, id)
+			}
 		}
 	}
 	return pids

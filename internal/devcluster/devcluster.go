@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/manta-dev/manta/internal/liveproc"
 )
 
 //go:embed stages.yaml
@@ -204,7 +205,7 @@ func (o Options) complete() (Options, error) {
 }
 
 // makeDir makes the cluster's directory: Options.Dir, or a fresh temporary one (removed by Stop) marked with the
-// owner's pid.
+// owner (its pid and start time).
 func (c *Cluster) makeDir() error {
 	if c.dir != "" {
 		return os.MkdirAll(c.dir, 0o755)
@@ -216,7 +217,11 @@ func (c *Cluster) makeDir() error {
 		return err
 	}
 	c.dir, c.removeDir = dir, true
-	return os.WriteFile(filepath.Join(c.dir, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644)
+	self, ok := liveproc.Of(os.Getpid())
+	if !ok {
+		return errors.New("devcluster: no /proc/self/stat to mark the cluster's directory with")
+	}
+	return os.WriteFile(filepath.Join(c.dir, ownerFile), []byte(self.String()), 0o644)
 }
 
 // startControlPlaneRetrying is startControlPlane, started again on fresh ports (up to three times) when a port was
@@ -499,7 +504,8 @@ const (
 )
 
 // sweepStaleDirs removes the temp dirs of dev clusters whose process is gone: a process killed outright cannot
-// clean up after itself (its components die with it, see run), so the next cluster does it.
+// clean up after itself (its components die with it, see run), so the next cluster does it. The owner is named by
+// pid and start time, so a pid reused by another program does not keep a dead cluster's directory.
 func sweepStaleDirs() {
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), tempPrefix+"*"))
 	for _, d := range dirs {
@@ -507,11 +513,11 @@ func sweepStaleDirs() {
 		if err != nil {
 			continue
 		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || pid <= 0 {
+		owner, err := liveproc.Parse(string(b))
+		if err != nil {
 			continue
 		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		if !owner.Exists() {
 			_ = os.RemoveAll(d)
 		}
 	}

@@ -3,8 +3,7 @@ package devcluster
 import (
 	"context"
 	"os"
-	"strconv"
-	"syscall"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/manta-dev/manta/internal/liveproc"
 )
 
 // TestDevClusterSmoke checks that the simulated cluster behaves like a cluster: fake nodes are Ready, a
@@ -220,16 +221,18 @@ func TestDevClusterSmoke(t *testing.T) {
 
 	t.Run("stop leaves nothing behind", func(t *testing.T) {
 		dir := c.Dir()
-		var pids []int
+		var procs []liveproc.ID
 		for _, p := range c.procs {
-			pids = append(pids, p.cmd.Process.Pid)
+			if id, ok := liveproc.Of(p.cmd.Process.Pid); ok {
+				procs = append(procs, id)
+			}
 		}
 		if err := c.Stop(); err != nil {
 			t.Fatalf("stop: %v", err)
 		}
-		for _, pid := range pids {
-			if err := syscall.Kill(pid, 0); err == nil {
-				t.Errorf("process %d still alive after Stop", pid)
+		for _, id := range procs {
+			if id.Exists() {
+				t.Errorf("process %v still alive after Stop", id)
 			}
 		}
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
@@ -255,29 +258,38 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 }
 
 // TestSweepStaleDirs checks that a dev cluster dir left by a process that was killed is removed by the next Start,
-// and that a live owner's dir is kept.
+// also when its pid now belongs to another process, and that a live owner's dir is kept.
 func TestSweepStaleDirs(t *testing.T) {
-	dead, err := os.MkdirTemp("", tempPrefix)
-	if err != nil {
-		t.Fatal(err)
+	self, ok := liveproc.Of(os.Getpid())
+	if !ok {
+		t.Fatal("no start time for this process")
 	}
-	live, err := os.MkdirTemp("", tempPrefix)
-	if err != nil {
-		t.Fatal(err)
+	owners := map[string]string{
+		// A pid far above the default pid_max stands for a process that is gone.
+		"dead": liveproc.ID{PID: 2147483646, Start: 1}.String(),
+		// This process's pid with another start time: the owner died and its pid was reused.
+		"reused": liveproc.ID{PID: self.PID, Start: self.Start + 1}.String(),
+		"live":   self.String(),
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(live); _ = os.RemoveAll(dead) })
-	// A pid far above the default pid_max stands for a process that is gone.
-	if err := os.WriteFile(dead+"/"+ownerFile, []byte("2147483646"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(live+"/"+ownerFile, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-		t.Fatal(err)
+	dirs := map[string]string{}
+	for name, owner := range owners {
+		d, err := os.MkdirTemp("", tempPrefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(d) })
+		if err := os.WriteFile(filepath.Join(d, ownerFile), []byte(owner), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		dirs[name] = d
 	}
 	sweepStaleDirs()
-	if _, err := os.Stat(dead); !os.IsNotExist(err) {
-		t.Errorf("stale dir %s was not removed", dead)
+	for _, name := range []string{"dead", "reused"} {
+		if _, err := os.Stat(dirs[name]); !os.IsNotExist(err) {
+			t.Errorf("%s owner's dir %s was not removed", name, dirs[name])
+		}
 	}
-	if _, err := os.Stat(live); err != nil {
-		t.Errorf("live dir %s was removed: %v", live, err)
+	if _, err := os.Stat(dirs["live"]); err != nil {
+		t.Errorf("live owner's dir %s was removed: %v", dirs["live"], err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/liveproc"
 )
 
 // TestRealNode runs the suite on one dev cluster, step by step (each step leaves the node's CPUs free for the
@@ -92,14 +92,23 @@ func testPausePod(t *testing.T, ctx context.Context, e *env) {
 func testStopLeavesNothing(t *testing.T, ctx context.Context, e *env) {
 	c := e.cluster
 	dir, netns := c.Dir(), c.NodeNetns()
-	pids := c.PIDs()
+	// By pid and start time: the test run starts thousands of processes and pid_max is 32768, so a stopped
+	// daemon's pid can be another program's a moment later.
+	procs := map[string]liveproc.ID{}
+	for name, pid := range c.PIDs() {
+		if id, ok := liveproc.Of(pid); ok {
+			procs[name] = id
+		} else {
+			t.Errorf("%s (pid %d) had exited before the cluster was stopped", name, pid)
+		}
+	}
 	e.stopOperator()
 	if err := c.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-	for name, pid := range pids {
-		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("%s (pid %d) still runs", name, pid)
+	for name, id := range procs {
+		if id.Exists() {
+			t.Errorf("%s (%v) still runs", name, id)
 		}
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {

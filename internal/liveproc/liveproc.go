@@ -1,0 +1,73 @@
+// Package liveproc tells whether one process, not merely its pid, still exists. A pid is free for reuse as soon as
+// its process is reaped, and on a machine whose pid_max is 32768 (this one's) a test run that starts thousands of
+// processes hands a stopped component's pid to another program within seconds. A pid with the process's start time
+// names one process for as long as the machine runs.
+package liveproc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// ID is one process: its pid and its start time (clock ticks after boot, field 22 of /proc/<pid>/stat).
+type ID struct {
+	PID   int
+	Start uint64
+}
+
+// Of is the process that has pid now; ok is false when no process has it.
+func Of(pid int) (id ID, ok bool) {
+	start, err := startTime(pid)
+	if err != nil {
+		return ID{}, false
+	}
+	return ID{PID: pid, Start: start}, true
+}
+
+// Exists reports whether the process id names still exists (a zombie not yet reaped included): its pid is taken
+// and by a process that started when it did.
+func (id ID) Exists() bool {
+	start, err := startTime(id.PID)
+	return err == nil && start == id.Start
+}
+
+// String is "pid@start", the form Parse reads.
+func (id ID) String() string { return strconv.Itoa(id.PID) + "@" + strconv.FormatUint(id.Start, 10) }
+
+// Parse reads what String wrote.
+func Parse(s string) (ID, error) {
+	pid, start, ok := strings.Cut(strings.TrimSpace(s), "@")
+	if !ok {
+		return ID{}, fmt.Errorf("liveproc: %q is not pid@start", s)
+	}
+	p, err := strconv.Atoi(pid)
+	if err != nil || p <= 0 {
+		return ID{}, fmt.Errorf("liveproc: pid in %q", s)
+	}
+	st, err := strconv.ParseUint(start, 10, 64)
+	if err != nil {
+		return ID{}, fmt.Errorf("liveproc: start time in %q", s)
+	}
+	return ID{PID: p, Start: st}, nil
+}
+
+func startTime(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces and parentheses; the fields after the last ')' start with
+	// field 3 (state), so the start time (field 22) is the 20th of them.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, errors.New("liveproc: unreadable stat")
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, errors.New("liveproc: short stat")
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
