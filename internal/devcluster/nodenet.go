@@ -3,17 +3,15 @@ package devcluster
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/manta-dev/manta/internal/netns"
 )
 
 // A real node lives in one of realNodeSlots slots, so a `manta dev` and the real-node tests can run side by side.
@@ -87,7 +85,7 @@ func (n nodeNet) setUp(ctx context.Context) error {
 		}
 	}
 	// The node routes between its pods' bridge and eth0; the setting is per namespace and off in a new one.
-	return inNetns(n.netnsPath(), func() error {
+	return netns.Do(n.netnsPath(), func() error {
 		return writeSysctl("net/ipv4/ip_forward", "1")
 	})
 }
@@ -144,55 +142,6 @@ func ip(ctx context.Context, args ...string) error {
 		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
 	}
 	return nil
-}
-
-// inNetns runs f on an OS thread moved into the network namespace at path, and moves the thread back before
-// handing it back to the Go scheduler; sockets f opens stay in the namespace. The thread must not end instead: the
-// components were started with Pdeathsig, which the kernel sends when the thread that forked them ends, and any
-// thread of this process may have forked one.
-func inNetns(path string, f func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		own, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("open this thread's network namespace: %w", err)
-			return
-		}
-		defer unix.Close(own)
-		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("open network namespace %s: %w", path, err)
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("enter network namespace %s: %w", path, err)
-			return
-		}
-		err = f()
-		if berr := unix.Setns(own, unix.CLONE_NEWNET); berr != nil {
-			// Stuck in the node's namespace: the thread ends with this goroutine (locked), whatever that costs.
-			done <- errors.Join(err, fmt.Errorf("leave network namespace %s: %w", path, berr))
-			return
-		}
-		runtime.UnlockOSThread()
-		done <- err
-	}()
-	return <-done
-}
-
-// listenInNetns opens a TCP listener on addr inside the network namespace at path.
-func listenInNetns(path, addr string) (net.Listener, error) {
-	var l net.Listener
-	err := inNetns(path, func() (err error) {
-		l, err = net.Listen("tcp", addr)
-		return err
-	})
-	return l, err
 }
 
 func writeSysctl(name, value string) error {

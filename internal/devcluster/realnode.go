@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/manta-dev/manta/internal/devcluster/images"
+	"github.com/manta-dev/manta/internal/netns"
 )
 
 // The real node: a kubelet, containerd with runc, CNI's bridge, kube-proxy and CoreDNS, running in a network
@@ -317,7 +318,7 @@ const nodeCPUShares = 8192
 // Service's endpoint), so pods reach it through kube-proxy and the node's daemons directly.
 func (c *Cluster) startForwarder() error {
 	addr := net.JoinHostPort(c.node.net.nodeIP.Addr().String(), strconv.Itoa(c.apiPort))
-	l, err := listenInNetns(c.node.net.netnsPath(), addr)
+	l, err := netns.Listen(c.node.net.netnsPath(), "tcp", addr)
 	if err != nil {
 		return fmt.Errorf("devcluster: API server forwarder on %s: %w", addr, err)
 	}
@@ -362,7 +363,7 @@ func forward(conn net.Conn, target string) {
 // BinDir, so images pushed by an earlier run are not sent again. It returns the registry's host:port.
 func (c *Cluster) startRegistry() (string, error) {
 	host := net.JoinHostPort(c.node.net.nodeIP.Addr().String(), strconv.Itoa(RegistryPort))
-	l, err := listenInNetns(c.node.net.netnsPath(), host)
+	l, err := netns.Listen(c.node.net.netnsPath(), "tcp", host)
 	if err != nil {
 		return "", fmt.Errorf("devcluster: registry on %s: %w", host, err)
 	}

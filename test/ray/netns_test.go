@@ -9,13 +9,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/manta-dev/manta/internal/netns"
 )
 
 const ipCmd = "/usr/sbin/ip"
@@ -100,36 +99,9 @@ func newPodNet(t *testing.T) *podNet {
 	return n
 }
 
-// listen opens a TCP listener inside the namespace. A socket stays in the namespace it was created in, so only
-// the creating thread has to switch namespaces; the rest of the process stays on the host.
+// listen opens a TCP listener inside the namespace.
 func (n *podNet) listen(addr string) (net.Listener, error) {
-	runtime.LockOSThread()
-	self, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
-	}
-	defer func() { _ = self.Close() }()
-	target, err := os.Open("/var/run/netns/" + n.Name)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
-	}
-	defer func() { _ = target.Close() }()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("setns %s: %w", n.Name, err)
-	}
-	l, lerr := net.Listen("tcp", addr)
-	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
-		// The thread is stuck in the other namespace: keep it locked so the runtime discards it.
-		if l != nil {
-			_ = l.Close()
-		}
-		return nil, fmt.Errorf("setns back: %w", err)
-	}
-	runtime.UnlockOSThread()
-	return l, lerr
+	return netns.Listen(netns.Named(n.Name), "tcp", addr)
 }
 
 // forward accepts on podIP:port inside the namespace and relays each connection to target (the Ray head on

@@ -14,16 +14,16 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/manta-dev/manta/internal/netns"
 )
 
 const (
@@ -173,34 +173,7 @@ func (n *Network) Close() {
 	_ = ip("link", "del", n.hostIf) // gone with the namespace already, normally
 }
 
-// Listen opens a TCP listener inside the namespace: only the creating thread switches namespaces, and a socket
-// stays in the namespace it was made in.
+// Listen opens a TCP listener inside the namespace.
 func (n *Network) Listen(addr string) (net.Listener, error) {
-	runtime.LockOSThread()
-	self, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
-	}
-	defer func() { _ = self.Close() }()
-	target, err := os.Open("/var/run/netns/" + n.name)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return nil, err
-	}
-	defer func() { _ = target.Close() }()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return nil, fmt.Errorf("setns %s: %w", n.name, err)
-	}
-	l, lerr := (&net.ListenConfig{}).Listen(context.Background(), "tcp4", addr)
-	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
-		// The thread is stuck in the other namespace: keep it locked so the runtime discards it.
-		if l != nil {
-			_ = l.Close()
-		}
-		return nil, fmt.Errorf("setns back: %w", err)
-	}
-	runtime.UnlockOSThread()
-	return l, lerr
+	return netns.Listen(netns.Named(n.name), "tcp4", addr)
 }
