@@ -3,7 +3,10 @@
 # (test/ray). Idempotent: a stamp records the hash of this script, so a second run returns at once.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv="$root/bin/ray-venv"
+# A venv's scripts name its absolute path: it is made at bin/'s physical path (bin/ may be a link that checkouts
+# share), and the stamp records that path, so a venv made at another path is rebuilt rather than run broken.
+mkdir -p "$root/bin"
+venv="$(cd "$root/bin" && pwd -P)/ray-venv"
 # ray[serve] brings the HTTP proxy dependencies (fastapi, uvicorn, starlette) that Serve needs;
 # ray[default] brings the dashboard and the Jobs API.
 ray_spec='ray[default,serve]==2.52.0'
@@ -12,7 +15,7 @@ extra_pins=('protobuf>=4.25,<7')
 python=${PYTHON:-python3}
 
 stamp="$venv/.manta-stamp"
-want=$(sha256sum "$0" | cut -d' ' -f1)
+want="$(sha256sum "$0" | cut -d' ' -f1) $venv"
 if [ -x "$venv/bin/ray" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
 	exit 0
 fi

@@ -4,12 +4,15 @@
 # this script, so a second run returns at once. Prints the path of the st executable.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv="$root/bin/schemathesis-venv"
+# A venv's scripts name its absolute path: it is made at bin/'s physical path (bin/ may be a link that checkouts
+# share), and the stamp records that path, so a venv made at another path is rebuilt rather than run broken.
+mkdir -p "$root/bin"
+venv="$(cd "$root/bin" && pwd -P)/schemathesis-venv"
 spec='schemathesis==4.32.5'
 python=${PYTHON:-python3}
 
 stamp="$venv/.manta-stamp"
-want=$(sha256sum "$0" | cut -d' ' -f1)
+want="$(sha256sum "$0" | cut -d' ' -f1) $venv"
 ready() { [ -x "$venv/bin/st" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; }
 if ready; then
 	echo "$venv/bin/st"

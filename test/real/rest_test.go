@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -218,12 +219,11 @@ func (e *env) startAPIServer(t *testing.T, ctx context.Context) *restClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := devcluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
 	logPath := filepath.Join(e.cluster.Dir(), "logs", "apiserver.log")
 	log, err := os.Create(logPath)
 	if err != nil {
