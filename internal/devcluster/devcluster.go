@@ -522,7 +522,6 @@ func sweepStaleDirs() {
 	}
 }
 
-
 // DefaultBinDir is where Start finds the binaries when Options.BinDir is empty: <repo>/bin.
 func DefaultBinDir() (string, error) {
 	root, err := RepoRoot()
