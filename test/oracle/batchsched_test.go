@@ -93,8 +93,8 @@ func runBatchSchedulers(t *testing.T, mantaBin string, samples []sample, cl clie
 					nss = append(nss, fmt.Sprintf("-%02d", j))
 				}
 				kns, mns := createNamespacePairs(t, ctx, kuberay, manta, append(nss, "-probe"))
-				startKubeRay(t, ctx, env.root, env.cluster, kns, kuberay.metrics, "kuberay-operator-"+run.name, "--batch-scheduler="+run.name)
-				startMantaBinary(t, ctx, mantaBin, mns, manta.metrics, run.name)
+				kuberay.exited = startKubeRay(t, ctx, env.root, env.cluster, kns, kuberay.metrics, "kuberay-operator-"+run.name, "--batch-scheduler="+run.name)
+				manta.exited = startMantaBinary(t, ctx, mantaBin, mns, manta.metrics, run.name)
 				// The probe's pods wait for a scheduler no one plays here: its status is enough.
 				waitForProbes(t, ctx, "-probe", false, kuberay, manta)
 				for j, name := range run.samples {
@@ -115,7 +115,7 @@ func runBatchSchedulers(t *testing.T, mantaBin string, samples []sample, cl clie
 
 // startMantaBinary runs `manta operator` with the batch scheduler, watching namespaces, as startKubeRay runs
 // KubeRay's (the same reconcile concurrency and API server proxy to Ray heads as the in-process operator).
-func startMantaBinary(t *testing.T, ctx context.Context, bin string, namespaces []string, metricsURL, scheduler string) {
+func startMantaBinary(t *testing.T, ctx context.Context, bin string, namespaces []string, metricsURL, scheduler string) (exited func() error) {
 	logPath := filepath.Join(env.cluster.Dir(), "logs", "manta-operator-"+scheduler+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -133,14 +133,17 @@ func startMantaBinary(t *testing.T, ctx context.Context, bin string, namespaces 
 		cancel()
 		t.Fatalf("starting manta operator: %v", err)
 	}
+	x := newExit()
+	go func() { x.stopped(cmd.Wait(), logPath) }()
 	t.Cleanup(func() {
 		cancel()
-		_ = cmd.Wait()
+		<-x.done
 		logFile.Close()
 		if t.Failed() {
 			t.Logf("manta operator (%s) log tail:\n%s", scheduler, tail(logPath, 40))
 		}
 	})
+	return x.exited
 }
 
 // bindPods plays the batch scheduler the pods name (no such scheduler runs in the dev cluster): each pending pod

@@ -3,6 +3,7 @@ package oracle
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -51,6 +52,8 @@ type side struct {
 	cl     client.Client
 	// metrics is the operator's /metrics URL.
 	metrics string
+	// exited says why the operator has stopped, or nil while it runs (set once it is started).
+	exited func() error
 }
 
 func (s side) ns(name string) string { return s.prefix + name }
@@ -120,8 +123,8 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 			t.Fatal(err)
 		}
 	}
-	startKubeRay(t, ctx, root, c, kns, kuberay.metrics, "kuberay-operator")
-	startManta(t, ctx, c, mns, manta.metrics)
+	kuberay.exited = startKubeRay(t, ctx, root, c, kns, kuberay.metrics, "kuberay-operator")
+	manta.exited = startManta(t, ctx, c, mns, manta.metrics)
 	waitForProbes(t, ctx, "probe", true, kuberay, manta)
 	t.Logf("oracle: dev cluster and both operators up in %s (%d namespace pairs)", time.Since(start).Round(time.Millisecond), len(nss))
 	return kuberay, manta
@@ -171,6 +174,12 @@ func waitForProbes(t *testing.T, ctx context.Context, probe string, headIP bool,
 	}
 	testutil.Eventually(t, 5*time.Minute, "the operators to write the status of a probe cluster", func() (bool, string) {
 		for _, sd := range sides {
+			// An operator that could not start (a port taken, a bad flag) fails the test now, not at the deadline.
+			if sd.exited != nil {
+				if err := sd.exited(); err != nil {
+					t.Fatalf("%s's operator stopped before it reconciled the probe cluster: %v", sd.name, err)
+				}
+			}
 			u := &unstructured.Unstructured{}
 			u.SetGroupVersionKind(rayClusterGVK)
 			if err := sd.cl.Get(ctx, client.ObjectKey{Namespace: sd.ns(probe), Name: "probe"}, u); err != nil {
@@ -246,7 +255,7 @@ func nodePools(objs []*unstructured.Unstructured) []devcluster.NodePool {
 // leader election, the namespaces, its metrics on loopback, the API server's proxy to reach Ray heads (as Manta
 // does here: the test process has no cluster DNS), 4 reconciles at once (as Manta here, so neither side lags for
 // want of workers), and the feature gates below.
-func startKubeRay(t *testing.T, ctx context.Context, root string, c *devcluster.Cluster, namespaces []string, metricsURL, logName string, extra ...string) {
+func startKubeRay(t *testing.T, ctx context.Context, root string, c *devcluster.Cluster, namespaces []string, metricsURL, logName string, extra ...string) (exited func() error) {
 	logPath := filepath.Join(c.Dir(), "logs", logName+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -271,19 +280,49 @@ func startKubeRay(t *testing.T, ctx context.Context, root string, c *devcluster.
 		cancel()
 		t.Fatalf("starting bin/kuberay-operator (run make tools): %v", err)
 	}
+	x := newExit()
+	go func() { x.stopped(cmd.Wait(), logPath) }()
 	t.Cleanup(func() {
 		cancel()
-		_ = cmd.Wait()
+		<-x.done
 		logFile.Close()
 		if t.Failed() {
 			t.Logf("kuberay-operator log tail:\n%s", tail(logPath, 40))
 		}
 	})
+	return x.exited
+}
+
+// exit is an operator's end: done is closed once it has stopped, and err says how.
+type exit struct {
+	done chan struct{}
+	err  error
+}
+
+func newExit() *exit { return &exit{done: make(chan struct{})} }
+
+// stopped records err (nil: the operator returned without one) and closes done.
+func (x *exit) stopped(err error, logPath string) {
+	if err == nil {
+		err = errors.New("returned")
+	}
+	x.err = fmt.Errorf("%w; log tail:\n%s", err, tail(logPath, 10))
+	close(x.done)
+}
+
+// exited is nil while the operator runs, then how it stopped.
+func (x *exit) exited() error {
+	select {
+	case <-x.done:
+		return x.err
+	default:
+		return nil
+	}
 }
 
 // startManta runs Manta's operator, every controller, in this process (operator.Run, what `manta operator` runs)
 // watching namespaces; its log goes to the dev cluster's log directory.
-func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namespaces []string, metricsURL string) {
+func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namespaces []string, metricsURL string) (exited func() error) {
 	logPath := filepath.Join(c.Dir(), "logs", "manta-operator.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -291,9 +330,8 @@ func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namesp
 	}
 	ctrllog.SetLogger(zap.New(zap.WriteTo(logFile)))
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
+	x := newExit()
 	go func() {
-		defer close(done)
 		err := operator.Run(ctx, c.RESTConfig(), operator.Options{
 			WatchNamespaces: namespaces, ReconcileConcurrency: 4, ClusterDomain: "cluster.local", UseKubernetesProxy: true,
 			MetricsAddr: metricsAddr(metricsURL), MetricsInsecure: true,
@@ -301,16 +339,18 @@ func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namesp
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("manta operator: %v", err)
 		}
+		x.stopped(err, logPath)
 	}()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		<-x.done
 		ctrllog.SetLogger(logr.Discard())
 		logFile.Close()
 		if t.Failed() {
 			t.Logf("manta operator log tail:\n%s", tail(logPath, 40))
 		}
 	})
+	return x.exited
 }
 
 // metricsAddr is the host:port of a /metrics URL.
