@@ -91,24 +91,39 @@ func StartEnvtestWithCRDs(t testing.TB, crdDirs ...string) (*rest.Config, client
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := &envtest.Environment{
-		CRDDirectoryPaths:     crdDirs,
-		ErrorIfCRDPathMissing: true,
-		Scheme:                scheme,
-		// envtest's defaults (20s to start or stop each component, 10s for the CRDs to be served) are too short
-		// on a small machine running other tests alongside.
-		ControlPlaneStartTimeout: EnvtestStartTimeout,
-		ControlPlaneStopTimeout:  EnvtestStopTimeout,
-		CRDInstallOptions:        envtest.CRDInstallOptions{MaxTime: 2 * time.Minute},
+	newEnv := func() *envtest.Environment {
+		env := &envtest.Environment{
+			CRDDirectoryPaths:     crdDirs,
+			ErrorIfCRDPathMissing: true,
+			Scheme:                scheme,
+			// envtest's defaults (20s to start or stop each component, 10s for the CRDs to be served) are too
+			// short on a small machine running other tests alongside.
+			ControlPlaneStartTimeout: EnvtestStartTimeout,
+			ControlPlaneStopTimeout:  EnvtestStopTimeout,
+			CRDInstallOptions:        envtest.CRDInstallOptions{MaxTime: 2 * time.Minute},
+		}
+		if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+			env.BinaryAssetsDirectory = filepath.Join(root, "bin")
+		}
+		return env
 	}
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		env.BinaryAssetsDirectory = filepath.Join(root, "bin")
-	}
-	cfg, err := env.Start()
-	if err != nil {
+	// envtest picks etcd's and kube-apiserver's ports from the kernel's ephemeral range and frees them before the
+	// components bind them, so an outgoing connection elsewhere on the machine can take one first: start a fresh
+	// environment, on new ports, up to twice more.
+	var env *envtest.Environment
+	var cfg *rest.Config
+	for try := 1; ; try++ {
+		env = newEnv()
+		cfg, err = env.Start()
+		if err == nil {
+			break
+		}
 		// A failed start can leave etcd or kube-apiserver running.
 		stopErr := env.Stop()
-		t.Fatalf("starting envtest (binaries from KUBEBUILDER_ASSETS or %s): %v", filepath.Join(root, "bin"), errors.Join(err, stopErr))
+		if try == 3 || stopErr != nil {
+			t.Fatalf("starting envtest (binaries from KUBEBUILDER_ASSETS or %s), %d tries: %v", filepath.Join(root, "bin"), try, errors.Join(err, stopErr))
+		}
+		t.Logf("starting envtest failed, starting it again: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := env.Stop(); err != nil {
