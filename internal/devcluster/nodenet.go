@@ -62,7 +62,7 @@ func slotNet(k int) nodeNet {
 // firstIP is the first host address of p: the kubernetes Service's ClusterIP, or the bridge's gateway.
 func firstIP(p netip.Prefix) netip.Addr { return p.Masked().Addr().Next() }
 
-func (n nodeNet) netnsPath() string { return "/run/netns/" + n.netns }
+func (n nodeNet) netnsPath() string { return netns.Named(n.netns) }
 
 // setUp creates the namespace, the veth and the routes. The node's namespace has no default route: its processes
 // and pods reach the node's own address, the pods and nothing else.
@@ -94,7 +94,7 @@ func (n nodeNet) setUp(ctx context.Context) error {
 // root end of the veth with its routes, if a half-made set-up left it.
 func (n nodeNet) tearDown(ctx context.Context) error {
 	var errs []string
-	if exists("/run/netns/" + n.netns) {
+	if exists(n.netnsPath()) {
 		if err := ip(ctx, "netns", "delete", n.netns); err != nil {
 			errs = append(errs, err.Error())
 		}

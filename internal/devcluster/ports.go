@@ -16,8 +16,8 @@ const portFloor = 20000
 // FreePorts returns n distinct TCP ports free on 127.0.0.1, chosen at random between portFloor and the start of the
 // kernel's ephemeral range (net.ipv4.ip_local_port_range). A port is only free until the caller's component binds
 // it. Inside the ephemeral range every outgoing connection on the machine competes for it in that window, and a
-// test run makes thousands; below it only another caller picking the same port at random does. Where the ephemeral range leaves too little room below it, the
-// kernel chooses, as before.
+// test run makes thousands; below it only another caller picking the same port at random does. Where the ephemeral
+// range leaves too little room below it, the kernel chooses.
 func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {

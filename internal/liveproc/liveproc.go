@@ -1,6 +1,6 @@
 // Package liveproc tells whether one process, not merely its pid, still exists. A pid is free for reuse as soon as
-// its process is reaped, and on a machine whose pid_max is 32768 (this one's) a test run that starts thousands of
-// processes hands a stopped component's pid to another program within seconds. A pid with the process's start time
+// its process is reaped, and where pid_max is 32768 a test run that starts thousands of processes hands a stopped
+// component's pid to another program within seconds. A pid with the process's start time
 // names one process for as long as the machine runs.
 package liveproc
 

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Do runs f on an OS thread moved into the network namespace at path (/var/run/netns/<name> for a named one), and
+// Do runs f on an OS thread moved into the network namespace at path (Named(name) for a named one), and
 // moves the thread back before handing it back to the Go scheduler. The thread must not end instead: a process
 // started with Pdeathsig (the dev cluster's components) is killed when the thread that forked it ends, and any
 // thread of this process may have forked one. Only when it cannot go back does the thread end with its goroutine,
@@ -61,4 +61,4 @@ func Listen(path, network, addr string) (net.Listener, error) {
 }
 
 // Named is the path of the namespace `ip netns add name` made.
-func Named(name string) string { return "/var/run/netns/" + name }
+func Named(name string) string { return "/run/netns/" + name }
