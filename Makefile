@@ -78,6 +78,15 @@ test: deps ## Run every test: unit, envtest, Ray conformance, end-to-end on the 
 	# test/real, the longest package, is named first so that it starts first and the others run beside it.
 	go test $(GO_TEST_FLAGS) ./test/real/ ./...
 
+# STRESS_ROUNDS runs of `make test`'s command in a row, each beside STRESS_HOGS busy threads; every failed test is
+# written down with its output in stress-results/summary.md (hack/stress). A test that fails here needs an idle machine.
+STRESS_ROUNDS ?= 3
+STRESS_HOGS ?= 1
+
+.PHONY: test-stress
+test-stress: deps ## Run every test STRESS_ROUNDS times in a row beside STRESS_HOGS CPU hogs; failures in stress-results/summary.md.
+	go run ./hack/stress -rounds $(STRESS_ROUNDS) -hogs $(STRESS_HOGS) -out $(CURDIR)/stress-results -- $(GO_TEST_FLAGS) ./test/real/ ./...
+
 # The unit tests are found in the source on each run (hack/unittests): every test that starts no control plane (envtest,
 # the dev cluster) and no other process. Nothing to build first.
 GO_UNIT_TEST_FLAGS ?= -timeout 10m -count=1
