@@ -20,6 +20,9 @@ const (
 	coreDNSPort = 53
 	// kubeletPort is the kubelet's API on the node's address (logs, exec, port-forward).
 	kubeletPort = 10250
+	// RealNodeEvictionMemory is the kubelet's hard eviction threshold for memory, the only reservation it has: the
+	// real node's allocatable memory is the machine's less this, its allocatable CPU all of the machine's.
+	RealNodeEvictionMemory = "100Mi"
 )
 
 // FakeNodeTaint keeps pods off the kwok nodes while a real node runs: a pod that tolerates it may land on either.
@@ -190,7 +193,7 @@ func kubeletConfig(n nodeNet, p nodePaths, pk *pki) string {
 		`failSwapOn: false`,
 		`serializeImagePulls: false`,
 		`maxPods: 110`,
-		`evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}`,
+		`evictionHard: {memory.available: ` + RealNodeEvictionMemory + `, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}`,
 		`imageGCHighThresholdPercent: 99`,
 		`imageGCLowThresholdPercent: 98`,
 		`nodeStatusReportFrequency: 10s`,

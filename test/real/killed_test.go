@@ -2,13 +2,17 @@ package real
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -56,70 +60,21 @@ func testCtrlCLeavesNothing(t *testing.T, ctx context.Context, e *env) {
 	checkNodeGone(t, ctx, d.dir, strconv.Itoa(d.slot))
 }
 
-// mantaDev is a `manta dev --real-node=true` process of the test's.
+// mantaDev is a `manta dev` process of the test's, with a real node.
 type mantaDev struct {
 	cmd     *exec.Cmd
 	slot    int
 	dir     string
+	stdout  *lockedBuffer // what it printed: the summary once ready
+	stderr  *lockedBuffer // its progress lines, and why it runs no real node when it does not
 	stopped bool
 }
 
-// startMantaDevWithPod starts `manta dev --nodes=1 --real-node=true` (its real node in the next free slot), waits
-// for it to be ready, finds its node's record under /run/manta-dev, and runs a pause pod on that node. The process
-// is killed at the end of the test unless the test stopped it.
+// startMantaDevWithPod starts `manta dev --nodes=1 --real-node=true` (its real node in the next free slot) and runs
+// a pause pod on that node.
 func startMantaDevWithPod(t *testing.T, ctx context.Context) *mantaDev {
-	bin, err := testutil.BuildMantaTo(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	cmd := exec.Command(bin, "dev", "--nodes=1", "--real-node=true", "--kubeconfig="+kubeconfig)
-	cmd.Dir = testutil.MustRepoRoot(t)
-	cmd.Stderr = os.Stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &mantaDev{cmd: cmd}
-	t.Cleanup(func() {
-		if !d.stopped {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	ready := make(chan struct{})
-	go func() {
-		s := bufio.NewScanner(stdout)
-		for s.Scan() {
-			if strings.Contains(s.Text(), "manta dev: ready") {
-				close(ready)
-			}
-		}
-	}()
-	select {
-	case <-ready:
-	case <-time.After(5 * time.Minute):
-		t.Fatal("manta dev --real-node=true not ready after 5m")
-	}
-	var rec struct {
-		Slot int    `json:"slot"`
-		Dir  string `json:"dir"`
-		PID  int    `json:"pid"`
-	}
-	for k := 0; k < 4; k++ {
-		b, err := os.ReadFile("/run/manta-dev/node-" + strconv.Itoa(k) + ".json")
-		if err == nil && json.Unmarshal(b, &rec) == nil && rec.PID == cmd.Process.Pid {
-			break
-		}
-		rec.Dir = ""
-	}
-	if rec.Dir == "" {
-		t.Fatalf("no real node record of manta dev (pid %d) under /run/manta-dev", cmd.Process.Pid)
-	}
-	d.slot, d.dir = rec.Slot, rec.Dir
+	d := startMantaDev(t, testutil.MustRepoRoot(t), "--nodes=1", "--real-node=true", "--kubeconfig="+kubeconfig)
 
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -145,4 +100,107 @@ func startMantaDevWithPod(t *testing.T, ctx context.Context) *mantaDev {
 		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase)
 	})
 	return d
+}
+
+// startMantaDev builds manta, starts `manta dev args...` in dir, waits until it has printed its summary, and finds
+// its real node's record under /run/manta-dev (it fails without one). Unless the test stopped it, it is interrupted
+// at the end of the test, as Ctrl-C would, so that it removes its node.
+func startMantaDev(t *testing.T, dir string, args ...string) *mantaDev {
+	t.Helper()
+	bin, err := testutil.BuildMantaTo(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &mantaDev{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}}
+	cmd := exec.Command(bin, append([]string{"dev"}, args...)...)
+	cmd.Dir = dir
+	cmd.Stderr = io.MultiWriter(os.Stderr, d.stderr)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd = cmd
+	t.Cleanup(func() {
+		if !d.stopped {
+			d.interrupt()
+		}
+	})
+	// The summary's last line says it is ready; an exit before it ends the wait at once.
+	ready, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		s := bufio.NewScanner(stdout)
+		for said := false; s.Scan(); {
+			d.stdout.WriteString(s.Text() + "\n")
+			if !said && strings.Contains(s.Text(), "press Ctrl-C to stop") {
+				said = true
+				close(ready)
+			}
+		}
+	}()
+	select {
+	case <-ready:
+	case <-exited:
+		t.Fatalf("manta dev %v exited before it was ready:\n%s%s", args, d.stdout, d.stderr)
+	case <-time.After(5 * time.Minute):
+		t.Fatalf("manta dev %v not ready after 5m:\n%s%s", args, d.stdout, d.stderr)
+	}
+	var rec struct {
+		Slot int    `json:"slot"`
+		Dir  string `json:"dir"`
+		PID  int    `json:"pid"`
+	}
+	for k := 0; k < 4; k++ {
+		b, err := os.ReadFile("/run/manta-dev/node-" + strconv.Itoa(k) + ".json")
+		if err == nil && json.Unmarshal(b, &rec) == nil && rec.PID == cmd.Process.Pid {
+			break
+		}
+		rec.Dir = ""
+	}
+	if rec.Dir == "" {
+		t.Fatalf("no real node record of manta dev (pid %d) under /run/manta-dev:\n%s%s", cmd.Process.Pid, d.stdout, d.stderr)
+	}
+	d.slot, d.dir = rec.Slot, rec.Dir
+	return d
+}
+
+// interrupt stops manta dev as Ctrl-C does, and kills it if it has not exited after two minutes.
+func (d *mantaDev) interrupt() error {
+	d.stopped = true
+	_ = d.cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan error, 1)
+	go func() { done <- d.cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(2 * time.Minute):
+		_ = d.cmd.Process.Kill()
+		<-done
+		return errors.New("manta dev did not exit within 2m of SIGINT: killed")
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that a process's output goroutine writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) WriteString(s string) {
+	_, _ = l.Write([]byte(s))
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

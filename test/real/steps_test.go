@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -150,13 +151,16 @@ func smallResources(cpu string) corev1.ResourceRequirements {
 //     machine's load at 15-20 on 2 cores, nine of them at once missed the 30 s, the dashboard exited and the head
 //     never passed its readiness probe (GCS health on :8265).
 //
-// Memory stays as the sample asks.
+// Memory stays as the sample asks. Samples whose heads already set the dashboard's wait keep theirs.
 func fitRayResources(spec *rayv1.RayClusterSpec) {
+	const dashboardWait = "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT"
 	patch := func(cs []corev1.Container) {
 		for i := range cs {
 			cs[i].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("500m")
 			delete(cs[i].Resources.Limits, corev1.ResourceCPU)
-			cs[i].Env = append(cs[i].Env, corev1.EnvVar{Name: "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", Value: "600"})
+			if !slices.ContainsFunc(cs[i].Env, func(e corev1.EnvVar) bool { return e.Name == dashboardWait }) {
+				cs[i].Env = append(cs[i].Env, corev1.EnvVar{Name: dashboardWait, Value: "600"})
+			}
 		}
 	}
 	patch(spec.HeadGroupSpec.Template.Spec.Containers)
