@@ -112,6 +112,15 @@ func (e *Expectations[K, V]) Observe(owner K, cached []corev1.Pod) (pending []V,
 	return pending, false
 }
 
+// Outstanding says whether anything of owner is still expected. An expectation lapses only when Observe reads it:
+// a controller with one outstanding looks again within the ttl, lest it wait for an event that never comes.
+func (e *Expectations[K, V]) Outstanding(owner K) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := e.owners[owner]
+	return o != nil && (len(o.creates) > 0 || len(o.deletes) > 0)
+}
+
 // Forget drops everything about owner (it was deleted).
 func (e *Expectations[K, V]) Forget(owner K) {
 	e.mu.Lock()

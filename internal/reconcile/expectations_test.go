@@ -53,7 +53,7 @@ func TestExpectationsDeletes(t *testing.T) {
 		t.Fatal("a delete the cache does not show yet is sent twice")
 	}
 	alive := []corev1.Pod{pod("p1", "u1", false)}
-	if _, ok := e.Observe("c", alive); ok {
+	if _, ok := e.Observe("c", alive); ok || !e.Outstanding("c") {
 		t.Fatal("satisfied while the deleted pod is still alive in the cache")
 	}
 	// A pod of the same name with another UID is a new pod: it does not keep the delete outstanding.
@@ -73,9 +73,15 @@ func TestExpectationsDeletes(t *testing.T) {
 	if _, ok := e.Observe("c", []corev1.Pod{pod("p4", "u4", false)}); !ok {
 		t.Fatal("a delete older than the TTL still counts")
 	}
+	if e.Outstanding("c") {
+		t.Fatal("outstanding once every expectation was met or lapsed")
+	}
 	e.ExpectCreate("c", "x", struct{}{})
+	if !e.Outstanding("c") {
+		t.Fatal("a create just expected is not outstanding")
+	}
 	e.Forget("c")
-	if _, ok := e.Observe("c", nil); !ok {
+	if _, ok := e.Observe("c", nil); !ok || e.Outstanding("c") {
 		t.Fatal("Forget left expectations")
 	}
 }
