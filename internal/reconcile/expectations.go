@@ -1,10 +1,13 @@
 package reconcile
 
 import (
+	"errors"
+	"net/http"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -27,6 +30,9 @@ type Expectations[K comparable, V any] struct {
 type owned[V any] struct {
 	creates map[string]expected[V]
 	deletes map[types.UID]time.Time
+	// unsure is when a create of a pod whose name the API server generates failed without saying whether it was
+	// applied; zero when none did.
+	unsure time.Time
 }
 
 type expected[V any] struct {
@@ -68,6 +74,52 @@ func (e *Expectations[K, V]) ExpectDelete(owner K, uid types.UID) bool {
 	return true
 }
 
+// CreateUnsure remembers that a create for owner of a pod whose name the API server generates failed without
+// saying whether it was applied (a timeout, a lost answer: CreateOutcomeUnknown): no name can be expected, and a
+// reconcile that trusted the cache could create the pod a second time. Until Resolve, Observe reports owner
+// unsatisfied and Unsure reports true.
+func (e *Expectations[K, V]) CreateUnsure(owner K) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.get(owner).unsure = e.now()
+}
+
+// Unsure says whether a create of owner failed without saying whether it was applied and was not resolved since.
+func (e *Expectations[K, V]) Unsure(owner K) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := e.owners[owner]
+	return o != nil && !o.unsure.IsZero()
+}
+
+// Resolve ends owner's unsure creates with its pods as the API server lists them now (not the cache): each is
+// expected as created, so Observe waits until the cache shows them too. Terminating pods are left out: the
+// controller counts them as gone anyway, and one may leave before the cache ever shows it.
+func (e *Expectations[K, V]) Resolve(owner K, live []corev1.Pod, v V) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := e.get(owner)
+	o.unsure = time.Time{}
+	now := e.now()
+	for i := range live {
+		if live[i].DeletionTimestamp == nil {
+			o.creates[live[i].Name] = expected[V]{value: v, at: now}
+		}
+	}
+}
+
+// CreateOutcomeUnknown says whether a failed create may still have been applied: the request may have reached the
+// API server and its answer does not say it was refused (a transport error, a timeout, a server error). A 4xx
+// answer other than 408 is a refusal.
+func CreateOutcomeUnknown(err error) bool {
+	var st apierrors.APIStatus
+	if err == nil || !errors.As(err, &st) {
+		return err != nil
+	}
+	code := st.Status().Code
+	return code >= http.StatusInternalServerError || code == http.StatusRequestTimeout
+}
+
 // DeleteFailed forgets a delete that did not go through, so the next reconcile sends it again.
 func (e *Expectations[K, V]) DeleteFailed(owner K, uid types.UID) {
 	e.mu.Lock()
@@ -88,6 +140,9 @@ func (e *Expectations[K, V]) Observe(owner K, cached []corev1.Pod) (pending []V,
 		return nil, true
 	}
 	now := e.now()
+	if !o.unsure.IsZero() && now.Sub(o.unsure) > e.ttl {
+		o.unsure = time.Time{}
+	}
 	alive := make(map[types.UID]bool, len(cached))
 	for i := range cached {
 		alive[cached[i].UID] = cached[i].DeletionTimestamp == nil
@@ -105,11 +160,20 @@ func (e *Expectations[K, V]) Observe(owner K, cached []corev1.Pod) (pending []V,
 			delete(o.deletes, uid)
 		}
 	}
-	if len(o.creates) == 0 && len(o.deletes) == 0 {
+	if len(o.creates) == 0 && len(o.deletes) == 0 && o.unsure.IsZero() {
 		delete(e.owners, owner)
 		return pending, true
 	}
 	return pending, false
+}
+
+// Outstanding says whether anything of owner is still expected. An expectation lapses only when Observe reads it:
+// a controller with one outstanding looks again within the ttl, lest it wait for an event that never comes.
+func (e *Expectations[K, V]) Outstanding(owner K) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	o := e.owners[owner]
+	return o != nil && (len(o.creates) > 0 || len(o.deletes) > 0 || !o.unsure.IsZero())
 }
 
 // Forget drops everything about owner (it was deleted).

@@ -1,11 +1,14 @@
 package reconcile
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -53,7 +56,7 @@ func TestExpectationsDeletes(t *testing.T) {
 		t.Fatal("a delete the cache does not show yet is sent twice")
 	}
 	alive := []corev1.Pod{pod("p1", "u1", false)}
-	if _, ok := e.Observe("c", alive); ok {
+	if _, ok := e.Observe("c", alive); ok || !e.Outstanding("c") {
 		t.Fatal("satisfied while the deleted pod is still alive in the cache")
 	}
 	// A pod of the same name with another UID is a new pod: it does not keep the delete outstanding.
@@ -73,9 +76,62 @@ func TestExpectationsDeletes(t *testing.T) {
 	if _, ok := e.Observe("c", []corev1.Pod{pod("p4", "u4", false)}); !ok {
 		t.Fatal("a delete older than the TTL still counts")
 	}
+	if e.Outstanding("c") {
+		t.Fatal("outstanding once every expectation was met or lapsed")
+	}
 	e.ExpectCreate("c", "x", struct{}{})
+	if !e.Outstanding("c") {
+		t.Fatal("a create just expected is not outstanding")
+	}
 	e.Forget("c")
-	if _, ok := e.Observe("c", nil); !ok {
+	if _, ok := e.Observe("c", nil); !ok || e.Outstanding("c") {
 		t.Fatal("Forget left expectations")
+	}
+}
+
+func TestExpectationsUnsure(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	e := NewExpectations[string, struct{}](func() time.Time { return now }, time.Minute)
+	e.CreateUnsure("c")
+	if _, ok := e.Observe("c", nil); ok || !e.Unsure("c") || !e.Outstanding("c") {
+		t.Fatal("satisfied while a create's outcome is unknown")
+	}
+	// The API server lists the pod the lost answer was about (and one terminating, which is not waited for).
+	e.Resolve("c", []corev1.Pod{pod("a", "ua", false), pod("b", "ub", true)}, struct{}{})
+	if e.Unsure("c") {
+		t.Fatal("still unsure once resolved")
+	}
+	if _, ok := e.Observe("c", nil); ok {
+		t.Fatal("satisfied before the cache shows the pod the API server listed")
+	}
+	if _, ok := e.Observe("c", []corev1.Pod{pod("a", "ua", false)}); !ok {
+		t.Fatal("not satisfied once the cache shows it")
+	}
+	e.CreateUnsure("c")
+	now = now.Add(time.Minute + time.Second)
+	if _, ok := e.Observe("c", nil); !ok || e.Unsure("c") {
+		t.Fatal("an unresolved unknown outcome older than the TTL still counts")
+	}
+}
+
+func TestCreateOutcomeUnknown(t *testing.T) {
+	gr := schema.GroupResource{Resource: "pods"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"504 after commit", apierrors.NewTimeoutError("lost", 0), true},
+		{"500", apierrors.NewInternalError(errors.New("boom")), true},
+		{"transport", errors.New("connection reset by peer"), true},
+		{"429", apierrors.NewTooManyRequests("slow down", 1), false},
+		{"409", apierrors.NewConflict(gr, "p", errors.New("changed")), false},
+		{"quota", apierrors.NewForbidden(gr, "p", errors.New("exceeded quota")), false},
+		{"exists", apierrors.NewAlreadyExists(gr, "p"), false},
+	} {
+		if got := CreateOutcomeUnknown(tc.err); got != tc.want {
+			t.Errorf("%s: CreateOutcomeUnknown = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

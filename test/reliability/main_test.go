@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -90,8 +91,20 @@ func devCluster(t *testing.T) (*devcluster.Cluster, client.Client) {
 // namespace creates a namespace for one test.
 func namespace(t *testing.T, cl client.Client, name string) string {
 	t.Helper()
-	if err := cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
-		t.Fatal(err)
+	// The dev cluster, and the namespaces in it, outlive a test: a run with -count=N takes name-2, name-3 … after
+	// name.
+	for i := 1; ; i++ {
+		ns := name
+		if i > 1 {
+			ns = fmt.Sprintf("%s-%d", name, i)
+		}
+		err := cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		if apierrors.IsAlreadyExists(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ns
 	}
-	return name
 }

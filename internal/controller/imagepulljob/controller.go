@@ -253,11 +253,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		selectorPods = list.Items
 	}
 
+	pending, _ := r.exp.Observe(job.UID, pods.Items)
 	p, err := computePlan(observed{
 		job:             job,
 		nodes:           nodes.Items,
 		pods:            pods.Items,
-		pendingCreates:  pendingCreates(r.exp, job.UID, pods.Items),
+		pendingCreates:  pending,
 		podSelectorPods: selectorPods,
 		now:             now,
 		retryBase:       r.opts.RetryBackoff,
@@ -283,6 +284,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	if expiry, ok := ttlExpiry(job); ok {
 		p.Requeue(expiry.Sub(now))
+	}
+	if r.exp.Outstanding(job.UID) {
+		// A delete whose pod event never comes would otherwise hold its slot until something else woke the job.
+		p.Requeue(expectationsTimeout)
 	}
 	if job.Spec.PodSelector != nil && job.Status.CompletionTime == nil {
 		p.Requeue(r.opts.PodSelectorResync)
@@ -318,7 +323,12 @@ func (r *Reconciler) deletePods(ctx context.Context, job *mantav1alpha1.ImagePul
 		uid := p.UID
 		// Grace 0: a puller holds no state, and the slot should free at once.
 		err := r.client.Delete(ctx, p, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		// Only NotFound says the pod is gone. A Conflict is no proof: besides a failed UID precondition (the pod
+		// was replaced) it is what a refused write looks like, with the pod still there. Kept, its expectation
+		// would stop every later reconcile from sending the delete again while the pod holds a parallelism slot
+		// and no event comes to wake the job (issue 39). Forgotten and retried, a replaced pod's delete ends in
+		// NotFound or in a cache that no longer lists it.
+		if err != nil && !apierrors.IsNotFound(err) {
 			r.exp.DeleteFailed(job.UID, p.UID)
 			errs[i] = fmt.Errorf("deleting pod %s: %w", p.Name, err)
 		}

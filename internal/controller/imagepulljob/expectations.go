@@ -3,7 +3,6 @@ package imagepulljob
 import (
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/manta-dev/manta/internal/reconcile"
@@ -16,10 +15,4 @@ type expectations = reconcile.Expectations[types.UID, pendingPod]
 
 func newExpectations(now func() time.Time) *expectations {
 	return reconcile.NewExpectations[types.UID, pendingPod](now, expectationsTimeout)
-}
-
-// pendingCreates are the creates of the job still in flight once the cached pods are taken into account.
-func pendingCreates(exp *expectations, job types.UID, cached []corev1.Pod) []pendingPod {
-	pending, _ := exp.Observe(job, cached)
-	return pending
 }

@@ -591,7 +591,8 @@ func TestComputePlanPodBoundDuringRetries(t *testing.T) {
 		observedJob := job.DeepCopy()
 		observedJob.Status = *statuses[read].DeepCopy()
 
-		p, err := computePlan(observed{job: observedJob, nodes: all, pods: cached, pendingCreates: pendingCreates(exp, job.UID, cached),
+		pending, _ := exp.Observe(job.UID, cached)
+		p, err := computePlan(observed{job: observedJob, nodes: all, pods: cached, pendingCreates: pending,
 			now: now, retryBase: time.Second})
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
@@ -24,6 +25,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/createbackoff"
 	"github.com/manta-dev/manta/internal/optimize"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // reconcilePods creates and deletes the cluster's pods. Order matters: suspend, then Recreate, then adoption,
@@ -36,6 +38,9 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	// pods are stripped (clusterpods): their env, ports, resources and probes read empty.
 	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), clusterpods.Of(c.Name), client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list pods: %w", err)
+	}
+	if err := r.resolveUnsureCreates(ctx, run); err != nil {
+		return err
 	}
 	// The expectations read every listed pod, terminating ones included; then the list is filtered in place (a
 	// second slice of pod values was a large share of what the operator allocated: docs/benchmarks.md).
@@ -276,7 +281,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts clusterbu
 		return &backedOff{run.tlsWait}
 	}
 	pod := clusterbuild.HeadPod(c, opts)
-	if err := r.createPod(ctx, pod); err != nil {
+	if err := r.createPod(ctx, run, pod); err != nil {
 		msg := createbackoff.StableMessage(err, pod)
 		run.obs.failure = &failure{rayv1.FailedCreateHeadPod, msg}
 		r.createRefused(ctx, run, err, EventFailedToCreateHeadPod, func() {
@@ -453,7 +458,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 			next++
 			wg.Go(func() {
 				pod := clusterbuild.WorkerPodForReplica(run.c, g, opts, rep)
-				err := r.createPod(ctx, pod)
+				err := r.createPod(ctx, run, pod)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -579,10 +584,34 @@ func (r *Reconciler) clearWorkersToDelete(ctx context.Context, run *run) error {
 }
 
 // createPod creates a Ray pod with Options.PodCreator, or the manager's client when there is none. Afterwards the
-// pod's metadata is the API server's (its generated name above all).
-func (r *Reconciler) createPod(ctx context.Context, pod *corev1.Pod) error {
+// pod's metadata is the API server's (its generated name above all). A failure that may hide an applied create (a
+// 504 after commit) makes the cluster's next reconcile read its pods from the API server before creating any:
+// the name was generated, so nothing else can tell the pod apart from one still to create.
+func (r *Reconciler) createPod(ctx context.Context, run *run, pod *corev1.Pod) error {
+	var err error
 	if r.opts.PodCreator != nil {
-		return r.opts.PodCreator.Create(ctx, pod)
+		err = r.opts.PodCreator.Create(ctx, pod)
+	} else {
+		err = r.client.Create(ctx, pod)
 	}
-	return r.client.Create(ctx, pod)
+	if reconcile.CreateOutcomeUnknown(err) {
+		r.exp.CreateUnsure(run.key)
+	}
+	return err
+}
+
+// resolveUnsureCreates, after a create that may have been applied unseen, expects every pod of the cluster the API
+// server lists, so that Observe holds the creates until the cache shows them.
+func (r *Reconciler) resolveUnsureCreates(ctx context.Context, run *run) error {
+	if !r.exp.Unsure(run.key) {
+		return nil
+	}
+	live := &corev1.PodList{}
+	if err := r.apiReader().List(ctx, live, client.InNamespace(run.c.Namespace), client.MatchingLabels{rayv1.LabelCluster: run.c.Name}); err != nil {
+		return fmt.Errorf("list pods after a create whose outcome is unknown: %w", err)
+	}
+	// Only the pods this controller made: the cache may not hold others, and their expectations would never be met.
+	mine := slices.DeleteFunc(live.Items, func(p corev1.Pod) bool { return !metav1.IsControlledBy(&p, run.c) })
+	r.exp.Resolve(run.key, mine, struct{}{})
+	return nil
 }
