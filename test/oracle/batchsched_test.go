@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -69,8 +70,8 @@ func buildManta(t *testing.T) func() string {
 }
 
 // runBatchSchedulers runs every scheduler pair at once over its samples and returns the differences by name
-// (batch-scheduler/<scheduler>/<sample>).
-func runBatchSchedulers(t *testing.T, mantaBin string, samples []sample, cl client.Client, record func(string, []diff) []string) {
+// (batch-scheduler/<scheduler>/<sample>); ran counts the pairs -run lets through.
+func runBatchSchedulers(t *testing.T, mantaBin string, samples []sample, cl client.Client, record func(string, []diff) []string, ran *atomic.Int32) {
 	byName := map[string]sample{}
 	for _, s := range samples {
 		byName[s.name] = s
@@ -79,6 +80,7 @@ func runBatchSchedulers(t *testing.T, mantaBin string, samples []sample, cl clie
 	for i, run := range schedulerRuns {
 		wg.Go(func() {
 			t.Run(run.name, func(t *testing.T) {
+				ran.Add(1)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				ports, err := devcluster.FreePorts(2)

@@ -335,6 +335,8 @@ func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namesp
 		err := operator.Run(ctx, c.RESTConfig(), operator.Options{
 			WatchNamespaces: namespaces, ReconcileConcurrency: 4, ClusterDomain: "cluster.local", UseKubernetesProxy: true,
 			MetricsAddr: metricsAddr(metricsURL), MetricsInsecure: true,
+			// With -count, TestOracle starts the operator again in this process.
+			SkipNameValidation: true,
 		})
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("manta operator: %v", err)

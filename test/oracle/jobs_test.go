@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -197,6 +198,49 @@ func TestServePolledSince(t *testing.T) {
 	} {
 		if got := servePolledSince(mark, tc.now) == ""; got != tc.polled {
 			t.Errorf("%s: polled = %v, want %v", tc.name, got, tc.polled)
+		}
+	}
+}
+
+// A failed worker is settled only once the status counts its replacement as the pods are: Running and Ready.
+func TestStatusBehindPods(t *testing.T) {
+	worker := func(phase corev1.PodPhase, ready bool) *corev1.Pod {
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		return &corev1.Pod{Status: corev1.PodStatus{Phase: phase, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}}}
+	}
+	count := func(pods ...*corev1.Pod) workerCounts {
+		var w workerCounts
+		for _, p := range pods {
+			w = w.add(p)
+		}
+		return w
+	}
+	cluster := func(ready, available int64, deleting bool) *unstructured.Unstructured {
+		c := &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
+			"readyWorkerReplicas": ready, "availableWorkerReplicas": available}}}
+		if deleting {
+			c.SetDeletionTimestamp(ptr.To(metav1.Now()))
+		}
+		return c
+	}
+	up := worker(corev1.PodRunning, true)
+	for _, tc := range []struct {
+		name    string
+		cluster *unstructured.Unstructured
+		pods    workerCounts
+		behind  bool
+	}{
+		{"both counted", cluster(2, 2, false), count(up, up), false},
+		{"the failed worker still counted", cluster(2, 2, false), count(worker(corev1.PodFailed, false), up), true},
+		{"its replacement Ready, not counted yet", cluster(1, 1, false), count(up, up), true},
+		{"its replacement Running, not Ready", cluster(1, 2, false), count(worker(corev1.PodRunning, false), up), false},
+		{"a cluster being deleted", cluster(2, 2, true), count(), false},
+	} {
+		if got := statusBehindPods(tc.cluster, tc.pods) != ""; got != tc.behind {
+			t.Errorf("%s: behind = %v, want %v", tc.name, got, tc.behind)
 		}
 	}
 }

@@ -56,8 +56,9 @@ const settleDeadline = 6 * time.Minute
 // unsent events (manta_events_queued) have been none for a second, and every event at
 // the API server is in the cache (eventsInCache); and nothing is on its way that no operator's queue holds: no Ray
 // job running on a fake head, no pod waiting for kwok or being deleted, no submitter Job waiting for the Job
-// controller, no cluster suspending, no RayJob whose TTL or deletion rules are still to run, no RayService with a
-// head that is not Ready yet (see snapshot.moving). A write moves the mark.
+// controller, no cluster suspending or whose status does not yet count its worker pods as they are, no RayJob whose
+// TTL or deletion rules are still to run, no RayService with a head that is not Ready yet (see snapshot.moving). A
+// write moves the mark.
 func settle(t *testing.T, ns string, sides ...side) []diff {
 	snaps := make([]*snapshot, len(sides))
 	start := time.Now()
@@ -304,8 +305,9 @@ type snapshot struct {
 	// events holds, by "<object> Type/Reason", the normalised messages of the events about Ray objects.
 	events map[string]map[string]bool
 	// moving says what is on its way that no operator's work queue shows (empty when nothing is): a pod kwok
-	// has still to start, or being deleted; a submitter Job waiting for the Job controller; a cluster suspending;
-	// a RayJob whose Ray job runs or whose TTL or deletion rules are still to run; a RayService not yet Ready.
+	// has still to start, or being deleted; a submitter Job waiting for the Job controller; a cluster suspending,
+	// or whose status does not count its worker pods yet; a RayJob whose Ray job runs or whose TTL or deletion
+	// rules are still to run; a RayService not yet Ready.
 	moving string
 	// writes lists every object's resourceVersion: a write in the namespace changes it.
 	writes string
@@ -431,6 +433,7 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	}
 	podsOfJob := map[string]int{} // submitter Job name -> its pods that are pending or running
 	workersOfCluster := map[string]int{}
+	workersUp := map[string]workerCounts{} // by cluster, what its status must say of its worker pods
 	headRunning := map[string]bool{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
@@ -449,7 +452,9 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 			continue // a submitter Job's pod (the Job is compared), or a pod on its way out
 		}
 		if nodeType == rayv1.NodeTypeWorker {
-			workersOfCluster[p.Labels[rayv1.LabelCluster]]++
+			c := p.Labels[rayv1.LabelCluster]
+			workersOfCluster[c]++
+			workersUp[c] = workersUp[c].add(p)
 		}
 		if nodeType == rayv1.NodeTypeHead && p.Status.Phase == corev1.PodRunning {
 			headRunning[p.Labels[rayv1.LabelCluster]] = true
@@ -526,6 +531,9 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 		s.objects[key+".metadata"] = meta
 		if conditionTrue(rc, "RayClusterSuspending") {
 			move("RayCluster %s is suspending", rc.GetName())
+		}
+		if why := statusBehindPods(rc, workersUp[rc.GetName()]); why != "" {
+			move("RayCluster %s: %s", rc.GetName(), why)
 		}
 	}
 	for _, objs := range [][]unstructured.Unstructured{jobs, services} {
@@ -610,6 +618,39 @@ func normaliseMessage(repl *strings.Replacer, msg string) string {
 	msg = generatedSuffixRe.ReplaceAllString(msg, "-XXXXX")
 	msg = inTextTimeRe.ReplaceAllString(msg, "<time>")
 	return numberRe.ReplaceAllString(msg, "N")
+}
+
+// workerCounts are a cluster's worker pods that are Running, and Running and Ready: what both operators report
+// as availableWorkerReplicas and readyWorkerReplicas.
+type workerCounts struct{ available, ready int64 }
+
+func (w workerCounts) add(p *corev1.Pod) workerCounts {
+	if p.Status.Phase == corev1.PodRunning {
+		w.available++
+	}
+	if clusterbuild.PodRunningAndReady(p) {
+		w.ready++
+	}
+	return w
+}
+
+// statusBehindPods says how a RayCluster's status does not yet count its worker pods as they are (pods not being
+// deleted; those are on their way anyway). Both operators count them from every pod change, so a difference is a
+// reconcile or a status write still to come, which no work queue need show: a reconcile put off for a moment (Manta
+// batches a pod's progress events, and waits for its cache to show its own status write), or one that ran before
+// the pod changed. A failed worker's replacement turning Ready is one: compared before it is counted, one side
+// says one worker fewer. Empty when the status counts them, or when the cluster is being deleted (its status is
+// no longer kept).
+func statusBehindPods(rc *unstructured.Unstructured, pods workerCounts) string {
+	if rc.GetDeletionTimestamp() != nil {
+		return ""
+	}
+	ready, _, _ := unstructured.NestedInt64(rc.Object, "status", "readyWorkerReplicas")
+	available, _, _ := unstructured.NestedInt64(rc.Object, "status", "availableWorkerReplicas")
+	if ready == pods.ready && available == pods.available {
+		return ""
+	}
+	return fmt.Sprintf("its status counts %d ready and %d available workers, its pods are %d and %d", ready, available, pods.ready, pods.available)
 }
 
 // rayJobMoving says what a RayJob still waits for that no work queue shows: its Ray job (the operator polls the

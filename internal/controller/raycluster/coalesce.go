@@ -96,35 +96,19 @@ func complete(s *rayv1.RayClusterStatus) bool {
 		meta.IsStatusConditionTrue(s.Conditions, string(rayv1.HeadPodReady))
 }
 
-// pendingStatus remembers, per cluster, since when a progress change has been held back, and the resourceVersion
-// its last status write replaced.
+// pendingStatus remembers, per cluster, since when a progress change has been held back.
 type pendingStatus struct {
 	mu    sync.Mutex
 	since map[types.NamespacedName]time.Time
-	// wroteOver is the resourceVersion a status write replaced: while the cache still holds that version, a
-	// status computed from it would be written over a newer one and conflict.
-	wroteOver map[types.NamespacedName]string
 }
 
 func newPendingStatus() *pendingStatus {
-	return &pendingStatus{since: map[types.NamespacedName]time.Time{}, wroteOver: map[types.NamespacedName]string{}}
+	return &pendingStatus{since: map[types.NamespacedName]time.Time{}}
 }
 
-// stale says whether the cached cluster (at resourceVersion rv) is older than the cluster's last status write.
-func (p *pendingStatus) stale(key types.NamespacedName, rv string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	old, ok := p.wroteOver[key]
-	if ok && old != rv {
-		delete(p.wroteOver, key) // the cache has caught up
-		return false
-	}
-	return ok
-}
-
-// wrote records a successful status write over resourceVersion rv at now, and returns how long the oldest change it
-// carries was held back (0 when none was): how far the API server's status was behind the operator's.
-func (p *pendingStatus) wrote(key types.NamespacedName, rv string, now time.Time) time.Duration {
+// wrote records a successful status write at now, and returns how long the oldest change it carries was held back
+// (0 when none was): how far the API server's status was behind the operator's.
+func (p *pendingStatus) wrote(key types.NamespacedName, now time.Time) time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var stale time.Duration
@@ -132,7 +116,6 @@ func (p *pendingStatus) wrote(key types.NamespacedName, rv string, now time.Time
 		stale = max(0, now.Sub(since))
 	}
 	delete(p.since, key)
-	p.wroteOver[key] = rv
 	return stale
 }
 
@@ -191,6 +174,5 @@ func (p *pendingStatus) settled(key types.NamespacedName) {
 func (p *pendingStatus) forget(key types.NamespacedName) {
 	p.mu.Lock()
 	delete(p.since, key)
-	delete(p.wroteOver, key)
 	p.mu.Unlock()
 }

@@ -75,21 +75,6 @@ func TestStatusHold(t *testing.T) {
 	}
 }
 
-func TestPendingStatusStale(t *testing.T) {
-	p := newPendingStatus()
-	key := types.NamespacedName{Namespace: "ns", Name: "rc"}
-	if p.stale(key, "1") {
-		t.Error("stale before any write")
-	}
-	p.wrote(key, "1", time.Now())
-	if !p.stale(key, "1") {
-		t.Error("the version written over is not seen as stale")
-	}
-	if p.stale(key, "2") || p.stale(key, "1") {
-		t.Error("still stale after the cache caught up")
-	}
-}
-
 func TestLoadWindow(t *testing.T) {
 	for _, tc := range []struct {
 		window time.Duration
@@ -151,10 +136,10 @@ func TestPendingStatusBound(t *testing.T) {
 			if got := at.Sub(t0); got != tc.bound {
 				t.Errorf("written after %s, want %s", got, tc.bound)
 			}
-			if got := p.wrote(key(-1), "1", at); got != tc.bound {
+			if got := p.wrote(key(-1), at); got != tc.bound {
 				t.Errorf("wrote reports staleness %s, want %s", got, tc.bound)
 			}
-			if got := p.wrote(key(-2), "1", at); got != 0 {
+			if got := p.wrote(key(-2), at); got != 0 {
 				t.Errorf("a write with nothing held reports staleness %s, want 0", got)
 			}
 		})
@@ -167,7 +152,7 @@ func TestPendingStatusBound(t *testing.T) {
 				t.Fatalf("hold %s with coalescing off", d)
 			}
 		}
-		if got := p.wrote(key(0), "1", t0.Add(time.Minute)); got != 0 {
+		if got := p.wrote(key(0), t0.Add(time.Minute)); got != 0 {
 			t.Errorf("staleness %s with coalescing off", got)
 		}
 	})
@@ -188,7 +173,7 @@ func TestPendingStatusHeld(t *testing.T) {
 	p.hold(key(0), &rayv1.RayClusterStatus{}, &progressing, t0.Add(100*time.Millisecond), DefaultStatusCoalesceWindow)
 	for i, step := range []func(){
 		func() {},
-		func() { p.wrote(key(0), "2", t0.Add(time.Second)) },
+		func() { p.wrote(key(0), t0.Add(time.Second)) },
 		func() { p.settled(key(1)) },
 		func() { p.forget(key(2)) },
 	} {

@@ -95,10 +95,12 @@ type Reconciler struct {
 	pending     *pendingStatus
 	status      statusPolicy
 	backoff     *createbackoff.Backoff
+	writes      *statusWrites
 
 	pendingOnce sync.Once
 	statusOnce  sync.Once
 	backoffOnce sync.Once
+	writesOnce  sync.Once
 
 	// observeStaleness receives, at each status write, how long its oldest change was held back (metrics' by
 	// default; tests record it).
@@ -259,22 +261,28 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.exp.Forget(key)
 	r.createBackoff().Succeeded(key)
 	r.statusPolicy().forget(key)
+	r.statusWrites().forget(key)
 	r.hashes.Delete(key)
 	r.madePods.Delete(key)
 	metrics.ForgetCluster(key)
 }
 
 // writeStatus computes the status from what the reconcile observed and writes it when it changed and the status
-// policy does not hold it back (then the run requeues for when it is due).
+// policy does not hold it back (then the run requeues for when it is due). A cluster read before the cache showed
+// the controller's last status write is looked at again instead (statusWrites): its status is not the stored one.
 func (r *Reconciler) writeStatus(ctx context.Context, run *run, oldStatus *rayv1.RayClusterStatus) error {
 	c, policy := run.c, r.statusPolicy()
+	if r.statusWrites().behind(run.key, c.ResourceVersion) {
+		run.Requeue(cacheLagRequeue)
+		return nil
+	}
 	now := metav1.Now()
 	newStatus := computeStatus(c, run.obs, now)
 	if statusEqual(oldStatus, &newStatus) {
 		policy.settled(run.key)
 		return nil
 	}
-	if hold := policy.hold(run.key, c.ResourceVersion, oldStatus, &newStatus, r.now()); hold > 0 {
+	if hold := policy.hold(run.key, oldStatus, &newStatus, r.now()); hold > 0 {
 		run.Requeue(hold)
 		return nil
 	}
@@ -284,7 +292,8 @@ func (r *Reconciler) writeStatus(ctx context.Context, run *run, oldStatus *rayv1
 	if err := r.opts.StatusWriter.UpdateStatus(ctx, c); err != nil {
 		return err
 	}
-	r.staleness(policy.wrote(run.key, rv, r.now()))
+	r.statusWrites().wrote(run.key, rv)
+	r.staleness(policy.wrote(run.key, r.now()))
 	metrics.ObserveCluster(c, oldStatus, now.Time)
 	return nil
 }
@@ -325,6 +334,17 @@ func (r *Reconciler) readClusterMeta(ctx context.Context, key types.NamespacedNa
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(rayv1.GroupVersion.WithKind("RayCluster"))
 	return live, r.apiReader().Get(ctx, key, live)
+}
+
+// statusWrites is what the controller remembers of its own status writes (made on first use, for Reconcilers made
+// in tests).
+func (r *Reconciler) statusWrites() *statusWrites {
+	r.writesOnce.Do(func() {
+		if r.writes == nil {
+			r.writes = newStatusWrites()
+		}
+	})
+	return r.writes
 }
 
 // createBackoff is the backoff of refused pod creates (built on first use, for Reconcilers made in tests).

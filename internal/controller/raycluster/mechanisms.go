@@ -17,15 +17,16 @@ import (
 //   - clusterLive may skip its read for a new cluster (skipLiveCheck).
 //
 // Metadata-only writes (Options.PodCreator, Options.StatusWriter) and the pod watch's pruning are wired by
-// internal/operator. The expectations and the create backoff are not among them: they keep the controller
-// correct (no duplicate pods; refused creates reported and retried at a pace), not fast.
+// internal/operator. The expectations, the create backoff and statusWrites are not among them: they keep the
+// controller correct (no duplicate pods; refused creates reported and retried at a pace; no status change dropped
+// for a cache behind the controller's own status write), not fast.
 
 // statusPolicy decides when a changed status is written.
 type statusPolicy interface {
-	// hold returns how long to hold back a change of the cluster at resourceVersion rv (0: write it now).
-	hold(key types.NamespacedName, rv string, old, new *rayv1.RayClusterStatus, now time.Time) time.Duration
-	// wrote records a status write over rv and returns how long its oldest change was held back.
-	wrote(key types.NamespacedName, rv string, now time.Time) time.Duration
+	// hold returns how long to hold back a change of the cluster (0: write it now).
+	hold(key types.NamespacedName, old, new *rayv1.RayClusterStatus, now time.Time) time.Duration
+	// wrote records a status write and returns how long its oldest change was held back.
+	wrote(key types.NamespacedName, now time.Time) time.Duration
 	// settled says the status no longer differs; forget, that the cluster is gone.
 	settled(key types.NamespacedName)
 	forget(key types.NamespacedName)
@@ -34,34 +35,30 @@ type statusPolicy interface {
 // writeAtOnce is the plain policy: every change is written when it is seen.
 type writeAtOnce struct{}
 
-func (writeAtOnce) hold(types.NamespacedName, string, *rayv1.RayClusterStatus, *rayv1.RayClusterStatus, time.Time) time.Duration {
+func (writeAtOnce) hold(types.NamespacedName, *rayv1.RayClusterStatus, *rayv1.RayClusterStatus, time.Time) time.Duration {
 	return 0
 }
-func (writeAtOnce) wrote(types.NamespacedName, string, time.Time) time.Duration { return 0 }
-func (writeAtOnce) settled(types.NamespacedName)                                {}
-func (writeAtOnce) forget(types.NamespacedName)                                 {}
+func (writeAtOnce) wrote(types.NamespacedName, time.Time) time.Duration { return 0 }
+func (writeAtOnce) settled(types.NamespacedName)                        {}
+func (writeAtOnce) forget(types.NamespacedName)                         {}
 
-// coalescing holds progress-only changes back (coalesce.go), and waits for the cache to show the controller's last
-// status write before the next one (written over an older resourceVersion it would only conflict).
+// coalescing holds progress-only changes back (coalesce.go).
 type coalescing struct {
 	p      *pendingStatus
 	window time.Duration
 	sw     *optimize.Switches
 }
 
-func (s coalescing) hold(key types.NamespacedName, rv string, old, new *rayv1.RayClusterStatus, now time.Time) time.Duration {
+func (s coalescing) hold(key types.NamespacedName, old, new *rayv1.RayClusterStatus, now time.Time) time.Duration {
 	d := s.p.hold(key, old, new, now, s.window)
-	if d == 0 && s.p.stale(key, rv) {
-		d = 200 * time.Millisecond
-	}
 	if d > 0 {
 		s.sw.Acted(optimize.StatusCoalescing)
 	}
 	return d
 }
 
-func (s coalescing) wrote(key types.NamespacedName, rv string, now time.Time) time.Duration {
-	return s.p.wrote(key, rv, now)
+func (s coalescing) wrote(key types.NamespacedName, now time.Time) time.Duration {
+	return s.p.wrote(key, now)
 }
 func (s coalescing) settled(key types.NamespacedName) { s.p.settled(key) }
 func (s coalescing) forget(key types.NamespacedName)  { s.p.forget(key) }

@@ -1,0 +1,103 @@
+package raycluster
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/optimize"
+	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+func TestStatusWritesBehind(t *testing.T) {
+	w := newStatusWrites()
+	key := types.NamespacedName{Namespace: "ns", Name: "rc"}
+	if w.behind(key, "1") {
+		t.Error("behind before any write")
+	}
+	w.wrote(key, "1")
+	if !w.behind(key, "1") {
+		t.Error("the version written over is not seen as behind")
+	}
+	if w.behind(key, "2") || w.behind(key, "1") {
+		t.Error("still behind after the cache caught up")
+	}
+	w.wrote(key, "3")
+	w.forget(key)
+	if w.behind(key, "3") {
+		t.Error("behind after the cluster was forgotten")
+	}
+}
+
+// A worker fails and its replacement turns Ready (the oracle's worker-failed scenario): the controller writes the
+// status with one ready worker, then reconciles again, before its cache shows that write, with both workers Ready.
+// The status it computes equals the one its stale copy holds (two ready) but not the stored one (one): the change
+// must not be dropped, as nothing else brings the cluster back (its own status updates are not watched) until the
+// resync, minutes later. With the status coalescing on and off.
+func TestStatusNotDroppedForStaleCache(t *testing.T) {
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	head, worker := pod(rayv1.NodeTypeHead, "Running", true), pod(rayv1.NodeTypeWorker, "Running", true)
+	bothReady := observed{reconcileOK: true, pods: []corev1.Pod{head, worker, worker}}
+	oneReady := observed{reconcileOK: true, pods: []corev1.Pod{head, worker, pod(rayv1.NodeTypeWorker, "Running", false)}}
+
+	for _, tc := range []struct {
+		name string
+		sw   *optimize.Switches
+	}{
+		{"coalescing", nil},
+		{"plain", optimize.Off(optimize.StatusCoalescing)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rc := testutil.MakeRayCluster("ns", "rc").Workers("small", 2).Obj()
+			cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(rc).WithStatusSubresource(rc).Build()
+			// No coalescing window: every change is due at once, so only the stale cache can keep one back.
+			r := &Reconciler{client: cl, opts: Options{StatusCoalesceWindow: -1, StatusWriter: reconcile.ClientStatus(cl), Optimizations: tc.sw}}
+			key := client.ObjectKeyFromObject(rc)
+			read := func() *rayv1.RayCluster {
+				c := &rayv1.RayCluster{}
+				if err := cl.Get(ctx, key, c); err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			// write runs the status step of a reconcile that read the cluster as c and observed obs.
+			write := func(c *rayv1.RayCluster, obs observed) *run {
+				t.Helper()
+				rn := newRun(c, key)
+				rn.obs = obs
+				if err := r.writeStatus(ctx, rn, c.Status.DeepCopy()); err != nil {
+					t.Fatal(err)
+				}
+				return rn
+			}
+			write(read(), bothReady)
+			stale := read() // what the cache holds until it shows the next write
+			write(stale.DeepCopy(), oneReady)
+			if got := read().Status.ReadyWorkerReplicas; got != 1 {
+				t.Fatalf("stored readyWorkerReplicas %d after the worker failed, want 1", got)
+			}
+
+			rn := write(stale.DeepCopy(), bothReady)
+			stored := read().Status.ReadyWorkerReplicas
+			if stored != 2 && (rn.RequeueAfter() == 0 || rn.RequeueAfter() > cacheLagRequeue) {
+				t.Fatalf("a reconcile that read the cluster before its last status write left readyWorkerReplicas %d "+
+					"and asked to look again after %s: the replacement's readiness is dropped", stored, rn.RequeueAfter())
+			}
+			// Looked at again once the cache shows the write.
+			write(read(), bothReady)
+			if got := read().Status.ReadyWorkerReplicas; got != 2 {
+				t.Errorf("stored readyWorkerReplicas %d once the cache caught up, want 2", got)
+			}
+		})
+	}
+}
