@@ -18,6 +18,11 @@
 //     that failed for another reason than a conflict), so the work queue retries with its backoff. A status write
 //     that conflicts, or finds the object gone, means the cache was stale: the reconcile is requeued after
 //     ConflictRequeue, with no error (and so no error log); the newer object's watch event usually comes first.
+//   - Cache lag. A controller that does not watch its own status updates writes its status through StatusWrites,
+//     which answers ErrCacheBehind, without writing, for an object read before the cache showed the controller's
+//     last status write of it: that reconcile's status events wait, and it is looked at again after
+//     CacheLagRequeue (sooner when it asked for that), with no error. Without it, a status computed from the older
+//     copy could equal it and be dropped, and no event would bring the object back.
 package reconcile
 
 import (
@@ -109,12 +114,16 @@ func (r *Result) Finish(recorder events.EventRecorder, regarding runtime.Object,
 		}
 		recorder.Eventf(regarding, e.Related, e.Type, e.Reason, e.Action, "%s", e.Note)
 	}
+	behind := errors.Is(statusErr, ErrCacheBehind)
 	stale := apierrors.IsConflict(statusErr) || apierrors.IsNotFound(statusErr)
 	switch {
-	case reconcileErr != nil && (statusErr == nil || stale):
+	case reconcileErr != nil && (statusErr == nil || stale || behind):
 		return ctrl.Result{}, reconcileErr
 	case reconcileErr != nil:
 		return ctrl.Result{}, errors.Join(reconcileErr, fmt.Errorf("update status: %w", statusErr))
+	case behind:
+		r.Requeue(CacheLagRequeue)
+		return ctrl.Result{RequeueAfter: r.after}, nil
 	case stale:
 		return ctrl.Result{RequeueAfter: ConflictRequeue}, nil
 	case statusErr != nil:

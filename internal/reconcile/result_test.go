@@ -85,7 +85,9 @@ func TestFinish(t *testing.T) {
 		{"status conflict requeues, no error", nil, conflict, 1, ConflictRequeue, nil},
 		{"object gone requeues, no error", nil, gone, 1, ConflictRequeue, nil},
 		{"status refused", nil, refused, 1, 0, []error{refused}},
+		{"cache behind the last status write: looked at again soon, no error", nil, ErrCacheBehind, 1, CacheLagRequeue, nil},
 		{"reconcile error kept over a conflict", boom, conflict, 1, 0, []error{boom}},
+		{"reconcile error kept over a cache behind", boom, ErrCacheBehind, 1, 0, []error{boom}},
 		{"reconcile error joined with a status error", boom, refused, 1, 0, []error{boom, refused}},
 		{"reconcile error, status written", boom, nil, 2, 0, []error{boom}},
 	}

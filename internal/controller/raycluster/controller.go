@@ -95,12 +95,12 @@ type Reconciler struct {
 	pending     *pendingStatus
 	status      statusPolicy
 	backoff     *createbackoff.Backoff
-	writes      *statusWrites
+	// writes remembers the controller's own status writes (see reconcile.StatusWrites).
+	writes reconcile.StatusWrites
 
 	pendingOnce sync.Once
 	statusOnce  sync.Once
 	backoffOnce sync.Once
-	writesOnce  sync.Once
 
 	// observeStaleness receives, at each status write, how long its oldest change was held back (metrics' by
 	// default; tests record it).
@@ -261,7 +261,7 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.exp.Forget(key)
 	r.createBackoff().Succeeded(key)
 	r.statusPolicy().forget(key)
-	r.statusWrites().forget(key)
+	r.writes.Forget(key)
 	r.hashes.Delete(key)
 	r.madePods.Delete(key)
 	metrics.ForgetCluster(key)
@@ -269,12 +269,12 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 
 // writeStatus computes the status from what the reconcile observed and writes it when it changed and the status
 // policy does not hold it back (then the run requeues for when it is due). A cluster read before the cache showed
-// the controller's last status write is looked at again instead (statusWrites): its status is not the stored one.
+// the controller's last status write is looked at again instead (reconcile.ErrCacheBehind): its status is not the
+// stored one.
 func (r *Reconciler) writeStatus(ctx context.Context, run *run, oldStatus *rayv1.RayClusterStatus) error {
 	c, policy := run.c, r.statusPolicy()
-	if r.statusWrites().behind(run.key, c.ResourceVersion) {
-		run.Requeue(cacheLagRequeue)
-		return nil
+	if err := r.writes.Check(c); err != nil {
+		return err
 	}
 	now := metav1.Now()
 	newStatus := computeStatus(c, run.obs, now)
@@ -286,13 +286,11 @@ func (r *Reconciler) writeStatus(ctx context.Context, run *run, oldStatus *rayv1
 		run.Requeue(hold)
 		return nil
 	}
-	rv := c.ResourceVersion
 	newStatus.LastUpdateTime = &now
 	c.Status = newStatus
-	if err := r.opts.StatusWriter.UpdateStatus(ctx, c); err != nil {
+	if err := r.writes.Update(ctx, r.opts.StatusWriter, c); err != nil {
 		return err
 	}
-	r.statusWrites().wrote(run.key, rv)
 	r.staleness(policy.wrote(run.key, r.now()))
 	metrics.ObserveCluster(c, oldStatus, now.Time)
 	return nil
@@ -334,17 +332,6 @@ func (r *Reconciler) readClusterMeta(ctx context.Context, key types.NamespacedNa
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(rayv1.GroupVersion.WithKind("RayCluster"))
 	return live, r.apiReader().Get(ctx, key, live)
-}
-
-// statusWrites is what the controller remembers of its own status writes (made on first use, for Reconcilers made
-// in tests).
-func (r *Reconciler) statusWrites() *statusWrites {
-	r.writesOnce.Do(func() {
-		if r.writes == nil {
-			r.writes = newStatusWrites()
-		}
-	})
-	return r.writes
 }
 
 // createBackoff is the backoff of refused pod creates (built on first use, for Reconcilers made in tests).

@@ -17,9 +17,9 @@ import (
 //   - clusterLive may skip its read for a new cluster (skipLiveCheck).
 //
 // Metadata-only writes (Options.PodCreator, Options.StatusWriter) and the pod watch's pruning are wired by
-// internal/operator. The expectations, the create backoff and statusWrites are not among them: they keep the
-// controller correct (no duplicate pods; refused creates reported and retried at a pace; no status change dropped
-// for a cache behind the controller's own status write), not fast.
+// internal/operator. The expectations, the create backoff and the status writes' reconcile.StatusWrites are not
+// among them: they keep the controller correct (no duplicate pods; refused creates reported and retried at a pace;
+// no status change dropped for a cache behind the controller's own status write), not fast.
 
 // statusPolicy decides when a changed status is written.
 type statusPolicy interface {

@@ -5,7 +5,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
@@ -14,26 +15,6 @@ import (
 	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
-
-func TestStatusWritesBehind(t *testing.T) {
-	w := newStatusWrites()
-	key := types.NamespacedName{Namespace: "ns", Name: "rc"}
-	if w.behind(key, "1") {
-		t.Error("behind before any write")
-	}
-	w.wrote(key, "1")
-	if !w.behind(key, "1") {
-		t.Error("the version written over is not seen as behind")
-	}
-	if w.behind(key, "2") || w.behind(key, "1") {
-		t.Error("still behind after the cache caught up")
-	}
-	w.wrote(key, "3")
-	w.forget(key)
-	if w.behind(key, "3") {
-		t.Error("behind after the cluster was forgotten")
-	}
-}
 
 // A worker fails and its replacement turns Ready (the oracle's worker-failed scenario): the controller writes the
 // status with one ready worker, then reconciles again, before its cache shows that write, with both workers Ready.
@@ -70,15 +51,17 @@ func TestStatusNotDroppedForStaleCache(t *testing.T) {
 				}
 				return c
 			}
-			// write runs the status step of a reconcile that read the cluster as c and observed obs.
-			write := func(c *rayv1.RayCluster, obs observed) *run {
+			// write runs the status step of a reconcile that read the cluster as c and observed obs, and returns what
+			// the reconcile returns.
+			write := func(c *rayv1.RayCluster, obs observed) ctrl.Result {
 				t.Helper()
 				rn := newRun(c, key)
 				rn.obs = obs
-				if err := r.writeStatus(ctx, rn, c.Status.DeepCopy()); err != nil {
+				res, err := rn.Finish(events.NewFakeRecorder(10), c, nil, r.writeStatus(ctx, rn, c.Status.DeepCopy()))
+				if err != nil {
 					t.Fatal(err)
 				}
-				return rn
+				return res
 			}
 			write(read(), bothReady)
 			stale := read() // what the cache holds until it shows the next write
@@ -87,11 +70,11 @@ func TestStatusNotDroppedForStaleCache(t *testing.T) {
 				t.Fatalf("stored readyWorkerReplicas %d after the worker failed, want 1", got)
 			}
 
-			rn := write(stale.DeepCopy(), bothReady)
+			res := write(stale.DeepCopy(), bothReady)
 			stored := read().Status.ReadyWorkerReplicas
-			if stored != 2 && (rn.RequeueAfter() == 0 || rn.RequeueAfter() > cacheLagRequeue) {
+			if stored != 2 && (res.RequeueAfter == 0 || res.RequeueAfter > reconcile.CacheLagRequeue) {
 				t.Fatalf("a reconcile that read the cluster before its last status write left readyWorkerReplicas %d "+
-					"and asked to look again after %s: the replacement's readiness is dropped", stored, rn.RequeueAfter())
+					"and asked to look again after %s: the replacement's readiness is dropped", stored, res.RequeueAfter)
 			}
 			// Looked at again once the cache shows the write.
 			write(read(), bothReady)
