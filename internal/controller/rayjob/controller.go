@@ -67,6 +67,9 @@ type Reconciler struct {
 	recorder events.EventRecorder
 	rays     ray.ClientFactory
 	opts     Options
+	// writes remembers the controller's own status writes: it does not watch them (SetupWithManager), and a
+	// RayJob that waits on no poll (initializing, finished) mirrors its cluster's status (see reconcile.StatusWrites).
+	writes reconcile.StatusWrites
 }
 
 // NewReconciler builds the controller; rays reaches the heads (directly or through the API server's proxy).
@@ -141,6 +144,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, j); err != nil {
 		if apierrors.IsNotFound(err) {
 			metrics.ForgetJob(req.NamespacedName)
+			r.writes.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -162,15 +166,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	recErr := r.reconcile(ctx, run)
 	j.Status.ObservedGeneration = j.Generation
 
-	var statusErr error
-	if !equality.Semantic.DeepEqual(old, &j.Status) {
+	// Checked before the comparison: a status computed from a copy older than the stored one may equal it and
+	// still differ from the stored one.
+	statusErr := r.writes.Check(j)
+	if statusErr == nil && !equality.Semantic.DeepEqual(old, &j.Status) {
 		if old.JobDeploymentStatus != j.Status.JobDeploymentStatus {
 			run.StatusEventf(corev1.EventTypeNormal, ReasonStatusChanged, "Reconcile", "jobDeploymentStatus %q -> %q%s", old.JobDeploymentStatus, j.Status.JobDeploymentStatus, reasonSuffix(&j.Status))
 		}
 		if old.JobStatus != j.Status.JobStatus && j.Status.JobStatus != "" {
 			run.StatusEventf(corev1.EventTypeNormal, ReasonJobStatusChanged, "Reconcile", "Ray job %s is %s", j.Status.JobId, j.Status.JobStatus)
 		}
-		statusErr = r.opts.StatusWriter.UpdateStatus(ctx, j)
+		statusErr = r.writes.Update(ctx, r.opts.StatusWriter, j)
 		if statusErr == nil {
 			metrics.ObserveJob(j, old, r.opts.Clock.Now())
 		}
