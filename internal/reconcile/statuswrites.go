@@ -50,10 +50,18 @@ func (w *StatusWrites) Check(obj client.Object) error {
 }
 
 // Update writes obj's status through sw and, once it is stored, remembers the resourceVersion it replaced.
+//
+// A write the API server answers with the resourceVersion it was made at replaced nothing: the API server stores
+// nothing for a status that, serialized, equals the stored one (a controller's status can differ from its cached
+// copy in what serialization drops, such as a time's fraction of a second). Remembering that version would hold
+// every later reconcile behind a version the cache already shows, and, with no write, no other would come.
 func (w *StatusWrites) Update(ctx context.Context, sw StatusWriter, obj client.Object) error {
 	key, rv := client.ObjectKeyFromObject(obj), obj.GetResourceVersion()
 	if err := sw.UpdateStatus(ctx, obj); err != nil {
 		return err
+	}
+	if obj.GetResourceVersion() == rv {
+		return nil
 	}
 	w.mu.Lock()
 	if w.wroteOver == nil {

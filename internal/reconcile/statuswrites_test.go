@@ -53,6 +53,16 @@ func TestStatusWrites(t *testing.T) {
 		t.Fatalf("behind after a write that failed: %v", err)
 	}
 
+	// A write the API server stores nothing for (the status, serialized, equals the stored one) replaced nothing:
+	// the cache already shows the version it was made at, and no other comes.
+	unchanged := read()
+	if err := w.Update(ctx, storesNothing{}, unchanged.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Check(unchanged); err != nil {
+		t.Fatalf("behind the version a write that stored nothing was made at: %v", err)
+	}
+
 	fresh := read()
 	if err := w.Update(ctx, ClientStatus(cl), fresh.DeepCopy()); err != nil {
 		t.Fatal(err)
@@ -62,3 +72,9 @@ func TestStatusWrites(t *testing.T) {
 		t.Fatalf("behind after the object was forgotten: %v", err)
 	}
 }
+
+// storesNothing answers a status write as the API server answers one whose status, serialized, equals the stored
+// one: success, at the same resourceVersion.
+type storesNothing struct{}
+
+func (storesNothing) UpdateStatus(context.Context, client.Object) error { return nil }
