@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -231,6 +232,58 @@ func TestClusterAction(t *testing.T) {
 	removed.WorkerGroupSpecs = nil
 	if _, a := clusterAction(c, removed); a != actionNew {
 		t.Errorf("removed group: action %d, want a new cluster", a)
+	}
+}
+
+// A cluster another operator built, or another Manta release hashed, is taken over in place, whatever its hash: an
+// operator swap or upgrade never replaces a serving cluster. Once stamped, the user's changes count again.
+func TestClusterActionTakeover(t *testing.T) {
+	rs := planService()
+	spec := rs.Spec.RayClusterSpec.DeepCopy()
+	foreign := map[string]func(c *rayv1.RayCluster){
+		"KubeRay v1.5.0": func(c *rayv1.RayCluster) {
+			delete(c.Annotations, clusterbuild.AnnotationVersion)
+			delete(c.Annotations, clusterbuild.AnnotationCommit)
+			c.Annotations[clusterbuild.AnnotationClusterSpecHash] = "KUBERAYSHA1HASHBASE32HEX========"
+			c.Annotations[clusterbuild.AnnotationKubeRayVersion] = "v1.5.0"
+		},
+		"Manta before the stamp": func(c *rayv1.RayCluster) {
+			delete(c.Annotations, clusterbuild.AnnotationVersion)
+			delete(c.Annotations, clusterbuild.AnnotationCommit)
+		},
+		"another Manta release hashing otherwise": func(c *rayv1.RayCluster) {
+			c.Annotations[clusterbuild.AnnotationVersion] = "v0.0.1-older"
+			c.Annotations[clusterbuild.AnnotationClusterSpecHash] = "hashed-otherwise"
+		},
+	}
+	for name, mutate := range foreign {
+		c := clusterbuild.RayServiceCluster(rs, "svc-a")
+		mutate(c)
+		u, a := clusterAction(c, spec)
+		if a != actionInPlace {
+			t.Errorf("%s: action %d, want the cluster kept and stamped in place", name, a)
+			continue
+		}
+		if !equality.Semantic.DeepEqual(u.Spec, c.Spec) {
+			t.Errorf("%s: taking over changed the spec", name)
+		}
+		if !clusterbuild.StampedByThisVersion(u.Annotations) || u.Annotations[clusterbuild.AnnotationKubeRayVersion] != "" ||
+			u.Annotations[clusterbuild.AnnotationClusterSpecHash] != clusterbuild.RayServiceClusterHash(spec, len(spec.WorkerGroupSpecs)) {
+			t.Errorf("%s: not stamped as this release's, or KubeRay's version kept over Manta's hash: %v", name, u.Annotations)
+		}
+		if _, a := clusterAction(u, spec); a != actionSame {
+			t.Errorf("%s: stamped cluster, same spec: action %d, want the same", name, a)
+		}
+		changed := spec.DeepCopy()
+		changed.HeadGroupSpec.Template.Spec.Containers[0].Image = "other"
+		if _, a := clusterAction(u, changed); a != actionNew {
+			t.Errorf("%s: stamped cluster, head image changed: action %d, want a new cluster", name, a)
+		}
+		removed := spec.DeepCopy()
+		removed.WorkerGroupSpecs = nil
+		if _, a := clusterAction(c, removed); a != actionNew {
+			t.Errorf("%s: a worker group removed: action %d, want a new cluster", name, a)
+		}
 	}
 }
 
