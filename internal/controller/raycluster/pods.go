@@ -34,7 +34,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	c := run.c
 	list := &corev1.PodList{}
 	// Shallow copies of the cached pods (their maps and slices are the cache's): the pod list was the largest
-	// allocation of a reconcile, and the controller only reads pods, except adopt, which patches a copy. Cached
+	// allocation of a reconcile, and the controller only reads pods, except stampPods, which patches a copy. Cached
 	// pods are stripped (clusterpods): their env, ports, resources and probes read empty.
 	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), clusterpods.Of(c.Name), client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list pods: %w", err)
