@@ -138,6 +138,7 @@ func podFromTemplate(c *rayv1.RayCluster, tmpl corev1.PodTemplateSpec, groupLabe
 	if o.TemplateHash != "" {
 		pod.Annotations[AnnotationPodTemplateHash] = o.TemplateHash
 	}
+	Stamp(pod.Annotations)
 	if autoscalerVersion(c) == rayv1.AutoscalerVersionV2 && pod.Spec.RestartPolicy == "" {
 		// Autoscaler v2 replaces dead Ray nodes itself; a restarted container would rejoin as a stranger.
 		pod.Spec.RestartPolicy = corev1.RestartPolicyNever

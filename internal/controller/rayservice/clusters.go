@@ -81,9 +81,15 @@ const (
 
 // clusterAction compares a cluster with the spec: the same, different only in ways that can be made in place
 // (returns the updated cluster), or needing a new cluster.
+//
+// The spec hash is compared only when this Manta release stamped the cluster. A cluster another operator built
+// (KubeRay writes its own hash under the same key) or another Manta release hashed is taken over in place and
+// stamped, as KubeRay's ray.io/kuberay-version guard does: an operator swap or upgrade never replaces a serving
+// cluster. A change of the rayClusterConfig made meanwhile is applied by the next change.
 func clusterAction(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec) (*rayv1.RayCluster, clusterActionType) {
 	n, err := strconv.Atoi(c.Annotations[clusterbuild.AnnotationNumWorkerGroups])
-	if err != nil || n > len(spec.WorkerGroupSpecs) || clusterbuild.RayServiceClusterHash(spec, n) != c.Annotations[clusterbuild.AnnotationClusterSpecHash] {
+	ours := clusterbuild.StampedByThisVersion(c.Annotations)
+	if err != nil || n > len(spec.WorkerGroupSpecs) || (ours && clusterbuild.RayServiceClusterHash(spec, n) != c.Annotations[clusterbuild.AnnotationClusterSpecHash]) {
 		return nil, actionNew
 	}
 	updated := c.DeepCopy()
@@ -102,12 +108,15 @@ func clusterAction(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec) (*rayv1.RayC
 			g.ScaleStrategy = want.ScaleStrategy
 		}
 	}
-	if equality.Semantic.DeepEqual(updated.Spec, c.Spec) {
+	if ours && equality.Semantic.DeepEqual(updated.Spec, c.Spec) {
 		return nil, actionSame
 	}
 	updated.Annotations = maps.Clone(updated.Annotations)
 	updated.Annotations[clusterbuild.AnnotationClusterSpecHash] = clusterbuild.RayServiceClusterHash(spec, len(spec.WorkerGroupSpecs))
 	updated.Annotations[clusterbuild.AnnotationNumWorkerGroups] = strconv.Itoa(len(spec.WorkerGroupSpecs))
+	clusterbuild.Stamp(updated.Annotations)
+	// The hash under KubeRay's key is Manta's now: a KubeRay that takes the service back must not compare it.
+	delete(updated.Annotations, clusterbuild.AnnotationKubeRayVersion)
 	return updated, actionInPlace
 }
 
