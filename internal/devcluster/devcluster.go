@@ -19,6 +19,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
@@ -485,7 +486,15 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 		return nil
 	}
 	// envtest waits 10s by default for the CRDs to be served, too little on a loaded machine.
-	crds, err := envtest.InstallCRDs(c.config, envtest.CRDInstallOptions{Paths: dirs, ErrorIfPathMissing: false, MaxTime: 2 * time.Minute})
+	opts := envtest.CRDInstallOptions{Paths: dirs, ErrorIfPathMissing: false, MaxTime: 2 * time.Minute}
+	crds, err := envtest.InstallCRDs(c.config, opts)
+	// A create the API server did not finish within its request timeout (a loaded machine: every suite starts its
+	// control plane at once) may or may not have been applied; InstallCRDs creates what is missing and updates what
+	// exists, so installing again is safe.
+	for attempt := 1; err != nil && crdInstallRetriable(err) && attempt < crdInstallAttempts && ctx.Err() == nil; attempt++ {
+		c.opts.Logf("devcluster: installing CRDs again (attempt %d): %v", attempt+1, err)
+		crds, err = envtest.InstallCRDs(c.config, opts)
+	}
 	if err != nil {
 		return fmt.Errorf("install CRDs: %w", err)
 	}
@@ -495,6 +504,15 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 	}
 	c.opts.Logf("devcluster: installed CRDs %s", strings.Join(names, ", "))
 	return nil
+}
+
+// crdInstallAttempts bounds installCRDs' attempts when the API server answers a CRD write with a timeout.
+const crdInstallAttempts = 4
+
+// crdInstallRetriable says whether a CRD install failed only because the API server did not answer in time.
+func crdInstallRetriable(err error) bool {
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || apierrors.IsTooManyRequests(err) ||
+		errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }
 
 const (
