@@ -18,8 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/features"
 )
 
 // MaxClusterNameLen leaves room in 63 characters for the suffixes of the names derived from a cluster's.

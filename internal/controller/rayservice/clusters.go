@@ -14,8 +14,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/features"
 )
 
 // planPending makes sure a pending cluster with the current spec exists (or is being created) and returns it.

@@ -10,8 +10,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/validation"
 )
