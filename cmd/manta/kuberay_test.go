@@ -1,6 +1,7 @@
 package main
 
 import (
+	goflag "flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/yaml"
 
 	"github.com/manta-dev/manta/internal/features"
@@ -173,11 +175,13 @@ func TestKubeRayChartConfiguration(t *testing.T) {
 	}
 }
 
-// Every flag of KubeRay v1.7.0's operator (ray-operator/main.go and the zap flags it binds) is accepted and reaches
-// what it sets; the log outputs, --enable-metrics and --forced-cluster-upgrade as documented.
+// Every flag of KubeRay v1.7.0's operator (ray-operator/main.go, the zap flags it binds, controller-runtime's
+// --kubeconfig on Go's flag.CommandLine) is accepted and reaches what it sets; the log outputs, --enable-metrics and
+// --forced-cluster-upgrade as documented.
 func TestKubeRayOperatorFlags(t *testing.T) {
 	dir := t.TempDir()
-	args := []string{"--metrics-addr=:9090", "--health-probe-bind-address=:9091", "--enable-leader-election=false",
+	t.Cleanup(func() { _ = goflag.CommandLine.Set("kubeconfig", "") })
+	args := []string{"--kubeconfig=" + filepath.Join(dir, "kubeconfig"), "--metrics-addr=:9090", "--health-probe-bind-address=:9091", "--enable-leader-election=false",
 		"--leader-election-namespace=ops", "--reconcile-concurrency=3", "--watch-namespace=a,b", "--forced-cluster-upgrade",
 		"--log-file-path=" + filepath.Join(dir, "op.log"), "--log-file-encoder=console", "--log-stdout-encoder=console",
 		"--batch-scheduler=yunikorn", "--use-kubernetes-proxy", "--feature-gates=RayCronJob=false", "--enable-metrics=false",
@@ -204,6 +208,10 @@ func TestKubeRayOperatorFlags(t *testing.T) {
 	}
 	if !logOptions.Development {
 		t.Error("--zap-devel not applied")
+	}
+	// ctrl.GetConfig reads the file --kubeconfig names.
+	if _, err := ctrl.GetConfig(); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "kubeconfig")) {
+		t.Errorf("--kubeconfig not honoured: %v", err)
 	}
 
 	for _, c := range []struct {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	goflag "flag"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
@@ -161,6 +163,11 @@ func newOperatorCommandWith(f *operatorFlags) *cobra.Command {
 	fs := cmd.Flags()
 	addOperatorFlags(fs, o)
 	addKubeRayFlags(fs, kr)
+	// KubeRay's operator parses Go's flag.CommandLine, where controller-runtime registers --kubeconfig, which
+	// ctrl.GetConfig reads; so does this command.
+	if kf := goflag.CommandLine.Lookup(crconfig.KubeconfigFlagName); kf != nil {
+		fs.AddGoFlag(kf)
+	}
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of the metrics endpoint (0 disables it)")
 	fs.Var(negatedBool{&o.MetricsInsecure}, "metrics-secure", "serve metrics over HTTPS to callers whose bearer token Kubernetes authenticates (TokenReview) and authorises for get on /metrics "+
 		"(SubjectAccessReview); false serves plain HTTP to anyone, and is refused unless --metrics-addr is a loopback address")
