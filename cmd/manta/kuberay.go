@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -81,6 +82,13 @@ func resolveOperator(fs *pflag.FlagSet, o *operator.Options, f *kubeRayFlags, ge
 	if z := fs.Lookup("zap-encoder"); z != nil && z.Changed && r.outputs.StdoutEncoder != "" && z.Value.String() != r.outputs.StdoutEncoder {
 		return r, fmt.Errorf("--zap-encoder=%s and the stdout encoder %s (--log-stdout-encoder or logStdoutEncoder) disagree: give one", z.Value.String(), r.outputs.StdoutEncoder)
 	}
+	if o.MetricsAsKubeRay {
+		if !fs.Changed("metrics-secure") {
+			o.MetricsInsecure = true
+		}
+		r.warnings = append(r.warnings, "/metrics is served as KubeRay serves it, plain HTTP to anyone who reaches "+o.MetricsAddr+
+			" (--metrics-as-kuberay, the default under KubeRay's command name /manager); --metrics-secure serves it over HTTPS to authorised callers only")
+	}
 	if f.forcedUpgrade {
 		r.warnings = append(r.warnings, "--forced-cluster-upgrade is deprecated in KubeRay, where it does nothing; in Manta too it changes nothing: "+
 			"a Ray pod is recreated only when its group's pod template changes (spec.upgradeStrategy)")
@@ -98,7 +106,14 @@ const kubeRayCommand = "manager"
 // negative numbers are left alone, and nothing after "--".
 func commandArgs(argv0 string, args []string) []string {
 	if filepath.Base(argv0) == kubeRayCommand {
-		args = append([]string{"operator"}, args...)
+		// KubeRay's chart probes :8080/metrics over plain HTTP with no credentials; Manta's HTTPS metrics would fail
+		// those probes and restart the pod. So under KubeRay's name metrics are served as KubeRay serves them, unless
+		// the arguments choose.
+		lead := []string{"operator"}
+		if !slices.ContainsFunc(args, choosesMetrics) {
+			lead = append(lead, "--metrics-as-kuberay")
+		}
+		args = append(lead, args...)
 	}
 	if len(args) == 0 || args[0] != "operator" {
 		return args
@@ -114,4 +129,11 @@ func commandArgs(argv0 string, args []string) []string {
 		out = append(out, a)
 	}
 	return out
+}
+
+// choosesMetrics says whether an argument sets how metrics are served (--metrics-secure, --metrics-as-kuberay, with
+// one dash or two).
+func choosesMetrics(arg string) bool {
+	name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+	return strings.HasPrefix(arg, "-") && (name == "metrics-secure" || name == "metrics-as-kuberay")
 }

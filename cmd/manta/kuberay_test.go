@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -108,10 +109,13 @@ func checkChartDefaults(t *testing.T, f *operatorFlags, res resolvedOperator) {
 		UseKubernetesProxy   bool
 		DeleteAfterFinishes  bool
 		PodDefaults          bool
+		// The chart probes :8080/metrics over plain HTTP without credentials.
+		MetricsPlainHTTP bool
 	}
-	want := got{LeaderElection: true, ReconcileConcurrency: 1, QPS: 100, Burst: 200, MetricsAddr: ":8080", Probe: ":8082"}
+	want := got{LeaderElection: true, ReconcileConcurrency: 1, QPS: 100, Burst: 200, MetricsAddr: ":8080", Probe: ":8082", MetricsPlainHTTP: true}
 	if d := cmp.Diff(want, got{o.LeaderElection, o.ReconcileConcurrency, o.QPS, o.Burst, o.NoKubeRayMetrics, o.MetricsAddr, o.HealthProbeAddr,
-		o.WatchNamespaces, o.BatchScheduler, o.EnableBatchScheduler, o.UseKubernetesProxy, o.DeleteRayJobAfterJobFinishes, o.PodDefaults != nil}); d != "" {
+		o.WatchNamespaces, o.BatchScheduler, o.EnableBatchScheduler, o.UseKubernetesProxy, o.DeleteRayJobAfterJobFinishes, o.PodDefaults != nil,
+		o.MetricsAsKubeRay && o.MetricsInsecure}); d != "" {
 		t.Errorf("options (-want +got):\n%s", d)
 	}
 	if d := cmp.Diff(logging.Outputs{StdoutEncoder: "json", FileEncoder: "json"}, res.outputs); d != "" {
@@ -120,7 +124,8 @@ func checkChartDefaults(t *testing.T, f *operatorFlags, res resolvedOperator) {
 	if d := cmp.Diff(kubeRayChartGates(), res.gates); d != "" {
 		t.Errorf("feature gates (-want +got):\n%s", d)
 	}
-	if len(res.warnings) != 0 {
+	// The one warning says metrics are plain HTTP (TestManagerServesMetricsAsKubeRay).
+	if len(res.warnings) != 1 || !strings.Contains(res.warnings[0], "--metrics-as-kuberay") {
 		t.Errorf("warnings %v", res.warnings)
 	}
 	if err := o.Validate(); err != nil {
@@ -239,8 +244,10 @@ func TestCommandArgs(t *testing.T) {
 		in    []string
 		want  []string
 	}{
-		{"/manager", nil, []string{"operator"}},
-		{"/manager", []string{"-watch-namespace", "a,b", "-qps=5", "--burst=3", "-h"}, []string{"operator", "--watch-namespace", "a,b", "--qps=5", "--burst=3", "-h"}},
+		{"/manager", nil, []string{"operator", "--metrics-as-kuberay"}},
+		{"/manager", []string{"-watch-namespace", "a,b", "-qps=5", "--burst=3", "-h"}, []string{"operator", "--metrics-as-kuberay", "--watch-namespace", "a,b", "--qps=5", "--burst=3", "-h"}},
+		{"/manager", []string{"--metrics-secure"}, []string{"operator", "--metrics-secure"}},
+		{"/manager", []string{"-metrics-as-kuberay=false"}, []string{"operator", "--metrics-as-kuberay=false"}},
 		{"/usr/local/bin/manta", []string{"operator", "-feature-gates=RayCronJob=false", "--zap-log-level", "-2"},
 			[]string{"operator", "--feature-gates=RayCronJob=false", "--zap-log-level", "-2"}},
 		{"manta", []string{"operator", "--", "-x"}, []string{"operator", "--", "-x"}},
@@ -266,5 +273,38 @@ func TestManagerRunsTheOperator(t *testing.T) {
 	root.SetErr(io.Discard)
 	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), `unknown feature gate "Bogus"`) {
 		t.Errorf("/manager -feature-gates=Bogus=true: %v", err)
+	}
+}
+
+// Under KubeRay's name /metrics is plain HTTP on :8080 as KubeRay serves it (its chart probes it without
+// credentials), unless the arguments ask for HTTPS; asking for both is refused.
+func TestManagerServesMetricsAsKubeRay(t *testing.T) {
+	f, res, err := parseOperator(t, "/manager", nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.o.MetricsAsKubeRay || !f.o.MetricsInsecure || f.o.MetricsAddr != ":8080" {
+		t.Errorf("/manager: metrics as KubeRay %v, insecure %v, addr %q; want plain HTTP on :8080", f.o.MetricsAsKubeRay, f.o.MetricsInsecure, f.o.MetricsAddr)
+	}
+	if err := f.o.Validate(); err != nil {
+		t.Errorf("/manager's metrics do not validate: %v", err)
+	}
+	if !slices.ContainsFunc(res.warnings, func(w string) bool { return strings.Contains(w, "--metrics-as-kuberay") }) {
+		t.Errorf("no warning says metrics are plain HTTP: %q", res.warnings)
+	}
+	f, _, err = parseOperator(t, "/manager", []string{"--metrics-secure"}, nil, nil)
+	if err != nil || f.o.MetricsAsKubeRay || f.o.MetricsInsecure {
+		t.Errorf("/manager --metrics-secure: %v, as KubeRay %v, insecure %v; want HTTPS", err, f.o.MetricsAsKubeRay, f.o.MetricsInsecure)
+	}
+	f, _, err = parseOperator(t, "manta", []string{"operator"}, nil, nil)
+	if err != nil || f.o.MetricsAsKubeRay || f.o.MetricsInsecure {
+		t.Errorf("manta operator: %v, as KubeRay %v, insecure %v; want HTTPS", err, f.o.MetricsAsKubeRay, f.o.MetricsInsecure)
+	}
+	f, _, err = parseOperator(t, "manta", []string{"operator", "--metrics-as-kuberay", "--metrics-secure"}, nil, nil)
+	if err == nil {
+		err = f.o.Validate()
+	}
+	if err == nil || !strings.Contains(err.Error(), "--metrics-as-kuberay") {
+		t.Errorf("--metrics-as-kuberay with --metrics-secure: %v, want an error naming both", err)
 	}
 }

@@ -172,6 +172,8 @@ func newOperatorCommandWith(f *operatorFlags) *cobra.Command {
 	fs.Var(negatedBool{&o.MetricsInsecure}, "metrics-secure", "serve metrics over HTTPS to callers whose bearer token Kubernetes authenticates (TokenReview) and authorises for get on /metrics "+
 		"(SubjectAccessReview); false serves plain HTTP to anyone, and is refused unless --metrics-addr is a loopback address")
 	fs.Lookup("metrics-secure").NoOptDefVal = "true"
+	fs.BoolVar(&o.MetricsAsKubeRay, "metrics-as-kuberay", false, "serve /metrics as KubeRay's operator does: plain HTTP to anyone who reaches --metrics-addr, on any address "+
+		"(on by default when the binary runs as KubeRay's /manager, whose chart probes and scrapes :8080/metrics without credentials; --metrics-secure turns it off)")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", ":8082", "address of the health probes")
 	fs.StringVar(&o.PprofAddr, "pprof-addr", "", "address of the net/http/pprof endpoints (empty disables them)")
 	fs.IntVar(&f.gcPercent, "gc-percent", defaultGCPercent, "Go garbage collection target (GOGC): the heap may grow this many percent over what is live before a collection; "+
