@@ -49,6 +49,12 @@ func helmTemplate(t *testing.T, root, release, ns string, values map[string]any)
 	if err := os.WriteFile(vf, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return helmTemplateFile(t, root, release, ns, vf)
+}
+
+// helmTemplateFile is helmTemplate with the values in a file, as `helm install -f values.yaml` reads them.
+func helmTemplateFile(t *testing.T, root, release, ns, vf string) ([]*unstructured.Unstructured, error) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd := exec.Command(filepath.Join(root, "bin", "helm"), "template", release, filepath.Join(root, "charts", "manta"),
 		"--namespace", ns, "--include-crds", "--values", vf)
@@ -103,6 +109,7 @@ var nonDefault = map[string]any{
 	},
 	"apiserver":      map[string]any{"enabled": false},
 	"serviceMonitor": map[string]any{"enabled": true, "interval": "15s", "labels": map[string]string{"release": "prom"}},
+	"metrics":        map[string]any{"enabled": false},
 }
 
 // TestChart renders charts/manta with default and non-default values, checks what it renders against
@@ -122,12 +129,20 @@ func TestChart(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) { checkChartDefaults(t, kustomized, def) })
 	t.Run("non-default values", func(t *testing.T) { checkChartNonDefault(t, root, custom) })
 	t.Run("bad values fail", func(t *testing.T) { checkBadValues(t, root) })
+	kubeRay, err := helmTemplateFile(t, root, kubeRayRelease, kubeRayNS, filepath.Join(root, "test", "deploy", "testdata", "kuberay-values.yaml"))
+	if err != nil {
+		t.Fatalf("helm template with testdata/kuberay-values.yaml: %v", err)
+	}
+	t.Run("KubeRay values", func(t *testing.T) { checkKubeRayValues(t, kubeRay) })
+	t.Run("KubeRay switches", func(t *testing.T) { checkKubeRaySwitches(t, root) })
+	t.Run("KubeRay values refused", func(t *testing.T) { checkKubeRayRefusals(t, root) })
 
 	bin := testutil.BuildManta(t)
 	t.Run("flags", func(t *testing.T) {
 		checkFlags(t, bin, def)
 		checkFlagsOf(t, bin, custom, "ml-manta-operator", def)
 		checkEveryOperatorFlagIsAValue(t, bin, custom, "ml-manta-operator")
+		checkManagerArgs(t, bin, kubeRay)
 	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -164,6 +179,11 @@ func TestChart(t *testing.T) {
 		applyAll(t, cfg, append([]*unstructured.Unstructured{mlNS}, custom...))
 		waitScheduled(t, ctx, kc, "ml-system", "ml")
 		checkNamespacedPermissions(t, ctx, root, kc)
+	})
+	t.Run("install KubeRay values", func(t *testing.T) {
+		rayNS := nsObj.DeepCopy()
+		rayNS.SetName(kubeRayNS)
+		installKubeRayValues(t, ctx, cfg, kc, rayNS, kubeRay)
 	})
 }
 
@@ -340,7 +360,7 @@ func checkChartNonDefault(t *testing.T, root string, objs []*unstructured.Unstru
 		"--qps": "50", "--burst": "60", "--watch-namespace": "team-a,team-b",
 		"--leader-elect-lease-duration": "20s", "--leader-elect-renew-deadline": "12s", "--leader-elect-retry-period": "3s",
 		"--event-qps": "10", "--event-burst": "20", "--ray-timeout": "5s", "--gc-percent": "80", "--gcs-ft-redis-cleanup": "false",
-		"--adaptive-procs": "false", "--status-coalesce-window": "0s", "--batch-scheduler": "volcano", "--disable-optimization": "pod-update-filter,metadata-writes",
+		"--adaptive-procs": "false", "--status-coalesce-window": "0s", "--enable-metrics": "false", "--batch-scheduler": "volcano", "--disable-optimization": "pod-update-filter,metadata-writes",
 		"--image-pull-node-selector": "pool in (pullers, gpu),!no-pull", "--image-pull-priority-class": "image-pullers",
 		"--image-pull-tolerate-all-taints": "true", "--image-pull-tolerations": "nvidia.com/gpu:NoSchedule,dedicated=ray",
 	}
