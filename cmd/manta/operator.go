@@ -16,6 +16,8 @@ import (
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
+	"github.com/manta-dev/manta/internal/features"
+	"github.com/manta-dev/manta/internal/logging"
 	"github.com/manta-dev/manta/internal/operator"
 	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/procs"
@@ -72,12 +74,12 @@ func (f *optimizationsFlag) Set(v string) error {
 }
 
 // applyKubeRayEnv applies the environment variables KubeRay's operator reads (operator.ApplyKubeRayEnv), under the
-// flags given on the command line, and logs a warning for each one Manta does not honour.
-func applyKubeRayEnv(fs *pflag.FlagSet, o *operator.Options, getenv func(string) string) error {
+// flags given on the command line, and returns a warning for each one Manta does not honour.
+func applyKubeRayEnv(fs *pflag.FlagSet, o *operator.Options, getenv func(string) string) ([]string, error) {
 	domain, noCleanup := o.ClusterDomain, o.NoRedisCleanup
 	warnings, err := operator.ApplyKubeRayEnv(getenv, o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if fs.Changed("cluster-domain") {
 		o.ClusterDomain = domain
@@ -85,10 +87,7 @@ func applyKubeRayEnv(fs *pflag.FlagSet, o *operator.Options, getenv func(string)
 	if fs.Changed("gcs-ft-redis-cleanup") {
 		o.NoRedisCleanup = noCleanup
 	}
-	for _, w := range warnings {
-		ctrl.Log.WithName("operator").Info("WARNING: " + w)
-	}
-	return nil
+	return warnings, nil
 }
 
 // envRedisCleanup is KubeRay's environment switch for the Redis cleanup, honoured as --gcs-ft-redis-cleanup's default.
@@ -110,17 +109,33 @@ func (b negatedBool) Set(s string) error {
 
 func newOperatorCommand() *cobra.Command {
 	var o operator.Options
+	var kr kubeRayFlags
 	var gcPercent int
 	var adaptive bool
 	cmd := &cobra.Command{
 		Use:   "operator",
 		Short: "Run the RayCluster, RayJob, RayService and ImagePullJob controllers",
 		Args:  cobra.NoArgs,
+		// The log outputs come from the flags and the configuration file, read in RunE.
+		Annotations: map[string]string{ownLogger: "kuberay"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			setGCPercent(cmd.Flags().Changed("gc-percent"), gcPercent)
-			if err := applyKubeRayEnv(cmd.Flags(), &o, os.Getenv); err != nil {
+			res, err := resolveOperator(cmd.Flags(), &o, &kr, os.Getenv, os.ReadFile)
+			if err != nil {
 				return err
 			}
+			log, logFile, err := logging.New(logOptions, res.outputs)
+			if err != nil {
+				return err
+			}
+			defer logFile.Close()
+			ctrl.SetLogger(logging.Lazy(log))
+			setupLog := ctrl.Log.WithName("setup")
+			for _, w := range res.warnings {
+				setupLog.Info("WARNING: " + w)
+			}
+			setupLog.Info("feature gates", "gates", res.gates.Describe())
+			features.Set(res.gates)
 			if err := o.Validate(); err != nil {
 				return err
 			}
@@ -138,6 +153,7 @@ func newOperatorCommand() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	addOperatorFlags(fs, &o)
+	addKubeRayFlags(fs, &kr)
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of the metrics endpoint (0 disables it)")
 	fs.Var(negatedBool{&o.MetricsInsecure}, "metrics-secure", "serve metrics over HTTPS to callers whose bearer token Kubernetes authenticates (TokenReview) and authorises for get on /metrics "+
 		"(SubjectAccessReview); false serves plain HTTP to anyone, and is refused unless --metrics-addr is a loopback address")

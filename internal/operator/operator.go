@@ -111,6 +111,12 @@ type Options struct {
 	// volcano. KubeRay refuses both together and an unknown name, and so does Validate.
 	BatchScheduler       string
 	EnableBatchScheduler bool
+	// NoKubeRayMetrics is --enable-metrics=false: the kuberay_* series of Ray objects are not emitted (KubeRay's
+	// control-plane metrics); Manta's own metrics are.
+	NoKubeRayMetrics bool
+	// PodDefaults are added to every Ray head and worker pod (KubeRay's Configuration file: sidecars, default env,
+	// labels and annotations); see clusterbuild.PodDefaults.
+	PodDefaults *clusterbuild.PodDefaults
 	// Optimizations switches the performance mechanisms (--disable-optimization; nil: all on): see
 	// internal/optimize. Turning one off changes what the operator costs, not what it does.
 	Optimizations *optimize.Switches

@@ -89,7 +89,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		return err
 	}
 	opts := clusterbuild.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hashes.Head,
-		BatchScheduler: r.opts.BatchScheduler}
+		BatchScheduler: r.opts.BatchScheduler, Defaults: r.opts.PodDefaults}
 	var errs []error
 	if clusterbuild.TLSEnabled(c) {
 		// Before any pod create: the certificates' IP addresses follow the pods, and the creates wait for them.

@@ -15,6 +15,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/features"
 )
 
 // planPending makes sure a pending cluster with the current spec exists (or is being created) and returns it.
@@ -243,7 +244,17 @@ func initializingTimeout(rs *rayv1.RayService) (time.Duration, bool) {
 	return 0, false
 }
 
+// upgradeType is how rs moves to a new cluster. With the RayServiceIncrementalUpgrade gate off, an incremental
+// upgrade is none, as in KubeRay (which then leaves zero-downtime upgrade off for the RayService).
 func upgradeType(rs *rayv1.RayService) rayv1.RayServiceUpgradeType {
+	t := declaredUpgradeType(rs)
+	if t == rayv1.NewClusterWithIncrementalUpgrade && !features.Enabled(features.RayServiceIncrementalUpgrade) {
+		return rayv1.RayServiceUpgradeNone
+	}
+	return t
+}
+
+func declaredUpgradeType(rs *rayv1.RayService) rayv1.RayServiceUpgradeType {
 	if u := rs.Spec.UpgradeStrategy; u != nil && u.Type != nil {
 		return *u.Type
 	}
