@@ -3,6 +3,7 @@ package deploy
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,9 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
+	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/features"
+	"github.com/manta-dev/manta/internal/operator"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -58,6 +62,10 @@ func checkKubeRayValues(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 	if got := flagValues(c.Args); !equalJSON(got, wantArgs) {
 		t.Errorf("operator args\n%v\nwant\n%v", got, wantArgs)
+	}
+	// --help parses the gates' flag but not its value: the operator reads that at start.
+	if _, err := features.Parse(flagValues(c.Args)["--feature-gates"]); err != nil {
+		t.Errorf("the operator would refuse the feature gates: %v", err)
 	}
 	wantEnv := []corev1.EnvVar{{Name: "ENABLE_INIT_CONTAINER_INJECTION", Value: "true"}, {Name: "CLUSTER_DOMAIN", Value: "corp.local"},
 		{Name: "ENABLE_GCS_FT_REDIS_CLEANUP", Value: "false"}, {Name: "RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS", Value: "600"},
@@ -386,5 +394,83 @@ func installKubeRayValues(t *testing.T, ctx context.Context, cfg *rest.Config, k
 	testutil.WaitRBAC(t, ctx, kc, user, kubeRayNS, rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"update"}})
 	if allowed(t, ctx, kc, user, "other", "", "pods", "create") {
 		t.Errorf("%s may create pods in namespace other, which it does not watch", user)
+	}
+}
+
+// checkKubeRayConfigFile: with configuration.enabled the operator gets KubeRay's Configuration file and only the
+// flags the file does not carry (it refuses the others beside --config); the file, read and applied by the
+// operator's own code, gives the settings of testdata/kuberay-values.yaml and the Ray pods' defaults.
+func checkKubeRayConfigFile(t *testing.T, objs []*unstructured.Unstructured) {
+	d := typed[appsv1.Deployment](t, objs, "Deployment", kubeRayOp)
+	c := onlyContainer(t, d)
+	args := flagValues(c.Args)
+	if args["--config"] != "/etc/kuberay/config.yaml" {
+		t.Errorf("--config=%q", args["--config"])
+	}
+	changed := func(flag string) bool { _, ok := args["--"+flag]; return ok }
+	cm := typed[corev1.ConfigMap](t, objs, "ConfigMap", kubeRayOp+"-config")
+	conf, err := operator.ReadKubeRayConfig([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatalf("the operator cannot read config.yaml: %v\n%s", err, cm.Data["config.yaml"])
+	}
+	var env string
+	for _, e := range c.Env {
+		if e.Name == operator.EnvDeleteRayJobAfterJobFinishes {
+			env = e.Value
+		}
+	}
+	var o operator.Options
+	if err := operator.ApplyKubeRayConfig(conf, &o, changed, env); err != nil {
+		t.Fatalf("the operator refuses config.yaml with args %v: %v", c.Args, err)
+	}
+	if o.QPS != 50 || o.Burst != 100 || !o.LeaderElection || o.LeaderElectionNS != kubeRayNS || o.HealthProbeAddr != ":8082" ||
+		o.MetricsAddr != ":8080" || o.BatchScheduler != "yunikorn" || !slices.Equal(o.WatchNamespaces, []string{"team-a", "team-b"}) ||
+		o.ReconcileConcurrency != 4 || !o.UseKubernetesProxy || o.NoKubeRayMetrics {
+		t.Errorf("settings from config.yaml: %+v", o)
+	}
+	if conf.LogStdoutEncoder != "console" || conf.LogFileEncoder != "json" || conf.LogFile != "/var/log/kuberay/kuberay-operator.log" {
+		t.Errorf("log settings in config.yaml: stdout %q, file %q (%q)", conf.LogStdoutEncoder, conf.LogFile, conf.LogFileEncoder)
+	}
+	sidecar := []corev1.Container{{Name: "fluentbit", Image: "fluent/fluent-bit:1.9"}}
+	want := &clusterbuild.PodDefaults{HeadSidecars: sidecar, WorkerSidecars: sidecar,
+		Env:         []corev1.EnvVar{{Name: "RAY_enable_open_telemetry", Value: "true"}},
+		Annotations: map[string]string{"prometheus.io/scrape": "true"}, Labels: map[string]string{"team": "ml-platform"}}
+	if !equalJSON(o.PodDefaults, want) {
+		t.Errorf("Ray pod defaults from config.yaml %+v, want %+v", o.PodDefaults, want)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/etc/kuberay" && m.ReadOnly }) ||
+		!slices.ContainsFunc(d.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.ConfigMap != nil && v.ConfigMap.Name == cm.Name }) {
+		t.Errorf("config.yaml is not mounted at /etc/kuberay: mounts %v", c.VolumeMounts)
+	}
+	// What stays a flag is unchanged from the flags rendering.
+	for f, v := range map[string]string{"--feature-gates": "RayClusterStatusConditions=true,RayJobDeletionPolicy=true,RayMultiHostIndexing=true," +
+		"RayServiceIncrementalUpgrade=true,RayCronJob=true,RayClusterMTLS=false,RayClusterNetworkPolicy=false,RayClusterHistoryServer=false",
+		"--cluster-domain": "corp.local", "--gcs-ft-redis-cleanup": "false"} {
+		if args[f] != v {
+			t.Errorf("%s=%q, want %q", f, args[f], v)
+		}
+	}
+}
+
+// checkFeatureGateValues: for every gate of KubeRay v1.7.0 (the schema's list) and both values, the chart refuses
+// the value exactly when the operator would refuse it at start (features.Parse), so a gate Manta cannot switch
+// fails the install with the reason instead of a pod that does not start.
+func checkFeatureGateValues(t *testing.T, root string) {
+	if len(features.Names()) != 11 {
+		t.Errorf("Manta knows %d feature gates, KubeRay v1.7.0 has 11: update the schema's featureGates names", len(features.Names()))
+	}
+	for _, name := range features.Names() {
+		for _, on := range []bool{true, false} {
+			_, parseErr := features.Parse(fmt.Sprintf("%s=%t", name, on))
+			_, chartErr := helmTemplate(t, root, "manta", namespace, map[string]any{"featureGates": []map[string]any{{"name": name, "enabled": on}}})
+			switch {
+			case parseErr == nil && chartErr != nil:
+				t.Errorf("featureGates %s=%t: the operator accepts it, the chart refuses it: %v", name, on, chartErr)
+			case parseErr != nil && chartErr == nil:
+				t.Errorf("featureGates %s=%t: the operator refuses it (%v), the chart renders it", name, on, parseErr)
+			case chartErr != nil && !strings.Contains(chartErr.Error(), name+"="+fmt.Sprint(on)+" is not possible in Manta"):
+				t.Errorf("featureGates %s=%t: chart error %v does not name the gate", name, on, chartErr)
+			}
+		}
 	}
 }

@@ -191,6 +191,16 @@ dict, as JSON; every template reads them from here so each pair is checked in on
 {{- $create := or (kindIs "invalid" $sa.create) $sa.create -}}
 {{- $_ = set $s "createServiceAccount" $create -}}
 {{- $_ = set $s "serviceAccount" (ternary (default (printf "%s-operator" (include "manta.fullname" .)) $sa.name) (default "default" $sa.name) $create) -}}
+{{- /* The gates Manta cannot switch (internal/features): the operator would refuse them at start; say so now. */ -}}
+{{- $fixed := dict "RayClusterStatusConditions" (list true "Manta always writes RayCluster status conditions") "RayMultiHostIndexing" (list true "Manta always indexes multi-host worker pods") "SidecarSubmitterRestart" (list false "Manta sets no restart policy on a SidecarMode submitter") "KubernetesWAS" (list false "Manta has no Kubernetes workload-aware scheduling: use batchScheduler") -}}
+{{- range $g := $v.featureGates -}}
+{{- if hasKey $fixed $g.name -}}
+{{- $f := get $fixed $g.name -}}
+{{- if ne (index $f 0) $g.enabled -}}
+{{- fail (printf "featureGates %s=%t is not possible in Manta: %s (only %t is accepted)" $g.name $g.enabled (index $f 1) (index $f 0)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- /* KubeRay's Configuration-only settings are read only from its file. */ -}}
 {{- $cfg := $v.configuration | default dict -}}
 {{- if not $cfg.enabled -}}
