@@ -261,6 +261,15 @@ func checkKubeRaySwitches(t *testing.T, root string) {
 	if _, a := op(mustHelmTemplate(t, root, "manta", namespace, map[string]any{"env": []map[string]string{{"name": "GOGC", "value": "60"}}}), "manta-operator"); a["--gc-percent"] != "" {
 		t.Errorf("env GOGC: --gc-percent=%s", a["--gc-percent"])
 	}
+	// A partial operator.resources keeps the rest of its default (Helm merges it); KubeRay's resources replaces it whole.
+	d, _ = op(mustHelmTemplate(t, root, "manta", namespace, map[string]any{"operator": map[string]any{"resources": map[string]any{"requests": map[string]string{"cpu": "10m"}}}}), "manta-operator")
+	if r := onlyContainer(t, d).Resources; r.Requests.Cpu().String() != "10m" || r.Requests.Memory().String() != "256Mi" || r.Limits.Memory().String() != "1Gi" {
+		t.Errorf("operator.resources.requests.cpu alone: resources %v, want the default's other values kept", r)
+	}
+	d, _ = op(mustHelmTemplate(t, root, "manta", namespace, map[string]any{"resources": map[string]any{"limits": map[string]string{"memory": "512Mi"}}}), "manta-operator")
+	if r := onlyContainer(t, d).Resources; len(r.Requests) != 0 || len(r.Limits) != 1 || r.Limits.Memory().String() != "512Mi" {
+		t.Errorf("KubeRay's resources: %v, want exactly its value", r)
+	}
 	// operatorCommand /manta: the default spelled out, with the subcommand.
 	d, _ = op(mustHelmTemplate(t, root, "manta", namespace, map[string]any{"operatorCommand": "/manta"}), "manta-operator")
 	if c := onlyContainer(t, d); !slices.Equal(c.Command, []string{"/manta"}) || c.Args[0] != "operator" {
@@ -311,6 +320,8 @@ func checkKubeRayRefusals(t *testing.T, root string) {
 			[]string{"batchScheduler.name", "operator.batchScheduler"}},
 		"watch disagrees": {map[string]any{"watchNamespace": []string{"a"}, "watchNamespaces": []string{"b"}},
 			[]string{"watchNamespace", "watchNamespaces"}},
+		"resources disagree": {map[string]any{"resources": map[string]any{"limits": map[string]string{"cpu": "1"}}, "operator": map[string]any{"resources": map[string]any{"limits": map[string]string{"cpu": "3"}}}},
+			[]string{"resources", "operator.resources", "disagree"}},
 		"pod label disagrees": {map[string]any{"labels": map[string]string{"team": "a"}, "operator": map[string]any{"podLabels": map[string]string{"team": "b"}}},
 			[]string{"labels", "operator.podLabels", "team"}},
 		"chart's own label":  {map[string]any{"labels": map[string]string{"app.kubernetes.io/instance": "x"}}, []string{"app.kubernetes.io/instance", "set by the chart"}},

@@ -151,15 +151,23 @@ dict, as JSON; every template reads them from here so each pair is checked in on
 {{- $_ = set $s "tolerations" (include "manta.same" (list "tolerations" $v.tolerations "operator.tolerations" $op.tolerations list) | fromJson).v -}}
 {{- $_ = set $s "affinity" (include "manta.same" (list "affinity" $v.affinity "operator.affinity" $op.affinity dict) | fromJson).v -}}
 {{- $_ = set $s "priorityClassName" (include "manta.same" (list "priorityClassName" ($v.priorityClassName | default nil) "operator.priorityClassName" ($op.priorityClassName | default nil) "") | fromJson).v -}}
-{{- $_ = set $s "resources" (include "manta.same" (list "resources" $v.resources "operator.resources" $op.resources (dict "requests" (dict "cpu" "100m" "memory" "256Mi") "limits" (dict "cpu" "2" "memory" "1Gi"))) | fromJson).v -}}
+{{- /* operator.resources keeps a default map, which Helm merges a partial override into; so it counts as set only when it differs from that default. */ -}}
+{{- $defRes := dict "requests" (dict "cpu" "100m" "memory" "256Mi") "limits" (dict "cpu" "2" "memory" "1Gi") -}}
+{{- $opRes := $op.resources | default dict -}}
+{{- $_ = set $s "resources" (include "manta.same" (list "resources" $v.resources "operator.resources" (ternary nil $opRes (eq (toJson $opRes) (toJson $defRes))) $opRes) | fromJson).v -}}
 {{- $_ = set $s "podLabels" (include "manta.merge" (list "labels" $v.labels "operator.podLabels" $op.podLabels) | fromJson).v -}}
 {{- $_ = set $s "podAnnotations" (include "manta.merge" (list "annotations" $v.annotations "operator.podAnnotations" $op.podAnnotations) | fromJson).v -}}
 {{- /* Chart-owned label keys: a value may not set them (they select the pods, or say what made the object). */ -}}
 {{- $own := include "manta.labels" . | fromYaml -}}
 {{- $_ = set $own "app.kubernetes.io/component" "" -}}
-{{- range $k, $_ := merge (deepCopy $s.podLabels) ($v.labels | default dict) -}}
+{{- range $k, $_ := $v.labels | default dict -}}
 {{- if hasKey $own $k -}}
-{{- fail (printf "label %s (in labels or operator.podLabels) is set by the chart itself: choose another key" $k) -}}
+{{- fail (printf "label %s (in labels, which go on the Deployment and its pod) is set by the chart itself: choose another key" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $_ := $s.podLabels -}}
+{{- if has $k (list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component") -}}
+{{- fail (printf "label %s (in operator.podLabels) selects the operator's pods and is set by the chart: choose another key" $k) -}}
 {{- end -}}
 {{- end -}}
 {{- /* The environment variables the operator reads that chart values also set: env and the value must agree. */ -}}
