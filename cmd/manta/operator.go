@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	goflag "flag"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
@@ -107,11 +109,18 @@ func (b negatedBool) Set(s string) error {
 	return nil
 }
 
-func newOperatorCommand() *cobra.Command {
-	var o operator.Options
-	var kr kubeRayFlags
-	var gcPercent int
-	var adaptive bool
+func newOperatorCommand() *cobra.Command { return newOperatorCommandWith(&operatorFlags{}) }
+
+// operatorFlags hold what `manta operator`'s own flags parse into.
+type operatorFlags struct {
+	o         operator.Options
+	kr        kubeRayFlags
+	gcPercent int
+	adaptive  bool
+}
+
+func newOperatorCommandWith(f *operatorFlags) *cobra.Command {
+	o, kr := &f.o, &f.kr
 	cmd := &cobra.Command{
 		Use:   "operator",
 		Short: "Run the RayCluster, RayJob, RayService and ImagePullJob controllers",
@@ -119,8 +128,8 @@ func newOperatorCommand() *cobra.Command {
 		// The log outputs come from the flags and the configuration file, read in RunE.
 		Annotations: map[string]string{ownLogger: "kuberay"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			setGCPercent(cmd.Flags().Changed("gc-percent"), gcPercent)
-			res, err := resolveOperator(cmd.Flags(), &o, &kr, os.Getenv, os.ReadFile)
+			setGCPercent(cmd.Flags().Changed("gc-percent"), f.gcPercent)
+			res, err := resolveOperator(cmd.Flags(), o, kr, os.Getenv, os.ReadFile)
 			if err != nil {
 				return err
 			}
@@ -145,24 +154,29 @@ func newOperatorCommand() *cobra.Command {
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
-			if adaptProcs(cmd.Flags().Changed("adaptive-procs"), adaptive) {
+			if adaptProcs(cmd.Flags().Changed("adaptive-procs"), f.adaptive) {
 				go (&procs.Adapter{}).Run(ctx)
 			}
-			return operator.Run(ctx, cfg, o)
+			return operator.Run(ctx, cfg, *o)
 		},
 	}
 	fs := cmd.Flags()
-	addOperatorFlags(fs, &o)
-	addKubeRayFlags(fs, &kr)
+	addOperatorFlags(fs, o)
+	addKubeRayFlags(fs, kr)
+	// KubeRay's operator parses Go's flag.CommandLine, where controller-runtime registers --kubeconfig, which
+	// ctrl.GetConfig reads; so does this command.
+	if kf := goflag.CommandLine.Lookup(crconfig.KubeconfigFlagName); kf != nil {
+		fs.AddGoFlag(kf)
+	}
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of the metrics endpoint (0 disables it)")
 	fs.Var(negatedBool{&o.MetricsInsecure}, "metrics-secure", "serve metrics over HTTPS to callers whose bearer token Kubernetes authenticates (TokenReview) and authorises for get on /metrics "+
 		"(SubjectAccessReview); false serves plain HTTP to anyone, and is refused unless --metrics-addr is a loopback address")
 	fs.Lookup("metrics-secure").NoOptDefVal = "true"
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", ":8082", "address of the health probes")
 	fs.StringVar(&o.PprofAddr, "pprof-addr", "", "address of the net/http/pprof endpoints (empty disables them)")
-	fs.IntVar(&gcPercent, "gc-percent", defaultGCPercent, "Go garbage collection target (GOGC): the heap may grow this many percent over what is live before a collection; "+
+	fs.IntVar(&f.gcPercent, "gc-percent", defaultGCPercent, "Go garbage collection target (GOGC): the heap may grow this many percent over what is live before a collection; "+
 		"the GOGC environment variable applies when this flag is not given, "+fmt.Sprint(defaultGCPercent)+" when neither is")
-	fs.BoolVar(&adaptive, "adaptive-procs", true, "run Go at one P (GOMAXPROCS=1) while the operator uses well under a core, and at the runtime's default "+
+	fs.BoolVar(&f.adaptive, "adaptive-procs", true, "run Go at one P (GOMAXPROCS=1) while the operator uses well under a core, and at the runtime's default "+
 		"while it needs more (see internal/procs); the GOMAXPROCS environment variable turns it off when this flag is not given")
 	fs.BoolVar(&o.LeaderElection, "enable-leader-election", true, "elect a leader so only one replica reconciles")
 	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease")

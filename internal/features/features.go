@@ -50,7 +50,7 @@ var specs = map[Gate]spec{
 	RayClusterStatusConditions: {def: true, fixed: true,
 		always: "Manta always writes RayCluster status conditions: its RayJob and RayService controllers, its metrics and its API server read them"},
 	RayMultiHostIndexing: {def: true, fixed: true,
-		always: "Manta always labels multi-host worker pods with their replica and host index and scales multi-host replicas whole"},
+		always: "Manta always labels worker pods with their replica index, and multi-host ones with their replica name and host index"},
 	RayJobDeletionPolicy:             {def: true, off: "RayJob spec.deletionStrategy and suspended worker groups are refused"},
 	RayServiceIncrementalUpgrade:     {def: true, off: "a RayService with upgradeStrategy NewClusterWithIncrementalUpgrade is not upgraded (as KubeRay: zero-downtime upgrade is off for it)"},
 	RayCronJob:                       {def: true, off: "the RayCronJob controller is not started"},
@@ -59,7 +59,7 @@ var specs = map[Gate]spec{
 	RayClusterMTLS:                   {def: true, off: "spec.tlsOptions is refused"},
 	RayClusterHistoryServer:          {def: true, off: "spec.historyServerOptions is refused"},
 	SidecarSubmitterRestart: {def: false, fixed: true,
-		always: "Manta does not set a restart policy on a SidecarMode submitter container; a failed submitter fails the RayJob"},
+		always: "Manta sets no container restart policy on a SidecarMode submitter container"},
 	KubernetesWAS: {def: false, fixed: true,
 		always: "Manta has no Kubernetes workload-aware scheduling (scheduling.k8s.io Workload and PodGroup): use --batch-scheduler"},
 }
