@@ -589,6 +589,7 @@ var chartlessFlags = map[string]string{
 	// KubeRay's older spelling of --batch-scheduler=volcano; the chart's batchScheduler value sets the newer flag.
 	"enable-batch-scheduler": "the chart sets --batch-scheduler",
 	"forced-cluster-upgrade": "deprecated in KubeRay, where it does nothing; KubeRay's chart has no value for it",
+	"kubeconfig":             "the pod reaches its cluster with its ServiceAccount (in-cluster config); KubeRay's chart has no value for it",
 }
 
 // checkEveryOperatorFlagIsAValue: every flag of `manta operator` (but chartlessFlags and the logger's global flags)
