@@ -49,7 +49,7 @@ func checkKubeRayValues(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Errorf("operatorCommand /manager: command %v, args %v; want /manager with the operator's flags only", c.Command, c.Args)
 	}
 	wantArgs := map[string]string{
-		"--puller-image": img, "--metrics-addr": ":8080", "--enable-metrics": "true", "--health-probe-bind-address": ":8082",
+		"--puller-image": img, "--metrics-secure": "true", "--metrics-addr": ":8080", "--enable-metrics": "true", "--health-probe-bind-address": ":8082",
 		"--enable-leader-election": "true", "--leader-election-namespace": kubeRayNS,
 		"--leader-elect-lease-duration": "15s", "--leader-elect-renew-deadline": "10s", "--leader-elect-retry-period": "2s",
 		"--use-kubernetes-proxy": "true", "--cluster-domain": "corp.local", "--image-pull-tolerate-all-taints": "false",

@@ -367,7 +367,7 @@ func checkChartNonDefault(t *testing.T, root string, objs []*unstructured.Unstru
 	c := onlyContainer(t, d)
 	const img = "registry.example.com/ml/manta:v9.9.9"
 	wantArgs := map[string]string{
-		"--puller-image": img, "--metrics-addr": ":9090", "--health-probe-bind-address": ":9091",
+		"--puller-image": img, "--metrics-secure": "true", "--metrics-addr": ":9090", "--health-probe-bind-address": ":9091",
 		"--enable-leader-election": "false", "--leader-election-namespace": "ml-system", "--use-kubernetes-proxy": "true",
 		"--cluster-domain": "corp.local", "--default-pod-template": "ml-system/ray-defaults", "--reconcile-concurrency": "3",
 		"--qps": "50", "--burst": "60", "--watch-namespace": "team-a,team-b",
@@ -584,8 +584,9 @@ func allowed(t *testing.T, ctx context.Context, kc kubernetes.Interface, user, n
 var chartlessFlags = map[string]string{
 	"help":       "not a setting",
 	"pprof-addr": "a profiling endpoint for benchmarks, not for a deployed operator",
-	// A pod's metrics port is not on loopback, where alone the operator serves plain HTTP.
-	"metrics-secure": "the chart always serves metrics over HTTPS with authentication",
+	// The chart always serves metrics over HTTPS with authentication, and says so with --metrics-secure=true (which
+	// also keeps /manager from serving them as KubeRay does).
+	"metrics-as-kuberay": "the chart always serves metrics over HTTPS with authentication (--metrics-secure=true)",
 	// KubeRay's older spelling of --batch-scheduler=volcano; the chart's batchScheduler value sets the newer flag.
 	"enable-batch-scheduler": "the chart sets --batch-scheduler",
 	"forced-cluster-upgrade": "deprecated in KubeRay, where it does nothing; KubeRay's chart has no value for it",
