@@ -83,7 +83,7 @@ const (
 // (returns the updated cluster), or needing a new cluster.
 func clusterAction(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec) (*rayv1.RayCluster, clusterActionType) {
 	n, err := strconv.Atoi(c.Annotations[clusterbuild.AnnotationNumWorkerGroups])
-	if err != nil || n > len(spec.WorkerGroupSpecs) || clusterbuild.RayServiceClusterHash(spec, n) != c.Annotations[clusterbuild.AnnotationClusterSpecHash] {
+	if err != nil || n > len(spec.WorkerGroupSpecs) || !runsSpec(c, spec, n) {
 		return nil, actionNew
 	}
 	updated := c.DeepCopy()
@@ -109,6 +109,17 @@ func clusterAction(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec) (*rayv1.RayC
 	updated.Annotations[clusterbuild.AnnotationClusterSpecHash] = clusterbuild.RayServiceClusterHash(spec, len(spec.WorkerGroupSpecs))
 	updated.Annotations[clusterbuild.AnnotationNumWorkerGroups] = strconv.Itoa(len(spec.WorkerGroupSpecs))
 	return updated, actionInPlace
+}
+
+// runsSpec says whether the cluster runs spec's first n worker groups, scaling aside. The hash annotation says so
+// for a cluster Manta created or last updated. A cluster whose annotation holds another hash (KubeRay's, which
+// hashes its own Go types' JSON, when Manta takes over from KubeRay; or an older Manta's) is compared by its own
+// spec instead: without that, taking over a serving RayService would roll it to a new cluster. The annotation is
+// left as it is, so that KubeRay, started again, still finds its own hash there.
+func runsSpec(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec, n int) bool {
+	want := clusterbuild.RayServiceClusterHash(spec, n)
+	return want == c.Annotations[clusterbuild.AnnotationClusterSpecHash] ||
+		(len(c.Spec.WorkerGroupSpecs) >= n && clusterbuild.RayServiceClusterHash(&c.Spec, n) == want)
 }
 
 // planOldClusters deletes the service's clusters that are neither active nor pending once their deletion delay has

@@ -234,6 +234,39 @@ func TestClusterAction(t *testing.T) {
 	}
 }
 
+// TestClusterActionAdoptsAnotherOperatorsHash: a cluster KubeRay created for the RayService carries KubeRay's hash
+// (sha1 of its own types' JSON) under the same annotation. Taking the service over, Manta must judge the cluster by
+// its spec: the same spec is the same cluster (not a new one, which would roll a serving RayService), a scaling
+// change is made in place, an image change needs a new cluster; and the foreign hash is left for KubeRay.
+func TestClusterActionAdoptsAnotherOperatorsHash(t *testing.T) {
+	rs := planService()
+	const kuberayHash = "2MFLP1G1TDSMQ8BN3R6TC3IONUNCD1SC" // what KubeRay v1.5.0 writes: base32 of a sha1, upper case
+	c := clusterbuild.RayServiceCluster(rs, "svc-a")
+	c.Annotations[clusterbuild.AnnotationClusterSpecHash] = kuberayHash
+	spec := rs.Spec.RayClusterSpec.DeepCopy()
+	if _, a := clusterAction(c, spec); a != actionSame {
+		t.Errorf("KubeRay's cluster of the same spec: action %d, want the same cluster", a)
+	}
+	spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](5)
+	u, a := clusterAction(c, spec)
+	if a != actionInPlace || *u.Spec.WorkerGroupSpecs[0].Replicas != 5 {
+		t.Errorf("KubeRay's cluster, replicas changed: action %d, want in place", a)
+	}
+	spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "other"
+	if _, a := clusterAction(c, spec); a != actionNew {
+		t.Errorf("KubeRay's cluster, image changed: action %d, want a new cluster", a)
+	}
+	// A cluster whose spec has drifted from what its foreign hash stood for is judged by its spec too.
+	drifted := c.DeepCopy()
+	drifted.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image = "other"
+	if _, a := clusterAction(drifted, rs.Spec.RayClusterSpec.DeepCopy()); a != actionNew {
+		t.Errorf("a cluster of another spec with a foreign hash: action %d, want a new cluster", a)
+	}
+	if c.Annotations[clusterbuild.AnnotationClusterSpecHash] != kuberayHash {
+		t.Errorf("the foreign hash was rewritten: %q", c.Annotations[clusterbuild.AnnotationClusterSpecHash])
+	}
+}
+
 func TestValidateNamesTheField(t *testing.T) {
 	for name, tc := range map[string]struct {
 		mutate func(*rayv1.RayService)
