@@ -29,8 +29,8 @@ type operator struct {
 	done    chan struct{}
 }
 
-// startOperator starts bin ("kuberay" selects KubeRay's flags, anything else Manta's) with its log in the dev
-// cluster's log directory.
+// startOperator starts bin (KubeRay's flags when kuberay, Manta's otherwise) with its log in the dev cluster's log
+// directory. The operator outlives the (sub)test that starts it: the caller stops it.
 func startOperator(t *testing.T, c *devcluster.Cluster, name, bin string, kuberay bool) *operator {
 	t.Helper()
 	ports, err := devcluster.FreePorts(1)
@@ -63,7 +63,6 @@ func startOperator(t *testing.T, c *devcluster.Cluster, name, bin string, kubera
 	}
 	op := &operator{name: name, cmd: cmd, metrics: "http://" + addr + "/metrics", log: logPath, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); f.Close(); close(op.done) }()
-	t.Cleanup(op.stop)
 	t.Logf("%s started: pid %d, log %s", name, cmd.Process.Pid, logPath)
 	return op
 }

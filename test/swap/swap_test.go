@@ -56,6 +56,7 @@ type scene struct {
 	jobID, jobCluster, serveCluster string
 	dash                            *ray.DashboardClient
 	probe                           *prober
+	last                            *operator // the operator started last
 }
 
 // TestSwapUnderLiveWork: KubeRay v1.5.0 runs three RayClusters on kwok nodes, a RayJob whose driver runs on the
@@ -109,6 +110,9 @@ func TestSwapUnderLiveWork(t *testing.T) {
 	s := newScene(t, ctx, c, filepath.Join(binDir, "kubectl"))
 
 	op := startOperator(t, c, "kuberay-1", kuberay, true)
+	// Each swap stops the operator before; this stops the last one (or the one a failed swap left running).
+	t.Cleanup(func() { s.last.stop() })
+	s.last = op
 	s.createWork(t, ctx)
 	s.waitWork(t, ctx, op)
 	t.Logf("work running under KubeRay v1.5.0 after %s: RayJob %s (job %s on %s), RayService %s on %s", time.Since(start).Round(time.Second),
@@ -350,6 +354,7 @@ func (s *scene) swap(t *testing.T, ctx context.Context, from *operator, to, bin 
 	sentBefore, failedBefore := s.probe.sent.Load(), s.probe.failed.Load()
 	from.stop()
 	op := startOperator(t, s.c, to, bin, kuberay)
+	s.last = op
 	// The counts are measured and checked whether or not the statuses converge: a recreated object is often why
 	// they do not.
 	defer func() {
