@@ -57,6 +57,9 @@ type scene struct {
 	dash                            *ray.DashboardClient
 	probe                           *prober
 	last                            *operator // the operator started last
+	// initial is every UID once the work ran under KubeRay: every later snapshot must equal it, so that a late
+	// recreation (after a swap's checks, before the next swap) counts too.
+	initial uids
 }
 
 // TestSwapUnderLiveWork: KubeRay v1.5.0 runs three RayClusters on kwok nodes, a RayJob whose driver runs on the
@@ -67,10 +70,10 @@ type scene struct {
 //   - KubeRay stopped, Manta of baseRevision started;
 //   - that Manta stopped, this tree's started (the upgrade).
 //
-// After each, no pod, Service, Job or RayCluster has a new UID, is gone or is added; the head knows exactly one Ray
-// job; every status is what the work is (RayClusters ready, the RayService Running on its first cluster, the
-// RayJob RUNNING with its first job ID) as the new operator reports it, and stays so after it has reconciled every
-// object again. Then the driver is released and the RayJob ends SUCCEEDED under the last operator; the prober saw
+// After each, no pod, Service, Job or RayCluster has a new UID, is gone or is added (against what KubeRay ran at
+// first, so a late change counts too); the head knows exactly one Ray job; every status is what the work is
+// (RayClusters ready, the RayService Running on its first cluster, the RayJob RUNNING with its first job ID) as
+// the new operator reports it, and stays so after it has reconciled every object again. Then the driver is released and the RayJob ends SUCCEEDED under the last operator; the prober saw
 // no failed request.
 func TestSwapUnderLiveWork(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 35*time.Minute)
@@ -126,6 +129,11 @@ func TestSwapUnderLiveWork(t *testing.T) {
 	})
 	go s.probe.run(ctx)
 	defer s.probe.stop()
+	if s.initial, err = snapshot(ctx, s.cl, s.ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("under KubeRay: %d pods, %d Services, %d Jobs, %d RayClusters", s.initial.count("pod"), s.initial.count("service"),
+		s.initial.count("job"), s.initial.count("raycluster"))
 
 	for _, sw := range []struct {
 		to      string
@@ -146,10 +154,6 @@ func TestSwapUnderLiveWork(t *testing.T) {
 	}
 
 	// The end of the job, under the last operator.
-	before, err := snapshot(ctx, s.cl, s.ns)
-	if err != nil {
-		t.Fatal(err)
-	}
 	head := s.headPod(t, ctx, s.jobCluster)
 	if out, err := s.kubectlOut(ctx, "-n", s.ns, "exec", head, "-c", "ray-head", "--", "touch", releaseFile); err != nil {
 		t.Fatalf("release the driver: %v: %s", err, out)
@@ -170,8 +174,8 @@ func TestSwapUnderLiveWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if gone, added, recreated := before.diff(after); len(gone)+len(added)+len(recreated) > 0 {
-		t.Errorf("the job's end changed objects: gone %v, new %v, recreated %v", gone, added, recreated)
+	if gone, added, recreated := s.initial.diff(after); len(gone)+len(added)+len(recreated) > 0 {
+		t.Errorf("at the job's end, objects differ from KubeRay's: gone %v, new %v, recreated %v", gone, added, recreated)
 	}
 	out, err := s.kubectlOut(ctx, "-n", s.ns, "logs", "job/"+s.job.Name)
 	if err != nil || !strings.Contains(out, "swap-job started") || !strings.Contains(out, "swap-job released") {
@@ -351,6 +355,9 @@ func (s *scene) swap(t *testing.T, ctx context.Context, from *operator, to, bin 
 	if err != nil {
 		t.Fatal(err)
 	}
+	if gone, added, recreated := s.initial.diff(before); len(gone)+len(added)+len(recreated) > 0 {
+		t.Errorf("while %s ran, objects changed from KubeRay's: gone %v, new %v, recreated %v", from.name, gone, added, recreated)
+	}
 	sentBefore, failedBefore := s.probe.sent.Load(), s.probe.failed.Load()
 	from.stop()
 	op := startOperator(t, s.c, to, bin, kuberay)
@@ -363,7 +370,7 @@ func (s *scene) swap(t *testing.T, ctx context.Context, from *operator, to, bin 
 			t.Error(err)
 			return
 		}
-		gone, added, recreated := before.diff(after)
+		gone, added, recreated := s.initial.diff(after)
 		n := s.checkOneRayJob(t, ctx)
 		sent, failed := s.probe.sent.Load()-sentBefore, s.probe.failed.Load()-failedBefore
 		t.Logf("%s to %s: kept %d pods, %d Services, %d Jobs, %d RayClusters; gone %d %v, new %d %v, recreated %d %v; "+
