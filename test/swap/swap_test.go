@@ -66,7 +66,8 @@ type scene struct {
 // real node until the test releases it, and a RayService serving on the real node, with a prober sending requests
 // to the Serve endpoint throughout. Then, one after the other:
 //   - KubeRay stopped, Manta (this tree) started;
-//   - Manta stopped, KubeRay started again;
+//   - the RayService given a worker group of no replicas, which Manta adds to its cluster in place (stamping its
+//     own spec hash); then Manta stopped, KubeRay started again;
 //   - KubeRay stopped, Manta of baseRevision started;
 //   - that Manta stopped, this tree's started (the upgrade).
 //
@@ -139,13 +140,18 @@ func TestSwapUnderLiveWork(t *testing.T) {
 		to      string
 		bin     string
 		kuberay bool
+		// first, if set, runs under the operator before the swap.
+		first func(*testing.T, context.Context)
 	}{
-		{"manta-1", current, false},
-		{"kuberay-2", kuberay, true},
-		{"manta-base", base, false},
-		{"manta-2", current, false},
+		{to: "manta-1", bin: current},
+		{to: "kuberay-2", bin: kuberay, kuberay: true, first: s.addSpareGroup},
+		{to: "manta-base", bin: base},
+		{to: "manta-2", bin: current},
 	} {
 		t.Run(op.name+" to "+sw.to, func(t *testing.T) {
+			if sw.first != nil {
+				sw.first(t, ctx)
+			}
 			op = s.swap(t, ctx, op, sw.to, sw.bin, sw.kuberay)
 		})
 		if t.Failed() {
@@ -451,6 +457,34 @@ func (s *scene) waitConverged(t *testing.T, ctx context.Context, op *operator) {
 			t.Errorf("%s's status of %s changed on a reconcile with nothing changed:\nbefore %s\nafter  %s", op.name, k, d, again[k])
 		}
 	}
+}
+
+// addSpareGroup appends a worker group of no replicas to the RayService, and waits for the operator to add it to
+// the serving cluster in place (no pod is made, so the UIDs stay KubeRay's). The cluster then carries Manta's spec
+// hash: the next operator, KubeRay, must take that cluster over as it is.
+func (s *scene) addSpareGroup(t *testing.T, ctx context.Context) {
+	zero, one := int32(0), int32(1)
+	waitFor(t, ctx, time.Minute, "add a worker group to RayService "+s.service.Name, func() (bool, string) {
+		var rs rayv1.RayService
+		if err := s.cl.Get(ctx, client.ObjectKeyFromObject(s.service), &rs); err != nil {
+			return false, err.Error()
+		}
+		rs.Spec.RayClusterSpec.WorkerGroupSpecs = append(rs.Spec.RayClusterSpec.WorkerGroupSpecs, rayv1.WorkerGroupSpec{
+			GroupName: "spare", Replicas: &zero, MinReplicas: &zero, MaxReplicas: &one, RayStartParams: map[string]string{},
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{rayContainer("ray-worker", "400m", "1Gi")}}},
+		})
+		err := s.cl.Update(ctx, &rs)
+		return err == nil, fmt.Sprint(err)
+	})
+	var rc rayv1.RayCluster
+	waitFor(t, ctx, 2*time.Minute, "the spare group added to "+s.serveCluster+" in place", func() (bool, string) {
+		if err := s.cl.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.serveCluster}, &rc); err != nil {
+			return false, err.Error()
+		}
+		return len(rc.Spec.WorkerGroupSpecs) == 1 && rc.Annotations["ray.io/num-worker-groups"] == "1",
+			fmt.Sprintf("%d worker groups, annotations %v", len(rc.Spec.WorkerGroupSpecs), rc.Annotations)
+	})
+	t.Logf("RayCluster %s has the spare group; its annotations: %v", rc.Name, rc.Annotations)
 }
 
 // checkOneRayJob checks that the RayJob's head knows exactly one Ray job, the RayJob's, and returns how many it

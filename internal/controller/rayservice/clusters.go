@@ -108,6 +108,7 @@ func clusterAction(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec) (*rayv1.RayC
 	updated.Annotations = maps.Clone(updated.Annotations)
 	updated.Annotations[clusterbuild.AnnotationClusterSpecHash] = clusterbuild.RayServiceClusterHash(spec, len(spec.WorkerGroupSpecs))
 	updated.Annotations[clusterbuild.AnnotationNumWorkerGroups] = strconv.Itoa(len(spec.WorkerGroupSpecs))
+	delete(updated.Annotations, annotationKubeRayVersion)
 	return updated, actionInPlace
 }
 

@@ -9,6 +9,12 @@ package rayservice
 // the old clusters (they carry its name in ray.io/originated-from-cr-name).
 const Finalizer = "ray.io/rayservice-finalizer"
 
+// annotationKubeRayVersion is the KubeRay release that created or last stamped a RayService's cluster. KubeRay
+// re-stamps its spec hash in place on a cluster whose version is not its own, and judges the others by their hash:
+// Manta drops it where it writes its own hash, so that KubeRay, started again, re-stamps the cluster instead of
+// reading Manta's hash as a spec change and rolling the service to a new cluster.
+const annotationKubeRayVersion = "ray.io/kuberay-version"
+
 // Condition messages, KubeRay's (users and tools match on them).
 const (
 	msgInitializing          = "RayService is initializing"

@@ -237,12 +237,14 @@ func TestClusterAction(t *testing.T) {
 // TestClusterActionAdoptsAnotherOperatorsHash: a cluster KubeRay created for the RayService carries KubeRay's hash
 // (sha1 of its own types' JSON) under the same annotation. Taking the service over, Manta must judge the cluster by
 // its spec: the same spec is the same cluster (not a new one, which would roll a serving RayService), a scaling
-// change is made in place, an image change needs a new cluster; and the foreign hash is left for KubeRay.
+// change is made in place (stamping Manta's hash and dropping KubeRay's version), an image change needs a new
+// cluster; and an unchanged cluster keeps KubeRay's hash.
 func TestClusterActionAdoptsAnotherOperatorsHash(t *testing.T) {
 	rs := planService()
 	const kuberayHash = "2MFLP1G1TDSMQ8BN3R6TC3IONUNCD1SC" // what KubeRay v1.5.0 writes: base32 of a sha1, upper case
 	c := clusterbuild.RayServiceCluster(rs, "svc-a")
 	c.Annotations[clusterbuild.AnnotationClusterSpecHash] = kuberayHash
+	c.Annotations[annotationKubeRayVersion] = "v1.5.0"
 	spec := rs.Spec.RayClusterSpec.DeepCopy()
 	if _, a := clusterAction(c, spec); a != actionSame {
 		t.Errorf("KubeRay's cluster of the same spec: action %d, want the same cluster", a)
@@ -251,6 +253,11 @@ func TestClusterActionAdoptsAnotherOperatorsHash(t *testing.T) {
 	u, a := clusterAction(c, spec)
 	if a != actionInPlace || *u.Spec.WorkerGroupSpecs[0].Replicas != 5 {
 		t.Errorf("KubeRay's cluster, replicas changed: action %d, want in place", a)
+	}
+	// Manta's hash now, and no KubeRay version: KubeRay, started again, re-stamps the cluster rather than judging
+	// Manta's hash as its own.
+	if _, ok := u.Annotations[annotationKubeRayVersion]; ok || u.Annotations[clusterbuild.AnnotationClusterSpecHash] == kuberayHash {
+		t.Errorf("after an in-place update: annotations %v, want Manta's hash and no %s", u.Annotations, annotationKubeRayVersion)
 	}
 	spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "other"
 	if _, a := clusterAction(c, spec); a != actionNew {
