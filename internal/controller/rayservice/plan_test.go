@@ -287,6 +287,47 @@ func TestClusterActionTakeover(t *testing.T) {
 	}
 }
 
+// TestClusterActionJudgesForeignClustersBySpec: a cluster KubeRay created for the RayService carries KubeRay's hash
+// (sha1 of its own types' JSON) under the same annotation. Taking the service over, Manta judges the cluster by its
+// spec: the same spec is kept and stamped in place (not a new cluster, which would roll a serving RayService), a
+// scaling change is made in place, an image change, or a cluster that drifted from its spec, needs a new cluster.
+func TestClusterActionJudgesForeignClustersBySpec(t *testing.T) {
+	rs := planService()
+	const kuberayHash = "2MFLP1G1TDSMQ8BN3R6TC3IONUNCD1SC" // what KubeRay v1.5.0 writes: base32 of a sha1, upper case
+	c := clusterbuild.RayServiceCluster(rs, "svc-a")
+	delete(c.Annotations, clusterbuild.AnnotationVersion)
+	delete(c.Annotations, clusterbuild.AnnotationCommit)
+	c.Annotations[clusterbuild.AnnotationClusterSpecHash] = kuberayHash
+	c.Annotations[clusterbuild.AnnotationKubeRayVersion] = "v1.5.0"
+	spec := rs.Spec.RayClusterSpec.DeepCopy()
+	if u, a := clusterAction(c, spec); a != actionInPlace || !equality.Semantic.DeepEqual(u.Spec, c.Spec) {
+		t.Errorf("KubeRay's cluster of the same spec: action %d, want it kept and stamped in place", a)
+	}
+	spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](5)
+	u, a := clusterAction(c, spec)
+	if a != actionInPlace || *u.Spec.WorkerGroupSpecs[0].Replicas != 5 {
+		t.Errorf("KubeRay's cluster, replicas changed: action %d, want in place", a)
+	}
+	// Manta's hash now, and no KubeRay version: KubeRay, started again, re-stamps the cluster rather than judging
+	// Manta's hash as its own.
+	if _, ok := u.Annotations[clusterbuild.AnnotationKubeRayVersion]; ok || u.Annotations[clusterbuild.AnnotationClusterSpecHash] == kuberayHash {
+		t.Errorf("after an in-place update: annotations %v, want Manta's hash and no %s", u.Annotations, clusterbuild.AnnotationKubeRayVersion)
+	}
+	spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "other"
+	if _, a := clusterAction(c, spec); a != actionNew {
+		t.Errorf("KubeRay's cluster, image changed: action %d, want a new cluster", a)
+	}
+	// A cluster whose spec has drifted from what its foreign hash stood for is judged by its spec too.
+	drifted := c.DeepCopy()
+	drifted.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image = "other"
+	if _, a := clusterAction(drifted, rs.Spec.RayClusterSpec.DeepCopy()); a != actionNew {
+		t.Errorf("a cluster of another spec with a foreign hash: action %d, want a new cluster", a)
+	}
+	if c.Annotations[clusterbuild.AnnotationClusterSpecHash] != kuberayHash {
+		t.Errorf("clusterAction rewrote its argument's hash: %q", c.Annotations[clusterbuild.AnnotationClusterSpecHash])
+	}
+}
+
 func TestValidateNamesTheField(t *testing.T) {
 	for name, tc := range map[string]struct {
 		mutate func(*rayv1.RayService)
