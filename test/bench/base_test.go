@@ -4,9 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"os/exec"
-	"path/filepath"
-	"strings"
+
+	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // baseBinary is the manta binary of the contender manta-base: MANTA_BENCH_BASE_BIN when set; with
@@ -21,32 +20,11 @@ func baseBinary(getenv func(string) string, root, dir string) (string, error) {
 	case rev == "":
 		return bin, nil
 	}
-	commit, err := git(root, "rev-parse", "--verify", rev+"^{commit}")
+	bin, err := testutil.BuildMantaAt(root, rev, dir)
 	if err != nil {
 		return "", fmt.Errorf("MANTA_BENCH_BASE=%s: %w", rev, err)
 	}
-	src := filepath.Join(dir, "src")
-	if _, err := git(root, "worktree", "add", "--detach", src, commit); err != nil {
-		return "", err
-	}
-	defer func() { _, _ = git(root, "worktree", "remove", "--force", src) }()
-	bin = filepath.Join(dir, "manta")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/manta")
-	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build Manta at %s (MANTA_BENCH_BASE=%s): %v\n%s", commit, rev, err, out)
-	}
 	return bin, nil
-}
-
-func git(dir string, args ...string) (string, error) {
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out)), nil
 }
 
 // binaryFor is the binary a contender runs, from bins: "kuberay", "manta" (this tree's) and "manta-base" (empty

@@ -137,37 +137,6 @@ func (o *operator) reconciles(ctx context.Context) (map[string]int, error) {
 	return counts, nil
 }
 
-// buildMantaAt builds cmd/manta of revision rev of the repository at root into dir/manta, from a detached git
-// worktree removed once built (as test/bench's manta-base).
-func buildMantaAt(root, rev, dir string) (string, error) {
-	commit, err := git(root, "rev-parse", "--verify", rev+"^{commit}")
-	if err != nil {
-		return "", err
-	}
-	src := filepath.Join(dir, "src")
-	if _, err := git(root, "worktree", "add", "--detach", src, commit); err != nil {
-		return "", err
-	}
-	defer func() { _, _ = git(root, "worktree", "remove", "--force", src) }()
-	bin := filepath.Join(dir, "manta")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/manta")
-	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build Manta at %s: %v\n%s", commit, err, out)
-	}
-	return bin, nil
-}
-
-func git(dir string, args ...string) (string, error) {
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out)), nil
-}
-
 // execOut runs a command and returns its combined output.
 func execOut(ctx context.Context, name string, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()

@@ -93,7 +93,7 @@ func TestSwapUnderLiveWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base, err := buildMantaAt(root, baseRevision, t.TempDir())
+	base, err := testutil.BuildMantaAt(root, baseRevision, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
