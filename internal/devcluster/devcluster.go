@@ -82,6 +82,11 @@ type Options struct {
 	// own. While it runs, every fake node carries FakeNodeTaint, so pods land on the real node unless they
 	// tolerate it. It needs what RealNodeSupport checks; Start fails naming what is missing.
 	RealNode bool
+	// MantaImage builds Manta's image from this repository (images.EnsureManta, as `make image` does) while the
+	// control plane starts, and pushes it to the real node's registry as images.MantaRef(), charts/manta's default
+	// image. Without it, the image `make image` last left in <BinDir>/images/manta, if any, is pushed as it is.
+	// Only with RealNode.
+	MantaImage bool
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -188,6 +193,9 @@ func (o Options) complete() (Options, error) {
 			n = 3
 		}
 		o.Pools = []NodePool{{Name: "kwok-node", Count: n, CPU: o.NodeCPU, Memory: o.NodeMemory, Pods: o.NodeMaxPods}}
+	}
+	if o.MantaImage && !o.RealNode {
+		return o, errors.New("devcluster: MantaImage needs RealNode: only the real node runs images")
 	}
 	if o.RealNode {
 		fake := corev1.Taint{Key: FakeNodeTaint, Value: "fake", Effect: corev1.TaintEffectNoSchedule}
