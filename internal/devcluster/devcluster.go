@@ -23,7 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/manta-dev/manta/internal/liveproc"
 )
@@ -492,14 +491,9 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 	if len(dirs) == 0 {
 		return nil
 	}
-	// envtest waits 10s by default for the CRDs to be served, too little on a loaded machine.
-	crds, err := envtest.InstallCRDs(c.config, envtest.CRDInstallOptions{Paths: dirs, ErrorIfPathMissing: false, MaxTime: 2 * time.Minute})
+	names, err := installCRDFiles(ctx, c.config, dirs, 2*time.Minute)
 	if err != nil {
 		return fmt.Errorf("install CRDs: %w", err)
-	}
-	names := make([]string, 0, len(crds))
-	for _, crd := range crds {
-		names = append(names, crd.Name)
 	}
 	c.opts.Logf("devcluster: installed CRDs %s", strings.Join(names, ", "))
 	return nil
