@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -34,7 +35,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/devcluster/images"
 	"github.com/manta-dev/manta/internal/testutil"
@@ -106,7 +109,8 @@ func TestHelmInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.checkMetrics(t, ctx, podIP(ops, leader), job)
-	e.checkAPIServer(t, ctx, ns, job.Name)
+	e.checkAPIServer(t, ctx, ns)
+	e.checkImagePull(t, ctx, ns)
 
 	// The Ray job runs until the test releases it, so the leader is deleted while it runs.
 	running := e.waitJob(t, ctx, job, func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
@@ -324,13 +328,20 @@ func (e *env) waitJob(t *testing.T, ctx context.Context, job *rayv1.RayJob, cond
 	return got
 }
 
-// submissions lists the submission IDs of the jobs the RayJob's head has been given (Ray's job list, read through
-// the API server's services/proxy).
+// submissions lists the submission IDs of the jobs the RayJob's head has been given: Ray's job list, from the
+// dashboard at the head Service's cluster DNS name, as the operator reaches it.
 func (e *env) submissions(t *testing.T, ctx context.Context, job *rayv1.RayJob) []string {
 	t.Helper()
-	raw, err := e.cs.CoreV1().Services(job.Namespace).ProxyGet("http", job.Status.RayClusterName+"-head-svc", "dashboard", "api/jobs/", nil).DoRaw(ctx)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DialContext: e.cluster.DialContext}}
+	url := fmt.Sprintf("http://%s-head-svc.%s.svc.cluster.local:8265/api/jobs/", job.Status.RayClusterName, job.Namespace)
+	resp, err := hc.Get(url)
 	if err != nil {
-		t.Fatalf("Ray's job list of %s: %v: %s", job.Status.RayClusterName, err, raw)
+		t.Fatalf("Ray's job list: %v", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("Ray's job list at %s: %d %v: %.300s", url, resp.StatusCode, err, raw)
 	}
 	var jobs []struct {
 		Type         string  `json:"type"`
@@ -446,9 +457,11 @@ func (e *env) token(t *testing.T, ctx context.Context, name string) string {
 	return tr.Status.Token
 }
 
-// checkAPIServer asks the chart's API server, at its Service, for the RayJob with a ServiceAccount token that may
-// read RayJobs in ns: the answer names it (TokenReview, SubjectAccessReview and reading the RayJob, in-cluster).
-func (e *env) checkAPIServer(t *testing.T, ctx context.Context, ns, name string) {
+// checkAPIServer lists RayJobs in ns through the chart's API server, at its Service: a ServiceAccount token allowed
+// to read RayJobs there gets 200, the unbound one 403, which needs the API server's TokenReview and
+// SubjectAccessReview rights and its in-cluster client. (The list is empty: like KubeRay's, it shows only the
+// objects the API server created.)
+func (e *env) checkAPIServer(t *testing.T, ctx context.Context, ns string) {
 	t.Helper()
 	token := e.token(t, ctx, "rayjob-reader")
 	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "rayjob-reader", Namespace: ns},
@@ -462,8 +475,8 @@ func (e *env) checkAPIServer(t *testing.T, ctx context.Context, ns, name string)
 		}
 	}
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DialContext: e.cluster.DialContext}}
-	url := fmt.Sprintf("http://%s.%s.svc.cluster.local:8888/apis/v1/namespaces/%s/jobs/%s", apiserver, system, ns, name)
-	waitFor(t, ctx, time.Minute, "the API server's answer for RayJob "+name, func() (bool, string) {
+	url := fmt.Sprintf("http://%s.%s.svc.cluster.local:8888/apis/v1/namespaces/%s/jobs", apiserver, system, ns)
+	get := func(token string) (int, string) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -471,13 +484,70 @@ func (e *env) checkAPIServer(t *testing.T, ctx context.Context, ns, name string)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := hc.Do(req)
 		if err != nil {
-			return false, err.Error()
+			return 0, err.Error()
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"name":"`+name+`"`), fmt.Sprintf("%d: %.300s", resp.StatusCode, b)
+		return resp.StatusCode, string(b)
+	}
+	waitFor(t, ctx, time.Minute, "the API server's list of RayJobs in "+ns, func() (bool, string) {
+		code, b := get(token)
+		return code == http.StatusOK, fmt.Sprintf("%d: %.300s", code, b)
 	})
-	t.Logf("the API server pod answered GET %s", url)
+	if code, b := get(e.token(t, ctx, "api-stranger")); code != http.StatusForbidden {
+		t.Errorf("the API server with an unbound ServiceAccount's token: %d, want 403: %.200s", code, b)
+	}
+	t.Logf("the API server pod answered GET %s: 200 for a token that may list RayJobs there, 403 for one that may not", url)
+}
+
+// checkImagePull pulls the Redis image onto the real node with an ImagePullJob: its puller pod copies /puller from
+// the operator's --puller-image, which the chart sets to its own image, the one the dev cluster built.
+func (e *env) checkImagePull(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
+	const image = "docker.io/library/redis:7.4.0"
+	job := &mantav1alpha1.ImagePullJob{
+		ObjectMeta: metav1.ObjectMeta{Name: "redis", Namespace: ns},
+		Spec: mantav1alpha1.ImagePullJobSpec{
+			Image:    image,
+			Selector: &mantav1alpha1.ImagePullJobNodeSelector{Names: []string{devcluster.RealNodeName}},
+		},
+	}
+	if err := e.cl.Create(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	var pullers []string
+	waitFor(t, ctx, 4*time.Minute, "ImagePullJob "+job.Name+" complete", func() (bool, string) {
+		pods, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: imagepulljob.LabelImagePuller})
+		if err == nil {
+			for _, p := range pods.Items {
+				for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+					if !slices.Contains(pullers, c.Image) {
+						pullers = append(pullers, c.Image)
+					}
+				}
+			}
+		}
+		var got mantav1alpha1.ImagePullJob
+		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(job), &got); err != nil {
+			return false, err.Error()
+		}
+		if got.Status.Failed > 0 {
+			t.Fatalf("ImagePullJob failed: %+v; %s", got.Status, e.nsReport(ctx, ns))
+		}
+		return got.Status.Succeeded == 1, fmt.Sprintf("status %+v; %s", got.Status, e.nsReport(ctx, ns))
+	})
+	t.Logf("ImagePullJob pulled %s onto %s; puller pod images seen: %v", image, devcluster.RealNodeName, pullers)
+	// Puller pods may be gone before a poll sees them: the operator's flag says which image they run.
+	var d appsv1.Deployment
+	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: system, Name: operator}, &d); err != nil {
+		t.Fatal(err)
+	}
+	if want := "--puller-image=" + images.MantaRef(); !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, want) {
+		t.Errorf("the operator's args lack %s: %v", want, d.Spec.Template.Spec.Containers[0].Args)
+	}
+	if len(pullers) > 0 && !slices.Contains(pullers, images.MantaRef()) {
+		t.Errorf("the puller pod ran %v, none of them %s", pullers, images.MantaRef())
+	}
 }
 
 // checkUninstall: helm uninstall removes the operator and the API server and nothing of the user's: the CRDs,
