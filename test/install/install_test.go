@@ -122,12 +122,15 @@ func TestHelmInstall(t *testing.T) {
 	t.Logf("Ray job %s running on RayCluster %s (pods %v); deleting the leader %s", running.Status.JobId,
 		running.Status.RayClusterName, sortedNames(rayPods), leader)
 
+	deleted := time.Now()
 	if err := e.cs.CoreV1().Pods(system).Delete(ctx, leader, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	others := slices.DeleteFunc(podNames(ops), func(n string) bool { return n == leader })
-	next := e.waitLeader(t, ctx, others, leader)
-	t.Logf("the Lease moved from %s to %s", leader, next)
+	standby := slices.DeleteFunc(podNames(ops), func(n string) bool { return n == leader })
+	// The standby or the Deployment's replacement for the deleted pod, whichever acquires the Lease first.
+	next := e.waitLeader(t, ctx, nil, leader)
+	t.Logf("the Lease moved from %s to %s (the standby was %v) %s after the delete", leader, next, standby,
+		time.Since(deleted).Round(100*time.Millisecond))
 	e.release(t, ctx, ns, running.Status.RayClusterName)
 
 	done := e.waitJob(t, ctx, job, func(j *rayv1.RayJob) bool {
@@ -187,6 +190,9 @@ func startEnv(t *testing.T, ctx context.Context) *env {
 	})
 	t.Logf("dev cluster with a real node and %s up in %s", images.MantaRef(), time.Since(start).Round(time.Millisecond))
 	scheme, err := testutil.Scheme()
+	if err == nil {
+		err = apiextensionsv1.AddToScheme(scheme)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,12 +266,25 @@ func (e *env) waitReady(t *testing.T, ctx context.Context, name string, n int) [
 	return ready
 }
 
-// waitLeader waits until the operator's Lease is held by one of pods (a holder identity is the pod's hostname,
-// its name, then "_" and a UUID) other than not, and returns that pod's name.
+// waitLeader waits until the operator's Lease is held by one of pods (nil: any running pod of the operator's
+// Deployment) other than not, and returns that pod's name. A holder identity is the pod's hostname, its name, then
+// "_" and a UUID.
 func (e *env) waitLeader(t *testing.T, ctx context.Context, pods []string, not string) string {
 	t.Helper()
 	var holder string
-	waitFor(t, ctx, 3*time.Minute, "the Lease "+leaseName+" held by one of "+strings.Join(pods, ", "), func() (bool, string) {
+	waitFor(t, ctx, 3*time.Minute, "the Lease "+leaseName+" held by a pod of "+operator+" other than "+not, func() (bool, string) {
+		pods := pods
+		if pods == nil {
+			list, err := e.cs.CoreV1().Pods(system).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator"})
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, p := range list.Items {
+				if p.DeletionTimestamp == nil {
+					pods = append(pods, p.Name)
+				}
+			}
+		}
 		var l coordinationv1.Lease
 		if err := e.cl.Get(ctx, types.NamespacedName{Namespace: system, Name: leaseName}, &l); err != nil {
 			return false, err.Error()
