@@ -17,7 +17,8 @@ import (
 
 // TestEnsureManta: Manta's image holds what the Dockerfile's does (the manta binary as entrypoint, /puller, the
 // machine's CA bundle, distroless's nonroot user, user 65532:65532) plus /manager, a hard link to /manta; the
-// binary in it reports the repository's commit; a second EnsureManta with nothing changed keeps the layout.
+// binary in it starts with no writable directory and reports the repository's commit; a second EnsureManta with
+// nothing changed keeps the layout.
 func TestEnsureManta(t *testing.T) {
 	ctx := testContext(t, 15*time.Minute)
 	src := filepath.Join(repoBin(t), "..")
@@ -71,9 +72,13 @@ func TestEnsureManta(t *testing.T) {
 	if err := os.WriteFile(bin, binaryOf(t, v, "manta"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.CommandContext(ctx, bin, "version").CombinedOutput()
+	// With nowhere to write, as under the chart's readOnlyRootFilesystem: a package that writes at init (envtest's
+	// port cache did) would panic here.
+	cmd := exec.CommandContext(ctx, bin, "version")
+	cmd.Env = []string{"HOME=/proc/nowhere", "XDG_CACHE_HOME=/proc/nowhere", "TMPDIR=/proc/nowhere"}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("manta version: %v: %s", err, out)
+		t.Fatalf("manta version with nowhere to write: %v: %s", err, out)
 	}
 	if commit := gitCommit(ctx, src); commit == "unknown" || !strings.Contains(string(out), commit) {
 		t.Errorf("manta version says %q, want commit %s", out, commit)
