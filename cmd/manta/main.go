@@ -20,7 +20,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := newRootCommand().ExecuteContext(ctx); err != nil {
+	root := newRootCommand()
+	root.SetArgs(commandArgs(os.Args[0], os.Args[1:]))
+	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "manta:", err)
 		os.Exit(1)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	goflag "flag"
 	"fmt"
 	"os"
 	"runtime/debug"
@@ -13,9 +14,12 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
+	crconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
+	"github.com/manta-dev/manta/internal/features"
+	"github.com/manta-dev/manta/internal/logging"
 	"github.com/manta-dev/manta/internal/operator"
 	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/procs"
@@ -72,12 +76,12 @@ func (f *optimizationsFlag) Set(v string) error {
 }
 
 // applyKubeRayEnv applies the environment variables KubeRay's operator reads (operator.ApplyKubeRayEnv), under the
-// flags given on the command line, and logs a warning for each one Manta does not honour.
-func applyKubeRayEnv(fs *pflag.FlagSet, o *operator.Options, getenv func(string) string) error {
+// flags given on the command line, and returns a warning for each one Manta does not honour.
+func applyKubeRayEnv(fs *pflag.FlagSet, o *operator.Options, getenv func(string) string) ([]string, error) {
 	domain, noCleanup := o.ClusterDomain, o.NoRedisCleanup
 	warnings, err := operator.ApplyKubeRayEnv(getenv, o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if fs.Changed("cluster-domain") {
 		o.ClusterDomain = domain
@@ -85,10 +89,7 @@ func applyKubeRayEnv(fs *pflag.FlagSet, o *operator.Options, getenv func(string)
 	if fs.Changed("gcs-ft-redis-cleanup") {
 		o.NoRedisCleanup = noCleanup
 	}
-	for _, w := range warnings {
-		ctrl.Log.WithName("operator").Info("WARNING: " + w)
-	}
-	return nil
+	return warnings, nil
 }
 
 // envRedisCleanup is KubeRay's environment switch for the Redis cleanup, honoured as --gcs-ft-redis-cleanup's default.
@@ -108,19 +109,42 @@ func (b negatedBool) Set(s string) error {
 	return nil
 }
 
-func newOperatorCommand() *cobra.Command {
-	var o operator.Options
-	var gcPercent int
-	var adaptive bool
+func newOperatorCommand() *cobra.Command { return newOperatorCommandWith(&operatorFlags{}) }
+
+// operatorFlags hold what `manta operator`'s own flags parse into.
+type operatorFlags struct {
+	o         operator.Options
+	kr        kubeRayFlags
+	gcPercent int
+	adaptive  bool
+}
+
+func newOperatorCommandWith(f *operatorFlags) *cobra.Command {
+	o, kr := &f.o, &f.kr
 	cmd := &cobra.Command{
 		Use:   "operator",
 		Short: "Run the RayCluster, RayJob, RayService and ImagePullJob controllers",
 		Args:  cobra.NoArgs,
+		// The log outputs come from the flags and the configuration file, read in RunE.
+		Annotations: map[string]string{ownLogger: "kuberay"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			setGCPercent(cmd.Flags().Changed("gc-percent"), gcPercent)
-			if err := applyKubeRayEnv(cmd.Flags(), &o, os.Getenv); err != nil {
+			setGCPercent(cmd.Flags().Changed("gc-percent"), f.gcPercent)
+			res, err := resolveOperator(cmd.Flags(), o, kr, os.Getenv, os.ReadFile)
+			if err != nil {
 				return err
 			}
+			log, logFile, err := logging.New(logOptions, res.outputs)
+			if err != nil {
+				return err
+			}
+			defer logFile.Close()
+			ctrl.SetLogger(logging.Lazy(log))
+			setupLog := ctrl.Log.WithName("setup")
+			for _, w := range res.warnings {
+				setupLog.Info("WARNING: " + w)
+			}
+			setupLog.Info("feature gates", "gates", res.gates.Describe())
+			features.Set(res.gates)
 			if err := o.Validate(); err != nil {
 				return err
 			}
@@ -130,23 +154,31 @@ func newOperatorCommand() *cobra.Command {
 			}
 			ctx, cancel := context.WithCancel(cmd.Context())
 			defer cancel()
-			if adaptProcs(cmd.Flags().Changed("adaptive-procs"), adaptive) {
+			if adaptProcs(cmd.Flags().Changed("adaptive-procs"), f.adaptive) {
 				go (&procs.Adapter{}).Run(ctx)
 			}
-			return operator.Run(ctx, cfg, o)
+			return operator.Run(ctx, cfg, *o)
 		},
 	}
 	fs := cmd.Flags()
-	addOperatorFlags(fs, &o)
+	addOperatorFlags(fs, o)
+	addKubeRayFlags(fs, kr)
+	// KubeRay's operator parses Go's flag.CommandLine, where controller-runtime registers --kubeconfig, which
+	// ctrl.GetConfig reads; so does this command.
+	if kf := goflag.CommandLine.Lookup(crconfig.KubeconfigFlagName); kf != nil {
+		fs.AddGoFlag(kf)
+	}
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":8080", "address of the metrics endpoint (0 disables it)")
 	fs.Var(negatedBool{&o.MetricsInsecure}, "metrics-secure", "serve metrics over HTTPS to callers whose bearer token Kubernetes authenticates (TokenReview) and authorises for get on /metrics "+
 		"(SubjectAccessReview); false serves plain HTTP to anyone, and is refused unless --metrics-addr is a loopback address")
 	fs.Lookup("metrics-secure").NoOptDefVal = "true"
+	fs.BoolVar(&o.MetricsAsKubeRay, "metrics-as-kuberay", false, "serve /metrics as KubeRay's operator does: plain HTTP to anyone who reaches --metrics-addr, on any address "+
+		"(on by default when the binary runs as KubeRay's /manager, whose chart probes and scrapes :8080/metrics without credentials; --metrics-secure turns it off)")
 	fs.StringVar(&o.HealthProbeAddr, "health-probe-bind-address", ":8082", "address of the health probes")
 	fs.StringVar(&o.PprofAddr, "pprof-addr", "", "address of the net/http/pprof endpoints (empty disables them)")
-	fs.IntVar(&gcPercent, "gc-percent", defaultGCPercent, "Go garbage collection target (GOGC): the heap may grow this many percent over what is live before a collection; "+
+	fs.IntVar(&f.gcPercent, "gc-percent", defaultGCPercent, "Go garbage collection target (GOGC): the heap may grow this many percent over what is live before a collection; "+
 		"the GOGC environment variable applies when this flag is not given, "+fmt.Sprint(defaultGCPercent)+" when neither is")
-	fs.BoolVar(&adaptive, "adaptive-procs", true, "run Go at one P (GOMAXPROCS=1) while the operator uses well under a core, and at the runtime's default "+
+	fs.BoolVar(&f.adaptive, "adaptive-procs", true, "run Go at one P (GOMAXPROCS=1) while the operator uses well under a core, and at the runtime's default "+
 		"while it needs more (see internal/procs); the GOMAXPROCS environment variable turns it off when this flag is not given")
 	fs.BoolVar(&o.LeaderElection, "enable-leader-election", true, "elect a leader so only one replica reconciles")
 	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease")

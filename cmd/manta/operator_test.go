@@ -144,7 +144,7 @@ func TestOperatorKubeRayEnv(t *testing.T) {
 		if err := fs.Parse(c.args); err != nil {
 			t.Fatal(err)
 		}
-		if err := applyKubeRayEnv(fs, &o, getenv); err != nil {
+		if _, err := applyKubeRayEnv(fs, &o, getenv); err != nil {
 			t.Fatal(err)
 		}
 		if o.ClusterDomain != c.domain || o.RayJobStatusCheckTimeout.Seconds() != 42 {
@@ -155,7 +155,7 @@ func TestOperatorKubeRayEnv(t *testing.T) {
 	var o operator.Options
 	fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
 	addOperatorFlags(fs, &o)
-	if err := applyKubeRayEnv(fs, &o, getenv); err == nil || !strings.Contains(err.Error(), "RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS") {
+	if _, err := applyKubeRayEnv(fs, &o, getenv); err == nil || !strings.Contains(err.Error(), "RAYJOB_STATUS_CHECK_TIMEOUT_SECONDS") {
 		t.Errorf("err %v", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/version"
 )
 
 func res(limits, requests map[string]string) corev1.ResourceRequirements {
@@ -164,7 +165,9 @@ func TestHeadPodEnvPortsProbes(t *testing.T) {
 	if diff := cmp.Diff(wantLabels, pod.Labels); diff != "" {
 		t.Errorf("labels (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(map[string]string{"ray.io/ft-enabled": "false", "ray.io/pod-template-hash": "h1"}, pod.Annotations); diff != "" {
+	wantAnnotations := map[string]string{"ray.io/ft-enabled": "false", "ray.io/pod-template-hash": "h1",
+		"manta.dev/version": version.Version, "manta.dev/commit": version.GitCommit()}
+	if diff := cmp.Diff(wantAnnotations, pod.Annotations); diff != "" {
 		t.Errorf("annotations (-want +got):\n%s", diff)
 	}
 	wantLiveness := &corev1.Probe{

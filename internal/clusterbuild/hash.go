@@ -76,3 +76,43 @@ func hashJSON(v any) string {
 	sum := sha256.Sum256(js)
 	return strings.ToLower(base32.HexEncoding.WithPadding(base32.NoPadding).EncodeToString(sum[:20]))
 }
+
+// RecreatePlan is what a cluster's pods say about its templates: whether upgradeStrategy Recreate must replace
+// them all, and which pods need the current hash stamped.
+type RecreatePlan struct {
+	// Recreate is set when a pod stamped by this Manta release carries a hash its group no longer has: the user
+	// changed the template since the pod was built.
+	Recreate bool
+	// Stamp are the indexes of the pods to stamp with their group's current hash and this release: pods without a
+	// hash (built by KubeRay or another operator), and, under Recreate, pods whose hash another Manta release
+	// computed.
+	Stamp []int
+}
+
+// PlanRecreate decides from the pods' stamps alone, never from what the pods hold: the hash covers only the user's
+// spec (Hashes), and a hash is compared only with one the same release computed. A release whose hashing differs
+// (a new API field, a new CRD default) takes the old pods over as current, as KubeRay's ray.io/kuberay-version
+// guard does, so an operator upgrade or takeover never recreates a pod; a template change made while another
+// release ran is applied by the next change. Pods of groups no longer in the spec are left to the caller.
+func PlanRecreate(pods []corev1.Pod, h TemplateHashes, recreate bool) RecreatePlan {
+	var p RecreatePlan
+	for i := range pods {
+		want, ok := h.For(pods[i].Labels)
+		if !ok {
+			continue
+		}
+		a := pods[i].Annotations
+		have := a[AnnotationPodTemplateHash]
+		switch {
+		case have == "":
+			p.Stamp = append(p.Stamp, i)
+		case !recreate:
+			// The hash is read only under Recreate: nothing to keep current.
+		case !StampedByThisVersion(a):
+			p.Stamp = append(p.Stamp, i)
+		case have != want:
+			return RecreatePlan{Recreate: true}
+		}
+	}
+	return p
+}

@@ -26,6 +26,8 @@ type PodOptions struct {
 	// BatchScheduler is the operator's batch scheduler (one of BatchSchedulers; empty: none), which the pod is
 	// handed to (AddSchedulerMetadata).
 	BatchScheduler string
+	// Defaults are the operator's sidecars, env, labels and annotations for Ray pods (nil: none).
+	Defaults *PodDefaults
 }
 
 // HeadPod builds the head pod of c from the user's head template.
@@ -69,6 +71,7 @@ func HeadPod(c *rayv1.RayCluster, o PodOptions) *corev1.Pod {
 	configureTLS(c, pod, rayv1.NodeTypeHead)
 	addHistoryCollector(c, pod, rayv1.NodeTypeHead, HeadServiceFQDN(c, o.ClusterDomain))
 	addClusterSchedulerMetadata(c, pod, rayv1.HeadGroupName, o.BatchScheduler)
+	o.Defaults.sidecars(pod, rayv1.NodeTypeHead)
 	return pod
 }
 
@@ -101,6 +104,7 @@ func WorkerPod(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions) *cor
 	configureTLS(c, pod, rayv1.NodeTypeWorker)
 	addHistoryCollector(c, pod, rayv1.NodeTypeWorker, fqdn)
 	addClusterSchedulerMetadata(c, pod, g.GroupName, o.BatchScheduler)
+	o.Defaults.sidecars(pod, rayv1.NodeTypeWorker)
 	return pod
 }
 
@@ -138,6 +142,7 @@ func podFromTemplate(c *rayv1.RayCluster, tmpl corev1.PodTemplateSpec, groupLabe
 	if o.TemplateHash != "" {
 		pod.Annotations[AnnotationPodTemplateHash] = o.TemplateHash
 	}
+	Stamp(pod.Annotations)
 	if autoscalerVersion(c) == rayv1.AutoscalerVersionV2 && pod.Spec.RestartPolicy == "" {
 		// Autoscaler v2 replaces dead Ray nodes itself; a restarted container would rejoin as a stranger.
 		pod.Spec.RestartPolicy = corev1.RestartPolicyNever
@@ -154,6 +159,7 @@ func podFromTemplate(c *rayv1.RayCluster, tmpl corev1.PodTemplateSpec, groupLabe
 		setEnv(&pod.Spec.InitContainers[i], "RAY_IP", HeadServiceName(c))
 	}
 	addSharedMemory(pod, c, group)
+	o.Defaults.meta(pod)
 	return pod
 }
 

@@ -68,6 +68,7 @@ func RayServiceCluster(s *rayv1.RayService, name string) *rayv1.RayCluster {
 	spec := s.Spec.RayClusterSpec.DeepCopy()
 	annotations[AnnotationClusterSpecHash] = RayServiceClusterHash(spec, len(spec.WorkerGroupSpecs))
 	annotations[AnnotationNumWorkerGroups] = strconv.Itoa(len(spec.WorkerGroupSpecs))
+	Stamp(annotations)
 	return &rayv1.RayCluster{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: s.Namespace, Labels: labels, Annotations: annotations,
@@ -152,5 +153,6 @@ func RayServiceServeService(s *rayv1.RayService, active *rayv1.RayCluster) *core
 		// A Service needs a port: Ray Serve's default, where the proxy listens unless told otherwise.
 		svc.Spec.Ports = []corev1.ServicePort{serveServicePort(ServePortName, DefaultServePort)}
 	}
+	svc.Annotations = Stamp(maps.Clone(svc.Annotations))
 	return svc
 }

@@ -49,7 +49,7 @@ func HeadService(c *rayv1.RayCluster) *corev1.Service {
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: HeadServiceName(c), Namespace: c.Namespace,
-			Labels: copyMap(labels), Annotations: copyMap(c.Spec.HeadServiceAnnotations),
+			Labels: copyMap(labels), Annotations: Stamp(copyMap(c.Spec.HeadServiceAnnotations)),
 			OwnerReferences: []metav1.OwnerReference{*OwnerReference(c)},
 		},
 		Spec: corev1.ServiceSpec{Selector: labels, Ports: svcPorts, Type: h.ServiceType},
@@ -108,6 +108,7 @@ func ServeService(c *rayv1.RayCluster) *corev1.Service {
 				rayv1.LabelCluster: c.Name, rayv1.LabelServe: fitName(c.Name+"-serve", maxNameLen),
 				rayv1.LabelAppName: rayv1.AppNameValue, rayv1.LabelCreatedBy: rayv1.CreatedByValue,
 			},
+			Annotations:     Stamp(nil),
 			OwnerReferences: []metav1.OwnerReference{*OwnerReference(c)},
 		},
 		// The serve Service is exposed like the head: headGroupSpec.serviceType (a NodePort or LoadBalancer head means
@@ -150,6 +151,7 @@ func HeadlessWorkerService(c *rayv1.RayCluster) *corev1.Service {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: HeadlessWorkerServiceName(c), Namespace: c.Namespace,
 			Labels:          map[string]string{rayv1.LabelHeadlessWorkerService: c.Name},
+			Annotations:     Stamp(nil),
 			OwnerReferences: []metav1.OwnerReference{*OwnerReference(c)},
 		},
 		Spec: corev1.ServiceSpec{
@@ -245,9 +247,13 @@ func UpdateService(existing, desired *corev1.Service) (updated *corev1.Service, 
 	return out, true, false
 }
 
-// missingKeys says whether want has a key that m lacks or holds with another value.
+// missingKeys says whether want has a key that m lacks or holds with another value. The stamp is not compared: it
+// says which Manta created the Service, and a newer one has no reason to write it.
 func missingKeys(m, want map[string]string) bool {
 	for k, v := range want {
+		if isStampKey(k) {
+			continue
+		}
 		if have, ok := m[k]; !ok || have != v {
 			return true
 		}
@@ -255,12 +261,18 @@ func missingKeys(m, want map[string]string) bool {
 	return false
 }
 
-// withKeys sets want's keys in m (made when nil and there is something to set), keeping m's other keys.
+// withKeys sets want's keys but the stamp's in m (made when nil and there is something to set), keeping m's other
+// keys.
 func withKeys(m, want map[string]string) map[string]string {
-	if m == nil && len(want) > 0 {
-		m = make(map[string]string, len(want))
+	for k, v := range want {
+		if isStampKey(k) {
+			continue
+		}
+		if m == nil {
+			m = make(map[string]string, len(want))
+		}
+		m[k] = v
 	}
-	maps.Copy(m, want)
 	return m
 }
 

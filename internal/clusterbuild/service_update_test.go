@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/version"
 )
 
 // stored is desired as the API server returns it: defaults filled, an allocated IP and node ports, and what users
@@ -166,6 +167,34 @@ func TestPortsEqual(t *testing.T) {
 	} {
 		if got := portsEqual(tc.a, tc.b); got != tc.want {
 			t.Errorf("portsEqual(%+v, %+v) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+// The stamp says which operator created a Service: a Service KubeRay or an older Manta created is not written for
+// it, and an update for a spec change leaves it as it was.
+func TestUpdateServiceKeepsTheStamp(t *testing.T) {
+	asRelease(t, "v1.0.0")
+	c := cluster()
+	kuberay := stored(HeadService(c))
+	delete(kuberay.Annotations, AnnotationVersion)
+	delete(kuberay.Annotations, AnnotationCommit)
+	older := stored(HeadService(c))
+	older.Annotations[AnnotationVersion] = "v0.9.0"
+
+	version.Version = "v1.1.0"
+	for name, existing := range map[string]*corev1.Service{"KubeRay's": kuberay, "v0.9.0's": older} {
+		if _, changed, recreate := UpdateService(existing, HeadService(c)); changed || recreate {
+			t.Errorf("%s head Service, same spec: changed=%v recreate=%v, want no write", name, changed, recreate)
+		}
+		c2 := cluster()
+		c2.Spec.HeadServiceAnnotations = map[string]string{"team": "a"}
+		got, changed, _ := UpdateService(existing, HeadService(c2))
+		if !changed || got.Annotations["team"] != "a" {
+			t.Fatalf("%s head Service: the user's annotation did not reach it (changed=%v): %v", name, changed, got.Annotations)
+		}
+		if got.Annotations[AnnotationVersion] != existing.Annotations[AnnotationVersion] || got.Annotations[AnnotationCommit] != existing.Annotations[AnnotationCommit] {
+			t.Errorf("%s head Service: the update rewrote the stamp: %v", name, got.Annotations)
 		}
 	}
 }

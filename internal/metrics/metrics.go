@@ -118,12 +118,19 @@ func Register() {
 	})
 }
 
+// kubeRayOff is --enable-metrics=false: KubeRay's control-plane series of Ray objects (kuberay_*) are not
+// recorded, as KubeRay's operator then emits none; Manta's own (manta_*) stay.
+var kubeRayOff atomic.Bool
+
+// SetKubeRay turns the recording of KubeRay's series on or off for the process (on unless set).
+func SetKubeRay(on bool) { kubeRayOff.Store(!on) }
+
 // ObserveCluster sets kuberay_cluster_provisioned_duration_seconds when c's RayClusterProvisioned condition turns
 // true (from false or unset in old), as KubeRay does: the seconds since c was created. Call it after the status
 // write succeeded.
 func ObserveCluster(c *rayv1.RayCluster, old *rayv1.RayClusterStatus, now time.Time) {
 	cond := string(rayv1.RayClusterProvisioned)
-	if meta.IsStatusConditionTrue(old.Conditions, cond) || !meta.IsStatusConditionTrue(c.Status.Conditions, cond) {
+	if kubeRayOff.Load() || meta.IsStatusConditionTrue(old.Conditions, cond) || !meta.IsStatusConditionTrue(c.Status.Conditions, cond) {
 		return
 	}
 	g := clusterProvisionedDuration
@@ -177,7 +184,7 @@ func ObserveJob(j *rayv1.RayJob, old *rayv1.RayJobStatus, now time.Time) {
 	if rayv1.IsJobDeploymentTerminal(old.JobDeploymentStatus) || (!rayv1.IsJobDeploymentTerminal(s) && s != rayv1.JobDeploymentStatusRetrying) {
 		return
 	}
-	if j.Status.StartTime == nil {
+	if j.Status.StartTime == nil || kubeRayOff.Load() {
 		return
 	}
 	retries := 0

@@ -208,3 +208,31 @@ func TestFuncGauges(t *testing.T) {
 		c.g.f.Store(nil)
 	}
 }
+
+// --enable-metrics=false: KubeRay's duration series are not recorded, as KubeRay's operator emits none of its
+// control-plane metrics then.
+func TestKubeRayMetricsOff(t *testing.T) {
+	SetKubeRay(false)
+	t.Cleanup(func() { SetKubeRay(true) })
+	c := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Name: "off", Namespace: "ns", UID: "u9", CreationTimestamp: metav1.NewTime(t0)}}
+	c.Status.Conditions = provisioned(metav1.ConditionTrue)
+	before := testutil.CollectAndCount(clusterProvisionedDuration)
+	ObserveCluster(c, &rayv1.RayClusterStatus{}, t0.Add(time.Minute))
+	if n := testutil.CollectAndCount(clusterProvisionedDuration); n != before {
+		t.Errorf("%d provisioned series, was %d", n, before)
+	}
+	j := &rayv1.RayJob{ObjectMeta: metav1.ObjectMeta{Name: "off", Namespace: "ns", UID: "j9"}}
+	j.Status.JobDeploymentStatus = rayv1.JobDeploymentStatusComplete
+	j.Status.StartTime = ptr.To(metav1.NewTime(t0))
+	before = testutil.CollectAndCount(jobExecutionDuration)
+	ObserveJob(j, &rayv1.RayJobStatus{JobDeploymentStatus: rayv1.JobDeploymentStatusRunning}, t0.Add(time.Minute))
+	if n := testutil.CollectAndCount(jobExecutionDuration); n != before {
+		t.Errorf("%d job series, was %d", n, before)
+	}
+	SetKubeRay(true)
+	ObserveCluster(c, &rayv1.RayClusterStatus{}, t0.Add(time.Minute))
+	t.Cleanup(func() { ForgetCluster(types.NamespacedName{Namespace: "ns", Name: "off"}) })
+	if n := testutil.CollectAndCount(clusterProvisionedDuration); n != before+1 && n != 1 {
+		t.Errorf("on again: %d provisioned series", n)
+	}
+}

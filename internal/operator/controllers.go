@@ -21,6 +21,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/raycronjob"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
+	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/metawrite"
 	"github.com/manta-dev/manta/internal/metrics"
 	"github.com/manta-dev/manta/internal/optimize"
@@ -91,11 +92,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("RayJob controller: %w", err)
 	}
-	if err := raycronjob.NewReconciler(mgr, raycronjob.Options{
-		MaxConcurrentReconciles: opts.ReconcileConcurrency,
-		StatusWriter:            status,
-	}).SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("RayCronJob controller: %w", err)
+	// KubeRay's RayCronJob gate off: no controller, as KubeRay (the CRD and its objects stay).
+	if features.Enabled(features.RayCronJob) {
+		if err := raycronjob.NewReconciler(mgr, raycronjob.Options{
+			MaxConcurrentReconciles: opts.ReconcileConcurrency,
+			StatusWriter:            status,
+		}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("RayCronJob controller: %w", err)
+		}
 	}
 	rs, err := rayservice.NewReconciler(mgr, rayservice.Options{
 		RayClients:              opts.RayClients,
@@ -113,7 +117,13 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := setupImagePullJob(mgr, opts, status); err != nil {
 		return fmt.Errorf("ImagePullJob controllers: %w", err)
 	}
-	// KubeRay's kuberay_*_info and kuberay_*_condition_* series of the kinds above, from the operator's cache.
+	// KubeRay's kuberay_*_info and kuberay_*_condition_* series of the kinds above, from the operator's cache;
+	// --enable-metrics=false (KubeRay's switch for them) leaves them out.
+	metrics.SetKubeRay(!opts.NoKubeRayMetrics)
+	if opts.NoKubeRayMetrics {
+		metrics.Register()
+		return nil
+	}
 	return metrics.Setup(mgr, metrics.RayClusters, metrics.RayJobs, metrics.RayServices)
 }
 
@@ -123,6 +133,7 @@ func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string, status recon
 	opts := raycluster.Options{
 		BatchScheduler:          scheduler,
 		DefaultPodTemplate:      o.DefaultPodTemplate,
+		PodDefaults:             o.PodDefaults,
 		ClusterDomain:           o.ClusterDomain,
 		MaxConcurrentReconciles: o.ReconcileConcurrency,
 		NoRedisCleanup:          o.NoRedisCleanup,

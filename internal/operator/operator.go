@@ -46,7 +46,11 @@ type Options struct {
 	// MetricsInsecure serves /metrics as plain HTTP to anyone who connects (--metrics-secure=false): for benchmarks
 	// and local runs, so Validate allows it only on a loopback address.
 	MetricsInsecure bool
-	HealthProbeAddr string
+	// MetricsAsKubeRay serves /metrics as KubeRay's operator does, plain HTTP to anyone on MetricsAddr, whatever its
+	// address (--metrics-as-kuberay; on by default under KubeRay's command name, whose chart probes and scrapes
+	// :8080/metrics without credentials).
+	MetricsAsKubeRay bool
+	HealthProbeAddr  string
 	// PprofAddr serves net/http/pprof when set (empty or "0" disables it); for profiling under load.
 	PprofAddr        string
 	LeaderElection   bool
@@ -111,6 +115,12 @@ type Options struct {
 	// volcano. KubeRay refuses both together and an unknown name, and so does Validate.
 	BatchScheduler       string
 	EnableBatchScheduler bool
+	// NoKubeRayMetrics is --enable-metrics=false: the kuberay_* series of Ray objects are not emitted (KubeRay's
+	// control-plane metrics); Manta's own metrics are.
+	NoKubeRayMetrics bool
+	// PodDefaults are added to every Ray head and worker pod (KubeRay's Configuration file: sidecars, default env,
+	// labels and annotations); see clusterbuild.PodDefaults.
+	PodDefaults *clusterbuild.PodDefaults
 	// Optimizations switches the performance mechanisms (--disable-optimization; nil: all on): see
 	// internal/optimize. Turning one off changes what the operator costs, not what it does.
 	Optimizations *optimize.Switches
@@ -134,7 +144,7 @@ func (o Options) Validate() error {
 	if _, err := o.batchScheduler(); err != nil {
 		return err
 	}
-	if err := validateMetrics(o.MetricsAddr, o.MetricsInsecure); err != nil {
+	if err := validateMetrics(o.MetricsAddr, o.MetricsInsecure, o.MetricsAsKubeRay); err != nil {
 		return err
 	}
 	if _, err := o.imagePullPolicy(); err != nil {
@@ -168,8 +178,11 @@ func (o Options) batchScheduler() (string, error) {
 
 // validateMetrics refuses plain HTTP metrics anywhere but on loopback: they say what runs in the cluster and cost
 // the operator CPU to render, so only callers Kubernetes vouches for get them over the network.
-func validateMetrics(addr string, insecure bool) error {
-	if !insecure || addr == "" || addr == "0" {
+func validateMetrics(addr string, insecure, asKubeRay bool) error {
+	if asKubeRay && !insecure {
+		return fmt.Errorf("--metrics-as-kuberay serves plain HTTP metrics, and --metrics-secure asks for HTTPS: choose one")
+	}
+	if !insecure || asKubeRay || addr == "" || addr == "0" {
 		return nil
 	}
 	host, _, err := net.SplitHostPort(addr)

@@ -19,6 +19,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/features"
 )
 
 // MaxClusterNameLen leaves room in 63 characters for the suffixes of the names derived from a cluster's.
@@ -90,6 +91,7 @@ func ClusterSpec(spec *rayv1.RayClusterSpec, annotations map[string]string, path
 		errs = append(errs, autoscalerV2Fields(spec, path)...)
 	}
 	errs = append(errs, historyServer(spec, path)...)
+	errs = append(errs, gatedOff(spec, path)...)
 	if o := spec.AutoscalerOptions; o != nil {
 		op := path.Child("autoscalerOptions")
 		if t := o.IdleTimeoutSeconds; t != nil && *t < 0 {
@@ -340,6 +342,33 @@ func group(path *field.Path, params, resources, labels map[string]string) field.
 	for _, k := range slices.Sorted(maps.Keys(resources)) {
 		if _, err := resource.ParseQuantity(resources[k]); err != nil {
 			errs = append(errs, field.Invalid(path.Child("resources").Key(k), resources[k], fmt.Sprintf("%q is not a quantity: %v", resources[k], err)))
+		}
+	}
+	return errs
+}
+
+// gatedOff refuses, as KubeRay does, the fields whose feature gate --feature-gates turned off (see internal/features).
+func gatedOff(spec *rayv1.RayClusterSpec, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	off := func(f features.Gate) string { return fmt.Sprintf("the %s feature gate is off (--feature-gates)", f) }
+	if spec.NetworkPolicy != nil && !features.Enabled(features.RayClusterNetworkPolicy) {
+		errs = append(errs, field.Forbidden(path.Child("networkPolicy"), off(features.RayClusterNetworkPolicy)))
+	}
+	if spec.TLSOptions != nil && !features.Enabled(features.RayClusterMTLS) {
+		errs = append(errs, field.Forbidden(path.Child("tlsOptions"), off(features.RayClusterMTLS)))
+	}
+	if spec.HistoryServerOptions != nil && !features.Enabled(features.RayClusterHistoryServer) {
+		errs = append(errs, field.Forbidden(path.Child("historyServerOptions"), off(features.RayClusterHistoryServer)))
+	}
+	if o := spec.GcsFaultToleranceOptions; o != nil && o.Backend == rayv1.GcsFaultToleranceBackendRocksDB && !features.Enabled(features.GCSFaultToleranceEmbeddedStorage) {
+		errs = append(errs, field.Forbidden(path.Child("gcsFaultToleranceOptions", "backend"), off(features.GCSFaultToleranceEmbeddedStorage)))
+	}
+	if !features.Enabled(features.RayJobDeletionPolicy) {
+		for i, g := range spec.WorkerGroupSpecs {
+			if ptr.Deref(g.Suspend, false) {
+				errs = append(errs, field.Forbidden(path.Child("workerGroupSpecs").Index(i).Child("suspend"),
+					fmt.Sprintf("worker group %q can be suspended only with the %s feature gate on (--feature-gates)", g.GroupName, features.RayJobDeletionPolicy)))
+			}
 		}
 	}
 	return errs

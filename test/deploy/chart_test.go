@@ -49,9 +49,18 @@ func helmTemplate(t *testing.T, root, release, ns string, values map[string]any)
 	if err := os.WriteFile(vf, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return helmTemplateFile(t, root, release, ns, vf)
+}
+
+// helmTemplateFile is helmTemplate with the values in files, as `helm install -f a.yaml -f b.yaml` reads them.
+func helmTemplateFile(t *testing.T, root, release, ns string, files ...string) ([]*unstructured.Unstructured, error) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(filepath.Join(root, "bin", "helm"), "template", release, filepath.Join(root, "charts", "manta"),
-		"--namespace", ns, "--include-crds", "--values", vf)
+	args := []string{"template", release, filepath.Join(root, "charts", "manta"), "--namespace", ns, "--include-crds"}
+	for _, f := range files {
+		args = append(args, "--values", f)
+	}
+	cmd := exec.Command(filepath.Join(root, "bin", "helm"), args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
 	if err := cmd.Run(); err != nil {
@@ -103,6 +112,7 @@ var nonDefault = map[string]any{
 	},
 	"apiserver":      map[string]any{"enabled": false},
 	"serviceMonitor": map[string]any{"enabled": true, "interval": "15s", "labels": map[string]string{"release": "prom"}},
+	"metrics":        map[string]any{"enabled": false},
 }
 
 // TestChart renders charts/manta with default and non-default values, checks what it renders against
@@ -122,12 +132,28 @@ func TestChart(t *testing.T) {
 	t.Run("defaults", func(t *testing.T) { checkChartDefaults(t, kustomized, def) })
 	t.Run("non-default values", func(t *testing.T) { checkChartNonDefault(t, root, custom) })
 	t.Run("bad values fail", func(t *testing.T) { checkBadValues(t, root) })
+	kubeRayFile := filepath.Join(root, "test", "deploy", "testdata", "kuberay-values.yaml")
+	kubeRay, err := helmTemplateFile(t, root, kubeRayRelease, kubeRayNS, kubeRayFile)
+	if err != nil {
+		t.Fatalf("helm template with testdata/kuberay-values.yaml: %v", err)
+	}
+	kubeRayConfig, err := helmTemplateFile(t, root, kubeRayRelease, kubeRayNS, kubeRayFile, filepath.Join(root, "test", "deploy", "testdata", "kuberay-values-config.yaml"))
+	if err != nil {
+		t.Fatalf("helm template with testdata/kuberay-values.yaml and kuberay-values-config.yaml: %v", err)
+	}
+	t.Run("KubeRay values", func(t *testing.T) { checkKubeRayValues(t, kubeRay) })
+	t.Run("KubeRay configuration file", func(t *testing.T) { checkKubeRayConfigFile(t, kubeRayConfig) })
+	t.Run("KubeRay switches", func(t *testing.T) { checkKubeRaySwitches(t, root) })
+	t.Run("KubeRay values refused", func(t *testing.T) { checkKubeRayRefusals(t, root) })
+	t.Run("KubeRay feature gates", func(t *testing.T) { checkFeatureGateValues(t, root) })
 
 	bin := testutil.BuildManta(t)
 	t.Run("flags", func(t *testing.T) {
 		checkFlags(t, bin, def)
 		checkFlagsOf(t, bin, custom, "ml-manta-operator", def)
-		checkEveryOperatorFlagIsAValue(t, bin, custom, "ml-manta-operator")
+		checkEveryOperatorFlagIsAValue(t, bin, find(custom, "Deployment", "ml-manta-operator"), find(kubeRay, "Deployment", kubeRayOp), find(kubeRayConfig, "Deployment", kubeRayOp))
+		checkManagerArgs(t, bin, kubeRay)
+		checkManagerArgs(t, bin, kubeRayConfig)
 	})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -164,6 +190,13 @@ func TestChart(t *testing.T) {
 		applyAll(t, cfg, append([]*unstructured.Unstructured{mlNS}, custom...))
 		waitScheduled(t, ctx, kc, "ml-system", "ml")
 		checkNamespacedPermissions(t, ctx, root, kc)
+	})
+	t.Run("install KubeRay values", func(t *testing.T) {
+		rayNS := nsObj.DeepCopy()
+		rayNS.SetName(kubeRayNS)
+		installKubeRayValues(t, ctx, cfg, kc, rayNS, kubeRay)
+		// The same release with configuration.enabled, as `helm upgrade` would apply it: the ConfigMap and the changed Deployment.
+		applyAll(t, cfg, kubeRayConfig)
 	})
 }
 
@@ -334,13 +367,13 @@ func checkChartNonDefault(t *testing.T, root string, objs []*unstructured.Unstru
 	c := onlyContainer(t, d)
 	const img = "registry.example.com/ml/manta:v9.9.9"
 	wantArgs := map[string]string{
-		"--puller-image": img, "--metrics-addr": ":9090", "--health-probe-bind-address": ":9091",
+		"--puller-image": img, "--metrics-secure": "true", "--metrics-addr": ":9090", "--health-probe-bind-address": ":9091",
 		"--enable-leader-election": "false", "--leader-election-namespace": "ml-system", "--use-kubernetes-proxy": "true",
 		"--cluster-domain": "corp.local", "--default-pod-template": "ml-system/ray-defaults", "--reconcile-concurrency": "3",
 		"--qps": "50", "--burst": "60", "--watch-namespace": "team-a,team-b",
 		"--leader-elect-lease-duration": "20s", "--leader-elect-renew-deadline": "12s", "--leader-elect-retry-period": "3s",
 		"--event-qps": "10", "--event-burst": "20", "--ray-timeout": "5s", "--gc-percent": "80", "--gcs-ft-redis-cleanup": "false",
-		"--adaptive-procs": "false", "--status-coalesce-window": "0s", "--batch-scheduler": "volcano", "--disable-optimization": "pod-update-filter,metadata-writes",
+		"--adaptive-procs": "false", "--status-coalesce-window": "0s", "--enable-metrics": "false", "--batch-scheduler": "volcano", "--disable-optimization": "pod-update-filter,metadata-writes",
 		"--image-pull-node-selector": "pool in (pullers, gpu),!no-pull", "--image-pull-priority-class": "image-pullers",
 		"--image-pull-tolerate-all-taints": "true", "--image-pull-tolerations": "nvidia.com/gpu:NoSchedule,dedicated=ray",
 	}
@@ -551,21 +584,31 @@ func allowed(t *testing.T, ctx context.Context, kc kubernetes.Interface, user, n
 var chartlessFlags = map[string]string{
 	"help":       "not a setting",
 	"pprof-addr": "a profiling endpoint for benchmarks, not for a deployed operator",
-	// A pod's metrics port is not on loopback, where alone the operator serves plain HTTP.
-	"metrics-secure": "the chart always serves metrics over HTTPS with authentication",
+	// The chart always serves metrics over HTTPS with authentication, and says so with --metrics-secure=true (which
+	// also keeps /manager from serving them as KubeRay does).
+	"metrics-as-kuberay": "the chart always serves metrics over HTTPS with authentication (--metrics-secure=true)",
 	// KubeRay's older spelling of --batch-scheduler=volcano; the chart's batchScheduler value sets the newer flag.
 	"enable-batch-scheduler": "the chart sets --batch-scheduler",
+	"forced-cluster-upgrade": "deprecated in KubeRay, where it does nothing; KubeRay's chart has no value for it",
+	"kubeconfig":             "the pod reaches its cluster with its ServiceAccount (in-cluster config); KubeRay's chart has no value for it",
 }
 
 // checkEveryOperatorFlagIsAValue: every flag of `manta operator` (but chartlessFlags and the logger's global flags)
-// is set by the non-default rendering, so each is a chart value and a new flag cannot be forgotten in the chart.
-func checkEveryOperatorFlagIsAValue(t *testing.T, bin string, objs []*unstructured.Unstructured, name string) {
+// is set by one of the renderings' operator Deployments (non-default, KubeRay's values, KubeRay's with
+// configuration.enabled), so each is a chart value and a new flag cannot be forgotten in the chart.
+func checkEveryOperatorFlagIsAValue(t *testing.T, bin string, deployments ...*unstructured.Unstructured) {
 	out, err := exec.Command(bin, "operator", "--help").Output()
 	if err != nil {
 		t.Fatalf("manta operator --help: %v", err)
 	}
 	local, _, _ := strings.Cut(string(out), "Global Flags:")
-	set := flagValues(onlyContainer(t, typed[appsv1.Deployment](t, objs, "Deployment", name)).Args)
+	set := map[string]string{}
+	for _, u := range deployments {
+		if u == nil {
+			t.Fatal("a rendering has no operator Deployment")
+		}
+		maps.Copy(set, flagValues(onlyContainer(t, typed[appsv1.Deployment](t, []*unstructured.Unstructured{u}, "Deployment", u.GetName())).Args))
+	}
 	n := 0
 	for _, line := range strings.Split(local, "\n") {
 		m := flagRE.FindStringSubmatch(line)

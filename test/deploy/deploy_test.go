@@ -406,7 +406,7 @@ func bindInstaller(t *testing.T, admin *rest.Config) {
 // applyOrder is the order in which kinds are applied: namespaces and definitions before what lives in them, roles
 // before their bindings.
 var applyOrder = []string{"Namespace", "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "Role",
-	"ClusterRoleBinding", "RoleBinding", "Service", "Deployment", "ServiceMonitor"}
+	"ClusterRoleBinding", "RoleBinding", "ConfigMap", "Service", "Deployment", "ServiceMonitor"}
 
 // applyAll applies every object with server-side apply and strict field validation as a user bound to
 // cluster-admin (not system:masters, so the RBAC escalation checks on roles and bindings are evaluated), and fails

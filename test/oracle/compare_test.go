@@ -324,3 +324,33 @@ func TestAutoscalerRoleMessageRow(t *testing.T) {
 		}
 	}
 }
+
+// The stamp row excuses Manta's stamp wherever it is written (pods, Services, Jobs and their pod templates, the
+// clusters of RayJobs and RayServices) and only on Manta's side.
+func TestStampRow(t *testing.T) {
+	d, err := loadDifferences("differences.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stamp := map[string]any{"manta.dev/version": "v0.1.0-dev", "manta.dev/commit": "unknown"}
+	for object, manta := range map[string]map[string]any{
+		"pod/head":                      {"metadata": map[string]any{"annotations": stamp}},
+		"service/rc-head-svc":           {"metadata": map[string]any{"annotations": stamp}},
+		"job/rc-redis-cleanup":          {"metadata": map[string]any{"annotations": stamp}, "spec": map[string]any{"template": map[string]any{"metadata": map[string]any{"annotations": stamp}}}},
+		"raycluster/svc-XXXXX.metadata": {"annotations": stamp},
+	} {
+		diffs := compareObjects(object, map[string]any{}, manta)
+		if len(diffs) == 0 {
+			t.Fatalf("%s: no difference found", object)
+		}
+		for _, df := range diffs {
+			if !d.allows("ray-service.sample", df) {
+				t.Errorf("%s: %v not allowed", object, df)
+			}
+			back := diff{Object: df.Object, Path: df.Path, KubeRay: df.Manta, Manta: df.KubeRay}
+			if d.allows("ray-service.sample", back) {
+				t.Errorf("%s: %v allowed on KubeRay's side", object, back)
+			}
+		}
+	}
+}

@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,10 +10,13 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,6 +138,7 @@ func settle(t *testing.T, ns string, sides ...side) []diff {
 		}
 		if time.Now().After(deadline) {
 			t.Errorf("%s: not settled after %s (%s); compared anyway", ns, settleDeadline, why)
+			logStuckReconciles(t)
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -909,4 +914,31 @@ func oldServiceCluster(o *unstructured.Unstructured, clusters []unstructured.Uns
 		}
 	}
 	return ""
+}
+
+// stuckDump makes logStuckReconciles write its dump once per run: every namespace that did not settle sees the
+// same operator.
+var stuckDump sync.Once
+
+// logStuckReconciles writes the stacks of this process's goroutines (Manta's operator runs in it) to a file and logs
+// the ones inside a Manta controller: a reconcile that never finishes shows where it waits.
+func logStuckReconciles(t *testing.T) {
+	stuckDump.Do(func() {
+		var buf bytes.Buffer
+		if err := pprof.Lookup("goroutine").WriteTo(&buf, 2); err != nil {
+			t.Logf("goroutine dump: %v", err)
+			return
+		}
+		path := filepath.Join(os.TempDir(), fmt.Sprintf("manta-oracle-goroutines-%d.txt", os.Getpid()))
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Logf("goroutine dump: %v", err)
+		}
+		var inControllers []string
+		for _, g := range strings.Split(buf.String(), "\n\n") {
+			if strings.Contains(g, "/internal/controller/") {
+				inControllers = append(inControllers, g)
+			}
+		}
+		t.Logf("%d goroutines in Manta's controllers (all goroutines in %s):\n%s", len(inControllers), path, strings.Join(inControllers, "\n\n"))
+	})
 }

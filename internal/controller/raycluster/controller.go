@@ -45,6 +45,8 @@ import (
 type Options struct {
 	// DefaultPodTemplate names a core/v1 PodTemplate (<namespace>/<name>) merged under every Ray pod.
 	DefaultPodTemplate string
+	// PodDefaults are added to every head and worker pod (the operator's configuration file; nil: none).
+	PodDefaults *clusterbuild.PodDefaults
 	// NoRedisCleanup turns the Redis cleanup of deleted clusters off, as KubeRay's ENABLE_GCS_FT_REDIS_CLEANUP=false
 	// does: clusters with a Redis-backed GCS get no cleanup finalizer, and one that carries it already is released
 	// on deletion without a cleanup Job (reported in an event naming the storage namespace left in Redis).

@@ -90,6 +90,7 @@ func TestController(t *testing.T) {
 			"RecreateOnImageChange":     testRecreate,
 			"NoRecreateWithoutPolicy":   testNoRecreateWithoutPolicy,
 			"AdoptUnstampedPods":        testAdopt,
+			"UpgradeFromOtherRelease":   testUpgradeFromOtherRelease,
 			"RefusedUnderRayJob":        testRefusedUnderRayJob,
 			"RefusedAutoscalerSpec":     testRefusedAutoscalerSpec,
 			"UnsupportedFeature":        testUnsupported,
@@ -600,6 +601,55 @@ func testAdopt(t *testing.T, e *env) {
 			t.Errorf("adoption recreated pod %s", p.Name)
 		}
 	}
+}
+
+// testUpgradeFromOtherRelease: pods an older Manta stamped with a hash it computed otherwise (or before the stamp
+// existed) are taken over under Recreate, not recreated; a template change after that recreates them.
+func testUpgradeFromOtherRelease(t *testing.T, e *env) {
+	ns := e.Namespace(t)
+	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Recreate().Obj()
+	e.Create(t, rc)
+	pods := e.waitPods(t, rc, 3)
+	before := uids(pods)
+	for i := range pods {
+		p := &pods[i]
+		patch := client.MergeFrom(p.DeepCopy())
+		p.Annotations[clusterbuild.AnnotationPodTemplateHash] = "hashed-by-an-older-release"
+		if i == 0 {
+			delete(p.Annotations, clusterbuild.AnnotationVersion) // built before the stamp existed
+		} else {
+			p.Annotations[clusterbuild.AnnotationVersion] = "v0.0.1-older"
+		}
+		if err := e.cl.Patch(context.Background(), p, patch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "pods stamped by this release", func() (bool, string) {
+		for _, p := range e.pods(t, rc) {
+			if !clusterbuild.StampedByThisVersion(p.Annotations) || p.Annotations[clusterbuild.AnnotationPodTemplateHash] == "hashed-by-an-older-release" {
+				return false, p.Name + " not stamped: " + p.Annotations[clusterbuild.AnnotationVersion]
+			}
+		}
+		return true, ""
+	})
+	for _, p := range e.pods(t, rc) {
+		if !before[p.UID] {
+			t.Fatalf("the takeover of another release's pods recreated pod %s", p.Name)
+		}
+	}
+
+	e.update(t, rc, func(c *rayv1.RayCluster) {
+		c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image = "rayproject/ray:2.53.0"
+	})
+	eventually(t, "all pods recreated", func() (bool, string) {
+		pods := e.pods(t, rc)
+		for _, p := range pods {
+			if before[p.UID] {
+				return false, "old pod " + p.Name + " still there"
+			}
+		}
+		return len(pods) == 3, fmt.Sprintf("%d pods", len(pods))
+	})
 }
 
 func testRefusedUnderRayJob(t *testing.T, e *env) {

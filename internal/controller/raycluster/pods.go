@@ -28,13 +28,13 @@ import (
 	"github.com/manta-dev/manta/internal/reconcile"
 )
 
-// reconcilePods creates and deletes the cluster's pods. Order matters: suspend, then Recreate, then adoption,
+// reconcilePods creates and deletes the cluster's pods. Order matters: suspend, then Recreate, then stamping,
 // then the head, then each worker group.
 func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev1.PodTemplateSpec) error {
 	c := run.c
 	list := &corev1.PodList{}
 	// Shallow copies of the cached pods (their maps and slices are the cache's): the pod list was the largest
-	// allocation of a reconcile, and the controller only reads pods, except adopt, which patches a copy. Cached
+	// allocation of a reconcile, and the controller only reads pods, except stampPods, which patches a copy. Cached
 	// pods are stripped (clusterpods): their env, ports, resources and probes read empty.
 	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), clusterpods.Of(c.Name), client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list pods: %w", err)
@@ -73,15 +73,11 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	}
 
 	hashes := r.templateHashes(run)
-	if recreate(c) {
-		for i := range pods {
-			want, ok := hashes.For(pods[i].Labels)
-			if h := pods[i].Annotations[clusterbuild.AnnotationPodTemplateHash]; ok && h != "" && h != want {
-				return r.deleteAll(ctx, run, pods, "the pod templates changed and upgradeStrategy is Recreate")
-			}
-		}
+	plan := clusterbuild.PlanRecreate(pods, hashes, recreate(c))
+	if plan.Recreate {
+		return r.deleteAll(ctx, run, pods, "the pod templates changed and upgradeStrategy is Recreate")
 	}
-	if err := r.adopt(ctx, run, hashes); err != nil {
+	if err := r.stampPods(ctx, run, hashes, plan.Stamp); err != nil {
 		return err
 	}
 
@@ -89,7 +85,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		return err
 	}
 	opts := clusterbuild.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hashes.Head,
-		BatchScheduler: r.opts.BatchScheduler}
+		BatchScheduler: r.opts.BatchScheduler, Defaults: r.opts.PodDefaults}
 	var errs []error
 	if clusterbuild.TLSEnabled(c) {
 		// Before any pod create: the certificates' IP addresses follow the pods, and the creates wait for them.
@@ -170,21 +166,17 @@ func metaOwnedBy(p *corev1.Pod, c *rayv1.RayCluster) bool {
 	return true
 }
 
-// adopt stamps the template hash on pods that lack it (pods of a cluster taken over from another operator), so
-// that a later template change is detected and the takeover itself recreates nothing.
-func (r *Reconciler) adopt(ctx context.Context, run *run, hashes clusterbuild.TemplateHashes) error {
+// stampPods stamps the pods at idx (clusterbuild.PlanRecreate) with their group's current template hash and this
+// Manta release: pods of a cluster taken over from another operator or release, so that a later template change
+// is detected and the takeover itself recreates nothing.
+func (r *Reconciler) stampPods(ctx context.Context, run *run, hashes clusterbuild.TemplateHashes, idx []int) error {
 	var errs []error
-	for i := range run.obs.pods {
+	for _, i := range idx {
 		p := &run.obs.pods[i]
-		hash, ok := hashes.For(p.Labels)
-		if !ok || p.Annotations[clusterbuild.AnnotationPodTemplateHash] != "" {
-			continue
-		}
+		hash, _ := hashes.For(p.Labels)
 		// p shares its maps with the cache (reconcilePods): change and patch a copy, never p itself.
 		stamped := p.DeepCopy()
-		if stamped.Annotations == nil {
-			stamped.Annotations = map[string]string{}
-		}
+		stamped.Annotations = clusterbuild.Stamp(stamped.Annotations)
 		stamped.Annotations[clusterbuild.AnnotationPodTemplateHash] = hash
 		if err := r.client.Patch(ctx, stamped, client.MergeFrom(p)); err != nil {
 			if !apierrors.IsNotFound(err) {

@@ -60,7 +60,7 @@ func ClusterFor(j *rayv1.RayJob, name string) *rayv1.RayCluster {
 	}
 	return &rayv1.RayCluster{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: j.Namespace, Labels: labels, Annotations: annotations,
+			Name: name, Namespace: j.Namespace, Labels: labels, Annotations: clusterbuild.Stamp(annotations),
 			OwnerReferences: []metav1.OwnerReference{ownerRef(j)},
 		},
 		Spec: *spec,
@@ -110,7 +110,7 @@ func SubmitterJob(j *rayv1.RayJob, cluster *rayv1.RayCluster, address string) *b
 	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: SubmitterJobName(j), Namespace: j.Namespace, Labels: labels,
+			Name: SubmitterJobName(j), Namespace: j.Namespace, Labels: labels, Annotations: clusterbuild.Stamp(nil),
 			OwnerReferences: []metav1.OwnerReference{ownerRef(j)},
 		},
 		Spec: batchv1.JobSpec{BackoffLimit: ptr.To(backoff), Template: tmpl},

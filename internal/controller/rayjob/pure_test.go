@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -279,5 +280,25 @@ func TestSubmitterGrace(t *testing.T) {
 				t.Errorf("SubmitterGrace = (%v, %v), want (%v, %v)", wait, giveUp, tc.wait, tc.giveUp)
 			}
 		})
+	}
+}
+
+// With KubeRay's RayJobDeletionPolicy gate off (--feature-gates), spec.deletionStrategy is refused, as KubeRay v1.7.0
+// refuses it; on (Manta's default) the same strategy is valid.
+func TestValidateDeletionPolicyGate(t *testing.T) {
+	succeeded := rayv1.JobStatusSucceeded
+	withStrategy := func(j *rayv1.RayJob) {
+		j.Spec.DeletionStrategy = &rayv1.DeletionStrategy{DeletionRules: []rayv1.DeletionRule{{Policy: rayv1.DeleteCluster, Condition: rayv1.DeletionCondition{JobStatus: &succeeded}}}}
+	}
+	if errs := Validate(job(withStrategy)); len(errs) > 0 {
+		t.Fatalf("gate on: %v", errs)
+	}
+	features.SetForTest(t, features.RayJobDeletionPolicy, false)
+	errs := Validate(job(withStrategy))
+	if !strings.Contains(errs.ToAggregate().Error(), "spec.deletionStrategy: Forbidden: the RayJobDeletionPolicy feature gate is off") {
+		t.Errorf("gate off: %v", errs)
+	}
+	if errs := Validate(job(nil)); len(errs) > 0 {
+		t.Errorf("gate off, no strategy: %v", errs)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/validation"
 )
@@ -140,6 +141,9 @@ func validateDeletionStrategy(j *rayv1.RayJob, spec *field.Path) field.ErrorList
 	}
 	var errs field.ErrorList
 	p := spec.Child("deletionStrategy")
+	if !features.Enabled(features.RayJobDeletionPolicy) {
+		return field.ErrorList{field.Forbidden(p, "the RayJobDeletionPolicy feature gate is off (--feature-gates)")}
+	}
 	if s.ShutdownAfterJobFinishes {
 		errs = append(errs, field.Forbidden(p, "deletionStrategy and shutdownAfterJobFinishes: true both say what to delete; use one"))
 	}

@@ -15,6 +15,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/features"
 )
 
 // planPending makes sure a pending cluster with the current spec exists (or is being created) and returns it.
@@ -81,9 +82,15 @@ const (
 
 // clusterAction compares a cluster with the spec: the same, different only in ways that can be made in place
 // (returns the updated cluster), or needing a new cluster.
+//
+// The spec hash annotation is compared only when this Manta release stamped the cluster. A cluster another operator
+// built (KubeRay writes its own hash under the same key) or another Manta release hashed is judged by its own spec
+// (runsSpec): the same spec is taken over in place and stamped, so an operator swap or upgrade never replaces a
+// serving cluster, while a rayClusterConfig changed during the swap still gets its new cluster.
 func clusterAction(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec) (*rayv1.RayCluster, clusterActionType) {
 	n, err := strconv.Atoi(c.Annotations[clusterbuild.AnnotationNumWorkerGroups])
-	if err != nil || n > len(spec.WorkerGroupSpecs) || clusterbuild.RayServiceClusterHash(spec, n) != c.Annotations[clusterbuild.AnnotationClusterSpecHash] {
+	ours := clusterbuild.StampedByThisVersion(c.Annotations)
+	if err != nil || n > len(spec.WorkerGroupSpecs) || !runsSpec(c, spec, n, ours) {
 		return nil, actionNew
 	}
 	updated := c.DeepCopy()
@@ -102,13 +109,29 @@ func clusterAction(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec) (*rayv1.RayC
 			g.ScaleStrategy = want.ScaleStrategy
 		}
 	}
-	if equality.Semantic.DeepEqual(updated.Spec, c.Spec) {
+	if ours && equality.Semantic.DeepEqual(updated.Spec, c.Spec) {
 		return nil, actionSame
 	}
 	updated.Annotations = maps.Clone(updated.Annotations)
 	updated.Annotations[clusterbuild.AnnotationClusterSpecHash] = clusterbuild.RayServiceClusterHash(spec, len(spec.WorkerGroupSpecs))
 	updated.Annotations[clusterbuild.AnnotationNumWorkerGroups] = strconv.Itoa(len(spec.WorkerGroupSpecs))
+	clusterbuild.Stamp(updated.Annotations)
+	// The hash under KubeRay's key is Manta's now: a KubeRay that takes the service back must not compare it (it
+	// re-stamps a cluster without its version instead of replacing it).
+	delete(updated.Annotations, clusterbuild.AnnotationKubeRayVersion)
 	return updated, actionInPlace
+}
+
+// runsSpec says whether the cluster runs spec's first n worker groups, scaling aside. The hash annotation says so
+// for a cluster this release stamped. A cluster whose annotation holds another hash (KubeRay's, which hashes its own
+// Go types' JSON, when Manta takes over from KubeRay; or another Manta release's) is compared by its own spec
+// instead: comparing the foreign hash would roll a serving RayService to a new cluster on takeover.
+func runsSpec(c *rayv1.RayCluster, spec *rayv1.RayClusterSpec, n int, ours bool) bool {
+	want := clusterbuild.RayServiceClusterHash(spec, n)
+	if ours {
+		return want == c.Annotations[clusterbuild.AnnotationClusterSpecHash]
+	}
+	return len(c.Spec.WorkerGroupSpecs) >= n && clusterbuild.RayServiceClusterHash(&c.Spec, n) == want
 }
 
 // planOldClusters deletes the service's clusters that are neither active nor pending once their deletion delay has
@@ -243,7 +266,17 @@ func initializingTimeout(rs *rayv1.RayService) (time.Duration, bool) {
 	return 0, false
 }
 
+// upgradeType is how rs moves to a new cluster. With the RayServiceIncrementalUpgrade gate off, an incremental
+// upgrade is none, as in KubeRay (which then leaves zero-downtime upgrade off for the RayService).
 func upgradeType(rs *rayv1.RayService) rayv1.RayServiceUpgradeType {
+	t := declaredUpgradeType(rs)
+	if t == rayv1.NewClusterWithIncrementalUpgrade && !features.Enabled(features.RayServiceIncrementalUpgrade) {
+		return rayv1.RayServiceUpgradeNone
+	}
+	return t
+}
+
+func declaredUpgradeType(rs *rayv1.RayService) rayv1.RayServiceUpgradeType {
 	if u := rs.Spec.UpgradeStrategy; u != nil && u.Type != nil {
 		return *u.Type
 	}

@@ -15,6 +15,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/validation"
 )
 
@@ -388,5 +389,26 @@ func TestValidateIncremental(t *testing.T) {
 	}
 	if p.status.PendingServiceStatus.RayClusterName != "" || p.gateway != nil {
 		t.Fatalf("planned a cluster or a Gateway without the Gateway API")
+	}
+}
+
+// With KubeRay's RayServiceIncrementalUpgrade gate off, NewClusterWithIncrementalUpgrade means no upgrade, as in
+// KubeRay v1.7.0 (zero-downtime upgrade is off for it): its options are not checked, and no Gateway API is needed.
+func TestIncrementalUpgradeGateOff(t *testing.T) {
+	features.SetForTest(t, features.RayServiceIncrementalUpgrade, false)
+	rs := incService()
+	rs.Spec.UpgradeStrategy.ClusterUpgradeOptions = nil
+	if got := validation.Message(validate(rs)); got != "" {
+		t.Errorf("validate: %q", got)
+	}
+	if incremental(rs) || upgradeType(rs) != rayv1.RayServiceUpgradeNone {
+		t.Errorf("incremental %v, upgrade type %q", incremental(rs), upgradeType(rs))
+	}
+	p := computePlan(observed{rs: incService(), now: t0, newName: names("svc-aaaaa")})
+	if r := meta.FindStatusCondition(p.status.Conditions, string(rayv1.RayServiceReady)); r != nil && r.Reason == string(rayv1.RayServiceValidationFailed) {
+		t.Errorf("refused with the gate off: %+v", r)
+	}
+	if p.gateway != nil {
+		t.Error("planned a Gateway with the gate off")
 	}
 }

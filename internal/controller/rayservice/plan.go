@@ -296,6 +296,12 @@ func planActiveUpdate(o observed, p *plan, active *clusterObs) bool {
 	if active == nil {
 		return true
 	}
+	if o.pending != nil && !clusterbuild.StampedByThisVersion(active.cluster.Annotations) {
+		// Taken over in the middle of an upgrade: the active cluster holds the old spec, and stamping it as
+		// current would drop the pending cluster the upgrade brings up. The upgrade goes on (planPending takes the
+		// pending cluster over), as KubeRay leaves the active cluster alone while upgrading.
+		return true
+	}
 	switch updated, action := clusterAction(active.cluster, &o.rs.Spec.RayClusterSpec); action {
 	case actionInPlace:
 		p.updateClusters = append(p.updateClusters, updated)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -234,6 +235,99 @@ func TestClusterAction(t *testing.T) {
 	}
 }
 
+// A cluster another operator built, or another Manta release hashed, is taken over in place, whatever its hash: an
+// operator swap or upgrade never replaces a serving cluster. Once stamped, the user's changes count again.
+func TestClusterActionTakeover(t *testing.T) {
+	rs := planService()
+	spec := rs.Spec.RayClusterSpec.DeepCopy()
+	foreign := map[string]func(c *rayv1.RayCluster){
+		"KubeRay v1.5.0": func(c *rayv1.RayCluster) {
+			delete(c.Annotations, clusterbuild.AnnotationVersion)
+			delete(c.Annotations, clusterbuild.AnnotationCommit)
+			c.Annotations[clusterbuild.AnnotationClusterSpecHash] = "KUBERAYSHA1HASHBASE32HEX========"
+			c.Annotations[clusterbuild.AnnotationKubeRayVersion] = "v1.5.0"
+		},
+		"Manta before the stamp": func(c *rayv1.RayCluster) {
+			delete(c.Annotations, clusterbuild.AnnotationVersion)
+			delete(c.Annotations, clusterbuild.AnnotationCommit)
+		},
+		"another Manta release hashing otherwise": func(c *rayv1.RayCluster) {
+			c.Annotations[clusterbuild.AnnotationVersion] = "v0.0.1-older"
+			c.Annotations[clusterbuild.AnnotationClusterSpecHash] = "hashed-otherwise"
+		},
+	}
+	for name, mutate := range foreign {
+		c := clusterbuild.RayServiceCluster(rs, "svc-a")
+		mutate(c)
+		u, a := clusterAction(c, spec)
+		if a != actionInPlace {
+			t.Errorf("%s: action %d, want the cluster kept and stamped in place", name, a)
+			continue
+		}
+		if !equality.Semantic.DeepEqual(u.Spec, c.Spec) {
+			t.Errorf("%s: taking over changed the spec", name)
+		}
+		if !clusterbuild.StampedByThisVersion(u.Annotations) || u.Annotations[clusterbuild.AnnotationKubeRayVersion] != "" ||
+			u.Annotations[clusterbuild.AnnotationClusterSpecHash] != clusterbuild.RayServiceClusterHash(spec, len(spec.WorkerGroupSpecs)) {
+			t.Errorf("%s: not stamped as this release's, or KubeRay's version kept over Manta's hash: %v", name, u.Annotations)
+		}
+		if _, a := clusterAction(u, spec); a != actionSame {
+			t.Errorf("%s: stamped cluster, same spec: action %d, want the same", name, a)
+		}
+		changed := spec.DeepCopy()
+		changed.HeadGroupSpec.Template.Spec.Containers[0].Image = "other"
+		if _, a := clusterAction(u, changed); a != actionNew {
+			t.Errorf("%s: stamped cluster, head image changed: action %d, want a new cluster", name, a)
+		}
+		removed := spec.DeepCopy()
+		removed.WorkerGroupSpecs = nil
+		if _, a := clusterAction(c, removed); a != actionNew {
+			t.Errorf("%s: a worker group removed: action %d, want a new cluster", name, a)
+		}
+	}
+}
+
+// TestClusterActionJudgesForeignClustersBySpec: a cluster KubeRay created for the RayService carries KubeRay's hash
+// (sha1 of its own types' JSON) under the same annotation. Taking the service over, Manta judges the cluster by its
+// spec: the same spec is kept and stamped in place (not a new cluster, which would roll a serving RayService), a
+// scaling change is made in place, an image change, or a cluster that drifted from its spec, needs a new cluster.
+func TestClusterActionJudgesForeignClustersBySpec(t *testing.T) {
+	rs := planService()
+	const kuberayHash = "2MFLP1G1TDSMQ8BN3R6TC3IONUNCD1SC" // what KubeRay v1.5.0 writes: base32 of a sha1, upper case
+	c := clusterbuild.RayServiceCluster(rs, "svc-a")
+	delete(c.Annotations, clusterbuild.AnnotationVersion)
+	delete(c.Annotations, clusterbuild.AnnotationCommit)
+	c.Annotations[clusterbuild.AnnotationClusterSpecHash] = kuberayHash
+	c.Annotations[clusterbuild.AnnotationKubeRayVersion] = "v1.5.0"
+	spec := rs.Spec.RayClusterSpec.DeepCopy()
+	if u, a := clusterAction(c, spec); a != actionInPlace || !equality.Semantic.DeepEqual(u.Spec, c.Spec) {
+		t.Errorf("KubeRay's cluster of the same spec: action %d, want it kept and stamped in place", a)
+	}
+	spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](5)
+	u, a := clusterAction(c, spec)
+	if a != actionInPlace || *u.Spec.WorkerGroupSpecs[0].Replicas != 5 {
+		t.Errorf("KubeRay's cluster, replicas changed: action %d, want in place", a)
+	}
+	// Manta's hash now, and no KubeRay version: KubeRay, started again, re-stamps the cluster rather than judging
+	// Manta's hash as its own.
+	if _, ok := u.Annotations[clusterbuild.AnnotationKubeRayVersion]; ok || u.Annotations[clusterbuild.AnnotationClusterSpecHash] == kuberayHash {
+		t.Errorf("after an in-place update: annotations %v, want Manta's hash and no %s", u.Annotations, clusterbuild.AnnotationKubeRayVersion)
+	}
+	spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "other"
+	if _, a := clusterAction(c, spec); a != actionNew {
+		t.Errorf("KubeRay's cluster, image changed: action %d, want a new cluster", a)
+	}
+	// A cluster whose spec has drifted from what its foreign hash stood for is judged by its spec too.
+	drifted := c.DeepCopy()
+	drifted.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image = "other"
+	if _, a := clusterAction(drifted, rs.Spec.RayClusterSpec.DeepCopy()); a != actionNew {
+		t.Errorf("a cluster of another spec with a foreign hash: action %d, want a new cluster", a)
+	}
+	if c.Annotations[clusterbuild.AnnotationClusterSpecHash] != kuberayHash {
+		t.Errorf("clusterAction rewrote its argument's hash: %q", c.Annotations[clusterbuild.AnnotationClusterSpecHash])
+	}
+}
+
 func TestValidateNamesTheField(t *testing.T) {
 	for name, tc := range map[string]struct {
 		mutate func(*rayv1.RayService)
@@ -425,4 +519,48 @@ func TestPlanConditionsAsKubeRay(t *testing.T) {
 	// The active cluster is gone: no endpoints left, and no active cluster though the service was serving.
 	check("active deleted", p, want{metav1.ConditionFalse, rayv1.ZeroServeEndpoints, "Number of serve endpoints dropped to 0"},
 		want{metav1.ConditionUnknown, rayv1.NoActiveCluster, "No active Ray cluster exists, and the RayService is not initializing"})
+}
+
+// kubeRayBuilt makes c look as KubeRay v1.5.0 built it: KubeRay's hash under the shared key, its version, no stamp.
+func kubeRayBuilt(c *rayv1.RayCluster) {
+	delete(c.Annotations, clusterbuild.AnnotationVersion)
+	delete(c.Annotations, clusterbuild.AnnotationCommit)
+	c.Annotations[clusterbuild.AnnotationClusterSpecHash] = "KUBERAYSHA1HASHBASE32HEX========"
+	c.Annotations[clusterbuild.AnnotationKubeRayVersion] = "v1.5.0"
+}
+
+// A RayService taken over from KubeRay keeps its serving cluster; taken over in the middle of an upgrade, the
+// upgrade goes on with KubeRay's pending cluster, and the active one is not stamped as if it held the new spec.
+func TestPlanTakeoverFromKubeRay(t *testing.T) {
+	rs := planService()
+	active := readyCluster(rs, "svc-old")
+	kubeRayBuilt(active.cluster)
+	rs.Status.ActiveServiceStatus.RayClusterName = "svc-old"
+	p := computePlan(observed{rs: rs, now: t0, active: active, clusters: []rayv1.RayCluster{*active.cluster}})
+	if n := p.status.PendingServiceStatus.RayClusterName; n != "" || p.createCluster != nil || len(p.deleteClusters) != 0 {
+		t.Fatalf("serving KubeRay cluster: pending %q, create %v, delete %d: want it kept", n, p.createCluster != nil, len(p.deleteClusters))
+	}
+	if len(p.updateClusters) != 1 || !clusterbuild.StampedByThisVersion(p.updateClusters[0].Annotations) {
+		t.Fatalf("serving KubeRay cluster: updates %d, want it stamped in place", len(p.updateClusters))
+	}
+
+	// Mid-upgrade: the spec moved on, KubeRay brought the pending cluster up for it.
+	rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:new"
+	rs.Status.PendingServiceStatus.RayClusterName = "svc-new"
+	pending := readyCluster(rs, "svc-new")
+	pending.pods[0].Labels[rayv1.LabelServe] = "false" // no serve endpoint yet: traffic stays
+	kubeRayBuilt(pending.cluster)
+	p = computePlan(observed{rs: rs, now: t0, active: active, pending: pending, clusters: []rayv1.RayCluster{*active.cluster, *pending.cluster}})
+	if p.status.PendingServiceStatus.RayClusterName != "svc-new" || p.createCluster != nil || len(p.deleteClusters) != 0 {
+		t.Fatalf("mid-upgrade: pending %q, create %v, delete %d: want the upgrade to go on with svc-new",
+			p.status.PendingServiceStatus.RayClusterName, p.createCluster != nil, len(p.deleteClusters))
+	}
+	for _, u := range p.updateClusters {
+		if u.Name != "svc-new" {
+			t.Errorf("mid-upgrade: %s updated; only the pending cluster is stamped", u.Name)
+		}
+	}
+	if len(p.updateClusters) != 1 {
+		t.Errorf("mid-upgrade: %d clusters updated, want the pending one stamped", len(p.updateClusters))
+	}
 }

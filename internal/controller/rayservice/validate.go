@@ -11,6 +11,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/validation"
 )
@@ -36,9 +37,12 @@ func validate(rs *rayv1.RayService) field.ErrorList {
 		}
 	}
 	if u := rs.Spec.UpgradeStrategy; u != nil {
-		t := upgradeType(rs)
+		t := declaredUpgradeType(rs)
 		if t == rayv1.NewClusterWithIncrementalUpgrade {
-			errs = append(errs, validateIncremental(rs, spec.Child("upgradeStrategy"))...)
+			// KubeRay checks the incremental options only with the gate on; with it off the type means no upgrade.
+			if features.Enabled(features.RayServiceIncrementalUpgrade) {
+				errs = append(errs, validateIncremental(rs, spec.Child("upgradeStrategy"))...)
+			}
 		} else if u.ClusterUpgradeOptions != nil {
 			errs = append(errs, field.Forbidden(spec.Child("upgradeStrategy", "clusterUpgradeOptions"), fmt.Sprintf("only used with NewClusterWithIncrementalUpgrade, not %s", t)))
 		}
