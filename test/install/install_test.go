@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
@@ -81,10 +82,11 @@ type env struct {
 }
 
 // TestHelmInstall: `helm install` of charts/manta with Manta's image runs the operator (2 replicas, leader election)
-// and the API server as pods on the real node; the operator's metrics answer an authorised ServiceAccount token
-// only; the sample RayJob ends SUCCEEDED under the in-cluster operator although its leader pod is deleted while
-// the Ray job runs (the other replica takes the Lease over, no Ray pod is recreated, the job is submitted once);
-// `helm uninstall` leaves the CRDs, the RayJob, its RayCluster, submitter Job and pods as they were.
+// and the API server as pods on the real node; the image's /manager is the operator; the operator's metrics and the
+// API server answer authorised ServiceAccount tokens only; an ImagePullJob's puller runs from the chart's image;
+// the sample RayJob ends SUCCEEDED under the in-cluster operator although its leader pod is deleted while the Ray
+// job runs (another pod takes the Lease over, no Ray pod is recreated, the job is submitted once); `helm
+// uninstall` leaves the CRDs, the RayJob, its RayCluster, submitter Job and pods as they were.
 func TestHelmInstall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
@@ -99,6 +101,7 @@ func TestHelmInstall(t *testing.T) {
 		devcluster.RealNodeName, time.Since(start).Round(time.Millisecond))
 	leader := e.waitLeader(t, ctx, podNames(ops), "")
 	t.Logf("leader: %s", leader)
+	e.checkManagerCommand(t, ctx)
 
 	ns := "rayjob"
 	if _, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
@@ -264,6 +267,45 @@ func (e *env) waitReady(t *testing.T, ctx context.Context, name string, n int) [
 		}
 	}
 	return ready
+}
+
+// checkManagerCommand runs Manta's image with KubeRay's chart's command, /manager, as the chart's pods run
+// (non-root, read-only root file system): the same binary answers as the operator.
+func (e *env) checkManagerCommand(t *testing.T, ctx context.Context) {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "manager-command", Namespace: system},
+		Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "manager", Image: images.MantaRef(), Command: []string{"/manager", "--help"},
+				SecurityContext: &corev1.SecurityContext{RunAsNonRoot: ptr.To(true), ReadOnlyRootFilesystem: ptr.To(true),
+					AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+		},
+	}
+	if err := e.cl.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, 2*time.Minute, "pod "+pod.Name+" Succeeded", func() (bool, string) {
+		var p corev1.Pod
+		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(pod), &p); err != nil {
+			return false, err.Error()
+		}
+		if p.Status.Phase == corev1.PodFailed {
+			t.Fatalf("/manager --help failed: %s", e.podReport(ctx, &p))
+		}
+		return p.Status.Phase == corev1.PodSucceeded, e.podReport(ctx, &p)
+	})
+	logs, err := e.cs.CoreV1().Pods(system).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(logs), "--enable-leader-election") {
+		t.Errorf("/manager --help in the image printed no operator flags: %.300s", logs)
+	}
+	t.Logf("/manager --help in Manta's image: the operator's usage (%d bytes)", len(logs))
+	if err := e.cl.Delete(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitLeader waits until the operator's Lease is held by one of pods (nil: any running pod of the operator's
