@@ -32,6 +32,10 @@ ray: ## Create bin/ray-venv with the pinned Ray (no-op when up to date).
 images: node-packages ## Build the dev cluster's real-node images (pause, Ray, Redis) into bin/images (no-op when up to date).
 	@go run ./hack/images $(BIN)
 
+.PHONY: image
+image: ## Build Manta's image (the Dockerfile's, without Docker) as an OCI layout in bin/images/manta; the dev cluster pushes it to its registry.
+	@go run ./hack/images -manta $(BIN)
+
 .PHONY: generate
 generate: tools ## Generate deepcopy, CRDs and RBAC from markers, and the oracle's differences table in docs/compatibility.md.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...

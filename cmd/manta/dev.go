@@ -7,10 +7,13 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
@@ -40,8 +43,21 @@ type devFlags struct {
 	maxPods    int
 	kubeconfig string
 	realNode   string
+	install    string
 	opOpts     operator.Options
 }
+
+// How `manta dev` runs Manta (--install).
+const (
+	installProcess = "process"
+	installHelm    = "helm"
+)
+
+// Where --install=helm installs charts/manta, and as what release.
+const (
+	devHelmRelease   = "manta"
+	devHelmNamespace = "manta-system"
+)
 
 func newDevCommand() *cobra.Command {
 	var f devFlags
@@ -50,7 +66,12 @@ func newDevCommand() *cobra.Command {
 		Short:       "Start a local simulated Kubernetes with Manta's CRDs, operator and API server running",
 		Args:        cobra.NoArgs,
 		Annotations: map[string]string{ownLogger: "file"},
-		RunE:        func(cmd *cobra.Command, _ []string) error { return runDev(cmd, &f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkInstall(cmd, &f); err != nil {
+				return err
+			}
+			return runDev(cmd, &f)
+		},
 	}
 	fs := cmd.Flags()
 	fs.IntVar(&f.nodes, "nodes", 3, "number of fake nodes")
@@ -60,9 +81,40 @@ func newDevCommand() *cobra.Command {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", ".manta/dev/kubeconfig", "where to write the admin kubeconfig")
 	fs.StringVar(&f.realNode, "real-node", "auto", "run a real node (kubelet, containerd, CoreDNS, kube-proxy, a local registry) beside the fake ones: "+
 		"auto (when the machine allows it: root, cgroups, the node binaries from `make tools`), true, or false")
+	fs.StringVar(&f.install, "install", installProcess, "how Manta runs in the cluster: "+installProcess+" (the operator and API server in this process, the fastest to start) or "+
+		installHelm+" (Manta's image built from this repository as `make image` does, pushed to the real node's registry, and charts/manta installed with bin/helm as release "+
+		devHelmRelease+" in "+devHelmNamespace+": the operator and API server run as pods on the real node; needs the real node)")
 	addOperatorFlags(fs, &f.opOpts)
 	f.opOpts.MetricsAddr = "0"
 	return cmd
+}
+
+// checkInstall checks --install against the other flags: with helm the chart configures the operator, so an
+// operator flag given here would be ignored, and only the real node runs pods.
+func checkInstall(cmd *cobra.Command, f *devFlags) error {
+	switch f.install {
+	case installProcess:
+		return nil
+	case installHelm:
+	default:
+		return fmt.Errorf("--install: %q is not %s or %s", f.install, installProcess, installHelm)
+	}
+	if f.realNode == "false" {
+		return fmt.Errorf("--install=%s runs Manta in pods, which only the real node runs: it needs --real-node=auto or true", installHelm)
+	}
+	op := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+	addOperatorFlags(op, &operator.Options{})
+	var set []string
+	op.VisitAll(func(fl *pflag.Flag) {
+		if cmd.Flags().Changed(fl.Name) {
+			set = append(set, "--"+fl.Name)
+		}
+	})
+	if len(set) > 0 {
+		return fmt.Errorf("--install=%s: %s configure the in-process operator; with Helm, set charts/manta's values instead (helm upgrade %s charts/manta -n %s --reuse-values --set ...)",
+			installHelm, strings.Join(set, ", "), devHelmRelease, devHelmNamespace)
+	}
+	return nil
 }
 
 // runDev starts the dev cluster, then the operator and the dev services in it, says how to use it, and runs until
@@ -88,10 +140,15 @@ func runDev(cmd *cobra.Command, f *devFlags) error {
 	if err != nil {
 		return err
 	}
+	helm := f.install == installHelm
+	if helm && !withNode {
+		return fmt.Errorf("--install=%s runs Manta in pods, which only the real node runs, and this machine cannot run it", installHelm)
+	}
 	start := time.Now()
 	c, err := devcluster.Start(ctx, devcluster.Options{
 		Nodes: f.nodes, NodeCPU: f.nodeCPU, NodeMemory: f.nodeMemory, NodeMaxPods: f.maxPods,
 		RealNode:       withNode,
+		MantaImage:     helm,
 		KubeconfigPath: abs,
 		// Puller pods exit on fake nodes (and pulls of images named *does-not-exist* fail) as on real ones.
 		ExtraStages: [][]byte{devcluster.PullerStages},
@@ -105,6 +162,15 @@ func runDev(cmd *cobra.Command, f *devFlags) error {
 		_ = c.Stop()
 	}()
 
+	if helm {
+		if err := helmInstall(ctx, c, stderr); err != nil {
+			return err
+		}
+		printDevReady(cmd.OutOrStdout(), devSummary{withNode: withNode, nodes: f.nodes, upIn: time.Since(start), helm: true,
+			clusterDir: c.Dir(), kubeconfig: abs})
+		<-ctx.Done()
+		return nil
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	notes, ready, err := startDevProcesses(gctx, g, c, withNode, &f.opOpts)
 	if !ready {
@@ -117,6 +183,24 @@ func runDev(cmd *cobra.Command, f *devFlags) error {
 		return nil // interrupted: a clean shutdown
 	}
 	return err
+}
+
+// helmInstall installs charts/manta into c with bin/helm, at the chart's default image (which the dev cluster
+// built from this repository and pushed to the real node's registry), and waits until its pods are Ready.
+func helmInstall(ctx context.Context, c *devcluster.Cluster, stderr io.Writer) error {
+	root, err := devcluster.RepoRoot()
+	if err != nil {
+		return fmt.Errorf("--install=%s needs Manta's repository (its chart and source): %w", installHelm, err)
+	}
+	fmt.Fprintf(stderr, "manta dev: helm install %s charts/manta in %s\n", devHelmRelease, devHelmNamespace)
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "helm"), "install", devHelmRelease, filepath.Join(root, "charts", "manta"),
+		"--namespace", devHelmNamespace, "--create-namespace", "--wait", "--timeout", "10m", "--kubeconfig", c.Kubeconfig)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("helm install %s charts/manta (bin/helm is built by `make tools`): %w: %s", devHelmRelease, err, out)
+	}
+	fmt.Fprintf(stderr, "manta dev: release %s Ready in %s\n", devHelmRelease, time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // setFileLogger sends controller-runtime's and klog's logs to the file at path (created or truncated); the caller
@@ -188,6 +272,7 @@ type devSummary struct {
 	clusterDir string
 	kubeconfig string
 	notes      []string
+	helm       bool // Manta runs from the chart's release, not in this process
 }
 
 // printDevReady says that `manta dev` is ready, where its logs are and how to use the cluster.
@@ -199,7 +284,12 @@ func printDevReady(out io.Writer, s devSummary) {
 	} else {
 		fmt.Fprintf(out, "  %d fake nodes, up in %s\n", s.nodes, s.upIn.Round(time.Millisecond))
 	}
-	fmt.Fprintf(out, "  operator and API server logs: %s\n", s.logPath)
+	if s.helm {
+		fmt.Fprintf(out, "  operator and API server: Helm release %s in namespace %s, pods on the real node (kubectl -n %s get pods; kubectl -n %s logs deploy/%s-operator)\n",
+			devHelmRelease, devHelmNamespace, devHelmNamespace, devHelmNamespace, devHelmRelease)
+	} else {
+		fmt.Fprintf(out, "  operator and API server logs: %s\n", s.logPath)
+	}
 	components := "etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kwok"
 	if s.withNode {
 		components += ", containerd, coredns, kube-proxy, kubelet, registry"

@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/manta-dev/manta/internal/liveproc"
 )
@@ -83,6 +82,11 @@ type Options struct {
 	// own. While it runs, every fake node carries FakeNodeTaint, so pods land on the real node unless they
 	// tolerate it. It needs what RealNodeSupport checks; Start fails naming what is missing.
 	RealNode bool
+	// MantaImage builds Manta's image from this repository (images.EnsureManta, as `make image` does) while the
+	// control plane starts, and pushes it to the real node's registry as images.MantaRef(), charts/manta's default
+	// image. Without it, the image `make image` last left in <BinDir>/images/manta, if any, is pushed as it is.
+	// Only with RealNode.
+	MantaImage bool
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -189,6 +193,9 @@ func (o Options) complete() (Options, error) {
 			n = 3
 		}
 		o.Pools = []NodePool{{Name: "kwok-node", Count: n, CPU: o.NodeCPU, Memory: o.NodeMemory, Pods: o.NodeMaxPods}}
+	}
+	if o.MantaImage && !o.RealNode {
+		return o, errors.New("devcluster: MantaImage needs RealNode: only the real node runs images")
 	}
 	if o.RealNode {
 		fake := corev1.Taint{Key: FakeNodeTaint, Value: "fake", Effect: corev1.TaintEffectNoSchedule}
@@ -485,22 +492,16 @@ func (c *Cluster) installCRDs(ctx context.Context) error {
 	if len(dirs) == 0 {
 		return nil
 	}
-	// envtest waits 10s by default for the CRDs to be served, too little on a loaded machine.
-	opts := envtest.CRDInstallOptions{Paths: dirs, ErrorIfPathMissing: false, MaxTime: 2 * time.Minute}
-	crds, err := envtest.InstallCRDs(c.config, opts)
+	names, err := installCRDFiles(ctx, c.config, dirs, 2*time.Minute)
 	// A create the API server did not finish within its request timeout (a loaded machine: every suite starts its
-	// control plane at once) may or may not have been applied; InstallCRDs creates what is missing and updates what
-	// exists, so installing again is safe.
+	// control plane at once) may or may not have been applied; installCRDFiles creates what is missing and updates
+	// what exists, so installing again is safe.
 	for attempt := 1; err != nil && crdInstallRetriable(err) && attempt < crdInstallAttempts && ctx.Err() == nil; attempt++ {
 		c.opts.Logf("devcluster: installing CRDs again (attempt %d): %v", attempt+1, err)
-		crds, err = envtest.InstallCRDs(c.config, opts)
+		names, err = installCRDFiles(ctx, c.config, dirs, 2*time.Minute)
 	}
 	if err != nil {
 		return fmt.Errorf("install CRDs: %w", err)
-	}
-	names := make([]string, 0, len(crds))
-	for _, crd := range crds {
-		names = append(names, crd.Name)
 	}
 	c.opts.Logf("devcluster: installed CRDs %s", strings.Join(names, ", "))
 	return nil

@@ -112,9 +112,36 @@ func (c *Cluster) prepareRealNode(ctx context.Context) error {
 	c.opts.Logf("devcluster: real node network %s: node %s, pods %s, Services %s", c.node.net.netns, c.node.net.nodeIP.Addr(), c.node.net.podCIDR, c.node.net.serviceCIDR)
 	go func() {
 		imgs, err := images.Ensure(ctx, c.opts.BinDir, c.opts.Logf)
+		if err == nil {
+			var manta []images.Image
+			manta, err = c.mantaImage(ctx)
+			imgs = append(imgs, manta...)
+		}
 		c.node.images <- imagesResult{imgs, err}
 	}()
 	return nil
+}
+
+// mantaImage is Manta's image for the node's registry: built from the repository with Options.MantaImage,
+// otherwise the one `make image` left, if any.
+func (c *Cluster) mantaImage(ctx context.Context) ([]images.Image, error) {
+	if !c.opts.MantaImage {
+		if img, ok := images.MantaLayout(c.opts.BinDir); ok {
+			return []images.Image{img}, nil
+		}
+		return nil, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	img, err := images.EnsureManta(ctx, c.opts.BinDir, root, c.opts.Logf)
+	if err != nil {
+		return nil, err
+	}
+	c.opts.Logf("devcluster: Manta's image %s ready in %s", img.Ref, time.Since(start).Round(time.Millisecond))
+	return []images.Image{img}, nil
 }
 
 // nodeServer is the API server's URL as the node's namespace sees it: the forwarder on the node's address.

@@ -8,11 +8,13 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
-// File is one file of an image FromFiles writes.
+// File is one file of an image FromFiles writes: a regular file, a directory (Dir) or a hard link (Link).
 type File struct {
 	Name string // path in the image, without a leading slash
 	Mode int64
 	Data []byte
+	Dir  bool   // a directory (Data is ignored)
+	Link string // a hard link to the regular file of this name (without a leading slash)
 }
 
 // FromFiles writes a one-layer image of files with config cfg, named ref, as an OCI layout at out (which must not
@@ -26,7 +28,7 @@ func FromFiles(out, ref string, files []File, cfg v1.Config) (Image, error) {
 	}
 	entries := make([]fileEntry, len(files))
 	for i, f := range files {
-		entries[i] = fileEntry{name: f.Name, mode: f.Mode, data: f.Data}
+		entries[i] = fileEntry{name: f.Name, mode: f.Mode, data: f.Data, dir: f.Dir, link: f.Link}
 	}
 	lf := out + ".layer.tar.gz"
 	defer os.Remove(lf)

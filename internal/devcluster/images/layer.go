@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -27,14 +28,19 @@ func layerFromFile(path string) (v1.Layer, error) {
 	return l, nil
 }
 
-// fileEntry is one file of a layer built in memory.
+// fileEntry is one file of a layer built in memory: a regular file, a directory (dir) or a hard link to another
+// entry (link, the target's name).
 type fileEntry struct {
 	name string
 	mode int64
 	data []byte
+	dir  bool
+	link string
+	uid  int // owner (and group), root by default
 }
 
-// filesLayer writes a layer of the given files (root-owned, fixed timestamps, so equal inputs give equal digests).
+// filesLayer writes a layer of the given files (root-owned unless said, fixed timestamps, so equal inputs give equal digests).
+// It sorts files in place.
 func filesLayer(out string, files []fileEntry) error {
 	f, err := os.Create(out)
 	if err != nil {
@@ -46,13 +52,29 @@ func filesLayer(out string, files []fileEntry) error {
 		return err
 	}
 	tw := tar.NewWriter(zw)
-	sort.Slice(files, func(i, j int) bool { return files[i].name < files[j].name })
+	// By name, hard links last: a link's target must come before it in the archive.
+	sort.Slice(files, func(i, j int) bool {
+		if li, lj := files[i].link != "", files[j].link != ""; li != lj {
+			return lj
+		}
+		return files[i].name < files[j].name
+	})
 	for _, fe := range files {
-		if err := tw.WriteHeader(&tar.Header{
+		h := &tar.Header{
 			Typeflag: tar.TypeReg, Name: fe.name, Mode: fe.mode, Size: int64(len(fe.data)),
-			ModTime: time.Unix(0, 0), Format: tar.FormatPAX,
-		}); err != nil {
+			ModTime: time.Unix(0, 0), Format: tar.FormatPAX, Uid: fe.uid, Gid: fe.uid,
+		}
+		switch {
+		case fe.dir:
+			h.Typeflag, h.Name, h.Size = tar.TypeDir, strings.TrimSuffix(fe.name, "/")+"/", 0
+		case fe.link != "":
+			h.Typeflag, h.Linkname, h.Size = tar.TypeLink, fe.link, 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
 			return err
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
 		}
 		if _, err := tw.Write(fe.data); err != nil {
 			return err
