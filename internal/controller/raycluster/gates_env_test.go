@@ -14,8 +14,9 @@ import (
 )
 
 // TestFeatureGatesOff runs a controller with RayClusterStatusConditions and RayMultiHostIndexing off (its own gates,
-// Options.FeatureEnabled: the process's stay as they are) beside one with every gate on, on one control plane, and
-// plays a cluster with a multi-host group through creation, readiness, a lost host, suspension and resumption:
+// Options.FeatureEnabled: the process's stay as they are) beside one with Manta's default gates (both on), on one
+// control plane, and plays a cluster with a multi-host group through creation, readiness, a lost host, suspension
+// and resumption:
 //   - off: no KubeRay condition is ever written, the state still goes Ready then Suspended, spec.suspend deletes the
 //     pods at once, the workers carry no replica label and a lost host is replaced alone, its replica kept;
 //   - on: the same cluster gets its conditions and replica labels, and a lost host takes its replica with it.
@@ -24,11 +25,11 @@ func TestFeatureGatesOff(t *testing.T) {
 	for _, ns := range []string{"gates-off", "gates-on"} {
 		mustCreate(t, cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
-	off := func(f features.Gate) bool {
-		return f != features.RayClusterStatusConditions && f != features.RayMultiHostIndexing && features.Enabled(f)
-	}
-	startNamespaced(t, cfg, "gates-off", Options{FeatureEnabled: off}, nil)
-	startNamespaced(t, cfg, "gates-on", Options{FeatureEnabled: func(features.Gate) bool { return true }}, nil)
+	off := features.Defaults()
+	off[features.RayClusterStatusConditions], off[features.RayMultiHostIndexing] = false, false
+	on := features.Defaults()
+	startNamespaced(t, cfg, "gates-off", Options{FeatureEnabled: func(f features.Gate) bool { return off[f] }}, nil)
+	startNamespaced(t, cfg, "gates-on", Options{FeatureEnabled: func(f features.Gate) bool { return on[f] }}, nil)
 	e := &env{cl: cl}
 	replicaLabels := []string{rayv1.LabelReplicaIndex, rayv1.LabelReplicaName, rayv1.LabelHostIndex}
 	kubeRay := map[string]bool{}
