@@ -659,6 +659,19 @@ func TestWorkerPodForReplica(t *testing.T) {
 			t.Errorf("label %s = %q, want %q", k, multi.Labels[k], v)
 		}
 	}
+	// RayMultiHostIndexing off: the same pod, without any of the three labels.
+	off := WorkerPodForReplica(c, g, PodOptions{NoReplicaLabels: true}, Replica{Index: 1, Name: ReplicaName("Small_Group", "abcde"), HostIndex: 2})
+	for k := range want {
+		if v, ok := off.Labels[k]; ok {
+			t.Errorf("indexing off: label %s = %q", k, v)
+		}
+	}
+	delete(multi.Labels, rayv1.LabelReplicaIndex)
+	delete(multi.Labels, rayv1.LabelReplicaName)
+	delete(multi.Labels, rayv1.LabelHostIndex)
+	if diff := cmp.Diff(multi, off); diff != "" {
+		t.Errorf("indexing off changed more than the replica labels (-on +off):\n%s", diff)
+	}
 	if n := ReplicaName(strings.Repeat("g", 80), "abcde"); len(n) > 63 {
 		t.Errorf("replica name %q too long", n)
 	}

@@ -28,6 +28,9 @@ type PodOptions struct {
 	BatchScheduler string
 	// Defaults are the operator's sidecars, env, labels and annotations for Ray pods (nil: none).
 	Defaults *PodDefaults
+	// NoReplicaLabels leaves out the replica labels of WorkerPodForReplica, as KubeRay does with its
+	// RayMultiHostIndexing gate off.
+	NoReplicaLabels bool
 }
 
 // HeadPod builds the head pod of c from the user's head template.
@@ -500,8 +503,8 @@ type Replica struct {
 // TPU slice can find each other and the autoscaler can tell replicas apart.
 func WorkerPodForReplica(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions, r Replica) *corev1.Pod {
 	pod := WorkerPod(c, g, o)
-	if pod == nil {
-		return nil
+	if pod == nil || o.NoReplicaLabels {
+		return pod
 	}
 	pod.Labels[rayv1.LabelReplicaIndex] = strconv.Itoa(r.Index)
 	if g.NumOfHosts > 1 {

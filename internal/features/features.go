@@ -1,6 +1,7 @@
 // Package features maps KubeRay v1.7's operator feature gates (--feature-gates) onto Manta. Manta has most of what
 // KubeRay gates, always on; a gate set to false turns the feature off the way KubeRay's does (the spec fields it
-// gates are refused, or its controller is not started). A gate for something Manta cannot do differently is accepted
+// gates are refused, its controller is not started, or the
+// controllers stop doing what it guards). A gate for something Manta cannot do differently is accepted
 // only at the value Manta runs with, and an unknown gate is an error.
 //
 // The gates are process-wide, as KubeRay's are (utilfeature.DefaultFeatureGate): the operator sets them once at
@@ -47,10 +48,8 @@ type spec struct {
 }
 
 var specs = map[Gate]spec{
-	RayClusterStatusConditions: {def: true, fixed: true,
-		always: "Manta always writes RayCluster status conditions: its RayJob and RayService controllers, its metrics and its API server read them"},
-	RayMultiHostIndexing: {def: true, fixed: true,
-		always: "Manta always labels worker pods with their replica index, and multi-host ones with their replica name and host index"},
+	RayClusterStatusConditions:       {def: true, off: "RayClusters get none of KubeRay's status conditions (HeadPodReady, RayClusterProvisioned, ReplicaFailure, RayClusterSuspending, RayClusterSuspended): the state alone says Ready or Suspended, and spec.suspend deletes the pods at once"},
+	RayMultiHostIndexing:             {def: true, off: "worker pods get no replica index, replica name or host index label, and the pods of a multi-host group are created, replaced and deleted one by one, not by replica"},
 	RayJobDeletionPolicy:             {def: true, off: "RayJob spec.deletionStrategy and suspended worker groups are refused"},
 	RayServiceIncrementalUpgrade:     {def: true, off: "a RayService with upgradeStrategy NewClusterWithIncrementalUpgrade is not upgraded (as KubeRay: zero-downtime upgrade is off for it)"},
 	RayCronJob:                       {def: true, off: "the RayCronJob controller is not started"},

@@ -40,14 +40,17 @@ func TestParse(t *testing.T) {
 	if got, err := Parse(" RayCronJob = 0 , ,GCSFaultToleranceEmbeddedStorage=F,KubernetesWAS=false"); err != nil || got[RayCronJob] || got[GCSFaultToleranceEmbeddedStorage] {
 		t.Errorf("spaced: %v %v", got, err)
 	}
+	// The two gates Manta once refused off are switches like the others.
+	if got, err := Parse("RayClusterStatusConditions=false,RayMultiHostIndexing=false"); err != nil || got[RayClusterStatusConditions] || got[RayMultiHostIndexing] || !got[RayCronJob] {
+		t.Errorf("status conditions and multi-host indexing off: %v %v", got, err)
+	}
 
 	for _, c := range []struct{ in, want string }{
 		{"RayCronjob=false", `unknown feature gate "RayCronjob"`},
 		{"AllAlpha=true", `unknown feature gate "AllAlpha"`},
 		{"RayCronJob", `"RayCronJob" is not Name=true|false`},
 		{"RayCronJob=maybe", `RayCronJob="maybe": the value must be true or false`},
-		{"RayClusterStatusConditions=false", "RayClusterStatusConditions=false is not possible in Manta: Manta always writes RayCluster status conditions"},
-		{"RayMultiHostIndexing=false", "RayMultiHostIndexing=false is not possible in Manta"},
+		{"RayClusterStatusConditions=true,RayMultiHostIndexing=maybe", `RayMultiHostIndexing="maybe": the value must be true or false`},
 		{"SidecarSubmitterRestart=true", "SidecarSubmitterRestart=true is not possible in Manta"},
 		{"KubernetesWAS=true", "KubernetesWAS=true is not possible in Manta: Manta has no Kubernetes workload-aware scheduling"},
 	} {
@@ -68,8 +71,21 @@ func TestDescribe(t *testing.T) {
 		"RayCronJob=false: the RayCronJob controller is not started",
 		"RayClusterMTLS=false: spec.tlsOptions is refused",
 		"RayJobDeletionPolicy=true: on (Manta's default)",
-		"RayClusterStatusConditions=true: Manta always writes RayCluster status conditions",
+		"RayClusterStatusConditions=true: on (Manta's default)",
 		"KubernetesWAS=false: Manta has no Kubernetes workload-aware scheduling",
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("description lacks %q:\n%s", want, d)
+		}
+	}
+	off, err := Parse("RayClusterStatusConditions=false,RayMultiHostIndexing=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d = strings.Join(off.Describe(), "\n")
+	for _, want := range []string{
+		"RayClusterStatusConditions=false: RayClusters get none of KubeRay's status conditions",
+		"RayMultiHostIndexing=false: worker pods get no replica index",
 	} {
 		if !strings.Contains(d, want) {
 			t.Errorf("description lacks %q:\n%s", want, d)

@@ -200,7 +200,7 @@ dict, as JSON; every template reads them from here so each pair is checked in on
 {{- $_ = set $s "createServiceAccount" $create -}}
 {{- $_ = set $s "serviceAccount" (ternary (default (printf "%s-operator" (include "manta.fullname" .)) $sa.name) (default "default" $sa.name) $create) -}}
 {{- /* The gates Manta cannot switch (internal/features): the operator would refuse them at start; say so now. */ -}}
-{{- $fixed := dict "RayClusterStatusConditions" (list true "Manta always writes RayCluster status conditions") "RayMultiHostIndexing" (list true "Manta always indexes multi-host worker pods") "SidecarSubmitterRestart" (list false "Manta sets no restart policy on a SidecarMode submitter") "KubernetesWAS" (list false "Manta has no Kubernetes workload-aware scheduling: use batchScheduler") -}}
+{{- $fixed := dict "SidecarSubmitterRestart" (list false "Manta sets no restart policy on a SidecarMode submitter") "KubernetesWAS" (list false "Manta has no Kubernetes workload-aware scheduling: use batchScheduler") -}}
 {{- range $g := $v.featureGates -}}
 {{- if hasKey $fixed $g.name -}}
 {{- $f := get $fixed $g.name -}}

@@ -90,10 +90,12 @@ func statusHold(old, new *rayv1.RayClusterStatus, pendingSince, now time.Time, w
 }
 
 // complete says whether s reports a ready cluster with every worker it wants ready: the last step of a scale-up,
-// with no later progress to write it together with, so it is written at once.
+// with no later progress to write it together with, so it is written at once. A status without HeadPodReady
+// (RayClusterStatusConditions off) is judged by the rest.
 func complete(s *rayv1.RayClusterStatus) bool {
+	head := meta.FindStatusCondition(s.Conditions, string(rayv1.HeadPodReady))
 	return s.State == rayv1.Ready && s.ReadyWorkerReplicas == s.DesiredWorkerReplicas &&
-		meta.IsStatusConditionTrue(s.Conditions, string(rayv1.HeadPodReady))
+		(head == nil || head.Status == metav1.ConditionTrue)
 }
 
 // pendingStatus remembers, per cluster, since when a progress change has been held back.

@@ -35,6 +35,7 @@ import (
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/createbackoff"
+	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/metrics"
 	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/reconcile"
@@ -83,6 +84,9 @@ type Options struct {
 	// BatchScheduler is the operator's batch scheduler (one of clusterbuild.BatchSchedulers; empty: none): every
 	// cluster's pods are handed to it, with the PodGroup it needs (batchscheduler.go).
 	BatchScheduler string
+	// FeatureEnabled says whether a feature gate is on (features.Enabled, the process's --feature-gates, when nil):
+	// read at each reconcile, so tests give a controller its own gates without touching the process's.
+	FeatureEnabled func(features.Gate) bool
 }
 
 // Reconciler reconciles RayClusters.
@@ -243,6 +247,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.reconcileDeletion(ctx, c)
 	}
 	run := newRun(c, req.NamespacedName)
+	run.obs.noConditions = !r.enabled(features.RayClusterStatusConditions)
+	run.obs.noIndexing = !r.enabled(features.RayMultiHostIndexing)
 	run.Requeue(r.opts.ResyncPeriod)
 	oldStatus := c.Status.DeepCopy()
 	recErr := r.reconcile(ctx, run)
@@ -334,6 +340,14 @@ func (r *Reconciler) readClusterMeta(ctx context.Context, key types.NamespacedNa
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(rayv1.GroupVersion.WithKind("RayCluster"))
 	return live, r.apiReader().Get(ctx, key, live)
+}
+
+// enabled says whether feature gate f is on for this controller (Options.FeatureEnabled).
+func (r *Reconciler) enabled(f features.Gate) bool {
+	if r.opts.FeatureEnabled != nil {
+		return r.opts.FeatureEnabled(f)
+	}
+	return features.Enabled(f)
 }
 
 // createBackoff is the backoff of refused pod creates (built on first use, for Reconcilers made in tests).

@@ -46,6 +46,9 @@ func TestClusterLiveReadsOnlyWhenPodsCouldHaveExisted(t *testing.T) {
 		{"conditions reported", func(_ *Reconciler, run *run) {
 			run.c.Status.Conditions = []metav1.Condition{{Type: string(rayv1.HeadPodReady), Status: metav1.ConditionFalse}}
 		}, true},
+		{"status reported without conditions (RayClusterStatusConditions off)", func(_ *Reconciler, run *run) {
+			run.c.Generation, run.c.Status.ObservedGeneration = 1, 1
+		}, true},
 		{"pods observed", func(_ *Reconciler, run *run) { run.obs.pods = []corev1.Pod{{}} }, true},
 		{"pods made by this process", func(r *Reconciler, run *run) { r.madePods.Store(key, types.UID("u1")) }, true},
 		{"pods made for an older cluster of the same name", func(r *Reconciler, run *run) { r.madePods.Store(key, types.UID("u0")) }, false},

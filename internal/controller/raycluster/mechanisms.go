@@ -86,13 +86,14 @@ func (r *Reconciler) pendingStatus() *pendingStatus {
 }
 
 // skipLiveCheck says whether a new cluster's first pods may be created without clusterLive's read
-// (optimize.NewClusterLiveSkip): no operator has reported on the cluster yet, this one has created no pod for it,
-// and it is less than newClusterAge old. Pods made for such a cluster deleted meanwhile are collected by the garbage
-// collector; the stale-cache case clusterLive guards against needs pods that existed and went.
+// (optimize.NewClusterLiveSkip): no operator has reported on the cluster yet (no state, condition or observed
+// generation: the conditions may be off), this one has created no pod for it, and it is less than newClusterAge old.
+// Pods made for such a cluster deleted meanwhile are collected by the garbage collector; the stale-cache case
+// clusterLive guards against needs pods that existed and went.
 func (r *Reconciler) skipLiveCheck(run *run) bool {
 	c := run.c
 	if !r.opts.Optimizations.On(optimize.NewClusterLiveSkip) || c.Status.State != "" || len(c.Status.Conditions) > 0 ||
-		len(run.obs.pods) > 0 || time.Since(c.CreationTimestamp.Time) >= newClusterAge {
+		c.Status.ObservedGeneration != 0 || len(run.obs.pods) > 0 || time.Since(c.CreationTimestamp.Time) >= newClusterAge {
 		return false
 	}
 	if uid, made := r.madePods.Load(run.key); made && uid == c.UID {

@@ -60,7 +60,9 @@ func TestPlanGroup(t *testing.T) {
 		cluster func(*testutil.RayClusterWrapper) *testutil.RayClusterWrapper
 		group   func(*rayv1.WorkerGroupSpec)
 		pods    []corev1.Pod
-		want    planNames
+		// noIndexing: RayMultiHostIndexing off.
+		noIndexing bool
+		want       planNames
 	}{
 		{name: "new group: every replica created, indexes from 0",
 			want: planNames{Create: []clusterbuild.Replica{{Index: 0, Name: "small-r1"}, {Index: 1, Name: "small-r2"}, {Index: 2, Name: "small-r3"}}}},
@@ -105,6 +107,36 @@ func TestPlanGroup(t *testing.T) {
 			},
 			pods: []corev1.Pod{worker("x0", 0, time.Hour, host("x", 0)), worker("x1", 0, time.Hour, host("x", 1))},
 			want: planNames{Named: []string{"x0", "x1"}, Create: []clusterbuild.Replica{{Index: 0, Name: "small-r1", HostIndex: 0}, {Index: 0, Name: "small-r1", HostIndex: 1}}}},
+
+		// RayMultiHostIndexing off: every pod on its own, replicas x numOfHosts of them, with no index.
+		{name: "indexing off, multi-host: a new group gets replicas x hosts unindexed pods", noIndexing: true,
+			group: func(g *rayv1.WorkerGroupSpec) { g.Replicas = ptr.To[int32](2); g.NumOfHosts = 2 },
+			want:  planNames{Create: []clusterbuild.Replica{{}, {}, {}, {}}}},
+		{name: "indexing off, multi-host: a lost host is replaced alone, its replica kept", noIndexing: true,
+			group: func(g *rayv1.WorkerGroupSpec) { g.Replicas = ptr.To[int32](2); g.NumOfHosts = 2 },
+			pods: []corev1.Pod{worker("x0", 0, time.Hour, host("x", 0)), worker("x1", 0, time.Hour, host("x", 1)),
+				worker("y0", 1, time.Hour, host("y", 0))},
+			want: planNames{Create: []clusterbuild.Replica{{}}}},
+		{name: "indexing off, multi-host: a terminated host is replaced alone", noIndexing: true,
+			group: func(g *rayv1.WorkerGroupSpec) { g.Replicas = ptr.To[int32](1); g.NumOfHosts = 2 },
+			pods:  []corev1.Pod{worker("x0", 0, time.Hour, host("x", 0)), worker("x1", 0, time.Hour, host("x", 1), failed)},
+			want:  planNames{Dead: []string{"x1"}, Create: []clusterbuild.Replica{{}}}},
+		{name: "indexing off, multi-host: workersToDelete takes only the pod it names", noIndexing: true,
+			group: func(g *rayv1.WorkerGroupSpec) {
+				g.Replicas = ptr.To[int32](1)
+				g.NumOfHosts = 2
+				g.ScaleStrategy.WorkersToDelete = []string{"x1"}
+			},
+			pods: []corev1.Pod{worker("x0", 0, time.Hour, host("x", 0)), worker("x1", 0, time.Hour, host("x", 1))},
+			want: planNames{Named: []string{"x1"}, Create: []clusterbuild.Replica{{}}}},
+		{name: "indexing off, multi-host: scale down deletes pods, not replicas", noIndexing: true,
+			group: func(g *rayv1.WorkerGroupSpec) { g.Replicas = ptr.To[int32](1); g.NumOfHosts = 2 },
+			pods: []corev1.Pod{worker("x0", 0, 3*time.Hour, host("x", 0)), worker("x1", 0, 3*time.Hour, host("x", 1)),
+				worker("y0", 1, time.Hour, host("y", 0))},
+			want: planNames{Surplus: []string{"y0"}}},
+		{name: "indexing off, single host: a missing worker is created unindexed", noIndexing: true,
+			pods: []corev1.Pod{worker("a", 0, time.Hour), worker("c", 2, time.Hour)},
+			want: planNames{Create: []clusterbuild.Replica{{}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -119,7 +151,7 @@ func TestPlanGroup(t *testing.T) {
 			}
 			n := 0
 			newName := func() string { n++; return fmt.Sprintf("r%d", n) }
-			p := planGroup(c, g, slices.Clone(tc.pods), newName)
+			p := planGroup(c, g, slices.Clone(tc.pods), tc.noIndexing, newName)
 			got := planNames{Named: names(p.named), Dead: names(p.dead), Surplus: names(p.surplus), Create: p.create}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)

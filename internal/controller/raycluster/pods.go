@@ -61,13 +61,15 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 	// Suspension as KubeRay does it: spec.suspend first marks the cluster Suspending (computeStatus); a Suspending
 	// cluster loses every pod, whatever spec.suspend says meanwhile; a Suspended one gets no pods until spec.suspend
 	// is cleared and the status has said so.
-	switch phase := suspendPhaseOf(c); {
-	case phase == suspending:
+	// Without the status conditions (RayClusterStatusConditions off) there is no Suspending phase: spec.suspend
+	// deletes the pods at once, and clearing it stops the deletions, as in KubeRay.
+	switch phase, suspend := suspendPhaseOf(c, run.obs.noConditions), ptr.Deref(c.Spec.Suspend, false); {
+	case phase == suspending, run.obs.noConditions && suspend:
 		if len(pods) == 0 {
 			return nil
 		}
 		return r.deleteAll(ctx, run, pods, "the cluster is suspended")
-	case phase == suspended, ptr.Deref(c.Spec.Suspend, false):
+	case phase == suspended, suspend:
 		run.Requeue(time.Second)
 		return nil
 	}
@@ -85,7 +87,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 		return err
 	}
 	opts := clusterbuild.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: defTmpl, TemplateHash: hashes.Head,
-		BatchScheduler: r.opts.BatchScheduler, Defaults: r.opts.PodDefaults}
+		BatchScheduler: r.opts.BatchScheduler, Defaults: r.opts.PodDefaults, NoReplicaLabels: run.obs.noIndexing}
 	var errs []error
 	if clusterbuild.TLSEnabled(c) {
 		// Before any pod create: the certificates' IP addresses follow the pods, and the creates wait for them.
@@ -215,10 +217,16 @@ func shouldReplace(p *corev1.Pod) bool {
 	return false
 }
 
-// headRestartDisabled: see rayv1.LabelDisableProvisionedHeadRestart.
-func headRestartDisabled(c *rayv1.RayCluster) bool {
+// headRestartDisabled: see rayv1.LabelDisableProvisionedHeadRestart. Provisioned is the RayClusterProvisioned
+// condition, or without the conditions (noConditions) a state that was Ready once, which is what the condition
+// records: KubeRay then restarts the head, and a SidecarMode job would be submitted again.
+func headRestartDisabled(c *rayv1.RayCluster, noConditions bool) bool {
+	provisioned := meta.IsStatusConditionTrue(c.Status.Conditions, string(rayv1.RayClusterProvisioned))
+	if noConditions {
+		provisioned = c.Status.StateTransitionTimes[rayv1.Ready] != nil
+	}
 	return (c.Annotations[rayv1.LabelDisableProvisionedHeadRestart] == "true" || c.Labels[rayv1.LabelDisableProvisionedHeadRestart] == "true") &&
-		meta.IsStatusConditionTrue(c.Status.Conditions, string(rayv1.RayClusterProvisioned))
+		provisioned
 }
 
 func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts clusterbuild.PodOptions) error {
@@ -234,7 +242,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts clusterbu
 			heads = append(heads, p)
 		}
 	}
-	if len(heads) == 0 && headRestartDisabled(c) {
+	if len(heads) == 0 && headRestartDisabled(c, run.obs.noConditions) {
 		// A SidecarMode RayJob's head runs once: a new head would have lost the job its sidecar submitted, and the
 		// sidecar would submit it again. The terminated head stays, for the RayJob to read why it ended.
 		if len(dead) > 0 {
@@ -308,12 +316,21 @@ type groupPlan struct {
 //   - Fewer alive replicas than wanted: new ones take the lowest free replica indexes.
 //   - More alive than wanted, without the autoscaler: the least useful go first (not ready, then the newest). With
 //     the autoscaler only workersToDelete removes pods, as in KubeRay.
-func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod, newName func() string) groupPlan {
+//
+// Without multi-host indexing (noIndexing: RayMultiHostIndexing off) every pod is a replica of its own, as KubeRay
+// then reconciles a multi-host group: replicas x numOfHosts pods, created, replaced and deleted one by one, and
+// labelled with no index (the labels pods already carry are not read).
+func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod, noIndexing bool, newName func() string) groupPlan {
 	toDelete := map[string]bool{}
 	for _, n := range g.ScaleStrategy.WorkersToDelete {
 		toDelete[n] = true
 	}
-	multiHost := hosts(g) > 1
+	multiHost := hosts(g) > 1 && !noIndexing
+	// want replicas of perReplica pods each.
+	want, perReplica := int(groupReplicas(c, g)), int(hosts(g))
+	if noIndexing {
+		want, perReplica = groupPods(c, g), 1
+	}
 	replicas := map[string][]corev1.Pod{}
 	var order []string
 	for _, p := range pods {
@@ -358,11 +375,14 @@ func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod,
 			}
 		}
 	}
-	switch diff := int(groupReplicas(c, g)) - len(alive); {
+	switch diff := want - len(alive); {
 	case diff > 0:
 		for range diff {
-			rep := clusterbuild.Replica{Index: nextIndex(), Name: clusterbuild.ReplicaName(g.GroupName, newName())}
-			for h := range int(hosts(g)) {
+			var rep clusterbuild.Replica
+			if !noIndexing {
+				rep = clusterbuild.Replica{Index: nextIndex(), Name: clusterbuild.ReplicaName(g.GroupName, newName())}
+			}
+			for h := range perReplica {
 				rep.HostIndex = h
 				plan.create = append(plan.create, rep)
 			}
@@ -386,7 +406,7 @@ func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod,
 // create backoff and are made only for a cluster that still exists (clusterLive).
 func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.WorkerGroupSpec, opts clusterbuild.PodOptions) error {
 	c := run.c
-	plan := planGroup(c, g, run.obs.pods, func() string { return utilrand.String(5) })
+	plan := planGroup(c, g, run.obs.pods, run.obs.noIndexing, func() string { return utilrand.String(5) })
 	var errs []error
 	for _, d := range []struct {
 		pods []corev1.Pod

@@ -101,7 +101,16 @@ type observed struct {
 	templateErr *failure
 	invalid     *failure
 	reconcileOK bool
+	// noConditions: the RayClusterStatusConditions gate is off (kubeRayConditions); noIndexing: RayMultiHostIndexing
+	// is off (planGroup).
+	noConditions, noIndexing bool
 }
+
+// kubeRayConditions are the conditions KubeRay writes only under its RayClusterStatusConditions gate. With the gate
+// off Manta writes none of them and drops those an earlier run wrote: left, they would go stale (a HeadPodReady
+// True over a dead head). Manta's own conditions, which report a spec it refuses, stay.
+var kubeRayConditions = []string{string(rayv1.HeadPodReady), string(rayv1.RayClusterProvisioned), string(rayv1.RayClusterReplicaFailure),
+	string(rayv1.RayClusterSuspending), string(rayv1.RayClusterSuspended)}
 
 // computeStatus is the whole status of c from what the reconcile observed. It is pure: now is passed in.
 func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayClusterStatus {
@@ -110,6 +119,13 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 	setCond := func(t string, status metav1.ConditionStatus, reason, msg string) {
 		meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason, Message: msg,
 			ObservedGeneration: c.Generation, LastTransitionTime: now})
+	}
+	kubeRayCond := setCond
+	if o.noConditions {
+		for _, t := range kubeRayConditions {
+			meta.RemoveStatusCondition(&s.Conditions, t)
+		}
+		kubeRayCond = func(string, metav1.ConditionStatus, string, string) {}
 	}
 	setOrRemove(&s, setCond, ConditionInvalidSpec, o.invalid)
 	if len(o.unsupported) > 0 {
@@ -121,19 +137,19 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 		return s
 	}
 	setOrRemove(&s, setCond, ConditionDefaultPodTemplateFailure, o.templateErr)
-	setOrRemove(&s, setCond, string(rayv1.RayClusterReplicaFailure), o.failure)
+	setOrRemove(&s, kubeRayCond, string(rayv1.RayClusterReplicaFailure), o.failure)
 
 	desired := setDesired(&s, c)
 	pods := countPods(o.pods)
 	s.ReadyWorkerReplicas, s.AvailableWorkerReplicas = pods.ready, pods.available
 	setHead(&s, pods.head, o.headService)
 	if pods.head == nil {
-		setCond(string(rayv1.HeadPodReady), metav1.ConditionFalse, rayv1.HeadPodNotFound, "Head Pod not found")
+		kubeRayCond(string(rayv1.HeadPodReady), metav1.ConditionFalse, rayv1.HeadPodNotFound, "Head Pod not found")
 	} else {
 		status, reason, msg := headPodReadiness(pods.head)
-		setCond(string(rayv1.HeadPodReady), status, reason, msg)
+		kubeRayCond(string(rayv1.HeadPodReady), status, reason, msg)
 	}
-	setState(&s, c, o, pods, desired, now, setCond)
+	setState(&s, c, o, pods, desired, now, kubeRayCond)
 	return s
 }
 
@@ -222,10 +238,11 @@ func setHead(s *rayv1.RayClusterStatus, head *corev1.Pod, svc *corev1.Service) {
 
 // setState sets the Provisioned, Suspending and Suspended conditions and the state (with its transition time).
 // Suspension is one-way until it completes, as in KubeRay: once Suspending, every pod is deleted even if
-// spec.suspend is cleared meanwhile; only a Suspended cluster resumes.
+// spec.suspend is cleared meanwhile; only a Suspended cluster resumes. Without the conditions (o.noConditions,
+// setCond does nothing) there is no phase to keep, as in KubeRay: Suspended once spec.suspend has left no pod.
 func setState(s *rayv1.RayClusterStatus, c *rayv1.RayCluster, o observed, pods podCounts, desired int32, now metav1.Time, setCond condSetter) {
 	suspend := ptr.Deref(c.Spec.Suspend, false)
-	phase := suspendPhaseOf(c)
+	phase := suspendPhaseOf(c, o.noConditions)
 	goingDown := phase == suspending || (phase != suspended && suspend)
 	allUp := !goingDown && phase != suspended && o.reconcileOK && pods.head != nil && len(o.pods) == int(desired)+1 && pods.allReady
 	if !meta.IsStatusConditionTrue(s.Conditions, string(rayv1.RayClusterProvisioned)) && phase != suspended {
@@ -276,9 +293,12 @@ const (
 	suspended
 )
 
-// suspendPhaseOf reads where a suspension stands from the conditions the last reconcile wrote.
-func suspendPhaseOf(c *rayv1.RayCluster) suspendPhase {
+// suspendPhaseOf reads where a suspension stands from the conditions the last reconcile wrote; without them
+// (noConditions) the cluster is always running, and spec.suspend alone decides.
+func suspendPhaseOf(c *rayv1.RayCluster, noConditions bool) suspendPhase {
 	switch {
+	case noConditions:
+		return running
 	case meta.IsStatusConditionTrue(c.Status.Conditions, string(rayv1.RayClusterSuspending)):
 		return suspending
 	case meta.IsStatusConditionTrue(c.Status.Conditions, string(rayv1.RayClusterSuspended)):

@@ -148,6 +148,50 @@ func TestComputeStatus(t *testing.T) {
 				t.Errorf("desired %d min %d max %d; want 0 0 0", s.DesiredWorkerReplicas, s.MinWorkerReplicas, s.MaxWorkerReplicas)
 			}
 		},
+	}, {
+		// RayClusterStatusConditions off: none of KubeRay's conditions; the state still says Ready and Suspended.
+		name: "conditions off: all ready is Ready, with no condition",
+		obs: observed{noConditions: true, reconcileOK: true, headService: headless, pods: []corev1.Pod{
+			pod("head", corev1.PodRunning, true), pod("worker", corev1.PodRunning, true), pod("worker", corev1.PodRunning, true)}},
+		wantState: rayv1.Ready,
+		wantConds: map[string]string{},
+		check: func(t *testing.T, s rayv1.RayClusterStatus) {
+			if s.ReadyWorkerReplicas != 2 || s.Head.PodName != "head" || s.StateTransitionTimes[rayv1.Ready] == nil {
+				t.Errorf("status %+v", s)
+			}
+		},
+	}, {
+		name: "conditions off: a failed create is no ReplicaFailure, and an earlier run's conditions go",
+		mutate: func(c *rayv1.RayCluster) {
+			c.Status.Conditions = []metav1.Condition{{Type: "HeadPodReady", Status: metav1.ConditionTrue, Reason: "HeadPodRunningAndReady"},
+				{Type: "RayClusterProvisioned", Status: metav1.ConditionTrue, Reason: "AllPodRunningAndReadyFirstTime"},
+				{Type: "RayClusterSuspended", Status: metav1.ConditionFalse, Reason: "RayClusterSuspended"}}
+		},
+		obs: observed{noConditions: true, reconcileOK: false, failure: &failure{rayv1.FailedCreateWorkerPod, "quota"}, pods: []corev1.Pod{
+			pod("head", corev1.PodRunning, false)}},
+		wantConds: map[string]string{},
+	}, {
+		name:   "conditions off: suspending keeps the state until the last pod is gone",
+		mutate: func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true); c.Status.State = rayv1.Ready },
+		obs:    observed{noConditions: true, reconcileOK: true, pods: []corev1.Pod{pod("head", corev1.PodRunning, true)}},
+		// As KubeRay: no Suspending phase to report.
+		wantState: rayv1.Ready,
+		wantConds: map[string]string{},
+	}, {
+		name:      "conditions off: suspended once no pod is left",
+		mutate:    func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) },
+		obs:       observed{noConditions: true, reconcileOK: true},
+		wantState: rayv1.Suspended,
+		wantConds: map[string]string{},
+	}, {
+		name:      "conditions off: a resumed cluster leaves Suspended",
+		mutate:    func(c *rayv1.RayCluster) { c.Status.State = rayv1.Suspended },
+		obs:       observed{noConditions: true, reconcileOK: true},
+		wantConds: map[string]string{},
+	}, {
+		name:      "conditions off: Manta's own conditions stay",
+		obs:       observed{noConditions: true, unsupported: []string{"spec.tlsOptions"}, templateErr: &failure{ReasonDefaultTemplateNotFound, "gone"}, reconcileOK: true},
+		wantConds: map[string]string{"UnsupportedFeature": "True/UnsupportedFields", "DefaultPodTemplateFailure": "True/DefaultPodTemplateNotFound"},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,5 +232,50 @@ func TestComputeStatusStable(t *testing.T) {
 	third := computeStatus(c, obs, metav1.NewTime(time.Unix(300, 0)))
 	if !meta.IsStatusConditionTrue(third.Conditions, string(rayv1.RayClusterProvisioned)) || third.State != rayv1.Ready {
 		t.Errorf("provisioned/ready not sticky: %+v", third)
+	}
+}
+
+// ray.io/disable-provisioned-head-restart holds a provisioned cluster's head back: with the status conditions
+// (RayClusterProvisioned) or, with them off, once the state was Ready.
+func TestHeadRestartDisabled(t *testing.T) {
+	marked := testutil.MakeRayCluster("ns", "rc").Obj()
+	marked.Annotations = map[string]string{rayv1.LabelDisableProvisionedHeadRestart: "true"}
+	provisioned := marked.DeepCopy()
+	provisioned.Status.Conditions = []metav1.Condition{{Type: string(rayv1.RayClusterProvisioned), Status: metav1.ConditionTrue}}
+	wasReady := marked.DeepCopy()
+	wasReady.Status.StateTransitionTimes = map[rayv1.ClusterState]*metav1.Time{rayv1.Ready: ptr.To(metav1.Now())}
+	for _, tc := range []struct {
+		name         string
+		c            *rayv1.RayCluster
+		noConditions bool
+		want         bool
+	}{
+		{"not provisioned", marked, false, false},
+		{"provisioned", provisioned, false, true},
+		{"ready once, conditions on: the condition decides", wasReady, false, false},
+		{"conditions off, never ready", marked, true, false},
+		{"conditions off, ready once", wasReady, true, true},
+		{"conditions off: a stale condition is not read", provisioned, true, false},
+	} {
+		if got := headRestartDisabled(tc.c, tc.noConditions); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A status without HeadPodReady (conditions off) is complete on its state and counts; with it, only when True.
+func TestCompleteWithoutConditions(t *testing.T) {
+	s := rayv1.RayClusterStatus{State: rayv1.Ready, ReadyWorkerReplicas: 2, DesiredWorkerReplicas: 2}
+	if !complete(&s) {
+		t.Error("ready status without conditions not complete")
+	}
+	s.Conditions = []metav1.Condition{{Type: string(rayv1.HeadPodReady), Status: metav1.ConditionFalse}}
+	if complete(&s) {
+		t.Error("complete with HeadPodReady False")
+	}
+	s.Conditions[0].Status = metav1.ConditionTrue
+	s.ReadyWorkerReplicas = 1
+	if complete(&s) {
+		t.Error("complete with a worker not ready")
 	}
 }
