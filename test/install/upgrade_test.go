@@ -25,8 +25,16 @@ import (
 )
 
 // baseRevision is the Manta the upgrade starts from, test/swap's: the first commit whose RayService takeover keeps
-// the serving cluster (81555e8 and earlier roll it to a new one). Its chart takes installValues as they are.
+// the serving cluster (81555e8 and earlier roll it to a new one). Its chart takes installValues as they are, but
+// its binary panics at start in the chart's pods (mkdir /tmp/kubebuilder-envtest on the read-only root file
+// system, from envtest linked in; ebc272b fixed it), as does every commit of main before 164d8c5, whose operator
+// differs from this tree's in nothing but the commit stamp. So the earlier release's pods get a writable /tmp
+// (tmpPatch), the one thing changed from that release as it was.
 const baseRevision = "576ac39"
+
+// tmpPatch mounts an emptyDir at /tmp in a Deployment's first container (JSON patch).
+const tmpPatch = `[{"op":"add","path":"/spec/template/spec/volumes","value":[{"name":"tmp","emptyDir":{}}]},` +
+	`{"op":"add","path":"/spec/template/spec/containers/0/volumeMounts","value":[{"name":"tmp","mountPath":"/tmp"}]}]`
 
 // baseRef is the earlier Manta's image, under a tag of its own beside MantaRef in the node's registry.
 var baseRef = images.MantaRepository + ":base"
@@ -64,13 +72,13 @@ func buildBase(t *testing.T, ctx context.Context) <-chan baseManta {
 	return out
 }
 
-// checkUpgrade upgrades Manta under live work as a user does: the release of baseRevision's chart and image, the
-// RayJob's Ray job running on the real node and an idle RayCluster on the kwok node, then this tree's CRDs applied
-// and `helm upgrade` to this tree's chart and image. The Deployment rolls its pods over (a new pod Ready before an
-// old one goes; the Lease passes from the old leader, which releases it on SIGTERM, to a new pod). Nothing of the
-// work is recreated, the Ray job is not submitted again, it ends SUCCEEDED under the new operator once released,
-// and both RayClusters are ready at their current generation. first is TestHelmInstall's finished RayJob, deleted
-// under the earlier Manta to make room on the real node.
+// checkUpgrade upgrades Manta under live work as a user does: the release of baseRevision's chart and image (with
+// tmpPatch), the RayJob's Ray job running on the real node and an idle RayCluster on the kwok node, then this
+// tree's CRDs applied and `helm upgrade` to this tree's chart and image. The Deployment rolls its pods over (a new
+// pod Ready before an old one goes; the Lease passes from the old leader, which releases it on SIGTERM, to a new
+// pod). Nothing of the work is recreated, the Ray job is not submitted again, it ends SUCCEEDED under the new
+// operator once released, and both RayClusters are ready at their current generation. first is TestHelmInstall's
+// finished RayJob, deleted under the earlier Manta to make room on the real node.
 func (e *env) checkUpgrade(t *testing.T, ctx context.Context, base <-chan baseManta, first *rayv1.RayJob) {
 	t.Helper()
 	var b baseManta
@@ -88,6 +96,9 @@ func (e *env) checkUpgrade(t *testing.T, ctx context.Context, base <-chan baseMa
 	values := writeValues(t)
 	start := time.Now()
 	e.helm(t, ctx, "install", release, b.chart, "--namespace", system, "--values", values, "--set", "image.tag=base")
+	for _, d := range []string{operator, apiserver} {
+		e.kubectl(t, ctx, "-n", system, "patch", "deployment", d, "--type=json", "-p", tmpPatch)
+	}
 	oldOps := e.waitReady(t, ctx, operator, 2, baseRef)
 	e.waitReady(t, ctx, apiserver, 1, baseRef)
 	oldLeader := e.waitLeader(t, ctx, podNames(oldOps), "")
