@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/devcluster/images"
 	"github.com/manta-dev/manta/internal/testutil"
@@ -80,7 +81,6 @@ func buildBase(t *testing.T, ctx context.Context) <-chan baseManta {
 // operator once released, and both RayClusters are ready at their current generation. first is TestHelmInstall's
 // finished RayJob, deleted under the earlier Manta to make room on the real node.
 func (e *env) checkUpgrade(t *testing.T, ctx context.Context, base <-chan baseManta, first *rayv1.RayJob) {
-	t.Helper()
 	var b baseManta
 	select {
 	case b = <-base:
@@ -133,6 +133,7 @@ func (e *env) checkUpgrade(t *testing.T, ctx context.Context, base <-chan baseMa
 		t.Fatalf("before the upgrade, the head's dashboard lists %d submissions, want 1: %v", len(subs), subs)
 	}
 	before := e.workObjects(t, ctx, ns)
+	stampsBefore := e.stamps(t, ctx, ns)
 	t.Logf("under Manta at %s: Ray job %s running on RayCluster %s, RayCluster %s ready; %d pods, Services, Jobs and Ray objects",
 		baseRevision, running.Status.JobId, running.Status.RayClusterName, idle.Name, len(before))
 
@@ -176,8 +177,8 @@ func (e *env) checkUpgrade(t *testing.T, ctx context.Context, base <-chan baseMa
 			t.Errorf("after helm upgrade, %s was added", k)
 		}
 	}
-	t.Logf("after helm upgrade: Ray job %s / %s, %d submissions on the head's dashboard, %d of %d pods, Services, Jobs and Ray objects recreated, added or gone",
-		done.Status.JobStatus, done.Status.JobDeploymentStatus, len(subs), changed, len(before))
+	t.Logf("after helm upgrade: Ray job %s / %s, %d submissions on the head's dashboard, %d of %d pods, Services, Jobs and Ray objects recreated, added or gone; the pods' stamps (release@commit) %v before, %v after",
+		done.Status.JobStatus, done.Status.JobDeploymentStatus, len(subs), changed, len(before), stampsBefore, e.stamps(t, ctx, ns))
 	if done.Status.JobId != running.Status.JobId {
 		t.Errorf("the RayJob's jobId changed across the upgrade: %s, then %s", running.Status.JobId, done.Status.JobId)
 	}
@@ -222,6 +223,28 @@ func (e *env) waitClusterReady(t *testing.T, ctx context.Context, ns, name strin
 		return rc.Status.State == rayv1.Ready && rc.Status.ObservedGeneration == rc.Generation,
 			fmt.Sprintf("state %q, observed generation %d of %d; %s", rc.Status.State, rc.Status.ObservedGeneration, rc.Generation, e.nsReport(ctx, ns))
 	})
+}
+
+// stamps counts the pods of ns by the Manta release and commit their stamp names ("none": not stamped).
+func (e *env) stamps(t *testing.T, ctx context.Context, ns string) map[string]int {
+	t.Helper()
+	pods, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, p := range pods.Items {
+		v, c := p.Annotations[clusterbuild.AnnotationVersion], p.Annotations[clusterbuild.AnnotationCommit]
+		if v == "" && c == "" {
+			out["none"]++
+			continue
+		}
+		if len(c) > 7 {
+			c = c[:7]
+		}
+		out[v+"@"+c]++
+	}
+	return out
 }
 
 // workObjects maps the pods, Services, Jobs, RayClusters and RayJobs of ns to their UIDs ("" when being deleted).
