@@ -37,22 +37,32 @@ func BuildMantaTo(dir string) (string, error) {
 // BuildMantaAt builds ./cmd/manta of revision rev of the repository at root into dir/manta, from a detached git
 // worktree under dir that is removed once built: Manta as an earlier commit was (an upgrade's "before").
 func BuildMantaAt(root, rev, dir string) (string, error) {
-	commit, err := git(root, "rev-parse", "--verify", rev+"^{commit}")
+	src, remove, err := WorktreeAt(root, rev, dir)
 	if err != nil {
 		return "", err
 	}
-	src := filepath.Join(dir, "src")
-	if _, err := git(root, "worktree", "add", "--detach", src, commit); err != nil {
-		return "", err
-	}
-	defer func() { _, _ = git(root, "worktree", "remove", "--force", src) }()
+	defer remove()
 	bin := filepath.Join(dir, "manta")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/manta")
 	build.Dir = src
 	if out, err := build.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build Manta at %s: %v\n%s", commit, err, out)
+		return "", fmt.Errorf("build Manta at %s: %v\n%s", rev, err, out)
 	}
 	return bin, nil
+}
+
+// WorktreeAt checks revision rev of the repository at root out as a detached git worktree at dir/src, for what
+// an earlier commit had beside its binary (its chart); remove deletes the worktree.
+func WorktreeAt(root, rev, dir string) (src string, remove func(), err error) {
+	commit, err := git(root, "rev-parse", "--verify", rev+"^{commit}")
+	if err != nil {
+		return "", nil, err
+	}
+	src = filepath.Join(dir, "src")
+	if _, err := git(root, "worktree", "add", "--detach", src, commit); err != nil {
+		return "", nil, err
+	}
+	return src, func() { _, _ = git(root, "worktree", "remove", "--force", src) }, nil
 }
 
 func git(dir string, args ...string) (string, error) {

@@ -86,17 +86,21 @@ type env struct {
 // API server answer authorised ServiceAccount tokens only; an ImagePullJob's puller runs from the chart's image;
 // the sample RayJob ends SUCCEEDED under the in-cluster operator although its leader pod is deleted while the Ray
 // job runs (another pod takes the Lease over, no Ray pod is recreated, the job is submitted once); `helm
-// uninstall` leaves the CRDs, the RayJob, its RayCluster, submitter Job and pods as they were.
+// uninstall` leaves the CRDs, the RayJob, its RayCluster, submitter Job and pods as they were. Then, in the same
+// dev cluster, `helm upgrade` from the release of an earlier commit to this tree's under a running Ray job
+// (checkUpgrade).
 func TestHelmInstall(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
+	// The earlier Manta the upgrade starts from is built while the dev cluster starts.
+	base := buildBase(t, ctx)
 	e := startEnv(t, ctx)
 
 	start := time.Now()
 	e.helm(t, ctx, "install", release, filepath.Join(testutil.MustRepoRoot(t), "charts", "manta"),
 		"--namespace", system, "--create-namespace", "--values", writeValues(t))
-	ops := e.waitReady(t, ctx, operator, 2)
-	api := e.waitReady(t, ctx, apiserver, 1)
+	ops := e.waitReady(t, ctx, operator, 2, images.MantaRef())
+	api := e.waitReady(t, ctx, apiserver, 1, images.MantaRef())
 	t.Logf("helm install: %d operator pods and %d API server pod Ready on %s in %s", len(ops), len(api),
 		devcluster.RealNodeName, time.Since(start).Round(time.Millisecond))
 	leader := e.waitLeader(t, ctx, podNames(ops), "")
@@ -162,6 +166,7 @@ func TestHelmInstall(t *testing.T) {
 	}
 
 	e.checkUninstall(t, ctx, done)
+	e.checkUpgrade(t, ctx, base, done)
 }
 
 func startEnv(t *testing.T, ctx context.Context) *env {
@@ -237,13 +242,14 @@ func (e *env) run(t *testing.T, ctx context.Context, tool string, args ...string
 	return out.String()
 }
 
-// waitReady waits for n Ready pods of the chart's Deployment name, on the real node under the ServiceAccount of
-// the same name, and returns them.
-func (e *env) waitReady(t *testing.T, ctx context.Context, name string, n int) []corev1.Pod {
+// waitReady waits until the chart's Deployment name has n pods, all Ready and of image, and no other, and returns
+// them; each must run on the real node under the ServiceAccount of the same name.
+func (e *env) waitReady(t *testing.T, ctx context.Context, name string, n int, image string) []corev1.Pod {
 	t.Helper()
 	sel := "app.kubernetes.io/component=" + strings.TrimPrefix(name, release+"-")
 	var ready []corev1.Pod
-	waitFor(t, ctx, 5*time.Minute, fmt.Sprintf("%d Ready pods of %s", n, name), func() (bool, string) {
+	// Only pods of image count, and only when no other pod is left: after helm upgrade, the rollout's end.
+	waitFor(t, ctx, 5*time.Minute, fmt.Sprintf("%d Ready pods of %s with %s", n, name, image), func() (bool, string) {
 		pods, err := e.cs.CoreV1().Pods(system).List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
 			return false, err.Error()
@@ -251,19 +257,16 @@ func (e *env) waitReady(t *testing.T, ctx context.Context, name string, n int) [
 		ready = ready[:0]
 		var why []string
 		for _, p := range pods.Items {
-			if p.DeletionTimestamp == nil && podReady(&p) {
+			if p.DeletionTimestamp == nil && podReady(&p) && p.Spec.Containers[0].Image == image {
 				ready = append(ready, p)
 			}
-			why = append(why, e.podReport(ctx, &p))
+			why = append(why, p.Spec.Containers[0].Image+" "+e.podReport(ctx, &p))
 		}
 		return len(ready) == n && len(pods.Items) == n, strings.Join(why, " | ")
 	})
 	for _, p := range ready {
 		if p.Spec.NodeName != devcluster.RealNodeName || p.Spec.ServiceAccountName != name {
 			t.Errorf("pod %s runs on %q as %q, want %s as %s", p.Name, p.Spec.NodeName, p.Spec.ServiceAccountName, devcluster.RealNodeName, name)
-		}
-		if img := p.Spec.Containers[0].Image; img != images.MantaRef() {
-			t.Errorf("pod %s runs image %s, want %s", p.Name, img, images.MantaRef())
 		}
 	}
 	return ready

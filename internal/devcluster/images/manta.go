@@ -61,6 +61,63 @@ func EnsureManta(ctx context.Context, binDir, srcDir string, logf func(format st
 		return Image{}, fmt.Errorf("images: manta: %w", err)
 	}
 	defer os.RemoveAll(work)
+	files, err := mantaFiles(ctx, srcDir, work)
+	if err != nil {
+		return Image{}, err
+	}
+
+	// The recipe's inputs are what ends up in the image, so an unchanged build keeps the layout (and its digest).
+	inputs := []string{runtime.GOARCH, configString(mantaConfig)}
+	for _, f := range files {
+		sum := sha256.Sum256(f.data)
+		inputs = append(inputs, fmt.Sprintf("%s %o %v %s %d %s", f.name, f.mode, f.dir, f.link, f.uid, hex.EncodeToString(sum[:])))
+	}
+	r := recipe{name: "manta", ref: MantaRef(), inputs: inputs, build: func(_ context.Context, _ *builder, out, work string) error {
+		lf := filepath.Join(work, "layer.tar.gz")
+		if err := filesLayer(lf, files); err != nil {
+			return err
+		}
+		return writeLayout(out, MantaRef(), mantaConfig, lf)
+	}}
+	imgs, err := ensure(ctx, binDir, logf, []recipe{r})
+	if err != nil {
+		return Image{}, err
+	}
+	return imgs[0], nil
+}
+
+// MantaAt writes Manta's image built from the source at srcDir, as EnsureManta builds it, as an OCI layout at out
+// (which must not exist) named ref: an earlier Manta's image, from a git worktree of its commit, under a tag of
+// its own, for an upgrade's "before". Unlike EnsureManta it keeps nothing between calls.
+func MantaAt(ctx context.Context, srcDir, out, ref string) (Image, error) {
+	if _, err := os.Stat(out); err == nil {
+		return Image{}, fmt.Errorf("images: %s exists", out)
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return Image{}, err
+	}
+	work, err := os.MkdirTemp(filepath.Dir(out), ".go-manta-")
+	if err != nil {
+		return Image{}, fmt.Errorf("images: %s: %w", ref, err)
+	}
+	defer os.RemoveAll(work)
+	files, err := mantaFiles(ctx, srcDir, work)
+	if err != nil {
+		return Image{}, err
+	}
+	lf := filepath.Join(work, "layer.tar.gz")
+	if err := filesLayer(lf, files); err != nil {
+		return Image{}, fmt.Errorf("images: %s: %w", ref, err)
+	}
+	if err := writeLayout(out, ref, mantaConfig, lf); err != nil {
+		return Image{}, fmt.Errorf("images: %s: %w", ref, err)
+	}
+	return Image{Ref: ref, Path: out}, nil
+}
+
+// mantaFiles builds the manta and puller binaries of the source at srcDir in work and returns the image's files:
+// the binaries, /manager, the CA bundle, distroless's users, groups, home and /tmp.
+func mantaFiles(ctx context.Context, srcDir, work string) ([]fileEntry, error) {
 	commit := gitCommit(ctx, srcDir)
 	bins := map[string][]string{
 		"manta":  {"-ldflags=-s -w -X github.com/manta-dev/manta/internal/version.Commit=" + commit, "./cmd/manta"},
@@ -82,38 +139,19 @@ func EnsureManta(ctx context.Context, binDir, srcDir string, logf func(format st
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Run(); err != nil {
-			return Image{}, fmt.Errorf("images: manta: go build %s: %w: %s", bins[name][1], err, strings.TrimSpace(stderr.String()))
+			return nil, fmt.Errorf("images: manta: go build %s: %w: %s", bins[name][1], err, strings.TrimSpace(stderr.String()))
 		}
 		data, err := os.ReadFile(out)
 		if err != nil {
-			return Image{}, fmt.Errorf("images: manta: %w", err)
+			return nil, fmt.Errorf("images: manta: %w", err)
 		}
 		files = append(files, fileEntry{name: name, mode: 0o755, data: data})
 	}
 	ca, err := os.ReadFile(CABundle)
 	if err != nil {
-		return Image{}, fmt.Errorf("images: manta: the image's CA bundle, from this machine (apt-get install ca-certificates): %w", err)
+		return nil, fmt.Errorf("images: manta: the image's CA bundle, from this machine (apt-get install ca-certificates): %w", err)
 	}
-	files = append(files, fileEntry{name: strings.TrimPrefix(CABundle, "/"), mode: 0o644, data: ca})
-
-	// The recipe's inputs are what ends up in the image, so an unchanged build keeps the layout (and its digest).
-	inputs := []string{runtime.GOARCH, configString(mantaConfig)}
-	for _, f := range files {
-		sum := sha256.Sum256(f.data)
-		inputs = append(inputs, fmt.Sprintf("%s %o %v %s %d %s", f.name, f.mode, f.dir, f.link, f.uid, hex.EncodeToString(sum[:])))
-	}
-	r := recipe{name: "manta", ref: MantaRef(), inputs: inputs, build: func(_ context.Context, _ *builder, out, work string) error {
-		lf := filepath.Join(work, "layer.tar.gz")
-		if err := filesLayer(lf, files); err != nil {
-			return err
-		}
-		return writeLayout(out, MantaRef(), mantaConfig, lf)
-	}}
-	imgs, err := ensure(ctx, binDir, logf, []recipe{r})
-	if err != nil {
-		return Image{}, err
-	}
-	return imgs[0], nil
+	return append(files, fileEntry{name: strings.TrimPrefix(CABundle, "/"), mode: 0o644, data: ca}), nil
 }
 
 // MantaLayout is Manta's image as EnsureManta last wrote it under binDir, if it did.
