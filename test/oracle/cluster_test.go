@@ -112,6 +112,7 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 		t.Fatal(err)
 	}
 	heads := serveRayHeads(t, podNet, cl, objs)
+	heads.direct = direct
 	env = &harness{cluster: c, root: root, heads: heads, submitters: newSubmitters(heads), upgrades: watchUpgrades(t, ctx, reader), direct: direct}
 
 	// Every namespace exists, with its default ServiceAccount (pods cannot be created before it), before either

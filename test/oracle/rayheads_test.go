@@ -37,10 +37,13 @@ const jobStep = 3 * time.Second
 // rayHeads plays a Ray head for every RayCluster of the run, on both sides alike: one fakeray.Head per head pod
 // (a new head pod is a new Ray head, which remembers no job), reached at any of the cluster's pod IPs.
 type rayHeads struct {
-	cl    client.Client
-	mu    sync.Mutex
-	heads map[types.UID]*fakeray.Head // by head pod UID
-	ports map[int]string              // port -> "dashboard", "serve" or "agent"
+	cl client.Client
+	// direct reads from the API server: a pod the cache does not show with its IP yet may already be Ready in an
+	// operator's own cache, which then calls its head (see headAt).
+	direct client.Reader
+	mu     sync.Mutex
+	heads  map[types.UID]*fakeray.Head // by head pod UID
+	ports  map[int]string              // port -> "dashboard", "serve" or "agent"
 	// held counts, by namespace, the jobs whose entrypoint holds them (holdMarker) running on a head there until
 	// the test releases the namespace; released holds the namespaces released. Under holdMu, not mu: a held job
 	// ends when its head is closed, which the cleanup does with mu held.
@@ -147,24 +150,33 @@ func (r *rayHeads) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 }
 
 // headAt returns the head of the Ray cluster whose running pod has podIP, nil when there is none.
+//
+// The test's cache may lag an operator's: an operator that saw the head Ready before this cache saw its IP would be
+// answered "no Ray pod" (a failed Serve update that the other side, reconciling later, does not see: CI of 0bd217a,
+// ray-service.changes). So a miss in the cache is looked up again straight from the API server.
 func (r *rayHeads) headAt(ctx context.Context, podIP string) *fakeray.Head {
-	pods := &corev1.PodList{}
-	if err := r.cl.List(ctx, pods, client.HasLabels{rayv1.LabelCluster}); err != nil {
-		return nil
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
-		if p.Status.PodIP == podIP && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
-			return r.headOf(ctx, p.Namespace, p.Labels[rayv1.LabelCluster])
+	for _, rd := range []client.Reader{r.cl, r.direct} {
+		if rd == nil {
+			continue
+		}
+		pods := &corev1.PodList{}
+		if err := rd.List(ctx, pods, client.HasLabels{rayv1.LabelCluster}); err != nil {
+			continue
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Status.PodIP == podIP && p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+				return r.headOf(ctx, rd, p.Namespace, p.Labels[rayv1.LabelCluster])
+			}
 		}
 	}
 	return nil
 }
 
 // headOf returns the head of RayCluster ns/cluster, nil while it has no running head pod.
-func (r *rayHeads) headOf(ctx context.Context, ns, cluster string) *fakeray.Head {
+func (r *rayHeads) headOf(ctx context.Context, rd client.Reader, ns, cluster string) *fakeray.Head {
 	pods := &corev1.PodList{}
-	if err := r.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelCluster: cluster, rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {
+	if err := rd.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelCluster: cluster, rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {
 		return nil
 	}
 	for i := range pods.Items {

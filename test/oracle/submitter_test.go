@@ -86,7 +86,7 @@ func (s *submitters) play(t *testing.T, sd side, ns string) {
 // container.
 func (s *submitters) step(t *testing.T, sd side, ns, cluster string, rj *unstructured.Unstructured, id string, p *corev1.Pod, end bool) {
 	ctx := context.Background()
-	h := s.heads.headOf(ctx, ns, cluster)
+	h := s.heads.headOf(ctx, s.heads.cl, ns, cluster)
 	if h == nil {
 		return // no head yet: the CLI waits for the dashboard
 	}
