@@ -38,3 +38,28 @@ func TestStatusWritesGoThroughTheWriter(t *testing.T) {
 		}
 	}
 }
+
+// Every controller reads the time from its Options.Clock only (internal/reconcile's rules): a time.Now elsewhere in
+// a controller package would not move when a test steps the fake clock, and a deadline or backoff read from it would
+// disagree with the timestamps the controller writes.
+func TestControllersReadOnlyTheirClock(t *testing.T) {
+	realTime := regexp.MustCompile(`\btime\.(Now|Since|Until)\b|\bmetav1\.Now\(\)|clock\.RealClock\{\}`)
+	err := filepath.WalkDir("../internal/controller", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if realTime.MatchString(line) && !strings.HasPrefix(strings.TrimSpace(line), "//") {
+				t.Errorf("%s:%d reads the real time; use the controller's Options.Clock (reconcile.Clock)", path, i+1)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

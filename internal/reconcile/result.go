@@ -23,6 +23,8 @@
 //     last status write of it: that reconcile's status events wait, and it is looked at again after
 //     CacheLagRequeue (sooner when it asked for that), with no error. Without it, a status computed from the older
 //     copy could equal it and be dropped, and no event would bring the object back.
+//   - Clock. A controller reads the time only from its Options.Clock (a Clock; RealClock when nil), so one fake
+//     clock in a test moves every timestamp, deadline, backoff and expectation together.
 package reconcile
 
 import (

@@ -57,8 +57,8 @@ type Options struct {
 	// ResourceQuota, an admission webhook): the first waits Base, each next one twice as long, up to Max (defaults
 	// 1 s and 5 minutes, as for RayCluster pods).
 	CreateBackoffBase, CreateBackoffMax time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock is the controller's time (reconcile.RealClock when nil).
+	Clock reconcile.Clock
 	// Policy bounds every job's pullers: the nodes they may go to, their tolerations and priority class.
 	Policy Policy
 }
@@ -87,8 +87,8 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if opts.MaxConcurrentReconciles <= 0 {
 		opts.MaxConcurrentReconciles = 4
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = reconcile.RealClock
 	}
 	if opts.StatusWriter == nil {
 		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
@@ -103,7 +103,7 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		cache:     c,
 		recorder:  mgr.GetEventRecorder("imagepulljob-controller"),
 		opts:      opts,
-		exp:       newExpectations(opts.Now),
+		exp:       newExpectations(opts.Clock.Now),
 		backoff:   createbackoff.New(opts.CreateBackoffBase, opts.CreateBackoffMax),
 	}, nil
 }
@@ -222,7 +222,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if job.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
-	now := r.opts.Now()
+	now := r.opts.Clock.Now()
 
 	if expiry, ok := ttlExpiry(job); ok && !now.Before(expiry) {
 		logger.V(1).Info("deleting finished ImagePullJob after ttlSecondsAfterFinished", "imagePullJob", klog.KObj(job))
@@ -345,7 +345,7 @@ func (r *Reconciler) createPullers(ctx context.Context, key types.NamespacedName
 	if len(pods) == 0 {
 		return
 	}
-	if w := r.backoff.Wait(key, job.Generation, time.Now()); w > 0 {
+	if w := r.backoff.Wait(key, job.Generation, r.opts.Clock.Now()); w > 0 {
 		notCreated(pods, &p.status)
 		p.Requeue(w)
 		return
@@ -376,7 +376,7 @@ func (r *Reconciler) createPullers(ctx context.Context, key types.NamespacedName
 		return
 	}
 	notCreated(refused, &p.status)
-	delay, report := r.backoff.Failed(key, job.Generation, time.Now(), ReasonFailedCreate)
+	delay, report := r.backoff.Failed(key, job.Generation, r.opts.Clock.Now(), ReasonFailedCreate)
 	if report {
 		p.Eventf(corev1.EventTypeWarning, ReasonFailedCreate, "Create", "failed to create %d puller pod(s): %s",
 			len(refused), createbackoff.StableMessage(first, firstPod))

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,10 +38,10 @@ func (c clientCache) List(ctx context.Context, list client.ObjectList, opts ...c
 
 // faultRig is a Reconciler on a fake API server whose writes a test can spoil, stepped by hand.
 type faultRig struct {
-	r   *Reconciler
-	cl  client.Client
-	key types.NamespacedName
-	now time.Time
+	r     *Reconciler
+	cl    client.Client
+	key   types.NamespacedName
+	clock *clocktesting.FakeClock
 	// deletes and creates count the pod writes sent, by pod name (the controller sends them in parallel).
 	mu               sync.Mutex
 	deletes, creates map[string]int
@@ -86,13 +87,12 @@ func newFaultRig(t *testing.T, job *mantav1alpha1.ImagePullJob, refuse func(pod 
 				return c.Delete(ctx, obj, opts...)
 			},
 		}).Build()
-	rig.now = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return rig.now }
+	rig.clock = clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	rig.r = &Reconciler{
 		client: rig.cl, apiReader: rig.cl, cache: clientCache{c: rig.cl},
 		recorder: events.NewFakeRecorder(1000),
-		opts:     Options{RetryBackoff: time.Second, PodSelectorResync: time.Second, Now: clock, StatusWriter: reconcile.ClientStatus(rig.cl)},
-		exp:      newExpectations(clock),
+		opts:     Options{RetryBackoff: time.Second, PodSelectorResync: time.Second, Clock: rig.clock, StatusWriter: reconcile.ClientStatus(rig.cl)},
+		exp:      newExpectations(rig.clock.Now),
 		backoff:  createbackoff.New(0, 0),
 	}
 	return rig
@@ -217,7 +217,7 @@ func TestDeleteExpectationLapseWakesTheJob(t *testing.T) {
 			t.Fatalf("reconcile: %v", err)
 		}
 	}
-	rig.now = rig.now.Add(res.RequeueAfter + time.Second)
+	rig.clock.Step(res.RequeueAfter + time.Second)
 	for range 30 {
 		if _, err := rig.step(t); err != nil {
 			t.Fatalf("reconcile: %v", err)

@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
@@ -63,8 +62,8 @@ type Options struct {
 	// StatusCoalesceWindow bounds how long a progress-only status change may wait to be written with the next one
 	// under a burst (DefaultStatusCoalesceWindow when zero, none when negative); see coalesce.go.
 	StatusCoalesceWindow time.Duration
-	// Clock times the status coalescing (the real clock when nil); tests step a fake one.
-	Clock clock.PassiveClock
+	// Clock is the controller's time (reconcile.RealClock when nil).
+	Clock reconcile.Clock
 	// CreateBackoffBase and CreateBackoffMax time the retries of refused pod creates: the first waits Base, each
 	// next one twice as long, up to Max (defaults 1 s and 5 minutes); see backoff.go.
 	CreateBackoffBase, CreateBackoffMax time.Duration
@@ -76,8 +75,6 @@ type Options struct {
 	// StatusWriter writes the RayClusters' status (reconcile.ClientStatus of the manager's client when nil): the
 	// operator passes a metawrite.Status, which reads back only the cluster's new resourceVersion.
 	StatusWriter reconcile.StatusWriter
-	// Now replaces the clock of the Redis cleanup's deletion timeout in tests (time.Now when nil).
-	Now func() time.Time
 	// Optimizations switches the controller's performance mechanisms (nil: all on); see internal/optimize and
 	// mechanisms.go.
 	Optimizations *optimize.Switches
@@ -122,8 +119,8 @@ type Reconciler struct {
 const expectationTTL = time.Minute
 
 // newExpectations remembers the pods created and deleted for each cluster until the cache shows them.
-func newExpectations() *reconcile.Expectations[types.NamespacedName, struct{}] {
-	return reconcile.NewExpectations[types.NamespacedName, struct{}](time.Now, expectationTTL)
+func newExpectations(clk reconcile.Clock) *reconcile.Expectations[types.NamespacedName, struct{}] {
+	return reconcile.NewExpectations[types.NamespacedName, struct{}](clk.Now, expectationTTL)
 }
 
 // newClusterAge: see clusterLive.
@@ -141,12 +138,12 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 		opts.StatusCoalesceWindow = DefaultStatusCoalesceWindow
 	}
 	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
+		opts.Clock = reconcile.RealClock
 	}
 	if opts.StatusWriter == nil {
 		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
 	}
-	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(), pending: newPendingStatus()}
+	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(opts.Clock), pending: newPendingStatus()}
 	if md, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
 		r.clusterMeta = md.Resource(rayv1.GroupVersion.WithResource("rayclusters"))
 	} // else the uncached reader serves (readClusterMeta)
@@ -284,13 +281,13 @@ func (r *Reconciler) writeStatus(ctx context.Context, run *run, oldStatus *rayv1
 	if err := r.writes.Check(c); err != nil {
 		return err
 	}
-	now := metav1.Now()
+	now := metav1.NewTime(r.opts.Clock.Now())
 	newStatus := computeStatus(c, run.obs, now)
 	if statusEqual(oldStatus, &newStatus) {
 		policy.settled(run.key)
 		return nil
 	}
-	if hold := policy.hold(run.key, oldStatus, &newStatus, r.now()); hold > 0 {
+	if hold := policy.hold(run.key, oldStatus, &newStatus, r.opts.Clock.Now()); hold > 0 {
 		run.Requeue(hold)
 		return nil
 	}
@@ -299,7 +296,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, run *run, oldStatus *rayv1
 	if err := r.writes.Update(ctx, r.opts.StatusWriter, c); err != nil {
 		return err
 	}
-	r.staleness(policy.wrote(run.key, r.now()))
+	r.staleness(policy.wrote(run.key, r.opts.Clock.Now()))
 	metrics.ObserveCluster(c, oldStatus, now.Time)
 	return nil
 }
@@ -358,18 +355,6 @@ func (r *Reconciler) createBackoff() *createbackoff.Backoff {
 		}
 	})
 	return r.backoff
-}
-
-// now is the controller's time: Options.Now, else Options.Clock, else the real clock (Reconcilers built without
-// NewReconciler).
-func (r *Reconciler) now() time.Time {
-	if r.opts.Now != nil {
-		return r.opts.Now()
-	}
-	if r.opts.Clock == nil {
-		return time.Now()
-	}
-	return r.opts.Clock.Now()
 }
 
 func (r *Reconciler) staleness(d time.Duration) {

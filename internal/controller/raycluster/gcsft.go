@@ -179,7 +179,7 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster)
 	if err := r.apiReader().List(ctx, jobs, client.InNamespace(c.Namespace), client.MatchingLabels(clusterbuild.RedisCleanupSelector(c))); err != nil {
 		return ctrl.Result{}, fmt.Errorf("list Redis cleanup jobs: %w", err)
 	}
-	p := planCleanup(c, pods.Items, jobs.Items, r.now())
+	p := planCleanup(c, pods.Items, jobs.Items, r.opts.Clock.Now())
 	logger := log.FromContext(ctx).WithValues("storageNamespace", clusterbuild.ExternalStorageNamespace(c))
 	switch p.step {
 	case cleanupSkip:
@@ -212,7 +212,7 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster)
 		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
 			return ctrl.Result{}, err
 		}
-		age := r.now().Sub(c.DeletionTimestamp.Time).Round(time.Second)
+		age := r.opts.Clock.Now().Sub(c.DeletionTimestamp.Time).Round(time.Second)
 		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, EventForceDeletedStuckCluster, "Delete",
 			"removed finalizer %s %s after the deletion: the Redis cleanup did not finish within %s (annotation %s); delete the keys of storage namespace %q from Redis by hand",
 			clusterbuild.FinalizerGCSFTRedisCleanup, age, gcsFTDeletionTimeout(c), AnnotationGCSFTDeletionTimeout, clusterbuild.ExternalStorageNamespace(c))

@@ -93,7 +93,7 @@ func (r *Reconciler) pendingStatus() *pendingStatus {
 func (r *Reconciler) skipLiveCheck(run *run) bool {
 	c := run.c
 	if !r.opts.Optimizations.On(optimize.NewClusterLiveSkip) || c.Status.State != "" || len(c.Status.Conditions) > 0 ||
-		c.Status.ObservedGeneration != 0 || len(run.obs.pods) > 0 || time.Since(c.CreationTimestamp.Time) >= newClusterAge {
+		c.Status.ObservedGeneration != 0 || len(run.obs.pods) > 0 || r.opts.Clock.Since(c.CreationTimestamp.Time) >= newClusterAge {
 		return false
 	}
 	if uid, made := r.madePods.Load(run.key); made && uid == c.UID {

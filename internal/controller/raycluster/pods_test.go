@@ -95,7 +95,7 @@ func TestCreateWorkersBounded(t *testing.T) {
 			return c.Create(ctx, obj, opts...)
 		},
 	}).Build()
-	r := &Reconciler{client: cl, reader: cl, opts: Options{MaxParallelWrites: 4}, exp: newExpectations()}
+	r := &Reconciler{client: cl, reader: cl, opts: Options{Clock: reconcile.RealClock, MaxParallelWrites: 4}, exp: newExpectations(reconcile.RealClock)}
 	key := types.NamespacedName{Namespace: "ns", Name: "rc"}
 	reps := make([]clusterbuild.Replica, 40)
 	for i := range reps {
@@ -148,8 +148,8 @@ func TestEventsSurviveStatusConflict(t *testing.T) {
 			},
 		}).Build()
 	rec := events.NewFakeRecorder(20)
-	r := &Reconciler{client: cl, reader: cl, recorder: rec, opts: Options{MaxParallelWrites: 4, ResyncPeriod: time.Minute,
-		StatusWriter: reconcile.ClientStatus(cl)}, exp: newExpectations()}
+	r := &Reconciler{client: cl, reader: cl, recorder: rec, opts: Options{Clock: reconcile.RealClock, MaxParallelWrites: 4, ResyncPeriod: time.Minute,
+		StatusWriter: reconcile.ClientStatus(cl)}, exp: newExpectations(reconcile.RealClock)}
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "rc"}})
 	if err != nil || res.RequeueAfter != time.Second {
 		t.Fatalf("Reconcile = %+v, %v; want a requeue after 1s", res, err)

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,8 +27,8 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// StatusWriter writes the RayCronJobs' status (reconcile.ClientStatus of the manager's client when nil).
 	StatusWriter reconcile.StatusWriter
-	// Clock tells the time the schedules are held to; injectable for tests.
-	Clock clock.PassiveClock
+	// Clock is the controller's time, which the schedules are held to (reconcile.RealClock when nil).
+	Clock reconcile.Clock
 	// Local is the time zone of schedules without spec.timeZone (time.Local when nil), as KubeRay uses its
 	// operator's zone.
 	Local *time.Location
@@ -47,7 +46,7 @@ type Reconciler struct {
 // NewReconciler builds the controller.
 func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
+		opts.Clock = reconcile.RealClock
 	}
 	if opts.Local == nil {
 		opts.Local = time.Local

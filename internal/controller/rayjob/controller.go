@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
@@ -54,8 +53,8 @@ type Options struct {
 	// BatchScheduler is the operator's batch scheduler (one of clusterbuild.BatchSchedulers; empty: none): the RayJob's
 	// cluster and submitter are handed to it (batchscheduler.go).
 	BatchScheduler string
-	// Clock and Rand are injectable for tests.
-	Clock clock.Clock
+	// Clock is the controller's time (reconcile.RealClock when nil); Rand is injectable for tests.
+	Clock reconcile.Clock
 	Rand  func(n int) int
 }
 
@@ -90,7 +89,7 @@ func NewReconciler(mgr ctrl.Manager, rays ray.ClientFactory, opts Options) *Reco
 		opts.StopOnDeleteTimeout = 30 * time.Second
 	}
 	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
+		opts.Clock = reconcile.RealClock
 	}
 	if opts.Rand == nil {
 		opts.Rand = rand.IntN

@@ -54,9 +54,9 @@ type Options struct {
 	// NoZeroDowntime: a RayService that sets no upgradeStrategy.type does not move to a new cluster when its
 	// cluster spec changes, as upgrade type None (KubeRay's ENABLE_ZERO_DOWNTIME=false). An explicit type wins.
 	NoZeroDowntime bool
-	// Now and Rand replace the clock and the random source of cluster names in tests.
-	Now  func() time.Time
-	Rand func(n int) int
+	// Clock is the controller's time (reconcile.RealClock when nil); Rand the random source of cluster names.
+	Clock reconcile.Clock
+	Rand  func(n int) int
 }
 
 // Reconciler reconciles RayServices.
@@ -89,8 +89,8 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if opts.RayCallTimeout <= 0 {
 		opts.RayCallTimeout = 10 * time.Second
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = reconcile.RealClock
 	}
 	if opts.Rand == nil {
 		opts.Rand = rand.IntN
@@ -230,7 +230,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 
 	var statusErr error
 	if !statusEqual(&rs.Status, &p.status) {
-		now := metav1.NewTime(r.opts.Now())
+		now := metav1.NewTime(r.opts.Clock.Now())
 		p.status.LastUpdateTime = &now
 		rs.Status = p.status
 		statusErr = r.opts.StatusWriter.UpdateStatus(ctx, rs)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
@@ -20,25 +20,6 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/testutil"
 )
-
-// testClock is the RayService controller's clock in the incremental upgrade tests: it moves only when the test says,
-// so a step waits for intervalSeconds without the test waiting.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // makeIncrementalService is makeService upgraded incrementally: stepSizePercent 25, maxSurgePercent 50, every 60 s.
 func makeIncrementalService(ns, name string) *rayv1.RayService {
@@ -58,8 +39,10 @@ func makeIncrementalService(ns, name string) *rayv1.RayService {
 // walks an upgrade and a rollback through the HTTPRoute's weights and the RayService's status.
 func TestIncrementalUpgrade(t *testing.T) {
 	cfg, cl := testutil.StartEnvtestWithCRDs(t, append([]string{filepath.Join(testutil.MustRepoRoot(t), "config", "crd")}, testutil.GatewayAPICRDs(t)...)...)
-	clock := &testClock{now: time.Now().Truncate(time.Second)}
-	fr := startControllers(t, cfg, Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond, Now: clock.Now})
+	// The controller's clock moves only when the test says, so a step waits for intervalSeconds without the test
+	// waiting.
+	clock := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
+	fr := startControllers(t, cfg, Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond, Clock: clock})
 	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: fr}
 	// One after the other: they share the clock, and each expects it to move only when it says.
 	t.Run("Upgrade", func(t *testing.T) { testIncrementalUpgrade(t, e, clock) })
@@ -156,7 +139,7 @@ func (e *env) startIncremental(t *testing.T, rs *rayv1.RayService) (old, pending
 	return old, pending
 }
 
-func testIncrementalUpgrade(t *testing.T, e *env, clock *testClock) {
+func testIncrementalUpgrade(t *testing.T, e *env, clock *clocktesting.FakeClock) {
 	ctx := context.Background()
 	ns := e.Namespace(t)
 	rs := makeIncrementalService(ns, "svc")
@@ -203,7 +186,7 @@ func testIncrementalUpgrade(t *testing.T, e *env, clock *testClock) {
 		{both(50, 50), old + " capacity 50 traffic 50", pending + " capacity 100 traffic 50"},
 		{both(25, 75), old + " capacity 50 traffic 25", pending + " capacity 100 traffic 75"},
 	} {
-		clock.advance(60 * time.Second)
+		clock.Step(60 * time.Second)
 		got := e.waitShares(t, rs, step.route, step.active, step.pending)
 		if m := got.Status.PendingServiceStatus.LastTrafficMigratedTime; m == nil || !m.Time.Equal(clock.Now()) {
 			t.Errorf("lastTrafficMigratedTime %v, want the controller's clock %v", m, clock.Now())
@@ -212,7 +195,7 @@ func testIncrementalUpgrade(t *testing.T, e *env, clock *testClock) {
 
 	// The last step: all traffic on the new cluster, the old one drained (target_capacity 0), the new cluster
 	// promoted.
-	clock.advance(60 * time.Second)
+	clock.Step(60 * time.Second)
 	got := e.waitActive(t, rs, pending)
 	e.waitShares(t, rs, pending+"-serve-svc 100%", pending+" capacity 100 traffic 100", " capacity -1 traffic -1")
 	if _, cfg := e.ray.deploys(old); !strings.Contains(cfg, `"target_capacity":0`) {
@@ -225,7 +208,7 @@ func testIncrementalUpgrade(t *testing.T, e *env, clock *testClock) {
 		t.Errorf("head Service points at %q, want %q", head, pending)
 	}
 	// The old cluster and its Serve Service go after the deletion delay (3 s on the controller's clock).
-	clock.advance(10 * time.Second)
+	clock.Step(10 * time.Second)
 	eventually(t, "old cluster and its Serve Service deleted", func() (bool, string) {
 		_, ok := e.cluster(t, ns, old)
 		err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: old + "-serve-svc"}, &corev1.Service{})
@@ -246,14 +229,14 @@ func testIncrementalUpgrade(t *testing.T, e *env, clock *testClock) {
 
 // The spec goes back mid-upgrade: traffic returns to the old cluster stepSizePercent at a time, the new cluster's
 // capacity is taken back, and the new cluster is dropped.
-func testIncrementalRollback(t *testing.T, e *env, clock *testClock) {
+func testIncrementalRollback(t *testing.T, e *env, clock *clocktesting.FakeClock) {
 	ns := e.Namespace(t)
 	rs := makeIncrementalService(ns, "svc")
 	oldImage := rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image
 	old, pending := e.startIncremental(t, rs)
 	both := func(a, p int) string { return fmt.Sprintf("%s-serve-svc %d%%, %s-serve-svc %d%%", old, a, pending, p) }
 	e.waitShares(t, rs, both(100, 0), old+" capacity 100 traffic 100", pending+" capacity 50 traffic 0")
-	clock.advance(60 * time.Second)
+	clock.Step(60 * time.Second)
 	e.waitShares(t, rs, both(75, 25), old+" capacity 100 traffic 75", pending+" capacity 50 traffic 25")
 
 	e.update(t, rs, func(s *rayv1.RayService) {
@@ -267,7 +250,7 @@ func testIncrementalRollback(t *testing.T, e *env, clock *testClock) {
 		t.Fatalf("the new cluster was deleted while it still had traffic")
 	}
 	// Traffic back (a step of 25 after intervalSeconds), then the new cluster's capacity: it is dropped.
-	clock.advance(60 * time.Second)
+	clock.Step(60 * time.Second)
 	got := e.waitShares(t, rs, old+"-serve-svc 100%", old+" capacity 100 traffic 100", " capacity -1 traffic -1")
 	if c := meta.FindStatusCondition(got.Status.Conditions, string(rayv1.RollbackInProgress)); c != nil {
 		t.Errorf("RollbackInProgress %+v after the rollback", c)
@@ -276,7 +259,7 @@ func testIncrementalRollback(t *testing.T, e *env, clock *testClock) {
 		t.Errorf("dropped cluster's last Serve config %s, want target_capacity 0", cfg)
 	}
 	eventually(t, "event "+EventUpgradeRolledBack, func() (bool, string) { return e.hasEvent(t, rs, EventUpgradeRolledBack) })
-	clock.advance(10 * time.Second)
+	clock.Step(10 * time.Second)
 	eventually(t, "dropped cluster deleted", func() (bool, string) {
 		_, ok := e.cluster(t, ns, pending)
 		return !ok, "still there"

@@ -40,7 +40,7 @@ func (r *Reconciler) ownedClusters(ctx context.Context, rs *rayv1.RayService) ([
 // observe reads the service's clusters and their pods from the cache, and asks each ready head for its Serve
 // applications and each running pod's Serve proxy for its health.
 func (r *Reconciler) observe(ctx context.Context, rs *rayv1.RayService) (observed, error) {
-	o := observed{rs: rs, now: r.opts.Now(), newName: func() string { return clusterbuild.ChildClusterName(rs.Name, r.opts.Rand) }, noZeroDowntime: r.opts.NoZeroDowntime,
+	o := observed{rs: rs, now: r.opts.Clock.Now(), newName: func() string { return clusterbuild.ChildClusterName(rs.Name, r.opts.Rand) }, noZeroDowntime: r.opts.NoZeroDowntime,
 		gatewayAPI: r.gatewayAPI}
 	var err error
 	if o.clusters, err = r.ownedClusters(ctx, rs); err != nil {
