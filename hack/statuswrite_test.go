@@ -43,7 +43,23 @@ func TestStatusWritesGoThroughTheWriter(t *testing.T) {
 // a controller package would not move when a test steps the fake clock, and a deadline or backoff read from it would
 // disagree with the timestamps the controller writes.
 func TestControllersReadOnlyTheirClock(t *testing.T) {
-	realTime := regexp.MustCompile(`\btime\.(Now|Since|Until)\b|\bmetav1\.Now\(\)|clock\.RealClock\{\}`)
+	forbidInControllers(t, `\btime\.(Now|Since|Until)\b|\bmetav1\.Now\(\)|clock\.RealClock\{\}`,
+		"reads the real time; use the controller's Options.Clock (reconcile.Clock)")
+}
+
+// A controller records events only through a reconcile.Result (Finish records them by the package's rules), in its
+// deletion path as in a live reconcile, and writes its finalizers only with reconcile.AddFinalizer and
+// RemoveFinalizer (one conflict rule, metadata only).
+func TestControllersShareTheEventAndFinalizerPaths(t *testing.T) {
+	forbidInControllers(t, `\.[Rr]ecorder\.Eventf\(`, "records an event directly; ask the run's reconcile.Result (Eventf, StatusEventf)")
+	forbidInControllers(t, `controllerutil\.(Add|Remove)Finalizer\b|\.Patch\([^)]*Finalizer`,
+		"writes a finalizer directly; use reconcile.AddFinalizer / RemoveFinalizer")
+}
+
+// forbidInControllers reports every line of the controllers' code (tests aside) that matches pattern.
+func forbidInControllers(t *testing.T, pattern, why string) {
+	t.Helper()
+	re := regexp.MustCompile(pattern)
 	err := filepath.WalkDir("../internal/controller", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return err
@@ -53,8 +69,8 @@ func TestControllersReadOnlyTheirClock(t *testing.T) {
 			return err
 		}
 		for i, line := range strings.Split(string(src), "\n") {
-			if realTime.MatchString(line) && !strings.HasPrefix(strings.TrimSpace(line), "//") {
-				t.Errorf("%s:%d reads the real time; use the controller's Options.Clock (reconcile.Clock)", path, i+1)
+			if re.MatchString(line) && !strings.HasPrefix(strings.TrimSpace(line), "//") {
+				t.Errorf("%s:%d %s", path, i+1, why)
 			}
 		}
 		return nil

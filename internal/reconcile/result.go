@@ -18,6 +18,9 @@
 //     that failed for another reason than a conflict), so the work queue retries with its backoff. A status write
 //     that conflicts, or finds the object gone, means the cache was stale: the reconcile is requeued after
 //     ConflictRequeue, with no error (and so no error log); the newer object's watch event usually comes first.
+//     The same holds for a reconcile that failed only with ErrObjectChanged (a finalizer write that conflicted).
+//   - Finalizers. AddFinalizer and RemoveFinalizer are the only writes of a controller's own finalizers, and a
+//     deletion path records its events through a Result and returns Finish, as a live reconcile does.
 //   - Cache lag. A controller that does not watch its own status updates writes its status through StatusWrites,
 //     which answers ErrCacheBehind, without writing, for an object read before the cache showed the controller's
 //     last status write of it: that reconcile's status events wait, and it is looked at again after
@@ -118,6 +121,9 @@ func (r *Result) Finish(recorder events.EventRecorder, regarding runtime.Object,
 	}
 	behind := errors.Is(statusErr, ErrCacheBehind)
 	stale := apierrors.IsConflict(statusErr) || apierrors.IsNotFound(statusErr)
+	if reconcileErr != nil && onlyChanged(reconcileErr) && (statusErr == nil || stale || behind) {
+		return ctrl.Result{RequeueAfter: ConflictRequeue}, nil
+	}
 	switch {
 	case reconcileErr != nil && (statusErr == nil || stale || behind):
 		return ctrl.Result{}, reconcileErr
@@ -132,4 +138,21 @@ func (r *Result) Finish(recorder events.EventRecorder, regarding runtime.Object,
 		return ctrl.Result{}, fmt.Errorf("update status: %w", statusErr)
 	}
 	return ctrl.Result{RequeueAfter: r.after}, nil
+}
+
+// onlyChanged tells an error made of ErrObjectChanged alone (however wrapped or joined) from one that carries another
+// failure too, which must not be dropped.
+func onlyChanged(err error) bool {
+	switch e := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, c := range e.Unwrap() {
+			if !onlyChanged(c) {
+				return false
+			}
+		}
+		return len(e.Unwrap()) > 0
+	case interface{ Unwrap() error }:
+		return onlyChanged(e.Unwrap())
+	}
+	return err == ErrObjectChanged
 }

@@ -18,6 +18,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // GCS fault tolerance keeps a cluster's GCS state in Redis under a storage namespace; when the cluster is deleted
@@ -158,80 +159,89 @@ func jobFinished(j *batchv1.Job) batchv1.JobConditionType {
 
 // reconcileDeletion takes a deleted cluster through the next step of its Redis cleanup.
 func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster) (ctrl.Result, error) {
+	var res reconcile.Result
+	return res.Finish(r.recorder, c, r.cleanupStep(ctx, c, &res), nil)
+}
+
+// cleanupStep is reconcileDeletion's step; its events and requeue go to res.
+func (r *Reconciler) cleanupStep(ctx context.Context, c *rayv1.RayCluster, res *reconcile.Result) error {
 	if !controllerutil.ContainsFinalizer(c, clusterbuild.FinalizerGCSFTRedisCleanup) {
-		return ctrl.Result{}, nil
+		return nil
 	}
 	if r.opts.NoRedisCleanup {
 		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
-		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
+		res.Eventf(corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
 			"removed finalizer %s without cleaning Redis: the operator's Redis cleanup is off (--gcs-ft-redis-cleanup=false); delete the keys of storage namespace %q from Redis by hand",
 			clusterbuild.FinalizerGCSFTRedisCleanup, clusterbuild.ExternalStorageNamespace(c))
-		return ctrl.Result{}, nil
+		return nil
 	}
 	pods := &corev1.PodList{}
 	if err := r.client.List(ctx, pods, client.InNamespace(c.Namespace), clusterpods.Of(c.Name)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list pods: %w", err)
+		return fmt.Errorf("list pods: %w", err)
 	}
 	// Read past the cache: it holds only the Jobs labelled as KubeRay's, which a head template can relabel.
 	jobs := &batchv1.JobList{}
 	if err := r.apiReader().List(ctx, jobs, client.InNamespace(c.Namespace), client.MatchingLabels(clusterbuild.RedisCleanupSelector(c))); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list Redis cleanup jobs: %w", err)
+		return fmt.Errorf("list Redis cleanup jobs: %w", err)
 	}
 	p := planCleanup(c, pods.Items, jobs.Items, r.opts.Clock.Now())
 	logger := log.FromContext(ctx).WithValues("storageNamespace", clusterbuild.ExternalStorageNamespace(c))
 	switch p.step {
 	case cleanupSkip:
 		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
-		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
+		res.Eventf(corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
 			"removed finalizer %s without cleaning Redis: the cluster has no Redis-backed GCS fault tolerance", clusterbuild.FinalizerGCSFTRedisCleanup)
 	case cleanupDeletePods:
 		// Deleted without events, as KubeRay does: the cluster itself is going.
 		for i := range p.pods {
 			pod := &p.pods[i]
 			if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
-				return ctrl.Result{}, fmt.Errorf("delete pod %s: %w", pod.Name, err)
+				return fmt.Errorf("delete pod %s: %w", pod.Name, err)
 			}
 		}
-		return ctrl.Result{RequeueAfter: cleanupWait}, nil
+		res.Requeue(cleanupWait)
+		return nil
 	case cleanupWaitHead:
 		logger.V(1).Info("waiting for the head pod to terminate before cleaning Redis")
-		return ctrl.Result{RequeueAfter: cleanupWait}, nil
+		res.Requeue(cleanupWait)
+		return nil
 	case cleanupCreateJob:
-		res, err := r.createCleanupJob(ctx, c)
-		if res.RequeueAfter > 0 {
-			res.RequeueAfter = min(res.RequeueAfter, waitAtMost(p.left))
+		err := r.createCleanupJob(ctx, c, res)
+		if res.RequeueAfter() > 0 {
+			res.Requeue(waitAtMost(p.left))
 		}
-		return res, err
+		return err
 	case cleanupWaitJob:
-		return ctrl.Result{RequeueAfter: waitAtMost(p.left)}, nil
+		res.Requeue(waitAtMost(p.left))
+		return nil
 	case cleanupTimedOut:
 		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 		age := r.opts.Clock.Now().Sub(c.DeletionTimestamp.Time).Round(time.Second)
-		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, EventForceDeletedStuckCluster, "Delete",
+		res.Eventf(corev1.EventTypeWarning, EventForceDeletedStuckCluster, "Delete",
 			"removed finalizer %s %s after the deletion: the Redis cleanup did not finish within %s (annotation %s); delete the keys of storage namespace %q from Redis by hand",
 			clusterbuild.FinalizerGCSFTRedisCleanup, age, gcsFTDeletionTimeout(c), AnnotationGCSFTDeletionTimeout, clusterbuild.ExternalStorageNamespace(c))
 		logger.Info("gave up the Redis cleanup: deletion timeout passed", "age", age)
 	case cleanupRelease:
 		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
 		if p.failed {
-			r.recorder.Eventf(c, nil, corev1.EventTypeWarning, EventRedisCleanupFailed, "Delete",
+			res.Eventf(corev1.EventTypeWarning, EventRedisCleanupFailed, "Delete",
 				"Redis cleanup Job %s failed; removed finalizer %s: delete the keys of storage namespace %q from Redis by hand",
 				p.job.Name, clusterbuild.FinalizerGCSFTRedisCleanup, p.job.Annotations[clusterbuild.AnnotationExternalStorageNamespace])
 		}
 		logger.Info("released the Redis cleanup finalizer", "job", p.job.Name, "failed", p.failed)
 	}
-	return ctrl.Result{}, nil
+	return nil
 }
 
-func (r *Reconciler) createCleanupJob(ctx context.Context, c *rayv1.RayCluster) (ctrl.Result, error) {
+func (r *Reconciler) createCleanupJob(ctx context.Context, c *rayv1.RayCluster, res *reconcile.Result) error {
 	// The default PodTemplate shapes the head, so it shapes the Job built from it; its failures were reported
 	// while the cluster lived.
 	scratch := newRun(c, client.ObjectKeyFromObject(c))
@@ -239,22 +249,24 @@ func (r *Reconciler) createCleanupJob(ctx context.Context, c *rayv1.RayCluster) 
 	if job == nil {
 		// No head container to run it in (a spec that was never valid): nothing ever wrote to Redis.
 		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
-			return ctrl.Result{}, err
+			return err
 		}
-		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
+		res.Eventf(corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
 			"removed finalizer %s without cleaning Redis: the head template has no container to run the cleanup in", clusterbuild.FinalizerGCSFTRedisCleanup)
-		return ctrl.Result{}, nil
+		return nil
 	}
 	if err := r.client.Create(ctx, job); err != nil {
 		if apierrors.IsAlreadyExists(err) {
-			return ctrl.Result{RequeueAfter: time.Second}, nil
+			res.Requeue(time.Second)
+			return nil
 		}
-		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, EventFailedToCreateRedisCleanupJob, "Create",
+		res.Eventf(corev1.EventTypeWarning, EventFailedToCreateRedisCleanupJob, "Create",
 			"Failed to create Redis cleanup Job %s/%s, %v", job.Namespace, job.Name, err)
-		return ctrl.Result{}, fmt.Errorf("create Redis cleanup job: %w", err)
+		return fmt.Errorf("create Redis cleanup job: %w", err)
 	}
-	r.recorder.Eventf(c, nil, corev1.EventTypeNormal, EventCreatedRedisCleanupJob, "Create", "Created Redis cleanup Job %s/%s", job.Namespace, job.Name)
-	return ctrl.Result{RequeueAfter: cleanupWait}, nil
+	res.Eventf(corev1.EventTypeNormal, EventCreatedRedisCleanupJob, "Create", "Created Redis cleanup Job %s/%s", job.Namespace, job.Name)
+	res.Requeue(cleanupWait)
+	return nil
 }
 
 // ensureCleanupFinalizer puts the Redis cleanup finalizer on a cluster with a Redis-backed GCS (unless the cleanup
@@ -263,21 +275,11 @@ func (r *Reconciler) ensureCleanupFinalizer(ctx context.Context, c *rayv1.RayClu
 	if r.opts.NoRedisCleanup || !clusterbuild.GCSFaultTolerance(c) || controllerutil.ContainsFinalizer(c, clusterbuild.FinalizerGCSFTRedisCleanup) {
 		return nil
 	}
-	orig := c.DeepCopy()
-	controllerutil.AddFinalizer(c, clusterbuild.FinalizerGCSFTRedisCleanup)
-	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("add finalizer %s: %w", clusterbuild.FinalizerGCSFTRedisCleanup, err)
-	}
-	return nil
+	return reconcile.AddFinalizer(ctx, r.client, c, clusterbuild.FinalizerGCSFTRedisCleanup)
 }
 
 func (r *Reconciler) releaseCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
-	orig := c.DeepCopy()
-	controllerutil.RemoveFinalizer(c, clusterbuild.FinalizerGCSFTRedisCleanup)
-	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	return nil
+	return reconcile.RemoveFinalizer(ctx, r.client, c, clusterbuild.FinalizerGCSFTRedisCleanup)
 }
 
 // apiReader reads past the cache; the cached client for Reconcilers built without NewReconciler (unit tests).

@@ -153,14 +153,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if j.DeletionTimestamp != nil {
 		return r.finalize(ctx, j)
 	}
-	if !controllerutil.ContainsFinalizer(j, Finalizer) {
-		patch := client.MergeFromWithOptions(j.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		controllerutil.AddFinalizer(j, Finalizer)
-		if err := r.client.Patch(ctx, j, patch); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-	}
 	run := &run{j: j, now: r.opts.Clock.Now()}
+	if err := reconcile.AddFinalizer(ctx, r.client, j, Finalizer); err != nil {
+		return run.Finish(r.recorder, j, err, nil)
+	}
 	old := j.Status.DeepCopy()
 	recErr := r.reconcile(ctx, run)
 	j.Status.ObservedGeneration = j.Generation
@@ -192,23 +188,22 @@ func reasonSuffix(s *rayv1.RayJobStatus) string {
 
 // finalize stops the Ray job of a RayJob deleted while its job may still run, then lets the deletion proceed.
 func (r *Reconciler) finalize(ctx context.Context, j *rayv1.RayJob) (ctrl.Result, error) {
+	var res reconcile.Result
 	if !controllerutil.ContainsFinalizer(j, Finalizer) {
-		return ctrl.Result{}, nil
+		return res.Finish(r.recorder, j, nil, nil)
 	}
-	if err := r.stopRayJob(ctx, j); err != nil {
+	if err := r.stopRayJob(ctx, j, &res); err != nil {
 		if r.opts.Clock.Since(j.DeletionTimestamp.Time) < r.opts.StopOnDeleteTimeout {
-			return ctrl.Result{}, err
+			return res.Finish(r.recorder, j, err, nil)
 		}
-		r.recorder.Eventf(j, nil, corev1.EventTypeWarning, ReasonFailedStopJob, "Delete", "could not stop Ray job %s before deleting the RayJob; giving up after %s: %v", j.Status.JobId, r.opts.StopOnDeleteTimeout, err)
+		res.Eventf(corev1.EventTypeWarning, ReasonFailedStopJob, "Delete", "could not stop Ray job %s before deleting the RayJob; giving up after %s: %v", j.Status.JobId, r.opts.StopOnDeleteTimeout, err)
 	}
-	patch := client.MergeFromWithOptions(j.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(j, Finalizer)
-	return ctrl.Result{}, client.IgnoreNotFound(r.client.Patch(ctx, j, patch))
+	return res.Finish(r.recorder, j, reconcile.RemoveFinalizer(ctx, r.client, j, Finalizer), nil)
 }
 
 // stopRayJob asks Ray to stop the RayJob's job when it may be running. A job Ray does not know, a finished one or a
 // cluster that is gone need nothing.
-func (r *Reconciler) stopRayJob(ctx context.Context, j *rayv1.RayJob) error {
+func (r *Reconciler) stopRayJob(ctx context.Context, j *rayv1.RayJob, res *reconcile.Result) error {
 	s := &j.Status
 	if s.JobId == "" || s.RayClusterName == "" || rayv1.IsJobTerminal(s.JobStatus) {
 		return nil
@@ -234,7 +229,7 @@ func (r *Reconciler) stopRayJob(ctx context.Context, j *rayv1.RayJob) error {
 		return err
 	}
 	if stopped {
-		r.recorder.Eventf(j, nil, corev1.EventTypeNormal, ReasonStoppedJob, "Delete", "stopped Ray job %s", s.JobId)
+		res.Eventf(corev1.EventTypeNormal, ReasonStoppedJob, "Delete", "stopped Ray job %s", s.JobId)
 	}
 	return nil
 }

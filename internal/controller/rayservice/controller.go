@@ -212,13 +212,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if rs.DeletionTimestamp != nil {
 		return r.reconcileDeletion(ctx, rs)
 	}
-	if !controllerutil.ContainsFinalizer(rs, Finalizer) {
-		if err := r.patchFinalizer(ctx, rs, controllerutil.AddFinalizer); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: time.Second}, nil
-			}
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
+	if err := reconcile.AddFinalizer(ctx, r.client, rs, Finalizer); err != nil {
+		return (&reconcile.Result{}).Finish(r.recorder, rs, err, nil)
 	}
 
 	o, err := r.observe(ctx, rs)
@@ -250,17 +245,6 @@ func statusEqual(a, b *rayv1.RayServiceStatuses) bool {
 	return equality.Semantic.DeepEqual(a, b)
 }
 
-// patchFinalizer adds or removes the finalizer with a metadata patch guarded by the resourceVersion, so the spec
-// is not written back (KubeRay writes the whole object) and a concurrent change is not lost.
-func (r *Reconciler) patchFinalizer(ctx context.Context, rs *rayv1.RayService, change func(client.Object, string) bool) error {
-	base := rs.DeepCopy()
-	change(rs, Finalizer)
-	if err := r.client.Patch(ctx, rs, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("finalizer %s: %w", Finalizer, err)
-	}
-	return nil
-}
-
 // dashboardFor is the client of c's dashboard at t, with the cluster's Ray auth token when it uses one.
 func (r *Reconciler) dashboardFor(ctx context.Context, c *rayv1.RayCluster, t ray.Target) (ray.Dashboard, error) {
 	reader := r.apiReader
@@ -273,22 +257,17 @@ func (r *Reconciler) dashboardFor(ctx context.Context, c *rayv1.RayCluster, t ra
 // reconcileDeletion deletes every RayCluster of a deleted RayService (KubeRay's association: the
 // originated-from labels), with no deletion delay, and releases the finalizer once none is left.
 func (r *Reconciler) reconcileDeletion(ctx context.Context, rs *rayv1.RayService) (ctrl.Result, error) {
+	var res reconcile.Result
 	if !controllerutil.ContainsFinalizer(rs, Finalizer) {
-		return ctrl.Result{}, nil
+		return res.Finish(r.recorder, rs, nil, nil)
 	}
 	var list rayv1.RayClusterList
 	if err := r.client.List(ctx, &list, client.InNamespace(rs.Namespace),
 		client.MatchingLabels{rayv1.LabelOriginCRName: rs.Name, rayv1.LabelOriginCRD: clusterbuild.KindRayService}); err != nil {
-		return ctrl.Result{}, fmt.Errorf("list RayClusters: %w", err)
+		return res.Finish(r.recorder, rs, fmt.Errorf("list RayClusters: %w", err), nil)
 	}
 	if len(list.Items) == 0 {
-		if err := r.patchFinalizer(ctx, rs, controllerutil.RemoveFinalizer); err != nil {
-			if apierrors.IsConflict(err) {
-				return ctrl.Result{RequeueAfter: time.Second}, nil
-			}
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-		return ctrl.Result{}, nil
+		return res.Finish(r.recorder, rs, reconcile.RemoveFinalizer(ctx, r.client, rs, Finalizer), nil)
 	}
 	var errs []error
 	for i := range list.Items {
@@ -300,12 +279,13 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, rs *rayv1.RayService
 		switch {
 		case apierrors.IsNotFound(err):
 		case err != nil:
-			r.recorder.Eventf(rs, nil, corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "failed to delete RayCluster %s: %v", c.Name, err)
+			res.Eventf(corev1.EventTypeWarning, EventFailedToDeleteRayCluster, "Delete", "failed to delete RayCluster %s: %v", c.Name, err)
 			errs = append(errs, fmt.Errorf("delete RayCluster %s: %w", c.Name, err))
 		default:
-			r.recorder.Eventf(rs, nil, corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted RayCluster %s: the RayService is being deleted", c.Name)
+			res.Eventf(corev1.EventTypeNormal, EventDeletedRayCluster, "Delete", "deleted RayCluster %s: the RayService is being deleted", c.Name)
 		}
 	}
 	// The clusters' own deletions bring the RayService back; the requeue covers a cluster held by its finalizer.
-	return ctrl.Result{RequeueAfter: r.opts.RequeueInterval}, errors.Join(errs...)
+	res.Requeue(r.opts.RequeueInterval)
+	return res.Finish(r.recorder, rs, errors.Join(errs...), nil)
 }

@@ -1,0 +1,45 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+)
+
+// ErrObjectChanged says a write guarded by the resourceVersion found the object changed since the cache showed it.
+// Finish looks again after ConflictRequeue, with no error: the newer object's watch event usually comes first.
+var ErrObjectChanged = errors.New("the object changed since it was read")
+
+// AddFinalizer puts finalizer name on obj unless it is there. RemoveFinalizer takes it off. Both write only the
+// metadata, with a merge patch guarded by obj's resourceVersion: the spec is not written back, and a change made
+// meanwhile is neither lost nor overwritten. A conflict is ErrObjectChanged; an object already gone is no error.
+func AddFinalizer(ctx context.Context, c client.Writer, obj client.Object, name string) error {
+	return patchFinalizer(ctx, c, obj, name, controllerutil.AddFinalizer)
+}
+
+// RemoveFinalizer: see AddFinalizer.
+func RemoveFinalizer(ctx context.Context, c client.Writer, obj client.Object, name string) error {
+	return patchFinalizer(ctx, c, obj, name, controllerutil.RemoveFinalizer)
+}
+
+func patchFinalizer(ctx context.Context, c client.Writer, obj client.Object, name string, change func(client.Object, string) bool) error {
+	base, ok := obj.DeepCopyObject().(client.Object)
+	if !ok {
+		return fmt.Errorf("finalizer %s: %T is not a client.Object", name, obj)
+	}
+	if !change(obj, name) {
+		return nil
+	}
+	err := c.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	switch {
+	case err == nil, apierrors.IsNotFound(err):
+		return nil
+	case apierrors.IsConflict(err):
+		return fmt.Errorf("finalizer %s: %w", name, ErrObjectChanged)
+	}
+	return fmt.Errorf("finalizer %s: %w", name, err)
+}
