@@ -14,14 +14,14 @@ import (
 // Finish looks again after ConflictRequeue, with no error: the newer object's watch event usually comes first.
 var ErrObjectChanged = errors.New("the object changed since it was read")
 
-// AddFinalizer puts finalizer name on obj unless it is there. RemoveFinalizer takes it off. Both write only the
+// AddFinalizer puts finalizer name on obj unless it is there. It and RemoveFinalizer write only the
 // metadata, with a merge patch guarded by obj's resourceVersion: the spec is not written back, and a change made
 // meanwhile is neither lost nor overwritten. A conflict is ErrObjectChanged; an object already gone is no error.
 func AddFinalizer(ctx context.Context, c client.Writer, obj client.Object, name string) error {
 	return patchFinalizer(ctx, c, obj, name, controllerutil.AddFinalizer)
 }
 
-// RemoveFinalizer: see AddFinalizer.
+// RemoveFinalizer takes finalizer name off obj when it is there; see AddFinalizer.
 func RemoveFinalizer(ctx context.Context, c client.Writer, obj client.Object, name string) error {
 	return patchFinalizer(ctx, c, obj, name, controllerutil.RemoveFinalizer)
 }
