@@ -25,7 +25,7 @@ func (r *Reconciler) ensureAuthSecret(ctx context.Context, run *run) error {
 		return nil
 	}
 	name := clusterbuild.AuthSecretName(c)
-	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &corev1.Secret{})
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &corev1.Secret{})
 	if err == nil {
 		return nil
 	}

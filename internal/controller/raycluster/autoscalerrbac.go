@@ -102,7 +102,7 @@ func (r *Reconciler) ensureAutoscalerRBAC(ctx context.Context, run *run) error {
 
 func (r *Reconciler) ensureRBACChild(ctx context.Context, run *run, x rbacChild) error {
 	c, name := run.c, x.desired.GetName()
-	err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(x.desired), x.existing)
+	err := r.reader.Get(ctx, client.ObjectKeyFromObject(x.desired), x.existing)
 	if apierrors.IsNotFound(err) {
 		return r.createRBACChild(ctx, run, x)
 	}
@@ -159,7 +159,7 @@ func (r *Reconciler) refuseAutoscalerRBAC(ctx context.Context, run *run, refused
 		run.Eventf(corev1.EventTypeWarning, EventAutoscalerRBACNotOwned, "Create", "%s", refused.Error())
 	}
 	name, rb := clusterbuild.AutoscalerRoleName(c), &rbacv1.RoleBinding{}
-	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, rb)
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, rb)
 	if err == nil && metav1.IsControlledBy(rb, c) {
 		if err := r.client.Delete(ctx, rb, client.Preconditions{UID: &rb.UID}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete RoleBinding %s: %w", name, err)

@@ -178,7 +178,7 @@ func TestStatusCoalescingBound(t *testing.T) {
 		// that change to be written (or superseded by a later hold) before moving again.
 		var due time.Time
 		advance := func(key types.NamespacedName) {
-			since, held := coalesced.pendingStatus().heldSince(key)
+			since, held := coalesced.pending.heldSince(key)
 			if !held || !since.Add(quietStatusHold).After(due) {
 				return
 			}

@@ -60,7 +60,7 @@ func TestCompletesCluster(t *testing.T) {
 				objs = append(objs, p)
 			}
 			cl := fake.NewClientBuilder().WithScheme(scheme).WithIndex(&corev1.Pod{}, clusterpods.Index, clusterpods.IndexValue).WithObjects(objs...).Build()
-			r := &Reconciler{client: cl}
+			r := newReconciler(cl, cl, nil, Options{})
 			if got := r.completesCluster(ctx, tc.pods[len(tc.pods)-1]); got != tc.want {
 				t.Errorf("completesCluster = %v, want %v", got, tc.want)
 			}

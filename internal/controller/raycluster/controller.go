@@ -101,10 +101,6 @@ type Reconciler struct {
 	// writes remembers the controller's own status writes (see reconcile.StatusWrites).
 	writes reconcile.StatusWrites
 
-	pendingOnce sync.Once
-	statusOnce  sync.Once
-	backoffOnce sync.Once
-
 	// observeStaleness receives, at each status write, how long its oldest change was held back (metrics' by
 	// default; tests record it).
 	observeStaleness func(time.Duration)
@@ -128,6 +124,17 @@ const newClusterAge = time.Minute
 
 // NewReconciler builds the controller from the manager's cached client and event recorder.
 func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
+	r := newReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("raycluster-controller"), opts)
+	if md, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
+		r.clusterMeta = md.Resource(rayv1.GroupVersion.WithResource("rayclusters"))
+	} // else the uncached reader serves (readClusterMeta)
+	metrics.SetStatusesHeld(func() int { return r.pending.held() })
+	return r
+}
+
+// newReconciler builds the controller on the given cached client, uncached reader and recorder, every default of
+// opts applied: NewReconciler's, and the tests' with a fake client.
+func newReconciler(cl client.Client, reader client.Reader, recorder events.EventRecorder, opts Options) *Reconciler {
 	if opts.MaxParallelWrites <= 0 {
 		opts.MaxParallelWrites = 50
 	}
@@ -141,13 +148,14 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 		opts.Clock = reconcile.RealClock
 	}
 	if opts.StatusWriter == nil {
-		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
+		opts.StatusWriter = reconcile.ClientStatus(cl)
 	}
-	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycluster-controller"), opts: opts, exp: newExpectations(opts.Clock), pending: newPendingStatus()}
-	if md, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
-		r.clusterMeta = md.Resource(rayv1.GroupVersion.WithResource("rayclusters"))
-	} // else the uncached reader serves (readClusterMeta)
-	metrics.SetStatusesHeld(func() int { return r.pendingStatus().held() })
+	r := &Reconciler{client: cl, reader: reader, recorder: recorder, opts: opts, exp: newExpectations(opts.Clock),
+		pending: newPendingStatus(), backoff: createbackoff.New(opts.CreateBackoffBase, opts.CreateBackoffMax)}
+	r.status = writeAtOnce{}
+	if opts.Optimizations.On(optimize.StatusCoalescing) {
+		r.status = coalescing{p: r.pending, window: opts.StatusCoalesceWindow, sw: opts.Optimizations}
+	}
 	return r
 }
 
@@ -251,7 +259,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	recErr := r.reconcile(ctx, run)
 	run.obs.reconcileOK = recErr == nil
 	if run.created && !run.refused {
-		r.createBackoff().Succeeded(req.NamespacedName)
+		r.backoff.Succeeded(req.NamespacedName)
 	}
 	statusErr := r.writeStatus(ctx, run, oldStatus)
 	if onlyBackedOff(recErr) {
@@ -264,8 +272,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // forget drops what the controller remembers of a cluster that is gone.
 func (r *Reconciler) forget(key types.NamespacedName) {
 	r.exp.Forget(key)
-	r.createBackoff().Succeeded(key)
-	r.statusPolicy().forget(key)
+	r.backoff.Succeeded(key)
+	r.status.forget(key)
 	r.writes.Forget(key)
 	r.hashes.Delete(key)
 	r.madePods.Delete(key)
@@ -277,7 +285,7 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 // the controller's last status write is looked at again instead (reconcile.ErrCacheBehind): its status is not the
 // stored one.
 func (r *Reconciler) writeStatus(ctx context.Context, run *run, oldStatus *rayv1.RayClusterStatus) error {
-	c, policy := run.c, r.statusPolicy()
+	c, policy := run.c, r.status
 	if err := r.writes.Check(c); err != nil {
 		return err
 	}
@@ -336,7 +344,7 @@ func (r *Reconciler) readClusterMeta(ctx context.Context, key types.NamespacedNa
 	}
 	live := &metav1.PartialObjectMetadata{}
 	live.SetGroupVersionKind(rayv1.GroupVersion.WithKind("RayCluster"))
-	return live, r.apiReader().Get(ctx, key, live)
+	return live, r.reader.Get(ctx, key, live)
 }
 
 // enabled says whether feature gate f is on for this controller (Options.FeatureEnabled).
@@ -345,16 +353,6 @@ func (r *Reconciler) enabled(f features.Gate) bool {
 		return r.opts.FeatureEnabled(f)
 	}
 	return features.Enabled(f)
-}
-
-// createBackoff is the backoff of refused pod creates (built on first use, for Reconcilers made in tests).
-func (r *Reconciler) createBackoff() *createbackoff.Backoff {
-	r.backoffOnce.Do(func() {
-		if r.backoff == nil {
-			r.backoff = createbackoff.New(r.opts.CreateBackoffBase, r.opts.CreateBackoffMax)
-		}
-	})
-	return r.backoff
 }
 
 func (r *Reconciler) staleness(d time.Duration) {

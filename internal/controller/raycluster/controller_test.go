@@ -31,7 +31,6 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
-	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -757,7 +756,7 @@ func testMissingDefaultTemplate(t *testing.T, e *env) {
 	rc.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") // keep the running controller away
 	e.Create(t, rc)
 	rec := events.NewFakeRecorder(10)
-	r := &Reconciler{client: e.mgrCl, reader: e.cl, recorder: rec, opts: Options{Clock: reconcile.RealClock, DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10}, exp: newExpectations(reconcile.RealClock)}
+	r := newReconciler(e.mgrCl, e.cl, rec, Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10})
 	// Reconcile bypasses the managedBy skip by calling the inner steps the way Reconcile does.
 	run := &run{c: e.get(t, rc), key: client.ObjectKeyFromObject(rc)}
 	if err := r.reconcile(context.Background(), run); err != nil {

@@ -183,7 +183,7 @@ func (r *Reconciler) cleanupStep(ctx context.Context, c *rayv1.RayCluster, res *
 	}
 	// Read past the cache: it holds only the Jobs labelled as KubeRay's, which a head template can relabel.
 	jobs := &batchv1.JobList{}
-	if err := r.apiReader().List(ctx, jobs, client.InNamespace(c.Namespace), client.MatchingLabels(clusterbuild.RedisCleanupSelector(c))); err != nil {
+	if err := r.reader.List(ctx, jobs, client.InNamespace(c.Namespace), client.MatchingLabels(clusterbuild.RedisCleanupSelector(c))); err != nil {
 		return fmt.Errorf("list Redis cleanup jobs: %w", err)
 	}
 	p := planCleanup(c, pods.Items, jobs.Items, r.opts.Clock.Now())
@@ -280,12 +280,4 @@ func (r *Reconciler) ensureCleanupFinalizer(ctx context.Context, c *rayv1.RayClu
 
 func (r *Reconciler) releaseCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
 	return reconcile.RemoveFinalizer(ctx, r.client, c, clusterbuild.FinalizerGCSFTRedisCleanup)
-}
-
-// apiReader reads past the cache; the cached client for Reconcilers built without NewReconciler (unit tests).
-func (r *Reconciler) apiReader() client.Reader {
-	if r.reader == nil {
-		return r.client
-	}
-	return r.reader
 }

@@ -36,7 +36,7 @@ func (r *Reconciler) reconcileGCSStorage(ctx context.Context, run *run) error {
 		// The user's claim need not carry the cluster label the cache selects on: read past it, as metadata only.
 		meta := &metav1.PartialObjectMetadata{}
 		meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"))
-		err := r.apiReader().Get(ctx, key, meta)
+		err := r.reader.Get(ctx, key, meta)
 		if apierrors.IsNotFound(err) {
 			run.Eventf(corev1.EventTypeWarning, EventFailedToCreatePVC, "Validate",
 				"gcsFaultToleranceOptions.storage.claimName %q not found in namespace %s; the head pod will not start until it exists", key.Name, key.Namespace)
@@ -61,7 +61,7 @@ func (r *Reconciler) reconcileGCSStorage(ctx context.Context, run *run) error {
 			return fmt.Errorf("create PVC %s: %w", key.Name, err)
 		}
 		// Not in the cache: created a moment ago, or left without the cluster label (the cache selects on it).
-		err = r.apiReader().Get(ctx, key, live)
+		err = r.reader.Get(ctx, key, live)
 	}
 	if err != nil {
 		return fmt.Errorf("read PVC %s: %w", key.Name, err)

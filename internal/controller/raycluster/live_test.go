@@ -11,7 +11,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // countingReader answers every Get with the cluster's metadata, counting the calls.
@@ -59,7 +58,7 @@ func TestClusterLiveReadsOnlyWhenPodsCouldHaveExisted(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reader := &countingReader{uid: "u1"}
-			r := &Reconciler{reader: reader, opts: Options{Clock: reconcile.RealClock}}
+			r := newReconciler(nil, reader, nil, Options{})
 			run := newRun(newCluster(), key)
 			tc.change(r, run)
 			live, err := r.clusterLive(context.Background(), run)
@@ -72,7 +71,7 @@ func TestClusterLiveReadsOnlyWhenPodsCouldHaveExisted(t *testing.T) {
 		})
 	}
 	// A cluster the API server no longer has (another UID under the name) is not live.
-	r := &Reconciler{reader: &countingReader{uid: "other"}, opts: Options{Clock: reconcile.RealClock}}
+	r := newReconciler(nil, &countingReader{uid: "other"}, nil, Options{})
 	run := newRun(newCluster(), key)
 	run.c.Status.State = rayv1.Ready
 	if live, err := r.clusterLive(context.Background(), run); err != nil || live {

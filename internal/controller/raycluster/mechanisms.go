@@ -63,28 +63,6 @@ func (s coalescing) wrote(key types.NamespacedName, now time.Time) time.Duration
 func (s coalescing) settled(key types.NamespacedName) { s.p.settled(key) }
 func (s coalescing) forget(key types.NamespacedName)  { s.p.forget(key) }
 
-// statusPolicy is the controller's, chosen on first use (Reconcilers built in tests skip NewReconciler).
-func (r *Reconciler) statusPolicy() statusPolicy {
-	r.statusOnce.Do(func() {
-		if r.opts.Optimizations.On(optimize.StatusCoalescing) {
-			r.status = coalescing{p: r.pendingStatus(), window: r.opts.StatusCoalesceWindow, sw: r.opts.Optimizations}
-		} else {
-			r.status = writeAtOnce{}
-		}
-	})
-	return r.status
-}
-
-// pendingStatus is what the coalescing remembers, made on first use.
-func (r *Reconciler) pendingStatus() *pendingStatus {
-	r.pendingOnce.Do(func() {
-		if r.pending == nil {
-			r.pending = newPendingStatus()
-		}
-	})
-	return r.pending
-}
-
 // skipLiveCheck says whether a new cluster's first pods may be created without clusterLive's read
 // (optimize.NewClusterLiveSkip): no operator has reported on the cluster yet (no state, condition or observed
 // generation: the conditions may be off), this one has created no pod for it, and it is less than newClusterAge old.

@@ -16,7 +16,6 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
-	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -40,7 +39,7 @@ func TestRedisCleanupOff(t *testing.T) {
 	deleted.DeletionTimestamp = &metav1.Time{Time: metav1.Now().Time}
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithIndex(&corev1.Pod{}, clusterpods.Index, clusterpods.IndexValue).WithObjects(live, deleted).Build()
 	rec := events.NewFakeRecorder(10)
-	r := &Reconciler{client: cl, reader: cl, recorder: rec, opts: Options{Clock: reconcile.RealClock, NoRedisCleanup: true}, exp: newExpectations(reconcile.RealClock)}
+	r := newReconciler(cl, cl, rec, Options{NoRedisCleanup: true})
 
 	if err := cl.Get(ctx, client.ObjectKeyFromObject(live), live); err != nil {
 		t.Fatal(err)

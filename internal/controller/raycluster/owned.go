@@ -105,7 +105,7 @@ func writeOwned[T client.Object](ctx context.Context, r *Reconciler, run *run, k
 		if apierrors.IsAlreadyExists(err) {
 			// Not in the cache: ours and not seen yet, or someone else's that the cache's label selector leaves out.
 			got := k.newObj()
-			if err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(o), got); err != nil {
+			if err := r.reader.Get(ctx, client.ObjectKeyFromObject(o), got); err != nil {
 				errs = append(errs, fmt.Errorf("read %s %s: %w", k.kind, o.GetName(), err))
 			} else if !metav1.IsControlledBy(got, c) {
 				foreign(o.GetName())

@@ -269,7 +269,7 @@ func (r *Reconciler) reconcileHead(ctx context.Context, run *run, opts clusterbu
 			return err
 		}
 	}
-	if w := r.createBackoff().Wait(run.key, c.Generation, r.opts.Clock.Now()); w > 0 {
+	if w := r.backoff.Wait(run.key, c.Generation, r.opts.Clock.Now()); w > 0 {
 		run.obs.failure = heldFailure(c, rayv1.FailedCreateHeadPod)
 		run.Requeue(w)
 		return &backedOff{errCreatesBackedOff}
@@ -424,7 +424,7 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 		}
 	}
 	if len(plan.create) > 0 {
-		if w := r.createBackoff().Wait(run.key, c.Generation, r.opts.Clock.Now()); w > 0 {
+		if w := r.backoff.Wait(run.key, c.Generation, r.opts.Clock.Now()); w > 0 {
 			run.obs.failure = heldFailure(c, rayv1.FailedCreateWorkerPod)
 			run.Requeue(w)
 			errs = append(errs, &backedOff{errCreatesBackedOff})
@@ -507,7 +507,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 // waits on its quota for an hour makes one event, not one per retry.
 func (r *Reconciler) createRefused(ctx context.Context, run *run, err error, kind string, report func()) {
 	run.refused = true
-	delay, first := r.createBackoff().Failed(run.key, run.c.Generation, r.opts.Clock.Now(), kind)
+	delay, first := r.backoff.Failed(run.key, run.c.Generation, r.opts.Clock.Now(), kind)
 	run.Requeue(delay)
 	if first {
 		report()
@@ -619,7 +619,7 @@ func (r *Reconciler) resolveUnsureCreates(ctx context.Context, run *run) error {
 		return nil
 	}
 	live := &corev1.PodList{}
-	if err := r.apiReader().List(ctx, live, client.InNamespace(run.c.Namespace), client.MatchingLabels{rayv1.LabelCluster: run.c.Name}); err != nil {
+	if err := r.reader.List(ctx, live, client.InNamespace(run.c.Namespace), client.MatchingLabels{rayv1.LabelCluster: run.c.Name}); err != nil {
 		return fmt.Errorf("list pods after a create whose outcome is unknown: %w", err)
 	}
 	// Only the pods this controller made: the cache may not hold others, and their expectations would never be met.

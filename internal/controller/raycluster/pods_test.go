@@ -22,7 +22,6 @@ import (
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
-	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -95,7 +94,7 @@ func TestCreateWorkersBounded(t *testing.T) {
 			return c.Create(ctx, obj, opts...)
 		},
 	}).Build()
-	r := &Reconciler{client: cl, reader: cl, opts: Options{Clock: reconcile.RealClock, MaxParallelWrites: 4}, exp: newExpectations(reconcile.RealClock)}
+	r := newReconciler(cl, cl, nil, Options{MaxParallelWrites: 4})
 	key := types.NamespacedName{Namespace: "ns", Name: "rc"}
 	reps := make([]clusterbuild.Replica, 40)
 	for i := range reps {
@@ -148,8 +147,7 @@ func TestEventsSurviveStatusConflict(t *testing.T) {
 			},
 		}).Build()
 	rec := events.NewFakeRecorder(20)
-	r := &Reconciler{client: cl, reader: cl, recorder: rec, opts: Options{Clock: reconcile.RealClock, MaxParallelWrites: 4, ResyncPeriod: time.Minute,
-		StatusWriter: reconcile.ClientStatus(cl)}, exp: newExpectations(reconcile.RealClock)}
+	r := newReconciler(cl, cl, rec, Options{MaxParallelWrites: 4, ResyncPeriod: time.Minute})
 	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "rc"}})
 	if err != nil || res.RequeueAfter != time.Second {
 		t.Fatalf("Reconcile = %+v, %v; want a requeue after 1s", res, err)

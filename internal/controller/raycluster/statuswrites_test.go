@@ -42,7 +42,7 @@ func TestStatusNotDroppedForStaleCache(t *testing.T) {
 			rc := testutil.MakeRayCluster("ns", "rc").Workers("small", 2).Obj()
 			cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(rc).WithStatusSubresource(rc).Build()
 			// No coalescing window: every change is due at once, so only the stale cache can keep one back.
-			r := &Reconciler{client: cl, opts: Options{Clock: reconcile.RealClock, StatusCoalesceWindow: -1, StatusWriter: reconcile.ClientStatus(cl), Optimizations: tc.sw}}
+			r := newReconciler(cl, cl, nil, Options{StatusCoalesceWindow: -1, Optimizations: tc.sw})
 			key := client.ObjectKeyFromObject(rc)
 			read := func() *rayv1.RayCluster {
 				c := &rayv1.RayCluster{}

@@ -148,7 +148,7 @@ func (r *Reconciler) ownSecret(ctx context.Context, cert *cmv1.Certificate) erro
 		return nil // just created: not issued yet
 	}
 	sec := &corev1.Secret{}
-	err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: cert.Namespace, Name: cert.Spec.SecretName}, sec)
+	err := r.reader.Get(ctx, client.ObjectKey{Namespace: cert.Namespace, Name: cert.Spec.SecretName}, sec)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -184,7 +184,7 @@ func (r *Reconciler) tlsReady(ctx context.Context, c *rayv1.RayCluster) (bool, s
 		}
 		sec := &corev1.Secret{}
 		secName := clusterbuild.TLSSecretName(c, nodeType)
-		if err := r.apiReader().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: secName}, sec); err != nil {
+		if err := r.reader.Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: secName}, sec); err != nil {
 			if apierrors.IsNotFound(err) {
 				return false, "Secret " + secName + " does not exist yet", nil
 			}

@@ -71,9 +71,8 @@ func TestCreateAppliedThenTimedOut(t *testing.T) {
 			return nil
 		},
 	})
-	r := &Reconciler{client: cached, reader: raw, recorder: events.NewFakeRecorder(100), exp: newExpectations(reconcile.RealClock),
-		opts: Options{Clock: reconcile.RealClock, MaxParallelWrites: 4, ResyncPeriod: time.Minute, StatusWriter: reconcile.ClientStatus(raw),
-			CreateBackoffBase: time.Nanosecond, CreateBackoffMax: time.Nanosecond}}
+	r := newReconciler(cached, raw, events.NewFakeRecorder(100), Options{MaxParallelWrites: 4, ResyncPeriod: time.Minute,
+		StatusWriter: reconcile.ClientStatus(raw), CreateBackoffBase: time.Nanosecond, CreateBackoffMax: time.Nanosecond})
 	heads := func() int {
 		list := &corev1.PodList{}
 		if err := raw.List(context.Background(), list, client.MatchingLabels{rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {

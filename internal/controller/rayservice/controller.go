@@ -247,11 +247,7 @@ func statusEqual(a, b *rayv1.RayServiceStatuses) bool {
 
 // dashboardFor is the client of c's dashboard at t, with the cluster's Ray auth token when it uses one.
 func (r *Reconciler) dashboardFor(ctx context.Context, c *rayv1.RayCluster, t ray.Target) (ray.Dashboard, error) {
-	reader := r.apiReader
-	if reader == nil {
-		reader = r.client
-	}
-	return rayauth.Dashboard(ctx, reader, r.opts.RayClients, c, t)
+	return rayauth.Dashboard(ctx, r.apiReader, r.opts.RayClients, c, t)
 }
 
 // reconcileDeletion deletes every RayCluster of a deleted RayService (KubeRay's association: the
