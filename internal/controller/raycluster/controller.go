@@ -312,8 +312,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, run *run, oldStatus *rayv1
 // clusterLive confirms with the API server, before the first pod create of a reconcile, that the cluster still
 // exists and is not being deleted. The cache can still hold a cluster that was just deleted while the garbage
 // collector's deletions of its pods have already arrived (watches of different kinds are not ordered): pods made
-// then would only be collected again (found by test/reliability: a RayJob's cluster got a second head and worker
-// after its deletion).
+// then would only be collected again, a second head and workers for a cluster that is gone.
 //
 // A new cluster's first pods may skip the read (skipLiveCheck, in mechanisms.go).
 func (r *Reconciler) clusterLive(ctx context.Context, run *run) (bool, error) {

@@ -33,9 +33,9 @@ import (
 func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev1.PodTemplateSpec) error {
 	c := run.c
 	list := &corev1.PodList{}
-	// Shallow copies of the cached pods (their maps and slices are the cache's): the pod list was the largest
-	// allocation of a reconcile, and the controller only reads pods, except stampPods, which patches a copy. Cached
-	// pods are stripped (clusterpods): their env, ports, resources and probes read empty.
+	// Shallow copies of the cached pods (their maps and slices are the cache's): a deep copy of every pod would be
+	// most of what a reconcile allocates, and the controller only reads pods (stampPods patches a copy of its own).
+	// Cached pods are stripped (clusterpods): their env, ports, resources and probes read empty.
 	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), clusterpods.Of(c.Name), client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}

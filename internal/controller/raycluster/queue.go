@@ -89,13 +89,13 @@ const podBatch = time.Second
 // ownerHandler enqueues the RayCluster that controls the object, at progressPriority (low for the initial list and
 // for updates that change nothing, as controller-runtime's owner handler does). A pod turning Ready that completes
 // its cluster (completes, nil for other kinds) is reconciled at once: the batch would hold the one change a user
-// waits for, with nothing left to gather into it. It reads the controller reference
-// itself: controller-runtime's owner handler looks up the owner's REST mapping on every event, which allocated more
-// per pod event than the reconcile it caused. With pods set, progress-only pod events wait podBatch. A Service
-// that appears waits podBatch too: a cluster's Services are created by its first reconcile, just before its pods,
-// and reconciled at once, the new Service cost a reconcile of its own (one per cluster) right before the one
-// its pods' events batch into; the status it brings (the head Service's name and IP) is progress. The batching
-// and the priority are switched by sw (optimize.PodEventBatching, optimize.ProgressPriority).
+// waits for, with nothing left to gather into it. It reads the controller reference itself: controller-runtime's
+// owner handler looks up the owner's REST mapping on every event, which costs more per pod event than the reconcile
+// it causes. With pods set, progress-only pod events wait podBatch. A Service that appears waits podBatch too: a
+// cluster's Services are created by its first reconcile, just before its pods, so reconciled at once each would
+// cost a reconcile of its own right before the one its pods' events batch into; what it brings to the status (the
+// head Service's name and IP) is progress. The batching and the priority are switched by sw
+// (optimize.PodEventBatching, optimize.ProgressPriority).
 func ownerHandler(pods bool, sw *optimize.Switches, completes func(context.Context, *corev1.Pod) bool) handler.EventHandler {
 	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], after time.Duration, objs ...client.Object) {
 		var seen reconcile.Request
