@@ -49,7 +49,7 @@ func testStartTrouble(t *testing.T, ctx context.Context, e *env) {
 		var j rayv1.RayJob
 		readSample(t, "rayjob.yaml", &j)
 		j.Name, j.Namespace = name, ns
-		j.Spec.ShutdownAfterJobFinishes = false // keep the cluster, to read its status
+		j.Spec.ShutdownAfterJobFinishes, j.Spec.TTLSecondsAfterFinished = false, 0 // keep the cluster, to read its status
 		j.Spec.RayClusterSpec.WorkerGroupSpecs = nil
 		fitRayResources(j.Spec.RayClusterSpec)
 		head := &j.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0]
