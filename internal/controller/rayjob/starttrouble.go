@@ -23,10 +23,10 @@ import (
 // set, fails it with the causes in its message. Only a RayJob annotated AnnotationFailOnPermanentStartError "true"
 // fails as soon as a cause is permanent (podtrouble.Cause.Permanent).
 
-// AnnotationFailOnPermanentStartError, "true" on a RayJob, fails it (reason PermanentStartError) as soon as one of
-// its cluster's pods cannot start for a reason that waiting will not clear: an invalid image name, an image the
-// registry says does not exist, or a Secret or ConfigMap still missing MissingConfigGrace after the pod was made.
-// "false" or no annotation: the job waits, as in KubeRay. Any other value fails validation.
+// AnnotationFailOnPermanentStartError set to "true" on a RayJob fails it (reason PermanentStartError) as soon as
+// one of its cluster's pods cannot start for a reason that waiting will not clear: an invalid image name, an image
+// the registry says does not exist, or a Secret or ConfigMap still missing MissingConfigGrace after the pod was
+// made. "false" or no annotation: the job waits, as in KubeRay. Any other value fails validation.
 const AnnotationFailOnPermanentStartError = "manta.dev/fail-on-permanent-start-error"
 
 // PermanentStartError is the status.reason of a RayJob failed under AnnotationFailOnPermanentStartError (Manta's;
