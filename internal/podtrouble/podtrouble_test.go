@@ -30,10 +30,10 @@ func waiting(name, reason, msg string) corev1.ContainerStatus {
 		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}
 }
 
-// The messages below are what kubelet v1.37 and containerd v2 write (pkg/kubelet/images, kubelet_pods.go,
-// kuberuntime), as seen on the dev cluster's real node.
+// The messages below are in the forms kubelet v1.37 and containerd v2 write (pkg/kubelet/images, kubelet_pods.go,
+// kuberuntime); pullNotFound is the dev cluster's real node's, for a tag its registry does not have (test/real).
 const (
-	pullNotFound = `failed to pull and unpack image "127.0.0.1:5000/ray:nope": failed to resolve image: 127.0.0.1:5000/ray:nope: not found`
+	pullNotFound = `rpc error: code = NotFound desc = failed to pull and unpack image "docker.io/rayproject/ray:nope": failed to resolve image: docker.io/rayproject/ray:nope: not found`
 	pullNoHost   = `failed to pull and unpack image "docker.io/rayproject/ray:2.52.0": failed to resolve reference "docker.io/rayproject/ray:2.52.0": failed to do request: Head "https://registry-1.docker.io/v2/rayproject/ray/manifests/2.52.0": dial tcp: lookup registry-1.docker.io: no such host`
 )
 

@@ -73,9 +73,15 @@ func testStartTrouble(t *testing.T, ctx context.Context, e *env) {
 		"crash":     {podtrouble.ReasonCrashLoop, []string{"keeps exiting: last exit code 3 (Error), termination message: ray head: bad config"}, false},
 		"huge":      {podtrouble.ReasonUnschedulable, []string{"no node can run it: 0/", "Insufficient cpu"}, false},
 	}
-	for name, w := range wants {
-		var got rayv1.RayJob
-		waitFor(t, ctx, 3*time.Minute, "RayJob "+name+" naming "+w.reason, func() (bool, string) {
+	// All three at once, so each one's time is when its cause was first reported.
+	seen := map[string]rayv1.RayJob{}
+	waitFor(t, ctx, 3*time.Minute, "every RayJob naming its cause", func() (bool, string) {
+		var missing []string
+		for name, w := range wants {
+			if _, ok := seen[name]; ok {
+				continue
+			}
+			var got rayv1.RayJob
 			if err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &got); err != nil {
 				return false, err.Error()
 			}
@@ -86,9 +92,18 @@ func testStartTrouble(t *testing.T, ctx context.Context, e *env) {
 			if w.failed {
 				ok = ok && got.Status.JobDeploymentStatus == rayv1.JobDeploymentStatusFailed && got.Status.Reason == rayjob.PermanentStartError
 			}
-			return ok, fmt.Sprintf("%s %s: %q", got.Status.JobDeploymentStatus, got.Status.Reason, got.Status.Message)
-		})
-		t.Logf("%s: %s %s after %s: %s", name, got.Status.JobDeploymentStatus, got.Status.Reason, time.Since(created[name]).Round(100*time.Millisecond), got.Status.Message)
+			if !ok {
+				missing = append(missing, fmt.Sprintf("%s: %s %s: %q", name, got.Status.JobDeploymentStatus, got.Status.Reason, got.Status.Message))
+				continue
+			}
+			seen[name] = got
+			t.Logf("%s: %s %s %s after creation: %s", name, got.Status.JobDeploymentStatus, got.Status.Reason,
+				time.Since(created[name]).Round(100*time.Millisecond), got.Status.Message)
+		}
+		return len(missing) == 0, strings.Join(missing, "; ")
+	})
+	for name, w := range wants {
+		got := seen[name]
 		if !w.failed && got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusInitializing {
 			t.Errorf("%s: jobDeploymentStatus %s, want Initializing (not opted in)", name, got.Status.JobDeploymentStatus)
 		}
@@ -105,14 +120,14 @@ func testStartTrouble(t *testing.T, ctx context.Context, e *env) {
 				if err != nil {
 					return false, err.Error()
 				}
-				var seen []string
+				var have []string
 				for _, ev := range evs.Items {
 					if ev.Type == corev1.EventTypeWarning && ev.Reason == w.reason && strings.Contains(ev.Message, w.parts[0]) {
 						return true, ""
 					}
-					seen = append(seen, ev.Type+" "+ev.Reason)
+					have = append(have, ev.Type+" "+ev.Reason)
 				}
-				return false, fmt.Sprint("events: ", seen)
+				return false, fmt.Sprint("events: ", have)
 			})
 		}
 	}

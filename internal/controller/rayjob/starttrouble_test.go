@@ -17,7 +17,7 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-const pullNotFound = `failed to pull and unpack image "127.0.0.1:5000/ray:nope": failed to resolve image: 127.0.0.1:5000/ray:nope: not found`
+const pullNotFound = `rpc error: code = NotFound desc = failed to pull and unpack image "docker.io/rayproject/ray:nope": failed to resolve image: docker.io/rayproject/ray:nope: not found`
 
 // TestStartTrouble plays the RayCluster controller and the kubelet (the job's cluster's pods, their status set by
 // hand) under a fake clock that the test steps, so deadlines and the missing-Secret grace pass without waiting.
