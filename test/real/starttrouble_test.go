@@ -18,11 +18,12 @@ import (
 	"github.com/manta-dev/manta/internal/podtrouble"
 )
 
-// testStartTrouble: three RayJobs whose heads cannot start, on a real kubelet and scheduler, each reported with its
+// testStartTrouble: four RayJobs whose heads cannot start, on a real kubelet and scheduler, each reported with its
 // cause in the RayJob's status.message, in its cluster's status.reason and in a Warning event about each:
 //   - a tag the registry does not have (the node's registry answers 404): ErrImagePull with containerd's
 //     "not found"; the job is opted in (manta.dev/fail-on-permanent-start-error) and fails at once,
 //     PermanentStartError;
+//   - an image name the kubelet cannot parse (upper case): InvalidImageName; opted in, it fails at once too;
 //   - a head whose command writes a termination message and exits 3: CrashLoopBackOff with exit code 3 and that
 //     message; the job keeps waiting (no opt-in);
 //   - a head asking for 1000 CPUs: Unschedulable with the scheduler's words.
@@ -34,6 +35,10 @@ func testStartTrouble(t *testing.T, ctx context.Context, e *env) {
 		"wrong-tag": func(j *rayv1.RayJob) {
 			j.Annotations = map[string]string{rayjob.AnnotationFailOnPermanentStartError: "true"}
 			j.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "rayproject/ray:no-such-tag"
+		},
+		"bad-name": func(j *rayv1.RayJob) {
+			j.Annotations = map[string]string{rayjob.AnnotationFailOnPermanentStartError: "true"}
+			j.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "rayproject/Ray:2.52.0"
 		},
 		"crash": func(j *rayv1.RayJob) {
 			j.Spec.RayClusterSpec.HeadGroupSpec.Template.Annotations = map[string]string{clusterbuild.AnnotationOverwriteContainerCmd: "true"}
@@ -70,12 +75,14 @@ func testStartTrouble(t *testing.T, ctx context.Context, e *env) {
 	}
 	wants := map[string]want{
 		"wrong-tag": {podtrouble.ReasonImagePull, []string{`cannot pull image "rayproject/ray:no-such-tag"`, "not found"}, true},
+		"bad-name":  {podtrouble.ReasonInvalidImageName, []string{`has an invalid image name "rayproject/Ray:2.52.0"`}, true},
 		"crash":     {podtrouble.ReasonCrashLoop, []string{"keeps exiting: last exit code 3 (Error), termination message: ray head: bad config"}, false},
 		"huge":      {podtrouble.ReasonUnschedulable, []string{"no node can run it: 0/", "Insufficient cpu"}, false},
 	}
-	// All three at once, so each one's time is when its cause was first reported.
+	// All at once, so each one's time is when its cause was first reported.
 	seen := map[string]rayv1.RayJob{}
-	waitFor(t, ctx, 3*time.Minute, "every RayJob naming its cause", func() (bool, string) {
+	// The crash loop comes last: its container must start (the Ray image unpacked, on a fresh node) and exit first.
+	waitFor(t, ctx, 5*time.Minute, "every RayJob naming its cause", func() (bool, string) {
 		var missing []string
 		for name, w := range wants {
 			if _, ok := seen[name]; ok {
