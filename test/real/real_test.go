@@ -38,6 +38,7 @@ func TestRealNode(t *testing.T) {
 		{"RayCluster worker joins the head", testRayClusterWorkerJoins},
 		{"RayJob modes on a selected cluster", testRayJobModesOnSelectedCluster},
 		{"RayJob SidecarMode suspended and resumed", testRayJobSidecarSuspendResume},
+		{"RayJobs that cannot start say why", testStartTrouble},
 		{"RayCluster Recreate on an image change", testRayClusterRecreate},
 		{"RayService sample serves and upgrades", testRayServiceSample},
 		{"autoscaler scales a group up and down", testAutoscaler},

@@ -40,7 +40,8 @@ var notYetTrue = map[string]bool{
 // progressOnly says whether the only differences between old and new are progress: same state, and every
 // condition outside progressConditions unchanged (status, reason and message).
 func progressOnly(old, new *rayv1.RayClusterStatus) bool {
-	if old.State != new.State {
+	// A change of reason says why pods cannot start (starttrouble.go): news for the user, written at once.
+	if old.State != new.State || old.Reason != new.Reason {
 		return false
 	}
 	if len(old.Endpoints) > 0 && !maps.Equal(old.Endpoints, new.Endpoints) {

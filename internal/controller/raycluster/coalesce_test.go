@@ -41,6 +41,8 @@ func TestStatusHold(t *testing.T) {
 	scaled.ReadyWorkerReplicas = 3
 	allScaled := *scaling.DeepCopy()
 	allScaled.ReadyWorkerReplicas = 4
+	stuck := *progressing.DeepCopy()
+	stuck.Reason = "pod rc-head-x: ErrImagePull: container ray-head cannot pull image"
 	failing := *progressing.DeepCopy()
 	failing.Conditions = append(failing.Conditions, cond(string(rayv1.RayClusterReplicaFailure), metav1.ConditionTrue, "FailedCreateWorkerPod"))
 
@@ -58,6 +60,8 @@ func TestStatusHold(t *testing.T) {
 		{"a state change is written at once", progressing, ready, t0, t0.Add(time.Second), window, 0},
 		{"a new failure condition is written at once", progressing, failing, t0, t0.Add(time.Second), window, 0},
 		{"a failure that clears is written at once", failing, progressing, time.Time{}, t0, window, 0},
+		{"a pod that cannot start is written at once", progressing, stuck, time.Time{}, t0, window, 0},
+		{"so is its cause clearing", stuck, progressing, time.Time{}, t0, window, 0},
 		{"a new cluster's first status, not suspended, is held", rayv1.RayClusterStatus{}, notSuspended, time.Time{}, t0, window, window},
 		{"suspending is written at once", notSuspended, suspending, t0, t0.Add(time.Second), window, 0},
 		{"the end of suspending is written at once", suspending, notSuspended, t0, t0.Add(time.Second), window, 0},

@@ -299,6 +299,7 @@ func (r *Reconciler) writeStatus(ctx context.Context, run *run, oldStatus *rayv1
 		run.Requeue(hold)
 		return nil
 	}
+	reportStartTrouble(run, oldStatus.Reason)
 	newStatus.LastUpdateTime = &now
 	c.Status = newStatus
 	if err := r.writes.Update(ctx, r.opts.StatusWriter, c); err != nil {

@@ -114,6 +114,7 @@ func TestController(t *testing.T) {
 			"HeadIngress":               testHeadIngress,
 			"TLS":                       testTLS,
 			"GCSStorage":                testGCSStorage,
+			"StartTrouble":              testStartTrouble,
 		} {
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()

@@ -51,7 +51,7 @@ func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev
 			pods = append(pods, *p)
 		}
 	}
-	run.obs.pods = pods
+	run.obs.pods, run.obs.podsListed = pods, true
 	if !satisfied {
 		// The cache has not caught up with our own writes: acting now could duplicate pods.
 		run.Requeue(time.Second)

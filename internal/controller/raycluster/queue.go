@@ -193,7 +193,7 @@ func podProgress(old, p *corev1.Pod) bool {
 // podUpdateMatters filters the pod updates the controller reconciles (optimize.PodUpdateFilter): it reads a pod's
 // labels, annotations, owners, deletion, phase, reason, message, IP, conditions and container statuses. A pod's
 // binding to a node (spec.nodeName and the PodScheduled condition) changes none of them, and was a reconcile of
-// every new pod.
+// every new pod; the scheduler's refusal (PodScheduled False) does change status.reason (starttrouble.go).
 func podUpdateMatters(sw *optimize.Switches) predicate.Predicate {
 	if !sw.On(optimize.PodUpdateFilter) {
 		return predicate.Funcs{}
@@ -221,11 +221,22 @@ func onlyScheduled(a, b *corev1.Pod) bool {
 		a.Status.PodIP != b.Status.PodIP:
 		return false
 	}
-	if !conditionsEqual(a.Status.Conditions, b.Status.Conditions) {
+	if !conditionsEqual(a.Status.Conditions, b.Status.Conditions) || unschedulable(a) != unschedulable(b) {
 		return false
 	}
 	return equality.Semantic.DeepEqual(a.Status.ContainerStatuses, b.Status.ContainerStatuses) &&
 		equality.Semantic.DeepEqual(a.Status.InitContainerStatuses, b.Status.InitContainerStatuses)
+}
+
+// unschedulable is the scheduler's message on a pod it could not place (PodScheduled False), which the status
+// reports (starttrouble.go); empty otherwise.
+func unschedulable(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			return c.Reason + ": " + c.Message
+		}
+	}
+	return ""
 }
 
 func ownerRefEqual(x, y metav1.OwnerReference) bool {

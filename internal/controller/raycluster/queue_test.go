@@ -178,6 +178,10 @@ func TestPodUpdateMatters(t *testing.T) {
 		"containers": func(p *corev1.Pod) { p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "ray"}} },
 		"owner":      func(p *corev1.Pod) { p.OwnerReferences = []metav1.OwnerReference{{UID: "u"}} },
 		"message":    func(p *corev1.Pod) { p.Status.Message = "evicted" },
+		"the scheduler's refusal": func(p *corev1.Pod) {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse,
+				Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient cpu."}}
+		},
 		"ready reason": func(p *corev1.Pod) {
 			p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionFalse, Reason: "ContainersNotReady"})
 		},

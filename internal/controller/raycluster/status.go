@@ -104,6 +104,8 @@ type observed struct {
 	// noConditions: the RayClusterStatusConditions gate is off (kubeRayConditions); noIndexing: RayMultiHostIndexing
 	// is off (planGroup).
 	noConditions, noIndexing bool
+	// podsListed: pods holds the cluster's pods as listed (status.reason is computed from them, starttrouble.go).
+	podsListed bool
 }
 
 // kubeRayConditions are the conditions KubeRay writes only under its RayClusterStatusConditions gate. With the gate
@@ -143,6 +145,9 @@ func computeStatus(c *rayv1.RayCluster, o observed, now metav1.Time) rayv1.RayCl
 	pods := countPods(o.pods)
 	s.ReadyWorkerReplicas, s.AvailableWorkerReplicas = pods.ready, pods.available
 	setHead(&s, pods.head, o.headService)
+	if o.podsListed {
+		s.Reason = startTroubleReason(o.pods)
+	}
 	if pods.head == nil {
 		kubeRayCond(string(rayv1.HeadPodReady), metav1.ConditionFalse, rayv1.HeadPodNotFound, "Head Pod not found")
 	} else {

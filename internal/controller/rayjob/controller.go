@@ -53,6 +53,9 @@ type Options struct {
 	// BatchScheduler is the operator's batch scheduler (one of clusterbuild.BatchSchedulers; empty: none): the RayJob's
 	// cluster and submitter are handed to it (batchscheduler.go).
 	BatchScheduler string
+	// MissingConfigGrace is how long a Secret or ConfigMap a pod needs may be missing before a RayJob annotated
+	// AnnotationFailOnPermanentStartError fails (DefaultMissingConfigGrace when zero).
+	MissingConfigGrace time.Duration
 	// Clock is the controller's time (reconcile.RealClock when nil); Rand is injectable for tests.
 	Clock reconcile.Clock
 	Rand  func(n int) int
@@ -84,6 +87,9 @@ func NewReconciler(mgr ctrl.Manager, rays ray.ClientFactory, opts Options) *Reco
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.MissingConfigGrace <= 0 {
+		opts.MissingConfigGrace = DefaultMissingConfigGrace
 	}
 	if opts.StopOnDeleteTimeout <= 0 {
 		opts.StopOnDeleteTimeout = 30 * time.Second

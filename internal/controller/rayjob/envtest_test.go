@@ -48,8 +48,9 @@ func TestMain(m *testing.M) {
 
 func startEnv(t *testing.T) *env { return startEnvWith(t, "") }
 
-// startEnvWith is startEnv with the operator's batch scheduler, and Volcano's PodGroup CRD installed.
-func startEnvWith(t *testing.T, scheduler string) *env {
+// startEnvWith is startEnv with the operator's batch scheduler, and Volcano's PodGroup CRD installed; opts change
+// the controller's options.
+func startEnvWith(t *testing.T, scheduler string, opts ...func(*Options)) *env {
 	crds := []string{filepath.Join(testutil.MustRepoRoot(t), "config", "crd")}
 	if scheduler != "" {
 		crds = append(crds, testutil.VolcanoCRDs(t))
@@ -69,11 +70,15 @@ func startEnvWith(t *testing.T, scheduler string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewReconciler(mgr, fr, Options{
+	o := Options{
 		StatusCheckTimeout: 3 * time.Second, TransitionGracePeriod: 30 * time.Second, SubmitterFinishedTimeout: 2 * time.Second,
 		PollInterval: 200 * time.Millisecond, StopOnDeleteTimeout: 3 * time.Second, MaxConcurrentReconciles: 4,
 		BatchScheduler: scheduler,
-	})
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	r := NewReconciler(mgr, fr, o)
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

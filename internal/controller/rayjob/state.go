@@ -122,7 +122,7 @@ func (r *Reconciler) deadlines(ctx context.Context, run *run, cluster *rayv1.Ray
 		return false
 	}
 	elapsed := run.now.Sub(s.StartTime.Time)
-	check := func(seconds *int32, reason rayv1.JobFailedReason, format string) bool {
+	check := func(seconds *int32, reason rayv1.JobFailedReason, message func(int32) string) bool {
 		if seconds == nil {
 			return false
 		}
@@ -132,17 +132,22 @@ func (r *Reconciler) deadlines(ctx context.Context, run *run, cluster *rayv1.Ray
 			return false
 		}
 		r.stopQuietly(ctx, run, cluster)
-		r.fail(run, reason, fmt.Sprintf(format, *seconds))
+		r.fail(run, reason, message(*seconds))
 		return true
 	}
 	// KubeRay's message, which names when the job started (in the local zone, to the second, as the API holds it).
-	if check(j.Spec.ActiveDeadlineSeconds, rayv1.DeadlineExceeded, "The RayJob has passed the activeDeadlineSeconds. StartTime: "+s.StartTime.Local().Truncate(time.Second).String()+". ActiveDeadlineSeconds: %d") {
+	if check(j.Spec.ActiveDeadlineSeconds, rayv1.DeadlineExceeded, func(n int32) string {
+		return fmt.Sprintf("The RayJob has passed the activeDeadlineSeconds. StartTime: %s. ActiveDeadlineSeconds: %d", s.StartTime.Local().Truncate(time.Second), n)
+	}) {
 		return true
 	}
 	if s.JobStatus == rayv1.JobStatusRunning || rayv1.IsJobTerminal(s.JobStatus) {
 		return false
 	}
-	return check(j.Spec.PreRunningDeadlineSeconds, rayv1.PreRunningDeadlineExceeded, "the Ray job did not start running within preRunningDeadlineSeconds (%ds)")
+	// With why the cluster's pods cannot start, if they cannot (starttrouble.go).
+	return check(j.Spec.PreRunningDeadlineSeconds, rayv1.PreRunningDeadlineExceeded, func(n int32) string {
+		return r.withStartTrouble(ctx, cluster, fmt.Sprintf("the Ray job did not start running within preRunningDeadlineSeconds (%ds)", n))
+	})
 }
 
 // stopQuietly asks Ray to stop the job the RayJob gives up on, so it does not keep running unseen.
@@ -255,11 +260,15 @@ func (r *Reconciler) initializing(ctx context.Context, run *run) error {
 		return nil
 	}
 	if cluster.Status.State != rayv1.Ready {
+		if failed, err := r.reportStartTrouble(ctx, run, cluster); failed || err != nil {
+			return err
+		}
 		if len(j.Spec.ClusterSelector) > 0 {
 			run.Requeue(r.opts.PollInterval) // not owned: no watch event will come
 		}
 		return nil
 	}
+	s.Message = "" // what reportStartTrouble said is over
 	s.DashboardURL = DashboardURL(cluster, r.opts.ClusterDomain)
 	switch submissionMode(j) {
 	case rayv1.K8sJobMode:

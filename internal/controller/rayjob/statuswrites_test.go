@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -50,7 +52,9 @@ func TestStatusNotDroppedForStaleCache(t *testing.T) {
 			})
 			rc := ClusterFor(j, j.Status.RayClusterName)
 			cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(j, rc).
-				WithStatusSubresource(&rayv1.RayJob{}, &rayv1.RayCluster{}).Build()
+				WithStatusSubresource(&rayv1.RayJob{}, &rayv1.RayCluster{}).
+				WithIndex(&corev1.Pod{}, clusterpods.Index, clusterpods.IndexValue). // as SetupWithManager registers it
+				Build()
 			// stale, when set, is what the cache holds of the RayJob.
 			var stale *rayv1.RayJob
 			cached := interceptor.NewClient(cl, interceptor.Funcs{

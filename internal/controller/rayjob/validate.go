@@ -28,6 +28,7 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 	errs = append(errs, validateLifecycle(j, spec)...)
 	errs = append(errs, validateDeletionStrategy(j, spec)...)
 	errs = append(errs, validateEntrypoint(j, spec)...)
+	errs = append(errs, validateStartErrorAnnotation(j)...)
 	if s := &j.Spec; s.RayClusterSpec != nil && s.RayClusterSpec.Suspend != nil && *s.RayClusterSpec.Suspend {
 		errs = append(errs, field.Forbidden(spec.Child("rayClusterSpec", "suspend"), "suspend the RayJob (spec.suspend), not its cluster"))
 	}
