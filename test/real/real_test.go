@@ -36,6 +36,7 @@ func TestRealNode(t *testing.T) {
 		{"cluster DNS and Services", testDNSAndServices},
 		{"RayJob sample succeeds", testRayJobSample},
 		{"RayCluster worker joins the head", testRayClusterWorkerJoins},
+		{"start phases of a RayCluster", testStartPhases},
 		{"RayJob modes on a selected cluster", testRayJobModesOnSelectedCluster},
 		{"RayJob SidecarMode suspended and resumed", testRayJobSidecarSuspendResume},
 		{"RayCluster Recreate on an image change", testRayClusterRecreate},
