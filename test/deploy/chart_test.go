@@ -104,7 +104,7 @@ var nonDefault = map[string]any{
 		"leaderElection": false, "useKubernetesProxy": true, "clusterDomain": "corp.local",
 		"defaultPodTemplate": "ml-system/ray-defaults", "reconcileConcurrency": 3, "qps": 50, "burst": 60,
 		"leaseDuration": "20s", "renewDeadline": "12s", "retryPeriod": "3s", "eventQps": 10, "eventBurst": 20,
-		"rayTimeout": "5s", "gcPercent": 80, "adaptiveProcs": false, "statusCoalesceWindow": "0s", "gcsFtRedisCleanup": false, "batchScheduler": "volcano",
+		"rayTimeout": "5s", "gcPercent": 80, "adaptiveProcs": false, "statusCoalesceWindow": "0s", "startPhaseLateThreshold": "45s", "gcsFtRedisCleanup": false, "batchScheduler": "volcano",
 		"disableOptimizations": []string{"pod-update-filter", "metadata-writes"},
 		"metricsPort":          9090, "healthProbePort": 9091, "nodeSelector": map[string]string{"kubernetes.io/os": "linux"},
 		"imagePull": map[string]any{"nodeSelector": "pool in (pullers, gpu),!no-pull", "priorityClassName": "image-pullers",
