@@ -3,11 +3,13 @@ package real
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -34,22 +36,7 @@ func testStartPhases(t *testing.T, ctx context.Context, e *env) {
 	ready := e.waitClusterReady(t, ctx, &rc, 1)
 
 	// The summary comes once the operator has seen the cluster ready.
-	var summary string
-	waitFor(t, ctx, 2*time.Minute, "the StartPhases event on the RayCluster", func() (bool, string) {
-		var l eventsv1.EventList
-		if err := e.cl.List(ctx, &l, client.InNamespace(ns)); err != nil {
-			return false, err.Error()
-		}
-		var seen []string
-		for _, ev := range l.Items {
-			if ev.Regarding.Kind == "RayCluster" && ev.Regarding.Name == rc.Name && ev.Reason == startphases.ReasonSummary {
-				summary = ev.Note
-				return ev.Type == corev1.EventTypeNormal, ev.Type
-			}
-			seen = append(seen, ev.Reason)
-		}
-		return false, fmt.Sprint(seen)
-	})
+	summary := e.waitEventNote(t, ctx, ns, "RayCluster", rc.Name, startphases.ReasonSummary, 2*time.Minute)
 	t.Logf("summary event: %s", summary)
 	for _, step := range []string{"RayCluster started in ", "scheduling ", "image pull ", "container start ", "Ray start ", " (slowest)"} {
 		if !strings.Contains(summary, step) {
@@ -81,6 +68,10 @@ func testStartPhases(t *testing.T, ctx context.Context, e *env) {
 	}
 	ct, _ := startphases.ClusterTimes(ready, observed)
 	checkPhases(t, "RayCluster", &ct)
+	// The operator computed the summary from the same objects (through its cache).
+	if want := "RayCluster " + startphases.Summary("started", &ct, startphases.RayReady); summary != want {
+		t.Errorf("summary event %q, computed from the objects %q", summary, want)
+	}
 	e.deleteNamespace(t, ctx, ns)
 }
 
@@ -102,4 +93,90 @@ func checkPhases(t *testing.T, what string, pt *startphases.Times) {
 		fmt.Fprintf(&b, " %s +%s (%s %s);", p, startphases.Round(pt.Since(p)), p.Step(), startphases.Round(pt.StepOf(p)))
 	}
 	t.Logf("%s:%s", what, b.String())
+}
+
+// sampleImage is the Ray image of the samples, as containerd on the real node names it.
+const sampleImage = "docker.io/rayproject/ray:2.52.0"
+
+// testStartPhasesColdWarm runs config/samples/rayjob.yaml twice on the real node: cold (its image removed from the
+// node's containerd first, so the kubelet pulls it from the dev cluster's registry) and warm (the image there). Each
+// run's StartPhases event on the RayJob names every step from scheduling to the job's run; the cold image pull is
+// the longer. With MANTA_START_PHASES_OUT set, the two summaries are written there, one "<run>\t<note>" a line,
+// for hack/phaseplot (docs/start-phases-rayjob.svg).
+func testStartPhasesColdWarm(t *testing.T, ctx context.Context, e *env) {
+	pulls := map[string]time.Duration{}
+	var lines []string
+	for _, run := range []string{"cold", "warm"} {
+		if run == "cold" {
+			ctr := filepath.Join(filepath.Dir(e.kubectl), "ctr")
+			if out, err := exec.CommandContext(ctx, ctr, "--address", e.cluster.ContainerdSocket(), "-n", "k8s.io", "images", "rm", sampleImage).CombinedOutput(); err != nil &&
+				!strings.Contains(string(out), "not found") {
+				t.Fatalf("ctr images rm %s: %v: %s", sampleImage, err, out)
+			}
+		}
+		ns := e.namespace(t, ctx, "phases-"+run)
+		var job rayv1.RayJob
+		readSample(t, "rayjob.yaml", &job)
+		job.Namespace = ns
+		fitRayResources(job.Spec.RayClusterSpec)
+		if err := e.cl.Create(ctx, &job); err != nil {
+			t.Fatal(err)
+		}
+		summary := e.waitEventNote(t, ctx, ns, "RayJob", job.Name, startphases.ReasonSummary, 10*time.Minute)
+		t.Logf("%s: %s", run, summary)
+		total, steps, err := startphases.ParseSummary(summary)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[startphases.Phase]time.Duration{}
+		for _, s := range steps {
+			got[s.Phase] = s.Duration
+		}
+		// RUNNING is seen only by polling Ray: a short job may end between two polls, and its wait folds into the run.
+		for _, p := range []startphases.Phase{startphases.Scheduled, startphases.ImagePulled, startphases.ContainersStarted, startphases.RayReady, startphases.Submitted, startphases.Finished} {
+			if _, ok := got[p]; !ok {
+				t.Errorf("%s run: the summary lacks the %s step: %q", run, p.Step(), summary)
+			}
+		}
+		var sum time.Duration
+		for _, d := range got {
+			sum += d
+		}
+		if diff := sum - total; diff < -time.Duration(len(steps))*time.Second || diff > time.Duration(len(steps))*time.Second {
+			t.Errorf("%s run: the steps add up to %s, the total is %s", run, sum, total)
+		}
+		pulls[run] = got[startphases.ImagePulled]
+		lines = append(lines, run+"\t"+summary)
+		e.deleteNamespace(t, ctx, ns)
+	}
+	if pulls["cold"] <= pulls["warm"] {
+		t.Errorf("the cold image pull took %s, the warm one %s", pulls["cold"], pulls["warm"])
+	}
+	if out := os.Getenv("MANTA_START_PHASES_OUT"); out != "" {
+		if err := os.WriteFile(out, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitEventNote waits for an event (events.k8s.io) of reason about the object of kind and name, and returns its note.
+func (e *env) waitEventNote(t *testing.T, ctx context.Context, ns, kind, name, reason string, timeout time.Duration) string {
+	t.Helper()
+	var note string
+	waitFor(t, ctx, timeout, reason+" event on "+kind+" "+name, func() (bool, string) {
+		var l eventsv1.EventList
+		if err := e.cl.List(ctx, &l, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, ev := range l.Items {
+			if ev.Regarding.Kind == kind && ev.Regarding.Name == name && ev.Reason == reason {
+				note = ev.Note
+				return true, ""
+			}
+			seen = append(seen, ev.Regarding.Kind+"/"+ev.Reason)
+		}
+		return false, fmt.Sprint(seen, " ", e.nsReport(ctx, ns))
+	})
+	return note
 }

@@ -295,3 +295,22 @@ func TestLate(t *testing.T) {
 		t.Errorf("lateNote =\n %q, want\n %q", got, want)
 	}
 }
+
+// TestParseSummary reads back what Summary writes, and refuses what it does not.
+func TestParseSummary(t *testing.T) {
+	job := times(0, 1, 2, 3, 20, 22, 25, 85)
+	total, steps, err := ParseSummary("RayJob " + Summary("finished", &job, Finished))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []StepTime{{Scheduled, sec(1)}, {ImagePulled, sec(1)}, {ContainersStarted, sec(1)}, {RayReady, sec(17)}, {Submitted, sec(2)}, {Running, sec(3)}, {Finished, sec(60)}}
+	if total != sec(85) || !cmp.Equal(steps, want) {
+		t.Errorf("ParseSummary = %s %v, want 1m25s %v", total, steps, want)
+	}
+	for _, bad := range []string{"", "RayCluster started", "RayCluster started in x: scheduling 1s", "RayCluster started in 3s: warming up 1s",
+		"RayCluster started in 3s: scheduling 1s, scheduling 2s", "RayCluster started in 3s: scheduling soon"} {
+		if _, _, err := ParseSummary(bad); err == nil {
+			t.Errorf("ParseSummary(%q) accepted", bad)
+		}
+	}
+}

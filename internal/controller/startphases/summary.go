@@ -2,6 +2,7 @@ package startphases
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -70,4 +71,47 @@ func lateNote(kind string, t *Times, p Phase, threshold time.Duration, pod strin
 		note += "; last pod: " + pod
 	}
 	return note
+}
+
+// StepTime is one step of a parsed summary.
+type StepTime struct {
+	Phase    Phase
+	Duration time.Duration
+}
+
+// ParseSummary reads a summary event's note back (for tools that plot what the operator reported): the total and
+// the steps, in phase order. It refuses a note Summary did not write.
+func ParseSummary(note string) (total time.Duration, steps []StepTime, err error) {
+	_, rest, ok := strings.Cut(note, " in ")
+	if !ok {
+		return 0, nil, fmt.Errorf("summary %q: no total", note)
+	}
+	totalText, list, _ := strings.Cut(rest, ": ")
+	if total, err = time.ParseDuration(totalText); err != nil {
+		return 0, nil, fmt.Errorf("summary %q: total: %w", note, err)
+	}
+	byStep := map[string]Phase{}
+	for _, p := range Phases {
+		byStep[p.Step()] = p
+	}
+	seen := map[Phase]bool{}
+	for _, item := range strings.Split(list, ", ") {
+		if item == "" {
+			continue
+		}
+		item = strings.TrimSuffix(item, " (slowest)")
+		i := strings.LastIndexByte(item, ' ')
+		p, known := byStep[item[:max(i, 0)]]
+		if i < 0 || !known || seen[p] {
+			return 0, nil, fmt.Errorf("summary %q: step %q", note, item)
+		}
+		d, err := time.ParseDuration(item[i+1:])
+		if err != nil {
+			return 0, nil, fmt.Errorf("summary %q: step %q: %w", note, item, err)
+		}
+		seen[p] = true
+		steps = append(steps, StepTime{p, d})
+	}
+	slices.SortFunc(steps, func(a, b StepTime) int { return int(a.Phase) - int(b.Phase) })
+	return total, steps, nil
 }
