@@ -99,7 +99,7 @@ func checkPhases(t *testing.T, what string, pt *startphases.Times) {
 const sampleImage = "docker.io/rayproject/ray:2.52.0"
 
 // testStartPhasesColdWarm runs config/samples/rayjob.yaml twice on the real node: cold (its image removed from the
-// node's containerd first, so the kubelet pulls it from the dev cluster's registry) and warm (the image there). Each
+// node's containerd first, content and all, so the kubelet pulls it from the dev cluster's registry) and warm (the image there). Each
 // run's StartPhases event on the RayJob names every step from scheduling to the job's run; the cold image pull is
 // the longer. With MANTA_START_PHASES_OUT set, the two summaries are written there, one "<run>\t<note>" a line,
 // for hack/phaseplot (docs/start-phases-rayjob.svg).
@@ -109,7 +109,7 @@ func testStartPhasesColdWarm(t *testing.T, ctx context.Context, e *env) {
 	for _, run := range []string{"cold", "warm"} {
 		if run == "cold" {
 			ctr := filepath.Join(filepath.Dir(e.kubectl), "ctr")
-			if out, err := exec.CommandContext(ctx, ctr, "--address", e.cluster.ContainerdSocket(), "-n", "k8s.io", "images", "rm", sampleImage).CombinedOutput(); err != nil &&
+			if out, err := exec.CommandContext(ctx, ctr, "--address", e.cluster.ContainerdSocket(), "-n", "k8s.io", "images", "rm", "--sync", sampleImage).CombinedOutput(); err != nil &&
 				!strings.Contains(string(out), "not found") {
 				t.Fatalf("ctr images rm %s: %v: %s", sampleImage, err, out)
 			}
@@ -124,6 +124,11 @@ func testStartPhasesColdWarm(t *testing.T, ctx context.Context, e *env) {
 		}
 		summary := e.waitEventNote(t, ctx, ns, "RayJob", job.Name, startphases.ReasonSummary, 10*time.Minute)
 		t.Logf("%s: %s", run, summary)
+		if pulled, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", "Pulled").String()}); err == nil {
+			for _, ev := range pulled.Items {
+				t.Logf("%s: %s Pulled %s: %s", run, ev.InvolvedObject.Name, ev.LastTimestamp.Format(time.TimeOnly), ev.Message)
+			}
+		}
 		total, steps, err := startphases.ParseSummary(summary)
 		if err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package startphases
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -201,14 +202,19 @@ func (r *Reconciler) since() time.Time {
 	return r.epoch
 }
 
+// bit is phase p's bit in a done mask.
+func bit(p Phase) uint16 { return 1 << p }
+
+// clusterPhases are the phases a RayJob takes from its RayCluster.
+const clusterPhases = 1<<Scheduled | 1<<ImagePulled | 1<<ContainersStarted | 1<<RayReady
+
 // record marks phase p of an object recorded in *done and reports whether it is new and this process's (at or
 // after the epoch): only then is it observed and may it be reported late.
 func (r *Reconciler) record(done *uint16, t *Times, p Phase) bool {
-	bit := uint16(1) << p
-	if !t.Has(p) || *done&bit != 0 {
+	if !t.Has(p) || *done&bit(p) != 0 {
 		return false
 	}
-	*done |= bit
+	*done |= bit(p)
 	return !t.At[p].Before(r.since())
 }
 
@@ -223,7 +229,15 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, req ctrl.Request) (ct
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	pods, err := r.observePods(ctx, c)
+	// A pod's Pulled events are looked up only while its or the cluster's pull phase is to be recorded.
+	r.mu.Lock()
+	var podDone map[types.UID]uint16
+	clusterPulled := false
+	if st := r.clusters[req.NamespacedName]; st != nil && st.uid == c.UID {
+		podDone, clusterPulled = maps.Clone(st.pods), st.done&bit(ImagePulled) != 0
+	}
+	r.mu.Unlock()
+	pods, err := r.observePods(ctx, c, func(uid types.UID) bool { return !clusterPulled || podDone[uid]&bit(ImagePulled) == 0 })
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -283,12 +297,18 @@ func (r *Reconciler) reconcileJob(ctx context.Context, req ctrl.Request) (ctrl.R
 		last  [numPhases]string
 		found bool
 	)
-	if name := j.Status.RayClusterName; name != "" {
+	r.mu.Lock()
+	clusterDone := false // the job's phases that are its cluster's are all recorded
+	if st := r.jobs[req.NamespacedName]; st != nil && st.uid == j.UID {
+		clusterDone = st.done&clusterPhases == clusterPhases
+	}
+	r.mu.Unlock()
+	if name := j.Status.RayClusterName; name != "" && !clusterDone {
 		c := &rayv1.RayCluster{}
 		err := r.client.Get(ctx, types.NamespacedName{Namespace: j.Namespace, Name: name}, c)
 		switch {
 		case err == nil:
-			pods, err := r.observePods(ctx, c)
+			pods, err := r.observePods(ctx, c, func(types.UID) bool { return true })
 			if err != nil {
 				return ctrl.Result{}, err
 			}
@@ -353,11 +373,12 @@ type observedPod struct {
 	nodeType string
 }
 
-// observePods reads a cluster's Ray pods (not being deleted) and their Pulled events from the cache and computes
-// their phases.
-func (r *Reconciler) observePods(ctx context.Context, c *rayv1.RayCluster) ([]observedPod, error) {
+// observePods reads a cluster's Ray pods (not being deleted) and, for those needPulls says, their Pulled events
+// from the cache, and computes their phases. The cache's objects are read in place (no copies: a cluster's pods are
+// listed at each of its reconciles).
+func (r *Reconciler) observePods(ctx context.Context, c *rayv1.RayCluster, needPulls func(types.UID) bool) ([]observedPod, error) {
 	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.InNamespace(c.Namespace), clusterpods.Of(c.Name)); err != nil {
+	if err := r.client.List(ctx, &pods, client.InNamespace(c.Namespace), clusterpods.Of(c.Name), client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	out := make([]observedPod, 0, len(pods.Items))
@@ -367,9 +388,12 @@ func (r *Reconciler) observePods(ctx context.Context, c *rayv1.RayCluster) ([]ob
 		if nt == "" || p.DeletionTimestamp != nil {
 			continue
 		}
-		pulls, err := r.pulls(ctx, p)
-		if err != nil {
-			return nil, err
+		var pulls []Pull
+		if needPulls(p.UID) {
+			var err error
+			if pulls, err = r.pulls(ctx, p); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, observedPod{PodOf: PodOf{Name: p.Name, Times: PodTimes(p, pulls)}, uid: p.UID, nodeType: nt})
 	}
@@ -387,7 +411,7 @@ func podsOf(pods []observedPod) []PodOf {
 // pulls reads a pod's Pulled events from the cache.
 func (r *Reconciler) pulls(ctx context.Context, p *corev1.Pod) ([]Pull, error) {
 	var evs corev1.EventList
-	if err := r.client.List(ctx, &evs, client.InNamespace(p.Namespace), client.MatchingFields{PulledIndex: string(p.UID)}); err != nil {
+	if err := r.client.List(ctx, &evs, client.InNamespace(p.Namespace), client.MatchingFields{PulledIndex: string(p.UID)}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	out := make([]Pull, 0, len(evs.Items))
