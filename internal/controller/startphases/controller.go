@@ -89,6 +89,10 @@ type clusterState struct {
 	done       uint16
 	summarized bool
 	pods       map[types.UID]uint16
+	// times are the cluster's phases as first seen: the summary reads them, since later reconciles no longer look
+	// up the Pulled events of pods whose pull is recorded.
+	times Times
+	last  [numPhases]string
 }
 
 // jobState is what has been recorded of one RayJob, and what the phases need that no object keeps: whether it was
@@ -262,13 +266,20 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, req ctrl.Request) (ct
 		live[p.uid] = done
 	}
 	st.pods = live // pods gone from the cluster are forgotten
+	st.times.Created = ct.Created
+	for _, ph := range []Phase{Scheduled, ImagePulled, ContainersStarted, RayReady} {
+		if ct.Has(ph) && !st.times.Has(ph) {
+			st.times.At[ph], st.last[ph] = ct.At[ph], last[ph]
+		}
+	}
+	ct = st.times
 	for _, ph := range []Phase{Scheduled, ImagePulled, ContainersStarted, RayReady} {
 		if !r.record(&st.done, &ct, ph) {
 			continue
 		}
 		r.opts.Observe(KindRayCluster, ph.String(), "", ct.Since(ph))
 		if Late(&ct, ph, r.opts.LateThreshold) {
-			res.Eventf(corev1.EventTypeWarning, LateReason(ph), "StartPhase", "%s", lateNote(KindRayCluster, &ct, ph, r.opts.LateThreshold, last[ph]))
+			res.Eventf(corev1.EventTypeWarning, LateReason(ph), "StartPhase", "%s", lateNote(KindRayCluster, &ct, ph, r.opts.LateThreshold, st.last[ph]))
 		}
 	}
 	if ct.Has(RayReady) && !st.summarized {
