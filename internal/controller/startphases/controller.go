@@ -38,6 +38,15 @@ const DefaultLateThreshold = 2 * time.Minute
 // PulledIndex is the field index of the cached Pulled events by the UID of the pod they are about.
 const PulledIndex = "involvedObject.uid"
 
+// PulledIndexValue is the index function: the UID of the pod a Pulled event is about.
+func PulledIndexValue(o client.Object) []string {
+	ev, ok := o.(*corev1.Event)
+	if !ok || ev.Reason != "Pulled" || ev.InvolvedObject.Kind != "Pod" {
+		return nil
+	}
+	return []string{string(ev.InvolvedObject.UID)}
+}
+
 // PulledEvents is how the operator's cache holds core/v1 Events: only the kubelet's Pulled events (a field
 // selector, so the API server sends no others), stripped of what the phases do not read.
 func PulledEvents() cache.ByObject {
@@ -133,13 +142,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := clusterpods.Register(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Event{}, PulledIndex, func(o client.Object) []string {
-		ev := o.(*corev1.Event)
-		if ev.Reason != "Pulled" || ev.InvolvedObject.Kind != "Pod" {
-			return nil
-		}
-		return []string{string(ev.InvolvedObject.UID)}
-	}); err != nil {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Event{}, PulledIndex, PulledIndexValue); err != nil {
 		return err
 	}
 	if err := ctrl.NewControllerManagedBy(mgr).
