@@ -108,11 +108,7 @@ func testStartPhasesColdWarm(t *testing.T, ctx context.Context, e *env) {
 	var lines []string
 	for _, run := range []string{"cold", "warm"} {
 		if run == "cold" {
-			ctr := filepath.Join(filepath.Dir(e.kubectl), "ctr")
-			if out, err := exec.CommandContext(ctx, ctr, "--address", e.cluster.ContainerdSocket(), "-n", "k8s.io", "images", "rm", "--sync", sampleImage).CombinedOutput(); err != nil &&
-				!strings.Contains(string(out), "not found") {
-				t.Fatalf("ctr images rm %s: %v: %s", sampleImage, err, out)
-			}
+			e.removeNodeImage(t, ctx, sampleImage)
 		}
 		ns := e.namespace(t, ctx, "phases-"+run)
 		var job rayv1.RayJob
@@ -124,11 +120,15 @@ func testStartPhasesColdWarm(t *testing.T, ctx context.Context, e *env) {
 		}
 		summary := e.waitEventNote(t, ctx, ns, "RayJob", job.Name, startphases.ReasonSummary, 10*time.Minute)
 		t.Logf("%s: %s", run, summary)
-		if pulled, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", "Pulled").String()}); err == nil {
-			for _, ev := range pulled.Items {
-				t.Logf("%s: %s Pulled %s: %s", run, ev.InvolvedObject.Name, ev.LastTimestamp.Format(time.TimeOnly), ev.Message)
-			}
+		pulled, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", "Pulled").String()})
+		if err != nil {
+			t.Fatal(err)
 		}
+		pulledMessages := ""
+		for _, ev := range pulled.Items {
+			pulledMessages += fmt.Sprintf("\n%s Pulled %s: %s", ev.InvolvedObject.Name, ev.LastTimestamp.Format(time.TimeOnly), ev.Message)
+		}
+		t.Logf("%s run, the kubelet's Pulled events:%s", run, pulledMessages)
 		total, steps, err := startphases.ParseSummary(summary)
 		if err != nil {
 			t.Fatal(err)
@@ -151,6 +151,9 @@ func testStartPhasesColdWarm(t *testing.T, ctx context.Context, e *env) {
 			t.Errorf("%s run: the steps add up to %s, the total is %s", run, sum, total)
 		}
 		pulls[run] = got[startphases.ImagePulled]
+		if run == "cold" && !strings.Contains(pulledMessages, "Successfully pulled") {
+			t.Errorf("cold run: the kubelet pulled nothing:%s", pulledMessages)
+		}
 		lines = append(lines, run+"\t"+summary)
 		e.deleteNamespace(t, ctx, ns)
 	}
@@ -161,6 +164,35 @@ func testStartPhasesColdWarm(t *testing.T, ctx context.Context, e *env) {
 		if err := os.WriteFile(out, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// removeNodeImage removes an image from the real node's containerd under every name it has there (the CRI adds
+// the digest and the image ID beside the tag), and its content with it (--sync), so that the next pod pulls it whole.
+func (e *env) removeNodeImage(t *testing.T, ctx context.Context, ref string) {
+	t.Helper()
+	ctr := func(args ...string) string {
+		out, err := exec.CommandContext(ctx, filepath.Join(filepath.Dir(e.kubectl), "ctr"),
+			append([]string{"--address", e.cluster.ContainerdSocket(), "-n", "k8s.io"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ctr %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	digest := e.containerdDigest(t, ctx, ref)
+	if digest == "" {
+		return // not on the node
+	}
+	var names []string
+	for _, line := range strings.Split(ctr("images", "ls"), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[2] == digest {
+			names = append(names, f[0])
+		}
+	}
+	t.Logf("removing %v from the node", names)
+	ctr(append([]string{"images", "rm", "--sync"}, names...)...)
+	if left := e.containerdDigest(t, ctx, ref); left != "" {
+		t.Fatalf("%s still on the node (%s)", ref, left)
 	}
 }
 
