@@ -373,7 +373,7 @@ func checkChartNonDefault(t *testing.T, root string, objs []*unstructured.Unstru
 		"--qps": "50", "--burst": "60", "--watch-namespace": "team-a,team-b",
 		"--leader-elect-lease-duration": "20s", "--leader-elect-renew-deadline": "12s", "--leader-elect-retry-period": "3s",
 		"--event-qps": "10", "--event-burst": "20", "--ray-timeout": "5s", "--gc-percent": "80", "--gcs-ft-redis-cleanup": "false",
-		"--adaptive-procs": "false", "--status-coalesce-window": "0s", "--enable-metrics": "false", "--batch-scheduler": "volcano", "--disable-optimization": "pod-update-filter,metadata-writes",
+		"--adaptive-procs": "false", "--status-coalesce-window": "0s", "--start-phase-late-threshold": "45s", "--enable-metrics": "false", "--batch-scheduler": "volcano", "--disable-optimization": "pod-update-filter,metadata-writes",
 		"--image-pull-node-selector": "pool in (pullers, gpu),!no-pull", "--image-pull-priority-class": "image-pullers",
 		"--image-pull-tolerate-all-taints": "true", "--image-pull-tolerations": "nvidia.com/gpu:NoSchedule,dedicated=ray",
 	}
