@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	crreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
@@ -151,7 +152,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podCluster)).
 		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.eventCluster)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(reconcilerFunc(r.reconcileCluster)); err != nil {
+		Complete(crreconcile.Func(r.reconcileCluster)); err != nil {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
@@ -159,14 +160,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&rayv1.RayJob{}).
 		Watches(&rayv1.RayCluster{}, handler.EnqueueRequestsFromMapFunc(clusterJob)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
-		Complete(reconcilerFunc(r.reconcileJob))
-}
-
-// reconcilerFunc adapts a method to reconcile.Reconciler.
-type reconcilerFunc func(context.Context, ctrl.Request) (ctrl.Result, error)
-
-func (f reconcilerFunc) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	return f(ctx, req)
+		Complete(crreconcile.Func(r.reconcileJob))
 }
 
 // podCluster maps a Ray pod to its RayCluster.
@@ -201,7 +195,15 @@ func clusterJob(_ context.Context, o client.Object) []ctrl.Request {
 	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: l[rayv1.LabelOriginCRName]}}}
 }
 
-// since returns the epoch, set at the first call: phases before it are not this process's to record.
+// start sets the epoch at the process's first reconcile (of either kind, whatever it finds).
+func (r *Reconciler) start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.since()
+}
+
+// since returns the epoch, set at the first call: phases before it are not this process's to record. Call it with
+// r.mu held.
 func (r *Reconciler) since() time.Time {
 	if r.epoch.IsZero() {
 		r.epoch = r.opts.Now().Truncate(time.Second)
@@ -227,6 +229,7 @@ func (r *Reconciler) record(done *uint16, t *Times, p Phase) bool {
 
 // reconcileCluster records the new phases of a RayCluster and its pods.
 func (r *Reconciler) reconcileCluster(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.start()
 	c := &rayv1.RayCluster{}
 	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -297,6 +300,7 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, req ctrl.Request) (ct
 
 // reconcileJob records the new phases of a RayJob.
 func (r *Reconciler) reconcileJob(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.start()
 	j := &rayv1.RayJob{}
 	if err := r.client.Get(ctx, req.NamespacedName, j); err != nil {
 		if apierrors.IsNotFound(err) {

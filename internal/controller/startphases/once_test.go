@@ -128,6 +128,22 @@ func TestRecordedOnce(t *testing.T) {
 			t.Errorf("events %q, want the summary only", evs)
 		}
 	})
+	t.Run("the epoch is the first reconcile, not the first phase seen", func(t *testing.T) {
+		// A fresh operator reconciles before the cluster's pods have reached any phase (here: a cluster not made
+		// yet); the phases that follow, seen later, are all its own.
+		f := newOnceFixture(t)
+		now := at(0)
+		r := f.reconciler(now)
+		r.opts.Now = func() time.Time { return now }
+		if _, err := r.reconcileCluster(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "later"}}); err != nil {
+			t.Fatal(err)
+		}
+		now = at(500)
+		reconcileN(t, r, 1)
+		if !maps.Equal(f.samples, everything) {
+			t.Errorf("samples %v, want %v", f.samples, everything)
+		}
+	})
 	t.Run("a pod gone from the cluster is forgotten", func(t *testing.T) {
 		f := newOnceFixture(t)
 		r := f.reconciler(at(-3600))
