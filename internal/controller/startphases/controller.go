@@ -70,8 +70,8 @@ type Options struct {
 	LateThreshold time.Duration
 	// Observe records one sample (metrics.ObserveStartPhase when nil).
 	Observe func(kind, phase, nodeType string, d time.Duration)
-	// Clock is the controller's time, of the RUNNING sighting and of the epoch (reconcile.RealClock when nil).
-	Clock reconcile.Clock
+	// Now is the clock of the RUNNING sighting and of the epoch (time.Now when nil).
+	Now func() time.Time
 }
 
 // Reconciler records the start phases of RayClusters (with their pods) and RayJobs. It writes only events.
@@ -124,8 +124,8 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	if opts.Observe == nil {
 		opts.Observe = metrics.ObserveStartPhase
 	}
-	if opts.Clock == nil {
-		opts.Clock = reconcile.RealClock
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	return &Reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("startphases-controller"), opts: opts,
 		clusters: map[types.NamespacedName]*clusterState{}, jobs: map[types.NamespacedName]*jobState{}}
@@ -206,7 +206,7 @@ func (r *Reconciler) start() {
 // r.mu held.
 func (r *Reconciler) since() time.Time {
 	if r.epoch.IsZero() {
-		r.epoch = r.opts.Clock.Now().Truncate(time.Second)
+		r.epoch = r.opts.Now().Truncate(time.Second)
 	}
 	return r.epoch
 }
@@ -355,7 +355,7 @@ func (r *Reconciler) reconcileJob(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	switch s := j.Status.JobStatus; {
 	case s == rayv1.JobStatusRunning && st.sawPending && st.runningSeen.IsZero():
-		st.runningSeen = r.opts.Clock.Now()
+		st.runningSeen = r.opts.Now()
 	case s == "" || s == rayv1.JobStatusNew || s == rayv1.JobStatusPending:
 		st.sawPending = true
 	}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -18,6 +18,19 @@ import (
 	"github.com/manta-dev/manta/internal/operator"
 	"github.com/manta-dev/manta/internal/testutil"
 )
+
+// clock is the reconciler's clock, stepped by the test: its epoch and the time it first sees a job RUNNING.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = t
+}
 
 // samples are the histogram's sample counts of the series a test touches.
 type samples map[string]uint64
@@ -55,8 +68,8 @@ func TestEnvtest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := clocktesting.NewFakeClock(time.Now().Add(-time.Hour)) // the epoch: before everything the test writes
-	if err := startphases.NewReconciler(mgr, startphases.Options{LateThreshold: 2 * time.Minute, Clock: clk}).SetupWithManager(mgr); err != nil {
+	clk := &clock{now: time.Now().Add(-time.Hour)} // the epoch: before everything the test writes
+	if err := startphases.NewReconciler(mgr, startphases.Options{LateThreshold: 2 * time.Minute, Now: clk.Now}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	testutil.RunManager(t, mgr)
@@ -156,7 +169,7 @@ func TestEnvtest(t *testing.T) {
 		a := countSamples().added(before)
 		return a["RayJob//submitted"] == 1, fmt.Sprint(a)
 	})
-	clk.SetTime(created.Add(210 * time.Second))
+	clk.Set(created.Add(210 * time.Second))
 	job.Status.JobStatus = rayv1.JobStatusRunning
 	if err := cl.Status().Update(ctx, job); err != nil {
 		t.Fatal(err)

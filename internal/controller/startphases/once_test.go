@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -33,7 +32,7 @@ func (f *onceFixture) reconciler(epoch time.Time) *Reconciler {
 	return &Reconciler{client: f.cl, recorder: f.events, opts: Options{
 		LateThreshold: time.Minute,
 		Observe:       func(kind, phase, nodeType string, _ time.Duration) { f.samples[kind+"/"+nodeType+"/"+phase]++ },
-		Clock:         clocktesting.NewFakePassiveClock(epoch),
+		Now:           func() time.Time { return epoch },
 	}, clusters: map[types.NamespacedName]*clusterState{}, jobs: map[types.NamespacedName]*jobState{}}
 }
 
@@ -135,13 +134,11 @@ func TestRecordedOnce(t *testing.T) {
 		f := newOnceFixture(t)
 		now := at(0)
 		r := f.reconciler(now)
-		clk := clocktesting.NewFakePassiveClock(now)
-		r.opts.Clock = clk
+		r.opts.Now = func() time.Time { return now }
 		if _, err := r.reconcileCluster(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "later"}}); err != nil {
 			t.Fatal(err)
 		}
 		now = at(500)
-		clk.SetTime(now)
 		reconcileN(t, r, 1)
 		if !maps.Equal(f.samples, everything) {
 			t.Errorf("samples %v, want %v", f.samples, everything)
@@ -180,15 +177,13 @@ func TestJobRunningSeen(t *testing.T) {
 			f := newOnceFixture(t)
 			now := at(-3600)
 			r := f.reconciler(now)
-			clk := clocktesting.NewFakePassiveClock(now)
-			r.opts.Clock = clk
+			r.opts.Now = func() time.Time { return now }
 			j := &rayv1.RayJob{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "j", UID: "j-uid", CreationTimestamp: mt(0)}}
 			if err := f.cl.Create(context.Background(), j); err != nil {
 				t.Fatal(err)
 			}
 			for i, s := range tc.statuses {
 				now = at(210 + i)
-				clk.SetTime(now)
 				j.Status.JobStatus = s
 				if err := f.cl.Update(context.Background(), j); err != nil {
 					t.Fatal(err)
