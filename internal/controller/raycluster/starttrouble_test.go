@@ -12,7 +12,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -27,7 +26,7 @@ func TestStartTroubleEventsOnce(t *testing.T) {
 	ctx := context.Background()
 	rc := testutil.MakeRayCluster("ns", "rc").Workers("small", 1).Obj()
 	cl := fake.NewClientBuilder().WithScheme(scheme).WithObjects(rc).WithStatusSubresource(rc).Build()
-	r := &Reconciler{client: cl, opts: Options{StatusCoalesceWindow: -1, StatusWriter: reconcile.ClientStatus(cl)}}
+	r := newReconciler(cl, cl, nil, Options{StatusCoalesceWindow: -1})
 	key := client.ObjectKeyFromObject(rc)
 	read := func() *rayv1.RayCluster {
 		c := &rayv1.RayCluster{}
