@@ -837,9 +837,9 @@ func (s *snapshot) compare(m *snapshot) []diff {
 		object, reason, _ := strings.Cut(e, " ")
 		switch {
 		case m.events[e] == nil:
-			out = append(out, diff{Object: object, Path: reason, KubeRay: "recorded", Manta: "<absent>"})
+			out = append(out, diff{Object: object, Path: reason, KubeRay: "recorded: " + messages(s.events[e]), Manta: "<absent>"})
 		case s.events[e] == nil:
-			out = append(out, diff{Object: object, Path: reason, KubeRay: "<absent>", Manta: "recorded"})
+			out = append(out, diff{Object: object, Path: reason, KubeRay: "<absent>", Manta: "recorded: " + messages(m.events[e])})
 		case !maps.Equal(s.events[e], m.events[e]):
 			// The same event with other messages: the path is <Type/Reason>.message.
 			out = append(out, diff{Object: object, Path: reason + ".message", KubeRay: messages(s.events[e]), Manta: messages(m.events[e])})
