@@ -401,6 +401,16 @@ func TestProxyTransport(t *testing.T) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(404)
 			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"services \"gone\" not found","reason":"NotFound","code":404}`)
+		case strings.Contains(r.URL.Path, "/services/unrouted:"):
+			// What kube-apiserver 1.37 answers while the Service lists no ready endpoint (seen in test/oracle).
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(503)
+			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"no endpoints available for service \"unrouted\"","reason":"ServiceUnavailable","code":503}`)
+		case strings.HasSuffix(r.URL.Path, "/api/jobs/unavailable"):
+			// Ray's own 503 with the same words is Ray's, not the proxy's.
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(503)
+			_, _ = io.WriteString(w, "no endpoints available for service")
 		case strings.HasSuffix(r.URL.Path, "/api/jobs/missing"):
 			w.Header().Set("Content-Type", "text/plain")
 			w.WriteHeader(404)
@@ -435,6 +445,17 @@ func TestProxyTransport(t *testing.T) {
 	_, err = gone.GetJob(context.Background(), "x")
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotFound) {
 		t.Errorf("API server's 404: %v, want ErrUnavailable and not ErrNotFound", err)
+	}
+	if errors.Is(err, ErrNoEndpoints) {
+		t.Errorf("API server's 404: %v is not ErrNoEndpoints", err)
+	}
+	unrouted, _ := f.Dashboard(Target{Namespace: "ns", HeadServiceName: "unrouted"})
+	_, err = unrouted.GetServeDetails(context.Background())
+	if !errors.Is(err, ErrNoEndpoints) || !errors.Is(err, ErrUnavailable) {
+		t.Errorf("no endpoints behind the Service: %v, want ErrNoEndpoints and ErrUnavailable", err)
+	}
+	if _, err := c.GetJob(context.Background(), "unavailable"); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNoEndpoints) {
+		t.Errorf("Ray's own 503: %v, want ErrUnavailable and not ErrNoEndpoints", err)
 	}
 	sp, err := f.ServeProxy(Target{Namespace: "ns", HeadServiceName: "head-svc", HeadPodName: "head-0"})
 	if err != nil {

@@ -17,6 +17,9 @@ var (
 	ErrAlreadySubmitted = errors.New("submission_id already submitted")
 	// ErrUnavailable: the Ray head (or the path to it) could not answer now; the call may succeed later.
 	ErrUnavailable = errors.New("ray head unavailable")
+	// ErrNoEndpoints: the Kubernetes API server's Service proxy found no ready endpoint behind the head Service:
+	// the Service does not route to the head (yet), whatever the head's own state. It is also ErrUnavailable.
+	ErrNoEndpoints = fmt.Errorf("head service has no ready endpoint (%w)", ErrUnavailable)
 	// ErrUnauthorized: the head uses token authentication and the token is missing (401) or wrong (403).
 	ErrUnauthorized = errors.New("unauthorized")
 	// ErrJobNotTerminal: Ray refused to delete a job that is still pending or running; stop it first.

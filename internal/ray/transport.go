@@ -144,11 +144,19 @@ func (t *ProxyTransport) Do(ctx context.Context, method, path string, query url.
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	_ = resp.Body.Close()
 	if msg, ok := apiServerStatus(resp.Header, raw); ok {
-		return nil, &APIError{Method: method, Path: path, URL: u, StatusCode: resp.StatusCode, Body: excerpt([]byte(msg)), FromProxy: true, kind: ErrUnavailable}
+		kind := ErrUnavailable
+		if resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(msg, noEndpointsMessage) {
+			kind = ErrNoEndpoints
+		}
+		return nil, &APIError{Method: method, Path: path, URL: u, StatusCode: resp.StatusCode, Body: excerpt([]byte(msg)), FromProxy: true, kind: kind}
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(raw))
 	return resp, nil
 }
+
+// noEndpointsMessage begins the API server's answer when a proxied Service has no ready endpoint (503
+// ServiceUnavailable, `no endpoints available for service "<name>"`).
+const noEndpointsMessage = "no endpoints available for service"
 
 // apiServerStatus reports whether body is a metav1.Status written by the API server, and its message.
 func apiServerStatus(h http.Header, body []byte) (string, bool) {

@@ -1,6 +1,7 @@
 package rayservice
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -34,6 +35,30 @@ type clusterObs struct {
 	// recordUnwritten: this process applied the Serve config the cluster is taken to have (withApplied), but the
 	// annotations that record it could not be written yet.
 	recordUnwritten bool
+}
+
+// routeGrace is how long after its head turns Ready a cluster whose head Service routes nowhere yet is left to the
+// endpoints controller before its Serve config is sent anyway (and its failure reported); routeRetry is how soon it
+// is looked at again meanwhile. Reaching the head through the Kubernetes API server's Service proxy, a call made as
+// soon as the head pod is Ready can beat the endpoints controller, and the proxy answers "no endpoints available"
+// (test/oracle, CI of 880eb14); KubeRay v1.5.0 waits for its own RayCluster status write, which usually hides it.
+const (
+	routeGrace = 30 * time.Second
+	routeRetry = time.Second
+)
+
+// awaitingRoute: the head is Ready, but its Service did not route to any ready endpoint when it was asked
+// (ray.ErrNoEndpoints), and the head turned Ready less than routeGrace ago.
+func (c *clusterObs) awaitingRoute(now time.Time) bool {
+	if c.head == nil || !errors.Is(c.detailsErr, ray.ErrNoEndpoints) {
+		return false
+	}
+	for _, cond := range c.head.Status.Conditions {
+		if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && !cond.LastTransitionTime.IsZero() {
+			return now.Sub(cond.LastTransitionTime.Time) < routeGrace
+		}
+	}
+	return false
 }
 
 // observed is everything computePlan reads.
@@ -329,6 +354,15 @@ func planServeConfigs(o observed, p *plan, r *rollout) {
 	}
 	for _, c := range []*clusterObs{r.active, r.pending} {
 		if c == nil || c.cluster == nil || !c.headReady || rs.Spec.ServeConfigV2 == "" {
+			continue
+		}
+		if c.awaitingRoute(o.now) {
+			// Sent now, the PUT would fail for no fault of Ray's (and be reported as a failed update); the
+			// Service's endpoints are not watched, so look again shortly.
+			if c.cluster.Name == r.capacityTo && r.capacityRevert != nil {
+				r.capacityRevert(st)
+			}
+			p.Requeue(routeRetry)
 			continue
 		}
 		config := r.configOf(rs, st, c)

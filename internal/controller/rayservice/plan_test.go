@@ -3,6 +3,7 @@ package rayservice
 //lint:file-ignore SA1019 the deprecated KubeRay thresholds are accepted and reported as unsupported, so they are read here
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -562,5 +563,44 @@ func TestPlanTakeoverFromKubeRay(t *testing.T) {
 	}
 	if len(p.updateClusters) != 1 {
 		t.Errorf("mid-upgrade: %d clusters updated, want the pending one stamped", len(p.updateClusters))
+	}
+}
+
+// A head that just turned Ready behind a Service that routes to no endpoint yet (the API server's proxy answered
+// "no endpoints available") is not sent its Serve config, so no failed update is reported for the endpoints
+// controller's lag; it is looked at again shortly, and past routeGrace the config is sent whatever the Service says.
+func TestPlanServeConfigWaitsForTheServiceRoute(t *testing.T) {
+	rs := planService()
+	rs.Status.PendingServiceStatus.RayClusterName = "svc-first"
+	c := readyCluster(rs, "svc-first")
+	delete(c.cluster.Annotations, clusterbuild.AnnotationServeConfigHash)
+	c.details = nil
+	c.detailsErr = fmt.Errorf("get serve details: %w", ray.ErrNoEndpoints)
+	c.head.Status.Conditions[0].LastTransitionTime = metav1.NewTime(t0)
+	obs := func(now time.Time) observed {
+		return observed{rs: rs, now: now, pending: c, clusters: []rayv1.RayCluster{*c.cluster}}
+	}
+
+	p := computePlan(obs(t0.Add(time.Second)))
+	if len(p.apply) != 0 {
+		t.Fatalf("config sent to a head the Service does not route to yet: %+v", p.apply)
+	}
+	if d := p.RequeueAfter(); d <= 0 || d > routeRetry {
+		t.Errorf("requeue after %v, want at most %v", d, routeRetry)
+	}
+
+	if p = computePlan(obs(t0.Add(routeGrace))); len(p.apply) != 1 {
+		t.Errorf("past the grace: %d applies, want the config sent (and its failure reported)", len(p.apply))
+	}
+
+	// Any other failure to read the head is Ray's or the network's: the config is sent, as before.
+	c.detailsErr = fmt.Errorf("get serve details: %w", ray.ErrUnavailable)
+	if p = computePlan(obs(t0.Add(time.Second))); len(p.apply) != 1 {
+		t.Errorf("head unavailable: %d applies, want the config sent", len(p.apply))
+	}
+	// A Service that routes: sent at once.
+	c.detailsErr, c.details = nil, &ray.ServeDetails{}
+	if p = computePlan(obs(t0.Add(time.Second))); len(p.apply) != 1 {
+		t.Errorf("routed: %d applies, want the config sent", len(p.apply))
 	}
 }
