@@ -334,7 +334,13 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 	rs := makeService(ns, "svc")
 	name := e.bringUp(t, rs)
 
-	got := e.get(t, rs)
+	// Promoted once its applications run, with the head as its one serve endpoint if the worker's readiness was
+	// not seen yet: the status counts the worker by a later reconcile.
+	var got *rayv1.RayService
+	eventually(t, "both pods counted as serve endpoints", func() (bool, string) {
+		got = e.get(t, rs)
+		return got.Status.NumServeEndpoints == 2, fmt.Sprintf("numServeEndpoints %d", got.Status.NumServeEndpoints)
+	})
 	c, _ := e.cluster(t, ns, name)
 	if !strings.HasPrefix(name, "svc-") || len(name) != len("svc-")+5 {
 		t.Errorf("cluster name %q, want svc-<5 chars>", name)

@@ -3,7 +3,6 @@ package rayservice
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,8 +18,6 @@ import (
 	"github.com/manta-dev/manta/internal/ray"
 )
 
-// maxParallelHealthChecks caps the Serve proxy health checks one reconcile runs at once.
-const maxParallelHealthChecks = 8
 
 // ownedClusters lists the RayClusters the service controls.
 func (r *Reconciler) ownedClusters(ctx context.Context, rs *rayv1.RayService) ([]rayv1.RayCluster, error) {
@@ -123,38 +120,25 @@ func (r *Reconciler) observeCluster(ctx context.Context, rs *rayv1.RayService, c
 	return nil
 }
 
-// checkProxies asks the Serve proxy of each running pod of the cluster for /-/healthz, a few at a time.
+// checkProxies asks the head's Serve proxy for /-/healthz: its answer decides the head's ray.io/serve label
+// (planServeLabels), the only one the operator changes. Workers keep the label they are created with and their
+// readiness probe checks their proxy, so asking them too (as Manta did before) cost one proxied call per worker per
+// reconcile for an answer nothing read; KubeRay v1.5.0 asks the head only. An excluded head is labelled false
+// whatever its proxy says, so it is not asked.
 func (r *Reconciler) checkProxies(ctx context.Context, rs *rayv1.RayService, co *clusterObs, base ray.Target) map[string]bool {
-	out := map[string]bool{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, maxParallelHealthChecks)
-	for i := range co.pods {
-		p := &co.pods[i]
-		isHead := p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeHead
-		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || (isHead && rs.Spec.ExcludeHeadPodFromServeSvc) {
-			continue
-		}
-		t := base
-		t.HeadPodName, t.HeadPodIP = p.Name, p.Status.PodIP
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			healthy := false
-			if proxy, err := r.opts.RayClients.ServeProxyFor(t); err == nil {
-				cctx, cancel := context.WithTimeout(ctx, r.opts.RayCallTimeout)
-				healthy = proxy.CheckHealth(cctx) == nil
-				cancel()
-			}
-			mu.Lock()
-			out[p.Name] = healthy
-			mu.Unlock()
-		}()
+	p := co.head
+	if p == nil || p.Status.PodIP == "" || rs.Spec.ExcludeHeadPodFromServeSvc {
+		return nil
 	}
-	wg.Wait()
-	return out
+	t := base
+	t.HeadPodName, t.HeadPodIP = p.Name, p.Status.PodIP
+	proxy, err := r.opts.RayClients.ServeProxyFor(t)
+	if err != nil {
+		return map[string]bool{p.Name: false}
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.opts.RayCallTimeout)
+	defer cancel()
+	return map[string]bool{p.Name: proxy.CheckHealth(cctx) == nil}
 }
 
 // servePort is the port of the head Ray container's port named "serve", or Serve's default.
