@@ -18,7 +18,6 @@ import (
 	"github.com/manta-dev/manta/internal/ray"
 )
 
-
 // ownedClusters lists the RayClusters the service controls.
 func (r *Reconciler) ownedClusters(ctx context.Context, rs *rayv1.RayService) ([]rayv1.RayCluster, error) {
 	var list rayv1.RayClusterList
