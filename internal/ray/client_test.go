@@ -402,7 +402,7 @@ func TestProxyTransport(t *testing.T) {
 			w.WriteHeader(404)
 			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"services \"gone\" not found","reason":"NotFound","code":404}`)
 		case strings.Contains(r.URL.Path, "/services/unrouted:"):
-			// What kube-apiserver 1.37 answers while the Service lists no ready endpoint (seen in test/oracle).
+			// What kube-apiserver 1.37 answers while the Service lists no ready endpoint .
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(503)
 			_, _ = io.WriteString(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","message":"no endpoints available for service \"unrouted\"","reason":"ServiceUnavailable","code":503}`)

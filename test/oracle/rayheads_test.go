@@ -152,8 +152,8 @@ func (r *rayHeads) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // headAt returns the head of the Ray cluster whose running pod has podIP, nil when there is none.
 //
 // The test's cache may lag an operator's: an operator that saw the head Ready before this cache saw its IP would be
-// answered "no Ray pod" (a failed Serve update that the other side, reconciling later, does not see: CI of 0bd217a,
-// ray-service.changes). So a miss in the cache is looked up again straight from the API server.
+// answered "no Ray pod" (a failed Serve update that the other side, reconciling later, does not see). So a miss in
+// the cache is looked up again straight from the API server.
 func (r *rayHeads) headAt(ctx context.Context, podIP string) *fakeray.Head {
 	for _, rd := range []client.Reader{r.cl, r.direct} {
 		if rd == nil {

@@ -121,8 +121,8 @@ func (r *Reconciler) observeCluster(ctx context.Context, rs *rayv1.RayService, c
 
 // checkProxies asks the head's Serve proxy for /-/healthz: its answer decides the head's ray.io/serve label
 // (planServeLabels), the only one the operator changes. Workers keep the label they are created with and their
-// readiness probe checks their proxy, so asking them too (as Manta did before) cost one proxied call per worker per
-// reconcile for an answer nothing read; KubeRay v1.5.0 asks the head only. An excluded head is labelled false
+// readiness probe checks their proxy, so asking them would cost one proxied call per worker per reconcile for an
+// answer nothing reads; KubeRay v1.5.0 asks the head only. An excluded head is labelled false
 // whatever its proxy says, so it is not asked.
 func (r *Reconciler) checkProxies(ctx context.Context, rs *rayv1.RayService, co *clusterObs, base ray.Target) map[string]bool {
 	p := co.head

@@ -30,7 +30,7 @@ type clusterObs struct {
 	// details is Ray's answer to GET /api/serve/applications/; nil when it was not asked or did not answer.
 	details    *ray.ServeDetails
 	detailsErr error
-	// proxyHealthy says, for each running pod that was checked, whether its Serve proxy answered /-/healthz.
+	// proxyHealthy says whether the head's Serve proxy answered /-/healthz (by pod name); only the head is asked.
 	proxyHealthy map[string]bool
 	// recordUnwritten: this process applied the Serve config the cluster is taken to have (withApplied), but the
 	// annotations that record it could not be written yet.
@@ -40,8 +40,8 @@ type clusterObs struct {
 // routeGrace is how long after its head turns Ready a cluster whose head Service routes nowhere yet is left to the
 // endpoints controller before its Serve config is sent anyway (and its failure reported); routeRetry is how soon it
 // is looked at again meanwhile. Reaching the head through the Kubernetes API server's Service proxy, a call made as
-// soon as the head pod is Ready can beat the endpoints controller, and the proxy answers "no endpoints available"
-// (test/oracle, CI of 880eb14); KubeRay v1.5.0 waits for its own RayCluster status write, which usually hides it.
+// soon as the head pod is Ready can beat the endpoints controller, and the proxy answers "no endpoints available";
+// KubeRay v1.5.0 waits for its own RayCluster status write, which usually hides that race.
 const (
 	routeGrace = 30 * time.Second
 	routeRetry = time.Second
