@@ -103,6 +103,9 @@ type Cluster struct {
 	apiPort    int
 	pki        *pki
 	node       *realNode // nil without a real node
+	// keepSlot: Stop leaves the real node's slot locked, in heldSlot, for StopHoldingSlot's caller to release.
+	keepSlot bool
+	heldSlot *slotLock
 
 	stopOnce sync.Once
 	stopErr  error
@@ -281,6 +284,21 @@ func (c *Cluster) Stop() error {
 		c.stopErr = errors.Join(errs...)
 	})
 	return c.stopErr
+}
+
+// StopHoldingSlot stops the cluster like Stop, but keeps its real node's slot (removed, its record gone) locked until
+// release is called. A test that checks what the node left looks for it by slot, and a slot set free at once can be
+// taken by another run's node (the first free slot is taken) before the check reads it.
+func (c *Cluster) StopHoldingSlot() (release func(), err error) {
+	c.keepSlot = true
+	err = c.Stop()
+	held := c.heldSlot
+	c.heldSlot = nil
+	return func() {
+		if held != nil {
+			held.release()
+		}
+	}, err
 }
 
 // stopProcesses stops every process started so far, in reverse order, and forgets them.

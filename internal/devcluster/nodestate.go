@@ -88,9 +88,14 @@ func acquireSlot(ctx context.Context, dir string, logf func(string, ...any)) (*s
 
 // release forgets the slot's record (its node is gone) and unlocks it.
 func (s *slotLock) release() {
+	s.forget()
+	_ = s.file.Close()
+}
+
+// forget removes the slot's record: nothing of its node is left to clean.
+func (s *slotLock) forget() {
 	_, rec := slotPaths(s.net.slot)
 	_ = os.Remove(rec)
-	_ = s.file.Close()
 }
 
 // SweepRealNodes cleans what killed real-node runs left on the machine (containers, shims, mounts, namespaces,

@@ -468,7 +468,12 @@ func (c *Cluster) stopRealNode() error {
 		errs = append(errs, err)
 	} else {
 		c.opts.Logf("devcluster: removed the real node (%s)", took)
-		rn.slot.release()
+		if c.keepSlot {
+			rn.slot.forget()
+			c.heldSlot = rn.slot
+		} else {
+			rn.slot.release()
+		}
 	}
 	c.node = nil
 	return errors.Join(errs...)
