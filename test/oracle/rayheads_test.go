@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil/fakeray"
 	"github.com/manta-dev/manta/internal/testutil/podnet"
@@ -314,4 +315,42 @@ func (r *rayHeads) holding(ns string) bool {
 	r.holdMu.Lock()
 	defer r.holdMu.Unlock()
 	return r.held[ns] > 0
+}
+
+// serveUnsent says which Ready head pod in ns, of a cluster a RayService with a Serve config names as active or
+// pending, has not been sent a Serve config yet; empty when none. An operator sends it once the head is Ready and its
+// Service routes to it; Manta, finding no route yet, looks again a second later (a requeue no queue metric shows).
+func (r *rayHeads) serveUnsent(ctx context.Context, ns string) (string, error) {
+	services := &unstructured.UnstructuredList{}
+	services.SetGroupVersionKind(rayServiceGVK.GroupVersion().WithKind("RayServiceList"))
+	if err := r.cl.List(ctx, services, client.InNamespace(ns)); err != nil {
+		return "", fmt.Errorf("list RayServices: %w", err)
+	}
+	named := map[string]bool{}
+	for _, o := range services.Items {
+		if cfg, _, _ := unstructured.NestedString(o.Object, "spec", "serveConfigV2"); cfg == "" {
+			continue
+		}
+		for _, status := range []string{"activeServiceStatus", "pendingServiceStatus"} {
+			if c, _, _ := unstructured.NestedString(o.Object, "status", status, "rayClusterName"); c != "" {
+				named[c] = true
+			}
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := r.cl.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{rayv1.LabelNodeType: rayv1.NodeTypeHead}); err != nil {
+		return "", fmt.Errorf("list head pods: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if !named[p.Labels[rayv1.LabelCluster]] || p.DeletionTimestamp != nil || !clusterbuild.PodRunningAndReady(p) {
+			continue
+		}
+		if h := r.heads[p.UID]; h == nil || h.ServeDeploys() == 0 {
+			return "head " + p.Name + ": no Serve config sent yet", nil
+		}
+	}
+	return "", nil
 }

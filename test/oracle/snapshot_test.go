@@ -22,8 +22,10 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -61,7 +63,9 @@ const settleDeadline = 6 * time.Minute
 // the API server is in the cache (eventsInCache); and nothing is on its way that no operator's queue holds: no Ray
 // job running on a fake head, no pod waiting for kwok or being deleted, no submitter Job waiting for the Job
 // controller, no cluster suspending or whose status does not yet count its worker pods as they are, no RayJob whose
-// TTL or deletion rules are still to run, no RayService with a head that is not Ready yet (see snapshot.moving). A
+// TTL or deletion rules are still to run, no RayService with a head that is not Ready yet, no Ready head its head
+// Service does not route to yet, no Ready head of a RayService's cluster without its Serve config (see
+// snapshot.moving). A
 // write moves the mark.
 func settle(t *testing.T, ns string, sides ...side) []diff {
 	snaps := make([]*snapshot, len(sides))
@@ -573,6 +577,14 @@ func takeSnapshot(t *testing.T, sd side, ns string) *snapshot {
 	if why := env.heads.serveUnread(ctx, ns); why != "" {
 		move("%s", why)
 	}
+	if why := headUnrouted(t, sd.cl, ns, pods.Items); why != "" {
+		move("%s", why)
+	}
+	if why, err := env.heads.serveUnsent(ctx, ns); err != nil {
+		move("%v", err)
+	} else if why != "" {
+		move("%s", why)
+	}
 	snapshotGatewayAPI(t, sd, ns, s, services, clusters, toMap, saw, move)
 
 	events := &corev1.EventList{}
@@ -941,4 +953,50 @@ func logStuckReconciles(t *testing.T) {
 		}
 		t.Logf("%d goroutines in Manta's controllers (all goroutines in %s):\n%s", len(inControllers), path, strings.Join(inControllers, "\n\n"))
 	})
+}
+
+// headUnrouted says which Ready Ray head a head Service (one that selects ray.io/node-type=head) does not list among
+// its ready endpoints yet; empty when none. Until the endpoints controller catches up, the API server's Service proxy
+// answers "no endpoints available", and Manta looks again a second later to send the Serve config: a requeue that no
+// queue metric shows, so without this barrier a step could settle before the config is sent.
+func headUnrouted(t *testing.T, cl client.Client, ns string, pods []corev1.Pod) string {
+	ctx := context.Background()
+	svcs := &corev1.ServiceList{}
+	if err := cl.List(ctx, svcs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	eps := &discoveryv1.EndpointSliceList{}
+	if err := cl.List(ctx, eps, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	ready := map[string]map[string]bool{} // Service name -> addresses of its ready endpoints
+	for _, es := range eps.Items {
+		svc := es.Labels[discoveryv1.LabelServiceName]
+		if ready[svc] == nil {
+			ready[svc] = map[string]bool{}
+		}
+		for _, ep := range es.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				for _, a := range ep.Addresses {
+					ready[svc][a] = true
+				}
+			}
+		}
+	}
+	for _, svc := range svcs.Items {
+		sel := svc.Spec.Selector
+		if sel[rayv1.LabelNodeType] != rayv1.NodeTypeHead {
+			continue
+		}
+		for i := range pods {
+			p := &pods[i]
+			if p.DeletionTimestamp != nil || p.Status.PodIP == "" || !clusterbuild.PodRunningAndReady(p) || !labels.SelectorFromSet(sel).Matches(labels.Set(p.Labels)) {
+				continue
+			}
+			if !ready[svc.Name][p.Status.PodIP] {
+				return fmt.Sprintf("Service %s does not route to Ready head %s yet", svc.Name, p.Name)
+			}
+		}
+	}
+	return ""
 }
