@@ -318,22 +318,27 @@ func (r *rayHeads) holding(ns string) bool {
 }
 
 // serveUnsent says which Ready head pod in ns, of a cluster a RayService with a Serve config names as active or
-// pending, has not been sent a Serve config yet; empty when none. An operator sends it once the head is Ready and its
-// Service routes to it; Manta, finding no route yet, looks again a second later (a requeue no queue metric shows).
+// pending, has not been sent a Serve config yet, or runs Serve behind a healthy proxy without the ray.io/serve=true
+// label; empty when none. An operator sends the config once the head is Ready and its Service routes to it (Manta,
+// finding no route yet, looks again a second later: a requeue no queue metric shows), and labels the head at a later
+// reconcile, after the proxy answers, with an UpdatedHeadPodServeLabel event both sides record. A RayService with
+// spec.excludeHeadPodFromServeSvc keeps its heads out of Serve, so their label is not waited for.
 func (r *rayHeads) serveUnsent(ctx context.Context, ns string) (string, error) {
 	services := &unstructured.UnstructuredList{}
 	services.SetGroupVersionKind(rayServiceGVK.GroupVersion().WithKind("RayServiceList"))
 	if err := r.cl.List(ctx, services, client.InNamespace(ns)); err != nil {
 		return "", fmt.Errorf("list RayServices: %w", err)
 	}
+	// named: the clusters to look at, and whether their head serves (is not excluded from the Serve Service).
 	named := map[string]bool{}
 	for _, o := range services.Items {
 		if cfg, _, _ := unstructured.NestedString(o.Object, "spec", "serveConfigV2"); cfg == "" {
 			continue
 		}
+		excluded, _, _ := unstructured.NestedBool(o.Object, "spec", "excludeHeadPodFromServeSvc")
 		for _, status := range []string{"activeServiceStatus", "pendingServiceStatus"} {
 			if c, _, _ := unstructured.NestedString(o.Object, "status", status, "rayClusterName"); c != "" {
-				named[c] = true
+				named[c] = !excluded
 			}
 		}
 	}
@@ -345,11 +350,16 @@ func (r *rayHeads) serveUnsent(ctx context.Context, ns string) (string, error) {
 	defer r.mu.Unlock()
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if !named[p.Labels[rayv1.LabelCluster]] || p.DeletionTimestamp != nil || !clusterbuild.PodRunningAndReady(p) {
+		serves, ok := named[p.Labels[rayv1.LabelCluster]]
+		if !ok || p.DeletionTimestamp != nil || !clusterbuild.PodRunningAndReady(p) {
 			continue
 		}
-		if h := r.heads[p.UID]; h == nil || h.ServeDeploys() == 0 {
+		h := r.heads[p.UID]
+		if h == nil || h.ServeDeploys() == 0 {
 			return "head " + p.Name + ": no Serve config sent yet", nil
+		}
+		if serves && h.ProxyHealthy() && p.Labels[rayv1.LabelServe] != "true" {
+			return "head " + p.Name + ": its Serve proxy is healthy and its " + rayv1.LabelServe + " label is not true yet", nil
 		}
 	}
 	return "", nil

@@ -187,6 +187,13 @@ func (h *Head) ServeReads() int {
 	return h.serve.reads
 }
 
+// ProxyHealthy says whether the Serve proxy's /-/healthz answers healthy: once a Serve config was deployed.
+func (h *Head) ProxyHealthy() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.serve != nil && h.serve.apps != nil
+}
+
 // ServeConfig returns the last Serve config deployed (the request body), nil when none is.
 func (h *Head) ServeConfig() []byte {
 	h.mu.Lock()
