@@ -93,25 +93,30 @@ func TestEventsHeldWhileOperatorWrites(t *testing.T) {
 		return n
 	}
 
-	// The operator's own client writes (a ConfigMap update every 100 ms) until stopWriting: it is busy for as long
-	// as the test needs, however long the manager takes to start on a loaded machine.
+	// The operator's own client starts a ConfigMap update every 50 ms until stopWriting: it is busy for as long as
+	// the test needs, however long the manager takes to start on a loaded machine. Each update runs on its own, so
+	// that a slow answer does not space the writes' starts (what the operator's activity records) past eventQuiet:
+	// one write after another, at 400 ms an answer under load, let events through unheld.
 	stopBusy, busyDone := make(chan struct{}), make(chan struct{})
 	writer := mgr.GetClient()
 	go func() {
 		defer close(busyDone)
+		var inFlight sync.WaitGroup
+		defer inFlight.Wait()
+		tick := time.NewTicker(50 * time.Millisecond) // paces the load, proves nothing
+		defer tick.Stop()
 		for i := 0; ; i++ {
 			select {
 			case <-stopBusy:
 				return
 			case <-ctx.Done():
 				return
-			default:
+			case <-tick.C:
 			}
 			c := cm.DeepCopy()
 			c.Data = map[string]string{"i": fmt.Sprint(i)}
 			c.ResourceVersion = ""
-			_ = writer.Update(ctx, c)
-			time.Sleep(100 * time.Millisecond) // paces the load, proves nothing
+			inFlight.Go(func() { _ = writer.Update(ctx, c) })
 		}
 	}()
 	stopWriting := sync.OnceFunc(func() { close(stopBusy); <-busyDone })
