@@ -18,6 +18,7 @@ import (
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
+	"github.com/manta-dev/manta/internal/controller/startphases"
 	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/logging"
 	"github.com/manta-dev/manta/internal/operator"
@@ -42,6 +43,8 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 	fs.DurationVar(&o.StatusCoalesceWindow, "status-coalesce-window", raycluster.DefaultStatusCoalesceWindow,
 		"under a burst of RayClusters (10 or more holding a change), the longest a status change that only reports progress (counts, head address, HeadPodReady, RayClusterProvisioned) waits to be written with the next one; "+
 			"outside a burst it waits at most 1s, and state changes, failures and a ready cluster's status with every worker ready are written at once; 0 writes every change at once")
+	fs.DurationVar(&o.StartPhaseLateThreshold, "start-phase-late-threshold", startphases.DefaultLateThreshold,
+		"a step of a Ray pod's, RayCluster's or RayJob's start (scheduling, image pull, container start, Ray start, job submission, waiting in Ray) that takes longer gets a Warning event on the RayCluster or RayJob; 0 records none")
 	fs.StringSliceVar(&o.WatchNamespaces, "watch-namespace", nil, "namespaces to watch (default: all)")
 	fs.StringVar(&o.BatchScheduler, "batch-scheduler", "", "batch scheduler every Ray pod is handed to, as KubeRay's flag: "+strings.Join(clusterbuild.BatchSchedulers, ", ")+
 		" (empty: the cluster's own scheduler); see docs/compatibility.md")

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -188,5 +189,33 @@ func TestDisableOptimizationFlag(t *testing.T) {
 	addOperatorFlags(fs, &operator.Options{})
 	if err := fs.Parse([]string{"--disable-optimization=status-coalesing"}); err == nil || !strings.Contains(err.Error(), "unknown optimization") {
 		t.Errorf("a misspelt name: %v", err)
+	}
+}
+
+// --start-phase-late-threshold: 2m unless given, 0 turns the late events off, a negative one is refused by name.
+func TestStartPhaseLateThresholdFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    time.Duration
+		refused bool
+	}{
+		{nil, 2 * time.Minute, false},
+		{[]string{"--start-phase-late-threshold=45s"}, 45 * time.Second, false},
+		{[]string{"--start-phase-late-threshold=0"}, 0, false},
+		{[]string{"--start-phase-late-threshold=-1s"}, -time.Second, true},
+	} {
+		var o operator.Options
+		fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+		addOperatorFlags(fs, &o)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if o.StartPhaseLateThreshold != tc.want {
+			t.Errorf("%v: threshold %s, want %s", tc.args, o.StartPhaseLateThreshold, tc.want)
+		}
+		err := o.Validate()
+		if refused := err != nil && strings.Contains(err.Error(), "--start-phase-late-threshold"); refused != tc.refused {
+			t.Errorf("%v: Validate() = %v, want refused %v", tc.args, err, tc.refused)
+		}
 	}
 }

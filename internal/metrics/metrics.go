@@ -6,6 +6,8 @@
 //     operator's cache, so a deleted object's series go with it; the two duration gauges are set by the
 //     controllers on a status transition and deleted by Forget* when the object is gone.
 //   - Manta's own for ImagePullJobs: pulls by outcome and pull duration, with bounded labels (no object names).
+//   - Manta's start phases (startphases.go): time from creation to each phase of a Ray pod's, RayCluster's and
+//     RayJob's start.
 //
 // The REST API server's metrics (manta_apiserver_*) live in internal/apiserver, on its own /metrics.
 package metrics
@@ -114,7 +116,7 @@ var registerOnce sync.Once
 // calls it; once per process, since several managers may run in one (tests do).
 func Register() {
 	registerOnce.Do(func() {
-		ctrlmetrics.Registry.MustRegister(clusterProvisionedDuration, jobExecutionDuration, imagePulls, imagePullDuration, objects, eventsQueued, statusesHeld, statusStaleness)
+		ctrlmetrics.Registry.MustRegister(clusterProvisionedDuration, jobExecutionDuration, imagePulls, imagePullDuration, objects, eventsQueued, statusesHeld, statusStaleness, startPhase)
 	})
 }
 

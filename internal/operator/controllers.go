@@ -21,6 +21,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/raycronjob"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
+	"github.com/manta-dev/manta/internal/controller/startphases"
 	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/metawrite"
 	"github.com/manta-dev/manta/internal/metrics"
@@ -116,6 +117,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := setupImagePullJob(mgr, opts, status); err != nil {
 		return fmt.Errorf("ImagePullJob controllers: %w", err)
+	}
+	if err := startphases.NewReconciler(mgr, startphases.Options{LateThreshold: opts.StartPhaseLateThreshold}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("start phases controllers: %w", err)
 	}
 	// KubeRay's kuberay_*_info and kuberay_*_condition_* series of the kinds above, from the operator's cache;
 	// --enable-metrics=false (KubeRay's switch for them) leaves them out.

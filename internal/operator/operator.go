@@ -33,6 +33,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
+	"github.com/manta-dev/manta/internal/controller/startphases"
 	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/ray"
 )
@@ -124,6 +125,10 @@ type Options struct {
 	// Optimizations switches the performance mechanisms (--disable-optimization; nil: all on): see
 	// internal/optimize. Turning one off changes what the operator costs, not what it does.
 	Optimizations *optimize.Switches
+	// StartPhaseLateThreshold (--start-phase-late-threshold): a step of a Ray pod's, RayCluster's or RayJob's start
+	// that takes longer gets a Warning event on the RayCluster or RayJob (internal/controller/startphases); 0
+	// records none.
+	StartPhaseLateThreshold time.Duration
 }
 
 // leaderElectionJitter is client-go's leaderelection.JitterFactor: a renewal retry waits up to RetryPeriod × 1.2.
@@ -136,7 +141,7 @@ func (o Options) Validate() error {
 		v    time.Duration
 	}{{"--leader-elect-lease-duration", o.LeaseDuration}, {"--leader-elect-renew-deadline", o.RenewDeadline},
 		{"--leader-elect-retry-period", o.RetryPeriod}, {"--ray-timeout", o.RayTimeout},
-		{"--status-coalesce-window", o.StatusCoalesceWindow}} {
+		{"--status-coalesce-window", o.StatusCoalesceWindow}, {"--start-phase-late-threshold", o.StartPhaseLateThreshold}} {
 		if d.v < 0 {
 			return fmt.Errorf("%s %s: must not be negative", d.name, d.v)
 		}
@@ -349,6 +354,8 @@ func cacheOptions(cfg *rest.Config, namespaces []string) (cache.Options, labels.
 			// The only Jobs it reads are RayJob submitters and Redis cleanup Jobs, labelled
 			// created-by=kuberay-operator as KubeRay's are.
 			&batchv1.Job{}: {Label: labels.SelectorFromSet(labels.Set{rayv1.LabelCreatedBy: rayv1.CreatedByValue})},
+			// The kubelet's Pulled events, the image-pull phase of the start phases.
+			&corev1.Event{}: startphases.PulledEvents(),
 		},
 	}
 	// And its cert-manager Issuers and Certificates (tlsOptions), where cert-manager is installed: the cache looks

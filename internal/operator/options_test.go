@@ -19,6 +19,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"negative", Options{RetryPeriod: -time.Second}, "--leader-elect-retry-period -1s: must not be negative"},
 		{"negative ray timeout", Options{RayTimeout: -time.Second}, "--ray-timeout"},
 		{"negative coalesce window", Options{StatusCoalesceWindow: -time.Second}, "--status-coalesce-window -1s: must not be negative"},
+		{"negative start phase threshold", Options{StartPhaseLateThreshold: -time.Second}, "--start-phase-late-threshold -1s: must not be negative"},
 	} {
 		err := c.o.Validate()
 		switch {

@@ -247,15 +247,15 @@ type used struct {
 
 var mainRoles = map[string]map[string]used{
 	"operator": {
-		"/nodes":                             {"get list watch", `&corev1\.Node\{`},                                                        // ImagePullJob: which nodes to pull on
-		"/podtemplates":                      {"get list watch", `&corev1\.PodTemplate\{`},                                                 // --default-pod-template
-		"/pods":                              {"create delete get list patch update watch", `corev1\.Pod\b`},                               // Ray and puller pods; autoscaler Role grants patch
-		"/pods/resize":                       {"patch", `"pods/resize"`},                                                                   // granted in the autoscaler Role, so held
-		"/serviceaccounts":                   {"create get list watch", `&corev1\.ServiceAccount\{`},                                       // autoscaler ServiceAccount
-		"/persistentvolumeclaims":            {"create get list patch watch", `corev1\.PersistentVolumeClaim\b`},                           // the embedded GCS backend's claim, owner set by its deletion policy (gcsstorage.go)
-		"/secrets":                           {"create get update", `builder\.AuthSecret\(|rayauth\.Dashboard\(|sec := &corev1\.Secret\{`}, // the Ray auth token Secret by name, uncached (never list or watch); tlsOptions: issued Secrets owned by their Certificate (tls.go)
-		"/services":                          {"create delete get list patch update watch", `corev1\.Service\b`},                           // head and serve Services
-		"/events":                            {"create patch", `record\.EventRecorder|events\.EventRecorder|Eventf\(`},
+		"/nodes":                             {"get list watch", `&corev1\.Node\{`},                                                                     // ImagePullJob: which nodes to pull on
+		"/podtemplates":                      {"get list watch", `&corev1\.PodTemplate\{`},                                                              // --default-pod-template
+		"/pods":                              {"create delete get list patch update watch", `corev1\.Pod\b`},                                            // Ray and puller pods; autoscaler Role grants patch
+		"/pods/resize":                       {"patch", `"pods/resize"`},                                                                                // granted in the autoscaler Role, so held
+		"/serviceaccounts":                   {"create get list watch", `&corev1\.ServiceAccount\{`},                                                    // autoscaler ServiceAccount
+		"/persistentvolumeclaims":            {"create get list patch watch", `corev1\.PersistentVolumeClaim\b`},                                        // the embedded GCS backend's claim, owner set by its deletion policy (gcsstorage.go)
+		"/secrets":                           {"create get update", `builder\.AuthSecret\(|rayauth\.Dashboard\(|sec := &corev1\.Secret\{`},              // the Ray auth token Secret by name, uncached (never list or watch); tlsOptions: issued Secrets owned by their Certificate (tls.go)
+		"/services":                          {"create delete get list patch update watch", `corev1\.Service\b`},                                        // head and serve Services
+		"/events":                            {"create get list patch watch", `record\.EventRecorder|events\.EventRecorder|Eventf\(|corev1\.EventList`}, // and the kubelet's Pulled events, cached (startphases)
 		"events.k8s.io/events":               {"create patch", `record\.EventRecorder|events\.EventRecorder|Eventf\(`},
 		"authentication.k8s.io/tokenreviews": {"create", `TokenReviews\(\)\.Create`}, // metrics authentication
 		"authorization.k8s.io/subjectaccessreviews": {"create", `SubjectAccessReviews\(\)\.Create`}, // metrics authorisation

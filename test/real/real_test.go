@@ -36,6 +36,8 @@ func TestRealNode(t *testing.T) {
 		{"cluster DNS and Services", testDNSAndServices},
 		{"RayJob sample succeeds", testRayJobSample},
 		{"RayCluster worker joins the head", testRayClusterWorkerJoins},
+		{"start phases of a RayCluster", testStartPhases},
+		{"start phases of the RayJob sample cold and warm", testStartPhasesColdWarm},
 		{"RayJob modes on a selected cluster", testRayJobModesOnSelectedCluster},
 		{"RayJob SidecarMode suspended and resumed", testRayJobSidecarSuspendResume},
 		{"RayJobs that cannot start say why", testStartTrouble},

@@ -1,0 +1,449 @@
+package startphases
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	crreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
+	"github.com/manta-dev/manta/internal/metrics"
+	"github.com/manta-dev/manta/internal/reconcile"
+)
+
+// Kinds, the kind label of the histogram.
+const (
+	KindPod        = "Pod"
+	KindRayCluster = "RayCluster"
+	KindRayJob     = "RayJob"
+)
+
+// DefaultLateThreshold is --start-phase-late-threshold's default: a step of a start that takes longer is reported
+// in a Warning event. Two minutes is well past a warm start's every step on a real cluster (seconds) and below the
+// multi-minute image pulls users ask about.
+const DefaultLateThreshold = 2 * time.Minute
+
+// PulledIndex is the field index of the cached Pulled events by the UID of the pod they are about.
+const PulledIndex = "involvedObject.uid"
+
+// PulledIndexValue is the index function: the UID of the pod a Pulled event is about.
+func PulledIndexValue(o client.Object) []string {
+	ev, ok := o.(*corev1.Event)
+	if !ok || ev.Reason != "Pulled" || ev.InvolvedObject.Kind != "Pod" {
+		return nil
+	}
+	return []string{string(ev.InvolvedObject.UID)}
+}
+
+// PulledEvents is how the operator's cache holds core/v1 Events: only the kubelet's Pulled events (a field
+// selector, so the API server sends no others), stripped of what the phases do not read.
+func PulledEvents() cache.ByObject {
+	return cache.ByObject{
+		Field: fields.OneTermEqualSelector("reason", "Pulled"),
+		Transform: func(o any) (any, error) {
+			if ev, ok := o.(*corev1.Event); ok {
+				ev.ManagedFields = nil
+				ev.Source, ev.ReportingController, ev.ReportingInstance, ev.Action = corev1.EventSource{}, "", "", ""
+				ev.Related = nil
+			}
+			return o, nil
+		},
+	}
+}
+
+// Options configure the controllers.
+type Options struct {
+	// LateThreshold: a step of a start that takes longer gets a Warning event; 0 records no such event.
+	LateThreshold time.Duration
+	// Observe records one sample (metrics.ObserveStartPhase when nil).
+	Observe func(kind, phase, nodeType string, d time.Duration)
+	// Clock is the controller's time, of the RUNNING sighting and of the epoch (reconcile.RealClock when nil).
+	Clock reconcile.Clock
+}
+
+// Reconciler records the start phases of RayClusters (with their pods) and RayJobs. It writes only events.
+//
+// Each phase of each object is recorded once: the reconciler remembers, by object, the phases it has recorded
+// (forgotten when the object is deleted; a pod's when it leaves its cluster's pod list). On operator restart, or
+// when another replica takes the lead, that memory is empty: the new process records only phases reached at or
+// after its epoch (its first reconcile, to the second: the API server keeps whole seconds), so a phase the
+// previous process may have recorded is not counted again, and its late and summary events are not repeated; a
+// phase reached while no operator ran is not recorded at all (an undercount, never a double count).
+type Reconciler struct {
+	client   client.Client
+	recorder events.EventRecorder
+	opts     Options
+
+	mu       sync.Mutex
+	epoch    time.Time
+	clusters map[types.NamespacedName]*clusterState
+	jobs     map[types.NamespacedName]*jobState
+}
+
+// clusterState is what has been recorded of one RayCluster: a bit per phase, of the cluster and of each pod.
+type clusterState struct {
+	uid        types.UID
+	done       uint16
+	summarized bool
+	pods       map[types.UID]uint16
+	// times are the cluster's phases as first seen: the summary reads them, since later reconciles no longer look
+	// up the Pulled events of pods whose pull is recorded.
+	times Times
+	last  [numPhases]string
+}
+
+// jobState is what has been recorded of one RayJob, and what the phases need that no object keeps: whether it was
+// seen before RUNNING, when it was first seen RUNNING, and its cluster's phases (the cluster may be deleted when
+// the job ends).
+type jobState struct {
+	uid            types.UID
+	done           uint16
+	summarized     bool
+	sawPending     bool
+	runningSeen    time.Time
+	cluster        Times
+	clusterKnown   bool
+	clusterPodLast [numPhases]string
+}
+
+// NewReconciler builds the reconciler on the manager's cache and event recorder.
+func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
+	if opts.Observe == nil {
+		opts.Observe = metrics.ObserveStartPhase
+	}
+	if opts.Clock == nil {
+		opts.Clock = reconcile.RealClock
+	}
+	return &Reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("startphases-controller"), opts: opts,
+		clusters: map[types.NamespacedName]*clusterState{}, jobs: map[types.NamespacedName]*jobState{}}
+}
+
+// +kubebuilder:rbac:groups=ray.io,resources=rayclusters;rayjobs,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// SetupWithManager registers two controllers: one for RayClusters (woken by their pods and their pods' Pulled
+// events), one for RayJobs (woken by their RayClusters too).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	ctx := context.Background()
+	if err := clusterpods.Register(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Event{}, PulledIndex, PulledIndexValue); err != nil {
+		return err
+	}
+	if err := ctrl.NewControllerManagedBy(mgr).
+		Named("startphases-raycluster").
+		For(&rayv1.RayCluster{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podCluster)).
+		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.eventCluster)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(crreconcile.Func(r.reconcileCluster)); err != nil {
+		return err
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("startphases-rayjob").
+		For(&rayv1.RayJob{}).
+		Watches(&rayv1.RayCluster{}, handler.EnqueueRequestsFromMapFunc(clusterJob)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
+		Complete(crreconcile.Func(r.reconcileJob))
+}
+
+// podCluster maps a Ray pod to its RayCluster.
+func podCluster(_ context.Context, o client.Object) []ctrl.Request {
+	name := o.GetLabels()[rayv1.LabelCluster]
+	if name == "" {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// eventCluster maps a Pulled event to the RayCluster of the pod it is about (through the cached pod), so a pull
+// reported after the pod's last change is still recorded.
+func (r *Reconciler) eventCluster(ctx context.Context, o client.Object) []ctrl.Request {
+	ev, ok := o.(*corev1.Event)
+	if !ok || ev.InvolvedObject.Kind != "Pod" {
+		return nil
+	}
+	pod := &corev1.Pod{}
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: ev.InvolvedObject.Namespace, Name: ev.InvolvedObject.Name}, pod); err != nil {
+		return nil // not a Ray pod (the cache holds only those), or gone
+	}
+	return podCluster(ctx, pod)
+}
+
+// clusterJob maps a RayCluster a RayJob made to that RayJob.
+func clusterJob(_ context.Context, o client.Object) []ctrl.Request {
+	l := o.GetLabels()
+	if l[rayv1.LabelOriginCRD] != KindRayJob || l[rayv1.LabelOriginCRName] == "" {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: l[rayv1.LabelOriginCRName]}}}
+}
+
+// start sets the epoch at the process's first reconcile (of either kind, whatever it finds).
+func (r *Reconciler) start() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.since()
+}
+
+// since returns the epoch, set at the first call: phases before it are not this process's to record. Call it with
+// r.mu held.
+func (r *Reconciler) since() time.Time {
+	if r.epoch.IsZero() {
+		r.epoch = r.opts.Clock.Now().Truncate(time.Second)
+	}
+	return r.epoch
+}
+
+// bit is phase p's bit in a done mask.
+func bit(p Phase) uint16 { return 1 << p }
+
+// clusterPhases are the phases a RayJob takes from its RayCluster.
+const clusterPhases = 1<<Scheduled | 1<<ImagePulled | 1<<ContainersStarted | 1<<RayReady
+
+// record marks phase p of an object recorded in *done and reports whether it is new and this process's (at or
+// after the epoch): only then is it observed and may it be reported late.
+func (r *Reconciler) record(done *uint16, t *Times, p Phase) bool {
+	if !t.Has(p) || *done&bit(p) != 0 {
+		return false
+	}
+	*done |= bit(p)
+	return !t.At[p].Before(r.since())
+}
+
+// reconcileCluster records the new phases of a RayCluster and its pods.
+func (r *Reconciler) reconcileCluster(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.start()
+	c := &rayv1.RayCluster{}
+	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.mu.Lock()
+			delete(r.clusters, req.NamespacedName)
+			r.mu.Unlock()
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	// A pod's Pulled events are looked up only while its or the cluster's pull phase is to be recorded.
+	r.mu.Lock()
+	var podDone map[types.UID]uint16
+	clusterPulled := false
+	if st := r.clusters[req.NamespacedName]; st != nil && st.uid == c.UID {
+		podDone, clusterPulled = maps.Clone(st.pods), st.done&bit(ImagePulled) != 0
+	}
+	r.mu.Unlock()
+	pods, err := r.observePods(ctx, c, func(uid types.UID) bool { return !clusterPulled || podDone[uid]&bit(ImagePulled) == 0 })
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	ct, last := ClusterTimes(c, podsOf(pods))
+
+	var res reconcile.Result
+	r.mu.Lock()
+	st := r.clusters[req.NamespacedName]
+	if st == nil || st.uid != c.UID {
+		st = &clusterState{uid: c.UID, pods: map[types.UID]uint16{}}
+		r.clusters[req.NamespacedName] = st
+	}
+	live := make(map[types.UID]uint16, len(pods))
+	for i := range pods {
+		p := &pods[i]
+		done := st.pods[p.uid]
+		for _, ph := range []Phase{Scheduled, ImagePulled, ContainersStarted, RayReady} {
+			if r.record(&done, &p.Times, ph) {
+				r.opts.Observe(KindPod, ph.String(), p.nodeType, p.Times.Since(ph))
+			}
+		}
+		live[p.uid] = done
+	}
+	st.pods = live // pods gone from the cluster are forgotten
+	st.times.Created = ct.Created
+	for _, ph := range []Phase{Scheduled, ImagePulled, ContainersStarted, RayReady} {
+		if ct.Has(ph) && !st.times.Has(ph) {
+			st.times.At[ph], st.last[ph] = ct.At[ph], last[ph]
+		}
+	}
+	ct = st.times
+	for _, ph := range []Phase{Scheduled, ImagePulled, ContainersStarted, RayReady} {
+		if !r.record(&st.done, &ct, ph) {
+			continue
+		}
+		r.opts.Observe(KindRayCluster, ph.String(), "", ct.Since(ph))
+		if Late(&ct, ph, r.opts.LateThreshold) {
+			res.Eventf(corev1.EventTypeWarning, LateReason(ph), "StartPhase", "%s", lateNote(KindRayCluster, &ct, ph, r.opts.LateThreshold, st.last[ph]))
+		}
+	}
+	if ct.Has(RayReady) && !st.summarized {
+		st.summarized = true
+		if !ct.At[RayReady].Before(r.since()) {
+			res.Eventf(corev1.EventTypeNormal, ReasonSummary, "StartPhase", "RayCluster %s", Summary("started", &ct, RayReady))
+		}
+	}
+	r.mu.Unlock()
+	return res.Finish(r.recorder, c, nil, nil)
+}
+
+// reconcileJob records the new phases of a RayJob.
+func (r *Reconciler) reconcileJob(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.start()
+	j := &rayv1.RayJob{}
+	if err := r.client.Get(ctx, req.NamespacedName, j); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.mu.Lock()
+			delete(r.jobs, req.NamespacedName)
+			r.mu.Unlock()
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	var (
+		ct    Times
+		last  [numPhases]string
+		found bool
+	)
+	r.mu.Lock()
+	clusterDone := false // the job's phases that are its cluster's are all recorded
+	if st := r.jobs[req.NamespacedName]; st != nil && st.uid == j.UID {
+		clusterDone = st.done&clusterPhases == clusterPhases
+	}
+	r.mu.Unlock()
+	if name := j.Status.RayClusterName; name != "" && !clusterDone {
+		c := &rayv1.RayCluster{}
+		err := r.client.Get(ctx, types.NamespacedName{Namespace: j.Namespace, Name: name}, c)
+		switch {
+		case err == nil:
+			pods, err := r.observePods(ctx, c, func(types.UID) bool { return true })
+			if err != nil {
+				return ctrl.Result{}, err
+			}
+			ct, last = ClusterTimes(c, podsOf(pods))
+			found = true
+		case !apierrors.IsNotFound(err):
+			return ctrl.Result{}, err
+		}
+	}
+
+	var res reconcile.Result
+	r.mu.Lock()
+	st := r.jobs[req.NamespacedName]
+	if st == nil || st.uid != j.UID {
+		st = &jobState{uid: j.UID}
+		r.jobs[req.NamespacedName] = st
+	}
+	if found {
+		// The cluster's phases only grow; a cluster deleted when the job ended leaves the last ones seen.
+		for p := range ct.At {
+			if ct.Has(Phase(p)) {
+				st.cluster.At[p], st.clusterPodLast[p] = ct.At[p], last[p]
+			}
+		}
+		st.clusterKnown = true
+	}
+	switch s := j.Status.JobStatus; {
+	case s == rayv1.JobStatusRunning && st.sawPending && st.runningSeen.IsZero():
+		st.runningSeen = r.opts.Clock.Now()
+	case s == "" || s == rayv1.JobStatusNew || s == rayv1.JobStatusPending:
+		st.sawPending = true
+	}
+	var cluster *Times
+	if st.clusterKnown {
+		cluster = &st.cluster
+	}
+	jt := JobTimes(j, cluster, st.runningSeen)
+	for _, ph := range Phases {
+		if !r.record(&st.done, &jt, ph) {
+			continue
+		}
+		r.opts.Observe(KindRayJob, ph.String(), "", jt.Since(ph))
+		// A job's run takes what it takes: only the steps up to RUNNING are judged late.
+		if ph != Finished && Late(&jt, ph, r.opts.LateThreshold) {
+			res.Eventf(corev1.EventTypeWarning, LateReason(ph), "StartPhase", "%s", lateNote(KindRayJob, &jt, ph, r.opts.LateThreshold, st.clusterPodLast[ph]))
+		}
+	}
+	if jt.Has(Finished) && !st.summarized {
+		st.summarized = true
+		if !jt.At[Finished].Before(r.since()) {
+			res.Eventf(corev1.EventTypeNormal, ReasonSummary, "StartPhase", "RayJob %s", Summary("finished", &jt, Finished))
+		}
+	}
+	r.mu.Unlock()
+	return res.Finish(r.recorder, j, nil, nil)
+}
+
+// observedPod is one of a cluster's pods with its phases.
+type observedPod struct {
+	PodOf
+	uid      types.UID
+	nodeType string
+}
+
+// observePods reads a cluster's Ray pods (not being deleted) and, for those needPulls says, their Pulled events
+// from the cache, and computes their phases. The cache's objects are read in place (no copies: a cluster's pods are
+// listed at each of its reconciles).
+func (r *Reconciler) observePods(ctx context.Context, c *rayv1.RayCluster, needPulls func(types.UID) bool) ([]observedPod, error) {
+	var pods corev1.PodList
+	if err := r.client.List(ctx, &pods, client.InNamespace(c.Namespace), clusterpods.Of(c.Name), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	out := make([]observedPod, 0, len(pods.Items))
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		nt := nodeType(p)
+		if nt == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		var pulls []Pull
+		if needPulls(p.UID) {
+			var err error
+			if pulls, err = r.pulls(ctx, p); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, observedPod{PodOf: PodOf{Name: p.Name, Times: PodTimes(p, pulls)}, uid: p.UID, nodeType: nt})
+	}
+	return out, nil
+}
+
+func podsOf(pods []observedPod) []PodOf {
+	out := make([]PodOf, len(pods))
+	for i := range pods {
+		out[i] = pods[i].PodOf
+	}
+	return out
+}
+
+// pulls reads a pod's Pulled events from the cache.
+func (r *Reconciler) pulls(ctx context.Context, p *corev1.Pod) ([]Pull, error) {
+	var evs corev1.EventList
+	if err := r.client.List(ctx, &evs, client.InNamespace(p.Namespace), client.MatchingFields{PulledIndex: string(p.UID)}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	out := make([]Pull, 0, len(evs.Items))
+	for i := range evs.Items {
+		out = append(out, PullFromEvent(&evs.Items[i]))
+	}
+	return out, nil
+}
+
+// nodeType is a Ray pod's node type label value, bounded to head and worker (empty for any other pod).
+func nodeType(p *corev1.Pod) string {
+	switch t := p.Labels[rayv1.LabelNodeType]; t {
+	case "head", "worker":
+		return t
+	}
+	return ""
+}
