@@ -70,7 +70,8 @@ func TestEnvtest(t *testing.T) {
 	at := func(s int) metav1.Time { return metav1.NewTime(created.Add(time.Duration(s) * time.Second)) }
 	c := testutil.MakeRayCluster(ns, "job-c").Workers("small", 1).Label(rayv1.LabelOriginCRD, "RayJob").Label(rayv1.LabelOriginCRName, "job").Obj()
 	env.Create(t, c)
-	c.Status.DesiredWorkerReplicas = 1
+	// The status the RayCluster controller writes for the spec: only then is the wanted pod count known.
+	c.Status.DesiredWorkerReplicas, c.Status.ObservedGeneration = 1, c.Generation
 	if err := cl.Status().Update(ctx, c); err != nil {
 		t.Fatal(err)
 	}

@@ -172,10 +172,17 @@ type PodOf struct {
 // containers started when as many of its pods as it wants (its head and status.desiredWorkerReplicas workers) have
 // reached them, and Ray ready when its status says ready (the first time). last names, for each phase, the pod that
 // completed it (empty when the phase is the cluster's own).
+//
+// How many pods the cluster wants is known once its status was written for its spec (observedGeneration): before,
+// desiredWorkerReplicas is 0, and the head alone would complete each phase, a value the record-once rule would keep
+// (a real node's cluster recorded "container start 0s", the head's, where its worker started 7 s later).
 func ClusterTimes(c *rayv1.RayCluster, pods []PodOf) (t Times, last [numPhases]string) {
 	t = Times{Created: c.CreationTimestamp.Time}
 	want := 1 + int(c.Status.DesiredWorkerReplicas)
 	for _, p := range []Phase{Scheduled, ImagePulled, ContainersStarted} {
+		if c.Status.ObservedGeneration < c.Generation {
+			break
+		}
 		type reached struct {
 			at   time.Time
 			name string

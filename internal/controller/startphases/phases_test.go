@@ -147,6 +147,7 @@ func TestPullFromEvent(t *testing.T) {
 func cluster(created, workers int) *rayv1.RayCluster {
 	c := &rayv1.RayCluster{}
 	c.CreationTimestamp = mt(created)
+	c.Generation, c.Status.ObservedGeneration = 1, 1
 	c.Status.DesiredWorkerReplicas = int32(workers)
 	return c
 }
@@ -169,6 +170,11 @@ func TestClusterTimes(t *testing.T) {
 	}{
 		{"no pods", cluster(0, 2), nil, times(0), [numPhases]string{}},
 		{"head only of three", cluster(0, 2), []PodOf{head}, times(0), [numPhases]string{}},
+		{"no status for the spec yet: the wanted count is unknown", func() *rayv1.RayCluster {
+			c := cluster(0, 0)
+			c.Status.ObservedGeneration = 0
+			return c
+		}(), []PodOf{head}, times(0), [numPhases]string{}},
 		{"each phase when the last wanted pod reached it", cluster(0, 2), []PodOf{head, w1, w2}, times(0, 3, 25, 40),
 			[numPhases]string{"w1", "w1", "w2"}},
 		{"ready from the status", ready(cluster(0, 2), 42), []PodOf{head, w1, w2}, times(0, 3, 25, 40, 42),
