@@ -17,6 +17,7 @@ import (
 	crconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/idle"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/controller/startphases"
 	"github.com/manta-dev/manta/internal/features"
@@ -49,6 +50,8 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 	fs.StringVar(&o.BatchScheduler, "batch-scheduler", "", "batch scheduler every Ray pod is handed to, as KubeRay's flag: "+strings.Join(clusterbuild.BatchSchedulers, ", ")+
 		" (empty: the cluster's own scheduler); see docs/compatibility.md")
 	fs.BoolVar(&o.EnableBatchScheduler, "enable-batch-scheduler", false, "(deprecated, as in KubeRay) the same as --batch-scheduler=volcano")
+	fs.DurationVar(&o.IdleCheckInterval, "idle-check-interval", idle.DefaultCheckInterval,
+		"least time between two reads of the Ray head of a RayCluster annotated "+idle.AnnotationIdleTimeout+" (each read: up to 4 requests, jobs, Serve, actors, tasks); at least "+idle.MinCheckInterval.String())
 	fs.DurationVar(&o.RayTimeout, "ray-timeout", 0, "bound on each call to a Ray head's dashboard or Serve endpoint (0: 2s direct, 10s through --use-kubernetes-proxy)")
 	o.NoRedisCleanup = strings.EqualFold(os.Getenv(envRedisCleanup), "false")
 	f := fs.VarPF(negatedBool{&o.NoRedisCleanup}, "gcs-ft-redis-cleanup", "",

@@ -16,6 +16,7 @@ import (
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/idle"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/controller/raycronjob"
@@ -114,6 +115,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err != nil {
 		return fmt.Errorf("RayService controller: %w", err)
+	}
+	idleCtl, err := idle.NewReconciler(mgr, opts.RayClients, idle.Options{CheckInterval: opts.IdleCheckInterval,
+		HeadTarget: rayjob.HeadTarget, SkipNameValidation: opts.SkipNameValidation})
+	if err == nil {
+		err = idleCtl.SetupWithManager(mgr)
+	}
+	if err != nil {
+		return fmt.Errorf("RayCluster idle controller: %w", err)
 	}
 	if err := setupImagePullJob(mgr, opts, status); err != nil {
 		return fmt.Errorf("ImagePullJob controllers: %w", err)

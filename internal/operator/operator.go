@@ -32,6 +32,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/idle"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/controller/startphases"
 	"github.com/manta-dev/manta/internal/optimize"
@@ -95,6 +96,9 @@ type Options struct {
 	// RayClients builds the clients every controller that talks to a Ray head uses (RayJob, RayService). Nil
 	// means one ray.Factory honouring UseKubernetesProxy and ClusterDomain; tests inject faulty clients here.
 	RayClients ray.ClientFactory
+	// IdleCheckInterval is the least time between two reads of one opted-in RayCluster's head by the idle
+	// controller (--idle-check-interval; zero: idle.DefaultCheckInterval). See internal/controller/idle.
+	IdleCheckInterval time.Duration
 	// RayTimeout bounds each call to a Ray head (zero: ray.DefaultDirectTimeout, or ray.DefaultProxyTimeout with
 	// UseKubernetesProxy).
 	RayTimeout time.Duration
@@ -147,6 +151,9 @@ func (o Options) Validate() error {
 		}
 	}
 	if _, err := o.batchScheduler(); err != nil {
+		return err
+	}
+	if err := (idle.Options{CheckInterval: o.IdleCheckInterval}).Validate(); err != nil {
 		return err
 	}
 	if err := validateMetrics(o.MetricsAddr, o.MetricsInsecure, o.MetricsAsKubeRay); err != nil {

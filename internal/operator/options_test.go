@@ -20,6 +20,9 @@ func TestOptionsValidate(t *testing.T) {
 		{"negative ray timeout", Options{RayTimeout: -time.Second}, "--ray-timeout"},
 		{"negative coalesce window", Options{StatusCoalesceWindow: -time.Second}, "--status-coalesce-window -1s: must not be negative"},
 		{"negative start phase threshold", Options{StartPhaseLateThreshold: -time.Second}, "--start-phase-late-threshold -1s: must not be negative"},
+		{"idle check interval", Options{IdleCheckInterval: 30 * time.Second}, ""},
+		{"idle check interval too short", Options{IdleCheckInterval: 500 * time.Millisecond}, "--idle-check-interval 500ms: must be at least 1s"},
+		{"negative idle check interval", Options{IdleCheckInterval: -time.Minute}, "--idle-check-interval -1m0s: must be at least 1s"},
 	} {
 		err := c.o.Validate()
 		switch {

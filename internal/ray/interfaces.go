@@ -18,6 +18,9 @@ type Dashboard interface {
 	DeployServeConfigV2(ctx context.Context, serveConfigV2 string) error
 	GetServeDetails(ctx context.Context) (*ServeDetails, error)
 	DeleteServeApplications(ctx context.Context) error
+	// CountLiveActors and CountActiveTasks read Ray's state API (/api/v0/actors, /api/v0/tasks).
+	CountLiveActors(ctx context.Context) (int, error)
+	CountActiveTasks(ctx context.Context) (int, error)
 }
 
 // ServeProxy is what controllers call on a Serve HTTP proxy. *ServeProxyClient implements it.

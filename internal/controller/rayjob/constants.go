@@ -57,4 +57,6 @@ const (
 	ReasonUpdatedService        = "UpdatedService"
 	ReasonFailedUpdateService   = "FailedToUpdateService"
 	ReasonClusterNotFound       = "RayClusterNotFound"
+	// ReasonResumedIdleCluster: a selected cluster suspended for idleness (internal/controller/idle) was resumed.
+	ReasonResumedIdleCluster = "ResumedIdleCluster"
 )

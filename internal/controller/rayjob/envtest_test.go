@@ -24,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/idle"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -670,6 +671,27 @@ func TestEnvtest(t *testing.T) {
 		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(c), &rayv1.RayCluster{}); err != nil {
 			t.Errorf("selected cluster deleted: %v", err)
 		}
+	})
+
+	t.Run("clusterSelector resumes a cluster suspended for idleness, and runs the job on it", func(t *testing.T) {
+		ns := e.Namespace(t)
+		sleepy := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sleepy", Annotations: map[string]string{
+			idle.AnnotationIdleTimeout: "10m", idle.AnnotationIdleSuspendedAt: "2026-01-01T00:00:00Z"}}, Spec: *testutil.RayJobClusterSpec()}
+		sleepy.Spec.Suspend = ptr.To(true)
+		if err := e.cl.Create(context.Background(), sleepy); err != nil {
+			t.Fatal(err)
+		}
+		j := e.create(t, testutil.MakeRayJob(ns, "wake").ClusterSelector(map[string]string{rayv1.LabelCluster: "sleepy"}))
+		if note := e.waitEvent(t, j, corev1.EventTypeNormal, ReasonResumedIdleCluster); !strings.Contains(note, ns+"/sleepy") {
+			t.Errorf("event note %q", note)
+		}
+		c := e.readyCluster(t, j)
+		if ptr.Deref(c.Spec.Suspend, false) {
+			t.Fatal("the selected cluster is still suspended")
+		}
+		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		e.ray.with(ns, "sleepy", func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
 	})
 
 	t.Run("a RayJob managed by another controller is left alone", func(t *testing.T) {

@@ -149,6 +149,15 @@ func (d *fakeDash) GetServeDetails(context.Context) (*ray.ServeDetails, error) {
 }
 func (d *fakeDash) DeleteServeApplications(context.Context) error { return nil }
 
+// The RayJob controller reads no state API: the idle controller (internal/controller/idle) does.
+func (d *fakeDash) CountLiveActors(context.Context) (int, error) {
+	return 0, fmt.Errorf("fakeDash: the state API is not faked for the RayJob controller")
+}
+
+func (d *fakeDash) CountActiveTasks(context.Context) (int, error) {
+	return 0, fmt.Errorf("fakeDash: the state API is not faked for the RayJob controller")
+}
+
 // setJob sets the status of a job the head knows (or adds it, as a user or submitter would).
 func (h *fakeHead) setJob(id string, st rayv1.JobStatus, startMs, endMs int64) {
 	j := h.jobs[id]

@@ -16,6 +16,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/idle"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -258,6 +259,16 @@ func (r *Reconciler) initializing(ctx context.Context, run *run) error {
 	s.RayClusterStatus = *cluster.Status.DeepCopy()
 	if r.deadlines(ctx, run, cluster) {
 		return nil
+	}
+	if len(j.Spec.ClusterSelector) > 0 {
+		// A selected cluster that Manta suspended for idleness (manta.dev/idle-timeout) is woken for the job.
+		if resumed, err := idle.Resume(ctx, r.client, cluster); err != nil || resumed {
+			if resumed {
+				run.Eventf(corev1.EventTypeNormal, ReasonResumedIdleCluster, "Update", "Resumed RayCluster %s/%s, suspended for idleness, to run the job", cluster.Namespace, cluster.Name)
+				run.Requeue(r.opts.PollInterval)
+			}
+			return err
+		}
 	}
 	if cluster.Status.State != rayv1.Ready {
 		if failed, err := r.reportStartTrouble(ctx, run, cluster); failed || err != nil {

@@ -53,6 +53,7 @@ type Head struct {
 	nextJob int
 	used    map[string]float64
 	serve   *serveState
+	state   stateAPI
 	// submissions counts accepted submissions, refused the repeated submission IDs, notFound the requests for a
 	// job the head does not hold, deploys the Serve PUTs.
 	submissions, refused, notFound, deploys int
@@ -222,6 +223,8 @@ func (h *Head) Dashboard() http.Handler {
 	})
 	mux.HandleFunc("/api/jobs/", h.serveJobs)
 	mux.HandleFunc("/api/serve/applications/", h.serveApplications)
+	mux.HandleFunc("GET /api/v0/actors", h.serveStateList(func(s *stateAPI) []string { return s.actors }))
+	mux.HandleFunc("GET /api/v0/tasks", h.serveStateList(func(s *stateAPI) []string { return s.tasks }))
 	return mux
 }
 

@@ -1,0 +1,197 @@
+package idle
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/testutil"
+	"github.com/manta-dev/manta/internal/testutil/fakeray"
+)
+
+// headFactory sends every dashboard call to one fake head, whatever the target.
+type headFactory struct{ url string }
+
+func (f headFactory) DashboardFor(ray.Target) (ray.Dashboard, error) {
+	tr, err := ray.NewDirectTransport(f.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	return ray.NewDashboardClient(tr), nil
+}
+
+func (headFactory) ServeProxyFor(ray.Target) (ray.ServeProxy, error) {
+	return nil, fmt.Errorf("no serve proxy in this test")
+}
+
+func (headFactory) InClusterDashboardURL(ray.Target) string { return "" }
+
+// TestSuspendAndResume runs the idle controller on envtest against a fake Ray head, with a fake clock stepped by
+// the test: one check per step (the interval is 1s of the fake clock), so every wait is on a counter or an object.
+func TestSuspendAndResume(t *testing.T) {
+	cfg, cl := testutil.StartEnvtest(t)
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := fakeray.New(fakeray.Options{})
+	srv := fakeray.Start(head)
+	t.Cleanup(srv.Close)
+	t.Cleanup(head.Close)
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	r, err := NewReconciler(mgr, headFactory{srv.Dashboard.URL}, Options{CheckInterval: time.Second, Clock: clk,
+		HeadTarget: func(c *rayv1.RayCluster) ray.Target {
+			return ray.Target{Namespace: c.Namespace, HeadServiceName: c.Name + "-head-svc"}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testutil.RunManager(t, mgr)
+
+	ns := "idle"
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: ns, Name: "sleepy"}
+	c := testutil.MakeRayCluster(ns, key.Name).Obj()
+	c.Annotations = map[string]string{AnnotationIdleTimeout: "10s"}
+	if err := cl.Create(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	head.SetActors("ALIVE", "DEAD") // a detached actor keeps it up
+	c.Status.State = rayv1.Ready
+	if err := cl.Status().Update(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+
+	// waitReads steps the clock by step and waits for the check it allows (one more state API read, or for a
+	// busy head one jobs read: the fake counts only state reads, so busy checks here are on actors).
+	waitReads := func(step time.Duration, want int) {
+		t.Helper()
+		clk.SetTime(clk.Now().Add(step))
+		testutil.Eventually(t, 30*time.Second, "state reads", func() (bool, string) {
+			n := head.StateReads()
+			return n >= want, fmt.Sprintf("%d state reads, want %d", n, want)
+		})
+	}
+	waitReads(0, 1)
+	waitReads(time.Minute, 2) // a minute past the timeout, still busy
+	if got := getCluster(t, cl, key); ptr.Deref(got.Spec.Suspend, false) {
+		t.Fatal("a cluster with a live actor was suspended")
+	}
+
+	head.SetActors("DEAD")
+	head.SetTasks("FINISHED", "FAILED")
+	waitReads(time.Second, 4) // first idle check: actors then tasks
+	waitReads(5*time.Second, 6)
+	if got := getCluster(t, cl, key); ptr.Deref(got.Spec.Suspend, false) {
+		t.Fatal("suspended after 5s of a 10s timeout")
+	}
+	clk.SetTime(clk.Now().Add(5 * time.Second))
+	testutil.Eventually(t, 30*time.Second, "idle suspension", func() (bool, string) {
+		got := getCluster(t, cl, key)
+		cond := meta.FindStatusCondition(got.Status.Conditions, ConditionIdleSuspended)
+		return ptr.Deref(got.Spec.Suspend, false) && got.Annotations[AnnotationIdleSuspendedAt] != "" && cond != nil && cond.Status == metav1.ConditionTrue,
+			fmt.Sprintf("suspend %v annotations %v condition %+v", ptr.Deref(got.Spec.Suspend, false), got.Annotations, cond)
+	})
+	got := getCluster(t, cl, key)
+	cond := meta.FindStatusCondition(got.Status.Conditions, ConditionIdleSuspended)
+	if !strings.Contains(cond.Message, "suspended after 10s idle") || cond.Reason != ReasonIdleSuspended {
+		t.Fatalf("condition %+v", cond)
+	}
+	if got.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image != c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image {
+		t.Fatal("the spec changed beyond spec.suspend")
+	}
+	waitEvent(t, cl, ns, key.Name, ReasonIdleSuspended, "suspended after 10s idle")
+	if !SuspendedForIdleness(got) {
+		t.Fatal("SuspendedForIdleness is false for a cluster this controller suspended")
+	}
+
+	// A RayJob's resume (idle.Resume) clears spec.suspend; the controller drops the marker and flips the condition.
+	got.Status.State = rayv1.Suspended
+	if err := cl.Status().Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	got = getCluster(t, cl, key)
+	if resumed, err := Resume(ctx, cl, got); err != nil || !resumed {
+		t.Fatalf("Resume = %v, %v", resumed, err)
+	}
+	testutil.Eventually(t, 30*time.Second, "resumed", func() (bool, string) {
+		got := getCluster(t, cl, key)
+		cond := meta.FindStatusCondition(got.Status.Conditions, ConditionIdleSuspended)
+		_, marked := got.Annotations[AnnotationIdleSuspendedAt]
+		return !marked && cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == ReasonResumed,
+			fmt.Sprintf("annotations %v condition %+v", got.Annotations, cond)
+	})
+	// A cluster a user suspended by hand is not ours to resume.
+	got = getCluster(t, cl, key)
+	got.Spec.Suspend = ptr.To(true)
+	if err := cl.Update(ctx, got); err != nil {
+		t.Fatal(err)
+	}
+	if resumed, err := Resume(ctx, cl, getCluster(t, cl, key)); err != nil || resumed {
+		t.Fatalf("Resume of a cluster suspended by hand = %v, %v; want false", resumed, err)
+	}
+
+	// A bad value is reported on the cluster, naming the annotation.
+	bad := testutil.MakeRayCluster(ns, "bad").Obj()
+	bad.Annotations = map[string]string{AnnotationIdleTimeout: "5s"}
+	if err := cl.Create(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	bad.Status.State = rayv1.Ready
+	if err := cl.Status().Update(ctx, bad); err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, cl, ns, "bad", ReasonInvalidIdleTimeout, AnnotationIdleTimeout+`: "5s" is shorter than the minimum 10s`)
+}
+
+func getCluster(t *testing.T, cl client.Client, key client.ObjectKey) *rayv1.RayCluster {
+	t.Helper()
+	c := &rayv1.RayCluster{}
+	if err := cl.Get(context.Background(), key, c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func waitEvent(t *testing.T, cl client.Client, ns, name, reason, note string) {
+	t.Helper()
+	testutil.Eventually(t, 30*time.Second, "event "+reason, func() (bool, string) {
+		var list eventsv1.EventList
+		if err := cl.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, e := range list.Items {
+			if e.Regarding.Name == name && e.Reason == reason && strings.Contains(e.Note, note) {
+				return true, ""
+			}
+			seen = append(seen, e.Reason+": "+e.Note)
+		}
+		return false, fmt.Sprintf("events: %v", seen)
+	})
+}
