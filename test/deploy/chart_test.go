@@ -104,7 +104,7 @@ var nonDefault = map[string]any{
 		"leaderElection": false, "useKubernetesProxy": true, "clusterDomain": "corp.local",
 		"defaultPodTemplate": "ml-system/ray-defaults", "reconcileConcurrency": 3, "qps": 50, "burst": 60,
 		"leaseDuration": "20s", "renewDeadline": "12s", "retryPeriod": "3s", "eventQps": 10, "eventBurst": 20,
-		"rayTimeout": "5s", "gcPercent": 80, "adaptiveProcs": false, "statusCoalesceWindow": "0s", "startPhaseLateThreshold": "45s", "gcsFtRedisCleanup": false, "batchScheduler": "volcano",
+		"rayTimeout": "5s", "gcPercent": 80, "adaptiveProcs": false, "statusCoalesceWindow": "0s", "startPhaseLateThreshold": "45s", "idleCheckInterval": "30s", "gcsFtRedisCleanup": false, "batchScheduler": "volcano",
 		"disableOptimizations": []string{"pod-update-filter", "metadata-writes"},
 		"metricsPort":          9090, "healthProbePort": 9091, "nodeSelector": map[string]string{"kubernetes.io/os": "linux"},
 		"imagePull": map[string]any{"nodeSelector": "pool in (pullers, gpu),!no-pull", "priorityClassName": "image-pullers",
@@ -373,7 +373,7 @@ func checkChartNonDefault(t *testing.T, root string, objs []*unstructured.Unstru
 		"--qps": "50", "--burst": "60", "--watch-namespace": "team-a,team-b",
 		"--leader-elect-lease-duration": "20s", "--leader-elect-renew-deadline": "12s", "--leader-elect-retry-period": "3s",
 		"--event-qps": "10", "--event-burst": "20", "--ray-timeout": "5s", "--gc-percent": "80", "--gcs-ft-redis-cleanup": "false",
-		"--adaptive-procs": "false", "--status-coalesce-window": "0s", "--start-phase-late-threshold": "45s", "--enable-metrics": "false", "--batch-scheduler": "volcano", "--disable-optimization": "pod-update-filter,metadata-writes",
+		"--adaptive-procs": "false", "--status-coalesce-window": "0s", "--start-phase-late-threshold": "45s", "--idle-check-interval": "30s", "--enable-metrics": "false", "--batch-scheduler": "volcano", "--disable-optimization": "pod-update-filter,metadata-writes",
 		"--image-pull-node-selector": "pool in (pullers, gpu),!no-pull", "--image-pull-priority-class": "image-pullers",
 		"--image-pull-tolerate-all-taints": "true", "--image-pull-tolerations": "nvidia.com/gpu:NoSchedule,dedicated=ray",
 	}
