@@ -116,7 +116,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("RayService controller: %w", err)
 	}
-	idleCtl, err := idle.NewReconciler(mgr, opts.RayClients, idle.Options{CheckInterval: opts.IdleCheckInterval,
+	idleCtl, err := idle.NewReconciler(mgr, opts.RayClients, idle.Options{CheckInterval: opts.IdleCheckInterval, StatusWriter: status,
 		HeadTarget: rayjob.HeadTarget, SkipNameValidation: opts.SkipNameValidation})
 	if err == nil {
 		err = idleCtl.SetupWithManager(mgr)

@@ -15,8 +15,8 @@ const (
 	// selects the cluster. It is removed when the cluster resumes.
 	AnnotationIdleSuspendedAt = "manta.dev/idle-suspended-at"
 
-	// ConditionIdleSuspended is True while the cluster is suspended for idleness; its message says for how long it
-	// had been idle and its lastTransitionTime when it was suspended. False (reason Resumed) once it runs again.
+	// ConditionIdleSuspended is True while the cluster is suspended for idleness (its lastTransitionTime the
+	// marker's time), False (reason Resumed) once it runs again; derived from the marker and spec.suspend.
 	ConditionIdleSuspended = "IdleSuspended"
 
 	// Event and condition reasons.

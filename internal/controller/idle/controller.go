@@ -11,8 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -25,6 +23,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/rayauth"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Options configure the idle controller.
@@ -34,8 +33,10 @@ type Options struct {
 	CheckInterval time.Duration
 	// HeadTarget says where a cluster's dashboard is (the RayJob controller's rayjob.HeadTarget).
 	HeadTarget func(*rayv1.RayCluster) ray.Target
-	// Clock is the controller's clock; nil means the real one.
-	Clock clock.PassiveClock
+	// Clock is the controller's clock; nil means reconcile.RealClock.
+	Clock reconcile.Clock
+	// StatusWriter writes the IdleSuspended condition (reconcile.ClientStatus of the manager's client when nil).
+	StatusWriter reconcile.StatusWriter
 	// SkipNameValidation lets tests run several operators in one process.
 	SkipNameValidation bool
 }
@@ -70,7 +71,10 @@ func NewReconciler(mgr ctrl.Manager, rays ray.ClientFactory, opts Options) (*Rec
 		opts.CheckInterval = DefaultCheckInterval
 	}
 	if opts.Clock == nil {
-		opts.Clock = clock.RealClock{}
+		opts.Clock = reconcile.RealClock
+	}
+	if opts.StatusWriter == nil {
+		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
 	}
 	if opts.HeadTarget == nil {
 		return nil, fmt.Errorf("idle controller: HeadTarget is required")
@@ -115,8 +119,8 @@ func optedIn(o client.Object) bool {
 // +kubebuilder:rbac:groups=ray.io,resources=rayclusters/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile checks one cluster's head when a check is due and suspends the cluster when it has been idle long
-// enough.
+// Reconcile checks one cluster's head when a check is due, suspends the cluster when it has been idle long
+// enough, and keeps its IdleSuspended condition in step with the marker annotation.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	c := &rayv1.RayCluster{}
 	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
@@ -126,51 +130,53 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		r.forget(c.UID)
 		return ctrl.Result{}, nil
 	}
+	var res reconcile.Result
+	err := r.reconcile(ctx, c, &res)
+	var statusErr error
+	if err == nil {
+		statusErr = r.writeCondition(ctx, c)
+	}
+	return res.Finish(r.recorder, c, err, statusErr)
+}
+
+func (r *Reconciler) reconcile(ctx context.Context, c *rayv1.RayCluster, res *reconcile.Result) error {
 	suspended := ptr.Deref(c.Spec.Suspend, false)
 	if _, marked := c.Annotations[AnnotationIdleSuspendedAt]; marked && !suspended {
 		// A user or a RayJob resumed it: drop the marker, so a later manual suspension is not taken for ours.
-		return ctrl.Result{}, r.markResumed(ctx, c)
+		base := c.DeepCopy()
+		delete(c.Annotations, AnnotationIdleSuspendedAt)
+		return r.client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	}
 	timeout, ok, err := ParseTimeout(c.Annotations)
 	if !ok || suspended || c.Status.State != rayv1.Ready {
 		// Idle time counts only while the cluster runs: a resumed cluster starts a new stretch.
 		r.forget(c.UID)
-		return ctrl.Result{}, nil
+		return nil
 	}
 	if err != nil {
 		r.forget(c.UID)
-		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonInvalidIdleTimeout, "IdleCheck", "%v; the cluster is not suspended when idle", err)
-		return ctrl.Result{}, nil // a new value of the annotation starts a reconcile
+		res.Eventf(corev1.EventTypeWarning, ReasonInvalidIdleTimeout, "IdleCheck", "%v; the cluster is not suspended when idle", err)
+		return nil // a new value of the annotation starts a reconcile
 	}
 	now := r.opts.Clock.Now()
 	track := r.track(c.UID)
 	if due, wait := Due(track, now, r.opts.CheckInterval); !due {
-		return ctrl.Result{RequeueAfter: wait}, nil
+		res.Requeue(wait)
+		return nil
 	}
 	activity, checkErr := r.check(ctx, c)
 	track, suspend := Observe(track, now, activity, checkErr != nil, timeout)
 	r.setTrack(c.UID, track)
 	if checkErr != nil {
 		log.FromContext(ctx).V(1).Info("idle check failed", "error", checkErr.Error())
-		r.recorder.Eventf(c, nil, corev1.EventTypeWarning, ReasonIdleCheckFailed, "IdleCheck", "could not read the Ray head's activity: %v", checkErr)
+		res.Eventf(corev1.EventTypeWarning, ReasonIdleCheckFailed, "IdleCheck", "could not read the Ray head's activity: %v", checkErr)
 	}
 	if !suspend {
-		return ctrl.Result{RequeueAfter: r.opts.CheckInterval}, nil
+		res.Requeue(r.opts.CheckInterval)
+		return nil
 	}
-	return ctrl.Result{}, r.suspend(ctx, c, now.Sub(track.IdleSince), timeout, now)
-}
-
-func (r *Reconciler) check(ctx context.Context, c *rayv1.RayCluster) (Activity, error) {
-	d, err := rayauth.Dashboard(ctx, r.reader, r.rays, c, r.opts.HeadTarget(c))
-	if err != nil {
-		return Activity{}, err
-	}
-	return ReadActivity(ctx, d)
-}
-
-// suspend sets spec.suspend and the marker in one write that fails if the cluster changed since it was read (a
-// user who resumed or edited it meanwhile wins), then says why in a condition and an event.
-func (r *Reconciler) suspend(ctx context.Context, c *rayv1.RayCluster, idle, timeout time.Duration, now time.Time) error {
+	// spec.suspend and the marker in one write that fails if the cluster changed since it was read (a user who
+	// resumed or edited it meanwhile wins).
 	base := c.DeepCopy()
 	c.Spec.Suspend = ptr.To(true)
 	if c.Annotations == nil {
@@ -181,36 +187,46 @@ func (r *Reconciler) suspend(ctx context.Context, c *rayv1.RayCluster, idle, tim
 		return err
 	}
 	r.forget(c.UID)
-	msg := fmt.Sprintf("suspended after %s idle (%s: %s): no Ray job, Serve application, actor or task", idle.Round(time.Second), AnnotationIdleTimeout, timeout)
-	r.recorder.Eventf(c, nil, corev1.EventTypeNormal, ReasonIdleSuspended, "Suspend", "%s", msg)
-	return r.setCondition(ctx, client.ObjectKeyFromObject(c), metav1.ConditionTrue, ReasonIdleSuspended, msg, now)
+	res.Eventf(corev1.EventTypeNormal, ReasonIdleSuspended, "Suspend", "suspended after %s idle (%s: %s): no Ray job, Serve application, actor or task",
+		now.Sub(track.IdleSince).Round(time.Second), AnnotationIdleTimeout, timeout)
+	return nil
 }
 
-// markResumed removes the marker and turns the condition False.
-func (r *Reconciler) markResumed(ctx context.Context, c *rayv1.RayCluster) error {
-	base := c.DeepCopy()
-	delete(c.Annotations, AnnotationIdleSuspendedAt)
-	if err := r.client.Patch(ctx, c, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return err
+// writeCondition writes IdleSuspended as the cluster's marker and spec say it is: True while it is suspended with
+// the marker, False (Resumed) once a cluster that had it True is not. It is derived anew at every reconcile, so a
+// write that conflicted with the RayCluster controller's is made by the reconcile Finish requeues.
+func (r *Reconciler) writeCondition(ctx context.Context, c *rayv1.RayCluster) error {
+	at, marked := c.Annotations[AnnotationIdleSuspendedAt]
+	cur := meta.FindStatusCondition(c.Status.Conditions, ConditionIdleSuspended)
+	want := metav1.Condition{Type: ConditionIdleSuspended, ObservedGeneration: c.Generation}
+	switch {
+	case marked && ptr.Deref(c.Spec.Suspend, false):
+		when, err := time.Parse(time.RFC3339, at)
+		if err != nil {
+			when = r.opts.Clock.Now()
+		}
+		timeout := c.Annotations[AnnotationIdleTimeout]
+		want.Status, want.Reason, want.LastTransitionTime = metav1.ConditionTrue, ReasonIdleSuspended, metav1.NewTime(when)
+		want.Message = fmt.Sprintf("suspended at %s: no Ray job, Serve application, actor or task for %s (%s)", at, timeout, AnnotationIdleTimeout)
+	case cur != nil && cur.Status == metav1.ConditionTrue:
+		want.Status, want.Reason, want.LastTransitionTime = metav1.ConditionFalse, ReasonResumed, metav1.NewTime(r.opts.Clock.Now())
+		want.Message = "spec.suspend is false or the cluster is no longer marked " + AnnotationIdleSuspendedAt + ": it is not suspended for idleness"
+	default:
+		return nil
 	}
-	now := r.opts.Clock.Now()
-	return r.setCondition(ctx, client.ObjectKeyFromObject(c), metav1.ConditionFalse, ReasonResumed, "spec.suspend is false: the cluster runs again", now)
+	if cur != nil && cur.Status == want.Status && cur.Reason == want.Reason && cur.Message == want.Message && cur.ObservedGeneration == want.ObservedGeneration {
+		return nil
+	}
+	meta.SetStatusCondition(&c.Status.Conditions, want)
+	return r.opts.StatusWriter.UpdateStatus(ctx, c)
 }
 
-// setCondition writes the IdleSuspended condition, retrying when the RayCluster controller wrote the status first.
-func (r *Reconciler) setCondition(ctx context.Context, key client.ObjectKey, status metav1.ConditionStatus, reason, msg string, now time.Time) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		c := &rayv1.RayCluster{}
-		if err := r.reader.Get(ctx, key, c); err != nil {
-			return client.IgnoreNotFound(err)
-		}
-		changed := meta.SetStatusCondition(&c.Status.Conditions, metav1.Condition{Type: ConditionIdleSuspended, Status: status,
-			Reason: reason, Message: msg, ObservedGeneration: c.Generation, LastTransitionTime: metav1.NewTime(now)})
-		if !changed {
-			return nil
-		}
-		return r.client.Status().Update(ctx, c)
-	})
+func (r *Reconciler) check(ctx context.Context, c *rayv1.RayCluster) (Activity, error) {
+	d, err := rayauth.Dashboard(ctx, r.reader, r.rays, c, r.opts.HeadTarget(c))
+	if err != nil {
+		return Activity{}, err
+	}
+	return ReadActivity(ctx, d)
 }
 
 func (r *Reconciler) track(uid types.UID) Track {

@@ -119,8 +119,10 @@ func TestSuspendAndResume(t *testing.T) {
 	})
 	got := getCluster(t, cl, key)
 	cond := meta.FindStatusCondition(got.Status.Conditions, ConditionIdleSuspended)
-	if !strings.Contains(cond.Message, "suspended after 10s idle") || cond.Reason != ReasonIdleSuspended {
-		t.Fatalf("condition %+v", cond)
+	at := got.Annotations[AnnotationIdleSuspendedAt]
+	if cond.Message != "suspended at "+at+": no Ray job, Serve application, actor or task for 10s ("+AnnotationIdleTimeout+")" ||
+		cond.Reason != ReasonIdleSuspended || cond.LastTransitionTime.UTC().Format(time.RFC3339) != at {
+		t.Fatalf("condition %+v, marker %s", cond, at)
 	}
 	if got.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image != c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image {
 		t.Fatal("the spec changed beyond spec.suspend")
