@@ -41,6 +41,7 @@ func TestRealNode(t *testing.T) {
 		{"RayJob modes on a selected cluster", testRayJobModesOnSelectedCluster},
 		{"RayJob SidecarMode suspended and resumed", testRayJobSidecarSuspendResume},
 		{"RayJobs that cannot start say why", testStartTrouble},
+		{"idle clusters suspend themselves and a RayJob resumes one", testIdleSuspend},
 		{"RayCluster Recreate on an image change", testRayClusterRecreate},
 		{"RayService sample serves and upgrades", testRayServiceSample},
 		{"autoscaler scales a group up and down", testAutoscaler},
