@@ -16,6 +16,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/features"
+	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/validation"
 )
 
@@ -410,5 +411,45 @@ func TestIncrementalUpgradeGateOff(t *testing.T) {
 	}
 	if p.gateway != nil {
 		t.Error("planned a Gateway with the gate off")
+	}
+}
+
+// A capacity change planned for the pending cluster while its head Service routes nowhere yet is taken back with the
+// Serve config it would have ridden (ray.ErrNoEndpoints within routeGrace): the status keeps the target capacity Ray
+// holds, and the change is made once the Service routes.
+func TestPlanIncrementalCapacityWaitsForTheServiceRoute(t *testing.T) {
+	rs := incService()
+	w := newWorld(t, rs)
+	w.bringUp()
+	rs.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:new"
+	w.run(func() bool {
+		_, sent := w.sent["svc-new"]
+		return sent && strings.Contains(w.weights(), "svc-new-serve-svc 0%")
+	})
+	if got := w.state(); got != "100/100 0/0" {
+		t.Fatalf("pending cluster serving at %s, want 100/100 0/0", got)
+	}
+	c := w.clusters["svc-new"]
+	c.detailsErr = fmt.Errorf("get serve details: %w", ray.ErrNoEndpoints)
+	c.head.Status.Conditions[0].LastTransitionTime = metav1.NewTime(w.now.Add(-time.Second))
+	for range 2 {
+		p := w.step()
+		for _, a := range p.apply {
+			if a.cluster.Name == "svc-new" {
+				t.Fatalf("Serve config sent to a head its Service does not route to yet: %+v", a)
+			}
+		}
+		if got := w.state(); got != "100/100 0/0" {
+			t.Fatalf("status at %s without the Serve config that carries it, want 100/100 0/0", got)
+		}
+		if d := p.RequeueAfter(); d <= 0 || d > routeRetry {
+			t.Errorf("requeue after %v, want at most %v", d, routeRetry)
+		}
+		w.now = w.now.Add(time.Second)
+	}
+	c.detailsErr = nil
+	w.step()
+	if got := w.state(); got != "100/100 50/0" || w.sent["svc-new"] != 50 {
+		t.Fatalf("once routed: %s, sent target_capacity %d; want 100/100 50/0 and 50", got, w.sent["svc-new"])
 	}
 }
