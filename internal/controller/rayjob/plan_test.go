@@ -54,8 +54,8 @@ func planJob(mode rayv1.JobSubmissionMode, status rayv1.RayJobStatus, mutate ...
 	return j
 }
 
-// started is the status of a job past New in the deployment state d, on cluster j-rc with Ray job j-id.
-func started(d rayv1.JobDeploymentStatus, js rayv1.JobStatus) rayv1.RayJobStatus {
+// startedStatus is the status of a job past New in the deployment state d, on cluster j-rc with Ray job j-id.
+func startedStatus(d rayv1.JobDeploymentStatus, js rayv1.JobStatus) rayv1.RayJobStatus {
 	return rayv1.RayJobStatus{
 		JobDeploymentStatus: d, JobStatus: js, JobId: planJobID, RayClusterName: planCluster,
 		StartTime: ptr.To(planStart), Failed: ptr.To[int32](0), Succeeded: ptr.To[int32](0),
@@ -258,7 +258,7 @@ func invalid(s *rayv1.RayJobStatus, msg string) {
 // Initializing: the cluster is made (or selected), then the job waits for it to be ready and starts the submission
 // its mode asks for.
 func TestPlanInitializing(t *testing.T) {
-	initializing := started(rayv1.JobDeploymentStatusInitializing, rayv1.JobStatusNew)
+	initializing := startedStatus(rayv1.JobDeploymentStatusInitializing, rayv1.JobStatusNew)
 	k8s := planJob(rayv1.K8sJobMode, initializing)
 	mirror := func(c *rayv1.RayCluster) func(s *rayv1.RayJobStatus) {
 		return func(s *rayv1.RayJobStatus) { s.RayClusterStatus = c.Status }
@@ -306,6 +306,17 @@ func TestPlanInitializing(t *testing.T) {
 			j.Spec.RayClusterSpec, j.Spec.ClusterSelector = nil, map[string]string{rayv1.LabelCluster: planCluster}
 		}),
 		events:  []string{ReasonClusterNotFound},
+		requeue: DefaultPollInterval,
+	}, {
+		name: "a selected cluster not ready: poll it, no watch event comes for a cluster the job does not own",
+		job: planJob(rayv1.HTTPMode, initializing, func(j *rayv1.RayJob) {
+			j.Spec.RayClusterSpec, j.Spec.ClusterSelector = nil, map[string]string{rayv1.LabelCluster: planCluster}
+		}),
+		obs: func(o *observation) {
+			o.cluster = notReady.DeepCopy()
+			o.cluster.OwnerReferences = nil
+		},
+		want:    mirror(notReady),
 		requeue: DefaultPollInterval,
 	}, {
 		name: "the cluster is not ready: its status mirrored, no write",
@@ -428,7 +439,7 @@ func TestPlanInitializing(t *testing.T) {
 // Running: the Ray job's status from the dashboard decides; HTTPMode submits; the submitter's fate and the
 // deadlines can end the attempt.
 func TestPlanRunning(t *testing.T) {
-	runningSt := started(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusRunning)
+	runningSt := startedStatus(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusRunning)
 	k8s := planJob(rayv1.K8sJobMode, runningSt)
 	c := ownedCluster(k8s, rayv1.Ready)
 	// seen is what observe reads of a running job whose head Service exists.
@@ -460,7 +471,7 @@ func TestPlanRunning(t *testing.T) {
 			}
 		}
 	}
-	httpNew := planJob(rayv1.HTTPMode, started(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusNew))
+	httpNew := planJob(rayv1.HTTPMode, startedStatus(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusNew))
 	sidecar := planJob(rayv1.SidecarMode, runningSt)
 	head := func(exit int32, finished time.Time) corev1.Pod {
 		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: planCluster + "-head",
@@ -480,6 +491,14 @@ func TestPlanRunning(t *testing.T) {
 		obs:     seen(k8s, rayJob(rayv1.JobStatusRunning, ""), withSub(k8s), func(o *observation) { o.headService = nil }),
 		want:    polled(rayv1.JobStatusRunning, ""),
 		actions: []string{"create Service j-head-svc"},
+		requeue: DefaultPollInterval,
+	}, {
+		name: "on a selected cluster no head Service of the job's own is made",
+		job: planJob(rayv1.HTTPMode, runningSt, func(j *rayv1.RayJob) {
+			j.Spec.RayClusterSpec, j.Spec.ClusterSelector = nil, map[string]string{rayv1.LabelCluster: planCluster}
+		}),
+		obs:     seen(k8s, rayJob(rayv1.JobStatusRunning, ""), func(o *observation) { o.headService = nil }),
+		want:    polled(rayv1.JobStatusRunning, ""),
 		requeue: DefaultPollInterval,
 	}, {
 		name: "the head Service points at an earlier cluster: point it at this one",
@@ -542,7 +561,7 @@ func TestPlanRunning(t *testing.T) {
 		requeue: DefaultPollInterval,
 	}, {
 		name: "InteractiveMode, Ray does not know the job yet: say how to submit it",
-		job:  planJob(rayv1.InteractiveMode, started(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusNew)),
+		job:  planJob(rayv1.InteractiveMode, startedStatus(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusNew)),
 		obs:  seen(k8s, nil),
 		want: func(s *rayv1.RayJobStatus) {
 			s.RayClusterStatus = c.Status
@@ -586,7 +605,7 @@ func TestPlanRunning(t *testing.T) {
 		requeue: DefaultPollInterval,
 	}, {
 		name: "K8sJobMode, the submitter failed before Ray knew the job: Failed",
-		job:  planJob(rayv1.K8sJobMode, started(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusNew)),
+		job:  planJob(rayv1.K8sJobMode, startedStatus(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusNew)),
 		obs:  seen(k8s, nil, withSub(k8s, jobCond(batchv1.JobFailed, planNow))),
 		want: func(s *rayv1.RayJobStatus) {
 			s.RayClusterStatus = c.Status
@@ -661,7 +680,7 @@ func TestPlanRunning(t *testing.T) {
 		requeue: reconcile.MinRequeue,
 	}, {
 		name: "Waiting (InteractiveMode), spec.jobId set: Running",
-		job: planJob(rayv1.InteractiveMode, started(rayv1.JobDeploymentStatusWaiting, rayv1.JobStatusNew), func(j *rayv1.RayJob) {
+		job: planJob(rayv1.InteractiveMode, startedStatus(rayv1.JobDeploymentStatusWaiting, rayv1.JobStatusNew), func(j *rayv1.RayJob) {
 			j.Spec.JobId, j.Status.JobId = "theirs", ""
 		}),
 		obs: func(o *observation) { o.cluster = c },
@@ -671,7 +690,7 @@ func TestPlanRunning(t *testing.T) {
 		requeue: reconcile.MinRequeue,
 	}, {
 		name: "Waiting, no spec.jobId yet: nothing",
-		job:  planJob(rayv1.InteractiveMode, started(rayv1.JobDeploymentStatusWaiting, rayv1.JobStatusNew)),
+		job:  planJob(rayv1.InteractiveMode, startedStatus(rayv1.JobDeploymentStatusWaiting, rayv1.JobStatusNew)),
 		obs:  func(o *observation) { o.cluster = c },
 		want: func(s *rayv1.RayJobStatus) { s.RayClusterStatus = c.Status },
 	}})
@@ -685,12 +704,12 @@ func completeAt(s *rayv1.RayJobStatus) {
 
 // Retrying, Suspending and a fixed ValidationFailed tear down what the attempt made, then start over.
 func TestPlanTearDown(t *testing.T) {
-	retrying := started(rayv1.JobDeploymentStatusRetrying, rayv1.JobStatusFailed)
+	retrying := startedStatus(rayv1.JobDeploymentStatusRetrying, rayv1.JobStatusFailed)
 	retrying.Failed = ptr.To[int32](1)
 	j := planJob(rayv1.K8sJobMode, retrying, func(j *rayv1.RayJob) { j.Spec.BackoffLimit = ptr.To[int32](2) })
 	c := ownedCluster(j, rayv1.Ready)
 	gonePod := []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: planCluster + "-head"}}}
-	suspending := planJob(rayv1.K8sJobMode, started(rayv1.JobDeploymentStatusSuspending, rayv1.JobStatusRunning))
+	suspending := planJob(rayv1.K8sJobMode, startedStatus(rayv1.JobDeploymentStatusSuspending, rayv1.JobStatusRunning))
 	testPlan(t, []planCase{{
 		name:    "Retrying: delete the cluster and the submitter, look again",
 		job:     j,
@@ -752,7 +771,7 @@ func TestPlanTearDown(t *testing.T) {
 		requeue: reconcile.MinRequeue,
 	}, {
 		name: "ValidationFailed, fixed: tear down, then New",
-		job: planJob(rayv1.K8sJobMode, started(rayv1.JobDeploymentStatusValidationFailed, rayv1.JobStatusRunning), func(j *rayv1.RayJob) {
+		job: planJob(rayv1.K8sJobMode, startedStatus(rayv1.JobDeploymentStatusValidationFailed, rayv1.JobStatusRunning), func(j *rayv1.RayJob) {
 			j.Status.Reason, j.Status.Message = rayv1.ValidationFailed, "was wrong"
 		}),
 		obs:     func(o *observation) { o.cluster = c },
@@ -768,7 +787,7 @@ func TestPlanTearDown(t *testing.T) {
 
 // Complete and Failed carry out the deletion policies when they are due.
 func TestPlanFinished(t *testing.T) {
-	complete := started(rayv1.JobDeploymentStatusComplete, rayv1.JobStatusSucceeded)
+	complete := startedStatus(rayv1.JobDeploymentStatusComplete, rayv1.JobStatusSucceeded)
 	complete.EndTime = ptr.To(metav1.NewTime(planNow.Add(-time.Minute)))
 	complete.Succeeded = ptr.To[int32](1)
 	shutdown := func(ttl int32) func(j *rayv1.RayJob) {
@@ -806,6 +825,33 @@ func TestPlanFinished(t *testing.T) {
 		want:    mirror,
 		actions: []string{"suspend workers of " + planCluster},
 	}, {
+		name: "deletionRules: the workers now, the cluster later, the RayJob after that",
+		job: planJob(rayv1.K8sJobMode, complete, func(j *rayv1.RayJob) {
+			ok := rayv1.JobStatusSucceeded
+			j.Spec.DeletionStrategy = &rayv1.DeletionStrategy{DeletionRules: []rayv1.DeletionRule{
+				{Policy: rayv1.DeleteWorkers, Condition: rayv1.DeletionCondition{JobStatus: &ok}},
+				{Policy: rayv1.DeleteCluster, Condition: rayv1.DeletionCondition{JobStatus: &ok, TTLSeconds: 120}},
+				{Policy: rayv1.DeleteSelf, Condition: rayv1.DeletionCondition{JobStatus: &ok, TTLSeconds: 600}},
+			}}
+		}),
+		obs:     func(o *observation) { o.cluster = c },
+		want:    mirror,
+		actions: []string{"suspend workers of " + planCluster},
+		// The cluster's rule is due 2 minutes after the end, a minute from now.
+		requeue: time.Minute,
+	}, {
+		name: "deletionRules: DeleteSelf ends the cleanups",
+		job: planJob(rayv1.K8sJobMode, complete, func(j *rayv1.RayJob) {
+			ok := rayv1.JobStatusSucceeded
+			j.Spec.DeletionStrategy = &rayv1.DeletionStrategy{DeletionRules: []rayv1.DeletionRule{
+				{Policy: rayv1.DeleteSelf, Condition: rayv1.DeletionCondition{JobStatus: &ok}},
+				{Policy: rayv1.DeleteCluster, Condition: rayv1.DeletionCondition{JobStatus: &ok}},
+			}}
+		}),
+		obs:     func(o *observation) { o.cluster = c },
+		want:    mirror,
+		actions: []string{"delete RayJob j"},
+	}, {
 		name: "a cluster the job selected is never deleted",
 		job:  planJob(rayv1.K8sJobMode, complete, shutdown(0)),
 		obs: func(o *observation) {
@@ -816,7 +862,7 @@ func TestPlanFinished(t *testing.T) {
 	}, {
 		name: "Failed under volcano: the PodGroup shrinks to the cluster kept, best effort",
 		job: planJob(rayv1.K8sJobMode, func() rayv1.RayJobStatus {
-			s := started(rayv1.JobDeploymentStatusFailed, rayv1.JobStatusFailed)
+			s := startedStatus(rayv1.JobDeploymentStatusFailed, rayv1.JobStatusFailed)
 			s.EndTime = ptr.To(metav1.NewTime(planNow))
 			return s
 		}()),
@@ -826,7 +872,7 @@ func TestPlanFinished(t *testing.T) {
 		actions: []string{"sync PodGroup ray-j-pg (cleanup, best effort true)"},
 	}, {
 		name: "finished without an end time (an older operator's): it is set now",
-		job:  planJob(rayv1.K8sJobMode, started(rayv1.JobDeploymentStatusComplete, rayv1.JobStatusSucceeded)),
+		job:  planJob(rayv1.K8sJobMode, startedStatus(rayv1.JobDeploymentStatusComplete, rayv1.JobStatusSucceeded)),
 		want: func(s *rayv1.RayJobStatus) { s.EndTime = ptr.To(metav1.NewTime(planNow)) },
 	}, {
 		name: "an invalid spec does not hold a finished job's cleanup",
@@ -843,7 +889,7 @@ func TestPlanFinished(t *testing.T) {
 func TestPlanWriteFailures(t *testing.T) {
 	gr := schema.GroupResource{Group: "ray.io", Resource: "rayclusters"}
 	refused := apierrors.NewInvalid(schema.GroupKind{Group: "ray.io", Kind: "RayCluster"}, planCluster, field.ErrorList{field.Invalid(field.NewPath("spec"), "x", "bad")})
-	initializing := started(rayv1.JobDeploymentStatusInitializing, rayv1.JobStatusNew)
+	initializing := startedStatus(rayv1.JobDeploymentStatusInitializing, rayv1.JobStatusNew)
 	k8s := planJob(rayv1.K8sJobMode, initializing)
 	for _, tc := range []struct {
 		name   string
@@ -876,7 +922,7 @@ func TestPlanWriteFailures(t *testing.T) {
 		status: func(*rayv1.RayJobStatus) {},
 	}, {
 		name: "a submission Ray refuses fails the job",
-		job:  planJob(rayv1.HTTPMode, started(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusNew)),
+		job:  planJob(rayv1.HTTPMode, startedStatus(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusNew)),
 		obs: func(o *observation) {
 			o.cluster = ownedCluster(o.j, rayv1.Ready)
 			o.headService = headSvc(o.j, o.cluster)
@@ -890,7 +936,7 @@ func TestPlanWriteFailures(t *testing.T) {
 		requeue: reconcile.MinRequeue,
 	}, {
 		name: "a submission Ray cannot take now is a status check failure, retried",
-		job:  planJob(rayv1.HTTPMode, started(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusNew)),
+		job:  planJob(rayv1.HTTPMode, startedStatus(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusNew)),
 		obs: func(o *observation) {
 			o.cluster = ownedCluster(o.j, rayv1.Ready)
 			o.headService = headSvc(o.j, o.cluster)
@@ -904,7 +950,7 @@ func TestPlanWriteFailures(t *testing.T) {
 		requeue: time.Second,
 	}, {
 		name: "a head Service that cannot be made ends the reconcile before Ray's answer is recorded",
-		job:  planJob(rayv1.HTTPMode, started(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusRunning)),
+		job:  planJob(rayv1.HTTPMode, startedStatus(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusRunning)),
 		obs: func(o *observation) {
 			o.cluster = ownedCluster(o.j, rayv1.Ready)
 			o.jobInfo = rayJob(rayv1.JobStatusSucceeded, "done")
