@@ -986,7 +986,7 @@ func TestPlanWriteFailures(t *testing.T) {
 	}
 }
 
-// The writer's events go where their action was planned among the plan's, as the old write-as-you-go order had them.
+// The writer's events go where their action was planned among the plan's: the events keep the order of the step.
 func TestPlacedEvents(t *testing.T) {
 	p := &plan{j: &rayv1.RayJob{}}
 	p.Eventf(corev1.EventTypeNormal, "A", "x", "")
