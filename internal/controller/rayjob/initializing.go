@@ -47,13 +47,9 @@ func (p *plan) initializing() error {
 	}
 	s.Message = "" // what reportStartTrouble said is over
 	s.DashboardURL = DashboardURL(cluster, p.cfg.clusterDomain)
-	started := func(p *plan) {
-		p.j.Status.JobDeploymentStatus = rayv1.JobDeploymentStatusRunning
-		p.Requeue(0)
-	}
 	switch submissionMode(j) {
 	case rayv1.K8sJobMode:
-		if err := p.ensureSubmitter(cluster, started); err != nil {
+		if err := p.ensureSubmitter(cluster); err != nil {
 			return err
 		}
 	case rayv1.InteractiveMode:
@@ -63,13 +59,14 @@ func (p *plan) initializing() error {
 		}
 		s.JobId = j.Spec.JobId
 	}
-	started(p)
+	s.JobDeploymentStatus = rayv1.JobDeploymentStatusRunning
+	p.Requeue(0)
 	return nil
 }
 
 // ensureCluster finds the job's cluster, creating it from rayClusterSpec when the RayJob makes its own. then is
-// what follows a create the API server refused or already had (the rest of the step, which the plan takes as
-// if the create went through).
+// the rest of the step after a create the API server already had or could not make now (the plan takes it as if
+// the create went through); a cluster it refuses fails the attempt, once.
 func (p *plan) ensureCluster(then func(p *plan) bool) (*rayv1.RayCluster, error) {
 	j := p.j
 	cluster, err := p.o.cluster, p.o.clusterErr
@@ -97,7 +94,7 @@ func (p *plan) ensureCluster(then func(p *plan) bool) (*rayv1.RayCluster, error)
 		case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err):
 			// The API server refuses the cluster as written: retrying will not help.
 			p.fail(rayv1.SubmissionFailed, fmt.Sprintf("spec.rayClusterSpec: the API server refused RayCluster %s: %v", c.Name, err))
-			err = nil
+			return nil
 		}
 		if then(p) {
 			return nil
@@ -107,9 +104,9 @@ func (p *plan) ensureCluster(then func(p *plan) bool) (*rayv1.RayCluster, error)
 	return nil, nil
 }
 
-// ensureSubmitter creates the K8sJobMode submitter Job (named after the RayJob, so it exists at most once). then is
-// the rest of the step once the API server refused it.
-func (p *plan) ensureSubmitter(cluster *rayv1.RayCluster, then func(p *plan)) error {
+// ensureSubmitter creates the K8sJobMode submitter Job (named after the RayJob, so it exists at most once). One the
+// API server refuses fails the attempt, and ends the step.
+func (p *plan) ensureSubmitter(cluster *rayv1.RayCluster) error {
 	existing, err := p.ownedSubmitter()
 	if err != nil || existing != nil {
 		return err
@@ -121,7 +118,6 @@ func (p *plan) ensureSubmitter(cluster *rayv1.RayCluster, then func(p *plan)) er
 			return err
 		}
 		p.fail(rayv1.SubmissionFailed, fmt.Sprintf("spec.submitterPodTemplate: the API server refused submitter Job %s: %v", job.Name, err))
-		then(p)
 		return nil
 	}})
 	return nil

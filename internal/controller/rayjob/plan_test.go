@@ -909,6 +909,28 @@ func TestPlanWriteFailures(t *testing.T) {
 		},
 		requeue: reconcile.MinRequeue,
 	}, {
+		name: "a refused cluster fails the attempt once, even past a deadline",
+		job: planJob(rayv1.K8sJobMode, initializing, func(j *rayv1.RayJob) {
+			j.Spec.ActiveDeadlineSeconds, j.Spec.BackoffLimit = ptr.To[int32](60), ptr.To[int32](3)
+		}),
+		fail: refused,
+		status: func(s *rayv1.RayJobStatus) {
+			s.JobDeploymentStatus, s.Failed, s.Reason = rayv1.JobDeploymentStatusRetrying, ptr.To[int32](1), rayv1.SubmissionFailed
+			s.Message = "spec.rayClusterSpec: the API server refused RayCluster j-rc: " + refused.Error()
+		},
+		requeue: reconcile.MinRequeue,
+	}, {
+		name: "a submitter Job the API server refuses fails the job; it does not go on to Running",
+		job:  k8s,
+		obs:  func(o *observation) { o.cluster, o.inClusterDashboard = ownedCluster(o.j, rayv1.Ready), "http://dash" },
+		fail: apierrors.NewInvalid(schema.GroupKind{Group: "batch", Kind: "Job"}, "j", field.ErrorList{field.Invalid(field.NewPath("spec"), "x", "bad")}),
+		status: func(s *rayv1.RayJobStatus) {
+			c := ownedCluster(k8s, rayv1.Ready)
+			s.RayClusterStatus, s.DashboardURL = c.Status, DashboardURL(c, "")
+			failedAt(s, rayv1.SubmissionFailed, `spec.submitterPodTemplate: the API server refused submitter Job j: Job.batch "j" is invalid: spec: Invalid value: "x": bad`)
+		},
+		requeue: reconcile.MinRequeue,
+	}, {
 		name:    "a cluster that exists already: look again in a second",
 		job:     k8s,
 		fail:    apierrors.NewAlreadyExists(gr, planCluster),

@@ -253,7 +253,7 @@ func (p *plan) checkSubmitterAlive(cluster *rayv1.RayCluster) error {
 		}
 		if sub == nil {
 			// Deleted under us (or not yet in the cache): make it again; its script does not resubmit.
-			return p.ensureSubmitter(cluster, func(*plan) {})
+			return p.ensureSubmitter(cluster)
 		}
 		if c := jobCondition(sub, batchv1.JobFailed); c != nil {
 			failedAt, why = c.LastTransitionTime.Time, fmt.Sprintf("Job submission has failed. Reason: %s. Message: %s", c.Reason, c.Message)
