@@ -113,13 +113,13 @@ func TestBatchSchedulerVolcano(t *testing.T) {
 
 // kai-scheduler refuses a K8sJobMode RayJob, as KubeRay v1.7 does, naming the field; SidecarMode goes on.
 func TestBatchSchedulerKaiRefusesK8sJobMode(t *testing.T) {
-	r := &Reconciler{opts: Options{BatchScheduler: clusterbuild.SchedulerKai}}
+	cfg := planConfig{batchScheduler: clusterbuild.SchedulerKai}
 	for _, c := range []struct {
 		mode   rayv1.JobSubmissionMode
 		refuse bool
 	}{{rayv1.K8sJobMode, true}, {"", true}, {rayv1.SidecarMode, false}, {rayv1.HTTPMode, false}} {
-		run := &run{j: &rayv1.RayJob{Spec: rayv1.RayJobSpec{SubmissionMode: c.mode, RayClusterSpec: testutil.RayJobClusterSpec()}}}
-		err := r.batchSchedule(context.Background(), run)
+		p := newPlan(&observation{j: &rayv1.RayJob{Spec: rayv1.RayJobSpec{SubmissionMode: c.mode, RayClusterSpec: testutil.RayJobClusterSpec()}}}, cfg)
+		err := p.batchSchedule()
 		if (err != nil) != c.refuse || (err != nil && !strings.Contains(err.Error(), "spec.submissionMode")) {
 			t.Errorf("%q: %v", c.mode, err)
 		}

@@ -1,6 +1,7 @@
 // Package rayjob is the RayJob controller: it creates (or selects) a RayCluster, submits the Ray job in the chosen
-// submission mode, follows it to a terminal state through internal/ray, and cleans up as the spec says. Pure
-// functions (validate.go, build.go, state.go) decide; controller.go reads, writes and reports.
+// submission mode, follows it to a terminal state through internal/ray, and cleans up as the spec says. observe.go
+// reads; pure functions decide (plan.go and its steps in initializing.go, running.go and finished.go; validate.go,
+// build.go); write.go writes; controller.go ties them together and writes the status.
 package rayjob
 
 import "time"

@@ -11,7 +11,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,7 +25,6 @@ import (
 	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/metrics"
 	"github.com/manta-dev/manta/internal/ray"
-	"github.com/manta-dev/manta/internal/rayauth"
 	"github.com/manta-dev/manta/internal/reconcile"
 )
 
@@ -136,14 +134,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// run is the state of one reconcile; its Result gathers the events and the requeue (see internal/reconcile).
-type run struct {
-	reconcile.Result
-	j   *rayv1.RayJob
-	now time.Time
-}
-
-// Reconcile is thin: read, skip what is not ours, reconcile, write the status once, then the events.
+// Reconcile is thin: read, skip what is not ours, handle deletion, observe, plan, write, write the status once,
+// then the events.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	j := &rayv1.RayJob{}
 	if err := r.client.Get(ctx, req.NamespacedName, j); err != nil {
@@ -159,12 +151,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if j.DeletionTimestamp != nil {
 		return r.finalize(ctx, j)
 	}
-	run := &run{j: j, now: r.opts.Clock.Now()}
 	if err := reconcile.AddFinalizer(ctx, r.client, j, Finalizer); err != nil {
-		return run.Finish(r.recorder, j, err, nil)
+		return (&reconcile.Result{}).Finish(r.recorder, j, err, nil)
 	}
 	old := j.Status.DeepCopy()
-	recErr := r.reconcile(ctx, run)
+	p := computePlan(r.observe(ctx, j), r.opts.planConfig())
+	recErr := r.write(ctx, p)
+	j.Status = p.j.Status
 	j.Status.ObservedGeneration = j.Generation
 
 	// Checked before the comparison: a status computed from a copy older than the stored one may equal it and
@@ -172,17 +165,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	statusErr := r.writes.Check(j)
 	if statusErr == nil && !equality.Semantic.DeepEqual(old, &j.Status) {
 		if old.JobDeploymentStatus != j.Status.JobDeploymentStatus {
-			run.StatusEventf(corev1.EventTypeNormal, ReasonStatusChanged, "Reconcile", "jobDeploymentStatus %q -> %q%s", old.JobDeploymentStatus, j.Status.JobDeploymentStatus, reasonSuffix(&j.Status))
+			p.StatusEventf(corev1.EventTypeNormal, ReasonStatusChanged, "Reconcile", "jobDeploymentStatus %q -> %q%s", old.JobDeploymentStatus, j.Status.JobDeploymentStatus, reasonSuffix(&j.Status))
 		}
 		if old.JobStatus != j.Status.JobStatus && j.Status.JobStatus != "" {
-			run.StatusEventf(corev1.EventTypeNormal, ReasonJobStatusChanged, "Reconcile", "Ray job %s is %s", j.Status.JobId, j.Status.JobStatus)
+			p.StatusEventf(corev1.EventTypeNormal, ReasonJobStatusChanged, "Reconcile", "Ray job %s is %s", j.Status.JobId, j.Status.JobStatus)
 		}
 		statusErr = r.writes.Update(ctx, r.opts.StatusWriter, j)
 		if statusErr == nil {
 			metrics.ObserveJob(j, old, r.opts.Clock.Now())
 		}
 	}
-	return run.Finish(r.recorder, j, recErr, statusErr)
+	return p.Finish(r.recorder, j, recErr, statusErr)
 }
 
 func reasonSuffix(s *rayv1.RayJobStatus) string {
@@ -238,81 +231,4 @@ func (r *Reconciler) stopRayJob(ctx context.Context, j *rayv1.RayJob, res *recon
 		res.Eventf(corev1.EventTypeNormal, ReasonStoppedJob, "Delete", "stopped Ray job %s", s.JobId)
 	}
 	return nil
-}
-
-// getCluster reads the cluster named in the status; nil when it does not exist.
-func (r *Reconciler) getCluster(ctx context.Context, j *rayv1.RayJob) (*rayv1.RayCluster, error) {
-	if j.Status.RayClusterName == "" {
-		return nil, nil
-	}
-	c := &rayv1.RayCluster{}
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: j.Status.RayClusterName}, c); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	return c, nil
-}
-
-func (r *Reconciler) getSubmitter(ctx context.Context, j *rayv1.RayJob) (*batchv1.Job, error) {
-	job := &batchv1.Job{}
-	if err := r.client.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: SubmitterJobName(j)}, job); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	if !metav1.IsControlledBy(job, j) {
-		return nil, fmt.Errorf("a Job named %s exists that this RayJob does not own", job.Name)
-	}
-	return job, nil
-}
-
-// deleteOwned deletes obj when the RayJob controls it. It reports whether obj is gone.
-func (r *Reconciler) deleteOwned(ctx context.Context, run *run, obj client.Object) (bool, error) {
-	if err := r.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, err
-	}
-	if !metav1.IsControlledBy(obj, run.j) {
-		return true, nil
-	}
-	if obj.GetDeletionTimestamp() != nil {
-		return false, nil
-	}
-	uid := obj.GetUID()
-	err := r.client.Delete(ctx, obj, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
-	// KubeRay's messages.
-	deleted, failed, noun := ReasonDeletedCluster, ReasonFailedDeleteCluster, "cluster"
-	if _, ok := obj.(*rayv1.RayCluster); !ok {
-		deleted, failed, noun = ReasonDeletedSubmitter, ReasonFailedDeleteSubmitter, "submitter K8s Job"
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		run.Eventf(corev1.EventTypeWarning, failed, "Delete", "Failed to delete %s %s/%s: %v", noun, obj.GetNamespace(), obj.GetName(), err)
-		return false, err
-	}
-	run.Eventf(corev1.EventTypeNormal, deleted, "Delete", "Deleted %s %s/%s", noun, obj.GetNamespace(), obj.GetName())
-	return false, nil
-}
-
-// clusterPodsGone reports whether no pod of the named cluster is left in the cache, so that "Suspended" means the
-// pods (which Kueue accounts for) are gone, not only the RayCluster object.
-func (r *Reconciler) clusterPodsGone(ctx context.Context, ns, name string) (bool, error) {
-	pods := &corev1.PodList{}
-	if err := r.client.List(ctx, pods, client.InNamespace(ns), clusterpods.Of(name)); err != nil {
-		return false, err
-	}
-	return len(pods.Items) == 0, nil
-}
-
-// dashboard is the client of cluster's dashboard, with the cluster's Ray auth token when it uses one.
-func (r *Reconciler) dashboard(ctx context.Context, cluster *rayv1.RayCluster) (ray.Dashboard, error) {
-	reader := r.reader
-	if reader == nil {
-		reader = r.client
-	}
-	return rayauth.Dashboard(ctx, reader, r.rays, cluster, HeadTarget(cluster))
 }

@@ -1,11 +1,8 @@
 package rayjob
 
 import (
-	"context"
-	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -65,12 +62,12 @@ func cleanups(j *rayv1.RayJob, deleteSelf bool) []cleanup {
 }
 
 // finished applies the cleanups that are due and wakes up for the next one.
-func (r *Reconciler) finished(ctx context.Context, run *run) error {
-	j := run.j
+func (p *plan) finished() error {
+	j := p.j
 	if j.Status.EndTime == nil {
-		j.Status.EndTime = ptr.To(metav1.NewTime(run.now))
+		j.Status.EndTime = ptr.To(metav1.NewTime(p.now))
 	}
-	cluster, err := r.getCluster(ctx, j)
+	cluster, err := p.o.cluster, p.o.clusterErr
 	if err != nil {
 		return err
 	}
@@ -78,15 +75,13 @@ func (r *Reconciler) finished(ctx context.Context, run *run) error {
 		j.Status.RayClusterStatus = *cluster.Status.DeepCopy()
 	}
 	// As in KubeRay, a failed cleanup of the batch scheduler's resources is reported and does not hold the rest.
-	_ = r.batchSchedulerCleanup(ctx, run)
-	for _, c := range cleanups(j, r.opts.DeleteRayJobAfterJobFinishes) {
-		if wait := c.due.Sub(run.now); wait > 0 {
-			run.Requeue(wait)
+	_ = p.batchSchedulerCleanup(true)
+	for _, c := range cleanups(j, p.cfg.deleteSelf) {
+		if wait := c.due.Sub(p.now); wait > 0 {
+			p.Requeue(wait)
 			continue
 		}
-		if err := r.apply(ctx, run, c.policy, cluster); err != nil {
-			return err
-		}
+		p.apply(c.policy, cluster)
 		if c.policy == rayv1.DeleteSelf {
 			return nil
 		}
@@ -95,41 +90,86 @@ func (r *Reconciler) finished(ctx context.Context, run *run) error {
 }
 
 // apply carries out one deletion policy; each is idempotent.
-func (r *Reconciler) apply(ctx context.Context, run *run, p rayv1.DeletionPolicyType, cluster *rayv1.RayCluster) error {
-	j := run.j
+func (p *plan) apply(policy rayv1.DeletionPolicyType, cluster *rayv1.RayCluster) {
+	j := p.j
 	owned := cluster != nil && metav1.IsControlledBy(cluster, j)
-	switch p {
+	switch policy {
 	case rayv1.DeleteNone:
 	case rayv1.DeleteCluster:
 		if owned {
-			_, err := r.deleteOwned(ctx, run, cluster)
-			return err
+			p.deleteOwned(cluster, deleteCluster)
 		}
 	case rayv1.DeleteWorkers:
 		if !owned || cluster.DeletionTimestamp != nil {
-			return nil
+			return
 		}
-		patch := client.MergeFromWithOptions(cluster.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		suspended := cluster.DeepCopy()
 		changed := false
-		for i := range cluster.Spec.WorkerGroupSpecs {
-			if g := &cluster.Spec.WorkerGroupSpecs[i]; !ptr.Deref(g.Suspend, false) {
+		for i := range suspended.Spec.WorkerGroupSpecs {
+			if g := &suspended.Spec.WorkerGroupSpecs[i]; !ptr.Deref(g.Suspend, false) {
 				g.Suspend = ptr.To(true)
 				changed = true
 			}
 		}
-		if !changed {
-			return nil
+		if changed {
+			p.act(action{kind: suspendWorkers, obj: suspended, base: cluster})
 		}
-		if err := r.client.Patch(ctx, cluster, patch); err != nil {
-			run.Eventf(corev1.EventTypeWarning, ReasonFailedSuspendWorkers, "Delete", "Failed to suspend worker groups in cluster %s/%s: %v", cluster.Namespace, cluster.Name, err)
-			return fmt.Errorf("suspend worker groups of %s: %w", cluster.Name, err)
-		}
-		run.Eventf(corev1.EventTypeNormal, ReasonSuspendedWorkers, "Delete", "Set the `suspend` field to true for all worker groups in cluster %s/%s", cluster.Namespace, cluster.Name)
 	case rayv1.DeleteSelf:
-		if err := r.client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete RayJob: %w", err)
-		}
-		run.Eventf(corev1.EventTypeNormal, ReasonDeletedSelf, "Delete", "deleted the RayJob (DeleteSelf)")
+		p.act(action{kind: deleteSelf, obj: p.o.j})
 	}
+}
+
+// tearDown deletes the job's cluster (when the RayJob made it) and submitter; once both are gone, reset sets the
+// status of the next state.
+func (p *plan) tearDown(reset func()) error {
+	j := p.j
+	gone := true
+	if name := j.Status.RayClusterName; name != "" && len(j.Spec.ClusterSelector) == 0 {
+		if p.o.clusterErr != nil {
+			return p.o.clusterErr
+		}
+		var c client.Object
+		if p.o.cluster != nil {
+			c = p.o.cluster
+		}
+		ok := p.deleteOwned(c, deleteCluster)
+		if ok {
+			if p.o.podsErr != nil {
+				return p.o.podsErr
+			}
+			// "Suspended" means the pods (which Kueue accounts for) are gone, not only the RayCluster object.
+			ok = len(p.o.pods) == 0
+		}
+		gone = gone && ok
+	}
+	if p.o.submitterErr != nil {
+		return p.o.submitterErr
+	}
+	var sub client.Object
+	if p.o.submitter != nil {
+		sub = p.o.submitter
+	}
+	gone = p.deleteOwned(sub, deleteSubmitter) && gone
+	if !gone {
+		p.Requeue(time.Second)
+		return nil
+	}
+	// As in KubeRay: the batch scheduler's queue gets back what the job held before the status says it let go.
+	if err := p.batchSchedulerCleanup(false); err != nil {
+		return err
+	}
+	reset()
+	p.Requeue(0)
 	return nil
+}
+
+// deleteOwned deletes obj (nil: it does not exist) when the RayJob controls it. It reports whether obj is gone.
+func (p *plan) deleteOwned(obj client.Object, kind actionKind) bool {
+	if obj == nil || !metav1.IsControlledBy(obj, p.j) {
+		return true
+	}
+	if obj.GetDeletionTimestamp() == nil {
+		p.act(action{kind: kind, obj: obj})
+	}
+	return false
 }

@@ -1,7 +1,6 @@
 package rayjob
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -9,10 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/controller/clusterpods"
 	"github.com/manta-dev/manta/internal/podtrouble"
 	"github.com/manta-dev/manta/internal/reconcile"
 )
@@ -47,52 +44,51 @@ func validateStartErrorAnnotation(j *rayv1.RayJob) field.ErrorList {
 	return field.ErrorList{field.NotSupported(field.NewPath("metadata", "annotations").Key(AnnotationFailOnPermanentStartError), v, []string{"true", "false"})}
 }
 
-// startTroubles is why the cluster's pods cannot start, from the cache.
-func (r *Reconciler) startTroubles(ctx context.Context, cluster *rayv1.RayCluster) ([]podtrouble.Cause, error) {
-	if cluster == nil {
-		return nil, nil
-	}
-	pods := &corev1.PodList{}
-	if err := r.client.List(ctx, pods, client.InNamespace(cluster.Namespace), clusterpods.Of(cluster.Name)); err != nil {
-		return nil, fmt.Errorf("list the pods of RayCluster %s: %w", cluster.Name, err)
-	}
-	return podtrouble.Pods(pods.Items), nil
-}
-
 // reportStartTrouble writes why the cluster's pods cannot start in the message of an Initializing job, asks for an
 // event for each cause the message did not name yet, and fails the job when it asked for it and a cause is
 // permanent. It reports whether it failed the job.
-func (r *Reconciler) reportStartTrouble(ctx context.Context, run *run, cluster *rayv1.RayCluster) (bool, error) {
-	s := &run.j.Status
-	causes, err := r.startTroubles(ctx, cluster)
+func (p *plan) reportStartTrouble(cluster *rayv1.RayCluster) (bool, error) {
+	s := &p.j.Status
+	causes, err := p.startTroubles(cluster)
 	if err != nil {
 		return false, err
 	}
 	for _, c := range podtrouble.New(s.Message, causes) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: c.Pod}}
-		run.Events = append(run.Events, reconcile.Event{Type: corev1.EventTypeWarning, Reason: c.Reason, Action: "Start",
+		p.Events = append(p.Events, reconcile.Event{Type: corev1.EventTypeWarning, Reason: c.Reason, Action: "Start",
 			Note: fmt.Sprintf("RayCluster %s: %s", cluster.Name, c.Line()), StatusChange: true, Related: pod})
 	}
 	s.Message = podtrouble.Summary(causes)
-	if run.j.Annotations[AnnotationFailOnPermanentStartError] != "true" {
+	if p.j.Annotations[AnnotationFailOnPermanentStartError] != "true" {
 		return false, nil
 	}
 	for _, c := range causes {
-		permanent, wait := c.Permanent(run.now, r.opts.MissingConfigGrace)
+		permanent, wait := c.Permanent(p.now, p.cfg.missingConfigGrace)
 		if permanent {
-			r.fail(run, PermanentStartError, fmt.Sprintf("%s (%s is \"true\": a permanent start error fails the job)", c.Line(), AnnotationFailOnPermanentStartError))
+			p.fail(PermanentStartError, fmt.Sprintf("%s (%s is \"true\": a permanent start error fails the job)", c.Line(), AnnotationFailOnPermanentStartError))
 			return true, nil
 		}
 		if wait > 0 {
-			run.Requeue(wait) // no pod event comes when the grace ends
+			p.Requeue(wait) // no pod event comes when the grace ends
 		}
 	}
 	return false, nil
 }
 
+// startTroubles is why the observed cluster's pods cannot start.
+func (p *plan) startTroubles(cluster *rayv1.RayCluster) ([]podtrouble.Cause, error) {
+	if cluster == nil {
+		return nil, nil
+	}
+	if p.o.podsErr != nil {
+		return nil, fmt.Errorf("list the pods of RayCluster %s: %w", cluster.Name, p.o.podsErr)
+	}
+	return podtrouble.Pods(p.o.pods), nil
+}
+
 // withStartTrouble adds why the cluster's pods cannot start to a deadline's message.
-func (r *Reconciler) withStartTrouble(ctx context.Context, cluster *rayv1.RayCluster, msg string) string {
-	causes, err := r.startTroubles(ctx, cluster)
+func (p *plan) withStartTrouble(cluster *rayv1.RayCluster, msg string) string {
+	causes, err := p.startTroubles(cluster)
 	if err != nil || len(causes) == 0 {
 		return msg
 	}

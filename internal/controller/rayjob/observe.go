@@ -1,0 +1,149 @@
+package rayjob
+
+import (
+	"context"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/clusterpods"
+	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/rayauth"
+)
+
+// observation is everything computePlan reads: the RayJob, and what its deployment state needs of its cluster, its
+// submitter, the cluster's pods and Ray. A read that failed is kept beside what it would have read, and the plan
+// returns it where the step needs what it would have read: a failed read the step does not need changes nothing.
+type observation struct {
+	j   *rayv1.RayJob
+	now time.Time
+	// newName draws a fresh name for a cluster or a submission ID (random, so not part of the plan's inputs).
+	newName func() string
+
+	// cluster is the RayCluster named in status.rayClusterName; nil when there is none.
+	cluster    *rayv1.RayCluster
+	clusterErr error
+	// submitter is the Job named after the RayJob, whoever controls it; nil when there is none.
+	submitter    *batchv1.Job
+	submitterErr error
+	// pods are the pods of the cluster named in status.rayClusterName, terminating ones included.
+	pods    []corev1.Pod
+	podsErr error
+	// headService is <job>-head-svc as the API server has it (nil: absent).
+	headService    *corev1.Service
+	headServiceErr error
+	// inClusterDashboard is the address the K8sJobMode submitter reaches the cluster's dashboard at; set when a
+	// submitter may be created.
+	inClusterDashboard string
+	// dash is the cluster's dashboard client (dashErr: it could not be built, its auth token not read); jobInfo is
+	// Ray's answer about status.jobId, jobErr the failed question (ray.ErrNotFound: Ray does not know the job).
+	dash    ray.Dashboard
+	dashErr error
+	jobInfo *ray.JobInfo
+	jobErr  error
+}
+
+// observe reads what the RayJob's deployment state needs, from the cache except where noted; it writes nothing.
+// Asking Ray for the job's status is a read; submitting or stopping it is the writer's.
+func (r *Reconciler) observe(ctx context.Context, j *rayv1.RayJob) *observation {
+	o := &observation{j: j, now: r.opts.Clock.Now(), newName: func() string { return clusterbuild.ChildClusterName(j.Name, r.opts.Rand) }}
+	s := &j.Status
+	state, name, mode := s.JobDeploymentStatus, s.RayClusterName, submissionMode(j)
+	tearDown := state == rayv1.JobDeploymentStatusRetrying || state == rayv1.JobDeploymentStatusSuspending ||
+		state == rayv1.JobDeploymentStatusValidationFailed
+	switch state {
+	case rayv1.JobDeploymentStatusNew, rayv1.JobDeploymentStatusSuspended:
+		return o
+	}
+	if name != "" {
+		o.cluster, o.clusterErr = r.getCluster(ctx, j)
+	}
+	if tearDown || (mode == rayv1.K8sJobMode && (state == rayv1.JobDeploymentStatusInitializing || state == rayv1.JobDeploymentStatusRunning)) {
+		o.submitter, o.submitterErr = r.readSubmitter(ctx, j)
+	}
+	// The pods: whether they are gone (a teardown), why they cannot start (initializing, or a pre-running deadline
+	// that may fail the job), the SidecarMode submitter's state (in the head pod).
+	started := state == rayv1.JobDeploymentStatusWaiting || state == rayv1.JobDeploymentStatusRunning
+	if name != "" && (tearDown || state == rayv1.JobDeploymentStatusInitializing ||
+		(started && (mode == rayv1.SidecarMode || j.Spec.PreRunningDeadlineSeconds != nil))) {
+		pods := &corev1.PodList{}
+		o.podsErr = r.client.List(ctx, pods, client.InNamespace(j.Namespace), clusterpods.Of(name))
+		o.pods = pods.Items
+	}
+	c := o.cluster
+	if c == nil {
+		return o
+	}
+	if mode == rayv1.K8sJobMode && o.submitter == nil && o.submitterErr == nil &&
+		(state == rayv1.JobDeploymentStatusRunning || (state == rayv1.JobDeploymentStatusInitializing && c.Status.State == rayv1.Ready)) {
+		o.inClusterDashboard = r.rays.InClusterDashboardURL(HeadTarget(c))
+	}
+	if state != rayv1.JobDeploymentStatusRunning || j.Spec.Suspend {
+		return o
+	}
+	if len(j.Spec.ClusterSelector) == 0 {
+		o.headService, o.headServiceErr = r.readHeadService(ctx, j, c)
+	}
+	if o.dash, o.dashErr = r.dashboard(ctx, c); o.dashErr == nil {
+		o.jobInfo, o.jobErr = o.dash.GetJob(ctx, s.JobId)
+	}
+	return o
+}
+
+// getCluster reads the cluster named in the status; nil when it does not exist.
+func (r *Reconciler) getCluster(ctx context.Context, j *rayv1.RayJob) (*rayv1.RayCluster, error) {
+	if j.Status.RayClusterName == "" {
+		return nil, nil
+	}
+	c := &rayv1.RayCluster{}
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: j.Status.RayClusterName}, c); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// readSubmitter reads the Job named after the RayJob, whoever controls it (the plan tells); nil when absent.
+func (r *Reconciler) readSubmitter(ctx context.Context, j *rayv1.RayJob) (*batchv1.Job, error) {
+	job := &batchv1.Job{}
+	if err := r.client.Get(ctx, client.ObjectKey{Namespace: j.Namespace, Name: SubmitterJobName(j)}, job); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return job, nil
+}
+
+// readHeadService reads <job>-head-svc from the API server: it carries no ray.io/cluster label, so the manager's
+// cache does not hold it.
+func (r *Reconciler) readHeadService(ctx context.Context, j *rayv1.RayJob, c *rayv1.RayCluster) (*corev1.Service, error) {
+	key := client.ObjectKeyFromObject(clusterbuild.OwnerHeadService(c, clusterbuild.KindRayJob, j.Name))
+	svc := &corev1.Service{}
+	if err := r.apiReader().Get(ctx, key, svc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return svc, nil
+}
+
+func (r *Reconciler) apiReader() client.Reader {
+	if r.reader == nil {
+		return r.client
+	}
+	return r.reader
+}
+
+// dashboard is the client of cluster's dashboard, with the cluster's Ray auth token when it uses one.
+func (r *Reconciler) dashboard(ctx context.Context, cluster *rayv1.RayCluster) (ray.Dashboard, error) {
+	return rayauth.Dashboard(ctx, r.apiReader(), r.rays, cluster, HeadTarget(cluster))
+}
