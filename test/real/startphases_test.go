@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -169,15 +170,26 @@ func testStartPhasesColdWarm(t *testing.T, ctx context.Context, e *env) {
 
 // removeNodeImage removes an image from the real node's containerd under every name it has there (the CRI adds
 // the digest and the image ID beside the tag), and its content with it (--sync), so that the next pod pulls it whole.
+// The exited containers of deleted pods go first: until the kubelet's garbage collection removes them they keep the
+// image's unpacked layers, and a pull that finds the layers fetches nothing (CI of 66d86c9: the earlier step's
+// containers were still there, the "cold" pull took 128 ms and the head found the image present).
 func (e *env) removeNodeImage(t *testing.T, ctx context.Context, ref string) {
 	t.Helper()
+	// run returns ctr's standard output, which the callers parse; its standard error carries warnings (cgroup v1).
+	run := func(args ...string) (string, string, error) {
+		var stdout, stderr strings.Builder
+		cmd := exec.CommandContext(ctx, filepath.Join(filepath.Dir(e.kubectl), "ctr"),
+			append([]string{"--address", e.cluster.ContainerdSocket(), "-n", "k8s.io"}, args...)...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		return stdout.String(), stderr.String(), err
+	}
 	ctr := func(args ...string) string {
-		out, err := exec.CommandContext(ctx, filepath.Join(filepath.Dir(e.kubectl), "ctr"),
-			append([]string{"--address", e.cluster.ContainerdSocket(), "-n", "k8s.io"}, args...)...).CombinedOutput()
+		out, errOut, err := run(args...)
 		if err != nil {
-			t.Fatalf("ctr %v: %v: %s", args, err, out)
+			t.Fatalf("ctr %v: %v: %s%s", args, err, out, errOut)
 		}
-		return string(out)
+		return out
 	}
 	digest := e.containerdDigest(t, ctx, ref)
 	if digest == "" {
@@ -189,7 +201,31 @@ func (e *env) removeNodeImage(t *testing.T, ctx context.Context, ref string) {
 			names = append(names, f[0])
 		}
 	}
-	t.Logf("removing %v from the node", names)
+	// No pod of the cluster may still run the image: the steps before deleted theirs, which may still be stopping.
+	waitFor(t, ctx, 5*time.Minute, "no pod running "+ref, func() (bool, string) {
+		var pods corev1.PodList
+		if err := e.cl.List(ctx, &pods); err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pods.Items {
+			for _, c := range p.Spec.Containers {
+				if strings.HasSuffix(ref, strings.TrimPrefix(c.Image, "docker.io/")) {
+					return false, fmt.Sprintf("pod %s/%s (%s) runs it", p.Namespace, p.Name, p.Status.Phase)
+				}
+			}
+		}
+		return true, ""
+	})
+	var leftovers []string
+	for _, name := range names {
+		leftovers = append(leftovers, strings.Fields(ctr("containers", "ls", "-q", "image=="+name))...)
+	}
+	for _, id := range leftovers {
+		// The task of an exited container may be gone already; a container with a running task is refused below.
+		_, _, _ = run("tasks", "rm", id)
+		ctr("containers", "rm", id)
+	}
+	t.Logf("removing %v from the node, and the %d containers of deleted pods that used it", names, len(leftovers))
 	ctr(append([]string{"images", "rm", "--sync"}, names...)...)
 	if left := e.containerdDigest(t, ctx, ref); left != "" {
 		t.Fatalf("%s still on the node (%s)", ref, left)
