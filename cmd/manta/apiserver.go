@@ -64,6 +64,7 @@ func newAPIServerCommand() *cobra.Command {
 	fs.BoolVar(&opts.UseKubernetesProxy, "use-kubernetes-proxy", false, "reach Ray dashboards through the Kubernetes API server's services/proxy")
 	fs.StringVar(&opts.ClusterDomain, "cluster-domain", "cluster.local", "cluster DNS domain used to reach Ray head services directly")
 	fs.StringVar(&opts.CORSAllowOrigin, "cors-allow-origin", "", "let browser pages from this origin call the API (Access-Control-Allow-Origin, as KubeRay's API server): scheme://host[:port], one * inside it as a wildcard, or * for every origin; empty: no CORS")
+	fs.StringVar(&opts.AnonymousAs, "anonymous-as", "", "<namespace>:<serviceaccount>: requests without an Authorization header (KubeRay's dashboard, Ray dashboard links) act as this ServiceAccount, with its RBAC; needs auth kubernetes, loopback --listen or --tls-cert-file, and create on that ServiceAccount's serviceaccounts/token for this server; empty: such requests get 401")
 	return cmd
 }
 

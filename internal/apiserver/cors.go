@@ -2,7 +2,9 @@ package apiserver
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -33,6 +35,17 @@ func CheckCORSOrigin(v string) error {
 	}
 	if strings.Count(v, "*") > 1 {
 		return errors.New("--cors-allow-origin may hold one * at most")
+	}
+	if v == "" || v == "*" {
+		return nil
+	}
+	// What a browser sends as Origin: scheme://host[:port], nothing after it (a trailing / or a path never matches).
+	u, err := url.Parse(strings.Replace(v, "*", "wildcard", 1))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		return fmt.Errorf("--cors-allow-origin %q: want an origin, scheme://host[:port] with scheme http or https (e.g. http://localhost:3000, KubeRay's dashboard run with yarn dev)", v)
+	}
+	if u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || strings.HasSuffix(v, "?") || strings.HasSuffix(v, "#") {
+		return fmt.Errorf("--cors-allow-origin %q: an origin is scheme://host[:port] only, with no path (not even a trailing /), query, fragment or user", v)
 	}
 	return nil
 }

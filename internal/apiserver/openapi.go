@@ -16,6 +16,9 @@ func OpenAPI() map[string]any {
 	g := &schemaGen{schemas: map[string]any{}}
 	paths := map[string]any{}
 	for _, rt := range routes() {
+		if rt.undocumented {
+			continue
+		}
 		item, _ := paths[rt.pattern].(map[string]any)
 		if item == nil {
 			item = map[string]any{}
@@ -189,6 +192,10 @@ func (g *schemaGen) v2Operation(rt *route) map[string]any {
 			map[string]any{"name": "dryRun", "in": "query", "description": "All: validate and admit without persisting (passed to Kubernetes)", "schema": map[string]any{"type": "string", "enum": []string{"All"}}},
 			map[string]any{"name": "fieldValidation", "in": "query", "description": "Kubernetes' field validation: Ignore, Warn or Strict (passed to Kubernetes)", "schema": map[string]any{"type": "string", "enum": []string{"Ignore", "Warn", "Strict"}}})
 	case rt.method == http.MethodDelete:
+		if strings.HasPrefix(rt.op, "V2DeleteCollection") {
+			query("labelSelector", "label selector")
+			query("fieldSelector", "field selector")
+		}
 		params = append(params, map[string]any{"name": "propagationPolicy", "in": "query", "description": "Orphan, Background or Foreground (passed to Kubernetes)",
 			"schema": map[string]any{"type": "string", "enum": []string{"Orphan", "Background", "Foreground"}}})
 	}

@@ -31,6 +31,9 @@ type route struct {
 	// v2 marks the v2 resource API: proxy forwards the request to Kubernetes and writes Kubernetes' answer.
 	v2    bool
 	proxy func(s *Server, w http.ResponseWriter, r *http.Request) *apiError
+	// undocumented leaves the operation out of the OpenAPI document: the services proxy, whose answers are a Ray
+	// dashboard's pages, which no schema here describes.
+	undocumented bool
 }
 
 const (
