@@ -101,7 +101,7 @@ type kubeAuth struct {
 	// anonymous, when set, is who requests without an Authorization header are (--anonymous-as).
 	anonymous *anonymousIdentity
 	tokens    ttlCache[*userInfo]
-	allows ttlCache[bool]
+	allows    ttlCache[bool]
 }
 
 // bearerToken reads the caller's token from "Authorization: Bearer <token>" or, as KubeRay's clients send it,

@@ -18,6 +18,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,6 +67,13 @@ func (e *testEnv) testKubeRayDashboard(t *testing.T) {
 	}
 	v2 := "/apis/ray.io/v1/namespaces/" + ns
 
+	// Right after the control plane starts, Kubernetes answers a list 429 "storage is (re)initializing" until its
+	// cache of that resource is filled; client-go waits that out (Retry-After), the dashboard would poll again.
+	for _, l := range []client.ObjectList{&rayv1.RayClusterList{}, &rayv1.RayJobList{}, &rayv1.RayServiceList{}, &rayv1.RayCronJobList{}} {
+		if err := e.k.List(ctx, l, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// A cluster elsewhere, which the dashboard's identity must never see.
 	hidden := testutil.MakeRayCluster(other, "hidden").Obj()
 	if err := e.k.Create(ctx, hidden); err != nil {
@@ -100,7 +108,7 @@ func (e *testEnv) testKubeRayDashboard(t *testing.T) {
 				"rayClusterSpec": map[string]any{
 					"headGroupSpec": map[string]any{"rayStartParams": map[string]any{}, "template": map[string]any{"spec": map[string]any{
 						"containers": []any{map[string]any{"name": "ray-head", "image": "rayproject/ray:2.52.0",
-							"ports": []any{map[string]any{"containerPort": 6379, "name": "gcs-server"}, map[string]any{"containerPort": 8265, "name": "dashboard"}, map[string]any{"containerPort": 10001, "name": "client"}},
+							"ports":     []any{map[string]any{"containerPort": 6379, "name": "gcs-server"}, map[string]any{"containerPort": 8265, "name": "dashboard"}, map[string]any{"containerPort": 10001, "name": "client"}},
 							"resources": map[string]any{"limits": map[string]any{"cpu": "1", "memory": "2Gi"}, "requests": map[string]any{"cpu": "1", "memory": "2Gi"}}}}}}},
 					"workerGroupSpecs": []any{map[string]any{"groupName": "small-wg", "replicas": 1, "minReplicas": 1, "maxReplicas": 2, "rayStartParams": map[string]any{},
 						"template": map[string]any{"spec": map[string]any{"containers": []any{map[string]any{"name": "ray-worker", "image": "rayproject/ray:2.52.0",
@@ -267,7 +275,7 @@ func (e *testEnv) testKubeRayDashboard(t *testing.T) {
 		dec := json.NewDecoder(bufio.NewReader(res.Body))
 		for {
 			var ev struct {
-				Type   string          `json:"type"`
+				Type   string           `json:"type"`
 				Object rayv1.RayCluster `json:"object"`
 			}
 			if err := dec.Decode(&ev); err != nil {
@@ -294,9 +302,9 @@ func (e *testEnv) testKubeRayDashboard(t *testing.T) {
 		if len(left.Items) != 0 {
 			t.Errorf("left after deletecollection: %d", len(left.Items))
 		}
-		var rest rayv1.RayClusterList
-		mustOK(t, callWith(t, d, "GET", v2+"/rayclusters", nil, browser), &rest)
-		if len(rest.Items) == 0 {
+		var remaining rayv1.RayClusterList
+		mustOK(t, callWith(t, d, "GET", v2+"/rayclusters", nil, browser), &remaining)
+		if len(remaining.Items) == 0 {
 			t.Errorf("deletecollection deleted beyond its selector")
 		}
 		// narrow may not: Kubernetes says so.
@@ -348,21 +356,38 @@ func (e *testEnv) testKubeRayDashboard(t *testing.T) {
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "dashboard", Port: 8265, TargetPort: intstr.FromInt32(int32(port))}}}}
 		plainSvc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "not-ray", Namespace: ns},
 			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
-		//lint:ignore SA1019 kube-apiserver's services proxy still resolves through Endpoints
-		eps := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "rc-head-svc", Namespace: ns},
-			Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: ip}}, Ports: []corev1.EndpointPort{{Name: "dashboard", Port: int32(port)}}}}}
-		slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "rc-head-svc-1", Namespace: ns, Labels: map[string]string{discoveryv1.LabelServiceName: "rc-head-svc"}},
-			AddressType: discoveryv1.AddressTypeIPv4, Endpoints: []discoveryv1.Endpoint{{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-			Ports: []discoveryv1.EndpointPort{{Name: ptr.To("dashboard"), Port: ptr.To(int32(port))}}}
-		for _, o := range []client.Object{svc, plainSvc, eps, slice} {
+		// kube-apiserver proxies only to an endpoint (from the Service's EndpointSlices) whose target Pod has that
+		// IP: a Pod that no kubelet runs, with the address written into its status.
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "rc-head", Namespace: ns},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head", Image: "rayproject/ray:2.52.0"}}}}
+		if err := e.k.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		pod.Status.PodIP, pod.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+		if err := e.k.Status().Update(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		slice := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "rc-head-svc-1", Namespace: ns,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "rc-head-svc", discoveryv1.LabelManagedBy: "test"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{ip}, TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "rc-head", Namespace: ns},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true)}}},
+			Ports: []discoveryv1.EndpointPort{{Name: ptr.To("dashboard"), Port: ptr.To(int32(port)), Protocol: ptr.To(corev1.ProtocolTCP)}}}
+		for _, o := range []client.Object{svc, plainSvc, slice} {
 			if err := e.k.Create(ctx, o); err != nil {
 				t.Fatal(err)
 			}
 		}
 		// The dashboard's link: services/{name}:{containerPort}/proxy/#/cluster (the fragment stays in the browser).
 		link := "/api/v1/namespaces/" + ns + "/services/rc-head-svc:8265/proxy/"
-		r := callWith(t, d, "GET", link, nil, browser)
-		if r.code != http.StatusOK || !strings.Contains(string(r.body), "Ray Dashboard") {
+		var r resp
+		// kube-apiserver may resolve endpoints from a cache: until the EndpointSlice and the Pod's IP are in it, its
+		// proxy answers 503 "no endpoints available". Wait for that condition to clear, not for a time.
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			r = callWith(t, d, "GET", link, nil, browser)
+			return !(r.code == http.StatusServiceUnavailable && strings.Contains(string(r.body), "no endpoints available")), nil
+		})
+		if err != nil || r.code != http.StatusOK || !strings.Contains(string(r.body), "Ray Dashboard") {
 			t.Fatalf("Ray dashboard link: %d %s", r.code, r.body)
 		}
 		if got := <-seen; got != "GET / authorization=" {

@@ -53,7 +53,9 @@ func OpenAPI() map[string]any {
 			"version": version.Version,
 			"description": "Ray on Kubernetes. Paths and JSON shapes of KubeRay's API server v1 (protobuf's JSON mapping: JSON or proto field names, " +
 				"numbers as numbers or strings, enums by name or number), plus image pull jobs, and KubeRay's v2 resource API " +
-				"(/apis/ray.io/v1/..., passed to Kubernetes with the caller's own token). " +
+				"(/apis/ray.io/v1/..., passed to Kubernetes with the caller's own token; ?watch=true on a list streams Kubernetes' watch events). " +
+				"Also served, and not described here since its answers are a Ray dashboard's pages: /api/v1/namespaces/{namespace}/services/{service}/proxy/..., " +
+				"Kubernetes' services proxy to Services labelled app.kubernetes.io/name=kuberay, with the caller's token. " +
 				"Authenticate with a Kubernetes token (Authorization: Bearer <token>, or Authorization: <token>); each v1 operation is authorised with the RBAC permission behind it. " +
 				"Errors are a google.rpc.Status whose BadRequest detail names the offending fields; v2 passes Kubernetes' Status on.",
 		},

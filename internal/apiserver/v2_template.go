@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
@@ -28,7 +29,9 @@ var computeTemplateKey = []byte(`"computeTemplate"`)
 
 // computeTemplates is the forward.body of creates and replaces of plural.
 func (s *Server) computeTemplates(plural string) func(*http.Request, []byte) ([]byte, string, *apiError) {
-	return func(r *http.Request, body []byte) ([]byte, string, *apiError) { return s.injectComputeTemplates(plural, r, body) }
+	return func(r *http.Request, body []byte) ([]byte, string, *apiError) {
+		return s.injectComputeTemplates(plural, r, body)
+	}
 }
 
 func (s *Server) injectComputeTemplates(plural string, r *http.Request, body []byte) ([]byte, string, *apiError) {
@@ -122,7 +125,7 @@ func (s *Server) injectComputeTemplates(plural string, r *http.Request, body []b
 func (s *Server) readComputeTemplate(r *http.Request, field, name string) (*ComputeTemplate, *apiError) {
 	ns := r.PathValue("namespace")
 	u := *s.kube.base
-	u.Path = u.Path + "/api/v1/namespaces/" + url.PathEscape(ns) + "/configmaps/" + url.PathEscape(name)
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/api/v1/namespaces/" + url.PathEscape(ns) + "/configmaps/" + url.PathEscape(name)
 	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, internalError(http.StatusInternalServerError, codeInternal, err, "internal error")
