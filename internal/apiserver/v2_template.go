@@ -36,15 +36,16 @@ func (s *Server) computeTemplates(plural string) func(*http.Request, []byte) ([]
 
 func (s *Server) injectComputeTemplates(plural string, r *http.Request, body []byte) ([]byte, string, *apiError) {
 	contentType := r.Header.Get("Content-Type")
+	orig := body // what goes on unchanged when no group names a template
 	mt, _, _ := mime.ParseMediaType(contentType)
 	switch mt {
 	case "application/json", "":
 		if !bytes.Contains(body, computeTemplateKey) {
-			return body, contentType, nil
+			return orig, contentType, nil
 		}
 	case "application/yaml":
 		if !bytes.Contains(body, []byte("computeTemplate")) {
-			return body, contentType, nil
+			return orig, contentType, nil
 		}
 		j, err := yaml.YAMLToJSON(body)
 		if err != nil {
@@ -53,7 +54,7 @@ func (s *Server) injectComputeTemplates(plural string, r *http.Request, body []b
 		body = j
 	default:
 		// Protobuf or anything else Kubernetes may accept: nothing here can name a template.
-		return body, contentType, nil
+		return orig, contentType, nil
 	}
 	var obj map[string]any
 	d := json.NewDecoder(bytes.NewReader(body))
@@ -63,7 +64,7 @@ func (s *Server) injectComputeTemplates(plural string, r *http.Request, body []b
 	}
 	spec, _ := obj["spec"].(map[string]any)
 	if spec == nil {
-		return body, contentType, nil
+		return orig, contentType, nil
 	}
 	clusterSpec, path := spec, "spec"
 	switch plural {
@@ -75,7 +76,7 @@ func (s *Server) injectComputeTemplates(plural string, r *http.Request, body []b
 		path = "spec.rayClusterConfig"
 	}
 	if clusterSpec == nil {
-		return body, contentType, nil
+		return orig, contentType, nil
 	}
 	type group struct {
 		m               map[string]any
@@ -112,7 +113,7 @@ func (s *Server) injectComputeTemplates(plural string, r *http.Request, body []b
 		changed = true
 	}
 	if !changed {
-		return body, contentType, nil
+		return orig, contentType, nil
 	}
 	out, err := json.Marshal(obj)
 	if err != nil {
