@@ -84,7 +84,8 @@ func startDevAPIServer(ctx context.Context, cfg *rest.Config, ready chan<- strin
 		return err
 	}
 	url := "http://" + ln.Addr().String()
-	ready <- fmt.Sprintf("REST API: %s  (TOKEN=$(kubectl create token %s -n %s); curl -H \"Authorization: Bearer $TOKEN\" %s/apis/v1/namespaces/default/clusters)",
-		url, apiserver.DevUser, apiserver.DevUserNamespace, url)
+	ready <- fmt.Sprintf("REST API: %s  (TOKEN=$(kubectl create token %s -n %s); curl -H \"Authorization: Bearer $TOKEN\" %s/apis/v1/namespaces/default/clusters)\n"+
+		"  Console: %s/console/  (sign in with the token of kubectl create token %s -n %s)",
+		url, apiserver.DevUser, apiserver.DevUserNamespace, url, url, apiserver.DevUser, apiserver.DevUserNamespace)
 	return s.Serve(ctx, ln)
 }

@@ -123,6 +123,9 @@ func bearerToken(r *http.Request) (string, bool) {
 // function and the request it serves, the token is only ever held as its hash.
 func (k *kubeAuth) authenticate(ctx context.Context, r *http.Request) (*userInfo, string, *apiError) {
 	tok, ok := bearerToken(r)
+	if !ok && r.Header.Get("Authorization") == "" {
+		tok, ok = consoleCookieToken(r)
+	}
 	if !ok && k.anonymous != nil && r.Header.Get("Authorization") == "" {
 		var e *apiError
 		if tok, e = k.anonymous.token(ctx); e != nil {

@@ -153,7 +153,8 @@ func routes() []*route {
 			summary: "Delete a finished submitted job.", resp: Empty{},
 			errs: []int{400, 404, 502}, access: submissionAccess("delete"), reads: tokenRead, handle: (*Server).deleteSubmission},
 	)
-	return append(rs, v2Routes()...)
+	rs = append(rs, v2Routes()...)
+	return append(rs, consoleRoutes()...)
 }
 
 func opName(path string) string {

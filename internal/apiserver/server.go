@@ -99,6 +99,7 @@ type DashboardFunc func(ctx context.Context, rc *rayv1.RayCluster, svc *corev1.S
 // Server serves the REST API.
 type Server struct {
 	opts     Options
+	cfg      *rest.Config
 	c        client.Client
 	kube     *kubeProxy
 	auth     *kubeAuth
@@ -179,7 +180,7 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, c: c, kube: kube, registry: prometheus.NewRegistry(), certs: certs}
+	s := &Server{opts: opts, cfg: cfg, c: c, kube: kube, registry: prometheus.NewRegistry(), certs: certs}
 	if opts.Auth == AuthKubernetes {
 		s.auth = &kubeAuth{c: c}
 		if opts.AnonymousAs != "" {
@@ -461,6 +462,7 @@ func (s *Server) buildMux() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(doc)
 	})
+	handleConsolePages(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no such path: %s", r.URL.Path))
 	})
@@ -469,7 +471,7 @@ func (s *Server) buildMux() http.Handler {
 
 // limitInflight answers 429 with Retry-After once n requests are being handled. /healthz and /metrics pass: a
 // probe failing under load would restart a server that is only busy, and the scrape is how one sees the load.
-// Watches are long-lived, so they have n slots of their own (as kube-apiserver keeps long-running requests out of
+// Watches (and the console's streams and followed logs, isLongRunning) are long-lived, so they have n slots of their own (as kube-apiserver keeps long-running requests out of
 // its in-flight limit): open dashboards cannot starve ordinary requests, nor the other way round.
 func limitInflight(n int, next http.Handler) http.Handler {
 	slots, watchSlots := make(chan struct{}, n), make(chan struct{}, n)
@@ -479,7 +481,7 @@ func limitInflight(n int, next http.Handler) http.Handler {
 			return
 		}
 		slots := slots
-		if isWatch(r) {
+		if isLongRunning(r) {
 			slots = watchSlots
 		}
 		select {
@@ -494,11 +496,11 @@ func limitInflight(n int, next http.Handler) http.Handler {
 	})
 }
 
-// withRequestTimeout gives every request a deadline, except watches, which Kubernetes ends itself (proxyV2 bounds
-// their timeoutSeconds) and which end when their client goes away.
+// withRequestTimeout gives every request a deadline, except watches and the console's streams (isLongRunning),
+// which end themselves after at most maxWatchSeconds (proxyV2 bounds timeoutSeconds) or when their client goes away.
 func withRequestTimeout(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if isWatch(r) {
+		if isLongRunning(r) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -108,6 +108,10 @@ type forward struct {
 	query func(url.Values) url.Values
 	// body rewrites the body (nil keeps it) and returns its content type.
 	body func(r *http.Request, body []byte) ([]byte, string, *apiError)
+	// path is the Kubernetes path to forward to (empty: the request's own).
+	path string
+	// stream flushes each write as Kubernetes sends it, for at most maxWatchSeconds (a followed log).
+	stream bool
 }
 
 // proxyV2 forwards the request with the caller's token (info(r).token; under auth none, with this server's own
@@ -115,8 +119,8 @@ type forward struct {
 func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, f forward) *apiError {
 	q := r.URL.Query()
 	watch := isWatch(r)
+	n := maxWatchSeconds
 	if watch {
-		n := maxWatchSeconds
 		if v := q.Get("timeoutSeconds"); v != "" {
 			t, err := strconv.Atoi(v)
 			if err != nil || t < 0 {
@@ -127,6 +131,8 @@ func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, f forward) *api
 			}
 		}
 		q.Set("timeoutSeconds", strconv.Itoa(n))
+	}
+	if watch || f.stream {
 		// The server's WriteTimeout is for ordinary answers; a watch writes for as long as it lasts. Without a real
 		// connection (a test's recorder) there is no deadline to move.
 		err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Duration(n)*time.Second + writeTimeout))
@@ -156,6 +162,10 @@ func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, f forward) *api
 	if f.query != nil {
 		q = f.query(q)
 	}
+	path := r.URL.Path
+	if f.path != "" {
+		path = f.path
+	}
 	token := info(r).token
 	p := s.kube
 	transport := p.ownTransport
@@ -167,7 +177,7 @@ func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, f forward) *api
 		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = p.base.Scheme, p.base.Host
-			pr.Out.URL.Path = strings.TrimSuffix(p.base.Path, "/") + r.URL.Path
+			pr.Out.URL.Path = strings.TrimSuffix(p.base.Path, "/") + path
 			pr.Out.URL.RawPath = ""
 			pr.Out.URL.RawQuery = q.Encode()
 			pr.Out.Host = ""
@@ -197,7 +207,7 @@ func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, f forward) *api
 		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) { proxyErr = err },
 		ErrorLog:     log.New(logWriter{s.opts.Log.V(1)}, "", 0),
 	}
-	if watch {
+	if watch || f.stream {
 		rp.FlushInterval = -1
 	}
 	rp.ServeHTTP(w, r)
