@@ -31,9 +31,9 @@ const consoleBrowser = "/usr/bin/chromium"
 // consoleFixture is what the console tests look at: a viewer who may use Ray objects, pods, logs and events in one
 // namespace, and a second namespace with a cluster the viewer must never see.
 type consoleFixture struct {
-	url           string
-	ns, hiddenNS  string
-	viewer, admin string // tokens
+	url          string
+	ns, hiddenNS string
+	viewer       string // the viewer's token
 }
 
 func (e *testEnv) consoleFixture(t *testing.T) consoleFixture {
@@ -235,6 +235,11 @@ func (e *testEnv) testConsoleBrowser(t *testing.T, f consoleFixture) {
 	t.Cleanup(cancel)
 	bctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
 	t.Cleanup(cancel)
+	// The browser starts with the first action and lives as long as that action's context: start it with bctx, so
+	// the per-step timeouts below end steps, not the browser.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("starting %s: %v", consoleBrowser, err)
+	}
 	// Every step waits on what the page shows; the bound is for a busy 2-core machine.
 	fail := func(what string, err error) {
 		t.Helper()
@@ -261,7 +266,7 @@ func (e *testEnv) testConsoleBrowser(t *testing.T, f consoleFixture) {
 	}
 	shot := func(name string) chromedp.Action[chromedp.Void] {
 		return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-			png, err := chromedp.FullScreenshot(90)(ctx, tg)
+			png, err := chromedp.FullScreenshot(100)(ctx, tg) // 100: PNG; less is JPEG
 			if err != nil {
 				return err
 			}

@@ -144,19 +144,20 @@ function objectLink(it) {
   return "#/ns/" + encodeURIComponent(it.namespace) + "/" + byKind[it.kind].plural + "/" + encodeURIComponent(it.name);
 }
 
-async function namespaceSwitcher(current) {
+// namespaceSwitcher is a select of the namespaces the caller may list; with navigate, choosing one opens its list.
+async function namespaceSwitcher(current, navigate) {
   const sel = h("select", { id: "namespace" }, h("option", { value: "" }, "All namespaces"));
   const r = await api("GET", "/console/api/namespaces");
   const names = r.ok ? r.data.namespaces.map((n) => n.name) : [];
   if (current && !names.includes(current)) names.push(current);
   for (const n of names.sort()) sel.append(h("option", { value: n, selected: n === current }, n));
   sel.value = current;
-  sel.addEventListener("change", () => { location.hash = nsLink(sel.value); });
+  if (navigate) sel.addEventListener("change", () => { location.hash = nsLink(sel.value); });
   return { sel, names };
 }
 
 async function listPage(ns) {
-  const { sel } = await namespaceSwitcher(ns);
+  const { sel } = await namespaceSwitcher(ns, true);
   const status = h("p", { class: "status-line", role: "status", id: "stream-status" }, "Connecting…");
   const errors = h("ul", { class: "errors", id: "stream-errors", "aria-live": "polite" });
   const tables = h("div", { id: "lists" });
@@ -391,11 +392,10 @@ const FORM = [
 ];
 
 async function jobForm(ns) {
-  const { sel, names } = await namespaceSwitcher(ns);
+  const { sel, names } = await namespaceSwitcher(ns, false);
   sel.id = "job-namespace";
   sel.querySelector('option[value=""]').remove();
   if (!ns && names.length) sel.value = names[0];
-  sel.onchange = null;
   const summary = h("div", { role: "alert", id: "form-errors" });
   const inputs = {};
   const errs = {};
