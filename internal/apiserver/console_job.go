@@ -55,6 +55,14 @@ func (f *consoleJobForm) validate() violations {
 	if f.Workers > 0 {
 		v.quantity("workerCPU", f.WorkerCPU, true)
 		v.quantity("workerMemory", f.WorkerMemory, true)
+	} else {
+		// Worker resources without workers would be accepted and never used.
+		if f.WorkerCPU != "" {
+			v.add("workerCPU", "applies only with workers above 0")
+		}
+		if f.WorkerMemory != "" {
+			v.add("workerMemory", "applies only with workers above 0")
+		}
 	}
 	v.yamlObject("runtimeEnv", f.RuntimeEnv)
 	return v

@@ -90,6 +90,10 @@ func TestConsoleJobForm(t *testing.T) {
 	if *w.Replicas != 2 || *w.MinReplicas != 2 || *w.MaxReplicas != 2 || w.Template.Spec.Containers[0].Resources.Limits.Cpu().String() != "500m" {
 		t.Errorf("worker group: %+v", w)
 	}
+	idle := consoleJobForm{Name: "j", Entrypoint: "e", Image: "i", HeadCPU: "1", HeadMemory: "1Gi", WorkerCPU: "1"}
+	if v := idle.validate(); len(v) != 1 || v[0].Field != "workerCPU" {
+		t.Errorf("worker CPU without workers: %v, want an error naming workerCPU", v)
+	}
 	if none := (&consoleJobForm{Name: "j", Entrypoint: "e", Image: "i", HeadCPU: "1", HeadMemory: "1Gi"}).rayJob("ns"); len(none.Spec.RayClusterSpec.WorkerGroupSpecs) != 0 {
 		t.Errorf("no workers asked for, got worker groups: %+v", none.Spec.RayClusterSpec.WorkerGroupSpecs)
 	}

@@ -12,8 +12,9 @@ import (
 // and the methods GET, POST, PUT, PATCH, DELETE, OPTIONS): a browser page served from that origin may call the API.
 // Preflights are answered here, before authentication (browsers send no credentials with them), with 204. Beyond
 // KubeRay's default request headers (Accept, Content-Type, X-Requested-With), Authorization is allowed: every
-// operation here needs a bearer token. Credentials mode stays off: the API reads no cookies, so a page gets nothing
-// it does not already hold a token for.
+// operation here needs a bearer token. Credentials mode stays off: the only cookie the API reads is the console's,
+// SameSite=Strict and taken on writes only with X-Manta-Console, which is not among the allowed headers, so a page
+// of another origin gets nothing it does not already hold a token for.
 
 var (
 	corsMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}

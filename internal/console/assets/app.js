@@ -260,7 +260,7 @@ async function detailPage(ns, plural, name) {
       h("dt", {}, "State"), h("dd", { class: "state " + stateClass(it.state), id: "state" }, it.state),
       h("dt", {}, "Status"), h("dd", {}, it.summary || "—"),
       h("dt", {}, "Created"), h("dd", {}, new Date(it.created).toLocaleString() + " (" + age(it.created) + " ago)"),
-      it.clusters && it.clusters.length ? [h("dt", {}, "Ray clusters"), h("dd", {}, it.clusters.map((c, i) => [i ? ", " : "", h("a", { href: "#/ns/" + encodeURIComponent(ns) + "/rayclusters/" + encodeURIComponent(c) }, c)]))] : null);
+      it.kind !== "RayCluster" && it.clusters && it.clusters.length ? [h("dt", {}, "Ray clusters"), h("dd", {}, it.clusters.map((c, i) => [i ? ", " : "", h("a", { href: "#/ns/" + encodeURIComponent(ns) + "/rayclusters/" + encodeURIComponent(c) }, c)]))] : null);
     const parts = [actions, h("div", { class: "card" }, facts)];
     if (it.conditions && it.conditions.length) {
       parts.push(h("table", {}, h("caption", {}, "Conditions"),
@@ -410,6 +410,14 @@ async function jobForm(ns) {
     rows.push(h("label", { for: id }, f.label),
       h("div", { class: "field" }, input, h("div", { class: "hint", id: id + "-hint" }, f.hint || ""), errs[f.name]));
   }
+  // Worker resources apply only with workers: without, they are disabled and not sent.
+  const workersChanged = () => {
+    const none = Number(inputs.workers.value || 0) === 0;
+    inputs.workerCPU.disabled = none;
+    inputs.workerMemory.disabled = none;
+  };
+  inputs.workers.addEventListener("input", workersChanged);
+  workersChanged();
   const shutdown = h("input", { type: "checkbox", id: "job-shutdown", checked: true });
   rows.push(h("label", { for: "job-shutdown" }, "Delete the cluster when the job ends"), h("div", { class: "field" }, shutdown));
   const submit = h("button", { type: "submit", class: "primary", id: "create" }, "Create RayJob");
@@ -420,7 +428,7 @@ async function jobForm(ns) {
     summary.replaceChildren();
     for (const [n, el] of Object.entries(errs)) { el.textContent = ""; inputs[n].removeAttribute("aria-invalid"); }
     const body = {};
-    for (const f of FORM) body[f.name] = f.type === "number" ? Number(inputs[f.name].value || 0) : inputs[f.name].value.trim();
+    for (const f of FORM) if (!inputs[f.name].disabled) body[f.name] = f.type === "number" ? Number(inputs[f.name].value || 0) : inputs[f.name].value.trim();
     body.shutdown = shutdown.checked;
     submit.disabled = true;
     const r = await api("POST", `/console/api/namespaces/${encodeURIComponent(sel.value)}/rayjobs`, body).finally(() => { submit.disabled = false; });
