@@ -113,6 +113,10 @@ func (s *Server) consoleSignIn(w http.ResponseWriter, r *http.Request) *apiError
 	if r.Header.Get(consoleHeader) == "" {
 		return invalid(FieldViolation{Field: consoleHeader, Description: "the console's sign-in sends this header; a page of another site cannot"})
 	}
+	if s.auth != nil && r.Header.Get("Authorization") == "" {
+		// Without it the identity would be the cookie's or --anonymous-as's: signing in means giving a token.
+		return invalid(FieldViolation{Field: "Authorization", Description: "sign-in takes your Kubernetes token as \"Authorization: Bearer <token>\""})
+	}
 	if tok := info(r).token; tok != "" {
 		http.SetCookie(w, &http.Cookie{Name: consoleCookie, Value: tok, Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	}

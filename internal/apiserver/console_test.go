@@ -189,6 +189,14 @@ func (e *testEnv) testConsoleAPI(t *testing.T, f consoleFixture) {
 		t.Errorf("log in the hidden namespace: %d %s, want Kubernetes' 403 for the viewer", r.code, r.body)
 	}
 
+	// Signing in takes a token in the Authorization header: the cookie alone (or --anonymous-as) is no sign-in.
+	r = callWith(t, f.url, "POST", "/console/api/session", nil, http.Header{consoleHeader: {"1"}, "Cookie": {consoleCookie + "=" + f.viewer}})
+	mustFail(t, r, http.StatusBadRequest, codeInvalidArgument, "Authorization")
+	r = callWith(t, f.url, "POST", "/console/api/session", nil, http.Header{consoleHeader: {"1"}, "Authorization": {"Bearer " + f.viewer}})
+	if c := r.header.Get("Set-Cookie"); r.code != http.StatusOK || !strings.Contains(c, "HttpOnly") || !strings.Contains(c, "SameSite=Strict") {
+		t.Errorf("sign-in: %d, Set-Cookie %q; want 200 and an HttpOnly SameSite=Strict cookie", r.code, c)
+	}
+
 	// The form's validation names the form's fields; without the console's header the cookie-less write is refused.
 	bad := map[string]any{"name": "Bad_Name", "entrypoint": "", "image": "rayproject/ray:2.52.0", "headCPU": "lots", "headMemory": "1Gi", "workers": 0, "shutdown": true}
 	r = callWith(t, f.url, "POST", "/console/api/namespaces/"+f.ns+"/rayjobs", bad, http.Header{"Authorization": {"Bearer " + f.viewer}, consoleHeader: {"1"}})
