@@ -37,7 +37,6 @@ func TestAPIServer(t *testing.T) {
 	t.Run("KubeRayClients", e.testKubeRayClients)
 	t.Run("V2", e.testV2)
 	t.Run("KubeRayDashboard", e.testKubeRayDashboard)
-	t.Run("Console", e.testConsole)
 	t.Run("Auth", e.testAuth)
 	t.Run("Schemathesis", e.testSchemathesis)
 }

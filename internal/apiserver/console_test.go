@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,6 +20,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -215,13 +218,92 @@ func (e *testEnv) testConsoleAPI(t *testing.T, f consoleFixture) {
 	}
 }
 
-// testConsole drives the console in Chromium: sign in with the viewer's token, see its namespace only (live),
-// open a cluster and read its pods and events, create a RayJob from the form (a field error for bad input, the
-// object for good input), suspend and delete it. Screenshots go to test-artifacts/console/ at the repository root.
-func (e *testEnv) testConsole(t *testing.T) {
+// TestConsole runs the console against a kube-apiserver that keeps an audit log: its data endpoints with a token,
+// then Chromium driving the pages (sign in with the viewer's token, see its namespace only, live; open a cluster and
+// read its pods and events; create a RayJob from the form, a field error for bad input and the object for good
+// input; suspend and delete it), and then the audit: every request Kubernetes saw from the viewer about the other
+// namespace was refused. Screenshots go to test-artifacts/console/ at the repository root.
+func TestConsole(t *testing.T) {
+	cfg, k, audit := testutil.StartEnvtestAudited(t)
+	e := newTestEnv(t, cfg, k)
 	f := e.consoleFixture(t)
 	t.Run("API", func(t *testing.T) { e.testConsoleAPI(t, f) })
 	t.Run("Browser", func(t *testing.T) { e.testConsoleBrowser(t, f) })
+	t.Run("Audit", func(t *testing.T) { e.testConsoleAudit(t, f, audit) })
+}
+
+// auditEvent is what the audit check reads of kube-apiserver's audit events.
+type auditEvent struct {
+	Stage      string `json:"stage"`
+	RequestURI string `json:"requestURI"`
+	Verb       string `json:"verb"`
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef *struct {
+		Namespace string `json:"namespace"`
+		Resource  string `json:"resource"`
+	} `json:"objectRef"`
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+}
+
+// testConsoleAudit reads what Kubernetes recorded of the viewer's requests, all of which the console made with the
+// viewer's token: some reached its own namespace, and each that named the other namespace was refused (403).
+func (e *testEnv) testConsoleAudit(t *testing.T, f consoleFixture, path string) {
+	ctx := context.Background()
+	viewer := "system:serviceaccount:" + f.ns + ":viewer"
+	// A last request as the viewer: once its event is in the log, every earlier request of the viewer is too.
+	vc := rest.AnonymousClientConfig(e.cfg)
+	vc.BearerToken = f.viewer
+	cs, err := kubernetes.NewForConfig(vc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods(f.ns).Get(ctx, "console-audit-marker", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the marker request: %v, want NotFound", err)
+	}
+	var events []auditEvent
+	testutil.Eventually(t, 2*time.Minute, "the marker request in the audit log", func() (bool, string) {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return false, err.Error()
+		}
+		events = events[:0]
+		marker := false
+		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			var ev auditEvent
+			if json.Unmarshal([]byte(line), &ev) != nil || ev.User.Username != viewer {
+				continue
+			}
+			events = append(events, ev)
+			marker = marker || (ev.Stage == "ResponseComplete" && strings.Contains(ev.RequestURI, "console-audit-marker"))
+		}
+		return marker, fmt.Sprintf("%d events of the viewer so far", len(events))
+	})
+	own, refused := 0, 0
+	for _, ev := range events {
+		if ev.ResponseStatus == nil || ev.ObjectRef == nil {
+			continue
+		}
+		switch {
+		case ev.ObjectRef.Namespace == f.hiddenNS || strings.Contains(ev.RequestURI, "/namespaces/"+f.hiddenNS+"/"):
+			if ev.ResponseStatus.Code != http.StatusForbidden {
+				t.Errorf("Kubernetes answered the viewer %d for %s %s in the namespace it may not use", ev.ResponseStatus.Code, ev.Verb, ev.RequestURI)
+			}
+			refused++
+		case ev.ObjectRef.Namespace == "" && ev.ResponseStatus.Code < 300:
+			t.Errorf("the viewer read at the cluster scope: %s %s (%d)", ev.Verb, ev.RequestURI, ev.ResponseStatus.Code)
+		case ev.ObjectRef.Namespace == f.ns && ev.ResponseStatus.Code < 300:
+			own++
+		}
+	}
+	// The API test asks for the other namespace's lists, log and create: those must be there, refused.
+	if refused == 0 || own == 0 {
+		t.Errorf("the audit holds %d refused requests about the other namespace and %d answered in the viewer's; want both", refused, own)
+	}
+	t.Logf("audit: %d requests of the viewer, %d answered in its namespace, %d about the other namespace, all refused", len(events), own, refused)
 }
 
 func (e *testEnv) testConsoleBrowser(t *testing.T, f consoleFixture) {
