@@ -8,10 +8,11 @@
 #   debootstrap     builds the Debian rootfs of the locally built Ray image
 #   libseccomp-dev  what bin/runc is built against (runc's seccomp tag), so RuntimeDefault seccomp profiles work
 #   pkg-config      how cgo finds libseccomp when building runc
+#   chromium        the browser internal/apiserver's console test drives (chromedp)
 # Quiet when every package is present; one line when it installs; an error naming the packages when it must install
 # and is not root. The list is at the top so hack/tools_test.go and the docs can read it.
 set -euo pipefail
-packages="iptables nftables conntrack debootstrap libseccomp-dev pkg-config"
+packages="iptables nftables conntrack debootstrap libseccomp-dev pkg-config chromium"
 
 missing=()
 for p in $packages; do

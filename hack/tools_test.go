@@ -428,8 +428,8 @@ echo "Setting up packages"
 // ones in one apt-get call with one line when root (refreshing the package lists when the first try fails), and
 // fails naming the missing packages when not root.
 func TestNodePackages(t *testing.T) {
-	all := []string{"iptables", "nftables", "conntrack", "debootstrap", "libseccomp-dev", "pkg-config"}
-	some := []string{"iptables", "nftables", "libseccomp-dev", "pkg-config"}
+	all := []string{"iptables", "nftables", "conntrack", "debootstrap", "libseccomp-dev", "pkg-config", "chromium"}
+	some := []string{"iptables", "nftables", "libseccomp-dev", "pkg-config", "chromium"}
 	const install = "apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 conntrack debootstrap"
 
 	for _, uid := range []int{0, 1000} {

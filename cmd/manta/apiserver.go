@@ -64,6 +64,7 @@ func newAPIServerCommand() *cobra.Command {
 	fs.BoolVar(&opts.UseKubernetesProxy, "use-kubernetes-proxy", false, "reach Ray dashboards through the Kubernetes API server's services/proxy")
 	fs.StringVar(&opts.ClusterDomain, "cluster-domain", "cluster.local", "cluster DNS domain used to reach Ray head services directly")
 	fs.StringVar(&opts.CORSAllowOrigin, "cors-allow-origin", "", "let browser pages from this origin call the API (Access-Control-Allow-Origin, as KubeRay's API server): scheme://host[:port], one * inside it as a wildcard, or * for every origin; empty: no CORS")
+	fs.StringVar(&opts.AnonymousAs, "anonymous-as", "", "<namespace>:<serviceaccount>: requests without an Authorization header (KubeRay's dashboard, Ray dashboard links) act as this ServiceAccount, with its RBAC; needs auth kubernetes, loopback --listen or --tls-cert-file, and create on that ServiceAccount's serviceaccounts/token for this server; empty: such requests get 401")
 	return cmd
 }
 
@@ -83,7 +84,8 @@ func startDevAPIServer(ctx context.Context, cfg *rest.Config, ready chan<- strin
 		return err
 	}
 	url := "http://" + ln.Addr().String()
-	ready <- fmt.Sprintf("REST API: %s  (TOKEN=$(kubectl create token %s -n %s); curl -H \"Authorization: Bearer $TOKEN\" %s/apis/v1/namespaces/default/clusters)",
-		url, apiserver.DevUser, apiserver.DevUserNamespace, url)
+	ready <- fmt.Sprintf("REST API: %s  (TOKEN=$(kubectl create token %s -n %s); curl -H \"Authorization: Bearer $TOKEN\" %s/apis/v1/namespaces/default/clusters)\n"+
+		"  Console: %s/console/  (sign in with the token of kubectl create token %s -n %s)",
+		url, apiserver.DevUser, apiserver.DevUserNamespace, url, url, apiserver.DevUser, apiserver.DevUserNamespace)
 	return s.Serve(ctx, ln)
 }

@@ -36,6 +36,7 @@ func TestAPIServer(t *testing.T) {
 	t.Run("Requests", e.testRequests)
 	t.Run("KubeRayClients", e.testKubeRayClients)
 	t.Run("V2", e.testV2)
+	t.Run("KubeRayDashboard", e.testKubeRayDashboard)
 	t.Run("Auth", e.testAuth)
 	t.Run("Schemathesis", e.testSchemathesis)
 }

@@ -97,9 +97,11 @@ func (c *ttlCache[V]) put(k string, v V) {
 
 // kubeAuth authenticates and authorises through the Kubernetes API server.
 type kubeAuth struct {
-	c      client.Client
-	tokens ttlCache[*userInfo]
-	allows ttlCache[bool]
+	c client.Client
+	// anonymous, when set, is who requests without an Authorization header are (--anonymous-as).
+	anonymous *anonymousIdentity
+	tokens    ttlCache[*userInfo]
+	allows    ttlCache[bool]
 }
 
 // bearerToken reads the caller's token from "Authorization: Bearer <token>" or, as KubeRay's clients send it,
@@ -117,27 +119,38 @@ func bearerToken(r *http.Request) (string, bool) {
 	return tok, tok != ""
 }
 
-// authenticate returns the caller, or a 401. The token is only ever held as its hash outside this function.
-func (k *kubeAuth) authenticate(ctx context.Context, r *http.Request) (*userInfo, *apiError) {
+// authenticate returns the caller and the token that names them (to forward to Kubernetes), or a 401. Outside this
+// function and the request it serves, the token is only ever held as its hash.
+func (k *kubeAuth) authenticate(ctx context.Context, r *http.Request) (*userInfo, string, *apiError) {
 	tok, ok := bearerToken(r)
+	if !ok && r.Header.Get("Authorization") == "" {
+		tok, ok = consoleCookieToken(r)
+	}
+	if !ok && k.anonymous != nil && r.Header.Get("Authorization") == "" {
+		var e *apiError
+		if tok, e = k.anonymous.token(ctx); e != nil {
+			return nil, "", e
+		}
+		ok = true
+	}
 	if !ok {
-		return nil, newError(http.StatusUnauthorized, codeUnauthenticated, "a Kubernetes bearer token is required: send \"Authorization: Bearer <token>\" (or \"Authorization: <token>\")")
+		return nil, "", newError(http.StatusUnauthorized, codeUnauthenticated, "a Kubernetes bearer token is required: send \"Authorization: Bearer <token>\" (or \"Authorization: <token>\")")
 	}
 	sum := sha256.Sum256([]byte(tok))
 	key := string(sum[:])
 	if u, ok := k.tokens.get(key); ok {
 		if u == nil {
-			return nil, newError(http.StatusUnauthorized, codeUnauthenticated, "the bearer token is not valid")
+			return nil, "", newError(http.StatusUnauthorized, codeUnauthenticated, "the bearer token is not valid")
 		}
-		return u, nil
+		return u, tok, nil
 	}
 	tr := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: tok}}
 	if err := k.c.Create(ctx, tr); err != nil {
-		return nil, internalError(http.StatusServiceUnavailable, codeUnavailable, err, "could not review the token with Kubernetes, retry later")
+		return nil, "", internalError(http.StatusServiceUnavailable, codeUnavailable, err, "could not review the token with Kubernetes, retry later")
 	}
 	if !tr.Status.Authenticated {
 		k.tokens.put(key, nil)
-		return nil, newError(http.StatusUnauthorized, codeUnauthenticated, "the bearer token is not valid")
+		return nil, "", newError(http.StatusUnauthorized, codeUnauthenticated, "the bearer token is not valid")
 	}
 	u := &userInfo{Name: tr.Status.User.Username, UID: tr.Status.User.UID, Groups: tr.Status.User.Groups}
 	if len(tr.Status.User.Extra) > 0 {
@@ -147,7 +160,7 @@ func (k *kubeAuth) authenticate(ctx context.Context, r *http.Request) (*userInfo
 		}
 	}
 	k.tokens.put(key, u)
-	return u, nil
+	return u, tok, nil
 }
 
 // authorize checks every access with a SubjectAccessReview and answers 403 naming the first one denied.

@@ -2,7 +2,9 @@ package apiserver
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -10,8 +12,9 @@ import (
 // and the methods GET, POST, PUT, PATCH, DELETE, OPTIONS): a browser page served from that origin may call the API.
 // Preflights are answered here, before authentication (browsers send no credentials with them), with 204. Beyond
 // KubeRay's default request headers (Accept, Content-Type, X-Requested-With), Authorization is allowed: every
-// operation here needs a bearer token. Credentials mode stays off: the API reads no cookies, so a page gets nothing
-// it does not already hold a token for.
+// operation here needs a bearer token. Credentials mode stays off: the only cookie the API reads is the console's,
+// SameSite=Strict and taken on writes only with X-Manta-Console, which is not among the allowed headers, so a page
+// of another origin gets nothing it does not already hold a token for.
 
 var (
 	corsMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions}
@@ -33,6 +36,17 @@ func CheckCORSOrigin(v string) error {
 	}
 	if strings.Count(v, "*") > 1 {
 		return errors.New("--cors-allow-origin may hold one * at most")
+	}
+	if v == "" || v == "*" {
+		return nil
+	}
+	// What a browser sends as Origin: scheme://host[:port], nothing after it (a trailing / or a path never matches).
+	u, err := url.Parse(strings.Replace(v, "*", "wildcard", 1))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.Opaque != "" {
+		return fmt.Errorf("--cors-allow-origin %q: want an origin, scheme://host[:port] with scheme http or https (e.g. http://localhost:3000, KubeRay's dashboard run with yarn dev)", v)
+	}
+	if u.Path != "" || u.RawQuery != "" || u.Fragment != "" || u.User != nil || strings.HasSuffix(v, "?") || strings.HasSuffix(v, "#") {
+		return fmt.Errorf("--cors-allow-origin %q: an origin is scheme://host[:port] only, with no path (not even a trailing /), query, fragment or user", v)
 	}
 	return nil
 }

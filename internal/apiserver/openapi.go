@@ -16,6 +16,9 @@ func OpenAPI() map[string]any {
 	g := &schemaGen{schemas: map[string]any{}}
 	paths := map[string]any{}
 	for _, rt := range routes() {
+		if rt.undocumented {
+			continue
+		}
 		item, _ := paths[rt.pattern].(map[string]any)
 		if item == nil {
 			item = map[string]any{}
@@ -50,7 +53,9 @@ func OpenAPI() map[string]any {
 			"version": version.Version,
 			"description": "Ray on Kubernetes. Paths and JSON shapes of KubeRay's API server v1 (protobuf's JSON mapping: JSON or proto field names, " +
 				"numbers as numbers or strings, enums by name or number), plus image pull jobs, and KubeRay's v2 resource API " +
-				"(/apis/ray.io/v1/..., passed to Kubernetes with the caller's own token). " +
+				"(/apis/ray.io/v1/..., passed to Kubernetes with the caller's own token; ?watch=true on a list streams Kubernetes' watch events). " +
+				"Also served, and not described here since its answers are a Ray dashboard's pages: /api/v1/namespaces/{namespace}/services/{service}/proxy/..., " +
+				"Kubernetes' services proxy to Services labelled app.kubernetes.io/name=kuberay, with the caller's token. " +
 				"Authenticate with a Kubernetes token (Authorization: Bearer <token>, or Authorization: <token>); each v1 operation is authorised with the RBAC permission behind it. " +
 				"Errors are a google.rpc.Status whose BadRequest detail names the offending fields; v2 passes Kubernetes' Status on.",
 		},
@@ -189,6 +194,10 @@ func (g *schemaGen) v2Operation(rt *route) map[string]any {
 			map[string]any{"name": "dryRun", "in": "query", "description": "All: validate and admit without persisting (passed to Kubernetes)", "schema": map[string]any{"type": "string", "enum": []string{"All"}}},
 			map[string]any{"name": "fieldValidation", "in": "query", "description": "Kubernetes' field validation: Ignore, Warn or Strict (passed to Kubernetes)", "schema": map[string]any{"type": "string", "enum": []string{"Ignore", "Warn", "Strict"}}})
 	case rt.method == http.MethodDelete:
+		if strings.HasPrefix(rt.op, "V2DeleteCollection") {
+			query("labelSelector", "label selector")
+			query("fieldSelector", "field selector")
+		}
 		params = append(params, map[string]any{"name": "propagationPolicy", "in": "query", "description": "Orphan, Background or Foreground (passed to Kubernetes)",
 			"schema": map[string]any{"type": "string", "enum": []string{"Orphan", "Background", "Foreground"}}})
 	}

@@ -31,6 +31,9 @@ type route struct {
 	// v2 marks the v2 resource API: proxy forwards the request to Kubernetes and writes Kubernetes' answer.
 	v2    bool
 	proxy func(s *Server, w http.ResponseWriter, r *http.Request) *apiError
+	// undocumented leaves the operation out of the OpenAPI document: the services proxy, whose answers are a Ray
+	// dashboard's pages, which no schema here describes.
+	undocumented bool
 }
 
 const (
@@ -150,7 +153,8 @@ func routes() []*route {
 			summary: "Delete a finished submitted job.", resp: Empty{},
 			errs: []int{400, 404, 502}, access: submissionAccess("delete"), reads: tokenRead, handle: (*Server).deleteSubmission},
 	)
-	return append(rs, v2Routes()...)
+	rs = append(rs, v2Routes()...)
+	return append(rs, consoleRoutes()...)
 }
 
 func opName(path string) string {

@@ -73,6 +73,10 @@ type Options struct {
 	// CORSAllowOrigin lets browser pages from this origin call the API (KubeRay's --cors-allow-origin; see
 	// cors.go); empty: no CORS headers, as KubeRay without the flag.
 	CORSAllowOrigin string
+	// AnonymousAs, "<namespace>:<serviceaccount>", makes requests without an Authorization header act as that
+	// ServiceAccount (see anonymous.go); empty: they are refused with 401. Needs AuthKubernetes, and serves only
+	// on loopback or over TLS (CheckServing).
+	AnonymousAs string
 }
 
 // DefaultMaxRequestsInflight bounds concurrent requests when Options do not say: each holds a few Kubernetes or Ray
@@ -95,6 +99,7 @@ type DashboardFunc func(ctx context.Context, rc *rayv1.RayCluster, svc *corev1.S
 // Server serves the REST API.
 type Server struct {
 	opts     Options
+	cfg      *rest.Config
 	c        client.Client
 	kube     *kubeProxy
 	auth     *kubeAuth
@@ -142,6 +147,14 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 	if err := CheckCORSOrigin(opts.CORSAllowOrigin); err != nil {
 		return nil, err
 	}
+	if opts.AnonymousAs != "" {
+		if opts.Auth != AuthKubernetes {
+			return nil, errors.New("--anonymous-as needs --auth kubernetes: under auth none every request already acts with this server's own identity")
+		}
+		if _, _, err := ParseAnonymousAs(opts.AnonymousAs); err != nil {
+			return nil, err
+		}
+	}
 	var certs *certReloader
 	if opts.TLSCertFile != "" || opts.TLSKeyFile != "" {
 		if opts.TLSCertFile == "" || opts.TLSKeyFile == "" {
@@ -167,9 +180,14 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, c: c, kube: kube, registry: prometheus.NewRegistry(), certs: certs}
+	s := &Server{opts: opts, cfg: cfg, c: c, kube: kube, registry: prometheus.NewRegistry(), certs: certs}
 	if opts.Auth == AuthKubernetes {
 		s.auth = &kubeAuth{c: c}
+		if opts.AnonymousAs != "" {
+			ns, name, _ := ParseAnonymousAs(opts.AnonymousAs)
+			s.auth.anonymous = &anonymousIdentity{c: c, namespace: ns, name: name}
+			opts.Log.Info("requests without a token act as a ServiceAccount (--anonymous-as)", "serviceAccount", opts.AnonymousAs)
+		}
 	} else {
 		// Said by the server itself, so every embedding (manta apiserver, tests, tools) warns.
 		opts.Log.Info("WARNING: authentication is off (auth=none): every caller can do whatever this server's Kubernetes identity may do; serve on loopback only")
@@ -300,6 +318,9 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 	return r.ResponseWriter.Write(b)
 }
 
+// Unwrap lets http.ResponseController reach the connection: watches flush each event and move the write deadline.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
 type ctxKey int
 
 const (
@@ -316,6 +337,9 @@ type requestInfo struct {
 	// route is the operation, caller the authenticated caller (nil under auth none): checkRead needs both.
 	route  *route
 	caller *userInfo
+	// token is the caller's bearer token (or --anonymous-as's), which v2 requests carry to Kubernetes; empty under
+	// auth none. Never logged.
+	token string
 }
 
 func info(r *http.Request) *requestInfo {
@@ -334,7 +358,11 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		r = r.WithContext(context.WithValue(r.Context(), keyOp, ri))
 		rec := &statusRecorder{ResponseWriter: w}
 		defer func() {
-			if p := recover(); p != nil {
+			p := recover()
+			if p == http.ErrAbortHandler {
+				// A stream (a watch) whose client went away: not a bug; net/http closes the connection quietly.
+				defer panic(p)
+			} else if p != nil {
 				s.opts.Log.Error(fmt.Errorf("panic: %v", p), "handler panicked", "operation", ri.op, "stack", string(debug.Stack()))
 				if rec.code == 0 {
 					writeError(rec, newError(http.StatusInternalServerError, codeInternal, "internal error"))
@@ -411,7 +439,7 @@ func (s *Server) buildMux() http.Handler {
 		// Metrics describe the callers' traffic: scrapers authenticate as for kube-apiserver's /metrics (a token
 		// whose RBAC allows get on the non-resource URL /metrics).
 		if s.auth != nil {
-			u, e := s.auth.authenticate(r.Context(), r)
+			u, _, e := s.auth.authenticate(r.Context(), r)
 			if e != nil {
 				writeError(w, e)
 				return
@@ -434,6 +462,7 @@ func (s *Server) buildMux() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(doc)
 	})
+	handleConsolePages(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("no such path: %s", r.URL.Path))
 	})
@@ -442,12 +471,18 @@ func (s *Server) buildMux() http.Handler {
 
 // limitInflight answers 429 with Retry-After once n requests are being handled. /healthz and /metrics pass: a
 // probe failing under load would restart a server that is only busy, and the scrape is how one sees the load.
+// Watches (and the console's streams and followed logs, isLongRunning) are long-lived, so they have n slots of their own (as kube-apiserver keeps long-running requests out of
+// its in-flight limit): open dashboards cannot starve ordinary requests, nor the other way round.
 func limitInflight(n int, next http.Handler) http.Handler {
-	slots := make(chan struct{}, n)
+	slots, watchSlots := make(chan struct{}, n), make(chan struct{}, n)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/healthz" || r.URL.Path == "/metrics" {
 			next.ServeHTTP(w, r)
 			return
+		}
+		slots := slots
+		if isLongRunning(r) {
+			slots = watchSlots
 		}
 		select {
 		case slots <- struct{}{}:
@@ -461,9 +496,14 @@ func limitInflight(n int, next http.Handler) http.Handler {
 	})
 }
 
-// withRequestTimeout gives every request a deadline.
+// withRequestTimeout gives every request a deadline, except watches and the console's streams (isLongRunning),
+// which end themselves after at most maxWatchSeconds (proxyV2 bounds timeoutSeconds) or when their client goes away.
 func withRequestTimeout(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isLongRunning(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
 		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout)
 		defer cancel()
 		next.ServeHTTP(w, r.WithContext(ctx))
@@ -494,18 +534,26 @@ func (s *Server) dispatch(w http.ResponseWriter, r *http.Request, rs []*route) {
 	ri.op, ri.route = rt.op, rt
 	var user *userInfo
 	if s.auth != nil {
-		u, e := s.auth.authenticate(r.Context(), r)
+		u, tok, e := s.auth.authenticate(r.Context(), r)
 		if e != nil {
 			writeError(w, e)
 			return
 		}
-		user, ri.user, ri.caller = u, u.Name, u
+		user, ri.user, ri.caller, ri.token = u, u.Name, u, tok
 	}
 	if e := checkPathParams(r, rt.pattern); e != nil {
 		writeError(w, e)
 		return
 	}
 	if rt.proxy != nil {
+		// Kubernetes authorises what is forwarded; access, when a proxy route has it, is what this server checks
+		// before it reads anything with its own identity for the request.
+		if s.auth != nil && rt.access != nil {
+			if e := s.auth.authorize(r.Context(), user, rt.access(r)); e != nil {
+				writeError(w, e)
+				return
+			}
+		}
 		if e := rt.proxy(s, w, r); e != nil {
 			writeError(w, e)
 		}
@@ -565,6 +613,16 @@ func checkPathParams(r *http.Request, pattern string) *apiError {
 			}
 			continue
 		}
+		if p == "path" {
+			// The rest of a services proxy path is the proxied server's (a Ray dashboard's) to judge.
+			continue
+		}
+		if p == "service" {
+			if _, bad := serviceRefName(val); bad != "" {
+				v.add(p, "%s", bad)
+			}
+			continue
+		}
 		v.name(p, val)
 	}
 	if len(v) > 0 {
@@ -577,7 +635,7 @@ func pathParams(pattern string) []string {
 	var out []string
 	for _, seg := range strings.Split(pattern, "/") {
 		if strings.HasPrefix(seg, "{") && strings.HasSuffix(seg, "}") {
-			out = append(out, strings.Trim(seg, "{}"))
+			out = append(out, strings.TrimSuffix(strings.Trim(seg, "{}"), "..."))
 		}
 	}
 	return out

@@ -14,7 +14,8 @@ import (
 
 // CheckServing refuses to serve where it would be unsafe: auth none anywhere but loopback (every caller would act
 // with this server's Kubernetes identity), and plain HTTP on a non-loopback address without InsecureHTTP (callers'
-// bearer tokens, which kube-apiserver accepts too, would cross the network in the clear).
+// bearer tokens, which kube-apiserver accepts too, would cross the network in the clear), and --anonymous-as on plain
+// HTTP beyond loopback (see docs/operations.md).
 func CheckServing(addr string, o Options) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -23,6 +24,9 @@ func CheckServing(addr string, o Options) error {
 	loopback := isLoopback(host)
 	if o.Auth == AuthNone && !loopback {
 		return fmt.Errorf("auth none lets every caller act with this server's Kubernetes identity, so it serves only on a loopback address (127.0.0.1, ::1 or localhost), not %q; use auth kubernetes", addr)
+	}
+	if o.AnonymousAs != "" && o.TLSCertFile == "" && !loopback {
+		return fmt.Errorf("--anonymous-as gives every request without a token the rights of ServiceAccount %s, so it serves only on a loopback address or over this server's own TLS (--tls-cert-file), not plain HTTP on %q", o.AnonymousAs, addr)
 	}
 	if o.TLSCertFile == "" && !o.InsecureHTTP && !loopback {
 		return fmt.Errorf("plain HTTP on %q would carry callers' bearer tokens (which Kubernetes accepts too) in the clear: give a TLS certificate and key (--tls-cert-file, --tls-key-file), or allow plain HTTP (--insecure-http) when a TLS-terminating proxy or service mesh is in front", addr)

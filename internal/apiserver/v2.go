@@ -6,27 +6,38 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
+	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 )
 
-// The v2 resource API (KubeRay's current default): /apis/ray.io/v1/namespaces/{ns}/{rayclusters|rayjobs|rayservices}
-// and /{name}, /apis/events.k8s.io/v1/namespaces/{ns}/events (KubeRay v1.7's events path) and, as KubeRay v1.5 had
-// it, /api/v1/namespaces/{ns}/events, passed to the Kubernetes API server. Under Kubernetes auth every
+// The v2 resource API (KubeRay's current default): /apis/ray.io/v1/[namespaces/{ns}/]{rayclusters|rayjobs|
+// rayservices|raycronjobs}, /{name} and /{name}/status, with watch and deletecollection,
+// /apis/events.k8s.io/v1/namespaces/{ns}/events (KubeRay v1.7's events path) and, as KubeRay v1.5 had it,
+// /api/v1/namespaces/{ns}/events, passed to the Kubernetes API server; and the services proxy to Ray's own
+// dashboards (v2_proxy.go). Under Kubernetes auth every
 // request goes with the caller's own token (after this server's TokenReview, which names the caller in logs), so
 // Kubernetes authorises and admits it exactly as if the caller had sent it: RBAC, the CRD schema and Manta's CEL
 // rules apply, and Kubernetes' answers (Status bodies, 201, 422 with causes, Warning headers) come back unchanged.
 // Errors this server raises itself (no token, body too large, timeout) are JSON errors as in v1.
 
 // v2Resources are the ray.io/v1 resources the v2 API serves, with the names its operations use.
-var v2Resources = []struct{ plural, kind string }{
-	{"rayclusters", "RayCluster"},
-	{"rayjobs", "RayJob"},
-	{"rayservices", "RayService"},
+// templates marks those whose create and replace apply compute templates (KubeRay's v2 does it for these three).
+var v2Resources = []struct {
+	plural, kind string
+	templates    bool
+}{
+	{"rayclusters", "RayCluster", true},
+	{"rayjobs", "RayJob", true},
+	{"rayservices", "RayService", true},
+	{"raycronjobs", "RayCronJob", false},
 }
 
 // v2Object is the OpenAPI stand-in for a ray.io/v1 object: its schema is the CRD's, served by Kubernetes.
@@ -71,15 +82,66 @@ func dropForwardedHeaders(h http.Header) {
 	}
 }
 
-// proxyV2 forwards the request. token is the caller's (empty under auth mode none, where this server's own
-// identity is used, as for v1). query rewrites the query before forwarding (nil keeps it).
-func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, token string, query func(url.Values) url.Values) *apiError {
+// maxWatchSeconds bounds a watch, as kube-apiserver's --min-request-timeout does by default: clients (informers,
+// KubeRay's and Manta's dashboards) list again and go on watching from the resourceVersion they hold.
+const maxWatchSeconds = 1800
+
+// isWatch tells a watch request as Kubernetes reads ?watch= (anything but empty, 0, f or false is true).
+func isWatch(r *http.Request) bool {
+	if r.Method != http.MethodGet {
+		return false
+	}
+	v, ok := r.URL.Query()["watch"]
+	if !ok || len(v) == 0 {
+		return false
+	}
+	switch strings.ToLower(v[0]) {
+	case "", "0", "f", "false":
+		return false
+	}
+	return true
+}
+
+// forward is how proxyV2 changes a request on its way to Kubernetes.
+type forward struct {
+	// query rewrites the query (nil keeps it).
+	query func(url.Values) url.Values
+	// body rewrites the body (nil keeps it) and returns its content type.
+	body func(r *http.Request, body []byte) ([]byte, string, *apiError)
+	// path is the Kubernetes path to forward to (empty: the request's own).
+	path string
+	// stream flushes each write as Kubernetes sends it, for at most maxWatchSeconds (a followed log).
+	stream bool
+}
+
+// proxyV2 forwards the request with the caller's token (info(r).token; under auth none, with this server's own
+// identity, as for v1). Watches stream: each event is flushed as Kubernetes sends it, for at most maxWatchSeconds.
+func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, f forward) *apiError {
 	q := r.URL.Query()
-	if w := q.Get("watch"); w != "" && w != "false" && w != "0" {
-		return invalid(FieldViolation{Field: "watch", Description: "watching is not offered through the REST API (its requests have a deadline); use the Kubernetes API"})
+	watch := isWatch(r)
+	n := maxWatchSeconds
+	if watch {
+		if v := q.Get("timeoutSeconds"); v != "" {
+			t, err := strconv.Atoi(v)
+			if err != nil || t < 0 {
+				return invalid(FieldViolation{Field: "timeoutSeconds", Description: "must be a non-negative integer (seconds)"})
+			}
+			if t > 0 && t < n {
+				n = t
+			}
+		}
+		q.Set("timeoutSeconds", strconv.Itoa(n))
+	}
+	if watch || f.stream {
+		// The server's WriteTimeout is for ordinary answers; a watch writes for as long as it lasts. Without a real
+		// connection (a test's recorder) there is no deadline to move.
+		err := http.NewResponseController(w).SetWriteDeadline(time.Now().Add(time.Duration(n)*time.Second + writeTimeout))
+		if err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return internalError(http.StatusInternalServerError, codeInternal, err, "internal error")
+		}
 	}
 	var body []byte
-	if r.Body != nil && r.Method != http.MethodGet {
+	if r.Body != nil && r.Method != http.MethodGet && r.Method != http.MethodHead {
 		var err error
 		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 		if err != nil {
@@ -90,9 +152,21 @@ func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, token string, q
 			return invalid(FieldViolation{Field: "body", Description: "could not read the request body: " + err.Error()})
 		}
 	}
-	if query != nil {
-		q = query(q)
+	contentType := r.Header.Get("Content-Type")
+	if f.body != nil && len(body) > 0 {
+		var e *apiError
+		if body, contentType, e = f.body(r, body); e != nil {
+			return e
+		}
 	}
+	if f.query != nil {
+		q = f.query(q)
+	}
+	path := r.URL.Path
+	if f.path != "" {
+		path = f.path
+	}
+	token := info(r).token
 	p := s.kube
 	transport := p.ownTransport
 	if token != "" {
@@ -103,7 +177,7 @@ func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, token string, q
 		Transport: transport,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = p.base.Scheme, p.base.Host
-			pr.Out.URL.Path = strings.TrimSuffix(p.base.Path, "/") + r.URL.Path
+			pr.Out.URL.Path = strings.TrimSuffix(p.base.Path, "/") + path
 			pr.Out.URL.RawPath = ""
 			pr.Out.URL.RawQuery = q.Encode()
 			pr.Out.Host = ""
@@ -111,13 +185,30 @@ func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, token string, q
 			if token != "" {
 				pr.Out.Header.Set("Authorization", "Bearer "+token)
 			}
+			if contentType != "" {
+				pr.Out.Header.Set("Content-Type", contentType)
+			}
 			pr.Out.Body = io.NopCloser(bytes.NewReader(body))
 			pr.Out.ContentLength = int64(len(body))
 			if len(body) == 0 {
 				pr.Out.Body = http.NoBody
 			}
 		},
+		// CORS is this server's answer (--cors-allow-origin): headers Kubernetes (its own --cors-allowed-origins) or
+		// a Ray dashboard behind the services proxy add would contradict it, and browsers refuse doubled ones.
+		ModifyResponse: func(res *http.Response) error {
+			for k := range res.Header {
+				if strings.HasPrefix(strings.ToLower(k), "access-control-") {
+					res.Header.Del(k)
+				}
+			}
+			return nil
+		},
 		ErrorHandler: func(_ http.ResponseWriter, _ *http.Request, err error) { proxyErr = err },
+		ErrorLog:     log.New(logWriter{s.opts.Log.V(1)}, "", 0),
+	}
+	if watch || f.stream {
+		rp.FlushInterval = -1
 	}
 	rp.ServeHTTP(w, r)
 	if proxyErr == nil {
@@ -127,6 +218,14 @@ func (s *Server) proxyV2(w http.ResponseWriter, r *http.Request, token string, q
 		return newError(http.StatusServiceUnavailable, codeUnavailable, "kubernetes did not answer in time, retry later")
 	}
 	return internalError(http.StatusBadGateway, codeUnavailable, proxyErr, "could not reach the Kubernetes API server")
+}
+
+// logWriter passes what ReverseProxy logs (a stream cut short when its client leaves) to the server's log.
+type logWriter struct{ log logr.Logger }
+
+func (l logWriter) Write(b []byte) (int, error) {
+	l.log.Info(strings.TrimSpace(string(b)))
+	return len(b), nil
 }
 
 // rayEventsOnly narrows an events list to events about ray.io/v1 objects, as KubeRay's v2 events paths do: sel is
@@ -142,45 +241,56 @@ func rayEventsOnly(field string) func(url.Values) url.Values {
 // v2Routes are the v2 operations, for the route table.
 func v2Routes() []*route {
 	const ns = "/apis/ray.io/v1/namespaces/{namespace}/"
-	proxy := func(s *Server, w http.ResponseWriter, r *http.Request) *apiError {
-		tok, _ := bearerToken(r)
-		if s.auth == nil {
-			tok = ""
-		}
-		return s.proxyV2(w, r, tok, nil)
-	}
+	plain := func(s *Server, w http.ResponseWriter, r *http.Request) *apiError { return s.proxyV2(w, r, forward{}) }
 	const tag = "RayResourcesV2"
 	var rs []*route
 	for _, res := range v2Resources {
 		coll, item := ns+res.plural, ns+res.plural+"/{name}"
-		obj := "a " + res.kind
+		obj, objs := "a "+res.kind, res.kind+"s"
+		write := plain
+		if res.templates {
+			plural := res.plural
+			write = func(s *Server, w http.ResponseWriter, r *http.Request) *apiError {
+				return s.proxyV2(w, r, forward{body: s.computeTemplates(plural)})
+			}
+		}
 		rs = append(rs,
-			&route{method: http.MethodGet, pattern: coll, op: "V2List" + res.kind + "s", tag: tag, v2: true,
-				summary: "List the " + res.kind + "s of a namespace (Kubernetes list; labelSelector, fieldSelector, limit, continue).",
-				resp:    v2ObjectList{}, proxy: proxy},
+			&route{method: http.MethodGet, pattern: coll, op: "V2List" + objs, tag: tag, v2: true,
+				summary: "List the " + objs + " of a namespace (Kubernetes list; labelSelector, fieldSelector, limit, continue), or with watch=true stream their changes (Kubernetes watch; resourceVersion, timeoutSeconds up to 1800).",
+				resp:    v2ObjectList{}, proxy: plain},
+			&route{method: http.MethodGet, pattern: "/apis/ray.io/v1/" + res.plural, op: "V2ListAll" + objs, tag: tag, v2: true,
+				summary: "List (or watch) the " + objs + " of all namespaces: Kubernetes answers only a caller whose RBAC allows it at the cluster scope.",
+				resp:    v2ObjectList{}, proxy: plain},
 			&route{method: http.MethodPost, pattern: coll, op: "V2Create" + res.kind, tag: tag, v2: true,
-				summary: "Create " + obj + " (Kubernetes create; dryRun, fieldManager, fieldValidation).",
-				body:    &v2Object{}, resp: v2Object{}, proxy: proxy},
+				summary: "Create " + obj + " (Kubernetes create; dryRun, fieldManager, fieldValidation)." + templateNote(res.templates),
+				body:    &v2Object{}, resp: v2Object{}, proxy: write},
+			&route{method: http.MethodDelete, pattern: coll, op: "V2DeleteCollection" + objs, tag: tag, v2: true,
+				summary: "Delete the " + objs + " of a namespace that match labelSelector and fieldSelector (Kubernetes deletecollection).",
+				resp:    v2ObjectList{}, proxy: plain},
 			&route{method: http.MethodGet, pattern: item, op: "V2Get" + res.kind, tag: tag, v2: true,
-				summary: "Get " + obj + ".", resp: v2Object{}, proxy: proxy},
+				summary: "Get " + obj + ".", resp: v2Object{}, proxy: plain},
 			&route{method: http.MethodPut, pattern: item, op: "V2Replace" + res.kind, tag: tag, v2: true,
-				summary: "Replace " + obj + " (Kubernetes update; metadata.resourceVersion guards against lost updates).",
-				body:    &v2Object{}, resp: v2Object{}, proxy: proxy},
+				summary: "Replace " + obj + " (Kubernetes update; metadata.resourceVersion guards against lost updates)." + templateNote(res.templates),
+				body:    &v2Object{}, resp: v2Object{}, proxy: write},
 			&route{method: http.MethodPatch, pattern: item, op: "V2Patch" + res.kind, tag: tag, v2: true,
 				summary: "Patch " + obj + " (application/merge-patch+json, application/json-patch+json or application/apply-patch+yaml).",
-				body:    &v2Object{}, resp: v2Object{}, proxy: proxy},
+				body:    &v2Object{}, resp: v2Object{}, proxy: plain},
 			&route{method: http.MethodDelete, pattern: item, op: "V2Delete" + res.kind, tag: tag, v2: true,
 				summary: "Delete " + obj + " (Kubernetes delete; propagationPolicy, dryRun).",
-				resp:    v2Object{}, proxy: proxy},
+				resp:    v2Object{}, proxy: plain},
+			&route{method: http.MethodGet, pattern: item + "/status", op: "V2Get" + res.kind + "Status", tag: tag, v2: true,
+				summary: "Get " + obj + " through its status subresource.", resp: v2Object{}, proxy: plain},
+			&route{method: http.MethodPut, pattern: item + "/status", op: "V2Replace" + res.kind + "Status", tag: tag, v2: true,
+				summary: "Replace the status of " + obj + " (Kubernetes' status subresource: only status changes).",
+				body:    &v2Object{}, resp: v2Object{}, proxy: plain},
+			&route{method: http.MethodPatch, pattern: item + "/status", op: "V2Patch" + res.kind + "Status", tag: tag, v2: true,
+				summary: "Patch the status of " + obj + " (Kubernetes' status subresource).",
+				body:    &v2Object{}, resp: v2Object{}, proxy: plain},
 		)
 	}
 	events := func(field string) func(*Server, http.ResponseWriter, *http.Request) *apiError {
 		return func(s *Server, w http.ResponseWriter, r *http.Request) *apiError {
-			tok, _ := bearerToken(r)
-			if s.auth == nil {
-				tok = ""
-			}
-			return s.proxyV2(w, r, tok, rayEventsOnly(field))
+			return s.proxyV2(w, r, forward{query: rayEventsOnly(field)})
 		}
 	}
 	rs = append(rs,
@@ -190,5 +300,12 @@ func v2Routes() []*route {
 		&route{method: http.MethodGet, pattern: "/api/v1/namespaces/{namespace}/events", op: "V2ListEvents", tag: tag, v2: true,
 			summary: "List the events about ray.io/v1 objects in a namespace (a core/v1 EventList, KubeRay v1.5's path).",
 			resp:    v2ObjectList{}, proxy: events("involvedObject.apiVersion")})
-	return rs
+	return append(rs, serviceProxyRoutes()...)
+}
+
+func templateNote(templates bool) string {
+	if !templates {
+		return ""
+	}
+	return " A computeTemplate named in a head or worker group is applied first, as KubeRay's v2 does."
 }

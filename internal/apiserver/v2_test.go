@@ -146,7 +146,7 @@ func (e *testEnv) testV2(t *testing.T) {
 
 	// What this server refuses itself is a JSON error as in v1.
 	mustFail(t, call(t, g, "GET", coll, nil, ""), 401, codeUnauthenticated, "")
-	mustFail(t, call(t, g, "GET", coll+"?watch=true", nil, allowed), 400, codeInvalidArgument, "watch")
+	mustFail(t, call(t, g, "GET", coll+"?watch=true&timeoutSeconds=-1", nil, allowed), 400, codeInvalidArgument, "timeoutSeconds")
 	mustFail(t, call(t, g, "GET", coll+"/Bad_Name", nil, allowed), 400, codeInvalidArgument, "name")
 	mustFail(t, call(t, g, "POST", coll+"/v2", rc, allowed), 405, codeUnimplemented, "")
 	// Impersonation headers are not forwarded: the caller stays the caller.

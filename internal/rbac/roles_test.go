@@ -297,6 +297,7 @@ var mainRoles = map[string]map[string]used{
 		"events.k8s.io/events":    {"list", `eventsv1\.EventList`},                       // events in v1 answers; v1.7's v2 path under --auth none
 		"/services":               {"get", `corev1\.Service\b`},                          // the head Service's dashboard port
 		"/secrets":                {"get", `rayauth\.Token\(`},                           // a RayCluster's Ray auth token, by name: never list or watch
+		"/namespaces":             {"list", `corev1\.NamespaceList\b`},                   // the console's namespace switcher, narrowed by SubjectAccessReview
 	},
 }
 

@@ -81,6 +81,37 @@ func StartEnvtest(t testing.TB) (*rest.Config, client.Client) {
 // StartEnvtestWithCRDs is StartEnvtest with the CRDs read from crdDirs instead (the oracle test installs KubeRay's).
 func StartEnvtestWithCRDs(t testing.TB, crdDirs ...string) (*rest.Config, client.Client) {
 	t.Helper()
+	return startEnvtest(t, nil, crdDirs...)
+}
+
+// auditPolicy records every request with its user, verb, object and response code (no bodies).
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+`
+
+// StartEnvtestAudited is StartEnvtest with kube-apiserver's audit log on, at Metadata level, as JSON lines in the
+// file it returns: a test can check who asked Kubernetes for what, and what Kubernetes answered.
+func StartEnvtestAudited(t testing.TB) (*rest.Config, client.Client, string) {
+	t.Helper()
+	dir := t.TempDir()
+	policy, log := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
+	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, c := startEnvtest(t, func(env *envtest.Environment) {
+		args := env.ControlPlane.GetAPIServer().Configure()
+		args.Set("audit-policy-file", policy)
+		args.Set("audit-log-path", log)
+		args.Set("audit-log-format", "json")
+	}, filepath.Join(MustRepoRoot(t), "config", "crd"))
+	return cfg, c, log
+}
+
+func startEnvtest(t testing.TB, configure func(*envtest.Environment), crdDirs ...string) (*rest.Config, client.Client) {
+	t.Helper()
 	if os.Getenv(UnitTestsEnv) != "" {
 		// make test-unit runs only tests that hack/unittests found starting no control plane: this one reached
 		// StartEnvtest by a way the analysis does not follow. Failing says so; starting envtest would hide it.
@@ -104,6 +135,9 @@ func StartEnvtestWithCRDs(t testing.TB, crdDirs ...string) (*rest.Config, client
 		}
 		if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 			env.BinaryAssetsDirectory = filepath.Join(root, "bin")
+		}
+		if configure != nil {
+			configure(env)
 		}
 		return env
 	}
