@@ -359,14 +359,23 @@ func (r *Reconciler) running(ctx context.Context, run *run) error {
 	if err := r.ensureHeadService(ctx, run, cluster); err != nil {
 		return err
 	}
-	if gaveUp, err := r.submitterFinishedTimeout(ctx, run, cluster); gaveUp || err != nil {
-		return err
-	}
 	dash, err := r.dashboard(ctx, cluster)
 	if err != nil {
+		if gaveUp, terr := r.submitterFinishedTimeout(ctx, run, cluster, s.JobStatus); gaveUp || terr != nil {
+			return terr
+		}
 		return err
 	}
 	info, err := dash.GetJob(ctx, s.JobId)
+	// Ray is asked before the submitter-finished timeout is applied: a reconcile that comes late (an operator
+	// restarted, a long queue) finds a job that ended before its submitter did as Ray reports it, not failed.
+	current := s.JobStatus
+	if err == nil {
+		current = rayv1.JobStatus(info.Status)
+	}
+	if gaveUp, terr := r.submitterFinishedTimeout(ctx, run, cluster, current); gaveUp || terr != nil {
+		return terr
+	}
 	if errors.Is(err, ray.ErrNotFound) {
 		return r.notSubmittedYet(ctx, run, cluster, dash)
 	}
@@ -429,7 +438,7 @@ func SubmitterGrace(jobStatus rayv1.JobStatus, finishedAt, now time.Time, timeou
 // submitter container) finished SubmitterFinishedTimeout ago while Ray never reported the job terminal (an
 // unreachable head, a job Ray lost), as KubeRay does; before that it wakes up when the timeout ends. It reports
 // whether it failed the job.
-func (r *Reconciler) submitterFinishedTimeout(ctx context.Context, run *run, cluster *rayv1.RayCluster) (bool, error) {
+func (r *Reconciler) submitterFinishedTimeout(ctx context.Context, run *run, cluster *rayv1.RayCluster, jobStatus rayv1.JobStatus) (bool, error) {
 	j := run.j
 	s := &j.Status
 	var finishedAt time.Time
@@ -454,7 +463,7 @@ func (r *Reconciler) submitterFinishedTimeout(ctx context.Context, run *run, clu
 	default:
 		return false, nil
 	}
-	wait, giveUp := SubmitterGrace(s.JobStatus, finishedAt, run.now, r.opts.SubmitterFinishedTimeout)
+	wait, giveUp := SubmitterGrace(jobStatus, finishedAt, run.now, r.opts.SubmitterFinishedTimeout)
 	if !giveUp {
 		if wait > 0 {
 			run.Requeue(wait)
