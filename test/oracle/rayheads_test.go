@@ -261,8 +261,9 @@ func (r *rayHeads) liveHeads(ctx context.Context, ns string, f func(*corev1.Pod,
 	return nil
 }
 
-// serveUnread says which running head pod in ns has Serve applications DEPLOYING, or turned RUNNING and not read
-// since (fakeray.Head.ServeUnread): the operator polling them writes their status once it reads them. Empty when none.
+// serveUnread says which running head pod in ns has Serve applications DEPLOYING, or turned RUNNING and not yet
+// read by two reconciles (fakeray.Head.ServeUnread): the operator polling them writes their status in the reconcile
+// that reads them, so the second read proves the first one's write is done. Empty when none.
 func (r *rayHeads) serveUnread(ctx context.Context, ns string) string {
 	why := ""
 	err := r.liveHeads(ctx, ns, func(p *corev1.Pod, h *fakeray.Head) {

@@ -257,24 +257,6 @@ func TestEnvtest(t *testing.T) {
 		}
 	})
 
-	t.Run("a head answering 5xx for a while: submitted once, completes, check failures cleared", func(t *testing.T) {
-		ns := e.Namespace(t)
-		j := e.create(t, testutil.MakeRayJob(ns, "flaky"))
-		got := e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
-		e.ray.with(ns, got.Status.RayClusterName, func(h *fakeHead) { h.fail5xx = 5 })
-		c := e.readyCluster(t, j)
-		e.waitFor(t, j, "a status check failure recorded", func(j *rayv1.RayJob) bool { return j.Status.JobStatusCheckFailureStartTime != nil })
-		got = e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		if got.Status.JobStatusCheckFailureStartTime != nil {
-			t.Errorf("jobStatusCheckFailureStartTime not cleared: %v", got.Status.JobStatusCheckFailureStartTime)
-		}
-		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
-		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
-		if _, jobs, _ := e.requests(ns, c.Name); jobs != 1 {
-			t.Errorf("%d jobs in Ray, want 1", jobs)
-		}
-	})
-
 	t.Run("a job Ray lost is not resubmitted", func(t *testing.T) {
 		ns := e.Namespace(t)
 		j := e.create(t, testutil.MakeRayJob(ns, "lost"))

@@ -23,8 +23,9 @@ import (
 )
 
 // startFlakyOperator runs the RayJob controller with a client whose status writes fail with a conflict about half
-// the time, as they do when another writer got there first. It returns a stop function.
-func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *fakeRay, conflicts *atomic.Int64) func() {
+// the time, as they do when another writer got there first (never when conflicts is nil), and opts changing its
+// options. It returns a stop function.
+func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *fakeRay, conflicts *atomic.Int64, opts ...func(*Options)) func() {
 	t.Helper()
 	scheme, err := testutil.Scheme()
 	if err != nil {
@@ -40,7 +41,7 @@ func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *fakeRay, conflicts *
 			}
 			return interceptor.NewClient(cl, interceptor.Funcs{
 				SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-					if _, ok := obj.(*rayv1.RayJob); ok && rand.IntN(2) == 0 {
+					if _, ok := obj.(*rayv1.RayJob); ok && conflicts != nil && rand.IntN(2) == 0 {
 						conflicts.Add(1)
 						return apierrors.NewConflict(schema.GroupResource{Group: "ray.io", Resource: "rayjobs"}, obj.GetName(), fmt.Errorf("injected"))
 					}
@@ -52,7 +53,11 @@ func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *fakeRay, conflicts *
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewReconciler(mgr, fr, Options{PollInterval: 100 * time.Millisecond, MaxConcurrentReconciles: 2})
+	o := Options{PollInterval: 100 * time.Millisecond, MaxConcurrentReconciles: 2}
+	for _, f := range opts {
+		f(&o)
+	}
+	r := NewReconciler(mgr, fr, o)
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -664,6 +664,12 @@ func TestPlanRunning(t *testing.T) {
 		},
 		requeue: reconcile.MinRequeue,
 	}, {
+		name:    "K8sJobMode, a late reconcile: the submitter finished a minute ago, Ray says succeeded: Complete",
+		job:     k8s,
+		obs:     seen(k8s, rayJob(rayv1.JobStatusSucceeded, "done"), withSub(k8s, jobCond(batchv1.JobComplete, planNow.Add(-time.Minute)))),
+		want:    then(polled(rayv1.JobStatusSucceeded, "done"), completeAt),
+		requeue: reconcile.MinRequeue,
+	}, {
 		name: "SidecarMode, the sidecar exited with an error, the grace period not over: look again",
 		job:  sidecar,
 		obs: seen(sidecar, rayJob(rayv1.JobStatusRunning, ""), func(o *observation) {

@@ -64,7 +64,13 @@ func (p *plan) running() error {
 	if err := p.ensureHeadService(cluster); err != nil {
 		return err
 	}
-	if gaveUp, err := p.submitterFinishedTimeout(cluster); gaveUp || err != nil {
+	// Ray's answer (observed before the plan) counts before the submitter-finished timeout: a reconcile that comes
+	// late (an operator restarted, a long queue) finds a job that ended before its submitter did as Ray reports it.
+	current := s.JobStatus
+	if p.o.dashErr == nil && p.o.jobErr == nil && p.o.jobInfo != nil {
+		current = rayv1.JobStatus(p.o.jobInfo.Status)
+	}
+	if gaveUp, err := p.submitterFinishedTimeout(cluster, current); gaveUp || err != nil {
 		return err
 	}
 	if p.o.dashErr != nil {
@@ -133,7 +139,7 @@ func SubmitterGrace(jobStatus rayv1.JobStatus, finishedAt, now time.Time, timeou
 // submitter container) finished SubmitterFinishedTimeout ago while Ray never reported the job terminal (an
 // unreachable head, a job Ray lost), as KubeRay does; before that it wakes up when the timeout ends. It reports
 // whether it failed the job.
-func (p *plan) submitterFinishedTimeout(cluster *rayv1.RayCluster) (bool, error) {
+func (p *plan) submitterFinishedTimeout(cluster *rayv1.RayCluster, jobStatus rayv1.JobStatus) (bool, error) {
 	j := p.j
 	s := &j.Status
 	var finishedAt time.Time
@@ -158,7 +164,7 @@ func (p *plan) submitterFinishedTimeout(cluster *rayv1.RayCluster) (bool, error)
 	default:
 		return false, nil
 	}
-	wait, giveUp := SubmitterGrace(s.JobStatus, finishedAt, p.now, p.cfg.submitterFinishedTimeout)
+	wait, giveUp := SubmitterGrace(jobStatus, finishedAt, p.now, p.cfg.submitterFinishedTimeout)
 	if !giveUp {
 		if wait > 0 {
 			p.Requeue(wait)

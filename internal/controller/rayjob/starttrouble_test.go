@@ -93,7 +93,10 @@ func TestStartTrouble(t *testing.T) {
 			j.Annotations = map[string]string{AnnotationFailOnPermanentStartError: "true"}
 		}))
 		c := e.waitCluster(t, j)
-		e.troublePod(t, c, "head", rayv1.NodeTypeHead, waitingStatus("CreateContainerConfigError", `secret "db-password" not found`))
+		head := e.troublePod(t, c, "head", rayv1.NodeTypeHead, waitingStatus("CreateContainerConfigError", `secret "db-password" not found`))
+		// The grace counts from the pod's creationTimestamp, which the API server sets in real time; the fake clock
+		// has drifted from it by envtest's start and the earlier subtests' steps, either way. Set it to that time.
+		clk.SetTime(head.CreationTimestamp.Time)
 		w := e.troublePod(t, c, "worker", rayv1.NodeTypeWorker, corev1.PodStatus{Phase: corev1.PodPending, Conditions: []corev1.PodCondition{{
 			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 			Message: "0/3 nodes are available: 3 Insufficient cpu.", LastTransitionTime: metav1.Now()}}})

@@ -79,8 +79,9 @@ type serveState struct {
 	raw      []byte // the last config deployed, as sent
 	apps     []serveApp
 	deployed time.Time
-	lastRead time.Time // the last GET of the applications
-	reads    int       // the GETs of the applications
+	reads    int // the GETs of the applications
+	// readsRunning counts the GETs that found the applications RUNNING (ServeUnread).
+	readsRunning int
 }
 
 type serveApp struct {
@@ -166,17 +167,22 @@ func (h *Head) ServeDeploys() int {
 }
 
 // ServeUnread says whether the applications of the last Serve config are DEPLOYING, or turned RUNNING and have
-// not been read since: they turn on a timer, which no request to the head shows, and a test waits until the
-// operator has seen the change (a barrier).
+// been read fewer than servePollsSeen times since: they turn on a timer, which no request to the head shows, and a
+// test waits until the operator has seen the change and written what it saw (a barrier).
 func (h *Head) ServeUnread() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.serve == nil || len(h.serve.apps) == 0 {
 		return false
 	}
-	running := h.serve.deployed.Add(h.opts.ServeDeploying)
-	return time.Now().Before(running) || h.serve.lastRead.Before(running)
+	return time.Since(h.serve.deployed) < h.opts.ServeDeploying || h.serve.readsRunning < servePollsSeen
 }
+
+// servePollsSeen is how many reads that find the applications RUNNING prove the operator wrote what the first one
+// found: an operator reads a head's applications once per reconcile and never reconciles one RayService twice at
+// once, so the second read comes from a reconcile that began after the first one's had ended, status write
+// included. One read is not enough: the settle could pass between that read and its reconcile's write.
+const servePollsSeen = 2
 
 // ServeReads counts the GETs of the applications since the last Serve config was deployed; -1 when none is.
 func (h *Head) ServeReads() int {
@@ -595,8 +601,10 @@ func (h *Head) serveDetails(read bool) ray.ServeDetails {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if read && h.serve != nil {
-		h.serve.lastRead = time.Now()
 		h.serve.reads++
+		if time.Since(h.serve.deployed) >= h.opts.ServeDeploying {
+			h.serve.readsRunning++
+		}
 	}
 	d := ray.ServeDetails{ProxyLocation: "EveryNode", DeployMode: "MULTI_APP", Applications: map[string]ray.ServeApplication{},
 		ControllerInfo: map[string]json.RawMessage{}}

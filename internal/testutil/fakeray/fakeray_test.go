@@ -83,7 +83,8 @@ func TestScriptedHead(t *testing.T) {
 	}
 }
 
-// ServeUnread holds from a deploy until a read sees the applications RUNNING, and a new config starts it again.
+// ServeUnread holds from a deploy until two reads have seen the applications RUNNING, and a new config starts it
+// again.
 func TestServeUnread(t *testing.T) {
 	h := New(Options{ServeDeploying: 0})
 	c := serve(t, h)
@@ -98,15 +99,17 @@ func TestServeUnread(t *testing.T) {
 		if !h.ServeUnread() {
 			t.Errorf("price %s: read before any GET", price)
 		}
-		d, err := c.GetServeDetails(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := d.Applications["app"].Status; got != ray.ApplicationStatusRunning {
-			t.Fatalf("price %s: application %s, want RUNNING", price, got)
-		}
-		if h.ServeUnread() {
-			t.Errorf("price %s: unread after a GET saw it RUNNING", price)
+		for read := 1; read <= servePollsSeen; read++ {
+			d, err := c.GetServeDetails(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := d.Applications["app"].Status; got != ray.ApplicationStatusRunning {
+				t.Fatalf("price %s: application %s, want RUNNING", price, got)
+			}
+			if unread, want := h.ServeUnread(), read < servePollsSeen; unread != want {
+				t.Errorf("price %s: unread %v after %d GETs saw it RUNNING, want %v", price, unread, read, want)
+			}
 		}
 	}
 }
