@@ -142,6 +142,16 @@ bench-rayjobs: tools build ## Race the operators on RayJob throughput (HTTPMode,
 	MANTA_BENCH_JOBS_JSON=$(CURDIR)/bench-rayjobs.json \
 	go test -timeout 120m -count=1 -run '^$$' -bench BenchmarkSideBySideRayJobs -benchtime 1x ./test/bench/
 
+# Idle suspension at scale (test/bench/README.md): IDLE_CLUSTERS RayClusters, IDLE_WINDOW; writes bench-idle.json.
+IDLE_CLUSTERS ?= 500
+IDLE_WINDOW ?= 5m
+
+.PHONY: bench-idle
+bench-idle: tools build ## What idle checks cost an idle fleet (manta.dev/idle-timeout on every cluster, fake Ray heads) and what suspending it costs; needs root.
+	MANTA_BENCH_IDLE_CLUSTERS=$(IDLE_CLUSTERS) MANTA_BENCH_IDLE_WINDOW=$(IDLE_WINDOW) \
+	MANTA_BENCH_IDLE_JSON=$(CURDIR)/bench-idle.json \
+	go test -timeout 120m -count=1 -run '^$$' -bench '^BenchmarkSideBySideIdle$$' -benchtime 1x ./test/bench/
+
 .PHONY: bench-operator
 bench-operator: tools build ## Run the in-process operator benchmarks (API calls, steady state, memory, large clusters, ImagePullJob).
 	go test -timeout 60m -count=1 -run '^$$' -bench 'Benchmark[^S]' -benchtime 1x ./test/bench/...

@@ -275,7 +275,8 @@ type fakeHeads struct {
 	writes atomic.Int64
 	mu     sync.Mutex
 	heads  map[types.UID]*fakeray.Head
-	close  func() // stops answering and ends every head's jobs
+	reads  map[string]int64 // GETs answered, by API (rayAPI)
+	close  func()           // stops answering and ends every head's jobs
 }
 
 const byPodIP = "podIP"
@@ -296,7 +297,7 @@ func serveFakeHeads(b *testing.B, e *trialEnv, n *podnet.Network) *fakeHeads {
 	}
 	factory.Start(e.ctx.Done())
 	factory.WaitForCacheSync(e.ctx.Done())
-	h := &fakeHeads{pods: inf.GetIndexer(), heads: map[types.UID]*fakeray.Head{}}
+	h := &fakeHeads{pods: inf.GetIndexer(), heads: map[types.UID]*fakeray.Head{}, reads: map[string]int64{}}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, localAddr{}, c.LocalAddr())
@@ -333,6 +334,10 @@ func (h *fakeHeads) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	if req.Method != http.MethodGet && req.Method != http.MethodHead {
 		h.writes.Add(1)
+	} else {
+		h.mu.Lock()
+		h.reads[rayAPI(req.URL.Path)]++
+		h.mu.Unlock()
 	}
 	hd := h.headAt(addr.IP.String())
 	if hd == nil {
@@ -364,6 +369,32 @@ func (h *fakeHeads) headAt(ip string) *fakeray.Head {
 		return hd
 	}
 	return nil
+}
+
+// rayAPI names the Ray API a path belongs to: jobs, serve, actors, tasks, or the path itself.
+func rayAPI(path string) string {
+	switch {
+	case strings.HasPrefix(path, "/api/jobs/"):
+		return "jobs"
+	case strings.HasPrefix(path, "/api/serve/"):
+		return "serve"
+	case strings.HasPrefix(path, "/api/v0/actors"):
+		return "actors"
+	case strings.HasPrefix(path, "/api/v0/tasks"):
+		return "tasks"
+	}
+	return path
+}
+
+// readsByAPI is a copy of the GETs the heads answered, by API.
+func (h *fakeHeads) readsByAPI() map[string]int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]int64, len(h.reads))
+	for k, v := range h.reads {
+		out[k] = v
+	}
+	return out
 }
 
 // rayWrites is how many requests other than GET and HEAD reached the heads.
