@@ -100,8 +100,12 @@ func checkPhases(t *testing.T, what string, pt *startphases.Times) {
 	t.Logf("%s:%s", what, b.String())
 }
 
-// sampleImage is the Ray image of the samples, as containerd on the real node names it.
-const sampleImage = "docker.io/rayproject/ray:2.52.0"
+// sampleImage is the Ray image of the samples, as containerd on the real node names it; the dev cluster's registry
+// serves it from sampleRepo.
+const (
+	sampleImage = "docker.io/rayproject/ray:2.52.0"
+	sampleRepo  = "rayproject/ray"
+)
 
 // testStartPhasesColdWarmPrepulled runs config/samples/rayjob.yaml three times on the real node: cold (its image
 // removed from the node's containerd first, content and all, so the kubelet pulls it from the dev cluster's
@@ -129,6 +133,7 @@ func testStartPhasesColdWarmPrepulled(t *testing.T, ctx context.Context, e *env)
 			e.removeNodeImage(t, ctx, sampleImage)
 		}
 		ns := e.namespace(t, ctx, run.ns)
+		mark := len(e.cluster.RegistryRequests())
 		var job rayv1.RayJob
 		readSample(t, "rayjob.yaml", &job)
 		job.Namespace = ns
@@ -147,6 +152,9 @@ func testStartPhasesColdWarmPrepulled(t *testing.T, ctx context.Context, e *env)
 		t.Logf("%s: %s", run.label, summary)
 		pulling, pulledMessages := e.pullEvents(t, ctx, ns)
 		t.Logf("%s run, the kubelet's Pulling and Pulled events:%s", run.label, pulling)
+		// How often the registry served the image's layers: once when the node's concurrent pulls shared the fetch.
+		t.Logf("%s run, the registry's requests for %s: %s", run.label, sampleRepo,
+			summarize(registryRequestsOf(e.cluster.RegistryRequests()[mark:], sampleRepo)))
 		total, steps, err := startphases.ParseSummary(summary)
 		if err != nil {
 			t.Fatal(err)
