@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -103,8 +104,9 @@ func checkPhases(t *testing.T, what string, pt *startphases.Times) {
 // sampleImage is the Ray image of the samples, as containerd on the real node names it; the dev cluster's registry
 // serves it from sampleRepo.
 const (
-	sampleImage = "docker.io/rayproject/ray:2.52.0"
-	sampleRepo  = "rayproject/ray"
+	sampleImage          = "docker.io/rayproject/ray:2.52.0"
+	sampleImageAsWritten = "rayproject/ray:2.52.0" // in the samples and the kubelet's events
+	sampleRepo           = "rayproject/ray"
 )
 
 // testStartPhasesColdWarmPrepulled runs config/samples/rayjob.yaml three times on the real node: cold (its image
@@ -132,6 +134,11 @@ func testStartPhasesColdWarmPrepulled(t *testing.T, ctx context.Context, e *env)
 		if run.cold {
 			e.removeNodeImage(t, ctx, sampleImage)
 		}
+		if run.cold && run.prepull {
+			// Prepull (IfNotPresent) counts a node that lists the image in status.images as done without a puller:
+			// the kubelet reports containerd's images with a lag, and a node still listing it would get no pull.
+			e.waitNodeLacks(t, ctx, sampleImage)
+		}
 		ns := e.namespace(t, ctx, run.ns)
 		mark := len(e.cluster.RegistryRequests())
 		var job rayv1.RayJob
@@ -144,14 +151,27 @@ func testStartPhasesColdWarmPrepulled(t *testing.T, ctx context.Context, e *env)
 		if err := e.cl.Create(ctx, &job); err != nil {
 			t.Fatal(err)
 		}
+		var prepullJob string
 		if run.prepull {
 			// Before the summary: the job's cluster, and the ImagePullJob it owns, go 60 s after the job ends.
-			e.waitPrepulled(t, ctx, &job)
+			prepullJob = e.waitPrepulled(t, ctx, &job)
 		}
 		summary := e.waitEventNote(t, ctx, ns, "RayJob", job.Name, startphases.ReasonSummary, 10*time.Minute)
 		t.Logf("%s: %s", run.label, summary)
-		pulling, pulledMessages := e.pullEvents(t, ctx, ns)
+		pullEvs := e.pullEvents(t, ctx, ns)
+		var pulling, pulledMessages string
+		for _, ev := range pullEvs {
+			pulling += fmt.Sprintf("\n%s %s %s: %s", eventTime(&ev).Format(time.TimeOnly), ev.InvolvedObject.Name, ev.Reason, ev.Message)
+			if ev.Reason == "Pulled" {
+				pulledMessages += "\n" + ev.Message
+			}
+		}
 		t.Logf("%s run, the kubelet's Pulling and Pulled events:%s", run.label, pulling)
+		if run.prepull && !slices.ContainsFunc(pullEvs, func(ev corev1.Event) bool {
+			return ev.Reason == "Pulled" && strings.HasPrefix(ev.InvolvedObject.Name, prepullJob+"-") && strings.Contains(ev.Message, `"`+sampleImageAsWritten+`"`)
+		}) {
+			t.Errorf("%s run: no Pulled event of %s for a puller pod of ImagePullJob %s:%s", run.label, sampleImageAsWritten, prepullJob, pulling)
+		}
 		// How often the registry served the image's layers: once when the node's concurrent pulls shared the fetch.
 		t.Logf("%s run, the registry's requests for %s: %s", run.label, sampleRepo,
 			summarize(registryRequestsOf(e.cluster.RegistryRequests()[mark:], sampleRepo)))
@@ -196,7 +216,7 @@ func testStartPhasesColdWarmPrepulled(t *testing.T, ctx context.Context, e *env)
 // waitPrepulled waits for the RayJob's RayCluster to get its prepull ImagePullJob, one for the sample's one image
 // on the real node alone (the kwok nodes' taint keeps Ray pods off them), and for that job to have the image there.
 // A prepull job never completes (new nodes are pulled too), so "done" is its node counted succeeded.
-func (e *env) waitPrepulled(t *testing.T, ctx context.Context, job *rayv1.RayJob) {
+func (e *env) waitPrepulled(t *testing.T, ctx context.Context, job *rayv1.RayJob) string {
 	t.Helper()
 	image := job.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image
 	var cluster string
@@ -239,12 +259,31 @@ func (e *env) waitPrepulled(t *testing.T, ctx context.Context, job *rayv1.RayJob
 	}
 	t.Logf("prepull ImagePullJob %s: %d of %d nodes have %s (%s), seen %s after the RayCluster was named",
 		pj.Name, pj.Status.Succeeded, pj.Status.Desired, image, pj.Status.Message, time.Since(start).Round(time.Second))
+	return pj.Name
 }
 
-// pullEvents returns the kubelet's Pulling and Pulled events in ns as lines in time order (with the puller's pod
-// beside the Ray pods: who started to fetch first, and each pull's time with its wait), and the Pulled events'
-// messages.
-func (e *env) pullEvents(t *testing.T, ctx context.Context, ns string) (lines, pulled string) {
+// waitNodeLacks waits until the real node no longer lists ref in status.images.
+func (e *env) waitNodeLacks(t *testing.T, ctx context.Context, ref string) {
+	t.Helper()
+	start := time.Now()
+	waitFor(t, ctx, 3*time.Minute, "node "+devcluster.RealNodeName+" no longer lists "+ref, func() (bool, string) {
+		var n corev1.Node
+		if err := e.cl.Get(ctx, client.ObjectKey{Name: devcluster.RealNodeName}, &n); err != nil {
+			return false, err.Error()
+		}
+		for _, img := range n.Status.Images {
+			if slices.Contains(img.Names, ref) {
+				return false, fmt.Sprintf("listed as %v", img.Names)
+			}
+		}
+		return true, ""
+	})
+	t.Logf("node status stopped listing %s %s after its removal", ref, time.Since(start).Round(time.Second))
+}
+
+// pullEvents returns the kubelet's Pulling and Pulled events in ns in time order: with the puller's pod beside the
+// Ray pods, they show who started to fetch first, and each pull's time with its wait.
+func (e *env) pullEvents(t *testing.T, ctx context.Context, ns string) []corev1.Event {
 	t.Helper()
 	evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -257,13 +296,7 @@ func (e *env) pullEvents(t *testing.T, ctx context.Context, ns string) (lines, p
 		}
 	}
 	sort.SliceStable(items, func(i, j int) bool { return eventTime(&items[i]).Before(eventTime(&items[j])) })
-	for _, ev := range items {
-		lines += fmt.Sprintf("\n%s %s %s: %s", eventTime(&ev).Format("15:04:05.000"), ev.InvolvedObject.Name, ev.Reason, ev.Message)
-		if ev.Reason == "Pulled" {
-			pulled += "\n" + ev.Message
-		}
-	}
-	return lines, pulled
+	return items
 }
 
 // eventTime is when the event happened: the kubelet's recorder stamps lastTimestamp (to the second), an events.k8s.io
