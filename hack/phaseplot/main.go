@@ -4,7 +4,7 @@
 //
 //	go run ./hack/phaseplot -in runs.tsv -svg docs/start-phases-rayjob.svg
 //
-// test/real writes runs.tsv for the sample RayJob cold and warm when MANTA_START_PHASES_OUT names it.
+// test/real writes runs.tsv for the sample RayJob cold, warm and cold pre-pulled when MANTA_START_PHASES_OUT names it.
 package main
 
 import (
@@ -84,12 +84,17 @@ var colors = map[startphases.Phase]string{
 	startphases.RayReady: "#29335c", startphases.Submitted: "#669bbc", startphases.Running: "#a8c686", startphases.Finished: "#4e8d48",
 }
 
-// plot draws one bar per run on a common scale of seconds.
+// labelWidth is a generous width of one character of a label at 12 px, so that labels such as "cold, pre-pulled"
+// end before the bars begin.
+const labelWidth = 7
+
+// plot draws one bar per run on a common scale of seconds, the bars starting after the longest label.
 func plot(title string, runs []run) string {
-	const left, right, barH, gap, top = 90, 740, 26, 14, 40
-	longest := time.Second
+	const right, barH, gap, top = 740, 26, 14, 40
+	longest, left := time.Second, 90
 	for _, r := range runs {
 		longest = max(longest, r.total)
+		left = max(left, 20+labelWidth*len([]rune(r.label)))
 	}
 	scale := float64(right-left) / longest.Seconds()
 	height := top + len(runs)*(barH+gap) + 70

@@ -37,7 +37,7 @@ func TestRealNode(t *testing.T) {
 		{"RayJob sample succeeds", testRayJobSample},
 		{"RayCluster worker joins the head", testRayClusterWorkerJoins},
 		{"start phases of a RayCluster", testStartPhases},
-		{"start phases of the RayJob sample cold and warm", testStartPhasesColdWarm},
+		{"start phases of the RayJob sample cold, warm and pre-pulled", testStartPhasesColdWarmPrepulled},
 		{"RayJob modes on a selected cluster", testRayJobModesOnSelectedCluster},
 		{"RayJob SidecarMode suspended and resumed", testRayJobSidecarSuspendResume},
 		{"RayJobs that cannot start say why", testStartTrouble},

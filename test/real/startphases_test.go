@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/controller/startphases"
+	"github.com/manta-dev/manta/internal/devcluster"
 )
 
 // testStartPhases: a small RayCluster (config/samples/raycluster.yaml with one worker) starts on the real kubelet,
@@ -96,40 +101,80 @@ func checkPhases(t *testing.T, what string, pt *startphases.Times) {
 	t.Logf("%s:%s", what, b.String())
 }
 
-// sampleImage is the Ray image of the samples, as containerd on the real node names it.
-const sampleImage = "docker.io/rayproject/ray:2.52.0"
+// sampleImage is the Ray image of the samples, as containerd on the real node names it; the dev cluster's registry
+// serves it from sampleRepo.
+const (
+	sampleImage          = "docker.io/rayproject/ray:2.52.0"
+	sampleImageAsWritten = "rayproject/ray:2.52.0" // in the samples and the kubelet's events
+	sampleRepo           = "rayproject/ray"
+)
 
-// testStartPhasesColdWarm runs config/samples/rayjob.yaml twice on the real node: cold (its image removed from the
-// node's containerd first, content and all, so the kubelet pulls it from the dev cluster's registry) and warm (the image there). Each
-// run's StartPhases event on the RayJob names every step from scheduling to the job's run; the cold image pull is
-// the longer. With MANTA_START_PHASES_OUT set, the two summaries are written there, one "<run>\t<note>" a line,
-// for hack/phaseplot (docs/start-phases-rayjob.svg).
-func testStartPhasesColdWarm(t *testing.T, ctx context.Context, e *env) {
+// testStartPhasesColdWarmPrepulled runs config/samples/rayjob.yaml three times on the real node: cold (its image
+// removed from the node's containerd first, content and all, so the kubelet pulls it from the dev cluster's
+// registry), warm (the image there), and cold again with the RayJob annotated manta.dev/prepull-images, so that the
+// RayCluster it creates gets an ImagePullJob for its image, which must pull it onto the node. Each run's StartPhases
+// event on the RayJob names every step from scheduling to the job's run; the cold image pull is longer than the
+// warm one. The pre-pulled run is not asserted faster: on one node the Ray pods and the puller fetch the same image
+// at once, so there is nothing for the prepull to win. With MANTA_START_PHASES_OUT set, the three summaries are
+// written there, one "<run>\t<note>" a line, for hack/phaseplot (docs/start-phases-rayjob.svg).
+func testStartPhasesColdWarmPrepulled(t *testing.T, ctx context.Context, e *env) {
+	runs := []struct {
+		label, ns     string
+		cold, prepull bool
+	}{
+		{"cold", "phases-cold", true, false},
+		{"warm", "phases-warm", false, false},
+		{"cold, pre-pulled", "phases-prepulled", true, true},
+	}
+	// Prepull's puller pods start from Manta's own image, which the dev cluster's registry serves only once pushed.
+	e.pushPullerImage(t, ctx, t.TempDir())
 	pulls := map[string]time.Duration{}
 	var lines []string
-	for _, run := range []string{"cold", "warm"} {
-		if run == "cold" {
+	for _, run := range runs {
+		if run.cold {
 			e.removeNodeImage(t, ctx, sampleImage)
 		}
-		ns := e.namespace(t, ctx, "phases-"+run)
+		if run.cold && run.prepull {
+			// Prepull (IfNotPresent) counts a node that lists the image in status.images as done without a puller:
+			// the kubelet reports containerd's images with a lag, and a node still listing it would get no pull.
+			e.waitNodeLacks(t, ctx, sampleImage)
+		}
+		ns := e.namespace(t, ctx, run.ns)
+		mark := len(e.cluster.RegistryRequests())
 		var job rayv1.RayJob
 		readSample(t, "rayjob.yaml", &job)
 		job.Namespace = ns
 		fitRayResources(job.Spec.RayClusterSpec)
+		if run.prepull {
+			job.Annotations = map[string]string{imagepulljob.AnnotationPrepullImages: "true"}
+		}
 		if err := e.cl.Create(ctx, &job); err != nil {
 			t.Fatal(err)
 		}
+		var prepullJob string
+		if run.prepull {
+			// Before the summary: the job's cluster, and the ImagePullJob it owns, go 60 s after the job ends.
+			prepullJob = e.waitPrepulled(t, ctx, &job)
+		}
 		summary := e.waitEventNote(t, ctx, ns, "RayJob", job.Name, startphases.ReasonSummary, 10*time.Minute)
-		t.Logf("%s: %s", run, summary)
-		pulled, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", "Pulled").String()})
-		if err != nil {
-			t.Fatal(err)
+		t.Logf("%s: %s", run.label, summary)
+		pullEvs := e.pullEvents(t, ctx, ns)
+		var pulling, pulledMessages string
+		for _, ev := range pullEvs {
+			pulling += fmt.Sprintf("\n%s %s %s: %s", eventTime(&ev).Format(time.TimeOnly), ev.InvolvedObject.Name, ev.Reason, ev.Message)
+			if ev.Reason == "Pulled" {
+				pulledMessages += "\n" + ev.Message
+			}
 		}
-		pulledMessages := ""
-		for _, ev := range pulled.Items {
-			pulledMessages += fmt.Sprintf("\n%s Pulled %s: %s", ev.InvolvedObject.Name, ev.LastTimestamp.Format(time.TimeOnly), ev.Message)
+		t.Logf("%s run, the kubelet's Pulling and Pulled events:%s", run.label, pulling)
+		if run.prepull && !slices.ContainsFunc(pullEvs, func(ev corev1.Event) bool {
+			return ev.Reason == "Pulled" && strings.HasPrefix(ev.InvolvedObject.Name, prepullJob+"-") && strings.Contains(ev.Message, `"`+sampleImageAsWritten+`"`)
+		}) {
+			t.Errorf("%s run: no Pulled event of %s for a puller pod of ImagePullJob %s:%s", run.label, sampleImageAsWritten, prepullJob, pulling)
 		}
-		t.Logf("%s run, the kubelet's Pulled events:%s", run, pulledMessages)
+		// How often the registry served the image's layers: once when the node's concurrent pulls shared the fetch.
+		t.Logf("%s run, the registry's requests for %s: %s", run.label, sampleRepo,
+			summarize(registryRequestsOf(e.cluster.RegistryRequests()[mark:], sampleRepo)))
 		total, steps, err := startphases.ParseSummary(summary)
 		if err != nil {
 			t.Fatal(err)
@@ -141,7 +186,7 @@ func testStartPhasesColdWarm(t *testing.T, ctx context.Context, e *env) {
 		// RUNNING is seen only by polling Ray: a short job may end between two polls, and its wait folds into the run.
 		for _, p := range []startphases.Phase{startphases.Scheduled, startphases.ImagePulled, startphases.ContainersStarted, startphases.RayReady, startphases.Submitted, startphases.Finished} {
 			if _, ok := got[p]; !ok {
-				t.Errorf("%s run: the summary lacks the %s step: %q", run, p.Step(), summary)
+				t.Errorf("%s run: the summary lacks the %s step: %q", run.label, p.Step(), summary)
 			}
 		}
 		var sum time.Duration
@@ -149,13 +194,13 @@ func testStartPhasesColdWarm(t *testing.T, ctx context.Context, e *env) {
 			sum += d
 		}
 		if diff := sum - total; diff < -time.Duration(len(steps))*time.Second || diff > time.Duration(len(steps))*time.Second {
-			t.Errorf("%s run: the steps add up to %s, the total is %s", run, sum, total)
+			t.Errorf("%s run: the steps add up to %s, the total is %s", run.label, sum, total)
 		}
-		pulls[run] = got[startphases.ImagePulled]
-		if run == "cold" && !strings.Contains(pulledMessages, "Successfully pulled") {
-			t.Errorf("cold run: the kubelet pulled nothing:%s", pulledMessages)
+		pulls[run.label] = got[startphases.ImagePulled]
+		if run.cold && !strings.Contains(pulledMessages, "Successfully pulled") {
+			t.Errorf("%s run: the kubelet pulled nothing:%s", run.label, pulledMessages)
 		}
-		lines = append(lines, run+"\t"+summary)
+		lines = append(lines, run.label+"\t"+summary)
 		e.deleteNamespace(t, ctx, ns)
 	}
 	if pulls["cold"] <= pulls["warm"] {
@@ -166,6 +211,101 @@ func testStartPhasesColdWarm(t *testing.T, ctx context.Context, e *env) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// waitPrepulled waits for the RayJob's RayCluster to get its prepull ImagePullJob, one for the sample's one image
+// on the real node alone (the kwok nodes' taint keeps Ray pods off them), and for that job to have the image there.
+// A prepull job never completes (new nodes are pulled too), so "done" is its node counted succeeded.
+func (e *env) waitPrepulled(t *testing.T, ctx context.Context, job *rayv1.RayJob) string {
+	t.Helper()
+	image := job.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image
+	var cluster string
+	waitFor(t, ctx, 2*time.Minute, "RayJob "+job.Name+" names its RayCluster", func() (bool, string) {
+		var got rayv1.RayJob
+		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(job), &got); err != nil {
+			return false, err.Error()
+		}
+		cluster = got.Status.RayClusterName
+		return cluster != "", fmt.Sprintf("status %+v", got.Status)
+	})
+	start := time.Now()
+	key := client.ObjectKey{Namespace: job.Namespace, Name: imagepulljob.PrepullJobName(cluster, image)}
+	var pj mantav1alpha1.ImagePullJob
+	waitFor(t, ctx, 10*time.Minute, "prepull ImagePullJob "+key.Name+" of "+image+" succeeded on the real node", func() (bool, string) {
+		var l mantav1alpha1.ImagePullJobList
+		if err := e.cl.List(ctx, &l, client.InNamespace(job.Namespace)); err != nil {
+			return false, err.Error()
+		}
+		if len(l.Items) != 1 || l.Items[0].Name != key.Name {
+			var names []string
+			for _, j := range l.Items {
+				names = append(names, j.Name+" ("+j.Spec.Image+")")
+			}
+			return false, fmt.Sprintf("ImagePullJobs %v, want %s alone", names, key.Name)
+		}
+		pj = l.Items[0]
+		s := pj.Status
+		if s.Failed != 0 {
+			t.Fatalf("prepull ImagePullJob %s failed: %+v", pj.Name, s)
+		}
+		done := s.Desired == 1 && s.Succeeded == 1 && len(s.SucceededNodes) == 1 && s.SucceededNodes[0] == devcluster.RealNodeName
+		return done, fmt.Sprintf("status %+v; %s", s, e.nsReport(ctx, job.Namespace))
+	})
+	if ref := metav1.GetControllerOf(&pj); ref == nil || ref.Kind != "RayCluster" || ref.Name != cluster {
+		t.Errorf("prepull ImagePullJob %s is controlled by %+v, want RayCluster %s", pj.Name, ref, cluster)
+	}
+	if pj.Spec.Image != image || pj.Annotations[imagepulljob.AnnotationPrepullImage] != image {
+		t.Errorf("prepull ImagePullJob %s pulls %q (annotated %q), want %q", pj.Name, pj.Spec.Image, pj.Annotations[imagepulljob.AnnotationPrepullImage], image)
+	}
+	t.Logf("prepull ImagePullJob %s: %d of %d nodes have %s (%s), seen %s after the RayCluster was named",
+		pj.Name, pj.Status.Succeeded, pj.Status.Desired, image, pj.Status.Message, time.Since(start).Round(time.Second))
+	return pj.Name
+}
+
+// waitNodeLacks waits until the real node no longer lists ref in status.images.
+func (e *env) waitNodeLacks(t *testing.T, ctx context.Context, ref string) {
+	t.Helper()
+	start := time.Now()
+	waitFor(t, ctx, 3*time.Minute, "node "+devcluster.RealNodeName+" no longer lists "+ref, func() (bool, string) {
+		var n corev1.Node
+		if err := e.cl.Get(ctx, client.ObjectKey{Name: devcluster.RealNodeName}, &n); err != nil {
+			return false, err.Error()
+		}
+		for _, img := range n.Status.Images {
+			if slices.Contains(img.Names, ref) {
+				return false, fmt.Sprintf("listed as %v", img.Names)
+			}
+		}
+		return true, ""
+	})
+	t.Logf("node status stopped listing %s %s after its removal", ref, time.Since(start).Round(time.Second))
+}
+
+// pullEvents returns the kubelet's Pulling and Pulled events in ns in time order: with the puller's pod beside the
+// Ray pods, they show who started to fetch first, and each pull's time with its wait.
+func (e *env) pullEvents(t *testing.T, ctx context.Context, ns string) []corev1.Event {
+	t.Helper()
+	evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var items []corev1.Event
+	for _, ev := range evs.Items {
+		if ev.Reason == "Pulling" || ev.Reason == "Pulled" {
+			items = append(items, ev)
+		}
+	}
+	sort.SliceStable(items, func(i, j int) bool { return eventTime(&items[i]).Before(eventTime(&items[j])) })
+	return items
+}
+
+// eventTime is when the event happened: the kubelet's recorder stamps lastTimestamp (to the second), an events.k8s.io
+// recorder eventTime.
+func eventTime(ev *corev1.Event) time.Time {
+	if !ev.LastTimestamp.IsZero() {
+		return ev.LastTimestamp.Time
+	}
+	return ev.EventTime.Time
 }
 
 // removeNodeImage removes an image from the real node's containerd under every name it has there (the CRI adds
