@@ -18,10 +18,10 @@ const (
 	Unchanged Op = iota
 	// Created: the child was created (with an error: the create failed).
 	Created
-	// Exists: the create found the name taken, and the object is taken to be the owner's own that the cache has not
-	// shown yet (ExistsPending); nothing more is written.
+	// Exists: the create found the name taken by the owner's own object (ExistsCheck), or one taken to be (ExistsPending),
+	// that the cache has not shown yet; nothing more is written.
 	Exists
-	// Taken: the create found the name taken by an object the owner does not control (ExistsRead).
+	// Taken: the create found the name taken by an object the owner does not control (ExistsCheck, ExistsSync).
 	Taken
 	// Foreign: the child's name is held by an object the owner does not control; it is never written.
 	Foreign
@@ -40,9 +40,12 @@ type ExistsPolicy int
 const (
 	// ExistsPending takes the object to be the owner's, not in the cache yet: the next reconcile compares it.
 	ExistsPending ExistsPolicy = iota
-	// ExistsRead reads the object from Writer.Live and goes on as with an object found: Foreign (reported as
-	// Taken) or brought to what the owner writes.
-	ExistsRead
+	// ExistsCheck reads the object from Writer.Live only to tell whose it is: Taken when another's, Exists (and
+	// nothing more written) when the owner's, which the next reconcile compares.
+	ExistsCheck
+	// ExistsSync reads the object from Writer.Live and goes on as with an object found: Taken when another's, or
+	// brought to what the owner writes now, for a cache that will not show it until it is (a label it selects on).
+	ExistsSync
 	// ExistsFail reports the create as failed (KubeRay's autoscaler RBAC does): the next reconcile reads whose it is.
 	ExistsFail
 )
@@ -82,7 +85,7 @@ type Writer struct {
 	// Reader reads the existing child (the cache, usually); ReadOptions go with each read.
 	Reader      client.Reader
 	ReadOptions []client.GetOption
-	// Live is read after a create found the name taken (ExistsRead): the API server itself, past a cache that
+	// Live is read after a create found the name taken (ExistsCheck, ExistsSync): the API server itself, past a cache that
 	// may leave the object out.
 	Live client.Reader
 	// Owner is the controller the children must have.
@@ -102,7 +105,8 @@ type Step[T client.Object] struct {
 
 // EnsureOwned reads the child desired names and makes it what the owner writes: created when absent, brought back
 // when it differs, never written when another controls it. It returns the child as stored (Desired after a create,
-// the existing object when nothing was written, the write's answer after an update) and what it did.
+// the written copy after an update, the existing object otherwise: nothing was written, or the write failed; none
+// after a failed create) and what it did.
 func EnsureOwned[T client.Object](ctx context.Context, w Writer, k *Owned[T], desired T, report Report[T]) (T, Op, error) {
 	existing := k.New()
 	err := w.Reader.Get(ctx, client.ObjectKeyFromObject(desired), existing, w.ReadOptions...)
@@ -147,7 +151,6 @@ func WriteOwned[T client.Object](ctx context.Context, w Writer, k *Owned[T], s S
 	if report == nil {
 		report = func(Op, T, error) {}
 	}
-	var none T
 	switch s.Op {
 	case Created:
 		return createOwned(ctx, w, k, s.Desired, report)
@@ -166,7 +169,7 @@ func WriteOwned[T client.Object](ctx context.Context, w Writer, k *Owned[T], s S
 		}
 		report(Updated, s.Object, err)
 		if err != nil {
-			return none, Updated, fmt.Errorf("update %s %s: %w", k.Kind, s.Object.GetName(), err)
+			return s.Existing, Updated, fmt.Errorf("update %s %s: %w", k.Kind, s.Object.GetName(), err)
 		}
 		return s.Object, Updated, nil
 	case Deleted:
@@ -177,7 +180,7 @@ func WriteOwned[T client.Object](ctx context.Context, w Writer, k *Owned[T], s S
 		}
 		report(Deleted, s.Existing, err)
 		if err != nil {
-			return none, Deleted, fmt.Errorf("delete %s %s: %w", k.Kind, s.Existing.GetName(), err)
+			return s.Existing, Deleted, fmt.Errorf("delete %s %s: %w", k.Kind, s.Existing.GetName(), err)
 		}
 		if k.RecreateNow {
 			return createOwned(ctx, w, k, s.Desired, report)
@@ -206,9 +209,13 @@ func createOwned[T client.Object](ctx context.Context, w Writer, k *Owned[T], de
 		return none, Exists, fmt.Errorf("read %s %s, which exists: %w", k.Kind, desired.GetName(), err)
 	}
 	s := PlanOwned(w.Owner, k, desired, live)
-	if s.Op == Foreign {
+	switch {
+	case s.Op == Foreign:
 		report(Taken, live, nil)
 		return live, Taken, nil
+	case k.OnExists == ExistsCheck:
+		report(Exists, live, nil)
+		return live, Exists, nil
 	}
 	return WriteOwned(ctx, w, k, s, report)
 }

@@ -282,11 +282,15 @@ func TestEnsureOwnedNameTaken(t *testing.T) {
 			[]string{"create"}, []string{"exists child err=false"}, nil},
 		{"fail: a failed create", ExistsFail, stored(want, ownerRef), Created, true,
 			[]string{"create"}, []string{"created child err=true"}, nil},
-		{"read: someone else's", ExistsRead, stored(want, otherRef), Taken, false,
+		{"check: someone else's", ExistsCheck, stored(want, otherRef), Taken, false,
 			[]string{"create"}, []string{"taken child err=false"}, nil},
-		{"read: the owner's, as desired", ExistsRead, stored(want, ownerRef), Unchanged, false,
+		{"check: the owner's, drifted, left to the next reconcile", ExistsCheck, stored(map[string]string{"k": "x", "immutable": "1"}, ownerRef), Exists, false,
+			[]string{"create"}, []string{"exists child err=false"}, map[string]string{"k": "x", "immutable": "1"}},
+		{"sync: someone else's", ExistsSync, stored(want, otherRef), Taken, false,
+			[]string{"create"}, []string{"taken child err=false"}, nil},
+		{"sync: the owner's, as desired", ExistsSync, stored(want, ownerRef), Unchanged, false,
 			[]string{"create"}, nil, want},
-		{"read: the owner's, drifted", ExistsRead, stored(map[string]string{"k": "x", "immutable": "1"}, ownerRef), Updated, false,
+		{"sync: the owner's, drifted", ExistsSync, stored(map[string]string{"k": "x", "immutable": "1"}, ownerRef), Updated, false,
 			[]string{"create", "update"}, []string{"updated child err=false"}, want},
 	}
 	for _, tc := range tests {
