@@ -82,13 +82,14 @@ type Owned[T client.Object] struct {
 // Writer is what EnsureOwned writes with and reads from, and the owner of the children.
 type Writer struct {
 	Client client.Client
-	// Reader reads the existing child (the cache, usually); ReadOptions go with each read.
+	// Reader reads the existing child for EnsureOwned (the cache, usually; WriteOwned reads nothing); ReadOptions
+	// go with each read.
 	Reader      client.Reader
 	ReadOptions []client.GetOption
-	// Live is read after a create found the name taken (ExistsCheck, ExistsSync): the API server itself, past a cache that
-	// may leave the object out.
+	// Live is read after a create found the name taken (ExistsCheck, ExistsSync): the API server itself, past a
+	// cache that may leave the object out.
 	Live client.Reader
-	// Owner is the controller the children must have.
+	// Owner is the controller the children must have; unused with Owned.AnyController.
 	Owner metav1.Object
 }
 
