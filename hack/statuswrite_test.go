@@ -56,6 +56,50 @@ func TestControllersShareTheEventAndFinalizerPaths(t *testing.T) {
 		"writes a finalizer directly; use reconcile.AddFinalizer / RemoveFinalizer")
 }
 
+// A controller creates and updates its child objects only through reconcile.EnsureOwned (PlanOwned, WriteOwned):
+// one place decides what an object another controller holds, a name already taken, a drifted or an immutable field
+// mean. The exceptions are not such children.
+func TestChildrenGoThroughEnsureOwned(t *testing.T) {
+	allowed := map[string][]string{
+		// Pods: generated names, created in batches under reconcile.Expectations.
+		"raycluster/pods.go":         {"PodCreator.Create(ctx, pod)", "r.client.Create(ctx, pod)"},
+		"imagepulljob/controller.go": {"r.client.Create(ctx, p)"},
+		// An owner reference from a Certificate on the Secret cert-manager issued: not the cluster's child.
+		"raycluster/tls.go": {"r.client.Update(ctx, sec)"},
+		// The status writes (TestStatusWritesGoThroughTheWriter) and the work queue's event handlers.
+		"raycluster/controller.go": {"r.writes.Update("},
+		"rayjob/controller.go":     {"r.writes.Update("},
+		"raycluster/queue.go":      {"h.Create(ctx, e", "h.Update(ctx, e"},
+	}
+	re := regexp.MustCompile(`\.(Create|Update)\(ctx\b`)
+	err := filepath.WalkDir("../internal/controller", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel := strings.TrimPrefix(filepath.ToSlash(path), "../internal/controller/")
+	lines:
+		for i, line := range strings.Split(string(src), "\n") {
+			if !re.MatchString(line) || strings.HasPrefix(strings.TrimSpace(line), "//") {
+				continue
+			}
+			for _, ok := range allowed[rel] {
+				if strings.Contains(line, ok) {
+					continue lines
+				}
+			}
+			t.Errorf("%s:%d creates or updates a child directly; use reconcile.EnsureOwned (or PlanOwned and WriteOwned)", path, i+1)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // forbidInControllers reports every line of the controllers' code (tests aside) that matches pattern.
 func forbidInControllers(t *testing.T, pattern, why string) {
 	t.Helper()

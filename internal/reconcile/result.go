@@ -28,6 +28,9 @@
 //     copy could equal it and be dropped, and no event would bring the object back.
 //   - Clock. A controller reads the time only from its Options.Clock (a Clock; RealClock when nil), so one fake
 //     clock in a test moves every timestamp, deadline, backoff and expectation together.
+//   - Children. A controller creates and updates the objects it owns under fixed names only through EnsureOwned
+//     (PlanOwned then WriteOwned where a pure plan decides): one rule for a name another controller holds, a name
+//     already taken, a drifted or an immutable field. How kinds differ is an option of Owned.
 package reconcile
 
 import (

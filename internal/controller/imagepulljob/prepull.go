@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -25,11 +24,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/validation"
 )
 
@@ -78,16 +78,16 @@ func prepullNodeChanged() predicate.TypedPredicate[*corev1.Node] {
 	}
 }
 
-func (r *PrepullReconciler) clustersForNode(ctx context.Context, _ *corev1.Node) []reconcile.Request {
+func (r *PrepullReconciler) clustersForNode(ctx context.Context, _ *corev1.Node) []ctrlreconcile.Request {
 	var list rayv1.RayClusterList
 	if err := r.client.List(ctx, &list); err != nil {
 		log.FromContext(ctx).Error(err, "listing RayClusters for a node event")
 		return nil
 	}
-	var out []reconcile.Request
+	var out []ctrlreconcile.Request
 	for i := range list.Items {
 		if list.Items[i].Annotations[AnnotationPrepullImages] == "true" {
-			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+			out = append(out, ctrlreconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 		}
 	}
 	return out
@@ -122,28 +122,44 @@ func (r *PrepullReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	var errs []error
+	w := reconcile.Writer{Client: r.client, Owner: cluster}
 	for _, j := range owned {
 		want, ok := desired[j.Name]
 		delete(desired, j.Name)
-		switch {
-		case !ok || want.Spec.Image != j.Spec.Image:
+		if !ok {
 			if err := r.client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
 				errs = append(errs, err)
 			}
-		case !equality.Semantic.DeepEqual(j.Spec.Selector, want.Spec.Selector) || !slices.Equal(j.Spec.PullSecrets, want.Spec.PullSecrets) ||
-			!equality.Semantic.DeepEqual(j.Spec.Parallelism, want.Spec.Parallelism):
-			j.Spec.Selector, j.Spec.PullSecrets, j.Spec.Parallelism = want.Spec.Selector, want.Spec.PullSecrets, want.Spec.Parallelism
-			if err := r.client.Update(ctx, j); err != nil {
-				errs = append(errs, err)
-			}
+			continue
+		}
+		if _, _, err := reconcile.WriteOwned(ctx, w, &prepullKind, reconcile.PlanOwned(cluster, &prepullKind, want, j), nil); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, name := range sets.List(sets.KeySet(desired)) {
-		if err := r.client.Create(ctx, desired[name]); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, _, err := reconcile.WriteOwned(ctx, w, &prepullKind, reconcile.PlanOwned(cluster, &prepullKind, desired[name], nil), nil); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return ctrl.Result{}, errors.Join(errs...)
+}
+
+// prepullKind writes a cluster's prepull jobs: the selector, pull secrets and parallelism follow the cluster; a job
+// whose image changed is deleted, and the next reconcile creates it anew. One made meanwhile is as good as created.
+var prepullKind = reconcile.Owned[*mantav1alpha1.ImagePullJob]{
+	Kind: "ImagePullJob", New: func() *mantav1alpha1.ImagePullJob { return &mantav1alpha1.ImagePullJob{} },
+	Sync: func(j, want *mantav1alpha1.ImagePullJob) (*mantav1alpha1.ImagePullJob, bool, bool) {
+		if want.Spec.Image != j.Spec.Image {
+			return j, true, true
+		}
+		if equality.Semantic.DeepEqual(j.Spec.Selector, want.Spec.Selector) && slices.Equal(j.Spec.PullSecrets, want.Spec.PullSecrets) &&
+			equality.Semantic.DeepEqual(j.Spec.Parallelism, want.Spec.Parallelism) {
+			return j, false, false
+		}
+		u := j.DeepCopy()
+		u.Spec.Selector, u.Spec.PullSecrets, u.Spec.Parallelism = want.Spec.Selector, want.Spec.PullSecrets, want.Spec.Parallelism
+		return u, true, false
+	},
 }
 
 func (r *PrepullReconciler) parallelism(c *rayv1.RayCluster) int32 {

@@ -4,15 +4,16 @@ package podgroup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	spv1alpha1 "sigs.k8s.io/scheduler-plugins/apis/scheduling/v1alpha1"
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // +kubebuilder:rbac:groups=scheduling.volcano.sh,resources=podgroups,verbs=get;list;watch;create;update
@@ -49,44 +50,48 @@ func notInstalled(err error, crd string) error {
 	return err
 }
 
+// volcano and schedulerPlugins write PodGroups as KubeRay does: whoever controls an existing one (KubeRay never
+// checks), and one made meanwhile is as good as created.
+var (
+	volcano = reconcile.Owned[*volcanov1beta1.PodGroup]{
+		Kind: "PodGroup", New: func() *volcanov1beta1.PodGroup { return &volcanov1beta1.PodGroup{} }, AnyController: true,
+		Sync: func(got, want *volcanov1beta1.PodGroup) (*volcanov1beta1.PodGroup, bool, bool) {
+			u := got.DeepCopy()
+			return u, clusterbuild.VolcanoPodGroupChanged(u, want), false
+		},
+	}
+	// KubeRay never updates a scheduler-plugins PodGroup.
+	schedulerPlugins = reconcile.Owned[*spv1alpha1.PodGroup]{
+		Kind: "PodGroup", New: func() *spv1alpha1.PodGroup { return &spv1alpha1.PodGroup{} }, AnyController: true,
+	}
+)
+
 // SyncVolcano creates want, or brings an existing PodGroup of its name to want's gang (minMember, minResources),
 // the only fields KubeRay keeps in line. updated says it wrote.
 func SyncVolcano(ctx context.Context, cl client.Client, want *volcanov1beta1.PodGroup) (updated bool, err error) {
-	const crd = "podgroups.scheduling.volcano.sh"
-	got := &volcanov1beta1.PodGroup{}
-	err = cl.Get(ctx, client.ObjectKeyFromObject(want), got)
-	switch {
-	case apierrors.IsNotFound(err):
-		want.Status.Phase = volcanov1beta1.PodGroupPending
-		if err := cl.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
-			return false, &Error{Err: fmt.Errorf("create PodGroup %s: %w", want.Name, notInstalled(err, crd))}
-		}
-		return true, nil
-	case err != nil:
-		return false, fmt.Errorf("read PodGroup %s: %w", want.Name, notInstalled(err, crd))
-	}
-	got = got.DeepCopy()
-	if !clusterbuild.VolcanoPodGroupChanged(got, want) {
-		return false, nil
-	}
-	if err := cl.Update(ctx, got); err != nil {
-		return false, &Error{Update: true, Err: fmt.Errorf("update PodGroup %s: %w", want.Name, err)}
-	}
-	return true, nil
+	want.Status.Phase = volcanov1beta1.PodGroupPending
+	op, err := ensure(ctx, cl, &volcano, want, "podgroups.scheduling.volcano.sh")
+	return err == nil && op != reconcile.Unchanged, err
 }
 
 // CreateSchedulerPlugins creates want unless a PodGroup of its name exists: KubeRay never updates it.
 func CreateSchedulerPlugins(ctx context.Context, cl client.Client, want *spv1alpha1.PodGroup) error {
-	const crd = "podgroups.scheduling.x-k8s.io"
-	err := cl.Get(ctx, client.ObjectKeyFromObject(want), &spv1alpha1.PodGroup{})
+	_, err := ensure(ctx, cl, &schedulerPlugins, want, "podgroups.scheduling.x-k8s.io")
+	return err
+}
+
+// ensure writes want with k; a failed write is an *Error, and a CRD the API server does not serve is named.
+func ensure[T client.Object](ctx context.Context, cl client.Client, k *reconcile.Owned[T], want T, crd string) (reconcile.Op, error) {
+	var writeErr error
+	w := reconcile.Writer{Client: cl, Reader: cl}
+	_, op, err := reconcile.EnsureOwned(ctx, w, k, want, func(_ reconcile.Op, _ T, err error) { writeErr = err })
 	switch {
 	case err == nil:
-		return nil
-	case !apierrors.IsNotFound(err):
-		return fmt.Errorf("read PodGroup %s: %w", want.Name, notInstalled(err, crd))
+		return op, nil
+	case writeErr == nil:
+		return op, fmt.Errorf("read PodGroup %s: %w", want.GetName(), notInstalled(errors.Unwrap(err), crd))
+	case op == reconcile.Updated:
+		return op, &Error{Update: true, Err: fmt.Errorf("update PodGroup %s: %w", want.GetName(), writeErr)}
 	}
-	if err := cl.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
-		return &Error{Err: fmt.Errorf("create PodGroup %s: %w", want.Name, notInstalled(err, crd))}
-	}
-	return nil
+	return op, &Error{Err: fmt.Errorf("create PodGroup %s: %w", want.GetName(), notInstalled(writeErr, crd))}
 }

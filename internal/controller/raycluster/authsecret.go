@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // EventFailedToCreateAuthSecret reports that the cluster's Ray auth token Secret could not be created.
@@ -36,10 +37,21 @@ func (r *Reconciler) ensureAuthSecret(ctx context.Context, run *run) error {
 	if err != nil {
 		return fmt.Errorf("generate ray auth token: %w", err)
 	}
-	if err := r.client.Create(ctx, sec); err != nil && !apierrors.IsAlreadyExists(err) {
-		run.Eventf(corev1.EventTypeWarning, EventFailedToCreateAuthSecret, "Create", "failed to create the Ray auth token Secret %s: %v", name, err)
-		return fmt.Errorf("create ray auth token secret %s: %w", name, err)
-	}
-	log.FromContext(ctx).V(1).Info("created ray auth token secret", "name", name)
-	return nil
+	// Planned against the read above, so that a token is generated only for a Secret to create.
+	w := reconcile.Writer{Client: r.client, Owner: c}
+	_, _, err = reconcile.WriteOwned(ctx, w, &authSecretKind, reconcile.PlanOwned(c, &authSecretKind, sec, nil), func(op reconcile.Op, _ *corev1.Secret, err error) {
+		switch {
+		case op == reconcile.Created && err != nil:
+			run.Eventf(corev1.EventTypeWarning, EventFailedToCreateAuthSecret, "Create", "failed to create the Ray auth token Secret %s: %v", name, err)
+		case op == reconcile.Created:
+			log.FromContext(ctx).V(1).Info("created ray auth token secret", "name", name)
+		}
+	})
+	return err
+}
+
+// authSecretKind writes the auth token Secret: created once, never changed; a create that finds it made meanwhile
+// is as good.
+var authSecretKind = reconcile.Owned[*corev1.Secret]{
+	Kind: "ray auth token secret", New: func() *corev1.Secret { return &corev1.Secret{} }, AnyController: true,
 }

@@ -16,24 +16,33 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // autoscalerRBACRetry is when a cluster whose autoscaler RBAC was refused is looked at again: only its user can
 // clear the refusal (by deleting or renaming the object), and nothing watches Roles.
 const autoscalerRBACRetry = 30 * time.Second
 
-// rbacChild is one of the objects the autoscaler's identity is made of, with how to bring an existing one of
-// Manta's back to what Manta writes.
+// rbacChild is one of the objects the autoscaler's identity is made of: how it is written, and its events.
 type rbacChild struct {
-	desired, existing client.Object
-	kind              string
-	// mustOwn says an existing object must be controlled by the cluster: false only for a ServiceAccount the user
-	// named, which is theirs to bring.
-	mustOwn bool
-	// sync copies onto existing what Manta writes there and says whether anything changed; replace says the
-	// change cannot be made in place (a RoleBinding's roleRef is immutable).
-	sync                                 func(existing client.Object) (changed, replace bool)
+	write                                func(ctx context.Context, w reconcile.Writer, report reconcile.Report[client.Object]) (reconcile.Op, error)
+	kind, name                           string
 	created, failCreate, updated, failUp string
+}
+
+// rbacKind makes the write of the rbacChild desired. An existing object must be controlled by the cluster unless
+// anyOwner (a ServiceAccount the user named, which is theirs to bring); a create that finds the name taken is a
+// failed create, as KubeRay reports it, and the next reconcile reads whose it is. A child deleted because a field
+// cannot change in place (a RoleBinding's roleRef) is created again at once.
+func rbacKind[T client.Object](kind string, desired T, newObj func() T, anyOwner bool, sync func(existing, desired T) (T, bool, bool)) func(context.Context, reconcile.Writer, reconcile.Report[client.Object]) (reconcile.Op, error) {
+	k := &reconcile.Owned[T]{
+		Kind: kind, New: newObj, Sync: sync,
+		RecreateNow: true, OnExists: reconcile.ExistsFail, AnyController: anyOwner,
+	}
+	return func(ctx context.Context, w reconcile.Writer, report reconcile.Report[client.Object]) (reconcile.Op, error) {
+		_, op, err := reconcile.EnsureOwned(ctx, w, k, desired, func(op reconcile.Op, o T, err error) { report(op, o, err) })
+		return op, err
+	}
 }
 
 // errNotOwned is an object under a name the autoscaler needs that is not this cluster's.
@@ -51,41 +60,38 @@ func (e *errNotOwned) Error() string {
 // server, not from a cache of every Role of the cluster.
 func (r *Reconciler) ensureAutoscalerRBAC(ctx context.Context, run *run) error {
 	c := run.c
-	role, rb := clusterbuild.AutoscalerRole(c), clusterbuild.AutoscalerRoleBinding(c)
+	sa, role, rb := clusterbuild.AutoscalerServiceAccount(c), clusterbuild.AutoscalerRole(c), clusterbuild.AutoscalerRoleBinding(c)
 	children := []rbacChild{
 		{
-			desired: clusterbuild.AutoscalerServiceAccount(c), existing: &corev1.ServiceAccount{}, kind: "ServiceAccount",
-			mustOwn: clusterbuild.AutoscalerServiceAccountManaged(c),
 			// Manta writes no field of a ServiceAccount beyond its metadata.
-			sync:    func(client.Object) (bool, bool) { return false, false },
-			created: EventCreatedServiceAccount, failCreate: EventFailedToCreateServiceAccount,
+			write: rbacKind("ServiceAccount", sa, func() *corev1.ServiceAccount { return &corev1.ServiceAccount{} },
+				!clusterbuild.AutoscalerServiceAccountManaged(c), nil),
+			kind: "ServiceAccount", name: sa.Name, created: EventCreatedServiceAccount, failCreate: EventFailedToCreateServiceAccount,
 		},
 		{
-			desired: role, existing: &rbacv1.Role{}, kind: "Role", mustOwn: true,
-			sync: func(o client.Object) (bool, bool) {
-				got := o.(*rbacv1.Role)
-				if equality.Semantic.DeepEqual(got.Rules, role.Rules) {
-					return false, false
+			write: rbacKind("Role", role, func() *rbacv1.Role { return &rbacv1.Role{} }, false, func(got, want *rbacv1.Role) (*rbacv1.Role, bool, bool) {
+				if equality.Semantic.DeepEqual(got.Rules, want.Rules) {
+					return got, false, false
 				}
-				got.Rules = role.Rules
-				return true, false
-			},
-			created: EventCreatedRole, failCreate: EventFailedToCreateRole, updated: EventUpdatedRole, failUp: EventFailedToUpdateRole,
+				u := got.DeepCopy()
+				u.Rules = want.Rules
+				return u, true, false
+			}),
+			kind: "Role", name: role.Name, created: EventCreatedRole, failCreate: EventFailedToCreateRole, updated: EventUpdatedRole, failUp: EventFailedToUpdateRole,
 		},
 		{
-			desired: rb, existing: &rbacv1.RoleBinding{}, kind: "RoleBinding", mustOwn: true,
-			sync: func(o client.Object) (bool, bool) {
-				got := o.(*rbacv1.RoleBinding)
-				if got.RoleRef != rb.RoleRef {
-					return true, true
+			write: rbacKind("RoleBinding", rb, func() *rbacv1.RoleBinding { return &rbacv1.RoleBinding{} }, false, func(got, want *rbacv1.RoleBinding) (*rbacv1.RoleBinding, bool, bool) {
+				if got.RoleRef != want.RoleRef {
+					return got, true, true
 				}
-				if equality.Semantic.DeepEqual(got.Subjects, rb.Subjects) {
-					return false, false
+				if equality.Semantic.DeepEqual(got.Subjects, want.Subjects) {
+					return got, false, false
 				}
-				got.Subjects = rb.Subjects
-				return true, false
-			},
-			created: EventCreatedRoleBinding, failCreate: EventFailedToCreateRoleBinding, updated: EventUpdatedRoleBinding, failUp: EventFailedToUpdateRoleBinding,
+				u := got.DeepCopy()
+				u.Subjects = want.Subjects
+				return u, true, false
+			}),
+			kind: "RoleBinding", name: rb.Name, created: EventCreatedRoleBinding, failCreate: EventFailedToCreateRoleBinding, updated: EventUpdatedRoleBinding, failUp: EventFailedToUpdateRoleBinding,
 		},
 	}
 	for _, x := range children {
@@ -101,54 +107,32 @@ func (r *Reconciler) ensureAutoscalerRBAC(ctx context.Context, run *run) error {
 }
 
 func (r *Reconciler) ensureRBACChild(ctx context.Context, run *run, x rbacChild) error {
-	c, name := run.c, x.desired.GetName()
-	err := r.reader.Get(ctx, client.ObjectKeyFromObject(x.desired), x.existing)
-	if apierrors.IsNotFound(err) {
-		return r.createRBACChild(ctx, run, x)
-	}
-	if err != nil {
-		return fmt.Errorf("read %s %s: %w", x.kind, name, err)
-	}
-	if !x.mustOwn {
-		return nil
-	}
-	if !metav1.IsControlledBy(x.existing, c) {
-		return &errNotOwned{x.kind, c.Namespace, name}
-	}
-	changed, replace := x.sync(x.existing)
-	switch {
-	case !changed:
-		return nil
-	case replace:
-		uid := x.existing.GetUID()
-		if err := r.client.Delete(ctx, x.existing, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
-			run.Eventf(corev1.EventTypeWarning, x.failUp, "Delete", "failed to delete the autoscaler's %s %s to recreate it: %v", x.kind, name, err)
-			return fmt.Errorf("delete %s %s: %w", x.kind, name, err)
+	c := run.c
+	// Read from the API server: the cache holds no Roles.
+	w := reconcile.Writer{Client: r.client, Reader: r.reader, Owner: c}
+	op, err := x.write(ctx, w, func(op reconcile.Op, o client.Object, err error) {
+		switch {
+		case op == reconcile.Created && err != nil:
+			run.Eventf(corev1.EventTypeWarning, x.failCreate, "Create", "Failed creating %s %s/%s, %v", eventKind[x.kind], o.GetNamespace(), o.GetName(), err)
+		case op == reconcile.Created:
+			run.Eventf(corev1.EventTypeNormal, x.created, "Create", "Created %s %s/%s", eventKind[x.kind], o.GetNamespace(), o.GetName())
+			log.FromContext(ctx).V(1).Info("created autoscaler RBAC object", "kind", x.kind, "name", o.GetName())
+		case op == reconcile.Deleted && err != nil:
+			run.Eventf(corev1.EventTypeWarning, x.failUp, "Delete", "failed to delete the autoscaler's %s %s to recreate it: %v", x.kind, o.GetName(), err)
+		case op == reconcile.Updated && err != nil:
+			run.Eventf(corev1.EventTypeWarning, x.failUp, "Update", "failed to restore the autoscaler's %s %s: %v", x.kind, o.GetName(), err)
+		case op == reconcile.Updated:
+			run.Eventf(corev1.EventTypeNormal, x.updated, "Update", "restored the autoscaler's %s %s: it had been changed", x.kind, o.GetName())
 		}
-		return r.createRBACChild(ctx, run, x)
+	})
+	if op == reconcile.Foreign {
+		return &errNotOwned{x.kind, c.Namespace, x.name}
 	}
-	if err := r.client.Update(ctx, x.existing); err != nil {
-		run.Eventf(corev1.EventTypeWarning, x.failUp, "Update", "failed to restore the autoscaler's %s %s: %v", x.kind, name, err)
-		return fmt.Errorf("update %s %s: %w", x.kind, name, err)
-	}
-	run.Eventf(corev1.EventTypeNormal, x.updated, "Update", "restored the autoscaler's %s %s: it had been changed", x.kind, name)
-	return nil
+	return err
 }
 
 // eventKind names a kind in an event's message as KubeRay's do.
 var eventKind = map[string]string{"ServiceAccount": "service account", "Role": "role", "RoleBinding": "role binding"}
-
-func (r *Reconciler) createRBACChild(ctx context.Context, run *run, x rbacChild) error {
-	name := x.desired.GetName()
-	if err := r.client.Create(ctx, x.desired); err != nil {
-		// AlreadyExists too: someone made it since the read, and the next reconcile checks whose it is.
-		run.Eventf(corev1.EventTypeWarning, x.failCreate, "Create", "Failed creating %s %s/%s, %v", eventKind[x.kind], x.desired.GetNamespace(), name, err)
-		return fmt.Errorf("create %s %s: %w", x.kind, name, err)
-	}
-	run.Eventf(corev1.EventTypeNormal, x.created, "Create", "Created %s %s/%s", eventKind[x.kind], x.desired.GetNamespace(), name)
-	log.FromContext(ctx).V(1).Info("created autoscaler RBAC object", "kind", x.kind, "name", name)
-	return nil
-}
 
 // refuseAutoscalerRBAC reports an object that is not the cluster's and takes back the cluster's own RoleBinding,
 // which would otherwise bind the foreign Role, or the autoscaler's Role to a foreign ServiceAccount. The head pod

@@ -513,37 +513,51 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 	if err := r.deleteUnwantedServices(ctx, run, unwanted); err != nil {
 		return err
 	}
+	// The cache's own Services, not copies (readOnly): they are only read here and by computeStatus, and
+	// UpdateService copies one before changing anything.
+	w := reconcile.Writer{Client: r.client, Reader: r.client, ReadOptions: []client.GetOption{readOnly}, Owner: c}
 	for i, svc := range want {
-		// The cache's own Service, not a copy (readOnly): it is only read here and by computeStatus, and
-		// UpdateService copies it before changing anything.
-		existing := &corev1.Service{}
-		err := r.client.Get(ctx, client.ObjectKeyFromObject(svc), existing, readOnly)
-		switch {
-		case err == nil:
-			existing, err = r.updateService(ctx, run, existing, svc)
-			if err != nil {
-				return err
-			}
-		case apierrors.IsNotFound(err):
-			if err := r.client.Create(ctx, svc); err != nil {
-				if apierrors.IsAlreadyExists(err) {
-					// Not in the cache yet: the watch event brings it to the next reconcile.
-					existing = svc
-					break
-				}
-				run.RelatedEventf(svc, corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Failed creating service %s/%s, %v", svc.Namespace, svc.Name, err)
-				return fmt.Errorf("create service %s: %w", svc.Name, err)
-			}
-			run.RelatedEventf(svc, corev1.EventTypeNormal, EventCreatedService, "Create", "Created service %s/%s", svc.Namespace, svc.Name)
-			existing = svc
-		default:
-			return fmt.Errorf("get service %s: %w", svc.Name, err)
+		existing, _, err := reconcile.EnsureOwned(ctx, w, &serviceKind, svc, func(op reconcile.Op, o *corev1.Service, err error) {
+			r.reportService(run, op, o, err)
+		})
+		if err != nil {
+			return err
 		}
 		if i == 0 {
 			run.obs.headService = existing
 		}
 	}
 	return nil
+}
+
+// serviceKind writes the cluster's Services: the fields Manta owns (ports, selector, type, its labels and
+// annotations) are patched, since users and other controllers annotate the Services too. Someone else's Service
+// under a name the cluster wants is left alone, unreported, as KubeRay does; one that must switch between headless
+// and not cannot change in place: it is deleted, and created again once the cache shows it gone.
+var serviceKind = reconcile.Owned[*corev1.Service]{
+	Kind: "service", New: func() *corev1.Service { return &corev1.Service{} },
+	Sync: clusterbuild.UpdateService, Patch: true,
+	// Not in the cache yet: the watch event brings it to the next reconcile.
+	OnExists: reconcile.ExistsPending,
+}
+
+// reportService records the events of a write of one of the cluster's Services, KubeRay's on a create.
+func (r *Reconciler) reportService(run *run, op reconcile.Op, svc *corev1.Service, err error) {
+	switch {
+	case op == reconcile.Created && err != nil:
+		run.RelatedEventf(svc, corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Failed creating service %s/%s, %v", svc.Namespace, svc.Name, err)
+	case op == reconcile.Created:
+		run.RelatedEventf(svc, corev1.EventTypeNormal, EventCreatedService, "Create", "Created service %s/%s", svc.Namespace, svc.Name)
+	case op == reconcile.Deleted && err != nil:
+		run.Eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s to recreate it: %v", svc.Name, err)
+	case op == reconcile.Deleted:
+		run.Eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s to recreate it: it cannot switch between headless and not in place", svc.Name)
+		run.Requeue(time.Second)
+	case op == reconcile.Updated && err != nil:
+		run.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", svc.Name, err)
+	case op == reconcile.Updated:
+		run.Eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "updated Service %s to match the spec", svc.Name)
+	}
 }
 
 // deleteUnwantedServices deletes the optional Services (serve, headless worker) the cluster made and no longer asks
@@ -567,32 +581,4 @@ func (r *Reconciler) deleteUnwantedServices(ctx context.Context, run *run, unwan
 		run.Eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s: the cluster no longer asks for it", name)
 	}
 	return nil
-}
-
-// updateService patches the fields Manta owns on an existing Service when the spec moved them. A Service that must
-// switch between headless and not cannot be changed in place: it is deleted and created again on a later reconcile.
-func (r *Reconciler) updateService(ctx context.Context, run *run, existing, desired *corev1.Service) (*corev1.Service, error) {
-	if !metav1.IsControlledBy(existing, run.c) {
-		// Someone else's Service under the name we want: not ours to rewrite.
-		return existing, nil
-	}
-	updated, changed, recreate := clusterbuild.UpdateService(existing, desired)
-	switch {
-	case !changed:
-		return existing, nil
-	case recreate:
-		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
-			run.Eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s to recreate it: %v", existing.Name, err)
-			return nil, fmt.Errorf("delete service %s: %w", existing.Name, err)
-		}
-		run.Eventf(corev1.EventTypeNormal, EventDeletedService, "Delete", "deleted Service %s to recreate it: it cannot switch between headless and not in place", existing.Name)
-		run.Requeue(time.Second)
-		return existing, nil
-	}
-	if err := r.client.Patch(ctx, updated, client.MergeFrom(existing)); err != nil {
-		run.Eventf(corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "failed to update Service %s: %v", existing.Name, err)
-		return nil, fmt.Errorf("update service %s: %w", existing.Name, err)
-	}
-	run.Eventf(corev1.EventTypeNormal, EventUpdatedService, "Update", "updated Service %s to match the spec", existing.Name)
-	return updated, nil
 }

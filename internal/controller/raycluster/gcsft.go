@@ -255,19 +255,25 @@ func (r *Reconciler) createCleanupJob(ctx context.Context, c *rayv1.RayCluster, 
 			"removed finalizer %s without cleaning Redis: the head template has no container to run the cleanup in", clusterbuild.FinalizerGCSFTRedisCleanup)
 		return nil
 	}
-	if err := r.client.Create(ctx, job); err != nil {
-		if apierrors.IsAlreadyExists(err) {
+	// The Job is created once: one of that name is this cluster's, made by an earlier reconcile the cache does not
+	// show yet, and is looked at again shortly.
+	w := reconcile.Writer{Client: r.client, Owner: c}
+	_, _, err := reconcile.WriteOwned(ctx, w, &cleanupJobKind, reconcile.PlanOwned(c, &cleanupJobKind, job, nil), func(op reconcile.Op, _ *batchv1.Job, err error) {
+		switch {
+		case op == reconcile.Exists:
 			res.Requeue(time.Second)
-			return nil
+		case op == reconcile.Created && err != nil:
+			res.Eventf(corev1.EventTypeWarning, EventFailedToCreateRedisCleanupJob, "Create",
+				"Failed to create Redis cleanup Job %s/%s, %v", job.Namespace, job.Name, err)
+		case op == reconcile.Created:
+			res.Eventf(corev1.EventTypeNormal, EventCreatedRedisCleanupJob, "Create", "Created Redis cleanup Job %s/%s", job.Namespace, job.Name)
+			res.Requeue(cleanupWait)
 		}
-		res.Eventf(corev1.EventTypeWarning, EventFailedToCreateRedisCleanupJob, "Create",
-			"Failed to create Redis cleanup Job %s/%s, %v", job.Namespace, job.Name, err)
-		return fmt.Errorf("create Redis cleanup job: %w", err)
-	}
-	res.Eventf(corev1.EventTypeNormal, EventCreatedRedisCleanupJob, "Create", "Created Redis cleanup Job %s/%s", job.Namespace, job.Name)
-	res.Requeue(cleanupWait)
-	return nil
+	})
+	return err
 }
+
+var cleanupJobKind = reconcile.Owned[*batchv1.Job]{Kind: "Redis cleanup job", New: func() *batchv1.Job { return &batchv1.Job{} }}
 
 // ensureCleanupFinalizer puts the Redis cleanup finalizer on a cluster with a Redis-backed GCS (unless the cleanup
 // is off).

@@ -8,10 +8,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Event reasons of the embedded GCS backend's claim, KubeRay's.
@@ -45,45 +45,50 @@ func (r *Reconciler) reconcileGCSStorage(ctx context.Context, run *run) error {
 		return err
 	}
 	desired := clusterbuild.GCSStoragePVC(c)
-	live := &corev1.PersistentVolumeClaim{}
-	err := r.client.Get(ctx, key, live)
-	if apierrors.IsNotFound(err) {
-		if !clusterbuild.GCSStorageRetained(c) {
-			desired.OwnerReferences = []metav1.OwnerReference{*clusterbuild.OwnerReference(c)}
-		}
-		err = r.client.Create(ctx, desired)
-		if err == nil {
-			run.Eventf(corev1.EventTypeNormal, EventCreatedPVC, "Create", "created GCS storage PVC %s/%s", key.Namespace, key.Name)
-			return nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			run.Eventf(corev1.EventTypeWarning, EventFailedToCreatePVC, "Create", "failed to create GCS storage PVC %s/%s: %v", key.Namespace, key.Name, err)
-			return fmt.Errorf("create PVC %s: %w", key.Name, err)
-		}
-		// Not in the cache: created a moment ago, or left without the cluster label (the cache selects on it).
-		err = r.reader.Get(ctx, key, live)
+	if !clusterbuild.GCSStorageRetained(c) {
+		desired.OwnerReferences = []metav1.OwnerReference{*clusterbuild.OwnerReference(c)}
 	}
-	if err != nil {
-		return fmt.Errorf("read PVC %s: %w", key.Name, err)
+	k := &reconcile.Owned[*corev1.PersistentVolumeClaim]{
+		Kind: "PVC", New: func() *corev1.PersistentVolumeClaim { return &corev1.PersistentVolumeClaim{} },
+		// Only its owner and label follow the cluster: Kubernetes cannot apply a new size, class or access mode.
+		Sync: func(live, _ *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, bool, bool) {
+			u, changed := adoptGCSStorage(c, live)
+			return u, changed, false
+		},
+		Patch: true, OptimisticLock: true, Adopt: true,
+		// Not in the cache: created a moment ago, or left without the cluster label (the cache selects on it).
+		OnExists: reconcile.ExistsSync,
+	}
+	w := reconcile.Writer{Client: r.client, Reader: r.client, Live: r.reader, Owner: c}
+	live, op, err := reconcile.EnsureOwned(ctx, w, k, desired, func(op reconcile.Op, _ *corev1.PersistentVolumeClaim, err error) {
+		switch {
+		case op == reconcile.Created && err != nil:
+			run.Eventf(corev1.EventTypeWarning, EventFailedToCreatePVC, "Create", "failed to create GCS storage PVC %s/%s: %v", key.Namespace, key.Name, err)
+		case op == reconcile.Created:
+			run.Eventf(corev1.EventTypeNormal, EventCreatedPVC, "Create", "created GCS storage PVC %s/%s", key.Namespace, key.Name)
+		}
+	})
+	if op == reconcile.Created || live == nil {
+		return err
 	}
 	if drift := clusterbuild.GCSStoragePVCDrift(desired, live); drift != "" {
 		run.Eventf(corev1.EventTypeWarning, EventFailedToCreatePVC, "Update",
 			"GCS storage PVC %s/%s already exists and cannot be reconfigured in place (%s); delete the PVC to recreate it with the new settings", key.Namespace, key.Name, drift)
 	}
-	return r.adoptGCSStorage(ctx, c, live)
-}
-
-// adoptGCSStorage makes an existing claim follow the deletion policy: the cluster its controller, or not. A claim
-// another controller holds is left alone and fails the reconcile: the head would share someone else's GCS state.
-func (r *Reconciler) adoptGCSStorage(ctx context.Context, c *rayv1.RayCluster, live *corev1.PersistentVolumeClaim) error {
-	retain := clusterbuild.GCSStorageRetained(c)
-	owned := metav1.IsControlledBy(live, c)
-	labelled := live.Labels[rayv1.LabelCluster] == c.Name
-	if owner := metav1.GetControllerOfNoCopy(live); owner != nil && !owned {
+	if op == reconcile.Foreign || op == reconcile.Taken {
+		// The head would share someone else's GCS state.
+		owner := metav1.GetControllerOfNoCopy(live)
 		return fmt.Errorf("PVC %s/%s is controlled by %s %s, not by this RayCluster: it is left as it is", live.Namespace, live.Name, owner.Kind, owner.Name)
 	}
-	if owned != retain && labelled {
-		return nil
+	return err
+}
+
+// adoptGCSStorage returns a copy of an existing claim that follows the deletion policy (the cluster its controller,
+// or not) and carries the cluster label, and whether that differs from live.
+func adoptGCSStorage(c *rayv1.RayCluster, live *corev1.PersistentVolumeClaim) (*corev1.PersistentVolumeClaim, bool) {
+	retain := clusterbuild.GCSStorageRetained(c)
+	if metav1.IsControlledBy(live, c) != retain && live.Labels[rayv1.LabelCluster] == c.Name {
+		return live, false
 	}
 	u := live.DeepCopy()
 	if u.Labels == nil {
@@ -100,8 +105,5 @@ func (r *Reconciler) adoptGCSStorage(ctx context.Context, c *rayv1.RayCluster, l
 		refs = append(refs, *clusterbuild.OwnerReference(c))
 	}
 	u.OwnerReferences = refs
-	if err := r.client.Patch(ctx, u, client.MergeFromWithOptions(live, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("set the owner of PVC %s: %w", live.Name, err)
-	}
-	return nil
+	return u, true
 }

@@ -6,6 +6,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Event reasons of the head Ingress: KubeRay's, and for its deletion (KubeRay never deletes it) Manta's.
@@ -19,9 +20,13 @@ const (
 )
 
 var ingressKind = ownedKind[*networkingv1.Ingress]{
-	kind:    "Ingress",
-	newObj:  func() *networkingv1.Ingress { return &networkingv1.Ingress{} },
-	sync:    clusterbuild.SyncHeadIngress,
+	Owned: reconcile.Owned[*networkingv1.Ingress]{
+		Kind: "Ingress", New: func() *networkingv1.Ingress { return &networkingv1.Ingress{} }, OnExists: reconcile.ExistsCheck,
+		Sync: func(existing, desired *networkingv1.Ingress) (*networkingv1.Ingress, bool, bool) {
+			u, changed := clusterbuild.SyncHeadIngress(existing, desired)
+			return u, changed, false
+		},
+	},
 	created: EventCreatedIngress, failCreate: EventFailedToCreateIngress,
 	updated: EventUpdatedIngress, failUpdate: EventFailedToUpdateIngress,
 	deleted: EventDeletedIngress, failDelete: EventFailedToDeleteIngress,

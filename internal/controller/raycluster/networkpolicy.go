@@ -6,6 +6,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Event reasons of the NetworkPolicies, KubeRay's.
@@ -20,15 +21,16 @@ const (
 )
 
 var networkPolicyKind = ownedKind[*networkingv1.NetworkPolicy]{
-	kind:   "NetworkPolicy",
-	newObj: func() *networkingv1.NetworkPolicy { return &networkingv1.NetworkPolicy{} },
-	sync: func(existing, desired *networkingv1.NetworkPolicy) (*networkingv1.NetworkPolicy, bool) {
-		if !clusterbuild.NetworkPolicyChanged(existing, desired) {
-			return nil, false
-		}
-		u := existing.DeepCopy()
-		u.Labels, u.Spec = desired.Labels, *desired.Spec.DeepCopy()
-		return u, true
+	Owned: reconcile.Owned[*networkingv1.NetworkPolicy]{
+		Kind: "NetworkPolicy", New: func() *networkingv1.NetworkPolicy { return &networkingv1.NetworkPolicy{} }, OnExists: reconcile.ExistsCheck,
+		Sync: func(existing, desired *networkingv1.NetworkPolicy) (*networkingv1.NetworkPolicy, bool, bool) {
+			if !clusterbuild.NetworkPolicyChanged(existing, desired) {
+				return nil, false, false
+			}
+			u := existing.DeepCopy()
+			u.Labels, u.Spec = desired.Labels, *desired.Spec.DeepCopy()
+			return u, true, false
+		},
 	},
 	collisionErr: true,
 	created:      EventCreatedNetworkPolicy, failCreate: EventFailedToCreateNetworkPolicy,

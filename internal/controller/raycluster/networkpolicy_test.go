@@ -15,6 +15,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -24,6 +25,20 @@ func npNames(ps []*networkingv1.NetworkPolicy) []string {
 		out = append(out, p.Name)
 	}
 	return out
+}
+
+func stepObjects(p ownedPlan[*networkingv1.NetworkPolicy], op reconcile.Op) []*networkingv1.NetworkPolicy {
+	var out []*networkingv1.NetworkPolicy
+	for _, s := range p.ensure {
+		if s.Op == op {
+			out = append(out, s.Object)
+		}
+	}
+	return out
+}
+
+func stepNames(p ownedPlan[*networkingv1.NetworkPolicy], op reconcile.Op) []string {
+	return npNames(stepObjects(p, op))
 }
 
 func TestPlanNetworkPolicies(t *testing.T) {
@@ -68,11 +83,11 @@ func TestPlanNetworkPolicies(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			p := planOwned(c, networkPolicyKind, desired, tc.existing)
-			got := names{npNames(p.create), npNames(p.update), npNames(p.delete), p.foreign}
+			got := names{stepNames(p, reconcile.Created), stepNames(p, reconcile.Updated), npNames(p.delete), stepNames(p, reconcile.Foreign)}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}
-			for _, u := range p.update {
+			for _, u := range stepObjects(p, reconcile.Updated) {
 				if clusterbuild.NetworkPolicyChanged(u, desired[slices.IndexFunc(desired, func(d *networkingv1.NetworkPolicy) bool { return d.Name == u.Name })]) {
 					t.Errorf("update of %s does not carry the desired policy", u.Name)
 				}
@@ -82,7 +97,7 @@ func TestPlanNetworkPolicies(t *testing.T) {
 	// Without spec.networkPolicy every policy the cluster controls goes, and no other.
 	c.Spec.NetworkPolicy = nil
 	p := planOwned(c, networkPolicyKind, clusterbuild.NetworkPolicies(c), []*networkingv1.NetworkPolicy{stored("rc-head"), stored("rc-workers-a", foreign)})
-	if got := npNames(p.delete); !slices.Equal(got, []string{"rc-head"}) || len(p.create)+len(p.update)+len(p.foreign) != 0 {
+	if got := npNames(p.delete); !slices.Equal(got, []string{"rc-head"}) || len(p.ensure) != 0 {
 		t.Errorf("networkPolicy removed: delete %v, plan %+v", got, p)
 	}
 }

@@ -11,16 +11,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
-// ownedKind describes one kind of object the cluster owns whole (NetworkPolicies, the head Ingress): how an
-// existing one is brought back to the desired one, and the event reasons of each write.
+// ownedKind describes one kind of object the cluster owns whole (NetworkPolicies, the head Ingress): how it is
+// written (reconcile.Owned), and the event reasons of each write.
 type ownedKind[T client.Object] struct {
-	kind string
-	// newObj makes an empty object of the kind, for the uncached read after a create found the name taken.
-	newObj func() T
-	// sync returns a copy of existing carrying what Manta writes from desired, and whether anything differed.
-	sync func(existing, desired T) (T, bool)
+	reconcile.Owned[T]
 	// collisionErr says a name taken by someone else's object fails the reconcile (KubeRay's NetworkPolicies: the
 	// isolation asked for is not in force) rather than only being reported (its Ingress).
 	collisionErr bool
@@ -30,9 +27,10 @@ type ownedKind[T client.Object] struct {
 
 // ownedPlan is what to write so that the objects of one kind the cluster owns are the desired ones.
 type ownedPlan[T client.Object] struct {
-	create, update, delete []T
-	// foreign are desired names held by objects the cluster does not control: left alone and reported.
-	foreign []string
+	// ensure is each desired object's step; foreign names (held by objects the cluster does not control) are left
+	// alone and reported.
+	ensure []reconcile.Step[T]
+	delete []T
 }
 
 // planOwned compares the desired objects with the existing ones (those of the kind labelled with the cluster). It
@@ -47,18 +45,8 @@ func planOwned[T client.Object](c *rayv1.RayCluster, k ownedKind[T], desired, ex
 	wanted := make(map[string]bool, len(desired))
 	for _, d := range desired {
 		wanted[d.GetName()] = true
-		o, ok := byName[d.GetName()]
-		switch {
-		case !ok:
-			p.create = append(p.create, d)
-		case !metav1.IsControlledBy(o, c):
-			p.foreign = append(p.foreign, d.GetName())
-		case o.GetDeletionTimestamp() != nil:
-			// Going away: created again once it is gone.
-		default:
-			if u, changed := k.sync(o, d); changed {
-				p.update = append(p.update, u)
-			}
+		if s := reconcile.PlanOwned(c, &k.Owned, d, byName[d.GetName()]); s.Op != reconcile.Unchanged {
+			p.ensure = append(p.ensure, s)
 		}
 	}
 	for _, o := range existing {
@@ -81,7 +69,7 @@ func (e *errForeign) Error() string {
 func reconcileOwned[T client.Object](ctx context.Context, r *Reconciler, run *run, k ownedKind[T], list client.ObjectList, items func() []T, desired []T) error {
 	c := run.c
 	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), client.MatchingLabels{rayv1.LabelCluster: c.Name}); err != nil {
-		return fmt.Errorf("list %ss: %w", k.kind, err)
+		return fmt.Errorf("list %ss: %w", k.Kind, err)
 	}
 	return writeOwned(ctx, r, run, k, planOwned(c, k, desired, items()))
 }
@@ -90,42 +78,31 @@ func reconcileOwned[T client.Object](ctx context.Context, r *Reconciler, run *ru
 func writeOwned[T client.Object](ctx context.Context, r *Reconciler, run *run, k ownedKind[T], p ownedPlan[T]) error {
 	c := run.c
 	var errs []error
-	foreign := func(name string) {
-		e := &errForeign{k.kind, c.Namespace, name}
-		run.Eventf(corev1.EventTypeWarning, k.collision, "Create", "%s", e.Error())
-		if k.collisionErr {
-			errs = append(errs, e)
-		}
-	}
-	for _, name := range p.foreign {
-		foreign(name)
-	}
-	for _, o := range p.create {
-		err := r.client.Create(ctx, o)
-		if apierrors.IsAlreadyExists(err) {
-			// Not in the cache: ours and not seen yet, or someone else's that the cache's label selector leaves out.
-			got := k.newObj()
-			if err := r.reader.Get(ctx, client.ObjectKeyFromObject(o), got); err != nil {
-				errs = append(errs, fmt.Errorf("read %s %s: %w", k.kind, o.GetName(), err))
-			} else if !metav1.IsControlledBy(got, c) {
-				foreign(o.GetName())
+	report := func(op reconcile.Op, o T, err error) {
+		switch {
+		case op == reconcile.Foreign || op == reconcile.Taken:
+			e := &errForeign{k.Kind, c.Namespace, o.GetName()}
+			run.Eventf(corev1.EventTypeWarning, k.collision, "Create", "%s", e.Error())
+			if k.collisionErr {
+				errs = append(errs, e)
 			}
-			continue
+		case op == reconcile.Created && err != nil:
+			run.Eventf(corev1.EventTypeWarning, k.failCreate, "Create", "failed to create %s %s: %v", k.Kind, o.GetName(), err)
+		case op == reconcile.Created:
+			run.Eventf(corev1.EventTypeNormal, k.created, "Create", "created %s %s", k.Kind, o.GetName())
+		case op == reconcile.Updated && err != nil:
+			run.Eventf(corev1.EventTypeWarning, k.failUpdate, "Update", "failed to update %s %s: %v", k.Kind, o.GetName(), err)
+		case op == reconcile.Updated:
+			run.Eventf(corev1.EventTypeNormal, k.updated, "Update", "updated %s %s to match the spec", k.Kind, o.GetName())
 		}
-		if err != nil {
-			run.Eventf(corev1.EventTypeWarning, k.failCreate, "Create", "failed to create %s %s: %v", k.kind, o.GetName(), err)
-			errs = append(errs, fmt.Errorf("create %s %s: %w", k.kind, o.GetName(), err))
-			continue
-		}
-		run.Eventf(corev1.EventTypeNormal, k.created, "Create", "created %s %s", k.kind, o.GetName())
 	}
-	for _, o := range p.update {
-		if err := r.client.Update(ctx, o); err != nil {
-			run.Eventf(corev1.EventTypeWarning, k.failUpdate, "Update", "failed to update %s %s: %v", k.kind, o.GetName(), err)
-			errs = append(errs, fmt.Errorf("update %s %s: %w", k.kind, o.GetName(), err))
-			continue
+	// The existing objects came from the list; a create that finds the name taken asks the API server, since the
+	// cache's label selector leaves out someone else's object of that name.
+	w := reconcile.Writer{Client: r.client, Live: r.reader, Owner: c}
+	for _, s := range p.ensure {
+		if _, _, err := reconcile.WriteOwned(ctx, w, &k.Owned, s, report); err != nil {
+			errs = append(errs, err)
 		}
-		run.Eventf(corev1.EventTypeNormal, k.updated, "Update", "updated %s %s to match the spec", k.kind, o.GetName())
 	}
 	for _, o := range p.delete {
 		uid := o.GetUID()
@@ -133,11 +110,11 @@ func writeOwned[T client.Object](ctx context.Context, r *Reconciler, run *run, k
 			if apierrors.IsNotFound(err) {
 				continue
 			}
-			run.Eventf(corev1.EventTypeWarning, k.failDelete, "Delete", "failed to delete %s %s: %v", k.kind, o.GetName(), err)
-			errs = append(errs, fmt.Errorf("delete %s %s: %w", k.kind, o.GetName(), err))
+			run.Eventf(corev1.EventTypeWarning, k.failDelete, "Delete", "failed to delete %s %s: %v", k.Kind, o.GetName(), err)
+			errs = append(errs, fmt.Errorf("delete %s %s: %w", k.Kind, o.GetName(), err))
 			continue
 		}
-		run.Eventf(corev1.EventTypeNormal, k.deleted, "Delete", "deleted %s %s: the cluster no longer asks for it", k.kind, o.GetName())
+		run.Eventf(corev1.EventTypeNormal, k.deleted, "Delete", "deleted %s %s: the cluster no longer asks for it", k.Kind, o.GetName())
 	}
 	return errors.Join(errs...)
 }

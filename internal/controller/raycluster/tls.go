@@ -16,6 +16,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Event reasons of tlsOptions, KubeRay's.
@@ -76,11 +77,11 @@ func (r *Reconciler) reconcileTLS(ctx context.Context, run *run) error {
 func (r *Reconciler) ensureTLSObjects(ctx context.Context, run *run, wrote *bool) error {
 	c := run.c
 	for _, iss := range clusterbuild.TLSIssuers(c) {
-		if _, err := r.ensureTLSObject(ctx, run, cmv1.IssuerKind, iss, &cmv1.Issuer{}, nil, wrote); err != nil {
+		if _, err := ensureTLSObject(ctx, r, run, cmv1.IssuerKind, iss, func() *cmv1.Issuer { return &cmv1.Issuer{} }, nil, wrote); err != nil {
 			return err
 		}
 	}
-	if _, err := r.ensureTLSObject(ctx, run, cmv1.CertificateKind, clusterbuild.TLSCACertificate(c), &cmv1.Certificate{}, nil, wrote); err != nil {
+	if _, err := ensureTLSObject(ctx, r, run, cmv1.CertificateKind, clusterbuild.TLSCACertificate(c), newCertificate, nil, wrote); err != nil {
 		return err
 	}
 	ips := map[string][]string{}
@@ -93,17 +94,9 @@ func (r *Reconciler) ensureTLSObjects(ctx context.Context, run *run, wrote *bool
 	var errs []error
 	for _, nodeType := range []string{rayv1.NodeTypeHead, rayv1.NodeTypeWorker} {
 		desired := clusterbuild.TLSLeafCertificate(c, nodeType, r.opts.ClusterDomain, ips[nodeType])
-		sync := func(o client.Object) bool {
-			got := o.(*cmv1.Certificate)
-			if !clusterbuild.TLSLeafChanged(got, desired) {
-				return false
-			}
-			got.Labels, got.Spec = desired.Labels, *desired.Spec.DeepCopy()
-			return true
-		}
-		if cert, err := r.ensureTLSObject(ctx, run, cmv1.CertificateKind, desired, &cmv1.Certificate{}, sync, wrote); err != nil {
+		if cert, err := ensureTLSObject(ctx, r, run, cmv1.CertificateKind, desired, newCertificate, syncLeaf, wrote); err != nil {
 			errs = append(errs, err)
-		} else if err := r.ownSecret(ctx, cert.(*cmv1.Certificate)); err != nil {
+		} else if err := r.ownSecret(ctx, cert); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -114,31 +107,40 @@ func (r *Reconciler) ensureTLSObjects(ctx context.Context, run *run, wrote *bool
 	return errors.Join(errs...)
 }
 
+func newCertificate() *cmv1.Certificate { return &cmv1.Certificate{} }
+
+// syncLeaf brings a head or worker Certificate back to its names and IP addresses.
+func syncLeaf(got, desired *cmv1.Certificate) (*cmv1.Certificate, bool, bool) {
+	if !clusterbuild.TLSLeafChanged(got, desired) {
+		return got, false, false
+	}
+	u := got.DeepCopy()
+	u.Labels, u.Spec = desired.Labels, *desired.Spec.DeepCopy()
+	return u, true, false
+}
+
 // ensureTLSObject creates desired when absent; an existing one must be the cluster's, and is brought back by sync
 // (nil: the object is never updated, as KubeRay never updates its Issuers and CA). It returns the object as stored.
-func (r *Reconciler) ensureTLSObject(ctx context.Context, run *run, kind string, desired, existing client.Object, sync func(client.Object) bool, wrote *bool) (client.Object, error) {
+// Its writes fail the reconcile, whose ReplicaFailure condition says why; only an update is an event of its own.
+func ensureTLSObject[T client.Object](ctx context.Context, r *Reconciler, run *run, kind string, desired T, newObj func() T, sync func(existing, desired T) (T, bool, bool), wrote *bool) (T, error) {
 	c := run.c
-	err := r.client.Get(ctx, client.ObjectKeyFromObject(desired), existing)
-	switch {
-	case apierrors.IsNotFound(err):
-		if err := r.client.Create(ctx, desired); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("create %s %s: %w", kind, desired.GetName(), err)
+	k := &reconcile.Owned[T]{Kind: kind, New: newObj, Sync: sync, OnExists: reconcile.ExistsPending}
+	w := reconcile.Writer{Client: r.client, Reader: r.client, Owner: c}
+	got, op, err := reconcile.EnsureOwned(ctx, w, k, desired, func(op reconcile.Op, o T, err error) {
+		if op == reconcile.Updated && err == nil {
+			run.Eventf(corev1.EventTypeNormal, EventMTLSCertificatesUpdated, "Update", "updated %s %s: its names and IP addresses follow the pods", kind, o.GetName())
 		}
-		*wrote = true
-		return desired, nil
+	})
+	switch {
 	case err != nil:
-		return nil, fmt.Errorf("read %s %s: %w", kind, desired.GetName(), err)
-	case !metav1.IsControlledBy(existing, c):
-		return nil, &errForeign{kind, c.Namespace, desired.GetName()}
-	case sync == nil || !sync(existing):
-		return existing, nil
+		return got, err
+	case op == reconcile.Foreign:
+		var none T
+		return none, &errForeign{kind, c.Namespace, desired.GetName()}
+	case op != reconcile.Unchanged:
+		*wrote = true
 	}
-	if err := r.client.Update(ctx, existing); err != nil {
-		return nil, fmt.Errorf("update %s %s: %w", kind, desired.GetName(), err)
-	}
-	*wrote = true
-	run.Eventf(corev1.EventTypeNormal, EventMTLSCertificatesUpdated, "Update", "updated %s %s: its names and IP addresses follow the pods", kind, desired.GetName())
-	return existing, nil
+	return got, nil
 }
 
 // ownSecret makes the Certificate an owner of the Secret cert-manager issued it into, so the Secret goes with it

@@ -2,12 +2,10 @@ package raycronjob
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
@@ -136,23 +134,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) createRun(ctx context.Context, cj *rayv1.RayCronJob, run time.Time, res *reconcile.Result) error {
 	job := buildRayJob(cj, run)
 	at := run.Format(time.RFC3339)
-	err := r.client.Create(ctx, job)
-	switch {
-	case err == nil:
-		res.Eventf(corev1.EventTypeNormal, ReasonCreatedJob, actionCreate, "created RayJob %s for the run scheduled at %s", job.Name, at)
-		return nil
-	case apierrors.IsAlreadyExists(err):
-		existing := &rayv1.RayJob{}
-		if err := r.reader.Get(ctx, client.ObjectKeyFromObject(job), existing); err != nil {
-			return fmt.Errorf("read RayJob %s, which exists: %w", job.Name, err)
+	// Created without a read first: the name is new for each run, and a RayJob of that name is asked about only
+	// when the create finds it.
+	w := reconcile.Writer{Client: r.client, Live: r.reader, Owner: cj}
+	_, _, err := reconcile.WriteOwned(ctx, w, &runKind, reconcile.PlanOwned(cj, &runKind, job, nil), func(op reconcile.Op, _ *rayv1.RayJob, err error) {
+		switch {
+		case op == reconcile.Created && err != nil:
+			res.Eventf(corev1.EventTypeWarning, ReasonFailedCreateJob, actionCreate, "failed to create RayJob %s for the run scheduled at %s: %v", job.Name, at, err)
+		case op == reconcile.Created:
+			res.Eventf(corev1.EventTypeNormal, ReasonCreatedJob, actionCreate, "created RayJob %s for the run scheduled at %s", job.Name, at)
+		case op == reconcile.Taken:
+			res.Eventf(corev1.EventTypeWarning, ReasonNameTaken, actionCreate, "RayJob %s exists and is not this RayCronJob's: the run scheduled at %s is skipped", job.Name, at)
 		}
-		if metav1.IsControlledBy(existing, cj) {
-			return nil
-		}
-		res.Eventf(corev1.EventTypeWarning, ReasonNameTaken, actionCreate, "RayJob %s exists and is not this RayCronJob's: the run scheduled at %s is skipped", job.Name, at)
-		return nil
-	default:
-		res.Eventf(corev1.EventTypeWarning, ReasonFailedCreateJob, actionCreate, "failed to create RayJob %s for the run scheduled at %s: %v", job.Name, at, err)
-		return fmt.Errorf("create RayJob %s: %w", job.Name, err)
-	}
+	})
+	return err
+}
+
+// runKind writes a run's RayJob: created once, never changed.
+var runKind = reconcile.Owned[*rayv1.RayJob]{
+	Kind: "RayJob", New: func() *rayv1.RayJob { return &rayv1.RayJob{} }, OnExists: reconcile.ExistsCheck,
 }

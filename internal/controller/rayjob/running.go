@@ -13,6 +13,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // started is the start of every step of a started job: a suspend request, the cluster's status mirrored, the
@@ -349,20 +350,30 @@ func (p *plan) ensureHeadService(cluster *rayv1.RayCluster) error {
 	}
 	want := clusterbuild.OwnerHeadService(cluster, clusterbuild.KindRayJob, j.Name)
 	want.OwnerReferences = []metav1.OwnerReference{ownerRef(j)}
-	have, err := p.o.headService, p.o.headServiceErr
-	switch {
-	case err != nil:
+	if err := p.o.headServiceErr; err != nil {
 		return err
-	case have == nil:
-		p.act(action{kind: createHeadService, obj: want})
-		return nil
-	case have.Spec.Selector[rayv1.LabelCluster] == cluster.Name:
-		return nil
 	}
-	// A new cluster (a retry): point the Service at it; the cluster IP cannot change.
-	want.Spec.ClusterIP, want.Spec.ClusterIPs = have.Spec.ClusterIP, have.Spec.ClusterIPs
-	updated := have.DeepCopy()
-	updated.Spec = want.Spec
-	p.act(action{kind: updateHeadService, obj: updated})
+	switch s := reconcile.PlanOwned(j, &headServiceKind, want, p.o.headService); s.Op {
+	case reconcile.Created:
+		p.act(action{kind: createHeadService, obj: want})
+	case reconcile.Updated:
+		p.act(action{kind: updateHeadService, obj: s.Object})
+	}
 	return nil
+}
+
+// headServiceKind writes <job>-head-svc as KubeRay does: whoever controls an existing one, pointed at the job's
+// current cluster when it is not (a retry), its cluster IP kept (it cannot change); one created meanwhile is as
+// good as created.
+var headServiceKind = reconcile.Owned[*corev1.Service]{
+	Kind: "Service", New: func() *corev1.Service { return &corev1.Service{} }, AnyController: true,
+	Sync: func(have, want *corev1.Service) (*corev1.Service, bool, bool) {
+		if have.Spec.Selector[rayv1.LabelCluster] == want.Spec.Selector[rayv1.LabelCluster] {
+			return have, false, false
+		}
+		updated := have.DeepCopy()
+		updated.Spec = *want.Spec.DeepCopy()
+		updated.Spec.ClusterIP, updated.Spec.ClusterIPs = have.Spec.ClusterIP, have.Spec.ClusterIPs
+		return updated, true, false
+	},
 }

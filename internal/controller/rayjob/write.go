@@ -79,15 +79,15 @@ func (r *Reconciler) do(ctx context.Context, p *plan, a *action) error {
 		}
 		return nil
 	case createCluster:
-		c := a.obj
-		err := r.client.Create(ctx, c)
-		switch {
-		case err == nil:
-			p.eventf(a, corev1.EventTypeNormal, ReasonCreatedCluster, "Create", "Created RayCluster %s/%s", c.GetNamespace(), c.GetName())
-		case !apierrors.IsAlreadyExists(err):
-			p.eventf(a, corev1.EventTypeWarning, ReasonFailedCreateCluster, "Create", "Failed to create RayCluster %s/%s: %v", c.GetNamespace(), c.GetName(), err)
-		}
-		return err
+		// A cluster of that name is not necessarily the job's: onErr decides.
+		return r.writeChild(ctx, a, reconcile.ExistsFail, func(op reconcile.Op, c client.Object, err error) {
+			switch {
+			case err == nil:
+				p.eventf(a, corev1.EventTypeNormal, ReasonCreatedCluster, "Create", "Created RayCluster %s/%s", c.GetNamespace(), c.GetName())
+			case !apierrors.IsAlreadyExists(err):
+				p.eventf(a, corev1.EventTypeWarning, ReasonFailedCreateCluster, "Create", "Failed to create RayCluster %s/%s: %v", c.GetNamespace(), c.GetName(), err)
+			}
+		})
 	case resumeIdleCluster:
 		c := a.obj.(*rayv1.RayCluster)
 		resumed, err := idle.Resume(ctx, r.client, c)
@@ -96,33 +96,30 @@ func (r *Reconciler) do(ctx context.Context, p *plan, a *action) error {
 		}
 		return err
 	case createSubmitter:
-		job := a.obj
-		err := r.client.Create(ctx, job)
-		switch {
-		case apierrors.IsAlreadyExists(err):
-			return nil
-		case err != nil:
-			p.eventf(a, corev1.EventTypeWarning, ReasonFailedSubmitter, "Create", "Failed to create new Kubernetes Job %s/%s: %v", job.GetNamespace(), job.GetName(), err)
-			return err
-		}
-		p.eventf(a, corev1.EventTypeNormal, ReasonCreatedSubmitter, "Create", "Created Kubernetes Job %s/%s", job.GetNamespace(), job.GetName())
-		return nil
-	case createHeadService:
-		svc := a.obj
-		if err := r.client.Create(ctx, svc); err != nil && !apierrors.IsAlreadyExists(err) {
-			p.eventf(a, corev1.EventTypeWarning, ReasonFailedCreateService, "Create", "Failed to create the service %s/%s, %v", svc.GetNamespace(), svc.GetName(), err)
-			return err
-		}
-		p.eventf(a, corev1.EventTypeNormal, ReasonCreatedService, "Create", "Created the service %s/%s", svc.GetNamespace(), svc.GetName())
-		return nil
-	case updateHeadService:
-		svc := a.obj
-		if err := r.client.Update(ctx, svc); err != nil {
-			p.eventf(a, corev1.EventTypeWarning, ReasonFailedUpdateService, "Update", "Failed to update the service %s/%s, %v", svc.GetNamespace(), svc.GetName(), err)
-			return err
-		}
-		p.eventf(a, corev1.EventTypeNormal, ReasonUpdatedService, "Update", "Updated the service %s/%s", svc.GetNamespace(), svc.GetName())
-		return nil
+		// Named after the RayJob: one of that name is an earlier attempt's, created by a reconcile the cache did not
+		// show.
+		return r.writeChild(ctx, a, reconcile.ExistsPending, func(op reconcile.Op, job client.Object, err error) {
+			switch {
+			case err != nil:
+				p.eventf(a, corev1.EventTypeWarning, ReasonFailedSubmitter, "Create", "Failed to create new Kubernetes Job %s/%s: %v", job.GetNamespace(), job.GetName(), err)
+			case op == reconcile.Created:
+				p.eventf(a, corev1.EventTypeNormal, ReasonCreatedSubmitter, "Create", "Created Kubernetes Job %s/%s", job.GetNamespace(), job.GetName())
+			}
+		})
+	case createHeadService, updateHeadService:
+		// KubeRay reports a head Service made meanwhile as created.
+		return r.writeChild(ctx, a, reconcile.ExistsPending, func(op reconcile.Op, svc client.Object, err error) {
+			switch {
+			case op == reconcile.Updated && err != nil:
+				p.eventf(a, corev1.EventTypeWarning, ReasonFailedUpdateService, "Update", "Failed to update the service %s/%s, %v", svc.GetNamespace(), svc.GetName(), err)
+			case op == reconcile.Updated:
+				p.eventf(a, corev1.EventTypeNormal, ReasonUpdatedService, "Update", "Updated the service %s/%s", svc.GetNamespace(), svc.GetName())
+			case err != nil:
+				p.eventf(a, corev1.EventTypeWarning, ReasonFailedCreateService, "Create", "Failed to create the service %s/%s, %v", svc.GetNamespace(), svc.GetName(), err)
+			default:
+				p.eventf(a, corev1.EventTypeNormal, ReasonCreatedService, "Create", "Created the service %s/%s", svc.GetNamespace(), svc.GetName())
+			}
+		})
 	case submitJob:
 		dash, err := r.dashboardOf(ctx, p.o, a.cluster)
 		if err == nil {
@@ -180,6 +177,26 @@ func (r *Reconciler) do(ctx context.Context, p *plan, a *action) error {
 		return nil
 	}
 	return fmt.Errorf("unknown action %d", a.kind)
+}
+
+// writeChild creates a.obj (or, for updateHeadService, writes it over the object the plan read) through the one
+// child writer, computePlan having decided the write (reconcile.PlanOwned for the head Service). It returns the API
+// server's own error, unwrapped: onErr reads it, and a refused create's message goes into the status as it is.
+func (r *Reconciler) writeChild(ctx context.Context, a *action, onExists reconcile.ExistsPolicy, report reconcile.Report[client.Object]) error {
+	k := &reconcile.Owned[client.Object]{Kind: a.obj.GetObjectKind().GroupVersionKind().Kind, OnExists: onExists}
+	s := reconcile.Step[client.Object]{Op: reconcile.Created, Desired: a.obj, Object: a.obj}
+	if a.kind == updateHeadService {
+		s.Op, s.Existing = reconcile.Updated, a.obj
+	}
+	var writeErr error
+	_, _, err := reconcile.WriteOwned(ctx, reconcile.Writer{Client: r.client}, k, s, func(op reconcile.Op, o client.Object, err error) {
+		writeErr = err
+		report(op, o, err)
+	})
+	if writeErr != nil {
+		return writeErr
+	}
+	return err
 }
 
 // dashboardOf is the client of cluster's dashboard: the one observe built for it, or a new one.

@@ -111,6 +111,8 @@ type annotationPatch struct {
 // its writes.
 type plan struct {
 	reconcile.Result
+	// owner is the RayService: the controller every object the plan writes must have.
+	owner          *rayv1.RayService
 	status         rayv1.RayServiceStatuses
 	createCluster  *rayv1.RayCluster
 	updateClusters []*rayv1.RayCluster
@@ -155,7 +157,7 @@ func (p *plan) onWrite(cluster, typ, reason, action, format string, args ...any)
 //     applied to has restarted since, or when Ray reports none of its applications.
 func computePlan(o observed) *plan {
 	rs := o.rs
-	p := &plan{status: *rs.Status.DeepCopy()}
+	p := &plan{owner: rs, status: *rs.Status.DeepCopy()}
 	p.status.ObservedGeneration = rs.Generation
 	now := metav1.NewTime(o.now)
 	setCond := func(t rayv1.RayServiceConditionType, status metav1.ConditionStatus, reason rayv1.RayServiceConditionReason, msg string) {

@@ -18,6 +18,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/ray"
+	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // write carries out the plan in an order that keeps traffic safe: clusters first, then the Serve configs, then the
@@ -42,23 +43,38 @@ func (r *Reconciler) write(ctx context.Context, p *plan) error {
 
 // writeClusters creates the planned cluster (one that exists already is fine) and updates clusters in place.
 func (r *Reconciler) writeClusters(ctx context.Context, p *plan) error {
+	w := reconcile.Writer{Client: r.client, Owner: p.owner}
 	if c := p.createCluster; c != nil {
-		if err := r.client.Create(ctx, c); err != nil && !apierrors.IsAlreadyExists(err) {
-			p.RelatedEventf(c, corev1.EventTypeWarning, EventFailedToCreateRayCluster, "Create", "Failed to create the RayCluster %s/%s: %v", c.Namespace, c.Name, err)
-			return fmt.Errorf("create RayCluster %s: %w", c.Name, err)
-		} else if err == nil {
-			p.RelatedEventf(c, corev1.EventTypeNormal, EventCreatedRayCluster, "Create", "Created the RayCluster %s/%s", c.Namespace, c.Name)
+		_, _, err := reconcile.WriteOwned(ctx, w, &clusterKind, reconcile.PlanOwned(p.owner, &clusterKind, c, nil), func(op reconcile.Op, c *rayv1.RayCluster, err error) {
+			switch {
+			case op == reconcile.Created && err != nil:
+				p.RelatedEventf(c, corev1.EventTypeWarning, EventFailedToCreateRayCluster, "Create", "Failed to create the RayCluster %s/%s: %v", c.Namespace, c.Name, err)
+			case op == reconcile.Created:
+				p.RelatedEventf(c, corev1.EventTypeNormal, EventCreatedRayCluster, "Create", "Created the RayCluster %s/%s", c.Namespace, c.Name)
+			}
+		})
+		if err != nil {
+			return err
 		}
 	}
 	for _, c := range p.updateClusters {
-		if err := r.client.Update(ctx, c); err != nil {
-			p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateRayCluster, "Update", "Failed to update the %s RayCluster %s/%s: %v", p.role(c.Name), c.Namespace, c.Name, err)
-			return fmt.Errorf("update RayCluster %s: %w", c.Name, err)
+		// The plan made the update (computePlan decides what changes on a cluster): this only writes it.
+		step := reconcile.Step[*rayv1.RayCluster]{Op: reconcile.Updated, Desired: c, Existing: c, Object: c}
+		if _, _, err := reconcile.WriteOwned(ctx, w, &clusterKind, step, func(_ reconcile.Op, c *rayv1.RayCluster, err error) {
+			if err != nil {
+				p.Eventf(corev1.EventTypeWarning, EventFailedToUpdateRayCluster, "Update", "Failed to update the %s RayCluster %s/%s: %v", p.role(c.Name), c.Namespace, c.Name, err)
+			}
+		}); err != nil {
+			return err
 		}
 		p.recordWritten(c.Name)
 	}
 	return nil
 }
+
+// clusterKind writes the RayService's clusters; one that exists already when created is the service's own, made
+// by a reconcile the cache does not show yet.
+var clusterKind = reconcile.Owned[*rayv1.RayCluster]{Kind: "RayCluster", New: func() *rayv1.RayCluster { return &rayv1.RayCluster{} }}
 
 // writeServeConfigs sends the Serve configs (one Ray refuses is reported, its capacity change taken back, and
 // retried) and records configs applied earlier whose record could not be written then.
@@ -194,7 +210,7 @@ type ownedReasons struct{ created, updated, failedCreate, failedUpdate string }
 
 // applyGateway creates the Gateway or brings the fields Manta sets (class, listeners) in line.
 func (r *Reconciler) applyGateway(ctx context.Context, p *plan, desired *gwv1.Gateway) error {
-	return applyOwned(ctx, r.client, p, desired, &gwv1.Gateway{}, "Gateway",
+	return applyOwned(ctx, r.client, p, desired, func() *gwv1.Gateway { return &gwv1.Gateway{} }, "Gateway",
 		ownedReasons{EventCreatedGateway, EventUpdatedGateway, EventFailedToCreateGateway, EventFailedToUpdateGateway},
 		gatewayEqual, func(existing, desired *gwv1.Gateway) {
 			existing.Spec.GatewayClassName, existing.Spec.Listeners = desired.Spec.GatewayClassName, desired.Spec.Listeners
@@ -203,7 +219,7 @@ func (r *Reconciler) applyGateway(ctx context.Context, p *plan, desired *gwv1.Ga
 
 // applyRoute creates the HTTPRoute or brings the fields Manta sets (parent, match, backends and weights) in line.
 func (r *Reconciler) applyRoute(ctx context.Context, p *plan, desired *gwv1.HTTPRoute) error {
-	return applyOwned(ctx, r.client, p, desired, &gwv1.HTTPRoute{}, "HTTPRoute",
+	return applyOwned(ctx, r.client, p, desired, func() *gwv1.HTTPRoute { return &gwv1.HTTPRoute{} }, "HTTPRoute",
 		ownedReasons{EventCreatedHTTPRoute, EventUpdatedHTTPRoute, EventFailedToCreateHTTPRoute, EventFailedToUpdateHTTPRoute},
 		routeEqual, func(existing, desired *gwv1.HTTPRoute) {
 			existing.Spec.ParentRefs, existing.Spec.Rules = desired.Spec.ParentRefs, desired.Spec.Rules
@@ -211,40 +227,44 @@ func (r *Reconciler) applyRoute(ctx context.Context, p *plan, desired *gwv1.HTTP
 }
 
 // applyOwned creates desired, or writes what Manta sets (merge) onto the object of its name when that differs
-// (equal); an object of that name the RayService does not control is left alone and reported. existing is an empty
-// object of desired's type to read into.
-func applyOwned[T client.Object](ctx context.Context, c client.Client, p *plan, desired, existing T, kind string, reasons ownedReasons,
+// (equal); an object of that name the RayService does not control is left alone, reported, and fails the write.
+// newObj makes an empty object of desired's type.
+// One that exists already when created is looked at again as soon as the cache can show it.
+func applyOwned[T client.Object](ctx context.Context, c client.Client, p *plan, desired T, newObj func() T, kind string, reasons ownedReasons,
 	equal func(a, b T) bool, merge func(existing, desired T)) error {
-	err := c.Get(ctx, client.ObjectKeyFromObject(desired), existing)
-	if apierrors.IsNotFound(err) {
-		if err := c.Create(ctx, desired); apierrors.IsAlreadyExists(err) {
-			// Created by an earlier reconcile the cache has not shown yet: the next one compares.
+	k := &reconcile.Owned[T]{
+		Kind: kind,
+		New:  newObj,
+		Sync: func(existing, desired T) (T, bool, bool) {
+			if equal(existing, desired) {
+				return existing, false, false
+			}
+			u := existing.DeepCopyObject().(T)
+			merge(u, desired)
+			return u, true, false
+		},
+	}
+	w := reconcile.Writer{Client: c, Reader: c, Owner: p.owner}
+	_, op, err := reconcile.EnsureOwned(ctx, w, k, desired, func(op reconcile.Op, o T, err error) {
+		switch {
+		case op == reconcile.Exists:
 			p.Requeue(0)
-			return nil
-		} else if err != nil {
-			p.RelatedEventf(desired, corev1.EventTypeWarning, reasons.failedCreate, "Create", "Failed to create the %s %s/%s: %v", kind, desired.GetNamespace(), desired.GetName(), err)
-			return fmt.Errorf("create %s %s: %w", kind, desired.GetName(), err)
+		case op == reconcile.Foreign:
+			p.RelatedEventf(o, corev1.EventTypeWarning, reasons.failedUpdate, "Update", "Failed to update the %s %s/%s, it is not controlled by this RayService", kind, o.GetNamespace(), o.GetName())
+		case op == reconcile.Created && err != nil:
+			p.RelatedEventf(o, corev1.EventTypeWarning, reasons.failedCreate, "Create", "Failed to create the %s %s/%s: %v", kind, o.GetNamespace(), o.GetName(), err)
+		case op == reconcile.Created:
+			p.RelatedEventf(o, corev1.EventTypeNormal, reasons.created, "Create", "Created the %s %s/%s%s", kind, o.GetNamespace(), o.GetName(), routeNote(desired))
+		case op == reconcile.Updated && err != nil:
+			p.RelatedEventf(o, corev1.EventTypeWarning, reasons.failedUpdate, "Update", "Failed to update the %s %s/%s: %v", kind, o.GetNamespace(), o.GetName(), err)
+		case op == reconcile.Updated:
+			p.RelatedEventf(o, corev1.EventTypeNormal, reasons.updated, "Update", "Updated the %s %s/%s%s", kind, o.GetNamespace(), o.GetName(), routeNote(desired))
 		}
-		p.RelatedEventf(desired, corev1.EventTypeNormal, reasons.created, "Create", "Created the %s %s/%s%s", kind, desired.GetNamespace(), desired.GetName(), routeNote(desired))
-		return nil
+	})
+	if err == nil && op == reconcile.Foreign {
+		err = fmt.Errorf("%s %s is not controlled by the RayService", kind, desired.GetName())
 	}
-	if err != nil {
-		return fmt.Errorf("get %s %s: %w", kind, desired.GetName(), err)
-	}
-	if !controlledAlike(existing, desired) {
-		p.RelatedEventf(existing, corev1.EventTypeWarning, reasons.failedUpdate, "Update", "Failed to update the %s %s/%s, it is not controlled by this RayService", kind, existing.GetNamespace(), existing.GetName())
-		return fmt.Errorf("%s %s is not controlled by the RayService", kind, existing.GetName())
-	}
-	if equal(existing, desired) {
-		return nil
-	}
-	merge(existing, desired)
-	if err := c.Update(ctx, existing); err != nil {
-		p.RelatedEventf(existing, corev1.EventTypeWarning, reasons.failedUpdate, "Update", "Failed to update the %s %s/%s: %v", kind, existing.GetNamespace(), existing.GetName(), err)
-		return fmt.Errorf("update %s %s: %w", kind, existing.GetName(), err)
-	}
-	p.RelatedEventf(existing, corev1.EventTypeNormal, reasons.updated, "Update", "Updated the %s %s/%s%s", kind, existing.GetNamespace(), existing.GetName(), routeNote(desired))
-	return nil
+	return err
 }
 
 // routeNote says where an HTTPRoute sends traffic, for its events.
@@ -281,12 +301,6 @@ func (r *Reconciler) deleteGatewayObjects(ctx context.Context, p *plan, rs *rayv
 		p.RelatedEventf(o, corev1.EventTypeNormal, d.reason, "Suspend", "Deleted %s/%s: the RayService is suspended", o.GetNamespace(), o.GetName())
 	}
 	return nil
-}
-
-// controlledAlike: existing has the controller desired names.
-func controlledAlike(existing, desired metav1.Object) bool {
-	ref, want := metav1.GetControllerOf(existing), metav1.GetControllerOf(desired)
-	return ref != nil && want != nil && ref.UID == want.UID
 }
 
 // gatewayEqual compares what Manta sets on a Gateway; the API server and the Gateway implementation default the rest.
@@ -438,59 +452,48 @@ func (r *Reconciler) dashboardPort(ctx context.Context, c *rayv1.RayCluster) int
 }
 
 // applyService creates the Service or brings the fields Manta owns in line. A Service of that name the RayService
-// does not control is left alone and reported.
+// does not control is left alone, reported, and fails the write. The cache holds only Services labelled for a
+// RayService, so a create that finds the name taken asks the API server whose the Service is.
 func (r *Reconciler) applyService(ctx context.Context, p *plan, desired *corev1.Service) error {
-	existing := &corev1.Service{}
-	err := r.services.Get(ctx, client.ObjectKeyFromObject(desired), existing)
-	if apierrors.IsNotFound(err) {
-		// The cache holds only Services labelled for a RayService: a foreign one of that name makes the create fail.
-		if err := r.client.Create(ctx, desired); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				// Ours, not in the cache yet; or someone else's, which the cache does not hold: ask the API server.
-				live := &corev1.Service{}
-				if gerr := r.apiReader.Get(ctx, client.ObjectKeyFromObject(desired), live); gerr != nil {
-					return fmt.Errorf("get Service %s: %w", desired.Name, gerr)
-				}
-				if ref := metav1.GetControllerOf(live); ref == nil || ref.UID != metav1.GetControllerOf(desired).UID {
-					p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Failed to create the service %s/%s, it exists and is not controlled by this RayService", desired.Namespace, desired.Name)
-					return fmt.Errorf("service %s exists and is not controlled by the RayService", desired.Name)
-				}
-				return nil
-			}
+	// moved: the update points the Service at another cluster, the only update KubeRay reports.
+	var moved bool
+	k := &reconcile.Owned[*corev1.Service]{
+		Kind: "Service", New: func() *corev1.Service { return &corev1.Service{} },
+		Sync: func(existing, desired *corev1.Service) (*corev1.Service, bool, bool) {
+			relabelled := withoutRetiredLabels(existing, desired)
+			updated, changed, recreate := clusterbuild.UpdateService(relabelled, desired)
+			moved = relabelled.Spec.Selector[rayv1.LabelCluster] != updated.Spec.Selector[rayv1.LabelCluster]
+			return updated, changed || relabelled != existing, recreate
+		},
+		Patch: true, OnExists: reconcile.ExistsCheck,
+	}
+	w := reconcile.Writer{Client: r.client, Reader: r.services, Live: r.apiReader, Owner: p.owner}
+	_, op, err := reconcile.EnsureOwned(ctx, w, k, desired, func(op reconcile.Op, o *corev1.Service, err error) {
+		switch {
+		case op == reconcile.Taken:
+			p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Failed to create the service %s/%s, it exists and is not controlled by this RayService", desired.Namespace, desired.Name)
+		case op == reconcile.Foreign:
+			p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Failed to update the service %s/%s, it is not controlled by this RayService", desired.Namespace, desired.Name)
+		case op == reconcile.Created && err != nil:
 			p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToCreateService, "Create", "Failed to create the service %s/%s, %v", desired.Namespace, desired.Name, err)
-			return fmt.Errorf("create Service %s: %w", desired.Name, err)
+		case op == reconcile.Created:
+			p.RelatedEventf(desired, corev1.EventTypeNormal, EventCreatedService, "Create", "Created the service %s/%s", desired.Namespace, desired.Name)
+		case op == reconcile.Deleted && err == nil:
+			// It could not switch between headless and not in place: created again once the cache shows it gone.
+			p.Requeue(0)
+		case op == reconcile.Updated && err != nil:
+			p.RelatedEventf(o, corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Failed to update the service %s/%s, %v", o.Namespace, o.Name, err)
+		case op == reconcile.Updated && moved:
+			p.RelatedEventf(o, corev1.EventTypeNormal, EventUpdatedService, "Update", "Updated the service %s/%s", o.Namespace, o.Name)
 		}
-		p.RelatedEventf(desired, corev1.EventTypeNormal, EventCreatedService, "Create", "Created the service %s/%s", desired.Namespace, desired.Name)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("get Service %s: %w", desired.Name, err)
-	}
-	owner := metav1.GetControllerOf(desired)
-	if ref := metav1.GetControllerOf(existing); ref == nil || ref.UID != owner.UID {
-		p.RelatedEventf(desired, corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Failed to update the service %s/%s, it is not controlled by this RayService", desired.Namespace, desired.Name)
-		return fmt.Errorf("service %s is not controlled by the RayService", desired.Name)
-	}
-	base := existing
-	existing = withoutRetiredLabels(existing, desired)
-	updated, changed, recreate := clusterbuild.UpdateService(existing, desired)
-	changed = changed || existing != base
+	})
 	switch {
-	case !changed:
-		return nil
-	case recreate:
-		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("delete Service %s to recreate it: %w", existing.Name, err)
-		}
-		p.Requeue(0)
-		return nil
-	}
-	if err := r.client.Patch(ctx, updated, client.MergeFrom(base)); err != nil {
-		p.RelatedEventf(existing, corev1.EventTypeWarning, EventFailedToUpdateService, "Update", "Failed to update the service %s/%s, %v", existing.Namespace, existing.Name, err)
-		return fmt.Errorf("update Service %s: %w", existing.Name, err)
-	}
-	if existing.Spec.Selector[rayv1.LabelCluster] != updated.Spec.Selector[rayv1.LabelCluster] {
-		p.RelatedEventf(updated, corev1.EventTypeNormal, EventUpdatedService, "Update", "Updated the service %s/%s", existing.Namespace, existing.Name)
+	case err != nil:
+		return err
+	case op == reconcile.Taken:
+		return fmt.Errorf("service %s exists and is not controlled by the RayService", desired.Name)
+	case op == reconcile.Foreign:
+		return fmt.Errorf("service %s is not controlled by the RayService", desired.Name)
 	}
 	return nil
 }
