@@ -101,10 +101,18 @@ func testConsoleRealJob(t *testing.T, ctx context.Context, e *env) {
 	)
 
 	subs, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + name})
-	if err != nil || len(subs.Items) == 0 {
-		t.Fatalf("the submitter's pods: %v (%d)", err, len(subs.Items))
+	if err != nil {
+		t.Fatal(err)
 	}
-	sub := subs.Items[0].Name
+	sub := ""
+	for _, p := range subs.Items {
+		if p.Status.Phase == corev1.PodSucceeded {
+			sub = p.Name
+		}
+	}
+	if sub == "" {
+		t.Fatalf("no submitter pod of %s succeeded: %s", name, e.nsReport(ctx, ns))
+	}
 	b.run("read the submitter's log", time.Minute,
 		chromedp.Click(css(fmt.Sprintf(`#pods tr[data-pod=%q] button[aria-label=%q]`, sub, "Logs of "+sub+", container "+rayjob.SubmitterContainerName))),
 		chromedp.WaitVisible(chromedp.Search(`//pre[@id="log-text" and contains(., "`+answer+`")]`)),
