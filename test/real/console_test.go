@@ -92,7 +92,13 @@ func testConsoleRealJob(t *testing.T, ctx context.Context, e *env) {
 	if job.Spec.ShutdownAfterJobFinishes || len(job.Spec.RayClusterSpec.WorkerGroupSpecs) != 0 {
 		t.Fatalf("the form's RayJob: shutdownAfterJobFinishes %v, %d worker groups; want false and none", job.Spec.ShutdownAfterJobFinishes, len(job.Spec.RayClusterSpec.WorkerGroupSpecs))
 	}
-	job = e.waitJobEnd(t, ctx, job, rayv1.JobStatusSucceeded, rayv1.JobDeploymentStatusComplete)
+	// The cluster starts first: as long as waitClusterReady allows, on a busy machine.
+	job = e.waitJob(t, ctx, job, 10*time.Minute, "ended", func(j *rayv1.RayJob) bool {
+		return rayv1.IsJobDeploymentTerminal(j.Status.JobDeploymentStatus)
+	})
+	if job.Status.JobStatus != rayv1.JobStatusSucceeded || job.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusComplete {
+		t.Fatalf("RayJob %s from the form ended %s / %s, want SUCCEEDED / Complete: %s", name, job.Status.JobStatus, job.Status.JobDeploymentStatus, e.jobReport(ctx, job))
+	}
 	t.Logf("RayJob %s from the console's form SUCCEEDED in %s", name, time.Since(start).Round(time.Second))
 	b.run("see the job succeed", time.Minute,
 		chromedp.WaitVisible(chromedp.Search(`//dd[@id="state" and text()="Complete / SUCCEEDED"]`)),
