@@ -75,8 +75,8 @@ func testConsoleRealJob(t *testing.T, ctx context.Context, e *env) {
 		chromedp.SetValue(id("job-entrypoint"), `python -c "import ray; ray.init(); print('console-real answer', ray.get(ray.remote(lambda: 6 * 7).remote()))"`),
 		chromedp.SetValue(id("job-headCPU"), "1"),
 		chromedp.SetValue(id("job-headMemory"), "2Gi"),
-		// Typed, so the form sees the change and leaves the worker fields out; a worker would not fit the node
-		// beside the head and the submitter.
+		// With the input event typing fires, so the form disables the worker fields and leaves them out; a worker
+		// would not fit the node beside the head and the submitter.
 		chromedp.Evaluate[chromedp.Void](`{const w = document.getElementById("job-workers"); w.value = "0"; w.dispatchEvent(new Event("input"));}`),
 		// The cluster is kept after the job, so its dashboard can be followed once the job has ended.
 		chromedp.Click(id("job-shutdown")),
