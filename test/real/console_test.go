@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,9 +138,9 @@ func testConsoleRealJob(t *testing.T, ctx context.Context, e *env) {
 		chromedp.Navigate(api.base+href),
 		chromedp.WaitVisible(css(`#root img[alt="Ray"]`)),
 	)
-	// Ray's page names itself: "Ray Dashboard" in its HTML, "<page> | Ray Dashboard" once its app has rendered.
-	if title := b.get("read the dashboard's title", chromedp.Title()); title != "Overview | Ray Dashboard" {
-		t.Errorf("the dashboard link leads to a page titled %q, want Ray's overview, %q", title, "Overview | Ray Dashboard")
+	// Ray's page names itself: "Ray Dashboard" in its HTML, "<page> | Ray Dashboard" once its app sets the page's.
+	if title := b.get("read the dashboard's title", chromedp.Title()); !strings.HasSuffix(title, "Ray Dashboard") {
+		t.Errorf("the dashboard link leads to a page titled %q, want Ray's (… Ray Dashboard)", title)
 	}
 	// Ray's Jobs page reads Ray's own job list through the same proxy: the form's job is there under its ID.
 	b.run("see the job in Ray's dashboard", 2*time.Minute,
