@@ -152,6 +152,17 @@ bench-idle: tools build ## What idle checks cost an idle fleet (manta.dev/idle-t
 	MANTA_BENCH_IDLE_JSON=$(CURDIR)/bench-idle.json \
 	go test -timeout 120m -count=1 -run '^$$' -bench '^BenchmarkSideBySideIdle$$' -benchtime 1x ./test/bench/
 
+# The console at scale (test/bench/README.md): CONSOLE_CLUSTERS, CONSOLE_LOADS, CONSOLE_WINDOW; writes bench-console.json.
+CONSOLE_CLUSTERS ?= 1000
+CONSOLE_LOADS ?= 5
+CONSOLE_WINDOW ?= 60s
+
+.PHONY: bench-console
+bench-console: tools build ## Time the console's list of 1,000 RayClusters in Chromium, and count what its open pages cost the API server.
+	MANTA_BENCH_CONSOLE_CLUSTERS=$(CONSOLE_CLUSTERS) MANTA_BENCH_CONSOLE_LOADS=$(CONSOLE_LOADS) MANTA_BENCH_CONSOLE_WINDOW=$(CONSOLE_WINDOW) \
+	MANTA_BENCH_CONSOLE_JSON=$(CURDIR)/bench-console.json \
+	go test -timeout 60m -count=1 -run '^$$' -bench '^BenchmarkScaleConsole$$' -benchtime 1x ./test/bench/
+
 .PHONY: bench-operator
 bench-operator: tools build ## Run the in-process operator benchmarks (API calls, steady state, memory, large clusters, ImagePullJob).
 	go test -timeout 60m -count=1 -run '^$$' -bench 'Benchmark[^S]' -benchtime 1x ./test/bench/...

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -273,8 +275,21 @@ func idleTable(rs []idleResult) string {
 			total += v
 		}
 		fmt.Fprintf(&sb, "| %s | %d | %.0f s | %.2f | %s | %.1f | %.2f (%s) | %.2f | %.0f | %s |\n", r.Trial, r.Clusters, r.Window.Seconds,
-			r.Window.CPUPercent, verbs(r.Window.RequestsPerMin), r.Window.WritesPerMin, total, verbs(r.RayReadsPerClusterPerMin),
+			r.Window.CPUPercent, verbs(r.Window.RequestsPerMin), r.Window.WritesPerMin, total, byAPI(r.RayReadsPerClusterPerMin),
 			r.ProxiedPerClusterPerMin, r.ReadBound, susp)
 	}
 	return sb.String()
+}
+
+// byAPI formats reads by API, sorted: "actors 1.00, jobs 1.00"; "-" when none.
+func byAPI(m map[string]float64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.2f", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }

@@ -354,3 +354,26 @@ func TestStampRow(t *testing.T) {
 		}
 	}
 }
+
+// The FailedToUpdateServeApplications rows excuse the event on whichever side alone recorded it (a Serve config PUT
+// that timed out on a loaded machine), and not a difference in the message of an event both sides recorded.
+func TestServeDeployTimeoutRows(t *testing.T) {
+	d, err := loadDifferences("differences.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const path = "Warning/FailedToUpdateServeApplications"
+	recorded := "recorded: Failed to update serve applications to the RayCluster NS/deepseek-rN-XXXXX: deploy serve applications: PUT /api/serve/applications/: context deadline exceeded"
+	for _, df := range []diff{
+		{Object: "events/RayService", Path: path, KubeRay: "<absent>", Manta: recorded},
+		{Object: "events/RayService", Path: path, KubeRay: recorded, Manta: "<absent>"},
+	} {
+		if !d.allows("ray-service.deepseek", df) {
+			t.Errorf("%v not allowed", df)
+		}
+	}
+	both := diff{Object: "events/RayService", Path: path + ".message", KubeRay: "a", Manta: "b"}
+	if d.allows("ray-service.deepseek", both) {
+		t.Errorf("%v allowed: only one side's event is excused", both)
+	}
+}
