@@ -18,12 +18,23 @@ const byPlural = Object.fromEntries(KINDS.map((k) => [k.plural, k]));
 const main = document.getElementById("main");
 let stream = null; // the page's one EventSource
 let logAbort = null; // the log being followed, if any
+// view counts the pages shown: a page that awaited something opens its stream only if it is still the one shown,
+// or a quick change of page would leave an EventSource nobody closes.
+let view = 0;
 
 function closeStreams() {
+  view++;
   if (stream) stream.close();
   stream = null;
   if (logAbort) logAbort.abort();
   logAbort = null;
+}
+
+// openStream opens the stream of the page shown as view v, unless another page has been shown since.
+function openStream(v, url) {
+  if (v !== view) return null;
+  stream = new EventSource(url);
+  return stream;
 }
 
 // api calls the API server as the signed-in browser; writes carry the console's header.
@@ -60,6 +71,11 @@ let session = null;
 async function start() {
   document.getElementById("signout").addEventListener("click", signOut);
   window.addEventListener("hashchange", route);
+  // A page left for another is kept by the browser in its back/forward cache, open connections and all: Chromium
+  // held the stream, and the API server its Kubernetes watches, for about a minute after the page was left. So the
+  // streams close when the page is hidden, and the page opens them again if the browser brings it back.
+  window.addEventListener("pagehide", closeStreams);
+  window.addEventListener("pageshow", (ev) => { if (ev.persisted) route(); });
   let r;
   try {
     r = await api("GET", "/console/api/session");
@@ -157,7 +173,9 @@ async function namespaceSwitcher(current, navigate) {
 }
 
 async function listPage(ns) {
+  const v = view;
   const { sel } = await namespaceSwitcher(ns, true);
+  if (v !== view) return;
   const status = h("p", { class: "status-line", role: "status", id: "stream-status" }, "Connecting…");
   const errors = h("ul", { class: "errors", id: "stream-errors", "aria-live": "polite" });
   const tables = h("div", { id: "lists" });
@@ -195,7 +213,7 @@ async function listPage(ns) {
 
   const key = (it) => it.kind + "/" + it.namespace + "/" + it.name;
   const url = "/console/api/stream" + (ns ? "?namespace=" + encodeURIComponent(ns) : "");
-  stream = new EventSource(url);
+  if (!openStream(v, url)) return;
   let answered = 0, targets = 0;
   stream.addEventListener("targets", (e) => { targets = JSON.parse(e.data); answered = 0; errors.replaceChildren(); });
   stream.addEventListener("snapshot", (e) => {
@@ -222,6 +240,7 @@ async function listPage(ns) {
 }
 
 async function detailPage(ns, plural, name) {
+  const v = view;
   const k = byPlural[plural];
   if (!k) {
     main.replaceChildren(h("p", { class: "errors" }, "Unknown kind " + plural));
@@ -301,7 +320,7 @@ async function detailPage(ns, plural, name) {
         h("td", {}, e.message), h("td", { class: "num" }, String(e.count)), h("td", {}, age(e.last) + " ago"))))));
   };
 
-  stream = new EventSource(`/console/api/namespaces/${encodeURIComponent(ns)}/${plural}/${encodeURIComponent(name)}/stream`);
+  if (!openStream(v, `/console/api/namespaces/${encodeURIComponent(ns)}/${plural}/${encodeURIComponent(name)}/stream`)) return;
   stream.addEventListener("object", (e) => {
     const d = JSON.parse(e.data);
     renderItem(d.item);
@@ -392,7 +411,9 @@ const FORM = [
 ];
 
 async function jobForm(ns) {
+  const v = view;
   const { sel, names } = await namespaceSwitcher(ns, false);
+  if (v !== view) return;
   sel.id = "job-namespace";
   sel.querySelector('option[value=""]').remove();
   if (!ns && names.length) sel.value = names[0];
