@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/google/go-cmp/cmp"
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -40,7 +41,8 @@ var consoleRules = []rbacv1.PolicyRule{
 
 // testConsoleRealJob: `manta apiserver --auth kubernetes` on loopback, and Chromium driving its console as a
 // ServiceAccount granted the user guide's console RBAC in one namespace: sign in (the namespace switcher offers that
-// namespace alone), create a RayJob from the form (head only, 1 CPU, the cluster kept after the job), see it reach
+// namespace alone), create a RayJob from the form (head only, the cluster kept after the job, and through the
+// form's "No CPU limit" and environment variables the head fitRayResources gives every other step), see it reach
 // Complete / SUCCEEDED on the real node, read its submitter's log in the page (the entrypoint's printed answer), and
 // follow the page's Ray dashboard link, through the Kubernetes API server's services proxy with the user's token,
 // to Ray's own dashboard, whose Jobs page lists the job. Screenshots go to test-artifacts/console-real/.
@@ -74,8 +76,14 @@ func testConsoleRealJob(t *testing.T, ctx context.Context, e *env) {
 		chromedp.WaitVisible(id("job-name")),
 		chromedp.SetValue(id("job-name"), name),
 		chromedp.SetValue(id("job-entrypoint"), `python -c "import ray; ray.init(); print('console-real answer', ray.get(ray.remote(lambda: 6 * 7).remote()))"`),
-		chromedp.SetValue(id("job-headCPU"), "1"),
+		// The head every other step's clusters get from fitRayResources: 500m CPU requested and no CPU limit (Ray
+		// counts one CPU), and the dashboard's wait for its modules at 10 minutes.
+		chromedp.SetValue(id("job-headCPU"), "500m"),
 		chromedp.SetValue(id("job-headMemory"), "2Gi"),
+		chromedp.Click(id("job-noCPULimit")),
+		chromedp.Click(id("job-env-add")),
+		chromedp.SetValue(id("job-env-0-name"), "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT"),
+		chromedp.SetValue(id("job-env-0-value"), "600"),
 		// With the input event typing fires, so the form disables the worker fields and leaves them out; a worker
 		// would not fit the node beside the head and the submitter.
 		chromedp.Evaluate[chromedp.Void](`{const w = document.getElementById("job-workers"); w.value = "0"; w.dispatchEvent(new Event("input"));}`),
@@ -92,6 +100,12 @@ func testConsoleRealJob(t *testing.T, ctx context.Context, e *env) {
 	}
 	if job.Spec.ShutdownAfterJobFinishes || len(job.Spec.RayClusterSpec.WorkerGroupSpecs) != 0 {
 		t.Fatalf("the form's RayJob: shutdownAfterJobFinishes %v, %d worker groups; want false and none", job.Spec.ShutdownAfterJobFinishes, len(job.Spec.RayClusterSpec.WorkerGroupSpecs))
+	}
+	// The form's cluster is already what fitRayResources makes of a cluster: patching it changes nothing.
+	fitted := job.Spec.RayClusterSpec.DeepCopy()
+	fitRayResources(fitted)
+	if diff := cmp.Diff(job.Spec.RayClusterSpec, fitted); diff != "" {
+		t.Fatalf("the form's cluster is not the one fitRayResources gives the other steps (-form +fitted):\n%s", diff)
 	}
 	// The cluster starts first: as long as waitClusterReady allows, on a busy machine.
 	job = e.waitJob(t, ctx, job, 10*time.Minute, "ended", func(j *rayv1.RayJob) bool {
