@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -163,18 +164,21 @@ func TestConsoleJobFormEnv(t *testing.T) {
 	}
 
 	bad := form(consoleEnvVar{"A", "1"}, consoleEnvVar{"", "x"}, consoleEnvVar{"1ST", ""}, consoleEnvVar{"A", "2"}, consoleEnvVar{"HAS SPACE", ""}, consoleEnvVar{"B", ""})
-	var got []string
-	for _, v := range bad.validate() {
-		got = append(got, v.Field+": "+v.Description)
+	// Kubernetes' own words follow the prefix; they are apimachinery's to change.
+	wantErrs := []FieldViolation{
+		{"env[1].name", "is required"},
+		{"env[2].name", "invalid environment variable name: "},
+		{"env[3].name", "A is already set by env[0]"},
+		{"env[4].name", "invalid environment variable name: "},
 	}
-	wantErrs := []string{
-		"env[1].name: is required",
-		`env[2].name: invalid environment variable name: a valid environment variable name must consist of alphabetic characters, digits, '_', '-', or '.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or 'MyEnvName1', regex used for validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')`,
-		"env[3].name: A is already set by env[0]",
-		`env[4].name: invalid environment variable name: a valid environment variable name must consist of alphabetic characters, digits, '_', '-', or '.', and must not start with a digit (e.g. 'my.env-name',  or 'MY_ENV.NAME',  or 'MyEnvName1', regex used for validation is '[-._a-zA-Z][-._a-zA-Z0-9]*')`,
+	got := bad.validate()
+	if len(got) != len(wantErrs) {
+		t.Fatalf("env errors: %v, want %v", got, wantErrs)
 	}
-	if diff := cmp.Diff(wantErrs, got); diff != "" {
-		t.Errorf("env errors (-want +got):\n%s", diff)
+	for i, w := range wantErrs {
+		if got[i].Field != w.Field || !strings.HasPrefix(got[i].Description, w.Description) {
+			t.Errorf("env error %d: %v, want %s: %s...", i, got[i], w.Field, w.Description)
+		}
 	}
 
 	many := form()
