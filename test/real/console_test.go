@@ -115,6 +115,25 @@ func testConsoleRealJob(t *testing.T, ctx context.Context, e *env) {
 		t.Fatalf("RayJob %s from the form ended %s / %s, want SUCCEEDED / Complete: %s", name, job.Status.JobStatus, job.Status.JobDeploymentStatus, e.jobReport(ctx, job))
 	}
 	t.Logf("RayJob %s from the console's form SUCCEEDED in %s", name, time.Since(start).Round(time.Second))
+	// The head pod the operator built from the form's cluster: the variable and no CPU limit reached its Ray container.
+	heads, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: rayv1.LabelCluster + "=" + job.Status.RayClusterName + "," + rayv1.LabelNodeType + "=head"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(heads.Items) != 1 {
+		t.Fatalf("%d head pods of cluster %s, want 1: %s", len(heads.Items), job.Status.RayClusterName, e.nsReport(ctx, ns))
+	}
+	head := heads.Items[0].Spec.Containers[0]
+	wait := ""
+	for _, ev := range head.Env {
+		if ev.Name == "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT" {
+			wait = ev.Value
+		}
+	}
+	if _, limited := head.Resources.Limits[corev1.ResourceCPU]; wait != "600" || limited {
+		t.Errorf("head pod %s's Ray container: dashboard wait %q, resources %+v; want 600 and no CPU limit", heads.Items[0].Name, wait, head.Resources)
+	}
 	b.run("see the job succeed", time.Minute,
 		chromedp.WaitVisible(chromedp.Search(`//dd[@id="state" and text()="Complete / SUCCEEDED"]`)),
 		chromedp.WaitVisible(id("ray-dashboard")),
