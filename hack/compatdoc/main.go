@@ -26,6 +26,7 @@ type row struct {
 	Only      string `json:"only,omitempty"`
 	Random    bool   `json:"random,omitempty"`
 	Transient bool   `json:"transient,omitempty"`
+	Value     string `json:"value,omitempty"`
 	Reason    string `json:"reason"`
 	Rewrite   *struct {
 		From string `json:"from"`
@@ -95,6 +96,9 @@ func render(d differences) string {
 			where := code(r.Match)
 			if r.Rewrite != nil {
 				where += fmt.Sprintf(", Manta's value with %s read as %s", code(r.Rewrite.From), code(r.Rewrite.To))
+			}
+			if r.Value != "" {
+				where += fmt.Sprintf(", values matching %s", code(r.Value))
 			}
 			samples := "all"
 			if r.Samples != "" {
