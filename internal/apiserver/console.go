@@ -257,7 +257,7 @@ func (s *Server) consoleListStream(w http.ResponseWriter, r *http.Request) *apiE
 	defer cancel()
 	out := make(chan watchUpdate)
 	for i, t := range targets {
-		go listWatch(ctx, c, i, t.kind.newList, client.ListOptions{Namespace: t.namespace}, out)
+		go s.listWatch(ctx, c, i, t.kind.newList, client.ListOptions{Namespace: t.namespace}, out)
 	}
 	sse := startSSE(w)
 	if err := sse.send("targets", len(targets)); err != nil {
@@ -426,15 +426,15 @@ func (s *Server) consoleObjectStream(w http.ResponseWriter, r *http.Request) *ap
 	out := make(chan watchUpdate)
 	podList := func() client.ObjectList { return &corev1.PodList{} }
 	hasCluster, _ := labels.NewRequirement(rayv1.LabelCluster, selection.Exists, nil)
-	go listWatch(ctx, c, srcObject, k.newList, client.ListOptions{Namespace: ns, FieldSelector: fields.OneTermEqualSelector("metadata.name", name)}, out)
-	go listWatch(ctx, c, srcClusterPods, podList, client.ListOptions{Namespace: ns, LabelSelector: labels.NewSelector().Add(*hasCluster)}, out)
+	go s.listWatch(ctx, c, srcObject, k.newList, client.ListOptions{Namespace: ns, FieldSelector: fields.OneTermEqualSelector("metadata.name", name)}, out)
+	go s.listWatch(ctx, c, srcClusterPods, podList, client.ListOptions{Namespace: ns, LabelSelector: labels.NewSelector().Add(*hasCluster)}, out)
 	st := &objectState{kind: k, events: map[types.UID]*corev1.Event{}}
 	st.pods[srcClusterPods], st.pods[srcSubmitterPods] = map[string]*corev1.Pod{}, map[string]*corev1.Pod{}
 	if k.plural == "rayjobs" {
 		// The submitter Job is named after the RayJob; its pods carry the Job controller's label.
-		go listWatch(ctx, c, srcSubmitterPods, podList, client.ListOptions{Namespace: ns, LabelSelector: labels.SelectorFromSet(labels.Set{"batch.kubernetes.io/job-name": name})}, out)
+		go s.listWatch(ctx, c, srcSubmitterPods, podList, client.ListOptions{Namespace: ns, LabelSelector: labels.SelectorFromSet(labels.Set{"batch.kubernetes.io/job-name": name})}, out)
 	}
-	go listWatch(ctx, c, srcEvents, func() client.ObjectList { return &corev1.EventList{} }, client.ListOptions{Namespace: ns}, out)
+	go s.listWatch(ctx, c, srcEvents, func() client.ObjectList { return &corev1.EventList{} }, client.ListOptions{Namespace: ns}, out)
 	sse := startSSE(w)
 	sections := map[int]string{srcObject: "object", srcClusterPods: "pods", srcSubmitterPods: "pods", srcEvents: "events"}
 	for {

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
 
@@ -34,10 +36,26 @@ type consoleJobForm struct {
 	RuntimeEnv string `json:"runtimeEnv"`
 	// Shutdown deletes the cluster when the job ends.
 	Shutdown bool `json:"shutdown"`
+	// Env are environment variables of the Ray containers, head's and workers', set before Ray starts (Ray's own
+	// settings read them there); the job's processes take theirs from runtimeEnv's env_vars.
+	Env []consoleEnvVar `json:"env"`
+	// NoCPULimit leaves the Ray containers' CPU limits out: they request headCPU and workerCPU, may use idle CPU
+	// beyond it, and Ray counts the request's CPUs, rounded up. By default the limit equals the request, as in
+	// KubeRay's samples, and Ray counts the limit's.
+	NoCPULimit bool `json:"noCPULimit"`
+}
+
+type consoleEnvVar struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
 }
 
 // maxConsoleWorkers bounds the form's worker count: a typo of 1000 should be an error, not 1000 pods.
 const maxConsoleWorkers = 100
+
+// maxConsoleEnv bounds the form's environment variables: a form is filled in by hand, a pasted file of
+// thousands is a mistake.
+const maxConsoleEnv = 64
 
 // validate applies the REST API's rules (validateJob's helpers) to the form's fields.
 func (f *consoleJobForm) validate() violations {
@@ -65,25 +83,59 @@ func (f *consoleJobForm) validate() violations {
 		}
 	}
 	v.yamlObject("runtimeEnv", f.RuntimeEnv)
+	v.consoleEnv("env", f.Env)
 	return v
 }
 
-func consoleContainer(name, image, cpu, memory string) corev1.PodTemplateSpec {
-	rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}
+// consoleEnv checks the form's environment variables as Kubernetes checks a container's env names (IsEnvVarName),
+// and refuses a name given twice, which Kubernetes would take with the last value winning.
+func (v *violations) consoleEnv(field string, env []consoleEnvVar) {
+	if len(env) > maxConsoleEnv {
+		v.add(field, "at most %d variables, got %d", maxConsoleEnv, len(env))
+		return
+	}
+	first := map[string]int{}
+	for i, e := range env {
+		f := fmt.Sprintf("%s[%d].name", field, i)
+		if !v.required(f, e.Name) {
+			continue
+		}
+		if msgs := validation.IsEnvVarName(e.Name); len(msgs) > 0 {
+			v.add(f, "invalid environment variable name: %s", strings.Join(msgs, "; "))
+			continue
+		}
+		if j, dup := first[e.Name]; dup {
+			v.add(f, "%s is already set by %s[%d]", e.Name, field, j)
+			continue
+		}
+		first[e.Name] = i
+	}
+}
+
+func (f *consoleJobForm) container(name, cpu, memory string) corev1.PodTemplateSpec {
+	requests := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)}
+	limits := requests
+	if f.NoCPULimit {
+		limits = corev1.ResourceList{corev1.ResourceMemory: requests[corev1.ResourceMemory]}
+	}
+	var env []corev1.EnvVar
+	for _, e := range f.Env {
+		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
 	return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
-		Name: name, Image: image, Resources: corev1.ResourceRequirements{Requests: rl, Limits: rl},
+		Name: name, Image: f.Image, Env: env, Resources: corev1.ResourceRequirements{Requests: requests, Limits: limits},
 	}}}}
 }
 
 // rayJob builds the RayJob of a valid form.
 func (f *consoleJobForm) rayJob(ns string) *rayv1.RayJob {
 	spec := &rayv1.RayClusterSpec{
-		HeadGroupSpec: rayv1.HeadGroupSpec{RayStartParams: map[string]string{}, Template: consoleContainer(headContainerName, f.Image, f.HeadCPU, f.HeadMemory)},
+		HeadGroupSpec: rayv1.HeadGroupSpec{RayStartParams: map[string]string{}, Template: f.container(headContainerName, f.HeadCPU, f.HeadMemory)},
 	}
 	if f.Workers > 0 {
 		spec.WorkerGroupSpecs = []rayv1.WorkerGroupSpec{{
 			GroupName: "workers", Replicas: ptr.To(f.Workers), MinReplicas: ptr.To(f.Workers), MaxReplicas: ptr.To(f.Workers),
-			RayStartParams: map[string]string{}, Template: consoleContainer("ray-worker", f.Image, f.WorkerCPU, f.WorkerMemory),
+			RayStartParams: map[string]string{}, Template: f.container("ray-worker", f.WorkerCPU, f.WorkerMemory),
 		}}
 	}
 	return &rayv1.RayJob{
@@ -94,8 +146,11 @@ func (f *consoleJobForm) rayJob(ns string) *rayv1.RayJob {
 	}
 }
 
-// formFields maps Kubernetes field paths of the built RayJob back to the form's fields, longest prefix first.
+// formFields maps Kubernetes field paths of the built RayJob back to the form's fields, longest prefix first. The
+// containers' env lists are the form's env list, so an item's path keeps its index and field (env[2].name).
 var formFields = []struct{ prefix, field string }{
+	{"spec.rayClusterSpec.headGroupSpec.template.spec.containers[0].env", "env"},
+	{"spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].env", "env"},
 	{"metadata.name", "name"},
 	{"spec.entrypoint", "entrypoint"},
 	{"spec.runtimeEnvYAML", "runtimeEnv"},
@@ -108,7 +163,10 @@ var formFields = []struct{ prefix, field string }{
 
 func formField(path string) string {
 	for _, f := range formFields {
-		if path == f.prefix || strings.HasPrefix(path, f.prefix+".") || strings.HasPrefix(path, f.prefix+"[") {
+		switch {
+		case f.field == "env" && strings.HasPrefix(path, f.prefix+"["):
+			return f.field + strings.TrimPrefix(path, f.prefix)
+		case path == f.prefix || strings.HasPrefix(path, f.prefix+".") || strings.HasPrefix(path, f.prefix+"["):
 			return f.field
 		}
 	}

@@ -5,8 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +16,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -37,7 +39,11 @@ type consoleFixture struct {
 	url          string
 	ns, hiddenNS string
 	viewer       string // the viewer's token
+	server       *Server
 }
+
+// watches is how many list+watch loops the server holds for console streams.
+func (f consoleFixture) watches() int { return int(promtestutil.ToFloat64(f.server.consoleWatches)) }
 
 func (e *testEnv) consoleFixture(t *testing.T) consoleFixture {
 	ctx := context.Background()
@@ -54,9 +60,22 @@ func (e *testEnv) consoleFixture(t *testing.T) consoleFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s.Handler())
-	t.Cleanup(srv.Close)
-	f.url = srv.URL
+	f.server = s
+	// Served as manta apiserver serves, with its http.Server and timeouts: how long a stream lives is theirs too.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("serving the console: %v", err)
+		}
+	})
+	f.url = "http://" + ln.Addr().String()
 
 	// Right after the control plane starts, Kubernetes answers a list 429 until its cache of the resource is filled.
 	for _, l := range []client.ObjectList{&rayv1.RayClusterList{}, &rayv1.RayJobList{}} {
@@ -142,12 +161,23 @@ func (e *testEnv) testConsoleAPI(t *testing.T, f consoleFixture) {
 	}
 
 	// The all-namespaces stream: one list per kind in the viewer's namespace, the hidden namespace never named.
-	snapshots := 0
+	snapshots, open := 0, 0
 	events := sseEvents(t, f.url+"/console/api/stream", f.viewer, func(event, data string) bool {
 		if event == "snapshot" {
 			snapshots++
 		}
-		return snapshots == len(consoleKinds)
+		if snapshots == len(consoleKinds) {
+			open = f.watches()
+			return true
+		}
+		return false
+	})
+	// sseEvents has closed its connection: the stream's watches end with it, not at their timeout.
+	if open != len(consoleKinds) {
+		t.Errorf("an open list stream of one namespace holds %d watches, want one per kind (%d)", open, len(consoleKinds))
+	}
+	testutil.Eventually(t, 30*time.Second, "the stream's watches ended after its client went away", func() (bool, string) {
+		return f.watches() == 0, fmt.Sprintf("%d watches open", f.watches())
 	})
 	all := strings.Join(events, "\n")
 	if !strings.Contains(all, `"name":"alpha"`) || !strings.Contains(all, `"state":"ready"`) {
@@ -201,10 +231,11 @@ func (e *testEnv) testConsoleAPI(t *testing.T, f consoleFixture) {
 	}
 
 	// The form's validation names the form's fields; without the console's header the cookie-less write is refused.
-	bad := map[string]any{"name": "Bad_Name", "entrypoint": "", "image": "rayproject/ray:2.52.0", "headCPU": "lots", "headMemory": "1Gi", "workers": 0, "shutdown": true}
+	bad := map[string]any{"name": "Bad_Name", "entrypoint": "", "image": "rayproject/ray:2.52.0", "headCPU": "lots", "headMemory": "1Gi", "workers": 0, "shutdown": true,
+		"env": []map[string]string{{"name": "GOOD", "value": "1"}, {"name": "1BAD", "value": "x"}, {"name": "GOOD", "value": "2"}}}
 	r = callWith(t, f.url, "POST", "/console/api/namespaces/"+f.ns+"/rayjobs", bad, http.Header{"Authorization": {"Bearer " + f.viewer}, consoleHeader: {"1"}})
 	mustFail(t, r, http.StatusBadRequest, codeInvalidArgument, "name")
-	for _, field := range []string{"entrypoint", "headCPU"} {
+	for _, field := range []string{"entrypoint", "headCPU", "env[1].name", "env[2].name"} {
 		if !strings.Contains(string(r.body), `"field":"`+field+`"`) {
 			t.Errorf("form errors lack %s: %s", field, r.body)
 		}
@@ -333,7 +364,10 @@ func (e *testEnv) testConsoleBrowser(t *testing.T, f consoleFixture) {
 	// Every step waits on what the page shows; the bound is for a busy 2-core machine.
 	fail := func(what string, err error) {
 		t.Helper()
-		body, _ := chromedp.Run(bctx, chromedp.Text(chromedp.CSS("body")))
+		// Bounded: after a step timed out, the page may never answer.
+		ctx, cancel := context.WithTimeout(bctx, 30*time.Second)
+		defer cancel()
+		body, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
 		t.Fatalf("%s: %v\npage text:\n%s", what, err, body)
 	}
 	run := func(what string, actions ...chromedp.Action[chromedp.Void]) {
@@ -415,24 +449,38 @@ func (e *testEnv) testConsoleBrowser(t *testing.T, f consoleFixture) {
 		chromedp.SendKeys(id("job-name"), "Bad_Name"),
 		chromedp.SendKeys(id("job-entrypoint"), "python -c 'print(42)'"),
 		chromedp.SetValue(id("job-headCPU"), "lots"),
+		chromedp.Click(id("job-env-add")),
+		chromedp.SendKeys(id("job-env-0-name"), "1BAD"),
+		chromedp.SendKeys(id("job-env-0-value"), "600"),
 		chromedp.Click(id("create")),
 		chromedp.WaitVisible(css(`#job-name[aria-invalid="true"]`)),
+		chromedp.WaitVisible(css(`#job-env-0-name[aria-invalid="true"]`)),
 		shot("04-form-errors"),
 	)
 	nameErr := get("read the name's error", chromedp.Text(id("job-name-error")))
 	cpuErr := get("read the head CPU's error", chromedp.Text(id("job-headCPU-error")))
-	if !strings.Contains(nameErr, "RFC 1123") || !strings.Contains(cpuErr, "quantity") {
-		t.Errorf("field errors: name %q, headCPU %q; want each beside its field", nameErr, cpuErr)
+	envErr := get("read the variable's error", chromedp.Text(id("job-env-0-error")))
+	if !strings.Contains(nameErr, "RFC 1123") || !strings.Contains(cpuErr, "quantity") || !strings.HasPrefix(envErr, "Name: invalid environment variable name") {
+		t.Errorf("field errors: name %q, headCPU %q, env[0].name %q; want each beside its field", nameErr, cpuErr, envErr)
 	}
+	// The second variable by keyboard alone: Enter on "Add variable" gives a row with its name focused, Tab its value.
 	run("create a RayJob",
 		chromedp.SetValue(id("job-name"), "console-job"),
 		chromedp.SetValue(id("job-headCPU"), "1"),
 		chromedp.SetValue(id("job-workers"), "1"),
 		chromedp.SetValue(id("job-runtimeEnv"), "env_vars:\n  GREETING: hello"),
+		chromedp.SetValue(id("job-env-0-name"), "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT"),
+		chromedp.Focus(id("job-env-add")),
+		chromedp.KeyEvent("\r"),
+		chromedp.KeyEvent("MANTA_NOTE"),
+		chromedp.KeyEvent("\t"),
+		chromedp.KeyEvent("from the form"),
+		chromedp.Click(id("job-noCPULimit")),
+		shot("05-form-env"),
 		chromedp.Click(id("create")),
 		chromedp.WaitVisible(id("state")),
 		chromedp.WaitVisible(id("suspend")),
-		shot("05-rayjob"),
+		shot("06-rayjob"),
 	)
 	var job rayv1.RayJob
 	if err := e.k.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "console-job"}, &job); err != nil {
@@ -442,11 +490,25 @@ func (e *testEnv) testConsoleBrowser(t *testing.T, f consoleFixture) {
 		len(job.Spec.RayClusterSpec.WorkerGroupSpecs) != 1 || *job.Spec.RayClusterSpec.WorkerGroupSpecs[0].Replicas != 1 {
 		t.Errorf("the form's RayJob: %+v", job.Spec)
 	}
+	wantEnv := []corev1.EnvVar{{Name: "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", Value: "600"}, {Name: "MANTA_NOTE", Value: "from the form"}}
+	if len(job.Spec.RayClusterSpec.WorkerGroupSpecs) == 1 {
+		for what, c := range map[string]corev1.Container{
+			"head":   job.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0],
+			"worker": job.Spec.RayClusterSpec.WorkerGroupSpecs[0].Template.Spec.Containers[0],
+		} {
+			if diff := cmp.Diff(wantEnv, c.Env); diff != "" {
+				t.Errorf("the %s container's env (-want +got):\n%s", what, diff)
+			}
+			if _, limited := c.Resources.Limits[corev1.ResourceCPU]; limited || c.Resources.Requests.Cpu().String() != "1" {
+				t.Errorf("the %s container's resources with No CPU limit checked: %+v, want a CPU request and no CPU limit", what, c.Resources)
+			}
+		}
+	}
 
 	run("suspend it",
 		chromedp.Click(id("suspend")),
 		chromedp.WaitVisible(id("confirm-ok")),
-		shot("06-confirm-suspend"),
+		shot("07-confirm-suspend"),
 		chromedp.Click(id("confirm-ok")),
 		chromedp.WaitVisible(id("resume")),
 	)
@@ -463,4 +525,32 @@ func (e *testEnv) testConsoleBrowser(t *testing.T, f consoleFixture) {
 	if !apierrors.IsNotFound(err) {
 		t.Errorf("after Delete the RayJob is still there: %v", err)
 	}
+
+	// Leaving the console for another page ends its stream and the watches behind it at once. Chromium keeps a left
+	// page in its back/forward cache, and before the page closed its streams on pagehide it kept the stream open
+	// there too, for about a minute; the bound is well under that.
+	run("mark the page", chromedp.Evaluate[chromedp.Void](`window.mantaMark = "still this page"`))
+	// The RayJob's page, left for the list, lets its own watches go as the list's start.
+	testutil.Eventually(t, time.Minute, "the list page's watches, one per kind", func() (bool, string) {
+		return f.watches() == len(consoleKinds), fmt.Sprintf("%d watches open", f.watches())
+	})
+	run("leave the console", chromedp.Navigate("about:blank"))
+	testutil.Eventually(t, 20*time.Second, "the console's watches ended after its page was left", func() (bool, string) {
+		return f.watches() == 0, fmt.Sprintf("%d watches open", f.watches())
+	})
+	// Back again: the browser restores the page from that cache (the mark is still there), and the page opens its
+	// stream again.
+	// history.back(), not NavigateBack: a page restored from that cache fires no load event to wait for.
+	run("come back", chromedp.Evaluate[chromedp.Void](`history.back()`))
+	testutil.Eventually(t, time.Minute, "the restored page's watches", func() (bool, string) {
+		return f.watches() == len(consoleKinds), fmt.Sprintf("%d watches open", f.watches())
+	})
+	if mark := get("read the mark", chromedp.Evaluate[string](`String(window.mantaMark)`)); mark != "still this page" {
+		t.Errorf("back to the console: mark %q; the page was loaded again, not restored, so its pagehide and pageshow were not tried", mark)
+	}
+	// Read with Evaluate: chromedp's DOM queries keep the tree they saw before the page was restored.
+	testutil.Eventually(t, time.Minute, "the restored page live", func() (bool, string) {
+		status := get("read the stream's status", chromedp.Evaluate[string](`document.getElementById("stream-status").textContent`))
+		return strings.HasPrefix(status, "Live"), status
+	})
 }

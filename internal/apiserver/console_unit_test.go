@@ -1,12 +1,16 @@
 package apiserver
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -99,6 +103,10 @@ func TestConsoleJobForm(t *testing.T) {
 	}
 
 	for path, want := range map[string]string{
+		"spec.rayClusterSpec.headGroupSpec.template.spec.containers[0].env[2].name":     "env[2].name",
+		"spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].env[0]":    "env[0]",
+		"spec.rayClusterSpec.workerGroupSpecs[0].template.spec.containers[0].env":       "env",
+		"spec.rayClusterSpec.headGroupSpec.template.spec.containers[0].envFrom[0].name": "spec.rayClusterSpec.headGroupSpec.template.spec.containers[0].envFrom[0].name",
 		"metadata.name": "name",
 		"spec.rayClusterSpec.headGroupSpec.template.spec.containers[0].resources.limits.cpu": "headCPU",
 		"spec.rayClusterSpec.workerGroupSpecs[0].replicas":                                   "workers",
@@ -129,5 +137,92 @@ func TestConsoleSummaries(t *testing.T) {
 	}
 	if it := summarizeJob(&rayv1.RayJob{}); it.State != "New" || len(it.Clusters) != 0 || it.Dashboard != "" {
 		t.Errorf("new job: %+v", it)
+	}
+}
+
+// TestConsoleJobFormEnv: the form's environment variables reach the head's and the workers' Ray containers in the
+// form's order; names are checked as Kubernetes checks them, once each, and every error names its item.
+func TestConsoleJobFormEnv(t *testing.T) {
+	form := func(env ...consoleEnvVar) consoleJobForm {
+		return consoleJobForm{Name: "job", Entrypoint: "python x.py", Image: "rayproject/ray:2.52.0", HeadCPU: "1", HeadMemory: "2Gi",
+			Workers: 1, WorkerCPU: "1", WorkerMemory: "1Gi", Env: env}
+	}
+	good := form(consoleEnvVar{"RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", "600"}, consoleEnvVar{"my.setting-2", ""}, consoleEnvVar{"_X", "a=b c"})
+	if v := good.validate(); len(v) > 0 {
+		t.Fatalf("a valid form: %v", v)
+	}
+	want := []corev1.EnvVar{{Name: "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT", Value: "600"}, {Name: "my.setting-2"}, {Name: "_X", Value: "a=b c"}}
+	spec := good.rayJob("ns").Spec.RayClusterSpec
+	for what, c := range map[string]corev1.Container{"head": spec.HeadGroupSpec.Template.Spec.Containers[0], "worker": spec.WorkerGroupSpecs[0].Template.Spec.Containers[0]} {
+		if diff := cmp.Diff(want, c.Env); diff != "" {
+			t.Errorf("%s container's env (-want +got):\n%s", what, diff)
+		}
+	}
+	none := form()
+	if env := none.rayJob("ns").Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Env; env != nil {
+		t.Errorf("no variables asked for, the head has %v", env)
+	}
+
+	bad := form(consoleEnvVar{"A", "1"}, consoleEnvVar{"", "x"}, consoleEnvVar{"1ST", ""}, consoleEnvVar{"A", "2"}, consoleEnvVar{"HAS SPACE", ""}, consoleEnvVar{"B", ""})
+	// Kubernetes' own words follow the prefix; they are apimachinery's to change.
+	wantErrs := []FieldViolation{
+		{"env[1].name", "is required"},
+		{"env[2].name", "invalid environment variable name: "},
+		{"env[3].name", "A is already set by env[0]"},
+		{"env[4].name", "invalid environment variable name: "},
+	}
+	got := bad.validate()
+	if len(got) != len(wantErrs) {
+		t.Fatalf("env errors: %v, want %v", got, wantErrs)
+	}
+	for i, w := range wantErrs {
+		if got[i].Field != w.Field || !strings.HasPrefix(got[i].Description, w.Description) {
+			t.Errorf("env error %d: %v, want %s: %s...", i, got[i], w.Field, w.Description)
+		}
+	}
+
+	many := form()
+	for i := range maxConsoleEnv + 1 {
+		many.Env = append(many.Env, consoleEnvVar{Name: fmt.Sprintf("V%d", i)})
+	}
+	if v := many.validate(); len(v) != 1 || v[0].Field != "env" {
+		t.Errorf("%d variables: %v, want one error naming env", len(many.Env), v)
+	}
+	many.Env = many.Env[:maxConsoleEnv]
+	if v := many.validate(); len(v) > 0 {
+		t.Errorf("%d variables: %v, want none", len(many.Env), v)
+	}
+}
+
+// TestConsoleJobFormCPULimit: by default each Ray container's CPU limit is its request (Ray counts the limit's
+// CPUs); with noCPULimit only the CPU limit goes, and memory keeps its limit.
+func TestConsoleJobFormCPULimit(t *testing.T) {
+	f := consoleJobForm{Name: "job", Entrypoint: "e", Image: "rayproject/ray:2.52.0", HeadCPU: "500m", HeadMemory: "2Gi",
+		Workers: 1, WorkerCPU: "1500m", WorkerMemory: "1Gi"}
+	res := func(f consoleJobForm) (head, worker corev1.ResourceRequirements) {
+		spec := f.rayJob("ns").Spec.RayClusterSpec
+		return spec.HeadGroupSpec.Template.Spec.Containers[0].Resources, spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Resources
+	}
+	rl := func(cpu, mem string) corev1.ResourceList {
+		l := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse(mem)}
+		if cpu != "" {
+			l[corev1.ResourceCPU] = resource.MustParse(cpu)
+		}
+		return l
+	}
+	head, worker := res(f)
+	if diff := cmp.Diff(corev1.ResourceRequirements{Requests: rl("500m", "2Gi"), Limits: rl("500m", "2Gi")}, head); diff != "" {
+		t.Errorf("head resources by default (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(corev1.ResourceRequirements{Requests: rl("1500m", "1Gi"), Limits: rl("1500m", "1Gi")}, worker); diff != "" {
+		t.Errorf("worker resources by default (-want +got):\n%s", diff)
+	}
+	f.NoCPULimit = true
+	head, worker = res(f)
+	if diff := cmp.Diff(corev1.ResourceRequirements{Requests: rl("500m", "2Gi"), Limits: rl("", "2Gi")}, head); diff != "" {
+		t.Errorf("head resources without a CPU limit (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(corev1.ResourceRequirements{Requests: rl("1500m", "1Gi"), Limits: rl("", "1Gi")}, worker); diff != "" {
+		t.Errorf("worker resources without a CPU limit (-want +got):\n%s", diff)
 	}
 }

@@ -309,8 +309,10 @@ type watchUpdate struct {
 
 // listWatch lists, then watches from the list's resourceVersion, and lists again when Kubernetes ends the watch
 // (its timeout) or says the version is gone (410); it stops on ctx or on an error, which it reports. It never
-// polls: between lists it only waits on the watch.
-func listWatch(ctx context.Context, c client.WithWatch, src int, newList func() client.ObjectList, opts client.ListOptions, out chan<- watchUpdate) {
+// polls: between lists it only waits on the watch. The server's console-watches gauge counts it while it runs.
+func (s *Server) listWatch(ctx context.Context, c client.WithWatch, src int, newList func() client.ObjectList, opts client.ListOptions, out chan<- watchUpdate) {
+	s.consoleWatches.Inc()
+	defer s.consoleWatches.Dec()
 	send := func(u watchUpdate) bool {
 		u.src = src
 		select {

@@ -107,6 +107,8 @@ type Server struct {
 	registry *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// consoleWatches counts the list+watch loops open behind console streams: zero once every page has left.
+	consoleWatches prometheus.Gauge
 	// certs serves the TLS certificate; nil for plain HTTP.
 	certs *certReloader
 }
@@ -199,7 +201,10 @@ func New(cfg *rest.Config, opts Options) (*Server, error) {
 		Name: "manta_apiserver_request_duration_seconds", Help: "REST API request latency by operation.",
 		Buckets: prometheus.DefBuckets,
 	}, []string{"operation"})
-	s.registry.MustRegister(s.requests, s.duration, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.consoleWatches = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "manta_apiserver_console_watches", Help: "Kubernetes list+watch loops held open for the console's event streams.",
+	})
+	s.registry.MustRegister(s.requests, s.duration, s.consoleWatches, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.handler = s.buildMux()
 	return s, nil
 }

@@ -47,6 +47,7 @@ func TestRealNode(t *testing.T) {
 		{"autoscaler scales a group up and down", testAutoscaler},
 		{"ImagePullJob pulls from the registry", testImagePullJob},
 		{"REST API cluster and job", testRESTAPI},
+		{"console RayJob on the real node", testConsoleRealJob},
 		{"GCS fault tolerance with Redis", testGCSFaultTolerance},
 		{"Ctrl-C on manta dev leaves nothing", testCtrlCLeavesNothing},
 		{"a killed run is swept by the next start", testKilledRunIsSwept},

@@ -42,7 +42,7 @@ const rayRepo = "rayproject/ray"
 //     container is the barrier: the kubelet is past its image step).
 func testRESTAPI(t *testing.T, ctx context.Context, e *env) {
 	ns := e.namespace(t, ctx, "rest")
-	api := e.startAPIServer(t, ctx)
+	api := e.startAPIServer(t, ctx, "none")
 
 	api.call(t, ctx, http.MethodPost, "/apis/v1/namespaces/"+ns+"/compute_templates",
 		apiserver.ComputeTemplate{Name: "one-cpu", Namespace: ns, CPU: 1, Memory: 2}, nil)
@@ -211,9 +211,9 @@ type restClient struct {
 	hc   *http.Client
 }
 
-// startAPIServer runs `manta apiserver --auth none` on a free loopback port with the dev cluster's admin
+// startAPIServer runs `manta apiserver --auth <auth>` on a free loopback port with the dev cluster's admin
 // kubeconfig, and stops it when the test ends.
-func (e *env) startAPIServer(t *testing.T, ctx context.Context) *restClient {
+func (e *env) startAPIServer(t *testing.T, ctx context.Context, auth string) *restClient {
 	t.Helper()
 	bin, err := testutil.BuildMantaTo(t.TempDir())
 	if err != nil {
@@ -224,12 +224,12 @@ func (e *env) startAPIServer(t *testing.T, ctx context.Context) *restClient {
 		t.Fatal(err)
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-	logPath := filepath.Join(e.cluster.Dir(), "logs", "apiserver.log")
+	logPath := filepath.Join(e.cluster.Dir(), "logs", "apiserver-auth-"+auth+".log")
 	log, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "apiserver", "--listen", addr, "--auth", "none")
+	cmd := exec.Command(bin, "apiserver", "--listen", addr, "--auth", auth)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.cluster.Kubeconfig)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

@@ -18,12 +18,23 @@ const byPlural = Object.fromEntries(KINDS.map((k) => [k.plural, k]));
 const main = document.getElementById("main");
 let stream = null; // the page's one EventSource
 let logAbort = null; // the log being followed, if any
+// view counts the pages shown: a page that awaited something opens its stream only if it is still the one shown,
+// or a quick change of page would leave an EventSource nobody closes.
+let view = 0;
 
 function closeStreams() {
+  view++;
   if (stream) stream.close();
   stream = null;
   if (logAbort) logAbort.abort();
   logAbort = null;
+}
+
+// openStream opens the stream of the page shown as view v, unless another page has been shown since.
+function openStream(v, url) {
+  if (v !== view) return null;
+  stream = new EventSource(url);
+  return stream;
 }
 
 // api calls the API server as the signed-in browser; writes carry the console's header.
@@ -60,6 +71,11 @@ let session = null;
 async function start() {
   document.getElementById("signout").addEventListener("click", signOut);
   window.addEventListener("hashchange", route);
+  // A page left for another is kept by the browser in its back/forward cache, open connections and all: Chromium
+  // held the stream, and the API server its Kubernetes watches, for about a minute after the page was left. So the
+  // streams close when the page is hidden, and the page opens them again if the browser brings it back.
+  window.addEventListener("pagehide", closeStreams);
+  window.addEventListener("pageshow", (ev) => { if (ev.persisted) route(); });
   let r;
   try {
     r = await api("GET", "/console/api/session");
@@ -157,7 +173,9 @@ async function namespaceSwitcher(current, navigate) {
 }
 
 async function listPage(ns) {
+  const v = view;
   const { sel } = await namespaceSwitcher(ns, true);
+  if (v !== view) return;
   const status = h("p", { class: "status-line", role: "status", id: "stream-status" }, "Connecting…");
   const errors = h("ul", { class: "errors", id: "stream-errors", "aria-live": "polite" });
   const tables = h("div", { id: "lists" });
@@ -195,7 +213,7 @@ async function listPage(ns) {
 
   const key = (it) => it.kind + "/" + it.namespace + "/" + it.name;
   const url = "/console/api/stream" + (ns ? "?namespace=" + encodeURIComponent(ns) : "");
-  stream = new EventSource(url);
+  if (!openStream(v, url)) return;
   let answered = 0, targets = 0;
   stream.addEventListener("targets", (e) => { targets = JSON.parse(e.data); answered = 0; errors.replaceChildren(); });
   stream.addEventListener("snapshot", (e) => {
@@ -222,6 +240,7 @@ async function listPage(ns) {
 }
 
 async function detailPage(ns, plural, name) {
+  const v = view;
   const k = byPlural[plural];
   if (!k) {
     main.replaceChildren(h("p", { class: "errors" }, "Unknown kind " + plural));
@@ -301,7 +320,7 @@ async function detailPage(ns, plural, name) {
         h("td", {}, e.message), h("td", { class: "num" }, String(e.count)), h("td", {}, age(e.last) + " ago"))))));
   };
 
-  stream = new EventSource(`/console/api/namespaces/${encodeURIComponent(ns)}/${plural}/${encodeURIComponent(name)}/stream`);
+  if (!openStream(v, `/console/api/namespaces/${encodeURIComponent(ns)}/${plural}/${encodeURIComponent(name)}/stream`)) return;
   stream.addEventListener("object", (e) => {
     const d = JSON.parse(e.data);
     renderItem(d.item);
@@ -392,7 +411,9 @@ const FORM = [
 ];
 
 async function jobForm(ns) {
+  const shown = view;
   const { sel, names } = await namespaceSwitcher(ns, false);
+  if (shown !== view) return;
   sel.id = "job-namespace";
   sel.querySelector('option[value=""]').remove();
   if (!ns && names.length) sel.value = names[0];
@@ -400,6 +421,7 @@ async function jobForm(ns) {
   const inputs = {};
   const errs = {};
   const rows = [h("label", { for: "job-namespace" }, "Namespace"), h("div", { class: "field" }, sel)];
+  const noCPULimit = h("input", { type: "checkbox", id: "job-noCPULimit", "aria-describedby": "job-noCPULimit-hint" });
   for (const f of FORM) {
     const id = "job-" + f.name;
     const attrs = { id, name: f.name, "aria-describedby": id + "-hint " + id + "-error" };
@@ -409,6 +431,11 @@ async function jobForm(ns) {
     errs[f.name] = h("div", { class: "field-error", id: id + "-error" });
     rows.push(h("label", { for: id }, f.label),
       h("div", { class: "field" }, input, h("div", { class: "hint", id: id + "-hint" }, f.hint || ""), errs[f.name]));
+    if (f.name === "workerMemory") {
+      rows.push(h("label", { for: "job-noCPULimit" }, "No CPU limit"), h("div", { class: "field" }, noCPULimit,
+        h("div", { class: "hint", id: "job-noCPULimit-hint" },
+          "Unchecked, each Ray container's CPU limit is its CPU above, and Ray counts that many CPUs. Checked, the containers only request that CPU and may use idle CPU beyond it; Ray counts the request, rounded up.")));
+    }
   }
   // Worker resources apply only with workers: without, they are disabled and not sent.
   const workersChanged = () => {
@@ -418,18 +445,83 @@ async function jobForm(ns) {
   };
   inputs.workers.addEventListener("input", workersChanged);
   workersChanged();
+
+  // Environment variables of the Ray containers: one row per variable, each input labelled with its number, the
+  // errors of env[i] shown in row i.
+  const envRows = [];
+  const envList = h("div", { id: "job-env-list" });
+  const envAdd = h("button", { type: "button", id: "job-env-add" }, "Add variable");
+  const envErr = h("div", { class: "field-error", id: "job-env-error" });
+  const renumber = () => envRows.forEach((r, i) => {
+    const id = "job-env-" + i;
+    r.name.id = id + "-name";
+    r.name.setAttribute("aria-label", `Name of variable ${i + 1}`);
+    r.name.setAttribute("aria-describedby", id + "-error");
+    r.value.id = id + "-value";
+    r.value.setAttribute("aria-label", `Value of variable ${i + 1}`);
+    r.value.setAttribute("aria-describedby", id + "-error");
+    r.remove.id = id + "-remove";
+    r.remove.setAttribute("aria-label", `Remove variable ${i + 1}`);
+    r.err.id = id + "-error";
+  });
+  const addEnv = () => {
+    const r = {
+      name: h("input", { type: "text", class: "env-name", autocomplete: "off", spellcheck: "false", placeholder: "NAME" }),
+      value: h("input", { type: "text", autocomplete: "off", spellcheck: "false", placeholder: "value" }),
+      remove: h("button", { type: "button" }, "Remove"),
+      err: h("div", { class: "field-error" }),
+    };
+    r.el = h("div", { class: "env-item" }, h("div", { class: "env-row" }, r.name, h("span", { "aria-hidden": "true" }, "="), r.value, r.remove), r.err);
+    r.remove.addEventListener("click", () => {
+      const i = envRows.indexOf(r);
+      envRows.splice(i, 1);
+      r.el.remove();
+      renumber();
+      (envRows[i] || envRows[i - 1] || { name: envAdd }).name.focus();
+    });
+    envRows.push(r);
+    envList.append(r.el);
+    renumber();
+    return r;
+  };
+  envAdd.addEventListener("click", () => addEnv().name.focus());
+  rows.push(h("span", { class: "label", id: "job-env-title" }, "Environment variables"),
+    h("div", { class: "field", role: "group", "aria-labelledby": "job-env-title", "aria-describedby": "job-env-hint job-env-error" },
+      envList, envAdd,
+      h("div", { class: "hint", id: "job-env-hint" },
+        "Set in the head's and the workers' Ray containers before Ray starts, for Ray's own settings (e.g. RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT = 600). The job's own variables go in the runtime environment's env_vars."),
+      envErr));
+
   const shutdown = h("input", { type: "checkbox", id: "job-shutdown", checked: true });
   rows.push(h("label", { for: "job-shutdown" }, "Delete the cluster when the job ends"), h("div", { class: "field" }, shutdown));
   const submit = h("button", { type: "submit", class: "primary", id: "create" }, "Create RayJob");
   rows.push(h("div", { class: "actions" }, submit, h("a", { href: nsLink(ns) }, "Cancel")));
   const form = h("form", { class: "job", "aria-labelledby": "form-title", novalidate: true }, ...rows);
+
+  // target is where an error of a field shows: its error element, the input it marks invalid (none for the list
+  // as a whole) and, in a variable's row, which of its two inputs the error is about.
+  let sent = [];
+  const target = (field) => {
+    if (errs[field]) return { err: errs[field], input: inputs[field], what: "" };
+    if (field === "env") return { err: envErr, input: null, what: "" };
+    const m = /^env\[(\d+)\](?:\.(name|value))?$/.exec(field);
+    const r = m && sent[Number(m[1])];
+    if (!r) return null;
+    return m[2] === "value" ? { err: r.err, input: r.value, what: "Value: " } : { err: r.err, input: r.name, what: m[2] === "name" ? "Name: " : "" };
+  };
   form.addEventListener("submit", async (ev) => {
     ev.preventDefault();
     summary.replaceChildren();
     for (const [n, el] of Object.entries(errs)) { el.textContent = ""; inputs[n].removeAttribute("aria-invalid"); }
+    envErr.textContent = "";
+    for (const r of envRows) { r.err.textContent = ""; r.name.removeAttribute("aria-invalid"); r.value.removeAttribute("aria-invalid"); }
     const body = {};
     for (const f of FORM) if (!inputs[f.name].disabled) body[f.name] = f.type === "number" ? Number(inputs[f.name].value || 0) : inputs[f.name].value.trim();
     body.shutdown = shutdown.checked;
+    body.noCPULimit = noCPULimit.checked;
+    // A row left empty is no variable; the others are sent in order, so env[i] is sent[i].
+    sent = envRows.filter((r) => r.name.value.trim() !== "" || r.value.value !== "");
+    body.env = sent.map((r) => ({ name: r.name.value.trim(), value: r.value.value }));
     submit.disabled = true;
     const r = await api("POST", `/console/api/namespaces/${encodeURIComponent(sel.value)}/rayjobs`, body).finally(() => { submit.disabled = false; });
     if (r.ok) {
@@ -440,10 +532,11 @@ async function jobForm(ns) {
     let first = null;
     const other = [];
     for (const v of vs) {
-      if (errs[v.field]) {
-        errs[v.field].append(h("div", {}, v.description));
-        inputs[v.field].setAttribute("aria-invalid", "true");
-        first = first || inputs[v.field];
+      const t = target(v.field);
+      if (t) {
+        t.err.append(h("div", {}, t.what + v.description));
+        if (t.input) t.input.setAttribute("aria-invalid", "true");
+        first = first || t.input || envAdd;
       } else {
         other.push(`${v.field}: ${v.description}`);
       }
