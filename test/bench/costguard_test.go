@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -144,8 +145,9 @@ func compareCosts(base, got map[string]float64) []string {
 // Tolerances of the counts timing may move, per cluster or job (see costTolerance).
 const (
 	// Status coalescing (internal/controller/raycluster/coalesce.go) and pod event batching gather a cluster's
-	// steps into fewer status writes when kwok's pod updates for the burst arrive close together: 2.25-2.85
-	// RayCluster status writes per cluster over four runs. One more write per cluster (1.0) still fails.
+	// steps into fewer status writes when kwok's pod updates for the burst arrive close together: 2.25-3.05
+	// RayCluster status writes per cluster over six runs, the most under the heaviest load. One more write per
+	// cluster (1.0) over the baseline (the highest seen, see writeCostBaseline) still fails.
 	clusterStatusTolerance = 0.6
 	// A RayJob mirrors its cluster's status into its own, so how its cluster's steps were gathered moves both
 	// status writes: 2-3 RayCluster and 4-5 RayJob status writes per job over four runs.
@@ -580,9 +582,23 @@ func readCostBaseline(b testing.TB) costBaseline {
 	return base
 }
 
+// writeCostBaseline writes got as the baseline. A count with a tolerance keeps the higher of the old baseline's
+// value and this run's: one run is one draw of its spread, and a baseline at the low end of it would fail the next
+// run for nothing. Remove the file to start again from one run.
 func writeCostBaseline(b testing.TB, got map[string]float64) {
 	b.Helper()
-	data, err := json.MarshalIndent(costBaseline{Clusters: guardClusters, WorkersPerCluster: guardWorkers, Jobs: guardJobs, Counts: got}, "", "  ")
+	counts := maps.Clone(got)
+	if data, err := os.ReadFile(costBaselineFile); err == nil {
+		var old costBaseline
+		if err := json.Unmarshal(data, &old); err == nil && old.Clusters == guardClusters && old.WorkersPerCluster == guardWorkers && old.Jobs == guardJobs {
+			for k, v := range counts {
+				if costTolerance(k) > 0 {
+					counts[k] = max(v, old.Counts[k])
+				}
+			}
+		}
+	}
+	data, err := json.MarshalIndent(costBaseline{Clusters: guardClusters, WorkersPerCluster: guardWorkers, Jobs: guardJobs, Counts: counts}, "", "  ")
 	if err != nil {
 		b.Fatal(err)
 	}
