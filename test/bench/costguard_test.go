@@ -286,6 +286,7 @@ func (e *env) quiesceByTouch(b testing.TB, op *operatorRun, from callCounts, kin
 				busy = append(busy, fmt.Sprintf("%s: %.0f queued, %.0f in flight", k.controller, d, a))
 			}
 		}
+		// NaN (the registry unreadable) counts as held: the barrier must not pass on a reading it did not make.
 		if h := metricTotal("manta_raycluster_statuses_held"); !(h == 0) {
 			busy = append(busy, fmt.Sprintf("%.0f statuses held", h))
 		}
@@ -315,7 +316,7 @@ func (e *env) quiesceByTouch(b testing.TB, op *operatorRun, from callCounts, kin
 }
 
 // metricTotal is the sum of every series of the named metric in controller-runtime's registry (NaN when the
-// registry cannot be read, which no comparison takes for idle).
+// registry cannot be read).
 func metricTotal(name string) float64 {
 	mfs, err := metrics.Registry.Gather()
 	if err != nil {
