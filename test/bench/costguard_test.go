@@ -145,9 +145,10 @@ func compareCosts(base, got map[string]float64) []string {
 // Tolerances of the counts timing may move, per cluster or job (see costTolerance).
 const (
 	// Status coalescing (internal/controller/raycluster/coalesce.go) and pod event batching gather a cluster's
-	// steps into fewer status writes when kwok's pod updates for the burst arrive close together: 2.25-3.05
-	// RayCluster status writes per cluster over six runs, the most under the heaviest load. One more write per
-	// cluster (1.0) over the baseline (the highest seen, see writeCostBaseline) still fails.
+	// steps into fewer status writes when kwok's pod updates for the burst arrive close together: 2.00-3.05
+	// RayCluster status writes per cluster over seven runs, 2.00 on a quiet machine and 3.05 at load average 60.
+	// The baseline is the highest seen (writeCostBaseline), so one more status write per cluster fails only in a
+	// run as loaded as that; writes of any other kind are held exactly by writes/other.
 	clusterStatusTolerance = 0.6
 	// A RayJob mirrors its cluster's status into its own, so how its cluster's steps were gathered moves both
 	// status writes: 2-3 RayCluster and 4-5 RayJob status writes per job over four runs.
