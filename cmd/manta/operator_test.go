@@ -219,3 +219,24 @@ func TestStartPhaseLateThresholdFlag(t *testing.T) {
 		}
 	}
 }
+
+// Events drain at the operator's own client limits once its other writes pause: at 20 a second the backlog of a
+// 1,000-cluster burst took 140 s, and every second of it cost the control plane (docs/benchmarks.md, "Where the
+// deferred events' cost comes from").
+func TestEventLimitsDefaultToTheOperators(t *testing.T) {
+	var o operator.Options
+	fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
+	addOperatorFlags(fs, &o)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if o.EventQPS != o.QPS || o.EventBurst != o.Burst {
+		t.Errorf("--event-qps %v --event-burst %d by default, want the operator's --qps %v --burst %d", o.EventQPS, o.EventBurst, o.QPS, o.Burst)
+	}
+	if err := fs.Parse([]string{"--event-qps=7", "--event-burst=3"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.EventQPS != 7 || o.EventBurst != 3 {
+		t.Errorf("--event-qps=7 --event-burst=3 gave %v and %d", o.EventQPS, o.EventBurst)
+	}
+}

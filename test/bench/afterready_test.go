@@ -42,6 +42,12 @@ type idleFigures struct {
 	WritesPerMin   float64            `json:"operatorWritesPerMinute"`
 	// ServerWritesPerMin is what every client wrote to the API server per minute, heartbeats and leases aside.
 	ServerWritesPerMin float64 `json:"serverWritesPerMinute"`
+	// ControlPlaneCPUPercent is each dev cluster component's CPU over the window, in percent of one core.
+	ControlPlaneCPUPercent map[string]float64 `json:"controlPlaneCPUPercentOfCore,omitempty"`
+	// Polled is a second window as long, in which the harness reads the API server's and the operator's metrics
+	// every quiescePoll as waitQuiescent does: its CPU less the first window's is what counting to quiescence costs
+	// each second it lasts, the same for every contender.
+	Polled *idleFigures `json:"polled,omitempty"`
 }
 
 const (
@@ -116,21 +122,40 @@ func workerPods(b *testing.B, e *trialEnv, rc *rayv1.RayCluster) int {
 	return n
 }
 
-// measureIdle reads the operator's CPU and requests and the API server's writes across a window of d in which the
-// harness changes nothing.
-func measureIdle(b *testing.B, e *trialEnv, op *opProcess, d time.Duration) *idleFigures {
+// measureIdle reads the operator's and the control plane's CPU, the operator's requests and the API server's writes
+// across a window of d in which the harness changes nothing; polled, it reads both metrics every quiescePoll in it.
+func measureIdle(b *testing.B, e *trialEnv, op *opProcess, d time.Duration, polled bool) *idleFigures {
 	b.Helper()
 	pid := op.cmd.Process.Pid
-	cpu0, snap0, served0, t0 := procCPUSeconds(pid), op.scrape(b), serverWrites(e.serverRequests(b)), time.Now()
-	e.sleep(d)
+	controlPlane := func() map[string]float64 {
+		m := map[string]float64{}
+		for name, p := range e.cluster.PIDs() {
+			m[name] = procCPUSeconds(p)
+		}
+		return m
+	}
+	cpu0, snap0, served0, cp0, t0 := procCPUSeconds(pid), op.scrape(b), serverWrites(e.serverRequests(b)), controlPlane(), time.Now()
+	if polled {
+		for time.Since(t0) < d && e.ctx.Err() == nil {
+			e.serverRequests(b)
+			op.scrape(b)
+			e.sleep(quiescePoll)
+		}
+	} else {
+		e.sleep(d)
+	}
 	if e.ctx.Err() != nil {
 		b.Fatalf("idle window: %v", e.ctx.Err())
 	}
-	cpu1, snap1, served1 := procCPUSeconds(pid), op.scrape(b), serverWrites(e.serverRequests(b))
+	cpu1, snap1, served1, cp1 := procCPUSeconds(pid), op.scrape(b), serverWrites(e.serverRequests(b)), controlPlane()
 	secs := time.Since(t0).Seconds()
 	perMin := func(v float64) float64 { return math.Round(v/secs*60*100) / 100 }
-	f := &idleFigures{Seconds: math.Round(secs), CPUPercent: math.Round((cpu1-cpu0)/secs*100*100) / 100,
-		RequestsPerMin: map[string]float64{}, ServerWritesPerMin: perMin(served1 - served0)}
+	percent := func(v float64) float64 { return math.Round(v/secs*100*100) / 100 }
+	f := &idleFigures{Seconds: math.Round(secs), CPUPercent: percent(cpu1 - cpu0),
+		RequestsPerMin: map[string]float64{}, ServerWritesPerMin: perMin(served1 - served0), ControlPlaneCPUPercent: map[string]float64{}}
+	for name, v := range cp1 {
+		f.ControlPlaneCPUPercent[name] = percent(v - cp0[name])
+	}
 	d1 := snap1.minus(snap0)
 	for verb, v := range d1.requests {
 		f.RequestsPerMin[verb] = perMin(v)
@@ -148,7 +173,8 @@ func afterReady(b *testing.B, e *trialEnv, op *opProcess, rc *rayv1.RayCluster, 
 		before := op.scrape(b)
 		waitQuiescent(b, e, op, counted{readAt: time.Now(), serverWrites: serverWrites(e.serverRequests(b)),
 			operatorWrites: operatorWrites(before.requests)})
-		r.Idle = measureIdle(b, e, op, d)
+		r.Idle = measureIdle(b, e, op, d, false)
+		r.Idle.Polled = measureIdle(b, e, op, d, true)
 	}
 }
 

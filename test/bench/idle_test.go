@@ -143,7 +143,7 @@ func runIdleTrial(b *testing.B, trial, bin string, clusters int, window time.Dur
 	}
 
 	reads0, own0, served0 := heads.readsByAPI(), idleReads(b, op), e.serverRequests(b)
-	r.Window = *measureIdle(b, e, op, window)
+	r.Window = *measureIdle(b, e, op, window, false)
 	reads1, own1, served1 := heads.readsByAPI(), idleReads(b, op), e.serverRequests(b)
 	perClusterMin := func(v float64) float64 {
 		return math.Round(v/float64(clusters)/r.Window.Seconds*60*1000) / 1000
