@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/manta-dev/manta/internal/devcluster"
-	"github.com/manta-dev/manta/internal/liveproc"
+	"github.com/manta-dev/manta/internal/sys/liveproc"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 

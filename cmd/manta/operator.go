@@ -19,12 +19,12 @@ import (
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/idle"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/controller/startphases"
 	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/logging"
 	"github.com/manta-dev/manta/internal/operator"
-	"github.com/manta-dev/manta/internal/optimize"
-	"github.com/manta-dev/manta/internal/procs"
+	"github.com/manta-dev/manta/internal/sys/procs"
 )
 
 func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
@@ -63,7 +63,8 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 			"; each off makes the operator cost more under load and changes nothing it does (docs/operations.md)")
 }
 
-// optimizationsFlag is --disable-optimization: it refuses a name that is not a mechanism of internal/optimize.
+// optimizationsFlag is --disable-optimization: it refuses a name that is not a mechanism of
+// internal/controller/shared/optimize.
 type optimizationsFlag struct {
 	names []string
 	sw    **optimize.Switches
@@ -185,7 +186,7 @@ func newOperatorCommandWith(f *operatorFlags) *cobra.Command {
 	fs.IntVar(&f.gcPercent, "gc-percent", defaultGCPercent, "Go garbage collection target (GOGC): the heap may grow this many percent over what is live before a collection; "+
 		"the GOGC environment variable applies when this flag is not given, "+fmt.Sprint(defaultGCPercent)+" when neither is")
 	fs.BoolVar(&f.adaptive, "adaptive-procs", true, "run Go at one P (GOMAXPROCS=1) while the operator uses well under a core, and at the runtime's default "+
-		"while it needs more (see internal/procs); the GOMAXPROCS environment variable turns it off when this flag is not given")
+		"while it needs more (see internal/sys/procs); the GOMAXPROCS environment variable turns it off when this flag is not given")
 	fs.BoolVar(&o.LeaderElection, "enable-leader-election", true, "elect a leader so only one replica reconciles")
 	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", "", "namespace of the leader election lease")
 	fs.DurationVar(&o.LeaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a standby waits, from when it last saw the lease renewed, before taking over a leader that stopped without releasing it")

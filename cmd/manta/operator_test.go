@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/operator"
-	"github.com/manta-dev/manta/internal/optimize"
 )
 
 func TestSetGCPercent(t *testing.T) {

@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/manta-dev/manta/internal/liveproc"
+	"github.com/manta-dev/manta/internal/sys/liveproc"
 )
 
 //go:embed stages.yaml

@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"github.com/manta-dev/manta/internal/liveproc"
+	"github.com/manta-dev/manta/internal/sys/liveproc"
 )
 
 // TestDevClusterSmoke checks that the simulated cluster behaves like a cluster: fake nodes are Ready, a

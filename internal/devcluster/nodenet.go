@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/manta-dev/manta/internal/netns"
+	"github.com/manta-dev/manta/internal/sys/netns"
 )
 
 // A real node lives in one of realNodeSlots slots, so a `manta dev` and the real-node tests can run side by side.

@@ -23,7 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/manta-dev/manta/internal/devcluster/images"
-	"github.com/manta-dev/manta/internal/netns"
+	"github.com/manta-dev/manta/internal/sys/netns"
 )
 
 // The real node: a kubelet, containerd with runc, CNI's bridge, kube-proxy and CoreDNS, running in a network

@@ -22,13 +22,13 @@ import (
 	"github.com/manta-dev/manta/internal/controller/raycronjob"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
+	"github.com/manta-dev/manta/internal/controller/shared/metawrite"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/controller/startphases"
 	"github.com/manta-dev/manta/internal/features"
-	"github.com/manta-dev/manta/internal/metawrite"
 	"github.com/manta-dev/manta/internal/metrics"
-	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/ray"
-	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // addTypes adds the API groups the operator serves to its scheme.
@@ -141,7 +141,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 }
 
 // setupRayCluster gives the RayCluster controller status, the status writer all controllers share, and the pod
-// creator that reads back only metadata (internal/metawrite) unless optimize.MetadataWrites is off.
+// creator that reads back only metadata (internal/controller/shared/metawrite) unless optimize.MetadataWrites is off.
 func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string, status reconcile.StatusWriter) error {
 	opts := raycluster.Options{
 		BatchScheduler:          scheduler,
@@ -213,5 +213,5 @@ func setupImagePullJob(mgr ctrl.Manager, o Options, status reconcile.StatusWrite
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	return imagepulljob.NewPrepullReconciler(mgr, r, imagepulljob.PrepullOptions{}).SetupWithManager(mgr)
+	return imagepulljob.NewRayClusterPrepullReconciler(mgr, r, imagepulljob.RayClusterPrepullOptions{}).SetupWithManager(mgr)
 }

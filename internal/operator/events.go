@@ -27,8 +27,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/metrics"
-	"github.com/manta-dev/manta/internal/optimize"
 )
 
 // Default event write limits (--event-qps, --event-burst): the operator's own (--qps, --burst). They bind only

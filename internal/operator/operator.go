@@ -34,8 +34,8 @@ import (
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/idle"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/controller/startphases"
-	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/ray"
 )
 
@@ -127,7 +127,7 @@ type Options struct {
 	// labels and annotations); see clusterbuild.PodDefaults.
 	PodDefaults *clusterbuild.PodDefaults
 	// Optimizations switches the performance mechanisms (--disable-optimization; nil: all on): see
-	// internal/optimize. Turning one off changes what the operator costs, not what it does.
+	// internal/controller/shared/optimize. Turning one off changes what the operator costs, not what it does.
 	Optimizations *optimize.Switches
 	// StartPhaseLateThreshold (--start-phase-late-threshold): a step of a Ray pod's, RayCluster's or RayJob's start
 	// that takes longer gets a Warning event on the RayCluster or RayJob (internal/controller/startphases); 0

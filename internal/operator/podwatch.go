@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/manta-dev/manta/internal/optimize"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 )
 
 // The Ray pod watch is most of what the operator decodes: every pod is sent again, whole, on each change to its

@@ -27,9 +27,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/operator"
-	"github.com/manta-dev/manta/internal/optimize"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -239,7 +239,7 @@ func BenchmarkSideBySide(b *testing.B) {
 }
 
 // allOptimizationsOff are the operator flags that turn off every performance mechanism: the switchable ones
-// (internal/optimize), the GC target and the adaptive GOMAXPROCS.
+// (internal/controller/shared/optimize), the GC target and the adaptive GOMAXPROCS.
 func allOptimizationsOff() []string {
 	names := make([]string, len(optimize.All))
 	for i, m := range optimize.All {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/manta-dev/manta/internal/optimize"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 )
 
 func TestParseMetrics(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/manta-dev/manta/internal/netns"
+	"github.com/manta-dev/manta/internal/sys/netns"
 )
 
 const ipCmd = "/usr/sbin/ip"

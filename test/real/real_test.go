@@ -17,7 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/manta-dev/manta/internal/devcluster"
-	"github.com/manta-dev/manta/internal/liveproc"
+	"github.com/manta-dev/manta/internal/sys/liveproc"
 )
 
 // TestRealNode runs the suite on one dev cluster, step by step (each step leaves the node's CPUs free for the

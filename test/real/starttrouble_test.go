@@ -15,7 +15,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
-	"github.com/manta-dev/manta/internal/podtrouble"
+	"github.com/manta-dev/manta/internal/controller/shared/podtrouble"
 )
 
 // testStartTrouble: four RayJobs whose heads cannot start, on a real kubelet and scheduler, each reported with its

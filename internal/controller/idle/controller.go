@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/rayauth"
-	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Options configure the idle controller.

@@ -32,9 +32,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
-	"github.com/manta-dev/manta/internal/createbackoff"
+	"github.com/manta-dev/manta/internal/controller/shared/createbackoff"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/metrics"
-	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Options configure the ImagePullJob controller.

@@ -114,7 +114,7 @@ func startEnvWith(t *testing.T, opts Options) *env {
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	p := NewPrepullReconciler(mgr, r, PrepullOptions{})
+	p := NewRayClusterPrepullReconciler(mgr, r, RayClusterPrepullOptions{})
 	if err := p.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 )
 
 // expectations remember, per job UID, the puller pods created that the cache does not show yet (with what the

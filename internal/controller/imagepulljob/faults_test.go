@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
-	"github.com/manta-dev/manta/internal/createbackoff"
-	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/controller/shared/createbackoff"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 

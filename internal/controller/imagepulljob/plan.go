@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/metrics"
-	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // NodePhase is the state of one node in a job.

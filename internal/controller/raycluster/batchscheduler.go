@@ -9,7 +9,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
-	"github.com/manta-dev/manta/internal/controller/podgroup"
+	"github.com/manta-dev/manta/internal/controller/shared/podgroup"
 )
 
 // reconcilePodGroup gives the cluster the PodGroup its batch scheduler gangs its pods by, before any pod is made,

@@ -19,7 +19,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
-	"github.com/manta-dev/manta/internal/controller/podgroup"
+	"github.com/manta-dev/manta/internal/controller/shared/podgroup"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 

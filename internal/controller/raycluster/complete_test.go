@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/controller/clusterpods"
-	"github.com/manta-dev/manta/internal/optimize"
+	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 

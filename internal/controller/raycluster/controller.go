@@ -32,12 +32,12 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
-	"github.com/manta-dev/manta/internal/controller/clusterpods"
-	"github.com/manta-dev/manta/internal/createbackoff"
+	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/shared/createbackoff"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/metrics"
-	"github.com/manta-dev/manta/internal/optimize"
-	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/validation"
 )
 
@@ -75,8 +75,8 @@ type Options struct {
 	// StatusWriter writes the RayClusters' status (reconcile.ClientStatus of the manager's client when nil): the
 	// operator passes a metawrite.Status, which reads back only the cluster's new resourceVersion.
 	StatusWriter reconcile.StatusWriter
-	// Optimizations switches the controller's performance mechanisms (nil: all on); see internal/optimize and
-	// mechanisms.go.
+	// Optimizations switches the controller's performance mechanisms (nil: all on); see
+	// internal/controller/shared/optimize and mechanisms.go.
 	Optimizations *optimize.Switches
 	// BatchScheduler is the operator's batch scheduler (one of clusterbuild.BatchSchedulers; empty: none): every
 	// cluster's pods are handed to it, with the PodGroup it needs (batchscheduler.go).
@@ -213,7 +213,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// run is the state of one reconcile; its Result gathers the events and the requeue (see internal/reconcile).
+// run is the state of one reconcile; its Result gathers the events and the requeue (see
+// internal/controller/shared/reconcile).
 type run struct {
 	reconcile.Result
 	c   *rayv1.RayCluster

@@ -6,11 +6,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/optimize"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 )
 
-// The controller's performance mechanisms (internal/optimize), each switched by Options.Optimizations, meet the
-// reconcile at these points only; with all of them off it observes, plans, writes and writes the status plainly:
+// The controller's performance mechanisms (internal/controller/shared/optimize), each switched by
+// Options.Optimizations, meet the reconcile at these points only; with all of them off it observes, plans, writes and
+// writes the status plainly:
 //   - the status write asks a statusPolicy whether to write now (coalescing, or writeAtOnce);
 //   - ownerHandler and podUpdateMatters (queue.go) decide when a change to an owned object is reconciled;
 //   - templateHashes (pods.go) may reuse a generation's hashes;

@@ -6,7 +6,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
-	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 )
 
 // Event reasons of the NetworkPolicies, KubeRay's.

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 )
 
 // ownedKind describes one kind of object the cluster owns whole (NetworkPolicies, the head Ingress): how it is

@@ -22,10 +22,10 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
-	"github.com/manta-dev/manta/internal/controller/clusterpods"
-	"github.com/manta-dev/manta/internal/createbackoff"
-	"github.com/manta-dev/manta/internal/optimize"
-	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/shared/createbackoff"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 )
 
 // reconcilePods creates and deletes the cluster's pods. Order matters: suspend, then Recreate, then stamping,

@@ -21,7 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
-	"github.com/manta-dev/manta/internal/controller/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/podtrouble"
+	"github.com/manta-dev/manta/internal/controller/shared/podtrouble"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 

@@ -11,8 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/optimize"
-	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
-	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 )
 
 // schedule is spec.schedule read in spec.timeZone.

@@ -10,7 +10,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
-	"github.com/manta-dev/manta/internal/controller/podgroup"
+	"github.com/manta-dev/manta/internal/controller/shared/podgroup"
 )
 
 // Event reasons of the batch schedulers: KubeRay's for the cleanup; a refusal KubeRay only logs (and retries).

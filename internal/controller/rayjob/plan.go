@@ -12,8 +12,8 @@ import (
 	volcanov1beta1 "volcano.sh/apis/pkg/apis/scheduling/v1beta1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/ray"
-	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // planConfig is what the plan reads of the controller's Options: durations and switches, no client and no clock.
@@ -94,7 +94,7 @@ type checkpoint struct {
 }
 
 // plan is what one reconcile of a RayJob writes, in order, and the status it then records. Its Result gathers the
-// status events and the requeue (see internal/reconcile); the writer adds the events of its writes.
+// status events and the requeue (see internal/controller/shared/reconcile); the writer adds the events of its writes.
 type plan struct {
 	reconcile.Result
 	o   *observation

@@ -12,8 +12,8 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/ray"
-	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // started is the start of every step of a started job: a suspend request, the cluster's status mirrored, the

@@ -10,13 +10,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/podtrouble"
-	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/controller/shared/podtrouble"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 )
 
-// A RayJob whose cluster's pods cannot start says why (internal/podtrouble) while it is Initializing: its
-// status.message names the causes, and each pod's cause is a Warning event about the RayJob, recorded once (when the
-// status naming it is stored). The state machine is KubeRay's: the job waits, and preRunningDeadlineSeconds, when
+// A RayJob whose cluster's pods cannot start says why (internal/controller/shared/podtrouble) while it is Initializing:
+// its status.message names the causes, and each pod's cause is a Warning event about the RayJob, recorded once (when
+// the status naming it is stored). The state machine is KubeRay's: the job waits, and preRunningDeadlineSeconds, when
 // set, fails it with the causes in its message. Only a RayJob annotated AnnotationFailOnPermanentStartError "true"
 // fails as soon as a cause is permanent (podtrouble.Cause.Permanent).
 

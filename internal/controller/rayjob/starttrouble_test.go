@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/podtrouble"
+	"github.com/manta-dev/manta/internal/controller/shared/podtrouble"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 

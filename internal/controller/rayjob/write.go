@@ -12,9 +12,9 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/idle"
-	"github.com/manta-dev/manta/internal/controller/podgroup"
+	"github.com/manta-dev/manta/internal/controller/shared/podgroup"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/ray"
-	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // write carries out the plan's actions in order and returns the reconcile's error. The first write that fails ends

@@ -29,10 +29,10 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
-	"github.com/manta-dev/manta/internal/controller/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/rayauth"
-	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // Options configure the controller.

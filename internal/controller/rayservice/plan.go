@@ -13,8 +13,8 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/ray"
-	"github.com/manta-dev/manta/internal/reconcile"
 	"github.com/manta-dev/manta/internal/validation"
 )
 
@@ -107,8 +107,8 @@ type annotationPatch struct {
 }
 
 // plan is what one reconcile writes, in the writer's order, and the status it then records. Its Result gathers the
-// events and the requeue (see internal/reconcile): the plan's own events report status changes, the writer's report
-// its writes.
+// events and the requeue (see internal/controller/shared/reconcile): the plan's own events report status changes, the
+// writer's report its writes.
 type plan struct {
 	reconcile.Result
 	// owner is the RayService: the controller every object the plan writes must have.

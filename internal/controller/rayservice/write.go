@@ -17,8 +17,8 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/ray"
-	"github.com/manta-dev/manta/internal/reconcile"
 )
 
 // write carries out the plan in an order that keeps traffic safe: clusters first, then the Serve configs, then the

@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/controller/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 

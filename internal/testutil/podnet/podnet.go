@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/manta-dev/manta/internal/netns"
+	"github.com/manta-dev/manta/internal/sys/netns"
 )
 
 const (

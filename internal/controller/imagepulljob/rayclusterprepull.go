@@ -29,36 +29,40 @@ import (
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/reconcile"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/validation"
 )
 
-// PrepullOptions configure the RayCluster prepull controller.
-type PrepullOptions struct {
+// RayClusterPrepullOptions configure the RayCluster prepull controller.
+type RayClusterPrepullOptions struct {
 	// Parallelism of prepull jobs when the RayCluster has no manta.dev/prepull-parallelism annotation. Default 10.
 	Parallelism int32
 }
 
-// PrepullReconciler gives a RayCluster annotated manta.dev/prepull-images: "true" one owned ImagePullJob per distinct
-// image of its pods, targeting the nodes its head and worker groups can be scheduled to. It never touches the
-// RayCluster or its pods, so cluster creation is not delayed.
-type PrepullReconciler struct {
+// RayClusterPrepullReconciler pre-pulls a RayCluster's images through the ImagePullJob machinery: it gives a
+// RayCluster annotated manta.dev/prepull-images: "true" one owned ImagePullJob per distinct image of its pods,
+// targeting the nodes its head and worker groups can be scheduled to. It never touches the RayCluster or its pods, so
+// cluster creation is not delayed. It lives in this package because it reads nodes through the ImagePullJob
+// controller's trimmed node cache (its unexported cache field) and uses its node rules (nodeReady, toleratesNode).
+type RayClusterPrepullReconciler struct {
 	client client.Client
 	jobs   *Reconciler // shares the ImagePullJob controller's trimmed node cache
-	opts   PrepullOptions
+	opts   RayClusterPrepullOptions
 }
 
-// NewPrepullReconciler builds the prepull controller. It reads nodes through the ImagePullJob controller's cache, so
-// register jobs (jobs.SetupWithManager) as well.
-func NewPrepullReconciler(mgr ctrl.Manager, jobs *Reconciler, opts PrepullOptions) *PrepullReconciler {
+// NewRayClusterPrepullReconciler builds the prepull controller. It reads nodes through the ImagePullJob controller's
+// cache, so register jobs (jobs.SetupWithManager) as well.
+func NewRayClusterPrepullReconciler(
+	mgr ctrl.Manager, jobs *Reconciler, opts RayClusterPrepullOptions,
+) *RayClusterPrepullReconciler {
 	if opts.Parallelism <= 0 {
 		opts.Parallelism = defaultPrepullParallel
 	}
-	return &PrepullReconciler{client: mgr.GetClient(), jobs: jobs, opts: opts}
+	return &RayClusterPrepullReconciler{client: mgr.GetClient(), jobs: jobs, opts: opts}
 }
 
 // SetupWithManager registers the prepull controller: it watches RayClusters, their ImagePullJobs and node changes.
-func (r *PrepullReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *RayClusterPrepullReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("raycluster-prepull").
 		For(&rayv1.RayCluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
@@ -78,7 +82,7 @@ func prepullNodeChanged() predicate.TypedPredicate[*corev1.Node] {
 	}
 }
 
-func (r *PrepullReconciler) clustersForNode(ctx context.Context, _ *corev1.Node) []ctrlreconcile.Request {
+func (r *RayClusterPrepullReconciler) clustersForNode(ctx context.Context, _ *corev1.Node) []ctrlreconcile.Request {
 	var list rayv1.RayClusterList
 	if err := r.client.List(ctx, &list); err != nil {
 		log.FromContext(ctx).Error(err, "listing RayClusters for a node event")
@@ -96,7 +100,7 @@ func (r *PrepullReconciler) clustersForNode(ctx context.Context, _ *corev1.Node)
 // +kubebuilder:rbac:groups=ray.io,resources=rayclusters,verbs=get;list;watch
 
 // Reconcile makes the cluster's prepull jobs match its images and the nodes its groups can use.
-func (r *PrepullReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *RayClusterPrepullReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cluster := &rayv1.RayCluster{}
 	if err := r.client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -162,7 +166,7 @@ var prepullKind = reconcile.Owned[*mantav1alpha1.ImagePullJob]{
 	},
 }
 
-func (r *PrepullReconciler) parallelism(c *rayv1.RayCluster) int32 {
+func (r *RayClusterPrepullReconciler) parallelism(c *rayv1.RayCluster) int32 {
 	if v, err := strconv.ParseInt(c.Annotations[AnnotationPrepullParallelism], 10, 32); err == nil && v >= 0 {
 		return int32(v)
 	}

@@ -35,7 +35,7 @@ func TestParse(t *testing.T) {
 // TestChartSchemaNamesEveryMechanism: the chart's values schema (hand-written) accepts exactly the mechanisms
 // --disable-optimization knows, so a new one cannot be missing from operator.disableOptimizations.
 func TestChartSchemaNamesEveryMechanism(t *testing.T) {
-	data, err := os.ReadFile("../../charts/manta/values.schema.json")
+	data, err := os.ReadFile("../../../../charts/manta/values.schema.json")
 	if err != nil {
 		t.Fatal(err)
 	}
