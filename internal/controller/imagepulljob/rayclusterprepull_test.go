@@ -68,3 +68,13 @@ func TestDesiredPrepullJobs(t *testing.T) {
 		t.Errorf("prepull jobs (-want +got):\n%s", diff)
 	}
 }
+
+// podTemplate is a pod template whose first container is the Ray container and whose others are sidecars, with these
+// images.
+func podTemplate(images ...string) corev1.PodTemplateSpec {
+	var cs []corev1.Container
+	for i, img := range images {
+		cs = append(cs, corev1.Container{Name: []string{"ray-head", "side"}[min(i, 1)], Image: img})
+	}
+	return corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: cs}}
+}

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/rayjob/rayjobtest"
 	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
 	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
@@ -30,7 +31,7 @@ type writeEnv struct {
 	cl           client.Client
 	r            *Reconciler
 	rec          *events.FakeRecorder
-	ray          *fakeRay
+	ray          *rayjobtest.Ray
 	j            *rayv1.RayJob
 	c            *rayv1.RayCluster
 	failServices bool
@@ -42,7 +43,7 @@ func newWriteEnv(t *testing.T, mutate func(j *rayv1.RayJob)) *writeEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &writeEnv{ray: newFakeRay(), rec: events.NewFakeRecorder(100)}
+	e := &writeEnv{ray: rayjobtest.NewRay(), rec: events.NewFakeRecorder(100)}
 	e.j = planJob(rayv1.HTTPMode, startedStatus(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusRunning), func(j *rayv1.RayJob) {
 		controllerutil.AddFinalizer(j, Finalizer)
 		if mutate != nil {
@@ -112,8 +113,8 @@ func reasonsOf(evs []string) []string {
 // reconcile completes the job.
 func TestWriteStopsAtTheFirstFailedWrite(t *testing.T) {
 	e := newWriteEnv(t, nil)
-	e.ray.with("ns", planCluster, func(h *fakeHead) {
-		h.setJob(planJobID, rayv1.JobStatusSucceeded, 0, 0)
+	e.ray.With("ns", planCluster, func(h *rayjobtest.Head) {
+		h.SetJob(planJobID, rayv1.JobStatusSucceeded, 0, 0)
 	})
 	e.failServices = true
 	if _, err := e.reconcile(t); err == nil || !strings.Contains(err.Error(), "services are refused") {
@@ -148,8 +149,8 @@ func TestWriteStopsAtTheFirstFailedWrite(t *testing.T) {
 // comes before the status change it led to.
 func TestWriteStopsTheRayJobPastItsDeadline(t *testing.T) {
 	e := newWriteEnv(t, func(j *rayv1.RayJob) { j.Spec.ActiveDeadlineSeconds = ptr.To[int32](60) })
-	e.ray.with("ns", planCluster, func(h *fakeHead) {
-		h.setJob(planJobID, rayv1.JobStatusRunning, 0, 0)
+	e.ray.With("ns", planCluster, func(h *rayjobtest.Head) {
+		h.SetJob(planJobID, rayv1.JobStatusRunning, 0, 0)
 	})
 	if _, err := e.reconcile(t); err != nil {
 		t.Fatal(err)
@@ -171,8 +172,10 @@ func TestWriteStopsTheRayJobPastItsDeadline(t *testing.T) {
 	}
 }
 
-func requestsOf(f *fakeRay, ns, cluster string) (reqs int, jobs int, stops []string) {
-	f.with(ns, cluster, func(h *fakeHead) { reqs, jobs, stops = len(h.requests), len(h.jobs), append([]string(nil), h.stops...) })
+func requestsOf(f *rayjobtest.Ray, ns, cluster string) (reqs int, jobs int, stops []string) {
+	f.With(ns, cluster, func(h *rayjobtest.Head) {
+		reqs, jobs, stops = len(h.Requests), len(h.Jobs), append([]string(nil), h.Stops...)
+	})
 	return
 }
 

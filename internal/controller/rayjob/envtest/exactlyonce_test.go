@@ -1,4 +1,4 @@
-package rayjob
+package envtest
 
 import (
 	"context"
@@ -19,13 +19,15 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/rayjob"
+	"github.com/manta-dev/manta/internal/controller/rayjob/rayjobtest"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // startFlakyOperator runs the RayJob controller with a client whose status writes fail with a conflict about half
 // the time, as they do when another writer got there first (never when conflicts is nil), and opts changing its
 // options. It returns a stop function.
-func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *fakeRay, conflicts *atomic.Int64, opts ...func(*Options)) func() {
+func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *rayjobtest.Ray, conflicts *atomic.Int64, opts ...func(*rayjob.Options)) func() {
 	t.Helper()
 	scheme, err := testutil.Scheme()
 	if err != nil {
@@ -53,11 +55,11 @@ func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *fakeRay, conflicts *
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{PollInterval: 100 * time.Millisecond, MaxConcurrentReconciles: 2}
+	o := rayjob.Options{PollInterval: 100 * time.Millisecond, MaxConcurrentReconciles: 2}
 	for _, f := range opts {
 		f(&o)
 	}
-	r := NewReconciler(mgr, fr, o)
+	r := rayjob.NewReconciler(mgr, fr, o)
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *fakeRay, conflicts *
 // the operator stopped and started again at each step, every RayJob gets one cluster and one submission.
 func TestExactlyOnce(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
-	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: newFakeRay()}
+	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: rayjobtest.NewRay()}
 	var conflicts atomic.Int64
 	stop := startFlakyOperator(t, cfg, e.ray, &conflicts)
 	defer func() { stop() }()
@@ -95,7 +97,7 @@ func TestExactlyOnce(t *testing.T) {
 	for i, j := range jobs {
 		got := e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
 		if i%2 == 0 {
-			e.ray.with(ns, got.Status.RayClusterName, func(h *fakeHead) { h.acceptThenTimeout = true })
+			e.ray.With(ns, got.Status.RayClusterName, func(h *rayjobtest.Head) { h.AcceptThenTimeout = true })
 		}
 	}
 	restart()
@@ -108,7 +110,7 @@ func TestExactlyOnce(t *testing.T) {
 	restart()
 	for _, j := range jobs {
 		got := e.get(t, j)
-		e.ray.with(ns, got.Status.RayClusterName, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+		e.ray.With(ns, got.Status.RayClusterName, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
 	}
 	for _, j := range jobs {
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)

@@ -1,10 +1,12 @@
-package rayservice
+package envtest
 
 import (
 	"context"
 	"fmt"
 	"strings"
 	"sync"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/manta-dev/manta/internal/ray"
 )
@@ -94,7 +96,7 @@ func (d *fakeDashboard) DeployServeConfigV2(_ context.Context, config string) er
 	}
 	h.deploys++
 	h.config = config
-	h.apps = configuredApps(config)
+	h.apps = appNames(config)
 	return nil
 }
 
@@ -139,4 +141,25 @@ func (p *fakeProxy) CheckHealth(context.Context) error {
 		return fmt.Errorf("fake proxy %s: %w", p.pod, ray.ErrUnavailable)
 	}
 	return nil
+}
+
+// appNames are the application names of a serveConfigV2 ("default" when an application has none), as Serve reports
+// them.
+func appNames(config string) []string {
+	var cfg struct {
+		Applications []struct {
+			Name string `json:"name"`
+		} `json:"applications"`
+	}
+	if err := yaml.Unmarshal([]byte(config), &cfg); err != nil {
+		return nil
+	}
+	out := make([]string, 0, len(cfg.Applications))
+	for _, a := range cfg.Applications {
+		if a.Name == "" {
+			a.Name = "default"
+		}
+		out = append(out, a.Name)
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package rayservice
+package envtest
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/rayservice"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -42,7 +43,7 @@ func TestIncrementalUpgrade(t *testing.T) {
 	// The controller's clock moves only when the test says, so a step waits for intervalSeconds without the test
 	// waiting.
 	clock := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
-	fr := startControllers(t, cfg, Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond, Clock: clock})
+	fr := startControllers(t, cfg, rayservice.Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond, Clock: clock})
 	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: fr}
 	// One after the other: they share the clock, and each expects it to move only when it says.
 	t.Run("Upgrade", func(t *testing.T) { testIncrementalUpgrade(t, e, clock) })
@@ -95,7 +96,13 @@ func (e *env) routeWeights(t *testing.T, rs *rayv1.RayService) string {
 		}
 		t.Fatal(err)
 	}
-	return weights(r)
+	var parts []string
+	for _, rule := range r.Spec.Rules {
+		for _, b := range rule.BackendRefs {
+			parts = append(parts, fmt.Sprintf("%s %d%%", b.Name, ptr.Deref(b.Weight, 1)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func share(s rayv1.RayServiceStatus) string {
@@ -214,7 +221,7 @@ func testIncrementalUpgrade(t *testing.T, e *env, clock *clocktesting.FakeClock)
 		err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: old + "-serve-svc"}, &corev1.Service{})
 		return !ok && apierrors.IsNotFound(err), fmt.Sprintf("cluster there %v, Service %v", ok, err)
 	})
-	for _, reason := range []string{EventCreatedGateway, EventCreatedHTTPRoute, EventUpdatedHTTPRoute, EventUpdatedServeTargetCapacity, EventPromotedPendingCluster} {
+	for _, reason := range []string{rayservice.EventCreatedGateway, rayservice.EventCreatedHTTPRoute, rayservice.EventUpdatedHTTPRoute, rayservice.EventUpdatedServeTargetCapacity, rayservice.EventPromotedPendingCluster} {
 		eventually(t, "event "+reason, func() (bool, string) { return e.hasEvent(t, rs, reason) })
 	}
 
@@ -258,7 +265,7 @@ func testIncrementalRollback(t *testing.T, e *env, clock *clocktesting.FakeClock
 	if _, cfg := e.ray.deploys(pending); !strings.Contains(cfg, `"target_capacity":0`) {
 		t.Errorf("dropped cluster's last Serve config %s, want target_capacity 0", cfg)
 	}
-	eventually(t, "event "+EventUpgradeRolledBack, func() (bool, string) { return e.hasEvent(t, rs, EventUpgradeRolledBack) })
+	eventually(t, "event "+rayservice.EventUpgradeRolledBack, func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventUpgradeRolledBack) })
 	clock.Step(10 * time.Second)
 	eventually(t, "dropped cluster deleted", func() (bool, string) {
 		_, ok := e.cluster(t, ns, pending)

@@ -1,4 +1,4 @@
-package idle
+package envtest
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/idle"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
 	"github.com/manta-dev/manta/internal/testutil/fakeray"
@@ -59,7 +60,7 @@ func TestSuspendAndResume(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Cleanup(head.Close)
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	r, err := NewReconciler(mgr, headFactory{srv.Dashboard.URL}, Options{CheckInterval: time.Second, Clock: clk,
+	r, err := idle.NewReconciler(mgr, headFactory{srv.Dashboard.URL}, idle.Options{CheckInterval: time.Second, Clock: clk,
 		HeadTarget: func(c *rayv1.RayCluster) ray.Target {
 			return ray.Target{Namespace: c.Namespace, HeadServiceName: c.Name + "-head-svc"}
 		}})
@@ -77,7 +78,7 @@ func TestSuspendAndResume(t *testing.T) {
 	}
 	key := client.ObjectKey{Namespace: ns, Name: "sleepy"}
 	c := testutil.MakeRayCluster(ns, key.Name).Obj()
-	c.Annotations = map[string]string{AnnotationIdleTimeout: "10s"}
+	c.Annotations = map[string]string{idle.AnnotationIdleTimeout: "10s"}
 	if err := cl.Create(ctx, c); err != nil {
 		t.Fatal(err)
 	}
@@ -113,22 +114,22 @@ func TestSuspendAndResume(t *testing.T) {
 	clk.SetTime(clk.Now().Add(5 * time.Second))
 	testutil.Eventually(t, 30*time.Second, "idle suspension", func() (bool, string) {
 		got := getCluster(t, cl, key)
-		cond := meta.FindStatusCondition(got.Status.Conditions, ConditionIdleSuspended)
-		return ptr.Deref(got.Spec.Suspend, false) && got.Annotations[AnnotationIdleSuspendedAt] != "" && cond != nil && cond.Status == metav1.ConditionTrue,
+		cond := meta.FindStatusCondition(got.Status.Conditions, idle.ConditionIdleSuspended)
+		return ptr.Deref(got.Spec.Suspend, false) && got.Annotations[idle.AnnotationIdleSuspendedAt] != "" && cond != nil && cond.Status == metav1.ConditionTrue,
 			fmt.Sprintf("suspend %v annotations %v condition %+v", ptr.Deref(got.Spec.Suspend, false), got.Annotations, cond)
 	})
 	got := getCluster(t, cl, key)
-	cond := meta.FindStatusCondition(got.Status.Conditions, ConditionIdleSuspended)
-	at := got.Annotations[AnnotationIdleSuspendedAt]
-	if cond.Message != "suspended at "+at+": no Ray job, Serve application, actor or task for 10s ("+AnnotationIdleTimeout+")" ||
-		cond.Reason != ReasonIdleSuspended || cond.LastTransitionTime.UTC().Format(time.RFC3339) != at {
+	cond := meta.FindStatusCondition(got.Status.Conditions, idle.ConditionIdleSuspended)
+	at := got.Annotations[idle.AnnotationIdleSuspendedAt]
+	if cond.Message != "suspended at "+at+": no Ray job, Serve application, actor or task for 10s ("+idle.AnnotationIdleTimeout+")" ||
+		cond.Reason != idle.ReasonIdleSuspended || cond.LastTransitionTime.UTC().Format(time.RFC3339) != at {
 		t.Fatalf("condition %+v, marker %s", cond, at)
 	}
 	if got.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image != c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image {
 		t.Fatal("the spec changed beyond spec.suspend")
 	}
-	waitEvent(t, cl, ns, key.Name, ReasonIdleSuspended, "suspended after 10s idle")
-	if !SuspendedForIdleness(got) {
+	waitEvent(t, cl, ns, key.Name, idle.ReasonIdleSuspended, "suspended after 10s idle")
+	if !idle.SuspendedForIdleness(got) {
 		t.Fatal("SuspendedForIdleness is false for a cluster this controller suspended")
 	}
 
@@ -138,14 +139,14 @@ func TestSuspendAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = getCluster(t, cl, key)
-	if resumed, err := Resume(ctx, cl, got); err != nil || !resumed {
+	if resumed, err := idle.Resume(ctx, cl, got); err != nil || !resumed {
 		t.Fatalf("Resume = %v, %v", resumed, err)
 	}
 	testutil.Eventually(t, 30*time.Second, "resumed", func() (bool, string) {
 		got := getCluster(t, cl, key)
-		cond := meta.FindStatusCondition(got.Status.Conditions, ConditionIdleSuspended)
-		_, marked := got.Annotations[AnnotationIdleSuspendedAt]
-		return !marked && cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == ReasonResumed,
+		cond := meta.FindStatusCondition(got.Status.Conditions, idle.ConditionIdleSuspended)
+		_, marked := got.Annotations[idle.AnnotationIdleSuspendedAt]
+		return !marked && cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == idle.ReasonResumed,
 			fmt.Sprintf("annotations %v condition %+v", got.Annotations, cond)
 	})
 	// A cluster a user suspended by hand is not ours to resume.
@@ -154,13 +155,13 @@ func TestSuspendAndResume(t *testing.T) {
 	if err := cl.Update(ctx, got); err != nil {
 		t.Fatal(err)
 	}
-	if resumed, err := Resume(ctx, cl, getCluster(t, cl, key)); err != nil || resumed {
+	if resumed, err := idle.Resume(ctx, cl, getCluster(t, cl, key)); err != nil || resumed {
 		t.Fatalf("Resume of a cluster suspended by hand = %v, %v; want false", resumed, err)
 	}
 
 	// A bad value is reported on the cluster, naming the annotation.
 	bad := testutil.MakeRayCluster(ns, "bad").Obj()
-	bad.Annotations = map[string]string{AnnotationIdleTimeout: "5s"}
+	bad.Annotations = map[string]string{idle.AnnotationIdleTimeout: "5s"}
 	if err := cl.Create(ctx, bad); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestSuspendAndResume(t *testing.T) {
 	if err := cl.Status().Update(ctx, bad); err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, cl, ns, "bad", ReasonInvalidIdleTimeout, AnnotationIdleTimeout+`: "5s" is shorter than the minimum 10s`)
+	waitEvent(t, cl, ns, "bad", idle.ReasonInvalidIdleTimeout, idle.AnnotationIdleTimeout+`: "5s" is shorter than the minimum 10s`)
 }
 
 func getCluster(t *testing.T, cl client.Client, key client.ObjectKey) *rayv1.RayCluster {

@@ -1,4 +1,4 @@
-package startphases_test
+package envtest
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package rayjob
+package envtest
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/rayjob"
+	"github.com/manta-dev/manta/internal/controller/rayjob/rayjobtest"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -18,34 +20,34 @@ import (
 // reconcile that came after the timeout failed a job Ray had finished before its submitter exited).
 func TestLateReconcileAfterSubmitterFinished(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
-	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: newFakeRay()}
-	timeout := func(o *Options) { o.SubmitterFinishedTimeout = 2 * time.Second }
+	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: rayjobtest.NewRay()}
+	timeout := func(o *rayjob.Options) { o.SubmitterFinishedTimeout = 2 * time.Second }
 	stop := startFlakyOperator(t, cfg, e.ray, nil, timeout)
 	ns := e.Namespace(t)
 	j := e.create(t, testutil.MakeRayJob(ns, "late").Mode(rayv1.SidecarMode))
 	c := e.readyCluster(t, j)
 	got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
 	started := time.Now().Add(-2 * time.Minute)
-	e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusRunning, started.UnixMilli(), 0) })
+	e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusRunning, started.UnixMilli(), 0) })
 	e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
 	stop()
 
 	// While the operator is down: Ray finishes the job, then the head's submitter container exits, a minute ago.
 	ended := time.Now().Add(-time.Minute - time.Second)
-	e.ray.with(ns, c.Name, func(h *fakeHead) {
-		h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, started.UnixMilli(), ended.UnixMilli())
+	e.ray.With(ns, c.Name, func(h *rayjobtest.Head) {
+		h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, started.UnixMilli(), ended.UnixMilli())
 	})
 	finished := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
 	head := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name + "-head",
 		Labels: map[string]string{rayv1.LabelCluster: c.Name, rayv1.LabelNodeType: rayv1.NodeTypeHead}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head", Image: "rayproject/ray"}, {Name: SubmitterContainerName, Image: "rayproject/ray"}}}}
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head", Image: "rayproject/ray"}, {Name: rayjob.SubmitterContainerName, Image: "rayproject/ray"}}}}
 	if err := cl.Create(context.Background(), head); err != nil {
 		t.Fatal(err)
 	}
 	head.Status.Phase = corev1.PodRunning
 	head.Status.ContainerStatuses = []corev1.ContainerStatus{
 		{Name: "ray-head", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: finished}}},
-		{Name: SubmitterContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: finished}}},
+		{Name: rayjob.SubmitterContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: finished}}},
 	}
 	if err := cl.Status().Update(context.Background(), head); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package imagepulljob
+package envtest
 
 import (
 	"context"
@@ -30,6 +30,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -78,12 +79,12 @@ func (w *writeCounter) refusedCreates(ns string) []time.Time {
 }
 
 func startEnv(t *testing.T) *env {
-	return startEnvWith(t, Options{RetryBackoff: 200 * time.Millisecond, PodSelectorResync: time.Second,
+	return startEnvWith(t, imagepulljob.Options{RetryBackoff: 200 * time.Millisecond, PodSelectorResync: time.Second,
 		CreateBackoffBase: testCreateBackoffBase, CreateBackoffMax: 5 * time.Second})
 }
 
 // startEnvWith starts an envtest control plane with the controllers running with these options.
-func startEnvWith(t *testing.T, opts Options) *env {
+func startEnvWith(t *testing.T, opts imagepulljob.Options) *env {
 	if os.Getenv("MANTA_TEST_LOG") != "" {
 		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(-2))))
 	} else {
@@ -107,14 +108,14 @@ func startEnvWith(t *testing.T, opts Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := NewReconciler(mgr, opts)
+	r, err := imagepulljob.NewReconciler(mgr, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	p := NewRayClusterPrepullReconciler(mgr, r, RayClusterPrepullOptions{})
+	p := imagepulljob.NewRayClusterPrepullReconciler(mgr, r, imagepulljob.RayClusterPrepullOptions{})
 	if err := p.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func startEnvWith(t *testing.T, opts Options) *env {
 	go func() { done <- mgr.Start(ctx) }()
 	k := &fakeKubelet{cl: cl, maxActive: map[types.UID]int{}, seen: map[types.UID]map[string]int{}}
 	go k.run(ctx)
-	pw := testutil.WatchPods(t, ctx, cfg, labels.Set{LabelImagePuller: "true"}, LabelJobUID)
+	pw := testutil.WatchPods(t, ctx, cfg, labels.Set{imagepulljob.LabelImagePuller: "true"}, imagepulljob.LabelJobUID)
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -155,13 +156,13 @@ func (k *fakeKubelet) run(ctx context.Context) {
 
 func (k *fakeKubelet) tick(ctx context.Context) {
 	var pods corev1.PodList
-	if err := k.cl.List(ctx, &pods, client.HasLabels{LabelImagePuller}); err != nil {
+	if err := k.cl.List(ctx, &pods, client.HasLabels{imagepulljob.LabelImagePuller}); err != nil {
 		return
 	}
 	active := map[types.UID]sets.Set[string]{}
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		job := types.UID(p.Labels[LabelJobUID])
+		job := types.UID(p.Labels[imagepulljob.LabelJobUID])
 		k.mu.Lock()
 		if !k.seenPods.Has(p.Namespace + "/" + p.Name) {
 			k.seenPods.Insert(p.Namespace + "/" + p.Name)
@@ -187,16 +188,16 @@ func (k *fakeKubelet) tick(ctx context.Context) {
 		case len(p.Status.ContainerStatuses) == 0 && strings.Contains(image, "does-not-exist"):
 			p.Status.Phase = corev1.PodPending
 			{
-				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: PullerContainerName, Image: image, State: corev1.ContainerState{
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: imagepulljob.PullerContainerName, Image: image, State: corev1.ContainerState{
 					Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: fmt.Sprintf("failed to resolve reference %q: %s: not found", image, image)}}}}
 			}
 		case (p.Status.Phase == corev1.PodPending || p.Status.Phase == "") && !strings.Contains(image, "does-not-exist") && !strings.Contains(image, "stuck"):
 			p.Status.Phase = corev1.PodRunning
-			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: PullerContainerName, Image: image, Ready: true,
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: imagepulljob.PullerContainerName, Image: image, Ready: true,
 				State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}
 		case p.Status.Phase == corev1.PodRunning:
 			p.Status.Phase = corev1.PodSucceeded
-			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: PullerContainerName, Image: image,
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: imagepulljob.PullerContainerName, Image: image,
 				State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed"}}}}
 		default:
 			continue
@@ -282,7 +283,7 @@ func completed(j *mantav1alpha1.ImagePullJob) bool { return j.Status.CompletionT
 func (e *env) pullerPods(t *testing.T, ns string) int {
 	t.Helper()
 	var pods corev1.PodList
-	if err := e.cl.List(context.Background(), &pods, client.InNamespace(ns), client.HasLabels{LabelImagePuller}); err != nil {
+	if err := e.cl.List(context.Background(), &pods, client.InNamespace(ns), client.HasLabels{imagepulljob.LabelImagePuller}); err != nil {
 		t.Fatal(err)
 	}
 	return len(pods.Items)
@@ -381,7 +382,7 @@ func testQuotaBackoff(t *testing.T, e *env) {
 	}
 	var notes []string
 	for _, ev := range list.Items {
-		if ev.Reason == ReasonFailedCreate {
+		if ev.Reason == imagepulljob.ReasonFailedCreate {
 			notes = append(notes, ev.Message)
 		}
 	}
@@ -530,7 +531,7 @@ func testPolicy(t *testing.T, e *env, policy mantav1alpha1.ImagePullPolicy, want
 		t.Fatal(err)
 	}
 	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", completed)
-	if got.Status.Desired != 12 || got.Status.Succeeded != 12 || got.Status.Failed != 0 || got.Status.Message != MessageCompleted {
+	if got.Status.Desired != 12 || got.Status.Succeeded != 12 || got.Status.Failed != 0 || got.Status.Message != imagepulljob.MessageCompleted {
 		t.Fatalf("status: %+v", got.Status)
 	}
 	e.waitNoPullerPods(t, ns)
@@ -570,7 +571,7 @@ func testFailingNode(t *testing.T, e *env) {
 	sawRetrying := false
 	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", func(j *mantav1alpha1.ImagePullJob) bool {
 		for _, r := range j.Status.RetryingNodes {
-			if r.Attempts >= 1 && r.Reason == ReasonImageNotFound && !r.NextAttemptAfter.IsZero() {
+			if r.Attempts >= 1 && r.Reason == imagepulljob.ReasonImageNotFound && !r.NextAttemptAfter.IsZero() {
 				sawRetrying = true
 			}
 		}
@@ -583,7 +584,7 @@ func testFailingNode(t *testing.T, e *env) {
 		t.Error("status.retryingNodes never showed a failed attempt waiting for its retry")
 	}
 	for _, f := range got.Status.FailedNodes {
-		if f.Reason != ReasonImageNotFound || f.Attempts != 3 || !strings.Contains(f.Message, "not found") {
+		if f.Reason != imagepulljob.ReasonImageNotFound || f.Attempts != 3 || !strings.Contains(f.Message, "not found") {
 			t.Errorf("failed node %+v, want reason ImageNotFound after 3 attempts", f)
 		}
 	}
@@ -615,11 +616,11 @@ func testDeadline(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", completed)
-	if got.Status.Message != MessageDeadlineExceeded || got.Status.Failed != 3 || got.Status.Desired != 3 {
+	if got.Status.Message != imagepulljob.MessageDeadlineExceeded || got.Status.Failed != 3 || got.Status.Desired != 3 {
 		t.Fatalf("status: %+v", got.Status)
 	}
 	for _, f := range got.Status.FailedNodes {
-		if f.Reason != ReasonDeadlineExceeded {
+		if f.Reason != imagepulljob.ReasonDeadlineExceeded {
 			t.Errorf("failed node %+v", f)
 		}
 	}

@@ -1,4 +1,4 @@
-package rayjob
+package envtest
 
 import (
 	"context"
@@ -25,6 +25,8 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/idle"
+	"github.com/manta-dev/manta/internal/controller/rayjob"
+	"github.com/manta-dev/manta/internal/controller/rayjob/rayjobtest"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -33,11 +35,11 @@ const wait = 2 * time.Minute
 type env struct {
 	*testutil.Env
 	cl  client.Client
-	ray *fakeRay
+	ray *rayjobtest.Ray
 }
 
 // startEnv runs the RayJob controller alone against a real kube-apiserver: the tests play the RayCluster
-// controller (they set a cluster's status) and Ray (fakeRay), so every transition can be driven.
+// controller (they set a cluster's status) and Ray (rayjobtest.Ray), so every transition can be driven.
 func TestMain(m *testing.M) {
 	if os.Getenv("MANTA_TEST_LOG") != "" {
 		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(-2))))
@@ -51,13 +53,13 @@ func startEnv(t *testing.T) *env { return startEnvWith(t, "") }
 
 // startEnvWith is startEnv with the operator's batch scheduler, and Volcano's PodGroup CRD installed; opts change
 // the controller's options.
-func startEnvWith(t *testing.T, scheduler string, opts ...func(*Options)) *env {
+func startEnvWith(t *testing.T, scheduler string, opts ...func(*rayjob.Options)) *env {
 	crds := []string{filepath.Join(testutil.MustRepoRoot(t), "config", "crd")}
 	if scheduler != "" {
 		crds = append(crds, testutil.VolcanoCRDs(t))
 	}
 	cfg, cl := testutil.StartEnvtestWithCRDs(t, crds...)
-	fr := newFakeRay()
+	fr := rayjobtest.NewRay()
 	scheme, err := testutil.Scheme()
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +73,7 @@ func startEnvWith(t *testing.T, scheduler string, opts ...func(*Options)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := Options{
+	o := rayjob.Options{
 		StatusCheckTimeout: 3 * time.Second, TransitionGracePeriod: 30 * time.Second, SubmitterFinishedTimeout: 2 * time.Second,
 		PollInterval: 200 * time.Millisecond, StopOnDeleteTimeout: 3 * time.Second, MaxConcurrentReconciles: 4,
 		BatchScheduler: scheduler,
@@ -79,7 +81,7 @@ func startEnvWith(t *testing.T, scheduler string, opts ...func(*Options)) *env {
 	for _, f := range opts {
 		f(&o)
 	}
-	r := NewReconciler(mgr, fr, o)
+	r := rayjob.NewReconciler(mgr, fr, o)
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +156,9 @@ func (e *env) waitEvent(t *testing.T, j *rayv1.RayJob, typ, reason string) strin
 }
 
 func (e *env) requests(ns, cluster string) (reqs int, jobs int, stops []string) {
-	e.ray.with(ns, cluster, func(h *fakeHead) { reqs, jobs, stops = len(h.requests), len(h.jobs), append([]string(nil), h.stops...) })
+	e.ray.With(ns, cluster, func(h *rayjobtest.Head) {
+		reqs, jobs, stops = len(h.Requests), len(h.Jobs), append([]string(nil), h.Stops...)
+	})
 	return
 }
 
@@ -194,15 +198,15 @@ func TestEnvtest(t *testing.T) {
 			n, _, _ := e.requests(ns, c.Name)
 			return n > 0, ""
 		})
-		e.ray.with(ns, c.Name, func(h *fakeHead) {
-			r := h.requests[0]
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) {
+			r := h.Requests[0]
 			if r.SubmissionID != id || r.Metadata["owner"] != "me" || r.EntrypointNumCPUs != 0.5 || r.EntrypointResources["custom"] != 2 || r.RuntimeEnv["env_vars"] == nil {
 				t.Errorf("submit request = %+v", r)
 			}
-			h.setJob(id, rayv1.JobStatusRunning, 1_700_000_000_000, 0)
+			h.SetJob(id, rayv1.JobStatusRunning, 1_700_000_000_000, 0)
 		})
 		e.waitFor(t, j, "jobStatus RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
-		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(id, rayv1.JobStatusSucceeded, 1_700_000_000_000, 1_700_000_005_000) })
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(id, rayv1.JobStatusSucceeded, 1_700_000_000_000, 1_700_000_005_000) })
 		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
 		if got.Status.JobStatus != rayv1.JobStatusSucceeded || ptr.Deref(got.Status.Succeeded, -1) != 1 || ptr.Deref(got.Status.Failed, -1) != 0 || got.Status.EndTime == nil {
 			t.Errorf("status = %+v", got.Status)
@@ -223,7 +227,7 @@ func TestEnvtest(t *testing.T) {
 		ns := e.Namespace(t)
 		j := e.create(t, testutil.MakeRayJob(ns, "http-timeout"))
 		got := e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
-		e.ray.with(ns, got.Status.RayClusterName, func(h *fakeHead) { h.acceptThenTimeout = true })
+		e.ray.With(ns, got.Status.RayClusterName, func(h *rayjobtest.Head) { h.AcceptThenTimeout = true })
 		c := e.readyCluster(t, j)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
 		testutil.Eventually(t, wait, "the job seen as PENDING", func() (bool, string) {
@@ -232,10 +236,10 @@ func TestEnvtest(t *testing.T) {
 		})
 		// The controller has had its chances to submit again once it has polled the job three more times.
 		var polled int
-		e.ray.with(ns, c.Name, func(h *fakeHead) { polled = h.gets })
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { polled = h.Gets })
 		testutil.Eventually(t, wait, "three more polls of the job", func() (bool, string) {
 			var n int
-			e.ray.with(ns, c.Name, func(h *fakeHead) { n = h.gets })
+			e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { n = h.Gets })
 			return n >= polled+3, fmt.Sprintf("%d polls", n-polled)
 		})
 		reqs, jobs, _ := e.requests(ns, c.Name)
@@ -249,7 +253,7 @@ func TestEnvtest(t *testing.T) {
 		j := e.create(t, testutil.MakeRayJob(ns, "down"))
 		c := e.readyCluster(t, j)
 		e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.with(ns, c.Name, func(h *fakeHead) { h.down = true })
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.Down = true })
 		e.waitFor(t, j, "jobStatusCheckFailureStartTime", func(j *rayv1.RayJob) bool { return j.Status.JobStatusCheckFailureStartTime != nil })
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
 		if got.Status.Reason != rayv1.JobStatusCheckTimeoutExceeded {
@@ -262,7 +266,7 @@ func TestEnvtest(t *testing.T) {
 		j := e.create(t, testutil.MakeRayJob(ns, "lost"))
 		c := e.readyCluster(t, j)
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.with(ns, c.Name, func(h *fakeHead) { delete(h.jobs, got.Status.JobId) })
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { delete(h.Jobs, got.Status.JobId) })
 		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
 		if got.Status.Reason != rayv1.JobStatusCheckTimeoutExceeded || !strings.Contains(got.Status.Message, "no longer knows") {
 			t.Errorf("reason %q message %q", got.Status.Reason, got.Status.Message)
@@ -277,7 +281,7 @@ func TestEnvtest(t *testing.T) {
 		j := e.create(t, testutil.MakeRayJob(ns, "retry").BackoffLimit(1))
 		c1 := e.readyCluster(t, j)
 		first := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.with(ns, c1.Name, func(h *fakeHead) { h.setJob(first.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
+		e.ray.With(ns, c1.Name, func(h *rayjobtest.Head) { h.SetJob(first.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
 		e.waitFor(t, j, "a second cluster", func(j *rayv1.RayJob) bool {
 			return j.Status.RayClusterName != "" && j.Status.RayClusterName != c1.Name
 		})
@@ -287,7 +291,7 @@ func TestEnvtest(t *testing.T) {
 		if second.Status.JobId == first.Status.JobId || ptr.Deref(second.Status.Failed, 0) != 1 {
 			t.Errorf("second attempt: jobId %q (first %q), failed %v", second.Status.JobId, first.Status.JobId, second.Status.Failed)
 		}
-		e.ray.with(ns, c2.Name, func(h *fakeHead) { h.setJob(second.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
+		e.ray.With(ns, c2.Name, func(h *rayjobtest.Head) { h.SetJob(second.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
 		if got.Status.Reason != rayv1.AppFailed || ptr.Deref(got.Status.Failed, 0) != 2 {
 			t.Errorf("status = %+v", got.Status)
@@ -309,7 +313,7 @@ func TestEnvtest(t *testing.T) {
 		})
 		ctr := sub.Spec.Template.Spec.Containers[0]
 		script := strings.Join(append(ctr.Command, ctr.Args...), " ")
-		if ctr.Name != SubmitterContainerName || ctr.Image != "rayproject/ray:2.52.0" || ptr.Deref(sub.Spec.BackoffLimit, 0) != 5 ||
+		if ctr.Name != rayjob.SubmitterContainerName || ctr.Image != "rayproject/ray:2.52.0" || ptr.Deref(sub.Spec.BackoffLimit, 0) != 5 ||
 			!strings.Contains(script, "--submission-id") || !strings.Contains(script, "ray job logs") ||
 			sub.Labels["app.kubernetes.io/created-by"] != "kuberay-operator" || !metav1.IsControlledBy(sub, got) {
 			t.Errorf("submitter Job = %+v", sub)
@@ -322,8 +326,8 @@ func TestEnvtest(t *testing.T) {
 			t.Errorf("submitter env = %v", env)
 		}
 		// The submitter submits; Ray finishes; the submitter finishes.
-		e.ray.with(ns, c.Name, func(h *fakeHead) {
-			h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, time.Now().UnixMilli()-1000, time.Now().UnixMilli())
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) {
+			h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, time.Now().UnixMilli()-1000, time.Now().UnixMilli())
 		})
 		e.waitFor(t, j, "SUCCEEDED", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusSucceeded })
 		if g := e.get(t, j); g.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusRunning {
@@ -377,7 +381,9 @@ func TestEnvtest(t *testing.T) {
 		}))
 		c := e.readyCluster(t, j)
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
-		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusRunning, time.Now().UnixMilli(), 0) })
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) {
+			h.SetJob(got.Status.JobId, rayv1.JobStatusRunning, time.Now().UnixMilli(), 0)
+		})
 		e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
 		// The submitter completes while Ray goes on reporting the job RUNNING.
 		sub := &batchv1.Job{}
@@ -401,7 +407,7 @@ func TestEnvtest(t *testing.T) {
 			t.Errorf("status %+v, want message %q", s, wantMsg)
 		}
 		e.clusterGone(t, ns, c.Name)
-		e.waitEvent(t, j, corev1.EventTypeNormal, ReasonDeletedCluster)
+		e.waitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonDeletedCluster)
 	})
 
 	t.Run("SidecarMode fails 30 s after the submitter container exited when Ray never reports the job terminal", func(t *testing.T) {
@@ -409,13 +415,15 @@ func TestEnvtest(t *testing.T) {
 		j := e.create(t, testutil.MakeRayJob(ns, "sidegrace").Mode(rayv1.SidecarMode))
 		c := e.readyCluster(t, j)
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
-		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusRunning, time.Now().UnixMilli(), 0) })
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) {
+			h.SetJob(got.Status.JobId, rayv1.JobStatusRunning, time.Now().UnixMilli(), 0)
+		})
 		e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
 		// The head pod (no RayCluster controller runs here), whose submitter container exits 0 while Ray goes on
 		// reporting the job RUNNING.
 		head := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name + "-head",
 			Labels: map[string]string{rayv1.LabelCluster: c.Name, rayv1.LabelNodeType: rayv1.NodeTypeHead}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head", Image: "rayproject/ray"}, {Name: SubmitterContainerName, Image: "rayproject/ray"}}}}
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head", Image: "rayproject/ray"}, {Name: rayjob.SubmitterContainerName, Image: "rayproject/ray"}}}}
 		if err := e.cl.Create(context.Background(), head); err != nil {
 			t.Fatal(err)
 		}
@@ -424,7 +432,7 @@ func TestEnvtest(t *testing.T) {
 		head.Status.Phase = corev1.PodRunning
 		head.Status.ContainerStatuses = []corev1.ContainerStatus{
 			{Name: "ray-head", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: finished}}},
-			{Name: SubmitterContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: finished}}},
+			{Name: rayjob.SubmitterContainerName, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", FinishedAt: finished}}},
 		}
 		if err := e.cl.Status().Update(context.Background(), head); err != nil {
 			t.Fatal(err)
@@ -485,7 +493,7 @@ func TestEnvtest(t *testing.T) {
 		j := e.create(t, testutil.MakeRayJob(ns, "deadline").ActiveDeadline(3))
 		c := e.readyCluster(t, j)
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusRunning, 1, 0) })
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusRunning, 1, 0) })
 		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
 		if want := fmt.Sprintf("The RayJob has passed the activeDeadlineSeconds. StartTime: %s. ActiveDeadlineSeconds: %d", got.Status.StartTime.Local(), *j.Spec.ActiveDeadlineSeconds); got.Status.Reason != rayv1.DeadlineExceeded || got.Status.Message != want {
 			t.Errorf("reason = %q, message %q, want KubeRay's %q", got.Status.Reason, got.Status.Message, want)
@@ -520,13 +528,13 @@ func TestEnvtest(t *testing.T) {
 		j := e.create(t, testutil.MakeRayJob(ns, "interactive").Mode(rayv1.InteractiveMode).Entrypoint(""))
 		c := e.readyCluster(t, j)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusWaiting)
-		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob("mine", rayv1.JobStatusRunning, 1, 0) })
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob("mine", rayv1.JobStatusRunning, 1, 0) })
 		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.JobId = "mine" })
 		got := e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
 		if got.Status.JobId != "mine" || got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusRunning {
 			t.Errorf("status = %+v", got.Status)
 		}
-		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob("mine", rayv1.JobStatusSucceeded, 1, 2) })
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob("mine", rayv1.JobStatusSucceeded, 1, 2) })
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
 		if n, _, _ := e.requests(ns, c.Name); n != 0 {
 			t.Errorf("the operator submitted %d jobs in InteractiveMode", n)
@@ -538,12 +546,12 @@ func TestEnvtest(t *testing.T) {
 		j := e.create(t, testutil.MakeRayJob(ns, "sidecar").Mode(rayv1.SidecarMode))
 		c := e.readyCluster(t, j)
 		head := c.Spec.HeadGroupSpec.Template.Spec
-		if len(head.Containers) != 2 || head.Containers[1].Name != SubmitterContainerName || head.RestartPolicy != corev1.RestartPolicyNever ||
+		if len(head.Containers) != 2 || head.Containers[1].Name != rayjob.SubmitterContainerName || head.RestartPolicy != corev1.RestartPolicyNever ||
 			c.Annotations[rayv1.LabelDisableProvisionedHeadRestart] != "true" || c.Labels[rayv1.LabelJobSubmissionMode] != "SidecarMode" || !strings.Contains(strings.Join(head.Containers[1].Args, " "), "127.0.0.1:8265") {
 			t.Errorf("head template = %+v, labels %v", head, c.Labels)
 		}
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
-		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
 		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
 		if got.Status.Reason != rayv1.AppFailed || got.Status.JobStatus != rayv1.JobStatusFailed {
 			t.Errorf("status = %+v", got.Status)
@@ -565,7 +573,7 @@ func TestEnvtest(t *testing.T) {
 		}))
 		c := e.readyCluster(t, j)
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
 		testutil.Eventually(t, wait, "worker groups suspended", func() (bool, string) {
 			cur := &rayv1.RayCluster{}
@@ -578,7 +586,7 @@ func TestEnvtest(t *testing.T) {
 			t.Fatalf("RayJob gone too early: %v", err)
 		}
 		e.clusterGone(t, ns, c.Name)
-		if note, want := e.waitEvent(t, j, corev1.EventTypeNormal, ReasonSuspendedWorkers), "Set the `suspend` field to true for all worker groups in cluster "+ns+"/"+c.Name; note != want {
+		if note, want := e.waitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonSuspendedWorkers), "Set the `suspend` field to true for all worker groups in cluster "+ns+"/"+c.Name; note != want {
 			t.Errorf("event note %q, want %q", note, want)
 		}
 		testutil.Eventually(t, wait, "the RayJob deleted", func() (bool, string) {
@@ -597,7 +605,7 @@ func TestEnvtest(t *testing.T) {
 		}))
 		c := e.readyCluster(t, j)
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
+		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
 		// A spec change the controller must observe: once it has, it has applied the deletion policy of the
 		// finished job at least once.
@@ -613,7 +621,7 @@ func TestEnvtest(t *testing.T) {
 		j := e.create(t, testutil.MakeRayJob(ns, "delete-me"))
 		c := e.readyCluster(t, j)
 		got := e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		if !strings.Contains(strings.Join(got.Finalizers, ","), Finalizer) {
+		if !strings.Contains(strings.Join(got.Finalizers, ","), rayjob.Finalizer) {
 			t.Errorf("finalizers = %v", got.Finalizers)
 		}
 		if err := e.cl.Delete(context.Background(), got); err != nil {
@@ -632,7 +640,7 @@ func TestEnvtest(t *testing.T) {
 		ns := e.Namespace(t)
 		j := e.create(t, testutil.MakeRayJob(ns, "selector").ClusterSelector(map[string]string{rayv1.LabelCluster: "shared"}))
 		// Selected before it exists: a warning event as KubeRay's, the status message left alone.
-		note := e.waitEvent(t, j, corev1.EventTypeWarning, ReasonClusterNotFound)
+		note := e.waitEvent(t, j, corev1.EventTypeWarning, rayjob.ReasonClusterNotFound)
 		if want := "RayCluster " + ns + "/shared set in the clusterSelector is not found. It must be created manually"; note != want {
 			t.Errorf("event note %q, want %q", note, want)
 		}
@@ -648,7 +656,7 @@ func TestEnvtest(t *testing.T) {
 			t.Fatalf("cluster = %s", c.Name)
 		}
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.with(ns, "shared", func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+		e.ray.With(ns, "shared", func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
 		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(c), &rayv1.RayCluster{}); err != nil {
 			t.Errorf("selected cluster deleted: %v", err)
@@ -664,7 +672,7 @@ func TestEnvtest(t *testing.T) {
 			t.Fatal(err)
 		}
 		j := e.create(t, testutil.MakeRayJob(ns, "wake").ClusterSelector(map[string]string{rayv1.LabelCluster: "sleepy"}))
-		if note := e.waitEvent(t, j, corev1.EventTypeNormal, ReasonResumedIdleCluster); !strings.Contains(note, ns+"/sleepy") {
+		if note := e.waitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonResumedIdleCluster); !strings.Contains(note, ns+"/sleepy") {
 			t.Errorf("event note %q", note)
 		}
 		c := e.readyCluster(t, j)
@@ -672,7 +680,7 @@ func TestEnvtest(t *testing.T) {
 			t.Fatal("the selected cluster is still suspended")
 		}
 		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.with(ns, "sleepy", func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+		e.ray.With(ns, "sleepy", func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
 	})
 

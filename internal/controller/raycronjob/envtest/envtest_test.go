@@ -1,4 +1,4 @@
-package raycronjob
+package envtest
 
 import (
 	"context"
@@ -29,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/raycronjob"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -68,16 +69,31 @@ func startEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	clock := clocktesting.NewFakeClock(time.Now())
-	if err := NewReconciler(mgr, Options{Clock: clock, Local: time.UTC, MaxConcurrentReconciles: 2}).SetupWithManager(mgr); err != nil {
+	if err := raycronjob.NewReconciler(mgr, raycronjob.Options{Clock: clock, Local: time.UTC, MaxConcurrentReconciles: 2}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	testutil.RunManager(t, mgr)
 	return &env{Env: testutil.NewEnv(cl), cfg: cfg, cl: cl, clock: clock}
 }
 
+// cronJob is a valid RayCronJob on this schedule, with mutations applied; the caller names it.
+func cronJob(schedule string, mutate ...func(*rayv1.RayCronJob)) *rayv1.RayCronJob {
+	cj := &rayv1.RayCronJob{
+		Spec: rayv1.RayCronJobSpec{Schedule: schedule, JobTemplate: rayv1.RayJobSpec{
+			Entrypoint: "python -c 'print(1)'",
+			RayClusterSpec: &rayv1.RayClusterSpec{HeadGroupSpec: rayv1.HeadGroupSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "ray-head", Image: "rayproject/ray:2.52.0"}}}}}},
+		}},
+	}
+	for _, m := range mutate {
+		m(cj)
+	}
+	return cj
+}
+
 func (e *env) create(t *testing.T, ns, name, schedule string, mutate func(*rayv1.RayCronJob)) *rayv1.RayCronJob {
 	t.Helper()
-	cj := cronJob(schedule, "2024-01-01T00:00:00Z")
+	cj := cronJob(schedule)
 	if mutate != nil {
 		mutate(cj)
 	}
@@ -111,7 +127,7 @@ func (e *env) waitFor(t *testing.T, cj *rayv1.RayCronJob, what string, cond func
 func (e *env) children(t *testing.T, cj *rayv1.RayCronJob) []rayv1.RayJob {
 	t.Helper()
 	l := &rayv1.RayJobList{}
-	if err := e.cl.List(context.Background(), l, client.InNamespace(cj.Namespace), client.MatchingLabels{LabelCronJobName: cj.Name}); err != nil {
+	if err := e.cl.List(context.Background(), l, client.InNamespace(cj.Namespace), client.MatchingLabels{raycronjob.LabelCronJobName: cj.Name}); err != nil {
 		t.Fatal(err)
 	}
 	slices.SortFunc(l.Items, func(a, b rayv1.RayJob) int { return strings.Compare(a.Name, b.Name) })
@@ -131,7 +147,7 @@ func (e *env) waitChildren(t *testing.T, cj *rayv1.RayCronJob, runs ...time.Time
 	t.Helper()
 	want := make([]string, len(runs))
 	for i, r := range runs {
-		want[i] = ChildName(cj.Name, r)
+		want[i] = raycronjob.ChildName(cj.Name, r)
 	}
 	slices.Sort(want)
 	var got []rayv1.RayJob
@@ -188,11 +204,11 @@ func (e *env) testRuns(t *testing.T) {
 	if !equalOwners(first.OwnerReferences, wantOwner) {
 		t.Errorf("owner references %+v, want %+v", first.OwnerReferences, wantOwner)
 	}
-	if first.Labels[LabelCronJobName] != cj.Name {
-		t.Errorf("labels %v, want %s=%s", first.Labels, LabelCronJobName, cj.Name)
+	if first.Labels[raycronjob.LabelCronJobName] != cj.Name {
+		t.Errorf("labels %v, want %s=%s", first.Labels, raycronjob.LabelCronJobName, cj.Name)
 	}
-	if got, want := first.Annotations[AnnotationScheduledTimestamp], ticks[0].Format(time.RFC3339); got != want {
-		t.Errorf("annotation %s = %q, want %q", AnnotationScheduledTimestamp, got, want)
+	if got, want := first.Annotations[raycronjob.AnnotationScheduledTimestamp], ticks[0].Format(time.RFC3339); got != want {
+		t.Errorf("annotation %s = %q, want %q", raycronjob.AnnotationScheduledTimestamp, got, want)
 	}
 	if first.Spec.Entrypoint != cj.Spec.JobTemplate.Entrypoint || first.Spec.RayClusterSpec == nil {
 		t.Errorf("spec %+v is not the template", first.Spec)
@@ -200,7 +216,7 @@ func (e *env) testRuns(t *testing.T) {
 	e.waitFor(t, cj, "lastScheduleTime "+ticks[0].String(), func(c *rayv1.RayCronJob) bool {
 		return c.Status.LastScheduleTime != nil && c.Status.LastScheduleTime.Time.Equal(ticks[0])
 	})
-	if note := e.waitEvent(t, cj, corev1.EventTypeNormal, ReasonCreatedJob); !strings.Contains(note, first.Name) {
+	if note := e.waitEvent(t, cj, corev1.EventTypeNormal, raycronjob.ReasonCreatedJob); !strings.Contains(note, first.Name) {
 		t.Errorf("event %q does not name %s", note, first.Name)
 	}
 
@@ -271,7 +287,7 @@ func (e *env) testSuspend(t *testing.T) {
 	created := e.get(t, cj).CreationTimestamp.UTC()
 	now := created.Add(11 * time.Minute)
 	e.reconcileAt(t, cj, now)
-	e.waitEvent(t, cj, corev1.EventTypeNormal, ReasonSuspended)
+	e.waitEvent(t, cj, corev1.EventTypeNormal, raycronjob.ReasonSuspended)
 	got := e.waitFor(t, cj, "observedGeneration 1", func(c *rayv1.RayCronJob) bool { return c.Status.ObservedGeneration == 1 })
 	if jobs := e.children(t, cj); len(jobs) != 0 || got.Status.LastScheduleTime != nil {
 		t.Fatalf("suspended: RayJobs %v, lastScheduleTime %v", names(jobs), got.Status.LastScheduleTime)
@@ -298,7 +314,7 @@ func (e *env) testInvalidTimeZone(t *testing.T) {
 	if msg := meta.FindStatusCondition(got.Status.Conditions, string(rayv1.InvalidRayCronJobSpec)).Message; !strings.Contains(msg, "spec.timeZone") || !strings.Contains(msg, "Mars/Olympus") {
 		t.Errorf("condition message %q does not name spec.timeZone and its value", msg)
 	}
-	if note := e.waitEvent(t, cj, corev1.EventTypeWarning, ReasonInvalidSpec); !strings.Contains(note, "spec.timeZone") {
+	if note := e.waitEvent(t, cj, corev1.EventTypeWarning, raycronjob.ReasonInvalidSpec); !strings.Contains(note, "spec.timeZone") {
 		t.Errorf("event %q does not name spec.timeZone", note)
 	}
 	if jobs := e.children(t, cj); len(jobs) != 0 {
@@ -345,7 +361,7 @@ func (e *env) testAdmission(t *testing.T) {
 		{"Local", func(c *rayv1.RayCronJob) { c.Spec.TimeZone = ptr.To("Local") }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cj := cronJob("*/5 * * * *", "2024-01-01T00:00:00Z", func(c *rayv1.RayCronJob) {
+			cj := cronJob("*/5 * * * *", func(c *rayv1.RayCronJob) {
 				c.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: "admission"}
 				tc.mutate(c)
 			})

@@ -1,4 +1,4 @@
-package rayjob
+package envtest
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/shared/podtrouble"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -23,7 +24,7 @@ const pullNotFound = `rpc error: code = NotFound desc = failed to pull and unpac
 // hand) under a fake clock that the test steps, so deadlines and the missing-Secret grace pass without waiting.
 func TestStartTrouble(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
-	e := startEnvWith(t, "", func(o *Options) { o.Clock = clk; o.MissingConfigGrace = 2 * time.Minute })
+	e := startEnvWith(t, "", func(o *rayjob.Options) { o.Clock = clk; o.MissingConfigGrace = 2 * time.Minute })
 
 	t.Run("an Initializing job's message and a Warning event name its head's cause; it keeps waiting", func(t *testing.T) {
 		ns := e.Namespace(t)
@@ -75,14 +76,14 @@ func TestStartTrouble(t *testing.T) {
 	t.Run("opted in, an image the registry does not have fails the job at once", func(t *testing.T) {
 		ns := e.Namespace(t)
 		j := e.create(t, testutil.MakeRayJob(ns, "notfound").With(func(j *rayv1.RayJob) {
-			j.Annotations = map[string]string{AnnotationFailOnPermanentStartError: "true"}
+			j.Annotations = map[string]string{rayjob.AnnotationFailOnPermanentStartError: "true"}
 		}))
 		c := e.waitCluster(t, j)
 		head := e.troublePod(t, c, "head", rayv1.NodeTypeHead, waitingStatus("ErrImagePull", pullNotFound))
 		e.poke(t, c)
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
-		if got.Status.Reason != PermanentStartError || !strings.HasPrefix(got.Status.Message, "pod "+head.Name+": ErrImagePull: ") ||
-			!strings.Contains(got.Status.Message, AnnotationFailOnPermanentStartError) {
+		if got.Status.Reason != rayjob.PermanentStartError || !strings.HasPrefix(got.Status.Message, "pod "+head.Name+": ErrImagePull: ") ||
+			!strings.Contains(got.Status.Message, rayjob.AnnotationFailOnPermanentStartError) {
 			t.Errorf("reason %q message %q", got.Status.Reason, got.Status.Message)
 		}
 	})
@@ -90,7 +91,7 @@ func TestStartTrouble(t *testing.T) {
 	t.Run("opted in, a missing Secret fails the job only after the grace; an unschedulable worker never does", func(t *testing.T) {
 		ns := e.Namespace(t)
 		j := e.create(t, testutil.MakeRayJob(ns, "secret").With(func(j *rayv1.RayJob) {
-			j.Annotations = map[string]string{AnnotationFailOnPermanentStartError: "true"}
+			j.Annotations = map[string]string{rayjob.AnnotationFailOnPermanentStartError: "true"}
 		}))
 		c := e.waitCluster(t, j)
 		head := e.troublePod(t, c, "head", rayv1.NodeTypeHead, waitingStatus("CreateContainerConfigError", `secret "db-password" not found`))
@@ -111,7 +112,7 @@ func TestStartTrouble(t *testing.T) {
 		clk.Step(3 * time.Minute)
 		e.poke(t, c)
 		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
-		if got.Status.Reason != PermanentStartError || !strings.Contains(got.Status.Message, `secret "db-password" not found`) {
+		if got.Status.Reason != rayjob.PermanentStartError || !strings.Contains(got.Status.Message, `secret "db-password" not found`) {
 			t.Errorf("reason %q message %q", got.Status.Reason, got.Status.Message)
 		}
 	})
@@ -119,14 +120,14 @@ func TestStartTrouble(t *testing.T) {
 	t.Run("a bad value of the annotation is a validation error naming it", func(t *testing.T) {
 		ns := e.Namespace(t)
 		j := e.create(t, testutil.MakeRayJob(ns, "badvalue").With(func(j *rayv1.RayJob) {
-			j.Annotations = map[string]string{AnnotationFailOnPermanentStartError: "yes"}
+			j.Annotations = map[string]string{rayjob.AnnotationFailOnPermanentStartError: "yes"}
 		}))
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusValidationFailed)
 		want := `metadata.annotations[manta.dev/fail-on-permanent-start-error]: Unsupported value: "yes": supported values: "true", "false"`
 		if got.Status.Message != want {
 			t.Errorf("message %q, want %q", got.Status.Message, want)
 		}
-		if note := e.waitEvent(t, j, corev1.EventTypeWarning, ReasonInvalidSpec); note != want {
+		if note := e.waitEvent(t, j, corev1.EventTypeWarning, rayjob.ReasonInvalidSpec); note != want {
 			t.Errorf("event %q", note)
 		}
 	})

@@ -1,4 +1,4 @@
-package rayjob
+package envtest
 
 import (
 	"testing"
@@ -7,6 +7,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/rayjob"
+	"github.com/manta-dev/manta/internal/controller/rayjob/rayjobtest"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -15,18 +17,18 @@ import (
 // loaded machine, never add up to the status check timeout (they did at load 40 with the shared env's real 3 s).
 func TestStatusCheckFailuresCleared(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
-	e := startEnvWith(t, "", func(o *Options) { o.Clock = clk })
+	e := startEnvWith(t, "", func(o *rayjob.Options) { o.Clock = clk })
 	ns := e.Namespace(t)
 	j := e.create(t, testutil.MakeRayJob(ns, "flaky"))
 	got := e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
-	e.ray.with(ns, got.Status.RayClusterName, func(h *fakeHead) { h.fail5xx = 5 })
+	e.ray.With(ns, got.Status.RayClusterName, func(h *rayjobtest.Head) { h.Fail5xx = 5 })
 	c := e.readyCluster(t, j)
 	e.waitFor(t, j, "a status check failure recorded", func(j *rayv1.RayJob) bool { return j.Status.JobStatusCheckFailureStartTime != nil })
 	got = e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
 	if got.Status.JobStatusCheckFailureStartTime != nil {
 		t.Errorf("jobStatusCheckFailureStartTime not cleared: %v", got.Status.JobStatusCheckFailureStartTime)
 	}
-	e.ray.with(ns, c.Name, func(h *fakeHead) { h.setJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+	e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
 	e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
 	if _, jobs, _ := e.requests(ns, c.Name); jobs != 1 {
 		t.Errorf("%d jobs in Ray, want 1", jobs)

@@ -1,4 +1,4 @@
-package rayservice
+package envtest
 
 import (
 	"bytes"
@@ -38,6 +38,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
+	"github.com/manta-dev/manta/internal/controller/rayservice"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -75,7 +76,7 @@ type env struct {
 // fakeRay, and walks the RayService state machine: each subtest in its own namespace.
 func TestController(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
-	fr := startControllers(t, cfg, Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond})
+	fr := startControllers(t, cfg, rayservice.Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond})
 	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: fr}
 
 	t.Run("group", func(t *testing.T) {
@@ -108,7 +109,7 @@ func TestController(t *testing.T) {
 
 // startControllers runs the RayCluster controller and the RayService controller (opts, with fakeRay for Ray) on
 // the envtest control plane at cfg, until t ends.
-func startControllers(t *testing.T, cfg *rest.Config, opts Options) *fakeRay {
+func startControllers(t *testing.T, cfg *rest.Config, opts rayservice.Options) *fakeRay {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	scheme, err := testutil.Scheme()
@@ -135,7 +136,7 @@ func startControllers(t *testing.T, cfg *rest.Config, opts Options) *fakeRay {
 	}
 	fr := newFakeRay()
 	opts.RayClients = fr
-	r, err := NewReconciler(mgr, opts)
+	r, err := rayservice.NewReconciler(mgr, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +371,7 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 	})
 	// As KubeRay v1.6.2+: the finalizer that deletes the clusters first; added by a metadata patch, so the
 	// generation stays 1.
-	if !slices.Equal(got.Finalizers, []string{Finalizer}) || got.Generation != 1 {
+	if !slices.Equal(got.Finalizers, []string{rayservice.Finalizer}) || got.Generation != 1 {
 		t.Errorf("finalizers %v, generation %d", got.Finalizers, got.Generation)
 	}
 	if r := cond(got, rayv1.RayServiceReady); r.Message != "Number of serve endpoints is greater than 0" || r.ObservedGeneration != 1 {
@@ -393,8 +394,8 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 		}
 	}
 	// As KubeRay: the head's serve label change is an event with KubeRay's message.
-	if ok, msg := e.hasEvent(t, rs, EventUpdatedHeadPodServeLabel); !ok || msg != fmt.Sprintf(`Updated the serve label to "true" for the Head Pod %s/%s`, ns, headPod) {
-		t.Errorf("%s event: %v %s", EventUpdatedHeadPodServeLabel, ok, msg)
+	if ok, msg := e.hasEvent(t, rs, rayservice.EventUpdatedHeadPodServeLabel); !ok || msg != fmt.Sprintf(`Updated the serve label to "true" for the Head Pod %s/%s`, ns, headPod) {
+		t.Errorf("%s event: %v %s", rayservice.EventUpdatedHeadPodServeLabel, ok, msg)
 	}
 	testServicesLabelledForTheRayService(t, e, rs)
 	// The config hash is kept: a settled service is not sent its config again.
@@ -475,7 +476,7 @@ func testNewClusterUpgrade(t *testing.T, e *env) {
 	if d := time.Since(beforeSwitch); d < 2*time.Second {
 		t.Errorf("old cluster deleted %s after the new cluster became ready, before the 3 s deletion delay", d)
 	}
-	for _, reason := range []string{EventCreatedRayCluster, EventUpgradeStarted, EventPromotedPendingCluster, EventUpdatedService, EventDeletedRayCluster} {
+	for _, reason := range []string{rayservice.EventCreatedRayCluster, rayservice.EventUpgradeStarted, rayservice.EventPromotedPendingCluster, rayservice.EventUpdatedService, rayservice.EventDeletedRayCluster} {
 		eventually(t, "event "+reason, func() (bool, string) { return e.hasEvent(t, rs, reason) })
 	}
 }
@@ -703,7 +704,7 @@ func testIncrementalRefused(t *testing.T, e *env) {
 		return r.Reason == string(rayv1.RayServiceValidationFailed) && strings.Contains(r.Message, "spec.upgradeStrategy.type") &&
 			strings.Contains(r.Message, "Gateway API"), fmt.Sprintf("Ready %+v", r)
 	})
-	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, EventInvalidRayServiceSpec) })
+	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventInvalidRayServiceSpec) })
 	var list rayv1.RayClusterList
 	if err := e.cl.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
@@ -725,7 +726,7 @@ func testInvalidSpec(t *testing.T, e *env) {
 		r := cond(got, rayv1.RayServiceReady)
 		return r.Reason == string(rayv1.RayServiceValidationFailed) && strings.HasPrefix(r.Message, "spec.serveConfigV2"), fmt.Sprintf("%+v", r)
 	})
-	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, EventInvalidRayServiceSpec) })
+	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventInvalidRayServiceSpec) })
 	// Fixed: the service comes up.
 	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.ServeConfigV2 = configV1 })
 	name := e.waitPending(t, rs, "")
@@ -770,8 +771,8 @@ func testDelete(t *testing.T, e *env) {
 		got, _ := e.cluster(t, ns, name)
 		return got != nil && got.DeletionTimestamp != nil, fmt.Sprintf("cluster %v", got != nil)
 	})
-	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, EventDeletedRayCluster) })
-	if got := e.get(t, rs); !slices.Equal(got.Finalizers, []string{Finalizer}) {
+	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventDeletedRayCluster) })
+	if got := e.get(t, rs); !slices.Equal(got.Finalizers, []string{rayservice.Finalizer}) {
 		t.Fatalf("RayService finalizers %v while its cluster is still there", got.Finalizers)
 	}
 	c, _ = e.cluster(t, ns, name)
@@ -883,7 +884,7 @@ func testKubeRaySamples(t *testing.T, e *env) {
 					return c != nil && c.Status.State == rayv1.Ready && cond(got, rayv1.RayServiceReady).Status == metav1.ConditionTrue,
 						fmt.Sprintf("cluster state %q, Ready %+v", c.Status.State, cond(got, rayv1.RayServiceReady))
 				})
-				if u := cond(e.get(t, rs), ConditionUnsupportedFeature); u.Status == metav1.ConditionTrue {
+				if u := cond(e.get(t, rs), rayservice.ConditionUnsupportedFeature); u.Status == metav1.ConditionTrue {
 					t.Logf("serves, reporting: %s", u.Message)
 				}
 			}
@@ -1004,7 +1005,7 @@ func testRayUnavailableRetried(t *testing.T, e *env) {
 	name := e.waitPending(t, rs, "")
 	e.ray.with(name, func(h *fakeHead) { h.down = true })
 	e.setReady(t, ns, name, 2)
-	eventually(t, "failed deploy reported", func() (bool, string) { return e.hasEvent(t, rs, EventFailedToUpdateServeApplications) })
+	eventually(t, "failed deploy reported", func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventFailedToUpdateServeApplications) })
 	// Each retry (every requeue) is recorded again. How repeats are aggregated into a series is the recorder's
 	// rule: this test runs controller-runtime's recorder, whose series key holds the RayService's resourceVersion
 	// (which the status write between retries changes); the operator's own recorder keeps one series across it
@@ -1016,7 +1017,7 @@ func testRayUnavailableRetried(t *testing.T, e *env) {
 		}
 		var n, seen int
 		for _, ev := range list.Items {
-			if ev.Regarding.Name == rs.Name && ev.Reason == EventFailedToUpdateServeApplications {
+			if ev.Regarding.Name == rs.Name && ev.Reason == rayservice.EventFailedToUpdateServeApplications {
 				n++
 				seen++
 				if ev.Series != nil {
@@ -1058,7 +1059,7 @@ func testForeignServiceNotTaken(t *testing.T, e *env) {
 	name := e.waitPending(t, rs, "")
 	e.setReady(t, ns, name, 2)
 	eventually(t, "conflict reported", func() (bool, string) {
-		ok, msg := e.hasEvent(t, rs, EventFailedToCreateService)
+		ok, msg := e.hasEvent(t, rs, rayservice.EventFailedToCreateService)
 		return ok && strings.Contains(msg, "svc-serve-svc"), msg
 	})
 	got := &corev1.Service{}

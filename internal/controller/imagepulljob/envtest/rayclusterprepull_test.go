@@ -1,4 +1,4 @@
-package imagepulljob
+package envtest
 
 import (
 	"context"
@@ -15,8 +15,11 @@ import (
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/imagepulljob"
 )
 
+// podTemplate is a pod template whose first container is the Ray container and whose others are sidecars, with these
+// images.
 func podTemplate(images ...string) corev1.PodTemplateSpec {
 	var cs []corev1.Container
 	for i, img := range images {
@@ -54,7 +57,7 @@ func testPrepull(t *testing.T, e *env) {
 	gpuTolerated.Spec.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}}
 
 	cluster := &rayv1.RayCluster{
-		ObjectMeta: metav1.ObjectMeta{Name: "raycluster", Namespace: ns, Annotations: map[string]string{AnnotationPrepullImages: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "raycluster", Namespace: ns, Annotations: map[string]string{imagepulljob.AnnotationPrepullImages: "true"}},
 		Spec: rayv1.RayClusterSpec{
 			HeadGroupSpec: rayv1.HeadGroupSpec{Template: head, RayStartParams: map[string]string{}},
 			WorkerGroupSpecs: []rayv1.WorkerGroupSpec{
@@ -89,18 +92,18 @@ func testPrepull(t *testing.T, e *env) {
 			_ = e.cl.Get(ctx, client.ObjectKeyFromObject(cluster), &stored)
 			var nl corev1.NodeList
 			_ = e.cl.List(ctx, &nl)
-			for _, j := range DesiredPrepullJobs(&stored, nl.Items, 1) {
+			for _, j := range imagepulljob.DesiredPrepullJobs(&stored, nl.Items, 1) {
 				t.Logf("desired from stored objects: %s %v", j.Spec.Image, j.Spec.Selector.Names)
 			}
 			for _, n := range nl.Items {
-				t.Logf("node %s labels %v taints %v conds %v fits head %v", n.Name, n.Labels, n.Spec.Taints, n.Status.Conditions, PodFitsNode(&stored.Spec.HeadGroupSpec.Template.Spec, &n))
+				t.Logf("node %s labels %v taints %v conds %v fits head %v", n.Name, n.Labels, n.Spec.Taints, n.Status.Conditions, imagepulljob.PodFitsNode(&stored.Spec.HeadGroupSpec.Template.Spec, &n))
 			}
 			t.Fatalf("prepull jobs (-want +got):\n%s", cmp.Diff(want, got))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	for _, j := range jobs {
-		if j.Spec.CompletionPolicy.Type != mantav1alpha1.CompleteNever || j.Name != PrepullJobName(cluster.Name, j.Spec.Image) {
+		if j.Spec.CompletionPolicy.Type != mantav1alpha1.CompleteNever || j.Name != imagepulljob.PrepullJobName(cluster.Name, j.Spec.Image) {
 			t.Errorf("job %s: %+v", j.Name, j.Spec)
 		}
 		if j.Spec.Image == "example/sidecar:v1" && !cmp.Equal(j.Spec.PullSecrets, []string{"regcred"}) {
@@ -108,7 +111,7 @@ func testPrepull(t *testing.T, e *env) {
 		}
 	}
 	// The jobs run like any other: the ray image lands on both nodes.
-	e.waitJob(t, client.ObjectKey{Namespace: ns, Name: PrepullJobName(cluster.Name, "rayproject/ray:2.9.0")}, 2*time.Minute, "prepull progress",
+	e.waitJob(t, client.ObjectKey{Namespace: ns, Name: imagepulljob.PrepullJobName(cluster.Name, "rayproject/ray:2.9.0")}, 2*time.Minute, "prepull progress",
 		func(j *mantav1alpha1.ImagePullJob) bool { return j.Status.Succeeded == 2 })
 
 	// A node joining the zone-b pool is added to the jobs of the images that can land there.
@@ -132,7 +135,7 @@ func testPrepull(t *testing.T, e *env) {
 	if err := e.cl.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); err != nil {
 		t.Fatal(err)
 	}
-	delete(cluster.Annotations, AnnotationPrepullImages)
+	delete(cluster.Annotations, imagepulljob.AnnotationPrepullImages)
 	if err := e.cl.Update(ctx, cluster); err != nil {
 		t.Fatal(err)
 	}
