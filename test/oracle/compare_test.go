@@ -429,6 +429,33 @@ func TestStopTimeoutRow(t *testing.T) {
 	}
 }
 
+// TestServeLabelConflictRow: KubeRay's failed Update of the head pod's serve label is excused only when it
+// conflicted, and only for RayService samples and the incremental-upgrade scenario.
+func TestServeLabelConflictRow(t *testing.T) {
+	d, err := loadDifferences("differences.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const path = "Warning/FailedToUpdateHeadPodServeLabel"
+	conflict := `recorded: Failed to update the serve label to "true" for the Head Pod NS/svc-XXXXX-head-XXXXX: Operation cannot be fulfilled on pods "svc-XXXXX-head-XXXXX": the object has been modified; please apply your changes to the latest version and try again`
+	notFound := `recorded: Failed to update the serve label to "true" for the Head Pod NS/svc-XXXXX-head-XXXXX: pods "svc-XXXXX-head-XXXXX" not found`
+	for _, tc := range []struct {
+		sample  string
+		df      diff
+		allowed bool
+	}{
+		{"scenario/incremental-upgrade/start", diff{Object: "events/RayService", Path: path, KubeRay: conflict, Manta: "<absent>"}, true},
+		{"ray-service.sample", diff{Object: "events/RayService", Path: path, KubeRay: conflict, Manta: "<absent>"}, true},
+		{"scenario/incremental-upgrade/start", diff{Object: "events/RayService", Path: path, KubeRay: notFound, Manta: "<absent>"}, false},
+		{"scenario/incremental-upgrade/start", diff{Object: "events/RayService", Path: path, KubeRay: "<absent>", Manta: conflict}, false},
+		{"scenario/worker-failed/fail-worker", diff{Object: "events/RayService", Path: path, KubeRay: conflict, Manta: "<absent>"}, false},
+	} {
+		if got := d.allows(tc.sample, tc.df); got != tc.allowed {
+			t.Errorf("%s: %v allowed = %v, want %v", tc.sample, tc.df, got, tc.allowed)
+		}
+	}
+}
+
 func TestServeDeployTimeoutRows(t *testing.T) {
 	d, err := loadDifferences("differences.yaml")
 	if err != nil {
