@@ -80,7 +80,11 @@ deps: ## Build everything make test needs (tools, the Ray venv, the images), the
 .PHONY: test
 test: deps ## Run every test: unit, envtest, Ray conformance, end-to-end on the dev cluster.
 	# test/real, the longest package, is named first so that it starts first and the others run beside it.
-	go test $(GO_TEST_FLAGS) ./test/real/ ./...
+	# The output is kept in test-artifacts/make-test.log; when a test fails, its message is repeated at the end
+	# (hack/failsummary), where a CI log's reader finds it.
+	@mkdir -p test-artifacts
+	go test $(GO_TEST_FLAGS) ./test/real/ ./... 2>&1 | tee test-artifacts/make-test.log; \
+		rc=$${PIPESTATUS[0]}; [ $$rc -eq 0 ] || go run ./hack/failsummary test-artifacts/make-test.log; exit $$rc
 
 # STRESS_ROUNDS runs of `make test`'s command in a row, each beside STRESS_HOGS busy threads; every failed test is
 # written down with its output in stress-results/summary.md (hack/stress). A test that fails here needs an idle machine.
