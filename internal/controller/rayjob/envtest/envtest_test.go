@@ -466,19 +466,6 @@ func TestEnvtest(t *testing.T) {
 		}
 	})
 
-	t.Run("activeDeadlineSeconds fails the job and stops it in Ray", func(t *testing.T) {
-		ns := e.Namespace(t)
-		j, c, got := e.submitted(t, testutil.MakeRayJob(ns, "deadline").ActiveDeadline(3))
-		e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusRunning, 1, 0)
-		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
-		if want := fmt.Sprintf("The RayJob has passed the activeDeadlineSeconds. StartTime: %s. ActiveDeadlineSeconds: %d", got.Status.StartTime.Local(), *j.Spec.ActiveDeadlineSeconds); got.Status.Reason != rayv1.DeadlineExceeded || got.Status.Message != want {
-			t.Errorf("reason = %q, message %q, want KubeRay's %q", got.Status.Reason, got.Status.Message, want)
-		}
-		if _, _, stops := e.requests(ns, c.Name); len(stops) == 0 || stops[0] != got.Status.JobId {
-			t.Errorf("stops = %v", stops)
-		}
-	})
-
 	t.Run("preRunningDeadlineSeconds fails a job whose cluster never gets ready", func(t *testing.T) {
 		ns := e.Namespace(t)
 		j := e.create(t, testutil.MakeRayJob(ns, "prerun").PreRunningDeadline(2))

@@ -12,6 +12,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/shared/podtrouble"
+	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -66,6 +67,29 @@ func TestStartTrouble(t *testing.T) {
 			c.Name + "-head: CrashLoopBackOff: container ray-head keeps exiting: last exit code 3 (Error), termination message: boom"
 		if got.Status.Reason != rayv1.PreRunningDeadlineExceeded || got.Status.Message != want {
 			t.Errorf("reason %q message %q; want %q, %q", got.Status.Reason, got.Status.Message, rayv1.PreRunningDeadlineExceeded, want)
+		}
+	})
+
+	// On the real clock (a subtest of TestEnvtest until #41) the 3 s counted from status.startTime, which the
+	// controller sets when it initializes the job, so they had to cover the test's own steps too: the cluster made
+	// and marked ready, the job submitted and seen PENDING, then set RUNNING. A loaded machine took longer, the job
+	// failed while still Initializing, never PENDING, and the wait for PENDING ran out.
+	t.Run("activeDeadlineSeconds fails the job and stops it in Ray", func(t *testing.T) {
+		ns := e.Namespace(t)
+		j, c, got := e.submitted(t, testutil.MakeRayJob(ns, "deadline").ActiveDeadline(3))
+		e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusRunning, 1, 0)
+		got = e.waitJobStatus(t, j, rayv1.JobStatusRunning)
+		if got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusRunning {
+			t.Fatalf("jobDeploymentStatus %s (reason %q) before the deadline passed on the controller's clock", got.Status.JobDeploymentStatus, got.Status.Reason)
+		}
+		// A running job is polled: a reconcile after the step finds the deadline passed.
+		clk.Step(3 * time.Second)
+		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		if want := fmt.Sprintf("The RayJob has passed the activeDeadlineSeconds. StartTime: %s. ActiveDeadlineSeconds: %d", got.Status.StartTime.Local(), *j.Spec.ActiveDeadlineSeconds); got.Status.Reason != rayv1.DeadlineExceeded || got.Status.Message != want {
+			t.Errorf("reason = %q, message %q, want KubeRay's %q", got.Status.Reason, got.Status.Message, want)
+		}
+		if _, _, stops := e.requests(ns, c.Name); len(stops) == 0 || stops[0] != got.Status.JobId {
+			t.Errorf("stops = %v", stops)
 		}
 	})
 
