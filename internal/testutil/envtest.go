@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -181,14 +182,31 @@ type Manager interface {
 // ends when the test does.
 func RunManager(t testing.TB, mgr Manager) context.Context {
 	t.Helper()
+	ctx, _ := startManager(t, mgr)
+	return ctx
+}
+
+// StartManager starts mgr and returns a function that stops it and waits for it to return, failing the test if it
+// returned an error; the test's end stops it too. For a test that stops its operator and starts another.
+func StartManager(t testing.TB, mgr Manager) (stop func()) {
+	t.Helper()
+	_, stop = startManager(t, mgr)
+	return stop
+}
+
+func startManager(t testing.TB, mgr Manager) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-	return ctx
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return ctx, stop
 }

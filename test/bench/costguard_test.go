@@ -9,7 +9,6 @@ import (
 	"maps"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -66,6 +65,7 @@ type costBaseline struct {
 func TestCostGuard(t *testing.T) {
 	e := startEnv(t, 6*time.Minute, devcluster.Options{Nodes: 4, NodeCPU: "64", NodeMemory: "256Gi", NodeMaxPods: 110})
 	heads := newInProcessHeads()
+	t.Cleanup(heads.Close)
 	rayClients, err := ray.NewFactory(ray.Options{HTTPClient: &http.Client{Transport: heads}, Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -480,20 +480,17 @@ func cachedBytesPerPod(b testing.TB, op *operatorRun, want int) float64 {
 	return float64(total) / float64(want)
 }
 
-// inProcessHeads plays a fake Ray head (internal/testutil/fakeray) for every head Service the operator dials, in
-// this process: it is the operator's Ray HTTP transport, so no network is needed. It counts the calls by method and
-// Ray API (rayAPI).
+// inProcessHeads plays a fake Ray head for every head Service the operator dials, in this process (a
+// fakeray.Fleet): it is the operator's Ray HTTP transport, so no network is needed. It counts the calls by method
+// and Ray API (rayAPI).
 type inProcessHeads struct {
-	mu          sync.Mutex
-	heads       map[string]*fakeray.Head // by host: <head-svc>.<ns>.svc.<domain>
-	calls       map[string]int
-	dashboards  map[string]http.Handler
-	agentByHost map[string]http.Handler
+	*fakeray.Fleet
+	mu    sync.Mutex
+	calls map[string]int
 }
 
 func newInProcessHeads() *inProcessHeads {
-	return &inProcessHeads{heads: map[string]*fakeray.Head{}, calls: map[string]int{},
-		dashboards: map[string]http.Handler{}, agentByHost: map[string]http.Handler{}}
+	return &inProcessHeads{Fleet: fakeray.NewFleet(fakeray.Options{Run: guardJobRun}), calls: map[string]int{}}
 }
 
 // guardJobRun is how a guard job runs: it succeeds at once, so that the operator's first poll after the
@@ -502,25 +499,10 @@ func newInProcessHeads() *inProcessHeads {
 func guardJobRun(context.Context, ray.JobSubmitRequest, io.Writer) int { return 0 }
 
 func (h *inProcessHeads) RoundTrip(req *http.Request) (*http.Response, error) {
-	host, port := req.URL.Hostname(), req.URL.Port()
 	h.mu.Lock()
 	h.calls[req.Method+" "+rayAPI(req.URL.Path)]++
-	hd := h.heads[host]
-	if hd == nil {
-		hd = fakeray.New(fakeray.Options{Run: guardJobRun})
-		h.heads[host] = hd
-		h.dashboards[host], h.agentByHost[host] = hd.Dashboard(), hd.Agent()
-	}
-	handler := h.dashboards[host]
-	if port == "52365" {
-		handler = h.agentByHost[host]
-	}
 	h.mu.Unlock()
-	rec := httptest.NewRecorder()
-	handler.ServeHTTP(rec, req)
-	resp := rec.Result()
-	resp.Request = req
-	return resp, nil
+	return h.Fleet.RoundTrip(req)
 }
 
 func (h *inProcessHeads) snapshot() map[string]int {
@@ -545,9 +527,7 @@ func (h *inProcessHeads) since(before map[string]int) map[string]int {
 
 // submissions is what the heads accepted and refused.
 func (h *inProcessHeads) submissions() (accepted, refused int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, hd := range h.heads {
+	for _, hd := range h.Heads() {
 		a, r := hd.Submissions()
 		accepted += a
 		refused += r

@@ -19,10 +19,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
-	"github.com/manta-dev/manta/internal/controller/rayjob/rayjobtest"
 	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
 	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
+	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
+	"github.com/manta-dev/manta/internal/testutil/fakeray"
 )
 
 // writeEnv is one running HTTPMode RayJob on a ready cluster, with a fake client whose Service creates fail while
@@ -31,7 +32,7 @@ type writeEnv struct {
 	cl           client.Client
 	r            *Reconciler
 	rec          *events.FakeRecorder
-	ray          *rayjobtest.Ray
+	ray          *fakeray.Fleet
 	j            *rayv1.RayJob
 	c            *rayv1.RayCluster
 	failServices bool
@@ -43,7 +44,8 @@ func newWriteEnv(t *testing.T, mutate func(j *rayv1.RayJob)) *writeEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &writeEnv{ray: rayjobtest.NewRay(), rec: events.NewFakeRecorder(100)}
+	e := &writeEnv{ray: fakeray.NewFleet(fakeray.Options{Manual: true}), rec: events.NewFakeRecorder(100)}
+	t.Cleanup(e.ray.Close)
 	e.j = planJob(rayv1.HTTPMode, startedStatus(rayv1.JobDeploymentStatusRunning, rayv1.JobStatusRunning), func(j *rayv1.RayJob) {
 		controllerutil.AddFinalizer(j, Finalizer)
 		if mutate != nil {
@@ -114,9 +116,7 @@ func reasonsOf(evs []string) []string {
 // reconcile completes the job.
 func TestWriteStopsAtTheFirstFailedWrite(t *testing.T) {
 	e := newWriteEnv(t, nil)
-	e.ray.With("ns", planCluster, func(h *rayjobtest.Head) {
-		h.SetJob(planJobID, rayv1.JobStatusSucceeded, 0, 0)
-	})
+	e.ray.Cluster("ns", planCluster).SetJob(planJobID, ray.JobStatusSucceeded, 0, 0)
 	e.failServices = true
 	if _, err := e.reconcile(t); err == nil || !strings.Contains(err.Error(), "services are refused") {
 		t.Fatalf("reconcile error %v, want the Service create's", err)
@@ -150,9 +150,7 @@ func TestWriteStopsAtTheFirstFailedWrite(t *testing.T) {
 // comes before the status change it led to.
 func TestWriteStopsTheRayJobPastItsDeadline(t *testing.T) {
 	e := newWriteEnv(t, func(j *rayv1.RayJob) { j.Spec.ActiveDeadlineSeconds = ptr.To[int32](60) })
-	e.ray.With("ns", planCluster, func(h *rayjobtest.Head) {
-		h.SetJob(planJobID, rayv1.JobStatusRunning, 0, 0)
-	})
+	e.ray.Cluster("ns", planCluster).SetJob(planJobID, ray.JobStatusRunning, 0, 0)
 	if _, err := e.reconcile(t); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +158,7 @@ func TestWriteStopsTheRayJobPastItsDeadline(t *testing.T) {
 	if got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusFailed || got.Status.Reason != rayv1.DeadlineExceeded {
 		t.Errorf("status %s reason %s, want Failed, DeadlineExceeded", got.Status.JobDeploymentStatus, got.Status.Reason)
 	}
-	if _, _, stops := requestsOf(e.ray, "ns", planCluster); !equalStrings(stops, []string{planJobID}) {
+	if stops := e.ray.Cluster("ns", planCluster).Stops(); !equalStrings(stops, []string{planJobID}) {
 		t.Errorf("stops %v, want [%s]", stops, planJobID)
 	}
 	want := []string{ReasonStoppedJob, ReasonStatusChanged}
@@ -171,13 +169,6 @@ func TestWriteStopsTheRayJobPastItsDeadline(t *testing.T) {
 	if got.Status.EndTime == nil || !got.Status.EndTime.Equal(ptr.To(metav1.NewTime(planNow))) {
 		t.Errorf("endTime %v, want %v", got.Status.EndTime, planNow)
 	}
-}
-
-func requestsOf(f *rayjobtest.Ray, ns, cluster string) (reqs int, jobs int, stops []string) {
-	f.With(ns, cluster, func(h *rayjobtest.Head) {
-		reqs, jobs, stops = len(h.Requests), len(h.Jobs), append([]string(nil), h.Stops...)
-	})
-	return
 }
 
 func equalStrings(a, b []string) bool {

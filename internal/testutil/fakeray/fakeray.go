@@ -3,8 +3,10 @@
 // agent's raylet health check, and the Serve HTTP proxy's health check and routes. Answers follow Ray 2.52 as
 // test/ray measures it: the conformance suite there runs the same assertions against a real head and this fake.
 //
-// Jobs end as their entrypoint says (see Scripted) or as Options.Run decides; Serve applications go DEPLOYING,
-// then RUNNING with every deployment HEALTHY.
+// Jobs end as their entrypoint says (see Scripted) or as Options.Run decides, or, under Options.Manual, as the test
+// moves them (SetJob); Serve applications go DEPLOYING, then RUNNING with every deployment HEALTHY, unless the test
+// says otherwise (SetServeStatus). A Fleet is a head per head Service, reached in process through the operator's own
+// Ray clients, with faults on the way to each (Remote).
 package fakeray
 
 import (
@@ -41,6 +43,9 @@ type Options struct {
 	ServeDeploying time.Duration
 	// RouteReply answers a request to an application's route on the Serve proxy; nil answers 200 "<app name>".
 	RouteReply func(app string, r *http.Request) string
+	// Manual leaves every job PENDING until SetJob moves it: the test plays Ray's scheduler and the job's driver, so
+	// each transition happens when the test says and never on a timer (Run is not called).
+	Manual bool
 }
 
 // Head is one fake Ray head. Its handlers are safe for concurrent use.
@@ -53,12 +58,17 @@ type Head struct {
 	nextJob int
 	used    map[string]float64
 	serve   *serveState
-	state   stateAPI
+	// serveStatus, when set, is the status every application reports (SetServeStatus).
+	serveStatus string
+	state       stateAPI
 	// submissions counts accepted submissions, refused the repeated submission IDs, notFound the requests for a
 	// job the head does not hold, deploys the Serve PUTs.
 	submissions, refused, notFound, deploys int
-	closed                                  bool
-	wg                                      sync.WaitGroup
+	// calls counts the dashboard's requests by route (Calls); stops are the job IDs of the stop requests, in order.
+	calls  map[string]int
+	stops  []string
+	closed bool
+	wg     sync.WaitGroup
 }
 
 type job struct {
@@ -67,8 +77,10 @@ type job struct {
 	logs   bytes.Buffer
 	cancel context.CancelFunc
 	// stopping: a stop was asked while the job was PENDING or RUNNING.
-	stopping  bool
-	started   bool
+	stopping bool
+	started  bool
+	// set: the test moved the job (SetJob, Restart) while its runner ran; the runner's end no longer counts.
+	set       bool
 	submitted time.Time
 	done      chan struct{}
 	// history is every status the job has had, in order: a test reads the short ones no poll is sure to see.
@@ -97,7 +109,7 @@ func New(opts Options) *Head {
 	if opts.Run == nil {
 		opts.Run = Scripted(time.Second)
 	}
-	return &Head{opts: opts, jobs: map[string]*job{}, used: map[string]float64{}}
+	return &Head{opts: opts, jobs: map[string]*job{}, used: map[string]float64{}, calls: map[string]int{}}
 }
 
 // Close stops every job still running and waits for their runners.
@@ -175,7 +187,7 @@ func (h *Head) ServeUnread() bool {
 	if h.serve == nil || len(h.serve.apps) == 0 {
 		return false
 	}
-	return time.Since(h.serve.deployed) < h.opts.ServeDeploying || h.serve.readsRunning < servePollsSeen
+	return h.appStatusLocked() != ray.ApplicationStatusRunning || h.serve.readsRunning < servePollsSeen
 }
 
 // servePollsSeen is how many reads that find the applications RUNNING prove the operator wrote what the first one
@@ -220,8 +232,44 @@ func (h *Head) Submit(req ray.JobSubmitRequest) (string, error) {
 	return req.SubmissionID, nil
 }
 
-// Dashboard serves the dashboard's port.
+// Dashboard serves the dashboard's port; Calls counts its requests.
 func (h *Head) Dashboard() http.Handler {
+	mux := h.dashboardMux()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		h.calls[Route(r.Method, r.URL.Path)]++
+		h.mu.Unlock()
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// Route names a dashboard request as Calls counts it: the method and the path, a job's ID in it as {id}
+// ("GET /api/jobs/{id}", "POST /api/jobs/{id}/stop", "GET /api/serve/applications/").
+func Route(method, path string) string {
+	if rest, ok := strings.CutPrefix(path, "/api/jobs/"); ok && rest != "" {
+		path = "/api/jobs/{id}"
+		if _, action, ok := strings.Cut(rest, "/"); ok {
+			path += "/" + action
+		}
+	}
+	return method + " " + path
+}
+
+// Calls is how many requests of route (see Route) the dashboard answered.
+func (h *Head) Calls(route string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.calls[route]
+}
+
+// Stops are the job IDs of every stop request the dashboard answered, in order, whether it held the job or not.
+func (h *Head) Stops() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.stops)
+}
+
+func (h *Head) dashboardMux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/gcs_healthz", func(w http.ResponseWriter, r *http.Request) { text(w, http.StatusOK, "success") })
 	mux.HandleFunc("GET /api/version", func(w http.ResponseWriter, r *http.Request) {
@@ -251,7 +299,7 @@ func (h *Head) ServeProxy() http.Handler {
 		running := false
 		if h.serve != nil {
 			apps = h.serve.apps
-			running = time.Since(h.serve.deployed) >= h.opts.ServeDeploying
+			running = h.appStatusLocked() == ray.ApplicationStatusRunning
 		}
 		h.mu.Unlock()
 		switch r.URL.Path {
@@ -348,6 +396,9 @@ func (h *Head) serveJobs(w http.ResponseWriter, r *http.Request) {
 		id = u
 	}
 	h.mu.Lock()
+	if r.Method == http.MethodPost && action == "stop" {
+		h.stops = append(h.stops, id)
+	}
 	j := h.jobs[id]
 	if j == nil {
 		h.notFound++
@@ -461,8 +512,12 @@ func demand(req ray.JobSubmitRequest) map[string]float64 {
 	return d
 }
 
-// schedule starts every PENDING job whose resources are free, in submission order; call with h.mu held.
+// schedule starts every PENDING job whose resources are free, in submission order (none under Options.Manual);
+// call with h.mu held.
 func (h *Head) schedule() {
+	if h.opts.Manual {
+		return
+	}
 	for _, id := range h.order {
 		j := h.jobs[id]
 		if j.started || j.info.Status != ray.JobStatusPending || j.stopping || time.Since(j.submitted) < h.opts.PendingFor {
@@ -515,8 +570,16 @@ func (h *Head) run(ctx context.Context, j *job, held map[string]float64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	j.cancel()
-	for k, v := range held {
-		h.used[k] -= v
+	if h.jobs[j.info.SubmissionID] == j {
+		for k, v := range held {
+			h.used[k] -= v
+		}
+	}
+	if j.set {
+		if !h.closed {
+			h.schedule()
+		}
+		return
 	}
 	j.info.EndTime = time.Now().UnixMilli()
 	switch {
@@ -557,10 +620,74 @@ func (h *Head) stop(j *job) bool {
 		return false
 	}
 	j.stopping = true
-	if j.cancel != nil {
+	switch {
+	case j.cancel != nil:
 		j.cancel()
+	case j.info.Status == ray.JobStatusRunning:
+		// Moved to RUNNING by SetJob, with no runner: its driver ends now, as a runner's would.
+		j.info.Status, j.info.Message, j.info.EndTime = ray.JobStatusStopped, "Job was intentionally stopped.", time.Now().UnixMilli()
+		j.history = append(j.history, j.info.Status)
 	}
 	return true
+}
+
+// SetJob moves job id to status, with the message Ray gives it and these start and end times (Unix milliseconds),
+// as the head would report it from then on; a job the head does not hold is added, as one submitted another way
+// (a user's own `ray job submit`). A job whose runner is running is cut off from it: only SetJob moves it now.
+func (h *Head) SetJob(id string, status ray.JobStatus, startMs, endMs int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	j := h.jobs[id]
+	if j == nil {
+		j = &job{submitted: time.Now(), done: make(chan struct{}), info: ray.JobInfo{Type: "SUBMISSION", SubmissionID: id, Metadata: map[string]string{}}}
+		h.jobs[id] = j
+		h.order = append(h.order, id)
+	}
+	if j.cancel != nil {
+		j.set = true
+		j.cancel()
+	}
+	j.started = j.started || status != ray.JobStatusPending
+	j.info.Status, j.info.StartTime, j.info.EndTime = status, startMs, endMs
+	j.info.ErrorType, j.info.DriverExitCode = "", nil
+	switch status {
+	case ray.JobStatusPending:
+		j.info.Message = pendingMessage(j.req)
+	case ray.JobStatusRunning:
+		j.info.Message = "Job is currently running."
+	case ray.JobStatusStopped:
+		j.info.Message = "Job was intentionally stopped."
+	case ray.JobStatusSucceeded:
+		j.info.Message, j.info.DriverExitCode = "Job finished successfully.", ptrTo(0)
+	case ray.JobStatusFailed:
+		j.info.Message, j.info.ErrorType, j.info.DriverExitCode = "Job entrypoint command failed with exit code 1. No logs available.", "JOB_ENTRYPOINT_COMMAND_ERROR", ptrTo(1)
+	}
+	j.history = append(j.history, status)
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// Restart plays the head restarted without GCS fault tolerance: its jobs and its Serve applications are gone. What
+// it counted of the requests it answered stays.
+func (h *Head) Restart() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, j := range h.jobs {
+		if j.cancel != nil {
+			j.set = true
+			j.cancel()
+		}
+	}
+	h.jobs, h.order, h.used, h.serve = map[string]*job{}, nil, map[string]float64{}, nil
+}
+
+// SetServeStatus makes every application report status (DEPLOYING, UNHEALTHY, DEPLOY_FAILED, ...) and its
+// deployments the matching one, from the next read on, whatever the config deployed; "" goes back to the
+// applications' own course.
+func (h *Head) SetServeStatus(status string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.serveStatus = status
 }
 
 func (h *Head) serveApplications(w http.ResponseWriter, r *http.Request) {
@@ -576,6 +703,12 @@ func (h *Head) serveApplications(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			text(w, http.StatusBadRequest, "Invalid request body: "+err.Error())
 			return
+		}
+		for i := range cfg.Applications {
+			if cfg.Applications[i].Name == "" {
+				// ServeApplicationSchema's default name.
+				cfg.Applications[i].Name = "default"
+			}
 		}
 		h.mu.Lock()
 		h.deploys++
@@ -602,7 +735,7 @@ func (h *Head) serveDetails(read bool) ray.ServeDetails {
 	defer h.mu.Unlock()
 	if read && h.serve != nil {
 		h.serve.reads++
-		if time.Since(h.serve.deployed) >= h.opts.ServeDeploying {
+		if h.appStatusLocked() == ray.ApplicationStatusRunning {
 			h.serve.readsRunning++
 		}
 	}
@@ -613,25 +746,62 @@ func (h *Head) serveDetails(read bool) ray.ServeDetails {
 	}
 	d.HTTPOptions = &ray.ServeHTTPOptions{Host: "0.0.0.0", Port: 8000}
 	d.Proxies = map[string]ray.ServeProxyDetails{"fake-node": {NodeID: "fake-node", NodeIP: "127.0.0.1", Status: "HEALTHY"}}
-	running := time.Since(h.serve.deployed) >= h.opts.ServeDeploying
+	appStatus := h.appStatusLocked()
+	running := appStatus == ray.ApplicationStatusRunning
+	status := deploymentStatus(appStatus)
 	for _, a := range h.serve.apps {
-		app := ray.ServeApplication{Name: a.Name, RoutePrefix: a.route(), Status: ray.ApplicationStatusDeploying,
+		app := ray.ServeApplication{Name: a.Name, RoutePrefix: a.route(), Status: appStatus,
 			LastDeployedTimeS: float64(h.serve.deployed.UnixMilli()) / 1000, Source: "declarative", Deployments: map[string]ray.ServeDeployment{}}
-		status := ray.DeploymentStatusUpdating
-		if running {
-			app.Status, status = ray.ApplicationStatusRunning, ray.DeploymentStatusHealthy
-		}
-		for _, dep := range a.Deployments {
-			sd := ray.ServeDeployment{Name: dep.Name, Status: status, StatusTrigger: "CONFIG_UPDATE_STARTED", TargetNumReplicas: 1}
+		for _, name := range a.deploymentNames() {
+			sd := ray.ServeDeployment{Name: name, Status: status, StatusTrigger: "CONFIG_UPDATE_STARTED", TargetNumReplicas: 1}
 			if running {
 				sd.StatusTrigger = "CONFIG_UPDATE_COMPLETED"
-				sd.Replicas = []ray.ServeReplica{{ReplicaID: dep.Name + "-fake", State: "RUNNING", NodeID: "fake-node", NodeIP: "127.0.0.1"}}
+				sd.Replicas = []ray.ServeReplica{{ReplicaID: name + "-fake", State: "RUNNING", NodeID: "fake-node", NodeIP: "127.0.0.1"}}
 			}
-			app.Deployments[dep.Name] = sd
+			app.Deployments[name] = sd
 		}
 		d.Applications[a.Name] = app
 	}
 	return d
+}
+
+// appStatusLocked is the status the applications report now: SetServeStatus's, or DEPLOYING for
+// Options.ServeDeploying after a deploy and RUNNING from then on. Call with h.mu held and a config deployed.
+func (h *Head) appStatusLocked() string {
+	switch {
+	case h.serveStatus != "":
+		return h.serveStatus
+	case time.Since(h.serve.deployed) < h.opts.ServeDeploying:
+		return ray.ApplicationStatusDeploying
+	}
+	return ray.ApplicationStatusRunning
+}
+
+// deploymentStatus is what an application's deployments report while it is in status.
+func deploymentStatus(appStatus string) string {
+	switch appStatus {
+	case ray.ApplicationStatusRunning:
+		return ray.DeploymentStatusHealthy
+	case ray.ApplicationStatusDeploying:
+		return ray.DeploymentStatusUpdating
+	case ray.ApplicationStatusDeployFailed:
+		return ray.DeploymentStatusDeployFailed
+	}
+	return ray.DeploymentStatusUnhealthy
+}
+
+// deploymentNames are the deployments an application reports: those its config lists or, when it lists none, one
+// named after the application, first letter upper-cased. Serve names a deployment after the class or function
+// the import path leads to, code the fake does not have; an application never has none.
+func (a serveApp) deploymentNames() []string {
+	if len(a.Deployments) == 0 {
+		return []string{strings.ToUpper(a.Name[:1]) + a.Name[1:]}
+	}
+	names := make([]string, len(a.Deployments))
+	for i, d := range a.Deployments {
+		names[i] = d.Name
+	}
+	return names
 }
 
 // Servers are a head's three ports on loopback.

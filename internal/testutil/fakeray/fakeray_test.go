@@ -2,6 +2,8 @@ package fakeray
 
 import (
 	"context"
+	"errors"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
@@ -124,4 +126,112 @@ func serve(t *testing.T, h *Head) ray.Dashboard {
 		t.Fatal(err)
 	}
 	return ray.NewDashboardClient(tr)
+}
+
+// A Fleet is reached through the operator's own clients: a head per head Service, jobs moved by the test, the
+// faults on the way to a head, and Serve through the dashboard and the head pod's proxy.
+func TestFleet(t *testing.T) {
+	f := NewFleet(Options{Manual: true})
+	t.Cleanup(f.Close)
+	ctx := context.Background()
+	target := ray.Target{Namespace: "ns", HeadServiceName: "rc-head-svc"}
+	dash, err := f.DashboardFor(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := f.Cluster("ns", "rc")
+	if h != f.Head("ns", "rc-head-svc") {
+		t.Fatal("Cluster and Head name different heads")
+	}
+	if _, err := dash.SubmitJob(ctx, ray.JobSubmitRequest{SubmissionID: "a", Entrypoint: "python a.py"}); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := dash.GetJob(ctx, "a"); err != nil || info.Status != ray.JobStatusPending {
+		t.Fatalf("a manual head's new job: %+v, %v; want PENDING", info, err)
+	}
+	h.SetJob("a", ray.JobStatusRunning, 1, 0)
+	if info, err := dash.GetJob(ctx, "a"); err != nil || info.Status != ray.JobStatusRunning || info.Message != "Job is currently running." {
+		t.Fatalf("after SetJob RUNNING: %+v, %v", info, err)
+	}
+	if stopped, err := dash.StopJob(ctx, "a"); err != nil || !stopped {
+		t.Fatalf("stop = %v, %v", stopped, err)
+	}
+	if info, _ := h.Job("a"); info.Status != ray.JobStatusStopped {
+		t.Errorf("stopped job is %s", info.Status)
+	}
+	if _, err := dash.StopJob(ctx, "nope"); !errors.Is(err, ray.ErrNotFound) {
+		t.Errorf("stop of an unknown job: %v, want ErrNotFound", err)
+	}
+	if got := h.Stops(); !slices.Equal(got, []string{"a", "nope"}) {
+		t.Errorf("stops %v", got)
+	}
+	if n := h.Calls("GET /api/jobs/{id}"); n != 2 {
+		t.Errorf("%d job reads counted, want 2", n)
+	}
+	if _, ok := f.Cluster("other", "rc").Job("a"); ok {
+		t.Error("a head of another namespace holds the job")
+	}
+
+	// Faults on the way to the head.
+	h.SetDown(true)
+	if _, err := dash.GetJob(ctx, "a"); !errors.Is(err, ray.ErrUnavailable) {
+		t.Errorf("head down: %v, want ErrUnavailable", err)
+	}
+	h.SetDown(false)
+	h.Fail503(1)
+	if _, err := dash.GetJob(ctx, "a"); !errors.Is(err, ray.ErrUnavailable) {
+		t.Errorf("503: %v, want ErrUnavailable", err)
+	}
+	if _, err := dash.GetJob(ctx, "a"); err != nil {
+		t.Errorf("after the one 503: %v", err)
+	}
+	h.DropNextSubmitAnswer()
+	if _, err := dash.SubmitJob(ctx, ray.JobSubmitRequest{SubmissionID: "b", Entrypoint: "python b.py"}); !errors.Is(err, ray.ErrUnavailable) {
+		t.Errorf("lost answer: %v, want ErrUnavailable", err)
+	}
+	if _, err := dash.SubmitJob(ctx, ray.JobSubmitRequest{SubmissionID: "b", Entrypoint: "python b.py"}); !errors.Is(err, ray.ErrAlreadySubmitted) {
+		t.Errorf("submitted again after the lost answer: %v, want ErrAlreadySubmitted", err)
+	}
+	if accepted, refused := h.Submissions(); accepted != 2 || refused != 1 {
+		t.Errorf("submissions %d accepted, %d refused; want 2, 1", accepted, refused)
+	}
+
+	// Serve: the head pod's proxy answers once a config runs; statuses set by the test; state lost on a restart.
+	pod := target
+	pod.HeadPodName, pod.HeadPodIP = "rc-head", "10.0.0.7"
+	proxy, err := f.ServeProxyFor(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.CheckHealth(ctx); err == nil {
+		t.Error("proxy healthy before Serve runs")
+	}
+	if err := dash.DeployServeConfigV2(ctx, "applications:\n- name: app\n  import_path: a:b\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.CheckHealth(ctx); err != nil {
+		t.Errorf("proxy once Serve runs: %v", err)
+	}
+	h.SetServeStatus(ray.ApplicationStatusUnhealthy)
+	d, err := dash.GetServeDetails(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if app := d.Applications["app"]; app.Status != ray.ApplicationStatusUnhealthy || app.Deployments["App"].Status != ray.DeploymentStatusUnhealthy {
+		t.Errorf("application %+v, want UNHEALTHY with its deployment App UNHEALTHY", app)
+	}
+	h.SetProxyDown("rc-head", true)
+	if err := proxy.CheckHealth(ctx); !errors.Is(err, ray.ErrUnavailable) {
+		t.Errorf("proxy down: %v, want ErrUnavailable", err)
+	}
+	h.Restart()
+	if d, err := dash.GetServeDetails(ctx); err != nil || len(d.Applications) != 0 {
+		t.Errorf("after a restart: %+v, %v; want no application", d, err)
+	}
+	if _, ok := h.Job("a"); ok {
+		t.Error("a job outlived the restart")
+	}
+	if n := h.Calls(Route(http.MethodGet, "/api/serve/applications/")); n != 2 {
+		t.Errorf("%d Serve reads counted, want 2", n)
+	}
 }

@@ -1,22 +1,17 @@
 package envtest
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/idle"
@@ -25,42 +20,16 @@ import (
 	"github.com/manta-dev/manta/internal/testutil/fakeray"
 )
 
-// headFactory sends every dashboard call to one fake head, whatever the target.
-type headFactory struct{ url string }
-
-func (f headFactory) DashboardFor(ray.Target) (ray.Dashboard, error) {
-	tr, err := ray.NewDirectTransport(f.url, nil)
-	if err != nil {
-		return nil, err
-	}
-	return ray.NewDashboardClient(tr), nil
-}
-
-func (headFactory) ServeProxyFor(ray.Target) (ray.ServeProxy, error) {
-	return nil, fmt.Errorf("no serve proxy in this test")
-}
-
-func (headFactory) InClusterDashboardURL(ray.Target) string { return "" }
-
 // TestSuspendAndResume runs the idle controller on envtest against a fake Ray head, with a fake clock stepped by
 // the test: one check per step (the interval is 1s of the fake clock), so every wait is on a counter or an object.
 func TestSuspendAndResume(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
-	scheme, err := testutil.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	head := fakeray.New(fakeray.Options{})
-	srv := fakeray.Start(head)
-	t.Cleanup(srv.Close)
-	t.Cleanup(head.Close)
+	e := testutil.NewEnv(cl)
+	mgr := testutil.NewManager(t, cfg)
+	heads := fakeray.NewFleet(fakeray.Options{})
+	t.Cleanup(heads.Close)
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	r, err := idle.NewReconciler(mgr, headFactory{srv.Dashboard.URL}, idle.Options{CheckInterval: time.Second, Clock: clk,
+	r, err := idle.NewReconciler(mgr, heads, idle.Options{CheckInterval: time.Second, Clock: clk,
 		HeadTarget: func(c *rayv1.RayCluster) ray.Target {
 			return ray.Target{Namespace: c.Namespace, HeadServiceName: c.Name + "-head-svc"}
 		}})
@@ -77,6 +46,7 @@ func TestSuspendAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKey{Namespace: ns, Name: "sleepy"}
+	head := heads.Cluster(ns, key.Name)
 	c := testutil.MakeRayCluster(ns, key.Name).Obj()
 	c.Annotations = map[string]string{idle.AnnotationIdleTimeout: "10s"}
 	if err := cl.Create(ctx, c); err != nil {
@@ -100,7 +70,7 @@ func TestSuspendAndResume(t *testing.T) {
 	}
 	waitReads(0, 1)
 	waitReads(time.Minute, 2) // a minute past the timeout, still busy
-	if got := getCluster(t, cl, key); ptr.Deref(got.Spec.Suspend, false) {
+	if got := testutil.Get(t, e, c); ptr.Deref(got.Spec.Suspend, false) {
 		t.Fatal("a cluster with a live actor was suspended")
 	}
 
@@ -108,17 +78,17 @@ func TestSuspendAndResume(t *testing.T) {
 	head.SetTasks("FINISHED", "FAILED")
 	waitReads(time.Second, 4) // first idle check: actors then tasks
 	waitReads(5*time.Second, 6)
-	if got := getCluster(t, cl, key); ptr.Deref(got.Spec.Suspend, false) {
+	if got := testutil.Get(t, e, c); ptr.Deref(got.Spec.Suspend, false) {
 		t.Fatal("suspended after 5s of a 10s timeout")
 	}
 	clk.SetTime(clk.Now().Add(5 * time.Second))
 	testutil.Eventually(t, 30*time.Second, "idle suspension", func() (bool, string) {
-		got := getCluster(t, cl, key)
+		got := testutil.Get(t, e, c)
 		cond := meta.FindStatusCondition(got.Status.Conditions, idle.ConditionIdleSuspended)
 		return ptr.Deref(got.Spec.Suspend, false) && got.Annotations[idle.AnnotationIdleSuspendedAt] != "" && cond != nil && cond.Status == metav1.ConditionTrue,
 			fmt.Sprintf("suspend %v annotations %v condition %+v", ptr.Deref(got.Spec.Suspend, false), got.Annotations, cond)
 	})
-	got := getCluster(t, cl, key)
+	got := testutil.Get(t, e, c)
 	cond := meta.FindStatusCondition(got.Status.Conditions, idle.ConditionIdleSuspended)
 	at := got.Annotations[idle.AnnotationIdleSuspendedAt]
 	if cond.Message != "suspended at "+at+": no Ray job, Serve application, actor or task for 10s ("+idle.AnnotationIdleTimeout+")" ||
@@ -128,34 +98,28 @@ func TestSuspendAndResume(t *testing.T) {
 	if got.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image != c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image {
 		t.Fatal("the spec changed beyond spec.suspend")
 	}
-	waitEvent(t, cl, ns, key.Name, idle.ReasonIdleSuspended, "suspended after 10s idle")
+	if note := e.WaitEvent(t, c, corev1.EventTypeNormal, idle.ReasonIdleSuspended); !strings.Contains(note, "suspended after 10s idle") {
+		t.Errorf("event note %q", note)
+	}
 	if !idle.SuspendedForIdleness(got) {
 		t.Fatal("SuspendedForIdleness is false for a cluster this controller suspended")
 	}
 
 	// A RayJob's resume (idle.Resume) clears spec.suspend; the controller drops the marker and flips the condition.
-	got.Status.State = rayv1.Suspended
-	if err := cl.Status().Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
-	got = getCluster(t, cl, key)
+	got = testutil.UpdateStatus(t, e, c, func(c *rayv1.RayCluster) { c.Status.State = rayv1.Suspended })
 	if resumed, err := idle.Resume(ctx, cl, got); err != nil || !resumed {
 		t.Fatalf("Resume = %v, %v", resumed, err)
 	}
 	testutil.Eventually(t, 30*time.Second, "resumed", func() (bool, string) {
-		got := getCluster(t, cl, key)
+		got := testutil.Get(t, e, c)
 		cond := meta.FindStatusCondition(got.Status.Conditions, idle.ConditionIdleSuspended)
 		_, marked := got.Annotations[idle.AnnotationIdleSuspendedAt]
 		return !marked && cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == idle.ReasonResumed,
 			fmt.Sprintf("annotations %v condition %+v", got.Annotations, cond)
 	})
 	// A cluster a user suspended by hand is not ours to resume.
-	got = getCluster(t, cl, key)
-	got.Spec.Suspend = ptr.To(true)
-	if err := cl.Update(ctx, got); err != nil {
-		t.Fatal(err)
-	}
-	if resumed, err := idle.Resume(ctx, cl, getCluster(t, cl, key)); err != nil || resumed {
+	testutil.Update(t, e, c, func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) })
+	if resumed, err := idle.Resume(ctx, cl, testutil.Get(t, e, c)); err != nil || resumed {
 		t.Fatalf("Resume of a cluster suspended by hand = %v, %v; want false", resumed, err)
 	}
 
@@ -169,32 +133,7 @@ func TestSuspendAndResume(t *testing.T) {
 	if err := cl.Status().Update(ctx, bad); err != nil {
 		t.Fatal(err)
 	}
-	waitEvent(t, cl, ns, "bad", idle.ReasonInvalidIdleTimeout, idle.AnnotationIdleTimeout+`: "5s" is shorter than the minimum 10s`)
-}
-
-func getCluster(t *testing.T, cl client.Client, key client.ObjectKey) *rayv1.RayCluster {
-	t.Helper()
-	c := &rayv1.RayCluster{}
-	if err := cl.Get(context.Background(), key, c); err != nil {
-		t.Fatal(err)
+	if note := e.WaitEvent(t, bad, corev1.EventTypeWarning, idle.ReasonInvalidIdleTimeout); !strings.Contains(note, idle.AnnotationIdleTimeout+`: "5s" is shorter than the minimum 10s`) {
+		t.Errorf("event note %q", note)
 	}
-	return c
-}
-
-func waitEvent(t *testing.T, cl client.Client, ns, name, reason, note string) {
-	t.Helper()
-	testutil.Eventually(t, 30*time.Second, "event "+reason, func() (bool, string) {
-		var list eventsv1.EventList
-		if err := cl.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
-			return false, err.Error()
-		}
-		var seen []string
-		for _, e := range list.Items {
-			if e.Regarding.Name == name && e.Reason == reason && strings.Contains(e.Note, note) {
-				return true, ""
-			}
-			seen = append(seen, e.Reason+": "+e.Note)
-		}
-		return false, fmt.Sprintf("events: %v", seen)
-	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -12,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -23,11 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	"github.com/manta-dev/manta/internal/controller/imagepulljob"
@@ -85,29 +78,13 @@ func startEnv(t *testing.T) *env {
 
 // startEnvWith starts an envtest control plane with the controllers running with these options.
 func startEnvWith(t *testing.T, opts imagepulljob.Options) *env {
-	if os.Getenv("MANTA_TEST_LOG") != "" {
-		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(-2))))
-	} else {
-		ctrl.SetLogger(logr.Discard())
-	}
+	testutil.UseTestLogger()
 	cfg, cl := testutil.StartEnvtest(t)
-	scheme, err := testutil.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
 	mgrCfg := rest.CopyConfig(cfg)
 	wc := &writeCounter{}
 	mgrCfg.QPS, mgrCfg.Burst = 500, 1000
 	mgrCfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper { wc.next = rt; return wc }
-	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := testutil.NewManager(t, mgrCfg)
 	r, err := imagepulljob.NewReconciler(mgr, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -119,18 +96,10 @@ func startEnvWith(t *testing.T, opts imagepulljob.Options) *env {
 	if err := p.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
+	ctx := testutil.RunManager(t, mgr)
 	k := &fakeKubelet{cl: cl, maxActive: map[types.UID]int{}, seen: map[types.UID]map[string]int{}}
 	go k.run(ctx)
 	pw := testutil.WatchPods(t, ctx, cfg, labels.Set{imagepulljob.LabelImagePuller: "true"}, imagepulljob.LabelJobUID)
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
 	return &env{Env: testutil.NewEnv(cl), cl: cl, cfg: cfg, writes: wc, kubelet: k, pods: pw}
 }
 
@@ -262,20 +231,10 @@ func (e *env) addNode(t *testing.T, name string, labels map[string]string, image
 	}
 }
 
-func (e *env) waitJob(t *testing.T, key client.ObjectKey, timeout time.Duration, what string, cond func(*mantav1alpha1.ImagePullJob) bool) *mantav1alpha1.ImagePullJob {
+// waitJob waits until cond holds of the ImagePullJob named key.
+func (e *env) waitJob(t *testing.T, key client.ObjectKey, what string, cond func(*mantav1alpha1.ImagePullJob) bool) *mantav1alpha1.ImagePullJob {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	job := &mantav1alpha1.ImagePullJob{}
-	for {
-		err := e.cl.Get(context.Background(), key, job)
-		if err == nil && cond(job) {
-			return job
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: err=%v status=%+v", what, err, job.Status)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return testutil.WaitFor(t, e.Env, &mantav1alpha1.ImagePullJob{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}, what, cond)
 }
 
 func completed(j *mantav1alpha1.ImagePullJob) bool { return j.Status.CompletionTime != nil }
@@ -291,13 +250,10 @@ func (e *env) pullerPods(t *testing.T, ns string) int {
 
 func (e *env) waitNoPullerPods(t *testing.T, ns string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for e.pullerPods(t, ns) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("puller pods in %s were not cleaned up", ns)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	e.Eventually(t, "the puller pods in "+ns+" cleaned up", func() (bool, string) {
+		n := e.pullerPods(t, ns)
+		return n == 0, fmt.Sprintf("%d left", n)
+	})
 }
 
 func newJob(ns, name, image string) *mantav1alpha1.ImagePullJob {
@@ -402,7 +358,7 @@ func testQuotaBackoff(t *testing.T, e *env) {
 	if err := e.cl.Status().Update(ctx, q); err != nil {
 		t.Fatal(err)
 	}
-	done := e.waitJob(t, client.ObjectKeyFromObject(job), time.Minute, "completion once the quota allows", completed)
+	done := e.waitJob(t, client.ObjectKeyFromObject(job), "completion once the quota allows", completed)
 	if done.Status.Succeeded != 12 || done.Status.Failed != 0 {
 		t.Errorf("status after the quota grew: %+v", done.Status)
 	}
@@ -420,7 +376,7 @@ func testDefaults(t *testing.T, e *env) {
 		*s.PullPolicy.BackoffLimit != 3 || s.CompletionPolicy.Type != mantav1alpha1.CompleteAlways {
 		t.Fatalf("defaults not applied: %+v", s)
 	}
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), time.Minute, "status of a paused job", func(j *mantav1alpha1.ImagePullJob) bool {
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), "status of a paused job", func(j *mantav1alpha1.ImagePullJob) bool {
 		return j.Status.Desired == 15 && j.Status.StartTime != nil
 	})
 	// The 4 nodes that report the image count as succeeded without a pod; the rest wait.
@@ -530,7 +486,7 @@ func testPolicy(t *testing.T, e *env, policy mantav1alpha1.ImagePullPolicy, want
 	if err := e.cl.Create(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", completed)
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), "completion", completed)
 	if got.Status.Desired != 12 || got.Status.Succeeded != 12 || got.Status.Failed != 0 || got.Status.Message != imagepulljob.MessageCompleted {
 		t.Fatalf("status: %+v", got.Status)
 	}
@@ -569,7 +525,7 @@ func testFailingNode(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	sawRetrying := false
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", func(j *mantav1alpha1.ImagePullJob) bool {
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), "completion", func(j *mantav1alpha1.ImagePullJob) bool {
 		for _, r := range j.Status.RetryingNodes {
 			if r.Attempts >= 1 && r.Reason == imagepulljob.ReasonImageNotFound && !r.NextAttemptAfter.IsZero() {
 				sawRetrying = true
@@ -615,7 +571,7 @@ func testDeadline(t *testing.T, e *env) {
 	if err := e.cl.Create(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", completed)
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), "completion", completed)
 	if got.Status.Message != imagepulljob.MessageDeadlineExceeded || got.Status.Failed != 3 || got.Status.Desired != 3 {
 		t.Fatalf("status: %+v", got.Status)
 	}
@@ -640,7 +596,7 @@ func testTTL(t *testing.T, e *env) {
 	if err := e.cl.Create(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", completed)
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), "completion", completed)
 	// Measured from the recorded completion, not from when this test saw it: under load the test may notice the
 	// completion late, and the deletion then seems early.
 	doneAt := got.Status.CompletionTime.Time
@@ -670,9 +626,9 @@ func testNever(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	key := client.ObjectKeyFromObject(job)
-	e.waitJob(t, key, 2*time.Minute, "first node", func(j *mantav1alpha1.ImagePullJob) bool { return j.Status.Succeeded == 1 })
+	e.waitJob(t, key, "first node", func(j *mantav1alpha1.ImagePullJob) bool { return j.Status.Succeeded == 1 })
 	e.addNode(t, "late-1", map[string]string{"pool": "late"})
-	got := e.waitJob(t, key, 2*time.Minute, "the node added later", func(j *mantav1alpha1.ImagePullJob) bool {
+	got := e.waitJob(t, key, "the node added later", func(j *mantav1alpha1.ImagePullJob) bool {
 		return j.Status.Succeeded == 2 && j.Status.Desired == 2
 	})
 	if got.Status.CompletionTime != nil || got.Status.Message != "job is running, progress 100.0%" {
@@ -696,7 +652,7 @@ func testPodSelector(t *testing.T, e *env) {
 	if err := e.cl.Create(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", completed)
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), "completion", completed)
 	if diff := sets.New(got.Status.SucceededNodes...); !diff.Equal(sets.New("p1-02", "p1-05")) {
 		t.Fatalf("succeeded nodes %v", got.Status.SucceededNodes)
 	}

@@ -111,7 +111,7 @@ func testPrepull(t *testing.T, e *env) {
 		}
 	}
 	// The jobs run like any other: the ray image lands on both nodes.
-	e.waitJob(t, client.ObjectKey{Namespace: ns, Name: imagepulljob.PrepullJobName(cluster.Name, "rayproject/ray:2.9.0")}, 2*time.Minute, "prepull progress",
+	e.waitJob(t, client.ObjectKey{Namespace: ns, Name: imagepulljob.PrepullJobName(cluster.Name, "rayproject/ray:2.9.0")}, "prepull progress",
 		func(j *mantav1alpha1.ImagePullJob) bool { return j.Status.Succeeded == 2 })
 
 	// A node joining the zone-b pool is added to the jobs of the images that can land there.

@@ -51,7 +51,7 @@ func TestSecurityImagePullEnvtest(t *testing.T) {
 	if err := e.cl.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	got := e.waitJob(t, client.ObjectKeyFromObject(job), 2*time.Minute, "completion", completed)
+	got := e.waitJob(t, client.ObjectKeyFromObject(job), "completion", completed)
 	if got.Status.Desired != 2 || got.Status.Succeeded != 2 || !cmp.Equal(got.Status.SucceededNodes, []string{"sec-a", "sec-b"}) {
 		t.Errorf("status %+v: want sec-a and sec-b only", got.Status)
 	}

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"go.uber.org/zap/zapcore"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,11 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/raycronjob"
@@ -36,11 +30,7 @@ import (
 const wait = 2 * time.Minute
 
 func TestMain(m *testing.M) {
-	if os.Getenv("MANTA_TEST_LOG") != "" {
-		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(-2))))
-	} else {
-		ctrl.SetLogger(logr.Discard())
-	}
+	testutil.UseTestLogger()
 	os.Exit(m.Run())
 }
 
@@ -57,17 +47,7 @@ type env struct {
 
 func startEnv(t *testing.T) *env {
 	cfg, cl := testutil.StartEnvtest(t)
-	scheme, err := testutil.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := testutil.NewManager(t, cfg)
 	clock := clocktesting.NewFakeClock(time.Now())
 	if err := raycronjob.NewReconciler(mgr, raycronjob.Options{Clock: clock, Local: time.UTC, MaxConcurrentReconciles: 2}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
@@ -102,11 +82,6 @@ func (e *env) create(t *testing.T, ns, name, schedule string, mutate func(*rayv1
 	return cj
 }
 
-func (e *env) get(t *testing.T, cj *rayv1.RayCronJob) *rayv1.RayCronJob {
-	t.Helper()
-	return testutil.Get(t, e.Env, cj)
-}
-
 // reconcileAt sets the controller's clock to now and has it reconcile the RayCronJob.
 func (e *env) reconcileAt(t *testing.T, cj *rayv1.RayCronJob, now time.Time) {
 	t.Helper()
@@ -115,12 +90,6 @@ func (e *env) reconcileAt(t *testing.T, cj *rayv1.RayCronJob, now time.Time) {
 	if err := e.cl.Patch(context.Background(), cj, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// waitFor polls the RayCronJob until cond holds.
-func (e *env) waitFor(t *testing.T, cj *rayv1.RayCronJob, what string, cond func(*rayv1.RayCronJob) bool) *rayv1.RayCronJob {
-	t.Helper()
-	return testutil.WaitFor(t, e.Env, cj, what, cond)
 }
 
 // children lists the RayJobs carrying the RayCronJob's label, sorted by name.
@@ -158,12 +127,6 @@ func (e *env) waitChildren(t *testing.T, cj *rayv1.RayCronJob, runs ...time.Time
 	return got
 }
 
-// waitEvent waits for an event of the given type and reason about the RayCronJob, and returns its note.
-func (e *env) waitEvent(t *testing.T, cj *rayv1.RayCronJob, typ, reason string) string {
-	t.Helper()
-	return e.WaitEvent(t, cj, typ, reason)
-}
-
 // every returns the times of a "*/step * * * *" schedule strictly after from, up to and including to.
 func every(step time.Duration, from, to time.Time) []time.Time {
 	var out []time.Time
@@ -186,19 +149,19 @@ func TestOnAPIServer(t *testing.T) {
 func (e *env) testRuns(t *testing.T) {
 	ns := e.Namespace(t)
 	cj := e.create(t, ns, "every-five", "*/5 * * * *", nil)
-	created := e.get(t, cj).CreationTimestamp.UTC()
+	created := testutil.Get(t, e.Env, cj).CreationTimestamp.UTC()
 	ticks := every(5*time.Minute, created, created.Add(time.Hour))
 
 	// Before the first run: the status says the object was seen, and no RayJob exists.
 	e.reconcileAt(t, cj, ticks[0].Add(-time.Second))
-	e.waitFor(t, cj, "observedGeneration 1", func(c *rayv1.RayCronJob) bool { return c.Status.ObservedGeneration == 1 })
+	testutil.WaitFor(t, e.Env, cj, "observedGeneration 1", func(c *rayv1.RayCronJob) bool { return c.Status.ObservedGeneration == 1 })
 	if got := e.children(t, cj); len(got) != 0 {
 		t.Fatalf("RayJobs %v before the first run", names(got))
 	}
 
 	e.reconcileAt(t, cj, ticks[0].Add(time.Second))
 	first := e.waitChildren(t, cj, ticks[0])[0]
-	owner := e.get(t, cj)
+	owner := testutil.Get(t, e.Env, cj)
 	wantOwner := []metav1.OwnerReference{{APIVersion: "ray.io/v1", Kind: "RayCronJob", Name: cj.Name, UID: owner.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
 	if !equalOwners(first.OwnerReferences, wantOwner) {
@@ -213,10 +176,10 @@ func (e *env) testRuns(t *testing.T) {
 	if first.Spec.Entrypoint != cj.Spec.JobTemplate.Entrypoint || first.Spec.RayClusterSpec == nil {
 		t.Errorf("spec %+v is not the template", first.Spec)
 	}
-	e.waitFor(t, cj, "lastScheduleTime "+ticks[0].String(), func(c *rayv1.RayCronJob) bool {
+	testutil.WaitFor(t, e.Env, cj, "lastScheduleTime "+ticks[0].String(), func(c *rayv1.RayCronJob) bool {
 		return c.Status.LastScheduleTime != nil && c.Status.LastScheduleTime.Time.Equal(ticks[0])
 	})
-	if note := e.waitEvent(t, cj, corev1.EventTypeNormal, raycronjob.ReasonCreatedJob); !strings.Contains(note, first.Name) {
+	if note := e.WaitEvent(t, cj, corev1.EventTypeNormal, raycronjob.ReasonCreatedJob); !strings.Contains(note, first.Name) {
 		t.Errorf("event %q does not name %s", note, first.Name)
 	}
 
@@ -228,7 +191,7 @@ func (e *env) testRuns(t *testing.T) {
 	// Two runs pass unreconciled; one touch creates both, oldest first, and keeps every earlier RayJob.
 	e.reconcileAt(t, cj, ticks[3].Add(2*time.Minute))
 	e.waitChildren(t, cj, ticks[0], ticks[1], ticks[2], ticks[3])
-	e.waitFor(t, cj, "lastScheduleTime "+ticks[3].String(), func(c *rayv1.RayCronJob) bool {
+	testutil.WaitFor(t, e.Env, cj, "lastScheduleTime "+ticks[3].String(), func(c *rayv1.RayCronJob) bool {
 		return c.Status.LastScheduleTime != nil && c.Status.LastScheduleTime.Time.Equal(ticks[3])
 	})
 
@@ -284,11 +247,11 @@ func (e *env) table(t *testing.T, cj *rayv1.RayCronJob) *metav1.Table {
 func (e *env) testSuspend(t *testing.T) {
 	ns := e.Namespace(t)
 	cj := e.create(t, ns, "paused", "*/5 * * * *", func(c *rayv1.RayCronJob) { c.Spec.Suspend = ptr.To(true) })
-	created := e.get(t, cj).CreationTimestamp.UTC()
+	created := testutil.Get(t, e.Env, cj).CreationTimestamp.UTC()
 	now := created.Add(11 * time.Minute)
 	e.reconcileAt(t, cj, now)
-	e.waitEvent(t, cj, corev1.EventTypeNormal, raycronjob.ReasonSuspended)
-	got := e.waitFor(t, cj, "observedGeneration 1", func(c *rayv1.RayCronJob) bool { return c.Status.ObservedGeneration == 1 })
+	e.WaitEvent(t, cj, corev1.EventTypeNormal, raycronjob.ReasonSuspended)
+	got := testutil.WaitFor(t, e.Env, cj, "observedGeneration 1", func(c *rayv1.RayCronJob) bool { return c.Status.ObservedGeneration == 1 })
 	if jobs := e.children(t, cj); len(jobs) != 0 || got.Status.LastScheduleTime != nil {
 		t.Fatalf("suspended: RayJobs %v, lastScheduleTime %v", names(jobs), got.Status.LastScheduleTime)
 	}
@@ -305,16 +268,16 @@ func (e *env) testSuspend(t *testing.T) {
 func (e *env) testInvalidTimeZone(t *testing.T) {
 	ns := e.Namespace(t)
 	cj := e.create(t, ns, "half-past", "30 * * * *", func(c *rayv1.RayCronJob) { c.Spec.TimeZone = ptr.To("Mars/Olympus") })
-	created := e.get(t, cj).CreationTimestamp.UTC()
+	created := testutil.Get(t, e.Env, cj).CreationTimestamp.UTC()
 	now := created.Add(61 * time.Minute)
 	e.reconcileAt(t, cj, now)
-	got := e.waitFor(t, cj, "condition InvalidRayCronJobSpec", func(c *rayv1.RayCronJob) bool {
+	got := testutil.WaitFor(t, e.Env, cj, "condition InvalidRayCronJobSpec", func(c *rayv1.RayCronJob) bool {
 		return meta.IsStatusConditionTrue(c.Status.Conditions, string(rayv1.InvalidRayCronJobSpec))
 	})
 	if msg := meta.FindStatusCondition(got.Status.Conditions, string(rayv1.InvalidRayCronJobSpec)).Message; !strings.Contains(msg, "spec.timeZone") || !strings.Contains(msg, "Mars/Olympus") {
 		t.Errorf("condition message %q does not name spec.timeZone and its value", msg)
 	}
-	if note := e.waitEvent(t, cj, corev1.EventTypeWarning, raycronjob.ReasonInvalidSpec); !strings.Contains(note, "spec.timeZone") {
+	if note := e.WaitEvent(t, cj, corev1.EventTypeWarning, raycronjob.ReasonInvalidSpec); !strings.Contains(note, "spec.timeZone") {
 		t.Errorf("event %q does not name spec.timeZone", note)
 	}
 	if jobs := e.children(t, cj); len(jobs) != 0 {
@@ -326,7 +289,7 @@ func (e *env) testInvalidTimeZone(t *testing.T) {
 	if err := e.cl.Patch(context.Background(), cj, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		t.Fatal(err)
 	}
-	e.waitFor(t, cj, "condition InvalidRayCronJobSpec gone", func(c *rayv1.RayCronJob) bool {
+	testutil.WaitFor(t, e.Env, cj, "condition InvalidRayCronJobSpec gone", func(c *rayv1.RayCronJob) bool {
 		return meta.FindStatusCondition(c.Status.Conditions, string(rayv1.InvalidRayCronJobSpec)) == nil
 	})
 	e.waitChildren(t, cj, every(time.Hour, created, now)...)

@@ -17,7 +17,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
-	"github.com/manta-dev/manta/internal/controller/rayjob/rayjobtest"
+	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -60,7 +60,7 @@ func TestBatchSchedulerVolcano(t *testing.T) {
 		err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ray-vj-pg"}, pg)
 		return err == nil, fmt.Sprint(err)
 	})
-	got := e.get(t, j)
+	got := testutil.Get(t, e.Env, j)
 	// head 1/1Gi + worker 1/1Gi + the default submitter's requests 500m/200Mi
 	if pg.Spec.MinMember != 2 || !sameQuantities(pg.Spec.MinResources, map[string]string{"cpu": "2500m", "memory": "2248Mi"}) ||
 		pg.Spec.Queue != "q1" || !metav1.IsControlledBy(pg, got) {
@@ -83,9 +83,7 @@ func TestBatchSchedulerVolcano(t *testing.T) {
 		t.Errorf("submitter pod template %q %v %v", tmpl.Spec.SchedulerName, tmpl.Labels, tmpl.Annotations)
 	}
 
-	e.ray.With(ns, c.Name, func(h *rayjobtest.Head) {
-		h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, time.Now().UnixMilli()-1000, time.Now().UnixMilli())
-	})
+	e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusSucceeded, time.Now().UnixMilli()-1000, time.Now().UnixMilli())
 	now := metav1.Now()
 	sub.Status.StartTime, sub.Status.CompletionTime, sub.Status.Succeeded = &now, &now, 1
 	sub.Status.Conditions = []batchv1.JobCondition{
@@ -96,7 +94,7 @@ func TestBatchSchedulerVolcano(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
-	e.waitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonBatchSchedulerCleanedUp)
+	e.WaitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonBatchSchedulerCleanedUp)
 	if err := e.cl.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +106,7 @@ func TestBatchSchedulerVolcano(t *testing.T) {
 		j.Spec.RayClusterSpec = nil
 		j.Spec.ClusterSelector = map[string]string{rayv1.LabelCluster: c.Name}
 	}))
-	if note := e.waitEvent(t, sel, corev1.EventTypeWarning, rayjob.ReasonBatchSchedulingRefused); !strings.Contains(note, "spec.clusterSelector") {
+	if note := e.WaitEvent(t, sel, corev1.EventTypeWarning, rayjob.ReasonBatchSchedulingRefused); !strings.Contains(note, "spec.clusterSelector") {
 		t.Errorf("refusal %q does not name spec.clusterSelector", note)
 	}
 }

@@ -9,25 +9,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"go.uber.org/zap/zapcore"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/idle"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
-	"github.com/manta-dev/manta/internal/controller/rayjob/rayjobtest"
+	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
+	"github.com/manta-dev/manta/internal/testutil/fakeray"
 )
 
 const wait = 2 * time.Minute
@@ -35,21 +32,24 @@ const wait = 2 * time.Minute
 type env struct {
 	*testutil.Env
 	cl  client.Client
-	ray *rayjobtest.Ray
+	ray *fakeray.Fleet
 }
 
-// startEnv runs the RayJob controller alone against a real kube-apiserver: the tests play the RayCluster
-// controller (they set a cluster's status) and Ray (rayjobtest.Ray), so every transition can be driven.
 func TestMain(m *testing.M) {
-	if os.Getenv("MANTA_TEST_LOG") != "" {
-		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapcore.Level(-2))))
-	} else {
-		ctrl.SetLogger(logr.Discard())
-	}
+	testutil.UseTestLogger()
 	os.Exit(m.Run())
 }
 
+// startEnv runs the RayJob controller alone against a real kube-apiserver: the tests play the RayCluster
+// controller (they set a cluster's status) and Ray (newRay's heads), so every transition can be driven.
 func startEnv(t *testing.T) *env { return startEnvWith(t, "") }
+
+// newRay is a fake Ray head per cluster whose jobs move only when the test says (fakeray.Options.Manual).
+func newRay(t *testing.T) *fakeray.Fleet {
+	fr := fakeray.NewFleet(fakeray.Options{Manual: true})
+	t.Cleanup(fr.Close)
+	return fr
+}
 
 // startEnvWith is startEnv with the operator's batch scheduler, and Volcano's PodGroup CRD installed; opts change
 // the controller's options.
@@ -59,34 +59,37 @@ func startEnvWith(t *testing.T, scheduler string, opts ...func(*rayjob.Options))
 		crds = append(crds, testutil.VolcanoCRDs(t))
 	}
 	cfg, cl := testutil.StartEnvtestWithCRDs(t, crds...)
-	fr := rayjobtest.NewRay()
-	scheme, err := testutil.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
+	fr := newRay(t)
 	mgrCfg := rest.CopyConfig(cfg)
 	mgrCfg.QPS, mgrCfg.Burst = 500, 1000
-	mgr, err := ctrl.NewManager(mgrCfg, ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	o := rayjob.Options{
 		StatusCheckTimeout: 3 * time.Second, TransitionGracePeriod: 30 * time.Second, SubmitterFinishedTimeout: 2 * time.Second,
 		PollInterval: 200 * time.Millisecond, StopOnDeleteTimeout: 3 * time.Second, MaxConcurrentReconciles: 4,
 		BatchScheduler: scheduler,
 	}
+	startOperator(t, mgrCfg, fr, o, opts)
+	return &env{Env: testutil.NewEnv(cl), cl: cl, ray: fr}
+}
+
+// startEnvOnFakeClock is startEnvWith with the controller on a fake clock that only the test moves: no deadline,
+// timeout or grace passes while the test sets a scene up, however loaded the machine.
+func startEnvOnFakeClock(t *testing.T, opts ...func(*rayjob.Options)) (*env, *clocktesting.FakeClock) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	return startEnvWith(t, "", append([]func(*rayjob.Options){func(o *rayjob.Options) { o.Clock = clk }}, opts...)...), clk
+}
+
+// startOperator runs the RayJob controller on cfg with o changed by opts, Ray played by fr, its manager's options
+// changed by mgrOpts; it returns a function that stops it (the test's end does too).
+func startOperator(t *testing.T, cfg *rest.Config, fr *fakeray.Fleet, o rayjob.Options, opts []func(*rayjob.Options), mgrOpts ...func(*ctrl.Options)) func() {
+	t.Helper()
+	mgr := testutil.NewManager(t, cfg, mgrOpts...)
 	for _, f := range opts {
 		f(&o)
 	}
-	r := rayjob.NewReconciler(mgr, fr, o)
-	if err := r.SetupWithManager(mgr); err != nil {
+	if err := rayjob.NewReconciler(mgr, fr, o).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	testutil.RunManager(t, mgr)
-	return &env{Env: testutil.NewEnv(cl), cl: cl, ray: fr}
+	return testutil.StartManager(t, mgr)
 }
 
 // create creates the RayJob w builds.
@@ -97,38 +100,41 @@ func (e *env) create(t *testing.T, w *testutil.RayJobWrapper) *rayv1.RayJob {
 	return j
 }
 
-func (e *env) get(t *testing.T, j *rayv1.RayJob) *rayv1.RayJob {
-	t.Helper()
-	return testutil.Get(t, e.Env, j)
-}
-
-// waitFor polls the RayJob until cond holds.
-func (e *env) waitFor(t *testing.T, j *rayv1.RayJob, what string, cond func(*rayv1.RayJob) bool) *rayv1.RayJob {
-	t.Helper()
-	return testutil.WaitFor(t, e.Env, j, what, cond)
-}
-
 func (e *env) waitDeployment(t *testing.T, j *rayv1.RayJob, want rayv1.JobDeploymentStatus) *rayv1.RayJob {
 	t.Helper()
-	return e.waitFor(t, j, "jobDeploymentStatus "+string(want), func(j *rayv1.RayJob) bool { return j.Status.JobDeploymentStatus == want })
+	return testutil.WaitFor(t, e.Env, j, "jobDeploymentStatus "+string(want), func(j *rayv1.RayJob) bool { return j.Status.JobDeploymentStatus == want })
+}
+
+func (e *env) waitJobStatus(t *testing.T, j *rayv1.RayJob, want rayv1.JobStatus) *rayv1.RayJob {
+	t.Helper()
+	return testutil.WaitFor(t, e.Env, j, "jobStatus "+string(want), func(j *rayv1.RayJob) bool { return j.Status.JobStatus == want })
 }
 
 // readyCluster waits for the job's cluster, checks it is the job's, and marks it ready as the RayCluster
 // controller would.
 func (e *env) readyCluster(t *testing.T, j *rayv1.RayJob) *rayv1.RayCluster {
 	t.Helper()
-	j = e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
-	c := &rayv1.RayCluster{}
-	testutil.Eventually(t, wait, "the RayCluster "+j.Status.RayClusterName, func() (bool, string) {
-		err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: j.Namespace, Name: j.Status.RayClusterName}, c)
-		return err == nil, fmt.Sprint(err)
+	return testutil.UpdateStatus(t, e.Env, e.waitCluster(t, j), func(c *rayv1.RayCluster) {
+		c.Status.State = rayv1.Ready
+		c.Status.ReadyWorkerReplicas = 1
 	})
-	c.Status.State = rayv1.Ready
-	c.Status.ReadyWorkerReplicas = 1
-	if err := e.cl.Status().Update(context.Background(), c); err != nil {
-		t.Fatal(err)
-	}
-	return c
+}
+
+// submitted creates the RayJob w builds, marks its cluster ready and waits until Ray holds its job, PENDING; it
+// returns the RayJob as created, its cluster, and the RayJob as it then is.
+func (e *env) submitted(t *testing.T, w *testutil.RayJobWrapper) (j *rayv1.RayJob, c *rayv1.RayCluster, pending *rayv1.RayJob) {
+	t.Helper()
+	j = e.create(t, w)
+	c = e.readyCluster(t, j)
+	return j, c, e.waitJobStatus(t, j, rayv1.JobStatusPending)
+}
+
+// waitCluster waits for the job's cluster.
+func (e *env) waitCluster(t *testing.T, j *rayv1.RayJob) *rayv1.RayCluster {
+	t.Helper()
+	j = testutil.WaitFor(t, e.Env, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
+	return testutil.WaitFor(t, e.Env, &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Status.RayClusterName}},
+		"the RayCluster "+j.Status.RayClusterName, func(*rayv1.RayCluster) bool { return true })
 }
 
 func (e *env) clusterGone(t *testing.T, ns, name string) {
@@ -139,27 +145,12 @@ func (e *env) clusterGone(t *testing.T, ns, name string) {
 	})
 }
 
-func (e *env) update(t *testing.T, j *rayv1.RayJob, mutate func(*rayv1.RayJob)) {
-	t.Helper()
-	testutil.Eventually(t, wait, "update "+j.Name, func() (bool, string) {
-		cur := e.get(t, j)
-		mutate(cur)
-		err := e.cl.Update(context.Background(), cur)
-		return err == nil, fmt.Sprint(err)
-	})
-}
-
-// waitEvent waits for an event of the given type and reason about the RayJob, and returns its note.
-func (e *env) waitEvent(t *testing.T, j *rayv1.RayJob, typ, reason string) string {
-	t.Helper()
-	return e.WaitEvent(t, j, typ, reason)
-}
-
+// requests is what reached the head of cluster: the submissions (accepted or refused), the jobs it holds, and the
+// job IDs it was asked to stop.
 func (e *env) requests(ns, cluster string) (reqs int, jobs int, stops []string) {
-	e.ray.With(ns, cluster, func(h *rayjobtest.Head) {
-		reqs, jobs, stops = len(h.Requests), len(h.Jobs), append([]string(nil), h.Stops...)
-	})
-	return
+	h := e.ray.Cluster(ns, cluster)
+	accepted, refused := h.Submissions()
+	return accepted + refused, len(h.Jobs()), h.Stops()
 }
 
 func TestEnvtest(t *testing.T) {
@@ -198,15 +189,13 @@ func TestEnvtest(t *testing.T) {
 			n, _, _ := e.requests(ns, c.Name)
 			return n > 0, ""
 		})
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) {
-			r := h.Requests[0]
-			if r.SubmissionID != id || r.Metadata["owner"] != "me" || r.EntrypointNumCPUs != 0.5 || r.EntrypointResources["custom"] != 2 || r.RuntimeEnv["env_vars"] == nil {
-				t.Errorf("submit request = %+v", r)
-			}
-			h.SetJob(id, rayv1.JobStatusRunning, 1_700_000_000_000, 0)
-		})
-		e.waitFor(t, j, "jobStatus RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(id, rayv1.JobStatusSucceeded, 1_700_000_000_000, 1_700_000_005_000) })
+		head := e.ray.Cluster(ns, c.Name)
+		if r, ok := head.Job(id); !ok || r.SubmissionID != id || r.Metadata["owner"] != "me" || r.EntrypointNumCPUs != 0.5 || r.EntrypointResources["custom"] != 2 || r.RuntimeEnv["env_vars"] == nil {
+			t.Errorf("submitted job %s = %+v (held: %v)", id, r, ok)
+		}
+		head.SetJob(id, ray.JobStatusRunning, 1_700_000_000_000, 0)
+		e.waitJobStatus(t, j, rayv1.JobStatusRunning)
+		e.ray.Cluster(ns, c.Name).SetJob(id, ray.JobStatusSucceeded, 1_700_000_000_000, 1_700_000_005_000)
 		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
 		if got.Status.JobStatus != rayv1.JobStatusSucceeded || ptr.Deref(got.Status.Succeeded, -1) != 1 || ptr.Deref(got.Status.Failed, -1) != 0 || got.Status.EndTime == nil {
 			t.Errorf("status = %+v", got.Status)
@@ -226,20 +215,19 @@ func TestEnvtest(t *testing.T) {
 	t.Run("HTTPMode submit that times out after Ray accepted it is not submitted again", func(t *testing.T) {
 		ns := e.Namespace(t)
 		j := e.create(t, testutil.MakeRayJob(ns, "http-timeout"))
-		got := e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
-		e.ray.With(ns, got.Status.RayClusterName, func(h *rayjobtest.Head) { h.AcceptThenTimeout = true })
+		got := testutil.WaitFor(t, e.Env, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
+		e.ray.Cluster(ns, got.Status.RayClusterName).DropNextSubmitAnswer()
 		c := e.readyCluster(t, j)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
 		testutil.Eventually(t, wait, "the job seen as PENDING", func() (bool, string) {
-			g := e.get(t, j)
+			g := testutil.Get(t, e.Env, j)
 			return g.Status.JobStatus == rayv1.JobStatusPending, string(g.Status.JobStatus)
 		})
 		// The controller has had its chances to submit again once it has polled the job three more times.
-		var polled int
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { polled = h.Gets })
+		const poll = "GET /api/jobs/{id}"
+		polled := e.ray.Cluster(ns, c.Name).Calls(poll)
 		testutil.Eventually(t, wait, "three more polls of the job", func() (bool, string) {
-			var n int
-			e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { n = h.Gets })
+			n := e.ray.Cluster(ns, c.Name).Calls(poll)
 			return n >= polled+3, fmt.Sprintf("%d polls", n-polled)
 		})
 		reqs, jobs, _ := e.requests(ns, c.Name)
@@ -252,9 +240,9 @@ func TestEnvtest(t *testing.T) {
 		ns := e.Namespace(t)
 		j := e.create(t, testutil.MakeRayJob(ns, "down"))
 		c := e.readyCluster(t, j)
-		e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.Down = true })
-		e.waitFor(t, j, "jobStatusCheckFailureStartTime", func(j *rayv1.RayJob) bool { return j.Status.JobStatusCheckFailureStartTime != nil })
+		e.waitJobStatus(t, j, rayv1.JobStatusPending)
+		e.ray.Cluster(ns, c.Name).SetDown(true)
+		testutil.WaitFor(t, e.Env, j, "jobStatusCheckFailureStartTime", func(j *rayv1.RayJob) bool { return j.Status.JobStatusCheckFailureStartTime != nil })
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
 		if got.Status.Reason != rayv1.JobStatusCheckTimeoutExceeded {
 			t.Errorf("reason = %q", got.Status.Reason)
@@ -263,11 +251,9 @@ func TestEnvtest(t *testing.T) {
 
 	t.Run("a job Ray lost is not resubmitted", func(t *testing.T) {
 		ns := e.Namespace(t)
-		j := e.create(t, testutil.MakeRayJob(ns, "lost"))
-		c := e.readyCluster(t, j)
-		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { delete(h.Jobs, got.Status.JobId) })
-		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		j, c, _ := e.submitted(t, testutil.MakeRayJob(ns, "lost"))
+		e.ray.Cluster(ns, c.Name).Restart()
+		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
 		if got.Status.Reason != rayv1.JobStatusCheckTimeoutExceeded || !strings.Contains(got.Status.Message, "no longer knows") {
 			t.Errorf("reason %q message %q", got.Status.Reason, got.Status.Message)
 		}
@@ -278,20 +264,18 @@ func TestEnvtest(t *testing.T) {
 
 	t.Run("backoffLimit retries on a new cluster with a new job id", func(t *testing.T) {
 		ns := e.Namespace(t)
-		j := e.create(t, testutil.MakeRayJob(ns, "retry").BackoffLimit(1))
-		c1 := e.readyCluster(t, j)
-		first := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.With(ns, c1.Name, func(h *rayjobtest.Head) { h.SetJob(first.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
-		e.waitFor(t, j, "a second cluster", func(j *rayv1.RayJob) bool {
+		j, c1, first := e.submitted(t, testutil.MakeRayJob(ns, "retry").BackoffLimit(1))
+		e.ray.Cluster(ns, c1.Name).SetJob(first.Status.JobId, ray.JobStatusFailed, 1, 2)
+		testutil.WaitFor(t, e.Env, j, "a second cluster", func(j *rayv1.RayJob) bool {
 			return j.Status.RayClusterName != "" && j.Status.RayClusterName != c1.Name
 		})
 		e.clusterGone(t, ns, c1.Name)
 		c2 := e.readyCluster(t, j)
-		second := e.waitFor(t, j, "PENDING again", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		second := e.waitJobStatus(t, j, rayv1.JobStatusPending)
 		if second.Status.JobId == first.Status.JobId || ptr.Deref(second.Status.Failed, 0) != 1 {
 			t.Errorf("second attempt: jobId %q (first %q), failed %v", second.Status.JobId, first.Status.JobId, second.Status.Failed)
 		}
-		e.ray.With(ns, c2.Name, func(h *rayjobtest.Head) { h.SetJob(second.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
+		e.ray.Cluster(ns, c2.Name).SetJob(second.Status.JobId, ray.JobStatusFailed, 1, 2)
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
 		if got.Status.Reason != rayv1.AppFailed || ptr.Deref(got.Status.Failed, 0) != 2 {
 			t.Errorf("status = %+v", got.Status)
@@ -326,11 +310,9 @@ func TestEnvtest(t *testing.T) {
 			t.Errorf("submitter env = %v", env)
 		}
 		// The submitter submits; Ray finishes; the submitter finishes.
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) {
-			h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, time.Now().UnixMilli()-1000, time.Now().UnixMilli())
-		})
-		e.waitFor(t, j, "SUCCEEDED", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusSucceeded })
-		if g := e.get(t, j); g.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusRunning {
+		e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusSucceeded, time.Now().UnixMilli()-1000, time.Now().UnixMilli())
+		e.waitJobStatus(t, j, rayv1.JobStatusSucceeded)
+		if g := testutil.Get(t, e.Env, j); g.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusRunning {
 			t.Errorf("completed before the submitter finished: %s", g.Status.JobDeploymentStatus)
 		}
 		now := metav1.Now()
@@ -381,10 +363,8 @@ func TestEnvtest(t *testing.T) {
 		}))
 		c := e.readyCluster(t, j)
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) {
-			h.SetJob(got.Status.JobId, rayv1.JobStatusRunning, time.Now().UnixMilli(), 0)
-		})
-		e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
+		e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusRunning, time.Now().UnixMilli(), 0)
+		e.waitJobStatus(t, j, rayv1.JobStatusRunning)
 		// The submitter completes while Ray goes on reporting the job RUNNING.
 		sub := &batchv1.Job{}
 		if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "k8sgrace"}, sub); err != nil {
@@ -407,7 +387,7 @@ func TestEnvtest(t *testing.T) {
 			t.Errorf("status %+v, want message %q", s, wantMsg)
 		}
 		e.clusterGone(t, ns, c.Name)
-		e.waitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonDeletedCluster)
+		e.WaitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonDeletedCluster)
 	})
 
 	t.Run("SidecarMode fails 30 s after the submitter container exited when Ray never reports the job terminal", func(t *testing.T) {
@@ -415,10 +395,8 @@ func TestEnvtest(t *testing.T) {
 		j := e.create(t, testutil.MakeRayJob(ns, "sidegrace").Mode(rayv1.SidecarMode))
 		c := e.readyCluster(t, j)
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) {
-			h.SetJob(got.Status.JobId, rayv1.JobStatusRunning, time.Now().UnixMilli(), 0)
-		})
-		e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
+		e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusRunning, time.Now().UnixMilli(), 0)
+		e.waitJobStatus(t, j, rayv1.JobStatusRunning)
 		// The head pod (no RayCluster controller runs here), whose submitter container exits 0 while Ray goes on
 		// reporting the job RUNNING.
 		head := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name + "-head",
@@ -452,10 +430,10 @@ func TestEnvtest(t *testing.T) {
 		if got.Status.RayClusterName != "" {
 			t.Errorf("suspended job has cluster %q", got.Status.RayClusterName)
 		}
-		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.Suspend = false })
+		testutil.Update(t, e.Env, j, func(j *rayv1.RayJob) { j.Spec.Suspend = false })
 		c := e.readyCluster(t, j)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
-		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.Suspend = true })
+		testutil.Update(t, e.Env, j, func(j *rayv1.RayJob) { j.Spec.Suspend = true })
 		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusSuspended)
 		e.clusterGone(t, ns, c.Name)
 		if got.Status.RayClusterName != "" || got.Status.JobStatus != "" || got.Status.RayClusterStatus.State != "" {
@@ -468,15 +446,15 @@ func TestEnvtest(t *testing.T) {
 		j := e.create(t, testutil.MakeRayJob(ns, "badsusp"))
 		c := e.readyCluster(t, j)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
-		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.Suspend = true })
+		testutil.Update(t, e.Env, j, func(j *rayv1.RayJob) { j.Spec.Suspend = true })
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusValidationFailed)
 		if !strings.Contains(got.Status.Message, "spec.suspend") {
 			t.Errorf("message %q", got.Status.Message)
 		}
-		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.Suspend = false })
+		testutil.Update(t, e.Env, j, func(j *rayv1.RayJob) { j.Spec.Suspend = false })
 		// The old run's cluster goes before the new run names its own: never two clusters at once.
 		e.clusterGone(t, ns, c.Name)
-		got = e.waitFor(t, j, "a new cluster", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" && j.Status.RayClusterName != c.Name })
+		got = testutil.WaitFor(t, e.Env, j, "a new cluster", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" && j.Status.RayClusterName != c.Name })
 		clusters := &rayv1.RayClusterList{}
 		if err := e.cl.List(t.Context(), clusters, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
@@ -485,21 +463,6 @@ func TestEnvtest(t *testing.T) {
 			if rc.Name != got.Status.RayClusterName {
 				t.Errorf("cluster %s of the old run still there beside %s", rc.Name, got.Status.RayClusterName)
 			}
-		}
-	})
-
-	t.Run("activeDeadlineSeconds fails the job and stops it in Ray", func(t *testing.T) {
-		ns := e.Namespace(t)
-		j := e.create(t, testutil.MakeRayJob(ns, "deadline").ActiveDeadline(3))
-		c := e.readyCluster(t, j)
-		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusRunning, 1, 0) })
-		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
-		if want := fmt.Sprintf("The RayJob has passed the activeDeadlineSeconds. StartTime: %s. ActiveDeadlineSeconds: %d", got.Status.StartTime.Local(), *j.Spec.ActiveDeadlineSeconds); got.Status.Reason != rayv1.DeadlineExceeded || got.Status.Message != want {
-			t.Errorf("reason = %q, message %q, want KubeRay's %q", got.Status.Reason, got.Status.Message, want)
-		}
-		if _, _, stops := e.requests(ns, c.Name); len(stops) == 0 || stops[0] != got.Status.JobId {
-			t.Errorf("stops = %v", stops)
 		}
 	})
 
@@ -519,7 +482,7 @@ func TestEnvtest(t *testing.T) {
 		if got.Status.Reason != rayv1.ValidationFailed || !strings.Contains(got.Status.Message, "spec.runtimeEnvYAML") {
 			t.Errorf("reason %q message %q", got.Status.Reason, got.Status.Message)
 		}
-		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.RuntimeEnvYAML = "" })
+		testutil.Update(t, e.Env, j, func(j *rayv1.RayJob) { j.Spec.RuntimeEnvYAML = "" })
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusInitializing)
 	})
 
@@ -528,13 +491,13 @@ func TestEnvtest(t *testing.T) {
 		j := e.create(t, testutil.MakeRayJob(ns, "interactive").Mode(rayv1.InteractiveMode).Entrypoint(""))
 		c := e.readyCluster(t, j)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusWaiting)
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob("mine", rayv1.JobStatusRunning, 1, 0) })
-		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.JobId = "mine" })
-		got := e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
+		e.ray.Cluster(ns, c.Name).SetJob("mine", ray.JobStatusRunning, 1, 0)
+		testutil.Update(t, e.Env, j, func(j *rayv1.RayJob) { j.Spec.JobId = "mine" })
+		got := e.waitJobStatus(t, j, rayv1.JobStatusRunning)
 		if got.Status.JobId != "mine" || got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusRunning {
 			t.Errorf("status = %+v", got.Status)
 		}
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob("mine", rayv1.JobStatusSucceeded, 1, 2) })
+		e.ray.Cluster(ns, c.Name).SetJob("mine", ray.JobStatusSucceeded, 1, 2)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
 		if n, _, _ := e.requests(ns, c.Name); n != 0 {
 			t.Errorf("the operator submitted %d jobs in InteractiveMode", n)
@@ -551,7 +514,7 @@ func TestEnvtest(t *testing.T) {
 			t.Errorf("head template = %+v, labels %v", head, c.Labels)
 		}
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
+		e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusFailed, 1, 2)
 		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
 		if got.Status.Reason != rayv1.AppFailed || got.Status.JobStatus != rayv1.JobStatusFailed {
 			t.Errorf("status = %+v", got.Status)
@@ -572,8 +535,8 @@ func TestEnvtest(t *testing.T) {
 			}}
 		}))
 		c := e.readyCluster(t, j)
-		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+		got := e.waitJobStatus(t, j, rayv1.JobStatusPending)
+		e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusSucceeded, 1, 2)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
 		testutil.Eventually(t, wait, "worker groups suspended", func() (bool, string) {
 			cur := &rayv1.RayCluster{}
@@ -586,7 +549,7 @@ func TestEnvtest(t *testing.T) {
 			t.Fatalf("RayJob gone too early: %v", err)
 		}
 		e.clusterGone(t, ns, c.Name)
-		if note, want := e.waitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonSuspendedWorkers), "Set the `suspend` field to true for all worker groups in cluster "+ns+"/"+c.Name; note != want {
+		if note, want := e.WaitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonSuspendedWorkers), "Set the `suspend` field to true for all worker groups in cluster "+ns+"/"+c.Name; note != want {
 			t.Errorf("event note %q, want %q", note, want)
 		}
 		testutil.Eventually(t, wait, "the RayJob deleted", func() (bool, string) {
@@ -604,13 +567,13 @@ func TestEnvtest(t *testing.T) {
 			}
 		}))
 		c := e.readyCluster(t, j)
-		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusFailed, 1, 2) })
+		got := e.waitJobStatus(t, j, rayv1.JobStatusPending)
+		e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusFailed, 1, 2)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
 		// A spec change the controller must observe: once it has, it has applied the deletion policy of the
 		// finished job at least once.
-		e.update(t, j, func(j *rayv1.RayJob) { j.Spec.TTLSecondsAfterFinished++ })
-		e.waitFor(t, j, "the spec change observed", func(j *rayv1.RayJob) bool { return j.Status.ObservedGeneration == j.Generation })
+		testutil.Update(t, e.Env, j, func(j *rayv1.RayJob) { j.Spec.TTLSecondsAfterFinished++ })
+		testutil.WaitFor(t, e.Env, j, "the spec change observed", func(j *rayv1.RayJob) bool { return j.Status.ObservedGeneration == j.Generation })
 		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(c), &rayv1.RayCluster{}); err != nil {
 			t.Errorf("cluster deleted on failure with DeleteNone: %v", err)
 		}
@@ -618,9 +581,7 @@ func TestEnvtest(t *testing.T) {
 
 	t.Run("deleting a running RayJob stops its Ray job", func(t *testing.T) {
 		ns := e.Namespace(t)
-		j := e.create(t, testutil.MakeRayJob(ns, "delete-me"))
-		c := e.readyCluster(t, j)
-		got := e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		j, c, got := e.submitted(t, testutil.MakeRayJob(ns, "delete-me"))
 		if !strings.Contains(strings.Join(got.Finalizers, ","), rayjob.Finalizer) {
 			t.Errorf("finalizers = %v", got.Finalizers)
 		}
@@ -640,11 +601,11 @@ func TestEnvtest(t *testing.T) {
 		ns := e.Namespace(t)
 		j := e.create(t, testutil.MakeRayJob(ns, "selector").ClusterSelector(map[string]string{rayv1.LabelCluster: "shared"}))
 		// Selected before it exists: a warning event as KubeRay's, the status message left alone.
-		note := e.waitEvent(t, j, corev1.EventTypeWarning, rayjob.ReasonClusterNotFound)
+		note := e.WaitEvent(t, j, corev1.EventTypeWarning, rayjob.ReasonClusterNotFound)
 		if want := "RayCluster " + ns + "/shared set in the clusterSelector is not found. It must be created manually"; note != want {
 			t.Errorf("event note %q, want %q", note, want)
 		}
-		if got := e.get(t, j); got.Status.Message != "" || got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusInitializing {
+		if got := testutil.Get(t, e.Env, j); got.Status.Message != "" || got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusInitializing {
 			t.Errorf("status %+v", got.Status)
 		}
 		existing := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shared"}, Spec: *testutil.RayJobClusterSpec()}
@@ -655,8 +616,8 @@ func TestEnvtest(t *testing.T) {
 		if c.Name != "shared" {
 			t.Fatalf("cluster = %s", c.Name)
 		}
-		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.With(ns, "shared", func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+		got := e.waitJobStatus(t, j, rayv1.JobStatusPending)
+		e.ray.Cluster(ns, "shared").SetJob(got.Status.JobId, ray.JobStatusSucceeded, 1, 2)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
 		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(c), &rayv1.RayCluster{}); err != nil {
 			t.Errorf("selected cluster deleted: %v", err)
@@ -672,15 +633,15 @@ func TestEnvtest(t *testing.T) {
 			t.Fatal(err)
 		}
 		j := e.create(t, testutil.MakeRayJob(ns, "wake").ClusterSelector(map[string]string{rayv1.LabelCluster: "sleepy"}))
-		if note := e.waitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonResumedIdleCluster); !strings.Contains(note, ns+"/sleepy") {
+		if note := e.WaitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonResumedIdleCluster); !strings.Contains(note, ns+"/sleepy") {
 			t.Errorf("event note %q", note)
 		}
 		c := e.readyCluster(t, j)
 		if ptr.Deref(c.Spec.Suspend, false) {
 			t.Fatal("the selected cluster is still suspended")
 		}
-		got := e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
-		e.ray.With(ns, "sleepy", func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+		got := e.waitJobStatus(t, j, rayv1.JobStatusPending)
+		e.ray.Cluster(ns, "sleepy").SetJob(got.Status.JobId, ray.JobStatusSucceeded, 1, 2)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
 	})
 
@@ -690,7 +651,7 @@ func TestEnvtest(t *testing.T) {
 		// The work queue hands out the foreign RayJob before one created after it: once that one is reconciled,
 		// the controller has seen the foreign one too.
 		e.waitDeployment(t, e.create(t, testutil.MakeRayJob(ns, "ours")), rayv1.JobDeploymentStatusInitializing)
-		got := e.get(t, j)
+		got := testutil.Get(t, e.Env, j)
 		if got.Status.JobDeploymentStatus != "" || len(got.Finalizers) != 0 {
 			t.Errorf("foreign RayJob touched: %+v finalizers %v", got.Status, got.Finalizers)
 		}

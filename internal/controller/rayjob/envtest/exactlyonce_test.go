@@ -15,28 +15,22 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
-	"github.com/manta-dev/manta/internal/controller/rayjob/rayjobtest"
+	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
+	"github.com/manta-dev/manta/internal/testutil/fakeray"
 )
 
 // startFlakyOperator runs the RayJob controller with a client whose status writes fail with a conflict about half
 // the time, as they do when another writer got there first (never when conflicts is nil), and opts changing its
 // options. It returns a stop function.
-func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *rayjobtest.Ray, conflicts *atomic.Int64, opts ...func(*rayjob.Options)) func() {
+func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *fakeray.Fleet, conflicts *atomic.Int64, opts ...func(*rayjob.Options)) func() {
 	t.Helper()
-	scheme, err := testutil.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(rest.CopyConfig(cfg), ctrl.Options{
-		Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		NewClient: func(c *rest.Config, o client.Options) (client.Client, error) {
+	o := rayjob.Options{PollInterval: 100 * time.Millisecond, MaxConcurrentReconciles: 2}
+	return startOperator(t, rest.CopyConfig(cfg), fr, o, opts, func(mo *ctrl.Options) {
+		mo.NewClient = func(c *rest.Config, o client.Options) (client.Client, error) {
 			cl, err := client.NewWithWatch(c, o)
 			if err != nil {
 				return nil, err
@@ -50,35 +44,15 @@ func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *rayjobtest.Ray, conf
 					return c.SubResource(sub).Update(ctx, obj, opts...)
 				},
 			}), nil
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := rayjob.Options{PollInterval: 100 * time.Millisecond, MaxConcurrentReconciles: 2}
-	for _, f := range opts {
-		f(&o)
-	}
-	r := rayjob.NewReconciler(mgr, fr, o)
-	if err := r.SetupWithManager(mgr); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
 		}
-	}
+	})
 }
 
 // TestExactlyOnce: with half the status writes conflicting, a submit that times out after Ray accepted it, and
 // the operator stopped and started again at each step, every RayJob gets one cluster and one submission.
 func TestExactlyOnce(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
-	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: rayjobtest.NewRay()}
+	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: newRay(t)}
 	var conflicts atomic.Int64
 	stop := startFlakyOperator(t, cfg, e.ray, &conflicts)
 	defer func() { stop() }()
@@ -95,9 +69,9 @@ func TestExactlyOnce(t *testing.T) {
 	}
 	restart()
 	for i, j := range jobs {
-		got := e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
+		got := testutil.WaitFor(t, e.Env, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
 		if i%2 == 0 {
-			e.ray.With(ns, got.Status.RayClusterName, func(h *rayjobtest.Head) { h.AcceptThenTimeout = true })
+			e.ray.Cluster(ns, got.Status.RayClusterName).DropNextSubmitAnswer()
 		}
 	}
 	restart()
@@ -105,12 +79,12 @@ func TestExactlyOnce(t *testing.T) {
 		e.readyCluster(t, j)
 	}
 	for _, j := range jobs {
-		e.waitFor(t, j, "PENDING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusPending })
+		e.waitJobStatus(t, j, rayv1.JobStatusPending)
 	}
 	restart()
 	for _, j := range jobs {
-		got := e.get(t, j)
-		e.ray.With(ns, got.Status.RayClusterName, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, 1, 2) })
+		got := testutil.Get(t, e.Env, j)
+		e.ray.Cluster(ns, got.Status.RayClusterName).SetJob(got.Status.JobId, ray.JobStatusSucceeded, 1, 2)
 	}
 	for _, j := range jobs {
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
@@ -123,7 +97,7 @@ func TestExactlyOnce(t *testing.T) {
 		t.Errorf("%d RayClusters for %d RayJobs", len(clusters.Items), n)
 	}
 	for _, j := range jobs {
-		got := e.get(t, j)
+		got := testutil.Get(t, e.Env, j)
 		reqs, nJobs, _ := e.requests(ns, got.Status.RayClusterName)
 		if reqs != 1 || nJobs != 1 || ptr.Deref(got.Status.Succeeded, 0) != 1 {
 			t.Errorf("%s: %d submit calls, %d jobs in Ray, succeeded %v; want 1, 1, 1", j.Name, reqs, nJobs, got.Status.Succeeded)

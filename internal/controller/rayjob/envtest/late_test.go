@@ -10,7 +10,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
-	"github.com/manta-dev/manta/internal/controller/rayjob/rayjobtest"
+	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -20,7 +20,7 @@ import (
 // reconcile that came after the timeout failed a job Ray had finished before its submitter exited).
 func TestLateReconcileAfterSubmitterFinished(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
-	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: rayjobtest.NewRay()}
+	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: newRay(t)}
 	timeout := func(o *rayjob.Options) { o.SubmitterFinishedTimeout = 2 * time.Second }
 	stop := startFlakyOperator(t, cfg, e.ray, nil, timeout)
 	ns := e.Namespace(t)
@@ -28,15 +28,13 @@ func TestLateReconcileAfterSubmitterFinished(t *testing.T) {
 	c := e.readyCluster(t, j)
 	got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
 	started := time.Now().Add(-2 * time.Minute)
-	e.ray.With(ns, c.Name, func(h *rayjobtest.Head) { h.SetJob(got.Status.JobId, rayv1.JobStatusRunning, started.UnixMilli(), 0) })
-	e.waitFor(t, j, "RUNNING", func(j *rayv1.RayJob) bool { return j.Status.JobStatus == rayv1.JobStatusRunning })
+	e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusRunning, started.UnixMilli(), 0)
+	e.waitJobStatus(t, j, rayv1.JobStatusRunning)
 	stop()
 
 	// While the operator is down: Ray finishes the job, then the head's submitter container exits, a minute ago.
 	ended := time.Now().Add(-time.Minute - time.Second)
-	e.ray.With(ns, c.Name, func(h *rayjobtest.Head) {
-		h.SetJob(got.Status.JobId, rayv1.JobStatusSucceeded, started.UnixMilli(), ended.UnixMilli())
-	})
+	e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusSucceeded, started.UnixMilli(), ended.UnixMilli())
 	finished := metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
 	head := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: c.Name + "-head",
 		Labels: map[string]string{rayv1.LabelCluster: c.Name, rayv1.LabelNodeType: rayv1.NodeTypeHead}},
@@ -55,7 +53,7 @@ func TestLateReconcileAfterSubmitterFinished(t *testing.T) {
 
 	stop = startFlakyOperator(t, cfg, e.ray, nil, timeout)
 	defer stop()
-	got = e.waitFor(t, j, "a terminal jobDeploymentStatus", func(j *rayv1.RayJob) bool {
+	got = testutil.WaitFor(t, e.Env, j, "a terminal jobDeploymentStatus", func(j *rayv1.RayJob) bool {
 		return j.Status.JobDeploymentStatus == rayv1.JobDeploymentStatusComplete || j.Status.JobDeploymentStatus == rayv1.JobDeploymentStatusFailed
 	})
 	if s := got.Status; s.JobDeploymentStatus != rayv1.JobDeploymentStatusComplete || s.JobStatus != rayv1.JobStatusSucceeded || s.Reason != "" {

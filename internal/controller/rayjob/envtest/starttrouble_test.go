@@ -1,7 +1,6 @@
 package envtest
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,12 +8,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clocktesting "k8s.io/utils/clock/testing"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/controller/shared/podtrouble"
+	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -23,8 +21,7 @@ const pullNotFound = `rpc error: code = NotFound desc = failed to pull and unpac
 // TestStartTrouble plays the RayCluster controller and the kubelet (the job's cluster's pods, their status set by
 // hand) under a fake clock that the test steps, so deadlines and the missing-Secret grace pass without waiting.
 func TestStartTrouble(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Now())
-	e := startEnvWith(t, "", func(o *rayjob.Options) { o.Clock = clk; o.MissingConfigGrace = 2 * time.Minute })
+	e, clk := startEnvOnFakeClock(t, func(o *rayjob.Options) { o.MissingConfigGrace = 2 * time.Minute })
 
 	t.Run("an Initializing job's message and a Warning event name its head's cause; it keeps waiting", func(t *testing.T) {
 		ns := e.Namespace(t)
@@ -33,23 +30,23 @@ func TestStartTrouble(t *testing.T) {
 		head := e.troublePod(t, c, "head", rayv1.NodeTypeHead, waitingStatus("ErrImagePull", pullNotFound))
 		want := fmt.Sprintf(`pod %s: ErrImagePull: container ray-head cannot pull image "127.0.0.1:5000/ray:nope": %s`, head.Name, pullNotFound)
 		e.poke(t, c)
-		got := e.waitFor(t, j, "message naming the pull error", func(j *rayv1.RayJob) bool { return j.Status.Message == want })
+		got := testutil.WaitFor(t, e.Env, j, "message naming the pull error", func(j *rayv1.RayJob) bool { return j.Status.Message == want })
 		if got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusInitializing {
 			t.Errorf("jobDeploymentStatus = %s, want Initializing (no opt-in)", got.Status.JobDeploymentStatus)
 		}
-		if note := e.waitEvent(t, j, corev1.EventTypeWarning, podtrouble.ReasonImagePull); note != "RayCluster "+c.Name+": "+want {
+		if note := e.WaitEvent(t, j, corev1.EventTypeWarning, podtrouble.ReasonImagePull); note != "RayCluster "+c.Name+": "+want {
 			t.Errorf("event note %q", note)
 		}
 		// The kubelet backs off: the same cause, so the message stays as it is.
 		e.setPodStatus(t, head, waitingStatus("ImagePullBackOff", `Back-off pulling image "127.0.0.1:5000/ray:nope": ErrImagePull: `+pullNotFound))
 		e.poke(t, c)
-		got = e.waitFor(t, j, "the poke mirrored", func(j *rayv1.RayJob) bool { return j.Status.RayClusterStatus.Reason == "poke 2" })
+		got = testutil.WaitFor(t, e.Env, j, "the poke mirrored", func(j *rayv1.RayJob) bool { return j.Status.RayClusterStatus.Reason == "poke 2" })
 		if got.Status.Message != want || got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusInitializing {
 			t.Errorf("after the back-off: message %q, jobDeploymentStatus %s", got.Status.Message, got.Status.JobDeploymentStatus)
 		}
 		// Fixed: the cluster is ready, the message is cleared.
 		e.readyCluster(t, j)
-		e.waitFor(t, j, "Running with no message", func(j *rayv1.RayJob) bool {
+		testutil.WaitFor(t, e.Env, j, "Running with no message", func(j *rayv1.RayJob) bool {
 			return j.Status.JobDeploymentStatus == rayv1.JobDeploymentStatusRunning && !strings.Contains(j.Status.Message, "ErrImagePull")
 		})
 	})
@@ -62,7 +59,7 @@ func TestStartTrouble(t *testing.T) {
 		st.ContainerStatuses[0].LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: 3, Reason: "Error", Message: "boom\n"}
 		e.troublePod(t, c, "head", rayv1.NodeTypeHead, st)
 		e.poke(t, c)
-		e.waitFor(t, j, "message naming the crash loop", func(j *rayv1.RayJob) bool { return strings.Contains(j.Status.Message, "CrashLoopBackOff") })
+		testutil.WaitFor(t, e.Env, j, "message naming the crash loop", func(j *rayv1.RayJob) bool { return strings.Contains(j.Status.Message, "CrashLoopBackOff") })
 		clk.Step(61 * time.Second)
 		e.poke(t, c)
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
@@ -70,6 +67,29 @@ func TestStartTrouble(t *testing.T) {
 			c.Name + "-head: CrashLoopBackOff: container ray-head keeps exiting: last exit code 3 (Error), termination message: boom"
 		if got.Status.Reason != rayv1.PreRunningDeadlineExceeded || got.Status.Message != want {
 			t.Errorf("reason %q message %q; want %q, %q", got.Status.Reason, got.Status.Message, rayv1.PreRunningDeadlineExceeded, want)
+		}
+	})
+
+	// On the real clock (a subtest of TestEnvtest until #41) the 3 s counted from status.startTime, which the
+	// controller sets when it initializes the job, so they had to cover the test's own steps too: the cluster made
+	// and marked ready, the job submitted and seen PENDING, then set RUNNING. A loaded machine took longer, the job
+	// failed while still Initializing, never PENDING, and the wait for PENDING ran out.
+	t.Run("activeDeadlineSeconds fails the job and stops it in Ray", func(t *testing.T) {
+		ns := e.Namespace(t)
+		j, c, got := e.submitted(t, testutil.MakeRayJob(ns, "deadline").ActiveDeadline(3))
+		e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusRunning, 1, 0)
+		got = e.waitJobStatus(t, j, rayv1.JobStatusRunning)
+		if got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusRunning {
+			t.Fatalf("jobDeploymentStatus %s (reason %q) before the deadline passed on the controller's clock", got.Status.JobDeploymentStatus, got.Status.Reason)
+		}
+		// A running job is polled: a reconcile after the step finds the deadline passed.
+		clk.Step(3 * time.Second)
+		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
+		if want := fmt.Sprintf("The RayJob has passed the activeDeadlineSeconds. StartTime: %s. ActiveDeadlineSeconds: %d", got.Status.StartTime.Local(), *j.Spec.ActiveDeadlineSeconds); got.Status.Reason != rayv1.DeadlineExceeded || got.Status.Message != want {
+			t.Errorf("reason = %q, message %q, want KubeRay's %q", got.Status.Reason, got.Status.Message, want)
+		}
+		if _, _, stops := e.requests(ns, c.Name); len(stops) == 0 || stops[0] != got.Status.JobId {
+			t.Errorf("stops = %v", stops)
 		}
 	})
 
@@ -102,13 +122,13 @@ func TestStartTrouble(t *testing.T) {
 			Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 			Message: "0/3 nodes are available: 3 Insufficient cpu.", LastTransitionTime: metav1.Now()}}})
 		e.poke(t, c)
-		got := e.waitFor(t, j, "message naming the Secret and the worker", func(j *rayv1.RayJob) bool {
+		got := testutil.WaitFor(t, e.Env, j, "message naming the Secret and the worker", func(j *rayv1.RayJob) bool {
 			return strings.Contains(j.Status.Message, `secret "db-password" not found`) && strings.Contains(j.Status.Message, "pod "+w.Name+": Unschedulable: ")
 		})
 		if got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusInitializing {
 			t.Fatalf("failed within the grace: %+v", got.Status)
 		}
-		e.waitEvent(t, j, corev1.EventTypeWarning, podtrouble.ReasonUnschedulable)
+		e.WaitEvent(t, j, corev1.EventTypeWarning, podtrouble.ReasonUnschedulable)
 		clk.Step(3 * time.Minute)
 		e.poke(t, c)
 		got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusFailed)
@@ -127,22 +147,10 @@ func TestStartTrouble(t *testing.T) {
 		if got.Status.Message != want {
 			t.Errorf("message %q, want %q", got.Status.Message, want)
 		}
-		if note := e.waitEvent(t, j, corev1.EventTypeWarning, rayjob.ReasonInvalidSpec); note != want {
+		if note := e.WaitEvent(t, j, corev1.EventTypeWarning, rayjob.ReasonInvalidSpec); note != want {
 			t.Errorf("event %q", note)
 		}
 	})
-}
-
-// waitCluster waits for the job's cluster.
-func (e *env) waitCluster(t *testing.T, j *rayv1.RayJob) *rayv1.RayCluster {
-	t.Helper()
-	j = e.waitFor(t, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
-	c := &rayv1.RayCluster{}
-	testutil.Eventually(t, wait, "the RayCluster "+j.Status.RayClusterName, func() (bool, string) {
-		err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: j.Namespace, Name: j.Status.RayClusterName}, c)
-		return err == nil, fmt.Sprint(err)
-	})
-	return c
 }
 
 // troublePod creates a pod of the cluster (as the RayCluster controller would) with the status given (as the kubelet
@@ -161,12 +169,7 @@ func (e *env) troublePod(t *testing.T, c *rayv1.RayCluster, suffix, nodeType str
 
 func (e *env) setPodStatus(t *testing.T, p *corev1.Pod, st corev1.PodStatus) {
 	t.Helper()
-	testutil.Eventually(t, wait, "status of pod "+p.Name, func() (bool, string) {
-		cur := testutil.Get(t, e.Env, p)
-		cur.Status = st
-		err := e.cl.Status().Update(context.Background(), cur)
-		return err == nil, fmt.Sprint(err)
-	})
+	testutil.UpdateStatus(t, e.Env, p, func(p *corev1.Pod) { p.Status = st })
 }
 
 func waitingStatus(reason, msg string) corev1.PodStatus {
@@ -178,14 +181,11 @@ func waitingStatus(reason, msg string) corev1.PodStatus {
 // the RayJob, which watches its cluster, reconciles.
 func (e *env) poke(t *testing.T, c *rayv1.RayCluster) {
 	t.Helper()
-	testutil.Eventually(t, wait, "poke RayCluster "+c.Name, func() (bool, string) {
-		cur := testutil.Get(t, e.Env, c)
+	testutil.UpdateStatus(t, e.Env, c, func(cur *rayv1.RayCluster) {
 		n := 1
 		if _, err := fmt.Sscanf(cur.Status.Reason, "poke %d", &n); err == nil {
 			n++
 		}
 		cur.Status.Reason = fmt.Sprintf("poke %d", n)
-		err := e.cl.Status().Update(context.Background(), cur)
-		return err == nil, fmt.Sprint(err)
 	})
 }

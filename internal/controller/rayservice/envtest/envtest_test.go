@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,15 +32,15 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	sigyaml "sigs.k8s.io/yaml"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/controller/rayservice"
+	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
+	"github.com/manta-dev/manta/internal/testutil/fakeray"
 )
 
 const (
@@ -68,16 +69,15 @@ const (
 type env struct {
 	*testutil.Env
 	cl  client.Client
-	ray *fakeRay
+	ray *fakeray.Fleet
 	ipN atomic.Int32
 }
 
-// TestController runs the RayCluster and RayService controllers on one envtest control plane, with Ray replaced by
-// fakeRay, and walks the RayService state machine: each subtest in its own namespace.
+// TestController runs the RayCluster and RayService controllers on one envtest control plane, with Ray played by
+// fake heads, and walks the RayService state machine: each subtest in its own namespace.
 func TestController(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
-	fr := startControllers(t, cfg, rayservice.Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond})
-	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: fr}
+	e := startControllers(t, cfg, cl, rayservice.Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond})
 
 	t.Run("group", func(t *testing.T) {
 		for name, fn := range map[string]func(*testing.T, *env){
@@ -107,34 +107,22 @@ func TestController(t *testing.T) {
 	})
 }
 
-// startControllers runs the RayCluster controller and the RayService controller (opts, with fakeRay for Ray) on
-// the envtest control plane at cfg, until t ends.
-func startControllers(t *testing.T, cfg *rest.Config, opts rayservice.Options) *fakeRay {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	scheme, err := testutil.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
+// startControllers runs the RayCluster controller and the RayService controller (opts, with a fakeray.Fleet for
+// Ray) on the envtest control plane at cfg, until t ends.
+func startControllers(t *testing.T, cfg *rest.Config, cl client.Client, opts rayservice.Options) *env {
 	podReq, _ := labels.NewRequirement(rayv1.LabelNodeType, selection.Exists, nil)
 	svcReq, _ := labels.NewRequirement(rayv1.LabelCluster, selection.Exists, nil)
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		// TestController and TestIncrementalUpgrade each start these controllers in this one process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+	mgr := testutil.NewManager(t, cfg, func(o *ctrl.Options) {
+		o.Cache = cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:     {Label: labels.NewSelector().Add(*podReq)},
 			&corev1.Service{}: {Label: labels.NewSelector().Add(*svcReq)},
-		}},
+		}}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := raycluster.NewReconciler(mgr, raycluster.Options{MaxConcurrentReconciles: 4}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	fr := newFakeRay()
+	fr := fakeray.NewFleet(fakeray.Options{})
+	t.Cleanup(fr.Close)
 	opts.RayClients = fr
 	r, err := rayservice.NewReconciler(mgr, opts)
 	if err != nil {
@@ -143,56 +131,45 @@ func startControllers(t *testing.T, cfg *rest.Config, opts rayservice.Options) *
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	return fr
+	testutil.RunManager(t, mgr)
+	return &env{Env: testutil.NewEnv(cl), cl: cl, ray: fr}
 }
 
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	testutil.Eventually(t, 2*time.Minute, what, cond)
-}
+// serveDetailsRead is the request the controller reads a head's Serve applications with.
+var serveDetailsRead = fakeray.Route(http.MethodGet, "/api/serve/applications/")
 
-// makeService is a RayService with one worker group of one replica serving configV1.
 // waitReconciles waits until the controller has read the Serve details of cluster n more times: each read is one
 // reconcile observing it, so whatever those reconciles would do, they have done. Tests that prove an absence
 // wait here instead of sleeping.
-func (e *env) waitReconciles(t *testing.T, cluster string, n int) {
+func (e *env) waitReconciles(t *testing.T, ns, cluster string, n int) {
 	t.Helper()
-	var start int
-	e.ray.with(cluster, func(h *fakeHead) { start = h.details })
-	eventually(t, fmt.Sprintf("%d more reconciles observing %s", n, cluster), func() (bool, string) {
-		var now int
-		e.ray.with(cluster, func(h *fakeHead) { now = h.details })
+	h := e.ray.Cluster(ns, cluster)
+	start := h.Calls(serveDetailsRead)
+	e.Eventually(t, fmt.Sprintf("%d more reconciles observing %s", n, cluster), func() (bool, string) {
+		now := h.Calls(serveDetailsRead)
 		return now >= start+n, fmt.Sprintf("%d so far", now-start)
 	})
 }
 
-func makeService(ns, name string) *rayv1.RayService {
-	return testutil.MakeRayService(ns, name).ServeConfig(configV1).ClusterDeletionDelay(3).Obj()
+// deploys is how many Serve configs the head of cluster was sent, and the last one as Ray got it (JSON).
+func (e *env) deploys(ns, cluster string) (n int, config string) {
+	h := e.ray.Cluster(ns, cluster)
+	return h.ServeDeploys(), string(h.ServeConfig())
 }
 
-func (e *env) get(t *testing.T, rs *rayv1.RayService) *rayv1.RayService {
+// asSent is serveConfigV2 as the controller sends it to Ray (JSON).
+func asSent(t *testing.T, serveConfigV2 string) string {
 	t.Helper()
-	got := &rayv1.RayService{}
-	if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rs), got); err != nil {
+	b, err := ray.ServeConfigToJSON(serveConfigV2)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return got
+	return string(b)
 }
 
-// update re-reads rs, applies fn and writes it, retrying on conflicts.
-func (e *env) update(t *testing.T, rs *rayv1.RayService, fn func(*rayv1.RayService)) {
-	t.Helper()
-	eventually(t, "update RayService", func() (bool, string) {
-		got := e.get(t, rs)
-		fn(got)
-		err := e.cl.Update(context.Background(), got)
-		return err == nil, fmt.Sprint(err)
-	})
+// makeService is a RayService with one worker group of one replica serving configV1.
+func makeService(ns, name string) *rayv1.RayService {
+	return testutil.MakeRayService(ns, name).ServeConfig(configV1).ClusterDeletionDelay(3).Obj()
 }
 
 func (e *env) cluster(t *testing.T, ns, name string) (*rayv1.RayCluster, bool) {
@@ -226,7 +203,7 @@ func (e *env) pods(t *testing.T, ns, cluster string) []corev1.Pod {
 // setReady plays the kubelet for a cluster: once its n pods exist, each becomes Running and Ready with an IP.
 func (e *env) setReady(t *testing.T, ns, cluster string, n int) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%d pods of %s running", n, cluster), func() (bool, string) {
+	e.Eventually(t, fmt.Sprintf("%d pods of %s running", n, cluster), func() (bool, string) {
 		pods := e.pods(t, ns, cluster)
 		if len(pods) != n {
 			return false, fmt.Sprintf("%d pods", len(pods))
@@ -260,8 +237,8 @@ func cond(rs *rayv1.RayService, t rayv1.RayServiceConditionType) metav1.Conditio
 func (e *env) waitPending(t *testing.T, rs *rayv1.RayService, not string) string {
 	t.Helper()
 	var name string
-	eventually(t, "a pending cluster", func() (bool, string) {
-		got := e.get(t, rs)
+	e.Eventually(t, "a pending cluster", func() (bool, string) {
+		got := testutil.Get(t, e.Env, rs)
 		name = got.Status.PendingServiceStatus.RayClusterName
 		if name == "" || name == not {
 			return false, fmt.Sprintf("pending %q", name)
@@ -276,8 +253,8 @@ func (e *env) waitPending(t *testing.T, rs *rayv1.RayService, not string) string
 func (e *env) waitActive(t *testing.T, rs *rayv1.RayService, name string) *rayv1.RayService {
 	t.Helper()
 	var got *rayv1.RayService
-	eventually(t, "cluster "+name+" active and Ready", func() (bool, string) {
-		got = e.get(t, rs)
+	e.Eventually(t, "cluster "+name+" active and Ready", func() (bool, string) {
+		got = testutil.Get(t, e.Env, rs)
 		ok := got.Status.ActiveServiceStatus.RayClusterName == name && cond(got, rayv1.RayServiceReady).Status == metav1.ConditionTrue
 		return ok, fmt.Sprintf("active %q, ready %+v", got.Status.ActiveServiceStatus.RayClusterName, cond(got, rayv1.RayServiceReady))
 	})
@@ -338,8 +315,8 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 	// Promoted once its applications run, with the head as its one serve endpoint if the worker's readiness was
 	// not seen yet: the status counts the worker by a later reconcile.
 	var got *rayv1.RayService
-	eventually(t, "both pods counted as serve endpoints", func() (bool, string) {
-		got = e.get(t, rs)
+	e.Eventually(t, "both pods counted as serve endpoints", func() (bool, string) {
+		got = testutil.Get(t, e.Env, rs)
 		return got.Status.NumServeEndpoints == 2, fmt.Sprintf("numServeEndpoints %d", got.Status.NumServeEndpoints)
 	})
 	c, _ := e.cluster(t, ns, name)
@@ -365,8 +342,8 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 	// The RayService mirrors its cluster's status as the RayCluster controller last wrote it: the service may turn
 	// Ready (from the head pod and Serve) a moment before the cluster's status write that says ready (its pods'
 	// readiness waits the RayCluster controller's pod batch), and the mirror follows with the next reconcile.
-	eventually(t, "the active cluster's status mirrored", func() (bool, string) {
-		s := e.get(t, rs).Status.ActiveServiceStatus.RayClusterStatus
+	e.Eventually(t, "the active cluster's status mirrored", func() (bool, string) {
+		s := testutil.Get(t, e.Env, rs).Status.ActiveServiceStatus.RayClusterStatus
 		return s.Head.PodName != "" && s.State == rayv1.Ready, fmt.Sprintf("%+v", s)
 	})
 	// As KubeRay v1.6.2+: the finalizer that deletes the clusters first; added by a metadata patch, so the
@@ -399,39 +376,39 @@ func testFirstDeployAndInPlaceUpdates(t *testing.T, e *env) {
 	}
 	testServicesLabelledForTheRayService(t, e, rs)
 	// The config hash is kept: a settled service is not sent its config again.
-	e.waitReconciles(t, name, 3)
-	if n, _ := e.ray.deploys(name); n != 1 {
+	e.waitReconciles(t, ns, name, 3)
+	if n, _ := e.deploys(ns, name); n != 1 {
 		t.Errorf("%d deploys of an unchanged config, want 1", n)
 	}
 
 	// serveConfigV2 change: applied in place to the same cluster.
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.ServeConfigV2 = configV2 })
-	eventually(t, "configV2 applied", func() (bool, string) {
-		n, cfg := e.ray.deploys(name)
-		return n == 2 && cfg == configV2, fmt.Sprintf("%d deploys", n)
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) { s.Spec.ServeConfigV2 = configV2 })
+	e.Eventually(t, "configV2 applied", func() (bool, string) {
+		n, cfg := e.deploys(ns, name)
+		return n == 2 && cfg == asSent(t, configV2), fmt.Sprintf("%d deploys", n)
 	})
 	// Worker replicas change: the active cluster is updated in place.
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.RayClusterSpec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](3) })
-	eventually(t, "replicas updated in place", func() (bool, string) {
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) { s.Spec.RayClusterSpec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](3) })
+	e.Eventually(t, "replicas updated in place", func() (bool, string) {
 		c, _ := e.cluster(t, ns, name)
 		r := ptr.Deref(c.Spec.WorkerGroupSpecs[0].Replicas, 0)
 		return r == 3, fmt.Sprintf("replicas %d", r)
 	})
 	// An appended worker group: also in place.
-	e.update(t, rs, func(s *rayv1.RayService) {
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) {
 		g := s.Spec.RayClusterSpec.WorkerGroupSpecs[0].DeepCopy()
 		g.GroupName = "extra"
 		s.Spec.RayClusterSpec.WorkerGroupSpecs = append(s.Spec.RayClusterSpec.WorkerGroupSpecs, *g)
 	})
-	eventually(t, "worker group added in place", func() (bool, string) {
+	e.Eventually(t, "worker group added in place", func() (bool, string) {
 		c, _ := e.cluster(t, ns, name)
 		return len(c.Spec.WorkerGroupSpecs) == 2, fmt.Sprintf("%d groups", len(c.Spec.WorkerGroupSpecs))
 	})
-	got = e.get(t, rs)
+	got = testutil.Get(t, e.Env, rs)
 	if got.Status.ActiveServiceStatus.RayClusterName != name || got.Status.PendingServiceStatus.RayClusterName != "" {
 		t.Errorf("in-place updates moved clusters: active %q pending %q", got.Status.ActiveServiceStatus.RayClusterName, got.Status.PendingServiceStatus.RayClusterName)
 	}
-	if n, _ := e.ray.deploys(name); n != 2 {
+	if n, _ := e.deploys(ns, name); n != 2 {
 		t.Errorf("%d deploys after in-place cluster updates, want 2", n)
 	}
 }
@@ -441,16 +418,16 @@ func testNewClusterUpgrade(t *testing.T, e *env) {
 	rs := makeService(ns, "svc")
 	old := e.bringUp(t, rs)
 
-	e.update(t, rs, func(s *rayv1.RayService) {
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) {
 		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "rayproject/ray:2.52.1"
 	})
 	pending := e.waitPending(t, rs, "")
-	got := e.get(t, rs)
+	got := testutil.Get(t, e.Env, rs)
 	if u := cond(got, rayv1.UpgradeInProgress); u.Status != metav1.ConditionTrue || u.Reason != string(rayv1.BothActivePendingClustersExist) {
 		t.Errorf("UpgradeInProgress %+v", u)
 	}
 	// Until the new cluster serves, traffic stays on the old one (which every reconcile observes).
-	e.waitReconciles(t, old, 3)
+	e.waitReconciles(t, ns, old, 3)
 	if head, serve := e.selectors(t, rs); head != old || serve != old {
 		t.Errorf("Services point at %q / %q before the new cluster is ready, want %q", head, serve, old)
 	}
@@ -464,11 +441,11 @@ func testNewClusterUpgrade(t *testing.T, e *env) {
 	if u := cond(got, rayv1.UpgradeInProgress); u.Status != metav1.ConditionFalse {
 		t.Errorf("UpgradeInProgress %+v after the switch", u)
 	}
-	if n, cfg := e.ray.deploys(pending); n != 1 || cfg != configV1 {
+	if n, cfg := e.deploys(ns, pending); n != 1 || cfg != asSent(t, configV1) {
 		t.Errorf("new cluster got %d deploys of %q", n, cfg)
 	}
 	// The old cluster lives on for rayClusterDeletionDelaySeconds (3), then goes.
-	eventually(t, "old cluster deleted", func() (bool, string) {
+	e.Eventually(t, "old cluster deleted", func() (bool, string) {
 		_, ok := e.cluster(t, ns, old)
 		return !ok, "still there"
 	})
@@ -477,7 +454,7 @@ func testNewClusterUpgrade(t *testing.T, e *env) {
 		t.Errorf("old cluster deleted %s after the new cluster became ready, before the 3 s deletion delay", d)
 	}
 	for _, reason := range []string{rayservice.EventCreatedRayCluster, rayservice.EventUpgradeStarted, rayservice.EventPromotedPendingCluster, rayservice.EventUpdatedService, rayservice.EventDeletedRayCluster} {
-		eventually(t, "event "+reason, func() (bool, string) { return e.hasEvent(t, rs, reason) })
+		e.Eventually(t, "event "+reason, func() (bool, string) { return e.hasEvent(t, rs, reason) })
 	}
 }
 
@@ -485,15 +462,15 @@ func testUpgradeReplacedMidway(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	old := e.bringUp(t, rs)
-	e.update(t, rs, func(s *rayv1.RayService) {
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) {
 		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2"
 	})
 	first := e.waitPending(t, rs, "")
-	e.update(t, rs, func(s *rayv1.RayService) {
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) {
 		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v3"
 	})
 	second := e.waitPending(t, rs, first)
-	eventually(t, "first pending cluster deleted", func() (bool, string) {
+	e.Eventually(t, "first pending cluster deleted", func() (bool, string) {
 		_, ok := e.cluster(t, ns, first)
 		return !ok, "still there"
 	})
@@ -507,15 +484,15 @@ func testUpgradeReplacedMidway(t *testing.T, e *env) {
 		t.Errorf("Services point at %q / %q, want %q", head, serve, second)
 	}
 	// Going back: a new spec equal to the active cluster's drops the pending one.
-	e.update(t, rs, func(s *rayv1.RayService) {
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) {
 		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v4"
 	})
 	third := e.waitPending(t, rs, second)
-	e.update(t, rs, func(s *rayv1.RayService) {
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) {
 		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v3"
 	})
-	eventually(t, "pending cluster dropped", func() (bool, string) {
-		got := e.get(t, rs)
+	e.Eventually(t, "pending cluster dropped", func() (bool, string) {
+		got := testutil.Get(t, e.Env, rs)
 		_, ok := e.cluster(t, ns, third)
 		return !ok && got.Status.PendingServiceStatus.RayClusterName == "", fmt.Sprintf("pending %q exists %v", got.Status.PendingServiceStatus.RayClusterName, ok)
 	})
@@ -526,25 +503,25 @@ func testUnhealthyNeverGetsTraffic(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	old := e.bringUp(t, rs)
-	e.update(t, rs, func(s *rayv1.RayService) {
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) {
 		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2"
 	})
 	pending := e.waitPending(t, rs, "")
-	e.ray.with(pending, func(h *fakeHead) { h.appStatus = "DEPLOYING" })
+	e.ray.Cluster(ns, pending).SetServeStatus("DEPLOYING")
 	e.setReady(t, ns, pending, 2)
-	eventually(t, "config applied to the pending cluster", func() (bool, string) {
-		n, _ := e.ray.deploys(pending)
+	e.Eventually(t, "config applied to the pending cluster", func() (bool, string) {
+		n, _ := e.deploys(ns, pending)
 		return n == 1, fmt.Sprintf("%d deploys", n)
 	})
 	for _, status := range []string{"DEPLOYING", "UNHEALTHY", "DEPLOY_FAILED"} {
-		e.ray.with(pending, func(h *fakeHead) { h.appStatus = status })
-		eventually(t, "pending status reports "+status, func() (bool, string) {
-			got := e.get(t, rs)
+		e.ray.Cluster(ns, pending).SetServeStatus(status)
+		e.Eventually(t, "pending status reports "+status, func() (bool, string) {
+			got := testutil.Get(t, e.Env, rs)
 			a := got.Status.PendingServiceStatus.Applications["fruit_app"]
 			return a.Status == status, fmt.Sprintf("%+v", got.Status.PendingServiceStatus.Applications)
 		})
-		e.waitReconciles(t, pending, 3)
-		got := e.get(t, rs)
+		e.waitReconciles(t, ns, pending, 3)
+		got := testutil.Get(t, e.Env, rs)
 		if got.Status.ActiveServiceStatus.RayClusterName != old {
 			t.Fatalf("cluster with applications %s became active", status)
 		}
@@ -552,7 +529,7 @@ func testUnhealthyNeverGetsTraffic(t *testing.T, e *env) {
 			t.Fatalf("Services point at %q / %q while the new applications are %s", head, serve, status)
 		}
 	}
-	e.ray.with(pending, func(h *fakeHead) { h.appStatus = "RUNNING" })
+	e.ray.Cluster(ns, pending).SetServeStatus("RUNNING")
 	e.waitActive(t, rs, pending)
 }
 
@@ -572,12 +549,12 @@ func testHeadRestartReapplies(t *testing.T, e *env) {
 	if err := e.cl.Status().Update(context.Background(), &head); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "config re-applied", func() (bool, string) {
-		n, _ := e.ray.deploys(name)
+	e.Eventually(t, "config re-applied", func() (bool, string) {
+		n, _ := e.deploys(ns, name)
 		return n == 2, fmt.Sprintf("%d deploys", n)
 	})
-	eventually(t, "applications reported again", func() (bool, string) {
-		got := e.get(t, rs)
+	e.Eventually(t, "applications reported again", func() (bool, string) {
+		got := testutil.Get(t, e.Env, rs)
 		return len(got.Status.ActiveServiceStatus.Applications) == 2, fmt.Sprintf("%+v", got.Status.ActiveServiceStatus.Applications)
 	})
 }
@@ -587,13 +564,13 @@ func testLostApplicationsReapplied(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	name := e.bringUp(t, rs)
-	e.ray.with(name, func(h *fakeHead) { h.apps = nil })
-	eventually(t, "config re-applied", func() (bool, string) {
-		n, _ := e.ray.deploys(name)
+	e.ray.Cluster(ns, name).Restart()
+	e.Eventually(t, "config re-applied", func() (bool, string) {
+		n, _ := e.deploys(ns, name)
 		return n == 2, fmt.Sprintf("%d deploys", n)
 	})
-	e.waitReconciles(t, name, 3)
-	if n, _ := e.ray.deploys(name); n != 2 {
+	e.waitReconciles(t, ns, name, 3)
+	if n, _ := e.deploys(ns, name); n != 2 {
 		t.Errorf("%d deploys once the applications are back, want 2", n)
 	}
 }
@@ -615,12 +592,12 @@ func testWorkerReadinessDrivesEndpoints(t *testing.T, e *env) {
 			t.Errorf("pod %s ray.io/serve=%q, want %s", p.Name, p.Labels[rayv1.LabelServe], want)
 		}
 	}
-	if got := e.get(t, rs); got.Status.NumServeEndpoints != 1 {
+	if got := testutil.Get(t, e.Env, rs); got.Status.NumServeEndpoints != 1 {
 		t.Errorf("numServeEndpoints %d, want 1 (the head is excluded)", got.Status.NumServeEndpoints)
 	}
 	// A worker whose proxy stops answering fails its readiness probe (the kubelet's part, played here): it keeps
 	// ray.io/serve=true, as under KubeRay, and stops counting as an endpoint.
-	e.ray.setProxyDown(worker, true)
+	e.ray.Cluster(ns, name).SetProxyDown(worker, true)
 	p := &corev1.Pod{}
 	if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: worker}, p); err != nil {
 		t.Fatal(err)
@@ -629,8 +606,8 @@ func testWorkerReadinessDrivesEndpoints(t *testing.T, e *env) {
 	if err := e.cl.Status().Update(context.Background(), p); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a worker that is not Ready leaves the serve endpoints", func() (bool, string) {
-		got := e.get(t, rs)
+	e.Eventually(t, "a worker that is not Ready leaves the serve endpoints", func() (bool, string) {
+		got := testutil.Get(t, e.Env, rs)
 		if err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: worker}, p); err != nil {
 			return false, err.Error()
 		}
@@ -638,7 +615,7 @@ func testWorkerReadinessDrivesEndpoints(t *testing.T, e *env) {
 		return p.Labels[rayv1.LabelServe] == "true" && got.Status.NumServeEndpoints == 0 && r.Reason == string(rayv1.ZeroServeEndpoints) && got.Status.ServiceStatus == "",
 			fmt.Sprintf("label %q, endpoints %d, Ready %+v", p.Labels[rayv1.LabelServe], got.Status.NumServeEndpoints, r)
 	})
-	e.ray.setProxyDown(worker, false)
+	e.ray.Cluster(ns, name).SetProxyDown(worker, false)
 	e.setReady(t, ns, name, 2)
 	e.waitActive(t, rs, name)
 }
@@ -647,14 +624,14 @@ func testSuspendResume(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	rs := makeService(ns, "svc")
 	name := e.bringUp(t, rs)
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.Suspend = true })
-	eventually(t, "suspended", func() (bool, string) {
-		got := e.get(t, rs)
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) { s.Spec.Suspend = true })
+	e.Eventually(t, "suspended", func() (bool, string) {
+		got := testutil.Get(t, e.Env, rs)
 		_, ok := e.cluster(t, ns, name)
 		s := cond(got, rayv1.RayServiceSuspended)
 		return !ok && s.Status == metav1.ConditionTrue && got.Status.ActiveServiceStatus.RayClusterName == "", fmt.Sprintf("cluster exists %v, Suspended %+v", ok, s)
 	})
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.Suspend = false })
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) { s.Spec.Suspend = false })
 	next := e.waitPending(t, rs, name)
 	e.setReady(t, ns, next, 2)
 	got := e.waitActive(t, rs, next)
@@ -668,24 +645,24 @@ func testUpgradeStrategyNone(t *testing.T, e *env) {
 	rs := makeService(ns, "svc")
 	rs.Spec.UpgradeStrategy = &rayv1.RayServiceUpgradeStrategy{Type: ptr.To(rayv1.RayServiceUpgradeNone)}
 	name := e.bringUp(t, rs)
-	e.update(t, rs, func(s *rayv1.RayService) {
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) {
 		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "ray:v2"
 	})
-	eventually(t, "change seen, no upgrade in progress", func() (bool, string) {
-		got := e.get(t, rs)
+	e.Eventually(t, "change seen, no upgrade in progress", func() (bool, string) {
+		got := testutil.Get(t, e.Env, rs)
 		u := cond(got, rayv1.UpgradeInProgress)
 		return got.Status.ObservedGeneration == got.Generation && u.ObservedGeneration == got.Generation &&
 			u.Status == metav1.ConditionFalse && u.Reason == string(rayv1.NoPendingCluster), fmt.Sprintf("%+v", u)
 	})
-	e.waitReconciles(t, name, 3)
-	got := e.get(t, rs)
+	e.waitReconciles(t, ns, name, 3)
+	got := testutil.Get(t, e.Env, rs)
 	if got.Status.PendingServiceStatus.RayClusterName != "" || got.Status.ActiveServiceStatus.RayClusterName != name {
 		t.Errorf("upgradeStrategy None upgraded: active %q pending %q", got.Status.ActiveServiceStatus.RayClusterName, got.Status.PendingServiceStatus.RayClusterName)
 	}
 	// A serve config change is still applied.
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.ServeConfigV2 = configV2 })
-	eventually(t, "config applied under None", func() (bool, string) {
-		n, _ := e.ray.deploys(name)
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) { s.Spec.ServeConfigV2 = configV2 })
+	e.Eventually(t, "config applied under None", func() (bool, string) {
+		n, _ := e.deploys(ns, name)
 		return n == 2, fmt.Sprintf("%d deploys", n)
 	})
 }
@@ -698,13 +675,13 @@ func testIncrementalRefused(t *testing.T, e *env) {
 	if err := e.cl.Create(context.Background(), rs); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "refused, naming the field", func() (bool, string) {
-		got := e.get(t, rs)
+	e.Eventually(t, "refused, naming the field", func() (bool, string) {
+		got := testutil.Get(t, e.Env, rs)
 		r := cond(got, rayv1.RayServiceReady)
 		return r.Reason == string(rayv1.RayServiceValidationFailed) && strings.Contains(r.Message, "spec.upgradeStrategy.type") &&
 			strings.Contains(r.Message, "Gateway API"), fmt.Sprintf("Ready %+v", r)
 	})
-	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventInvalidRayServiceSpec) })
+	e.Eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventInvalidRayServiceSpec) })
 	var list rayv1.RayClusterList
 	if err := e.cl.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
@@ -721,14 +698,14 @@ func testInvalidSpec(t *testing.T, e *env) {
 	if err := e.cl.Create(context.Background(), rs); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "invalid serveConfigV2 reported", func() (bool, string) {
-		got := e.get(t, rs)
+	e.Eventually(t, "invalid serveConfigV2 reported", func() (bool, string) {
+		got := testutil.Get(t, e.Env, rs)
 		r := cond(got, rayv1.RayServiceReady)
 		return r.Reason == string(rayv1.RayServiceValidationFailed) && strings.HasPrefix(r.Message, "spec.serveConfigV2"), fmt.Sprintf("%+v", r)
 	})
-	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventInvalidRayServiceSpec) })
+	e.Eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventInvalidRayServiceSpec) })
 	// Fixed: the service comes up.
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.ServeConfigV2 = configV1 })
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) { s.Spec.ServeConfigV2 = configV1 })
 	name := e.waitPending(t, rs, "")
 	e.setReady(t, ns, name, 2)
 	e.waitActive(t, rs, name)
@@ -740,7 +717,7 @@ func testDelete(t *testing.T, e *env) {
 	name := e.bringUp(t, rs)
 	// The garbage collector (not run by envtest) deletes the cluster and the Services with the RayService: each
 	// names it as controller and blocks its deletion until they are gone (foreground deletion).
-	got := e.get(t, rs)
+	got := testutil.Get(t, e.Env, rs)
 	c, _ := e.cluster(t, ns, name)
 	owned := []metav1.Object{c}
 	for _, n := range []string{"svc-head-svc", "svc-serve-svc"} {
@@ -764,15 +741,15 @@ func testDelete(t *testing.T, e *env) {
 	if err := e.cl.Update(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.cl.Delete(context.Background(), e.get(t, rs)); err != nil {
+	if err := e.cl.Delete(context.Background(), testutil.Get(t, e.Env, rs)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "cluster deleted by the controller", func() (bool, string) {
+	e.Eventually(t, "cluster deleted by the controller", func() (bool, string) {
 		got, _ := e.cluster(t, ns, name)
 		return got != nil && got.DeletionTimestamp != nil, fmt.Sprintf("cluster %v", got != nil)
 	})
-	eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventDeletedRayCluster) })
-	if got := e.get(t, rs); !slices.Equal(got.Finalizers, []string{rayservice.Finalizer}) {
+	e.Eventually(t, "event", func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventDeletedRayCluster) })
+	if got := testutil.Get(t, e.Env, rs); !slices.Equal(got.Finalizers, []string{rayservice.Finalizer}) {
 		t.Fatalf("RayService finalizers %v while its cluster is still there", got.Finalizers)
 	}
 	c, _ = e.cluster(t, ns, name)
@@ -780,7 +757,7 @@ func testDelete(t *testing.T, e *env) {
 	if err := e.cl.Update(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "RayService gone", func() (bool, string) {
+	e.Eventually(t, "RayService gone", func() (bool, string) {
 		err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rs), &rayv1.RayService{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})
@@ -799,11 +776,11 @@ func testManagedByOther(t *testing.T, e *env) {
 	if err := e.cl.Create(context.Background(), ours); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the later RayService reconciled", func() (bool, string) {
-		o := e.get(t, ours)
+	e.Eventually(t, "the later RayService reconciled", func() (bool, string) {
+		o := testutil.Get(t, e.Env, ours)
 		return len(o.Status.Conditions) > 0, fmt.Sprintf("%+v", o.Status)
 	})
-	got := e.get(t, rs)
+	got := testutil.Get(t, e.Env, rs)
 	if len(got.Finalizers) != 0 || len(got.Status.Conditions) != 0 {
 		t.Errorf("a RayService managed by another controller was touched: finalizers %v, conditions %v", got.Finalizers, got.Status.Conditions)
 	}
@@ -849,8 +826,8 @@ func testKubeRaySamples(t *testing.T, e *env) {
 			for _, u := range services {
 				rs := &rayv1.RayService{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: u.GetName()}}
 				var unsupported string
-				eventually(t, "a cluster or a report of unsupported fields", func() (bool, string) {
-					got := e.get(t, rs)
+				e.Eventually(t, "a cluster or a report of unsupported fields", func() (bool, string) {
+					got := testutil.Get(t, e.Env, rs)
 					if r := cond(got, rayv1.RayServiceReady); r.Reason == string(rayv1.RayServiceValidationFailed) {
 						unsupported = r.Message
 						return true, ""
@@ -866,8 +843,8 @@ func testKubeRaySamples(t *testing.T, e *env) {
 					t.Logf("refused: %s", unsupported)
 					continue
 				}
-				name := e.get(t, rs).Status.PendingServiceStatus.RayClusterName
-				eventually(t, "cluster ready and the RayService Ready", func() (bool, string) {
+				name := testutil.Get(t, e.Env, rs).Status.PendingServiceStatus.RayClusterName
+				e.Eventually(t, "cluster ready and the RayService Ready", func() (bool, string) {
 					for _, p := range e.pods(t, ns, name) {
 						if !clusterbuild.PodRunningAndReady(&p) {
 							ip := fmt.Sprintf("10.2.%d.%d", e.ipN.Add(1)/250, e.ipN.Load()%250+1)
@@ -880,11 +857,11 @@ func testKubeRaySamples(t *testing.T, e *env) {
 						}
 					}
 					c, _ := e.cluster(t, ns, name)
-					got := e.get(t, rs)
+					got := testutil.Get(t, e.Env, rs)
 					return c != nil && c.Status.State == rayv1.Ready && cond(got, rayv1.RayServiceReady).Status == metav1.ConditionTrue,
 						fmt.Sprintf("cluster state %q, Ready %+v", c.Status.State, cond(got, rayv1.RayServiceReady))
 				})
-				if u := cond(e.get(t, rs), rayservice.ConditionUnsupportedFeature); u.Status == metav1.ConditionTrue {
+				if u := cond(testutil.Get(t, e.Env, rs), rayservice.ConditionUnsupportedFeature); u.Status == metav1.ConditionTrue {
 					t.Logf("serves, reporting: %s", u.Message)
 				}
 			}
@@ -957,7 +934,7 @@ func testServicesLabelledForTheRayService(t *testing.T, e *env, rs *rayv1.RaySer
 	if err := e.cl.Patch(ctx, head, client.MergeFrom(old)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "head Service relabelled", func() (bool, string) {
+	e.Eventually(t, "head Service relabelled", func() (bool, string) {
 		got := &corev1.Service{}
 		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(head), got); err != nil {
 			t.Fatal(err)
@@ -1003,14 +980,14 @@ func testRayUnavailableRetried(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	name := e.waitPending(t, rs, "")
-	e.ray.with(name, func(h *fakeHead) { h.down = true })
+	e.ray.Cluster(ns, name).SetDown(true)
 	e.setReady(t, ns, name, 2)
-	eventually(t, "failed deploy reported", func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventFailedToUpdateServeApplications) })
+	e.Eventually(t, "failed deploy reported", func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventFailedToUpdateServeApplications) })
 	// Each retry (every requeue) is recorded again. How repeats are aggregated into a series is the recorder's
 	// rule: this test runs controller-runtime's recorder, whose series key holds the RayService's resourceVersion
 	// (which the status write between retries changes); the operator's own recorder keeps one series across it
 	// (internal/operator TestEventSeriesKey, TestEventRecorderOwnClientAndSeries). So count occurrences.
-	eventually(t, "failed deploys recorded again on retry", func() (bool, string) {
+	e.Eventually(t, "failed deploys recorded again on retry", func() (bool, string) {
 		var list eventsv1.EventList
 		if err := e.cl.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)
@@ -1027,16 +1004,16 @@ func testRayUnavailableRetried(t *testing.T, e *env) {
 		}
 		return seen >= 2, fmt.Sprintf("%d events, %d occurrences", n, seen)
 	})
-	got := e.get(t, rs)
+	got := testutil.Get(t, e.Env, rs)
 	if got.Status.ActiveServiceStatus.RayClusterName != "" || cond(got, rayv1.RayServiceReady).Status == metav1.ConditionTrue {
 		t.Fatalf("a cluster whose head does not answer became active: %+v", got.Status)
 	}
 	if head, serve := e.selectors(t, rs); head != "" || serve != "" {
 		t.Fatalf("Services created for a cluster that does not serve: %q / %q", head, serve)
 	}
-	e.ray.with(name, func(h *fakeHead) { h.down = false })
+	e.ray.Cluster(ns, name).SetDown(false)
 	e.waitActive(t, rs, name)
-	if n, _ := e.ray.deploys(name); n != 1 {
+	if n, _ := e.deploys(ns, name); n != 1 {
 		t.Errorf("%d successful deploys, want 1", n)
 	}
 }
@@ -1058,7 +1035,7 @@ func testForeignServiceNotTaken(t *testing.T, e *env) {
 	}
 	name := e.waitPending(t, rs, "")
 	e.setReady(t, ns, name, 2)
-	eventually(t, "conflict reported", func() (bool, string) {
+	e.Eventually(t, "conflict reported", func() (bool, string) {
 		ok, msg := e.hasEvent(t, rs, rayservice.EventFailedToCreateService)
 		return ok && strings.Contains(msg, "svc-serve-svc"), msg
 	})

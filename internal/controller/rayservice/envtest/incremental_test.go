@@ -43,8 +43,7 @@ func TestIncrementalUpgrade(t *testing.T) {
 	// The controller's clock moves only when the test says, so a step waits for intervalSeconds without the test
 	// waiting.
 	clock := clocktesting.NewFakeClock(time.Now().Truncate(time.Second))
-	fr := startControllers(t, cfg, rayservice.Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond, Clock: clock})
-	e := &env{Env: testutil.NewEnv(cl), cl: cl, ray: fr}
+	e := startControllers(t, cfg, cl, rayservice.Options{MaxConcurrentReconciles: 4, RequeueInterval: 300 * time.Millisecond, Clock: clock})
 	// One after the other: they share the clock, and each expects it to move only when it says.
 	t.Run("Upgrade", func(t *testing.T) { testIncrementalUpgrade(t, e, clock) })
 	t.Run("Rollback", func(t *testing.T) { testIncrementalRollback(t, e, clock) })
@@ -58,7 +57,7 @@ func (e *env) acceptGateway(t *testing.T, rs *rayv1.RayService) {
 	cond := func(typ string) metav1.Condition {
 		return metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: typ, Message: "test", LastTransitionTime: metav1.Now()}
 	}
-	eventually(t, "Gateway accepted", func() (bool, string) {
+	e.Eventually(t, "Gateway accepted", func() (bool, string) {
 		g := &gwv1.Gateway{}
 		if err := e.cl.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: rs.Name + "-gateway"}, g); err != nil {
 			return false, err.Error()
@@ -69,7 +68,7 @@ func (e *env) acceptGateway(t *testing.T, rs *rayv1.RayService) {
 		}
 		return true, ""
 	})
-	eventually(t, "HTTPRoute accepted", func() (bool, string) {
+	e.Eventually(t, "HTTPRoute accepted", func() (bool, string) {
 		r := &gwv1.HTTPRoute{}
 		if err := e.cl.Get(ctx, client.ObjectKey{Namespace: rs.Namespace, Name: rs.Name + "-httproute"}, r); err != nil {
 			return false, err.Error()
@@ -113,8 +112,8 @@ func share(s rayv1.RayServiceStatus) string {
 func (e *env) waitShares(t *testing.T, rs *rayv1.RayService, route, active, pending string) *rayv1.RayService {
 	t.Helper()
 	var got *rayv1.RayService
-	eventually(t, fmt.Sprintf("route %q, active %q, pending %q", route, active, pending), func() (bool, string) {
-		got = e.get(t, rs)
+	e.Eventually(t, fmt.Sprintf("route %q, active %q, pending %q", route, active, pending), func() (bool, string) {
+		got = testutil.Get(t, e.Env, rs)
 		w, a, p := e.routeWeights(t, rs), share(got.Status.ActiveServiceStatus), share(got.Status.PendingServiceStatus)
 		return w == route && a == active && p == pending, fmt.Sprintf("route %q, active %q, pending %q", w, a, p)
 	})
@@ -128,14 +127,14 @@ func (e *env) startIncremental(t *testing.T, rs *rayv1.RayService) (old, pending
 	old = e.bringUp(t, rs)
 	e.acceptGateway(t, rs)
 	e.waitShares(t, rs, old+"-serve-svc 100%", old+" capacity 100 traffic 100", " capacity -1 traffic -1")
-	e.update(t, rs, func(s *rayv1.RayService) {
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) {
 		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = "rayproject/ray:2.52.1"
 	})
 	pending = e.waitPending(t, rs, "")
 	// As KubeRay creates it, the new cluster's worker groups have no replicas (the CRD's default, 0): it starts at
 	// minReplicas (0 here), its head alone, and the autoscaler grows it.
 	c := &rayv1.RayCluster{}
-	eventually(t, "the new cluster created", func() (bool, string) {
+	e.Eventually(t, "the new cluster created", func() (bool, string) {
 		err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: rs.Namespace, Name: pending}, c)
 		return err == nil, fmt.Sprint(err)
 	})
@@ -157,7 +156,7 @@ func testIncrementalUpgrade(t *testing.T, e *env, clock *clocktesting.FakeClock)
 		t.Fatal(err)
 	}
 	if g.Spec.GatewayClassName != "test-gateway-class" || len(g.Spec.Listeners) != 1 || g.Spec.Listeners[0].Name != "http" ||
-		g.Spec.Listeners[0].Port != 80 || g.Spec.Listeners[0].Protocol != gwv1.HTTPProtocolType || !metav1.IsControlledBy(g, e.get(t, rs)) {
+		g.Spec.Listeners[0].Port != 80 || g.Spec.Listeners[0].Protocol != gwv1.HTTPProtocolType || !metav1.IsControlledBy(g, testutil.Get(t, e.Env, rs)) {
 		t.Errorf("Gateway %+v", g)
 	}
 
@@ -165,11 +164,11 @@ func testIncrementalUpgrade(t *testing.T, e *env, clock *clocktesting.FakeClock)
 	// intervalSeconds passed on the controller's clock.
 	both := func(a, p int) string { return fmt.Sprintf("%s-serve-svc %d%%, %s-serve-svc %d%%", old, a, pending, p) }
 	e.waitShares(t, rs, both(100, 0), old+" capacity 100 traffic 100", pending+" capacity 50 traffic 0")
-	e.waitReconciles(t, pending, 5)
+	e.waitReconciles(t, ns, pending, 5)
 	if w := e.routeWeights(t, rs); w != both(100, 0) {
 		t.Fatalf("traffic moved before intervalSeconds: %s", w)
 	}
-	if _, cfg := e.ray.deploys(pending); !strings.Contains(cfg, `"target_capacity":50`) {
+	if _, cfg := e.deploys(ns, pending); !strings.Contains(cfg, `"target_capacity":50`) {
 		t.Errorf("new cluster's Serve config %s, want target_capacity 50", cfg)
 	}
 	// The backends are the clusters' own Serve Services, selecting each cluster's serving pods.
@@ -205,7 +204,7 @@ func testIncrementalUpgrade(t *testing.T, e *env, clock *clocktesting.FakeClock)
 	clock.Step(60 * time.Second)
 	got := e.waitActive(t, rs, pending)
 	e.waitShares(t, rs, pending+"-serve-svc 100%", pending+" capacity 100 traffic 100", " capacity -1 traffic -1")
-	if _, cfg := e.ray.deploys(old); !strings.Contains(cfg, `"target_capacity":0`) {
+	if _, cfg := e.deploys(ns, old); !strings.Contains(cfg, `"target_capacity":0`) {
 		t.Errorf("old cluster's last Serve config %s, want target_capacity 0", cfg)
 	}
 	if u := meta.FindStatusCondition(got.Status.Conditions, string(rayv1.UpgradeInProgress)); u == nil || u.Status != metav1.ConditionFalse {
@@ -216,18 +215,18 @@ func testIncrementalUpgrade(t *testing.T, e *env, clock *clocktesting.FakeClock)
 	}
 	// The old cluster and its Serve Service go after the deletion delay (3 s on the controller's clock).
 	clock.Step(10 * time.Second)
-	eventually(t, "old cluster and its Serve Service deleted", func() (bool, string) {
+	e.Eventually(t, "old cluster and its Serve Service deleted", func() (bool, string) {
 		_, ok := e.cluster(t, ns, old)
 		err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: old + "-serve-svc"}, &corev1.Service{})
 		return !ok && apierrors.IsNotFound(err), fmt.Sprintf("cluster there %v, Service %v", ok, err)
 	})
 	for _, reason := range []string{rayservice.EventCreatedGateway, rayservice.EventCreatedHTTPRoute, rayservice.EventUpdatedHTTPRoute, rayservice.EventUpdatedServeTargetCapacity, rayservice.EventPromotedPendingCluster} {
-		eventually(t, "event "+reason, func() (bool, string) { return e.hasEvent(t, rs, reason) })
+		e.Eventually(t, "event "+reason, func() (bool, string) { return e.hasEvent(t, rs, reason) })
 	}
 
 	// Suspended, the service loses its Gateway and HTTPRoute with its clusters, as under KubeRay.
-	e.update(t, rs, func(s *rayv1.RayService) { s.Spec.Suspend = true })
-	eventually(t, "Gateway and HTTPRoute deleted", func() (bool, string) {
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) { s.Spec.Suspend = true })
+	e.Eventually(t, "Gateway and HTTPRoute deleted", func() (bool, string) {
 		gerr := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "svc-gateway"}, &gwv1.Gateway{})
 		rerr := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "svc-httproute"}, &gwv1.HTTPRoute{})
 		return apierrors.IsNotFound(gerr) && apierrors.IsNotFound(rerr), fmt.Sprintf("Gateway %v, HTTPRoute %v", gerr, rerr)
@@ -246,11 +245,11 @@ func testIncrementalRollback(t *testing.T, e *env, clock *clocktesting.FakeClock
 	clock.Step(60 * time.Second)
 	e.waitShares(t, rs, both(75, 25), old+" capacity 100 traffic 75", pending+" capacity 50 traffic 25")
 
-	e.update(t, rs, func(s *rayv1.RayService) {
+	testutil.Update(t, e.Env, rs, func(s *rayv1.RayService) {
 		s.Spec.RayClusterSpec.HeadGroupSpec.Template.Spec.Containers[0].Image = oldImage
 	})
-	eventually(t, "RollbackInProgress", func() (bool, string) {
-		c := cond(e.get(t, rs), rayv1.RollbackInProgress)
+	e.Eventually(t, "RollbackInProgress", func() (bool, string) {
+		c := cond(testutil.Get(t, e.Env, rs), rayv1.RollbackInProgress)
 		return c.Status == metav1.ConditionTrue && c.Reason == string(rayv1.DesiredClusterSpecChanged), fmt.Sprintf("%+v", c)
 	})
 	if _, ok := e.cluster(t, ns, pending); !ok {
@@ -262,12 +261,12 @@ func testIncrementalRollback(t *testing.T, e *env, clock *clocktesting.FakeClock
 	if c := meta.FindStatusCondition(got.Status.Conditions, string(rayv1.RollbackInProgress)); c != nil {
 		t.Errorf("RollbackInProgress %+v after the rollback", c)
 	}
-	if _, cfg := e.ray.deploys(pending); !strings.Contains(cfg, `"target_capacity":0`) {
+	if _, cfg := e.deploys(ns, pending); !strings.Contains(cfg, `"target_capacity":0`) {
 		t.Errorf("dropped cluster's last Serve config %s, want target_capacity 0", cfg)
 	}
-	eventually(t, "event "+rayservice.EventUpgradeRolledBack, func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventUpgradeRolledBack) })
+	e.Eventually(t, "event "+rayservice.EventUpgradeRolledBack, func() (bool, string) { return e.hasEvent(t, rs, rayservice.EventUpgradeRolledBack) })
 	clock.Step(10 * time.Second)
-	eventually(t, "dropped cluster deleted", func() (bool, string) {
+	e.Eventually(t, "dropped cluster deleted", func() (bool, string) {
 		_, ok := e.cluster(t, ns, pending)
 		return !ok, "still there"
 	})
