@@ -272,16 +272,16 @@ var mainRoles = map[string]map[string]used{
 		"manta.dev/imagepulljobs/status":         {"get patch update", `StatusWriter\.UpdateStatus\(`},
 		"ray.io/rayclusters":                     {"create delete get list patch update watch", `rayv1\.RayCluster\b`},
 		"ray.io/rayclusters/status":              {"get patch update", `StatusWriter\.UpdateStatus\(`},
-		"ray.io/rayclusters/finalizers":          {"update", `reconcile\.(Add|Remove)Finalizer|Finalizers`},
+		"ray.io/rayclusters/finalizers":          {"update", `Finalizer: +\w|Finalizers`},
 		"ray.io/rayjobs":                         {"create delete get list patch update watch", `rayv1\.RayJob\b`}, // RayCronJob creates them
 		"ray.io/raycronjobs":                     {"get list watch", `rayv1\.RayCronJob\b`},
 		"ray.io/raycronjobs/status":              {"get patch update", `StatusWriter\.UpdateStatus\(`},
 		"ray.io/raycronjobs/finalizers":          {"update", `NewControllerRef\(cj,`}, // blockOwnerDeletion on the RayJobs it owns
 		"ray.io/rayjobs/status":                  {"get patch update", `StatusWriter\.UpdateStatus\(`},
-		"ray.io/rayjobs/finalizers":              {"update", `reconcile\.(Add|Remove)Finalizer|Finalizers`},
+		"ray.io/rayjobs/finalizers":              {"update", `Finalizer: +\w|Finalizers`},
 		"ray.io/rayservices":                     {"get list patch update watch", `rayv1\.RayService\b`},
 		"ray.io/rayservices/status":              {"get patch update", `StatusWriter\.UpdateStatus\(`},
-		"ray.io/rayservices/finalizers":          {"update", `reconcile\.(Add|Remove)Finalizer|Finalizers`},
+		"ray.io/rayservices/finalizers":          {"update", `Finalizer: +\w|Finalizers`},
 		"rbac.authorization.k8s.io/roles":        {"create delete get list update watch", `&rbacv1\.Role\{`},        // autoscaler Role, restored when edited (autoscalerrbac.go)
 		"rbac.authorization.k8s.io/rolebindings": {"create delete get list update watch", `&rbacv1\.RoleBinding\{`}, // autoscaler RoleBinding, restored or removed (autoscalerrbac.go)
 	},
