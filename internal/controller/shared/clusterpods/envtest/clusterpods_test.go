@@ -1,4 +1,4 @@
-package clusterpods
+package envtest
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -28,7 +29,7 @@ func TestClusterPodsIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 3 {
-		if err := Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		if err := clusterpods.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -72,11 +73,11 @@ func TestClusterPodsIndex(t *testing.T) {
 		opts []client.ListOption
 		want []string
 	}{
-		{[]client.ListOption{client.InNamespace("one"), Of("a")}, []string{"one/a-head", "one/a-worker"}},
-		{[]client.ListOption{client.InNamespace("two"), Of("a")}, []string{"two/a-head"}},
-		{[]client.ListOption{client.InNamespace("one"), Of("b")}, []string{"one/b-head"}},
-		{[]client.ListOption{client.InNamespace("one"), Of("c")}, nil},
-		{[]client.ListOption{client.InNamespace("one"), Of("a"), client.MatchingLabels{"ray.io/node-type": "worker"}}, []string{"one/a-worker"}},
+		{[]client.ListOption{client.InNamespace("one"), clusterpods.Of("a")}, []string{"one/a-head", "one/a-worker"}},
+		{[]client.ListOption{client.InNamespace("two"), clusterpods.Of("a")}, []string{"two/a-head"}},
+		{[]client.ListOption{client.InNamespace("one"), clusterpods.Of("b")}, []string{"one/b-head"}},
+		{[]client.ListOption{client.InNamespace("one"), clusterpods.Of("c")}, nil},
+		{[]client.ListOption{client.InNamespace("one"), clusterpods.Of("a"), client.MatchingLabels{"ray.io/node-type": "worker"}}, []string{"one/a-worker"}},
 	} {
 		if got := names(tc.opts...); !slices.Equal(got, tc.want) {
 			t.Errorf("%v: %v, want %v", tc.opts, got, tc.want)
