@@ -1,4 +1,4 @@
-package operator
+package envtest
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/shared/optimize"
+	"github.com/manta-dev/manta/internal/operator"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -32,12 +33,12 @@ func TestOptimizationsOff(t *testing.T) {
 			if err := cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 				t.Fatal(err)
 			}
-			mgr, err := NewManager(cfg, Options{WatchNamespaces: []string{ns}, SkipNameValidation: true, Optimizations: sw,
+			mgr, err := operator.NewManager(cfg, operator.Options{WatchNamespaces: []string{ns}, SkipNameValidation: true, Optimizations: sw,
 				StatusCoalesceWindow: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := Setup(mgr, Options{WatchNamespaces: []string{ns}, SkipNameValidation: true, Optimizations: sw,
+			if err := operator.Setup(mgr, operator.Options{WatchNamespaces: []string{ns}, SkipNameValidation: true, Optimizations: sw,
 				StatusCoalesceWindow: time.Second}); err != nil {
 				t.Fatal(err)
 			}
