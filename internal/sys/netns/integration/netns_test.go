@@ -1,4 +1,4 @@
-package netns
+package integration
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/manta-dev/manta/internal/sys/netns"
 )
 
 // TestDoAndListen: f runs in the namespace and the caller stays outside; a listener made there is in the namespace
@@ -26,7 +28,7 @@ func TestDoAndListen(t *testing.T) {
 		t.Fatal(err)
 	}
 	var inside string
-	if err := Do(Named(name), func() (err error) {
+	if err := netns.Do(netns.Named(name), func() (err error) {
 		inside, err = os.Readlink("/proc/thread-self/ns/net")
 		return err
 	}); err != nil {
@@ -35,11 +37,11 @@ func TestDoAndListen(t *testing.T) {
 	if inside == host {
 		t.Fatalf("f ran in the host's namespace %s", host)
 	}
-	if err := Do(Named(name+"-missing"), func() error { return nil }); err == nil {
+	if err := netns.Do(netns.Named(name+"-missing"), func() error { return nil }); err == nil {
 		t.Error("Do in a namespace that does not exist succeeded")
 	}
 
-	l, err := Listen(Named(name), "tcp", "127.0.0.1:0")
+	l, err := netns.Listen(netns.Named(name), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +63,7 @@ func TestDoAndListen(t *testing.T) {
 	if got, want := cookie(t, l), cookie(t, hostL); got == want {
 		t.Errorf("the listener is in the host's namespace (cookie %d), want %s's", got, name)
 	}
-	if err := Do(Named(name), func() error {
+	if err := netns.Do(netns.Named(name), func() error {
 		c, err := net.Dial("tcp", l.Addr().String())
 		if err == nil {
 			_ = c.Close()

@@ -1,4 +1,4 @@
-package main
+package integration
 
 import (
 	"debug/elf"
@@ -15,7 +15,7 @@ import (
 func TestStaticInstallAndRun(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "puller")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "..")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
