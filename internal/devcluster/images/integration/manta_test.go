@@ -1,4 +1,4 @@
-package images
+package integration
 
 import (
 	"archive/tar"
@@ -13,6 +13,9 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/manta-dev/manta/internal/devcluster/images"
+	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // TestEnsureManta: Manta's image holds what the Dockerfile's does (the manta binary as entrypoint, /puller, the
@@ -22,17 +25,14 @@ import (
 func TestEnsureManta(t *testing.T) {
 	ctx := testContext(t, 15*time.Minute)
 	src := filepath.Join(repoBin(t), "..")
-	img, err := EnsureManta(ctx, repoBin(t), src, t.Logf)
+	img, err := images.EnsureManta(ctx, repoBin(t), src, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if img.Ref != MantaRef() || !strings.HasPrefix(img.Ref, MantaRepository+":v") {
-		t.Errorf("ref %s, want %s", img.Ref, MantaRef())
+	if img.Ref != images.MantaRef() || !strings.HasPrefix(img.Ref, images.MantaRepository+":v") {
+		t.Errorf("ref %s, want %s", img.Ref, images.MantaRef())
 	}
-	v, err := readLayout(img.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v := testutil.LayoutImage(t, img.Path)
 	if err := validate.Image(v); err != nil {
 		t.Fatalf("invalid image: %v", err)
 	}
@@ -56,7 +56,7 @@ func TestEnsureManta(t *testing.T) {
 	if h := hdrs["tmp"]; h == nil || h.Typeflag != tar.TypeDir || h.Mode != 0o1777 {
 		t.Errorf("tmp: %+v, want a directory of mode 1777", h)
 	}
-	ca, err := os.ReadFile(CABundle)
+	ca, err := os.ReadFile(images.CABundle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,11 @@ func TestEnsureManta(t *testing.T) {
 	if err != nil {
 		t.Fatalf("manta version with nowhere to write: %v: %s", err, out)
 	}
-	if commit := gitCommit(ctx, src); commit == "unknown" || !strings.Contains(string(out), commit) {
+	head, err := exec.CommandContext(ctx, "git", "-C", src, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse HEAD: %v", err)
+	}
+	if commit := strings.TrimSpace(string(head)); commit == "" || !strings.Contains(string(out), commit) {
 		t.Errorf("manta version says %q, want commit %s", out, commit)
 	}
 
@@ -92,17 +96,14 @@ func TestEnsureManta(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := EnsureManta(ctx, repoBin(t), src, t.Logf); err != nil {
+	if _, err := images.EnsureManta(ctx, repoBin(t), src, t.Logf); err != nil {
 		t.Fatal(err)
 	}
 	after, err := os.Stat(filepath.Join(img.Path, "index.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	v2, err := readLayout(img.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	v2 := testutil.LayoutImage(t, img.Path)
 	d2, err := v2.Digest()
 	if err != nil {
 		t.Fatal(err)

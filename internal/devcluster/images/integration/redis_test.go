@@ -1,4 +1,4 @@
-package images
+package integration
 
 import (
 	"os/exec"
@@ -8,21 +8,22 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/manta-dev/manta/internal/devcluster/images"
+	"github.com/manta-dev/manta/internal/sys/mounts"
+	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // TestRedisImage checks the Redis image KubeRay's GCS fault-tolerance sample names, then starts its redis-server
 // through the image's entrypoint in a chroot of its unpacked layer (a Unix socket only, no TCP port) and pings it.
 func TestRedisImage(t *testing.T) {
 	ctx := testContext(t, 40*time.Minute)
-	imgs, err := Ensure(ctx, repoBin(t), t.Logf)
+	imgs, err := images.Ensure(ctx, repoBin(t), t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	redis := find(t, imgs, "docker.io/library/redis:7.4.0")
-	img, err := readLayout(redis.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := testutil.LayoutImage(t, redis.Path)
 	if err := validate.Image(img, validate.Fast); err != nil {
 		t.Fatalf("Redis image is not valid: %v", err)
 	}
@@ -37,7 +38,7 @@ func TestRedisImage(t *testing.T) {
 	}
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
 	t.Cleanup(func() {
-		if err := removeTree(rootfs); err != nil {
+		if err := mounts.RemoveTree(rootfs); err != nil {
 			t.Error(err)
 		}
 	})
@@ -61,7 +62,7 @@ echo "server user: $(stat -c %U /proc/$pid)"
 redis-cli -s /tmp/redis.sock shutdown nosave || true
 `
 	var out []byte
-	err = withMounts(rootfs, func() error {
+	err = mounts.WithProcAndDev(rootfs, func() error {
 		cmd := exec.CommandContext(ctx, "chroot", rootfs, "/usr/bin/env", "-i")
 		cmd.Args = append(cmd.Args, c.Env...)
 		cmd.Args = append(cmd.Args, "/bin/sh", "-ec", script)

@@ -1,4 +1,4 @@
-package images
+package integration
 
 import (
 	"archive/tar"
@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,10 @@ import (
 	"github.com/google/go-containerregistry/pkg/crane"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/manta-dev/manta/internal/devcluster/images"
+	"github.com/manta-dev/manta/internal/sys/mounts"
+	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // TestRayImage builds the Ray image (minutes cold; stamped in the repository's bin/, so later runs reuse it), checks
@@ -24,7 +29,7 @@ import (
 func TestRayImage(t *testing.T) {
 	ctx := testContext(t, 40*time.Minute)
 	bin := repoBin(t)
-	imgs, err := Ensure(ctx, bin, t.Logf)
+	imgs, err := images.Ensure(ctx, bin, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +38,7 @@ func TestRayImage(t *testing.T) {
 	var mu sync.Mutex
 	var logged []string
 	start := time.Now()
-	again, err := Ensure(ctx, bin, func(format string, args ...any) {
+	again, err := images.Ensure(ctx, bin, func(format string, args ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		logged = append(logged, fmt.Sprintf(format, args...))
@@ -51,10 +56,7 @@ func TestRayImage(t *testing.T) {
 		t.Fatalf("second Ensure returned %+v, first %+v", got, ray)
 	}
 
-	img, err := readLayout(ray.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := testutil.LayoutImage(t, ray.Path)
 	if err := validate.Image(img, validate.Fast); err != nil {
 		t.Fatalf("Ray image is not valid: %v", err)
 	}
@@ -66,7 +68,7 @@ func TestRayImage(t *testing.T) {
 	if c.User != "1000" || c.WorkingDir != "/home/ray" {
 		t.Errorf("user %q, workdir %q; want 1000 and /home/ray, as rayproject/ray", c.User, c.WorkingDir)
 	}
-	if !contains(c.Env, "HOME=/home/ray") || !contains(c.Env, "PATH=/home/ray/anaconda3/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin") {
+	if !slices.Contains(c.Env, "HOME=/home/ray") || !slices.Contains(c.Env, "PATH=/home/ray/anaconda3/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin") {
 		t.Errorf("env %q: want HOME=/home/ray and /home/ray/anaconda3/bin first on PATH", c.Env)
 	}
 	layers, err := img.Layers()
@@ -79,7 +81,7 @@ func TestRayImage(t *testing.T) {
 
 	rootfs := filepath.Join(t.TempDir(), "rootfs")
 	t.Cleanup(func() {
-		if err := removeTree(rootfs); err != nil {
+		if err := mounts.RemoveTree(rootfs); err != nil {
 			t.Error(err)
 		}
 	})
@@ -100,7 +102,7 @@ func TestRayImage(t *testing.T) {
 
 	// `ray --version` as the image runs it: its user, its environment, its PATH lookup, from the packed layers.
 	var out []byte
-	err = withMounts(rootfs, func() error {
+	err = mounts.WithProcAndDev(rootfs, func() error {
 		cmd := exec.CommandContext(ctx, "chroot", "--userspec=1000:100", rootfs, "/usr/bin/env", "-i")
 		cmd.Args = append(cmd.Args, c.Env...)
 		cmd.Args = append(cmd.Args, "bash", "-c", "cd && ray --version && wget --version | head -1")
@@ -117,7 +119,7 @@ func TestRayImage(t *testing.T) {
 	t.Logf("in the image: %s", strings.TrimSpace(string(out)))
 }
 
-func find(t *testing.T, imgs []Image, ref string) Image {
+func find(t *testing.T, imgs []images.Image, ref string) images.Image {
 	t.Helper()
 	for _, img := range imgs {
 		if img.Ref == ref {
@@ -128,7 +130,7 @@ func find(t *testing.T, imgs []Image, ref string) Image {
 		}
 	}
 	t.Fatalf("Ensure returned no %s: %+v", ref, imgs)
-	return Image{}
+	return images.Image{}
 }
 
 // unpack writes img's layers into dir, as a runtime would (owners, modes, links), and returns the headers by path.
@@ -252,7 +254,7 @@ func fileMode(h *tar.Header) os.FileMode {
 // TestPushRayAndRedis pushes the rootfs images to a registry on loopback and pulls back the digests pods will get.
 func TestPushRayAndRedis(t *testing.T) {
 	ctx := testContext(t, 40*time.Minute)
-	imgs, err := Ensure(ctx, repoBin(t), t.Logf)
+	imgs, err := images.Ensure(ctx, repoBin(t), t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,13 +264,10 @@ func TestPushRayAndRedis(t *testing.T) {
 		{"docker.io/library/redis:7.4.0", "library/redis:7.4.0"},
 	} {
 		img := find(t, imgs, tc.ref)
-		if err := Push(ctx, img, reg.host, nil); err != nil {
+		if err := images.Push(ctx, img, reg.host, nil); err != nil {
 			t.Fatal(err)
 		}
-		local, err := readLayout(img.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		local := testutil.LayoutImage(t, img.Path)
 		want, err := local.Digest()
 		if err != nil {
 			t.Fatal(err)
@@ -282,7 +281,7 @@ func TestPushRayAndRedis(t *testing.T) {
 		}
 	}
 	before := reg.uploads.Load()
-	if err := Push(ctx, find(t, imgs, "docker.io/rayproject/ray:2.52.0"), reg.host, nil); err != nil {
+	if err := images.Push(ctx, find(t, imgs, "docker.io/rayproject/ray:2.52.0"), reg.host, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := reg.uploads.Load() - before; n != 0 {

@@ -1,4 +1,4 @@
-package hack
+package integration
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package hack
+package integration
 
 import (
 	"context"
@@ -11,21 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// pinned returns the version of module mod that hack/tools/DIR/go.mod requires.
-func pinned(t *testing.T, dir, mod string) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("tools", dir, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`(?m)^\s*(?:require\s+)?` + regexp.QuoteMeta(mod) + `\s+(v\S+)`).FindSubmatch(b)
-	if m == nil {
-		t.Fatalf("hack/tools/%s/go.mod does not require %s", dir, mod)
-	}
-	return string(m[1])
-}
+	"github.com/manta-dev/manta/internal/testutil"
+)
 
 // answer runs bin/NAME with args (and env added) and returns its stdout and stderr together.
 func answer(t *testing.T, env []string, name string, args ...string) string {
@@ -50,14 +38,14 @@ func answer(t *testing.T, env []string, name string, args ...string) string {
 // is the pinned version and has what the node relies on: runc with seccomp, CoreDNS with the plugins cluster DNS
 // uses, the CNI plugins speaking the CNI protocol.
 func TestNodeBinariesAnswer(t *testing.T) {
-	kube := pinned(t, "k8s", "k8s.io/kubernetes")
+	kube := testutil.PinnedToolVersion(t, "k8s", "k8s.io/kubernetes")
 	for _, name := range []string{"kubelet", "kube-proxy"} {
 		if got, want := strings.TrimSpace(answer(t, nil, name, "--version")), "Kubernetes "+kube; got != want {
 			t.Errorf("bin/%s --version: %q, want %q", name, got, want)
 		}
 	}
 
-	containerd := pinned(t, "node/containerd", "github.com/containerd/containerd/v2")
+	containerd := testutil.PinnedToolVersion(t, "node/containerd", "github.com/containerd/containerd/v2")
 	for name, args := range map[string][]string{
 		"containerd":              {"--version"},
 		"ctr":                     {"--version"},
@@ -69,14 +57,14 @@ func TestNodeBinariesAnswer(t *testing.T) {
 	}
 
 	runc := answer(t, nil, "runc", "--version")
-	if want := "runc version " + strings.TrimPrefix(pinned(t, "node/runc", "github.com/opencontainers/runc"), "v") + "\n"; !strings.HasPrefix(runc, want) {
+	if want := "runc version " + strings.TrimPrefix(testutil.PinnedToolVersion(t, "node/runc", "github.com/opencontainers/runc"), "v") + "\n"; !strings.HasPrefix(runc, want) {
 		t.Errorf("bin/runc --version does not start with %q:\n%s", want, runc)
 	}
 	if !regexp.MustCompile(`(?m)^libseccomp: \d+\.\d+\.\d+$`).MatchString(runc) {
 		t.Errorf("bin/runc is built without seccomp (no libseccomp line in --version):\n%s", runc)
 	}
 
-	cni := pinned(t, "node/cni", "github.com/containernetworking/plugins")
+	cni := testutil.PinnedToolVersion(t, "node/cni", "github.com/containernetworking/plugins")
 	for _, plugin := range []string{"bridge", "host-local", "loopback", "portmap"} {
 		name := "cni/" + plugin
 		if got := answer(t, []string{"CNI_COMMAND=VERSION"}, name); !strings.Contains(got, `"supportedVersions":[`) || !strings.Contains(got, `"1.0.0"`) {
@@ -87,7 +75,7 @@ func TestNodeBinariesAnswer(t *testing.T) {
 		}
 	}
 
-	coredns := strings.TrimPrefix(pinned(t, "node/coredns", "github.com/coredns/coredns"), "v")
+	coredns := strings.TrimPrefix(testutil.PinnedToolVersion(t, "node/coredns", "github.com/coredns/coredns"), "v")
 	if got := answer(t, nil, "coredns", "-version"); !strings.Contains(got, "CoreDNS-"+coredns) {
 		t.Errorf("bin/coredns -version does not say CoreDNS-%s:\n%s", coredns, got)
 	}
@@ -98,26 +86,6 @@ func TestNodeBinariesAnswer(t *testing.T) {
 	for _, p := range []string{"bind", "log", "kubernetes", "forward", "errors", "health", "ready", "cache", "loop", "reload"} {
 		if !plugins[p] {
 			t.Errorf("bin/coredns lacks the %s plugin", p)
-		}
-	}
-}
-
-// TestOperationsDocNamesThePinnedVersions: docs/operations.md's table of what `make tools` builds names the
-// versions the modules pin.
-func TestOperationsDocNamesThePinnedVersions(t *testing.T) {
-	doc, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for dir, mod := range map[string]string{
-		"k8s":             "k8s.io/kubernetes",
-		"node/containerd": "github.com/containerd/containerd/v2",
-		"node/runc":       "github.com/opencontainers/runc",
-		"node/cni":        "github.com/containernetworking/plugins",
-		"node/coredns":    "github.com/coredns/coredns",
-	} {
-		if want := fmt.Sprintf("`hack/tools/%s` (%s) | %s |", dir, mod, pinned(t, dir, mod)); !strings.Contains(string(doc), want) {
-			t.Errorf("docs/operations.md does not say %q", want)
 		}
 	}
 }

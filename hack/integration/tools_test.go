@@ -1,5 +1,5 @@
-// Package hack holds the tests of the build scripts beside it.
-package hack
+// Package integration holds the tests of the build scripts in hack/ that run them, or what they build.
+package integration
 
 import (
 	"bytes"
