@@ -1,4 +1,4 @@
-package raycluster
+package envtest
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -62,7 +63,7 @@ func testGCSStorage(t *testing.T, e *env) {
 		!pvc.Spec.Resources.Requests.Storage().Equal(resource.MustParse("1Gi")) || pvc.Spec.StorageClassName != nil {
 		t.Errorf("PVC labels %v spec %+v", pvc.Labels, pvc.Spec)
 	}
-	waitEvent(t, e, ns, EventCreatedPVC)
+	waitEvent(t, e, ns, raycluster.EventCreatedPVC)
 	for _, p := range pods {
 		if p.Labels[rayv1.LabelNodeType] != rayv1.NodeTypeHead {
 			continue
@@ -100,7 +101,7 @@ func testGCSStorage(t *testing.T, e *env) {
 	e.update(t, rc, func(c *rayv1.RayCluster) {
 		c.Spec.GcsFaultToleranceOptions.Storage.Size = ptr.To(resource.MustParse("5Gi"))
 	})
-	waitEventNaming(t, e, ns, EventFailedToCreatePVC, "size 5Gi (live 1Gi)")
+	waitEventNaming(t, e, ns, raycluster.EventFailedToCreatePVC, "size 5Gi (live 1Gi)")
 	if got, _ := e.pvc(t, ns, "rc-gcs-pvc"); !got.Spec.Resources.Requests.Storage().Equal(resource.MustParse("1Gi")) {
 		t.Errorf("claim resized to %s", got.Spec.Resources.Requests.Storage())
 	}
@@ -137,7 +138,7 @@ func testGCSStorage(t *testing.T, e *env) {
 		Storage: &rayv1.GcsEmbeddedStorage{ClaimName: "mine"}}
 	e.Create(t, byo)
 	e.waitPods(t, byo, 1)
-	waitEventNaming(t, e, ns, EventFailedToCreatePVC, `claimName "mine" not found`)
+	waitEventNaming(t, e, ns, raycluster.EventFailedToCreatePVC, `claimName "mine" not found`)
 	for _, name := range []string{"mine", "byo-gcs-pvc"} {
 		if _, err := e.pvc(t, ns, name); !apierrors.IsNotFound(err) {
 			t.Errorf("PVC %s: %v, want none", name, err)

@@ -1,4 +1,4 @@
-package raycluster
+package envtest
 
 import (
 	"context"
@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -31,6 +30,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -43,9 +43,6 @@ const testCreateBackoffBase = 100 * time.Millisecond
 type env struct {
 	*testutil.Env
 	cl client.Client
-	// mgrCl is the manager's client: reads from its cache (which has the pod index), for tests that run a
-	// Reconciler of their own.
-	mgrCl client.Client
 	// wcl watches, for the checks that count writes.
 	wcl client.WithWatch
 	// creates records every pod create the controller attempts, by namespace, with its time and outcome.
@@ -122,7 +119,6 @@ func TestController(t *testing.T) {
 			})
 		}
 	})
-	t.Run("MissingDefaultTemplate", func(t *testing.T) { testMissingDefaultTemplate(t, e) })
 }
 
 // startEnv starts an envtest control plane with the RayCluster controller running, stopped when t ends.
@@ -176,8 +172,7 @@ func startEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.mgrCl = mgr.GetClient()
-	if err := NewReconciler(mgr, Options{DefaultPodTemplate: defaultsNS + "/defaults", MaxConcurrentReconciles: 4,
+	if err := raycluster.NewReconciler(mgr, raycluster.Options{DefaultPodTemplate: defaultsNS + "/defaults", MaxConcurrentReconciles: 4,
 		CreateBackoffBase: testCreateBackoffBase, CreateBackoffMax: 5 * time.Second}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -263,24 +258,7 @@ func (e *env) setReady(t *testing.T, rc *rayv1.RayCluster) {
 		if clusterbuild.PodRunningAndReady(&p) {
 			continue
 		}
-		setPhase(t, e.cl, &p, corev1.PodRunning, true, fmt.Sprintf("10.0.%d.%d", i/200, i%200+1))
-	}
-}
-
-func setPhase(t *testing.T, cl client.Client, p *corev1.Pod, phase corev1.PodPhase, ready bool, ip string) {
-	t.Helper()
-	st := corev1.ConditionFalse
-	if ready {
-		st = corev1.ConditionTrue
-	}
-	p.Status.Phase = phase
-	p.Status.PodIP = ip
-	if ip != "" {
-		p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
-	}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: metav1.Now()}}
-	if err := cl.Status().Update(context.Background(), p); err != nil {
-		t.Fatalf("set pod %s %s: %v", p.Name, phase, err)
+		testutil.SetPodPhase(t, e.cl, &p, corev1.PodRunning, true, fmt.Sprintf("10.0.%d.%d", i/200, i%200+1))
 	}
 }
 
@@ -457,7 +435,7 @@ func testFailedPodReplaced(t *testing.T, e *env) {
 			victim = p
 		}
 	}
-	setPhase(t, e.cl, &victim, corev1.PodFailed, false, "")
+	testutil.SetPodPhase(t, e.cl, &victim, corev1.PodFailed, false, "")
 	eventually(t, "failed pod replaced", func() (bool, string) {
 		pods := e.pods(t, rc)
 		return len(pods) == 3 && !uids(pods)[victim.UID], fmt.Sprintf("%d pods", len(pods))
@@ -658,14 +636,14 @@ func testRefusedUnderRayJob(t *testing.T, e *env) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Recreate().Label(rayv1.LabelOriginCRD, "RayJob").Obj()
 	e.Create(t, rc)
 	eventually(t, "InvalidRayClusterSpec", func() (bool, string) {
-		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionInvalidSpec)
+		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionInvalidSpec)
 		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "RayJob"), fmt.Sprintf("%+v", c)
 	})
 	// The condition comes from the reconcile that refused the cluster: it created nothing.
 	if n := len(e.pods(t, rc)); n != 0 {
 		t.Errorf("%d pods created for a refused cluster", n)
 	}
-	waitEvent(t, e, ns, ConditionInvalidSpec)
+	waitEvent(t, e, ns, raycluster.ConditionInvalidSpec)
 }
 
 // A spec KubeRay refuses about the autoscaler (here a suspended worker group the autoscaler would scale anyway) is
@@ -676,13 +654,13 @@ func testRefusedAutoscalerSpec(t *testing.T, e *env) {
 	rc.Spec.WorkerGroupSpecs[0].Suspend = ptr.To(true)
 	e.Create(t, rc)
 	eventually(t, "InvalidRayClusterSpec", func() (bool, string) {
-		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionInvalidSpec)
+		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionInvalidSpec)
 		return c != nil && c.Status == metav1.ConditionTrue && strings.HasPrefix(c.Message, "spec.workerGroupSpecs[0].suspend: "), fmt.Sprintf("%+v", c)
 	})
 	if n := len(e.pods(t, rc)); n != 0 {
 		t.Errorf("%d pods created for a refused cluster", n)
 	}
-	waitEvent(t, e, ns, ConditionInvalidSpec)
+	waitEvent(t, e, ns, raycluster.ConditionInvalidSpec)
 }
 
 // Under autoscaler v1 a worker group that restarts in place is warned about with KubeRay's reason, and still runs
@@ -693,14 +671,14 @@ func testAutoscalerV1RestartPolicy(t *testing.T, e *env) {
 	rc.Spec.AutoscalerOptions = &rayv1.AutoscalerOptions{Version: ptr.To(rayv1.AutoscalerVersionV1)}
 	rc.Spec.WorkerGroupSpecs[0].Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
 	e.Create(t, rc)
-	waitEvent(t, e, ns, ConditionInvalidSpec)
+	waitEvent(t, e, ns, raycluster.ConditionInvalidSpec)
 	workers := e.waitPods(t, rc, 2)
 	for _, p := range workers {
 		if p.Labels[rayv1.LabelNodeType] == rayv1.NodeTypeWorker && p.Spec.RestartPolicy != corev1.RestartPolicyAlways {
 			t.Errorf("worker %s restartPolicy %q, want the template's Always", p.Name, p.Spec.RestartPolicy)
 		}
 	}
-	if c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionInvalidSpec); c != nil && c.Status == metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionInvalidSpec); c != nil && c.Status == metav1.ConditionTrue {
 		t.Errorf("refused: %+v", c)
 	}
 }
@@ -713,11 +691,11 @@ func testUnsupported(t *testing.T, e *env) {
 	e.waitPods(t, rc, 2)
 	e.setReady(t, rc)
 	got := e.waitState(t, rc, rayv1.Ready)
-	c := meta.FindStatusCondition(got.Status.Conditions, ConditionUnsupportedFeature)
+	c := meta.FindStatusCondition(got.Status.Conditions, raycluster.ConditionUnsupportedFeature)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Message != "unsupported fields are ignored: spec.autoscalerOptions (enableInTreeAutoscaling is not true)" {
 		t.Errorf("UnsupportedFeature condition: %+v", c)
 	}
-	waitEvent(t, e, ns, ConditionUnsupportedFeature)
+	waitEvent(t, e, ns, raycluster.ConditionUnsupportedFeature)
 }
 
 func testServeAndHeadless(t *testing.T, e *env) {
@@ -750,29 +728,25 @@ func waitEvent(t *testing.T, e *env, ns, reason string) {
 	})
 }
 
-// A missing default PodTemplate is a condition and an event; the pods are still built from the user's template.
-func testMissingDefaultTemplate(t *testing.T, e *env) {
-	ns := e.Namespace(t)
+// A default PodTemplate that does not exist: the cluster says so (the DefaultPodTemplateFailure condition and a
+// DefaultTemplateNotFound event) and its pods are made without defaults. A controller of its own names the missing
+// template, on a control plane of its own.
+func TestMissingDefaultTemplate(t *testing.T) {
+	cfg, cl := testutil.StartEnvtest(t)
+	const ns = "missing-template"
+	mustCreate(t, cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	startNamespaced(t, cfg, ns, raycluster.Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10})
+	e := &env{Env: testutil.NewEnv(cl), cl: cl}
 	rc := testutil.MakeRayCluster(ns, "rc").Obj()
-	rc.Spec.ManagedBy = ptr.To("kueue.x-k8s.io/multikueue") // keep the running controller away
 	e.Create(t, rc)
-	rec := events.NewFakeRecorder(10)
-	r := newReconciler(e.mgrCl, e.cl, rec, Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10})
-	// Reconcile bypasses the managedBy skip by calling the inner steps the way Reconcile does.
-	run := &run{c: e.get(t, rc), key: client.ObjectKeyFromObject(rc)}
-	if err := r.reconcile(context.Background(), run); err != nil {
-		t.Fatal(err)
-	}
-	if run.obs.templateErr == nil || run.obs.templateErr.reason != ReasonDefaultTemplateNotFound {
-		t.Fatalf("templateErr %+v", run.obs.templateErr)
-	}
-	st := computeStatus(run.c, run.obs, metav1.Now())
-	if c := meta.FindStatusCondition(st.Conditions, ConditionDefaultPodTemplateFailure); c == nil || c.Status != metav1.ConditionTrue {
-		t.Errorf("condition: %+v", st.Conditions)
-	}
-	if len(run.Events) == 0 || run.Events[0].Reason != ReasonDefaultTemplateNotFound {
-		t.Errorf("events: %+v", run.Events)
-	}
+	eventually(t, "the DefaultPodTemplateFailure condition", func() (bool, string) {
+		got := e.get(t, rc)
+		c := meta.FindStatusCondition(got.Status.Conditions, raycluster.ConditionDefaultPodTemplateFailure)
+		return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprintf("conditions %+v", got.Status.Conditions)
+	})
+	eventually(t, "a "+raycluster.ReasonDefaultTemplateNotFound+" event", func() (bool, string) {
+		return len(e.events(t, ns, raycluster.ReasonDefaultTemplateNotFound)) > 0, "none"
+	})
 	eventually(t, "head pod without defaults", func() (bool, string) {
 		h := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)
 		return len(h) == 1 && h[0].Labels["defaulted"] == "", fmt.Sprintf("%d heads", len(h))
@@ -812,7 +786,7 @@ func testMultiHost(t *testing.T, e *env) {
 	var victim string
 	for name, pods := range reps {
 		victim = name
-		setPhase(t, e.cl, &pods[0], corev1.PodFailed, false, "")
+		testutil.SetPodPhase(t, e.cl, &pods[0], corev1.PodFailed, false, "")
 		break
 	}
 	eventually(t, "whole replica replaced", func() (bool, string) {
@@ -1025,10 +999,10 @@ func testGCSFinalizerReleased(t *testing.T, e *env) {
 			return false, err.Error()
 		}
 		for _, ev := range list.Items {
-			if ev.Reason == ReasonRedisCleanupSkipped && ev.Type == corev1.EventTypeWarning {
+			if ev.Reason == raycluster.ReasonRedisCleanupSkipped && ev.Type == corev1.EventTypeWarning {
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("%d events, none %s", len(list.Items), ReasonRedisCleanupSkipped)
+		return false, fmt.Sprintf("%d events, none %s", len(list.Items), raycluster.ReasonRedisCleanupSkipped)
 	})
 }

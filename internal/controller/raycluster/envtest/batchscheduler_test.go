@@ -1,4 +1,4 @@
-package raycluster
+package envtest
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/controller/shared/podgroup"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -41,7 +42,7 @@ func TestBatchSchedulers(t *testing.T) {
 	} {
 		ns := "sched-" + tc.scheduler
 		mustCreate(t, cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-		startNamespaced(t, cfg, ns, Options{BatchScheduler: tc.scheduler, MaxConcurrentReconciles: 2}, nil)
+		startNamespaced(t, cfg, ns, raycluster.Options{BatchScheduler: tc.scheduler, MaxConcurrentReconciles: 2})
 		t.Run(tc.scheduler, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(t, e, ns)
@@ -190,7 +191,7 @@ func testYuniKorn(t *testing.T, e *env, ns string) {
 	}, func(p *corev1.Pod) map[string]string {
 		return map[string]string{"yunikorn.apache.org/task-groups": groups, "yunikorn.apache.org/task-group-name": p.Labels[rayv1.LabelGroup]}
 	})
-	cond := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionUnsupportedFeature)
+	cond := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionUnsupportedFeature)
 	want := "unsupported fields are ignored: metadata.labels[kai.scheduler/queue] (read by kai-scheduler; the operator runs --batch-scheduler=yunikorn)"
 	if cond == nil || cond.Message != want {
 		t.Errorf("UnsupportedFeature %+v, want message %q", cond, want)
@@ -203,7 +204,7 @@ func testKai(t *testing.T, e *env, ns string) {
 	schedulerPods(t, e.waitPods(t, rc, 2), "kai-scheduler", func(*corev1.Pod) map[string]string {
 		return map[string]string{clusterbuild.LabelKaiQueue: "team-a"}
 	}, func(*corev1.Pod) map[string]string { return nil })
-	if cond := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionUnsupportedFeature); cond != nil {
+	if cond := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionUnsupportedFeature); cond != nil {
 		t.Errorf("the scheduler's own label reported: %+v", cond)
 	}
 }

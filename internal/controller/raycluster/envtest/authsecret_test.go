@@ -1,4 +1,4 @@
-package raycluster
+package envtest
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -65,7 +66,7 @@ func testAuthSecretCreated(t *testing.T, e *env) {
 	if string(sec.Data[clusterbuild.AuthTokenSecretKey]) != token {
 		t.Error("the token changed on a later reconcile")
 	}
-	if c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, ConditionUnsupportedFeature); c != nil && c.Status == metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionUnsupportedFeature); c != nil && c.Status == metav1.ConditionTrue {
 		t.Errorf("authOptions still reported: %+v", c)
 	}
 }

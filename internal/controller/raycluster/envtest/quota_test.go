@@ -1,4 +1,4 @@
-package raycluster
+package envtest
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -86,7 +87,7 @@ func testQuotaBackoff(t *testing.T, e *env) {
 	if cond != nil && strings.Contains(cond.Message, "rc-small-worker-") {
 		t.Errorf("ReplicaFailure message names a refused pod: %q", cond.Message)
 	}
-	for _, reason := range []string{EventFailedToCreateHeadPod, EventFailedToCreateWorkerPod} {
+	for _, reason := range []string{raycluster.EventFailedToCreateHeadPod, raycluster.EventFailedToCreateWorkerPod} {
 		waitEvent(t, e, ns, reason)
 		evs := e.events(t, ns, reason)
 		if len(evs) != 1 || !strings.HasSuffix(evs[0], "(×1)") {

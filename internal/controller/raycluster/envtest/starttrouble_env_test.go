@@ -1,4 +1,4 @@
-package raycluster
+package envtest
 
 import (
 	"context"
@@ -73,7 +73,7 @@ func testStartTrouble(t *testing.T, e *env) {
 
 	for _, p := range []*corev1.Pod{testutil.Get(t, e.Env, head), testutil.Get(t, e.Env, worker)} {
 		p.Status.ContainerStatuses = nil
-		setPhase(t, e.cl, p, corev1.PodRunning, true, "10.0.9.1")
+		testutil.SetPodPhase(t, e.cl, p, corev1.PodRunning, true, "10.0.9.1")
 	}
 	got := e.waitState(t, rc, rayv1.Ready)
 	testutil.WaitFor(t, e.Env, got, "status.reason cleared", func(c *rayv1.RayCluster) bool { return c.Status.Reason == "" })

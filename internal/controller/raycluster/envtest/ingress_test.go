@@ -1,4 +1,4 @@
-package raycluster
+package envtest
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -54,13 +55,13 @@ func testHeadIngress(t *testing.T, e *env) {
 		ing.Spec.Rules[0].HTTP.Paths[0].Backend.Service.Name != "rc-head-svc" || ing.Spec.Rules[0].HTTP.Paths[0].Backend.Service.Port.Number != 8265 {
 		t.Errorf("Ingress spec %+v", ing.Spec)
 	}
-	waitEvent(t, e, ns, EventCreatedIngress)
+	waitEvent(t, e, ns, raycluster.EventCreatedIngress)
 
 	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.IngressOptions.Path = ptr.To("/dashboard") })
 	if ing := matches("Ingress follows ingressOptions"); ing.Spec.Rules[0].HTTP.Paths[0].Path != "/dashboard" {
 		t.Errorf("path %q", ing.Spec.Rules[0].HTTP.Paths[0].Path)
 	}
-	waitEvent(t, e, ns, EventUpdatedIngress)
+	waitEvent(t, e, ns, raycluster.EventUpdatedIngress)
 
 	ing = matches("settled")
 	ing.Spec.Rules[0].HTTP.Paths[0].Backend.Service.Name = "elsewhere"
@@ -74,7 +75,7 @@ func testHeadIngress(t *testing.T, e *env) {
 		err := e.cl.Get(ctx, key, &networkingv1.Ingress{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
-	waitEvent(t, e, ns, EventDeletedIngress)
+	waitEvent(t, e, ns, raycluster.EventDeletedIngress)
 
 	// Someone else's Ingress under the name a second cluster's would take: reported, not written, and the cluster
 	// still comes up.
@@ -84,7 +85,7 @@ func testHeadIngress(t *testing.T, e *env) {
 	other := testutil.MakeRayCluster(ns, "other").Obj()
 	other.Spec.HeadGroupSpec.EnableIngress = ptr.To(true)
 	e.Create(t, other)
-	waitEvent(t, e, ns, EventFailedToCreateIngress)
+	waitEvent(t, e, ns, raycluster.EventFailedToCreateIngress)
 	e.waitPods(t, other, 1)
 	got := &networkingv1.Ingress{}
 	if err := e.cl.Get(ctx, client.ObjectKeyFromObject(theirs), got); err != nil || got.ResourceVersion != theirs.ResourceVersion {

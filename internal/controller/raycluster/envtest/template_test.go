@@ -1,4 +1,4 @@
-package raycluster
+package envtest
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -49,7 +50,7 @@ func TestDefaultTemplateOutsideWatchedNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := NewReconciler(mgr, Options{DefaultPodTemplate: "operator/defaults"}).SetupWithManager(mgr); err != nil {
+	if err := raycluster.NewReconciler(mgr, raycluster.Options{DefaultPodTemplate: "operator/defaults"}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})

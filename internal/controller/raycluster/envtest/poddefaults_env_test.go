@@ -1,4 +1,4 @@
-package raycluster
+package envtest
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -75,7 +76,7 @@ func TestPodDefaultsAcrossRestart(t *testing.T) {
 
 	first := map[types.UID]corev1.Pod{}
 	t.Run("first operator", func(t *testing.T) {
-		startNamespaced(t, cfg, ns, Options{PodDefaults: defaults("1")}, nil)
+		startNamespaced(t, cfg, ns, raycluster.Options{PodDefaults: defaults("1")})
 		mustCreate(t, cl, rc)
 		waitPods(2)
 		first = pods()
@@ -87,7 +88,7 @@ func TestPodDefaultsAcrossRestart(t *testing.T) {
 		return
 	}
 
-	startNamespaced(t, cfg, ns, Options{PodDefaults: defaults("2")}, nil)
+	startNamespaced(t, cfg, ns, raycluster.Options{PodDefaults: defaults("2")})
 	// A scale-up: the second operator reconciles the cluster and creates a worker, which must get its defaults.
 	var cur rayv1.RayCluster
 	if err := cl.Get(ctx, key, &cur); err != nil {

@@ -1,4 +1,4 @@
-package raycluster
+package envtest
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -64,7 +65,7 @@ func testTLS(t *testing.T, e *env) {
 		}
 		return true, ""
 	})
-	waitEvent(t, e, ns, EventMTLSCertsNotReady)
+	waitEvent(t, e, ns, raycluster.EventMTLSCertsNotReady)
 	// Once the controller has reported on this generation it has met the wait: no pod without certificates.
 	e.waitObserved(t, rc)
 	if pods := e.pods(t, rc); len(pods) != 0 {
@@ -114,7 +115,7 @@ func testTLS(t *testing.T, e *env) {
 			slices.Contains(wc.Spec.IPAddresses, ips[rayv1.NodeTypeWorker]) && !slices.Contains(wc.Spec.IPAddresses, ips[rayv1.NodeTypeHead])
 		return ok, fmt.Sprintf("pods %v: head cert %v, worker cert %v", ips, hc.Spec.IPAddresses, wc.Spec.IPAddresses)
 	})
-	waitEvent(t, e, ns, EventMTLSCertificatesUpdated)
+	waitEvent(t, e, ns, raycluster.EventMTLSCertificatesUpdated)
 
 	// A new worker waits until both certificates are issued at their new generations (as KubeRay checks both).
 	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](2) })

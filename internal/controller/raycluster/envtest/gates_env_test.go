@@ -1,4 +1,4 @@
-package raycluster
+package envtest
 
 import (
 	"context"
@@ -9,12 +9,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/raycluster"
 	"github.com/manta-dev/manta/internal/features"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // TestFeatureGatesOff runs a controller with RayClusterStatusConditions and RayMultiHostIndexing off (its own gates,
-// Options.FeatureEnabled: the process's stay as they are) beside one with Manta's default gates (both on), on one
+// raycluster.Options.FeatureEnabled: the process's stay as they are) beside one with Manta's default gates (both on), on one
 // control plane, and plays a cluster with a multi-host group through creation, readiness, a lost host, suspension
 // and resumption:
 //   - off: no KubeRay condition is ever written, the state still goes Ready then Suspended, spec.suspend deletes the
@@ -28,13 +29,14 @@ func TestFeatureGatesOff(t *testing.T) {
 	off := features.Defaults()
 	off[features.RayClusterStatusConditions], off[features.RayMultiHostIndexing] = false, false
 	on := features.Defaults()
-	startNamespaced(t, cfg, "gates-off", Options{FeatureEnabled: func(f features.Gate) bool { return off[f] }}, nil)
-	startNamespaced(t, cfg, "gates-on", Options{FeatureEnabled: func(f features.Gate) bool { return on[f] }}, nil)
+	startNamespaced(t, cfg, "gates-off", raycluster.Options{FeatureEnabled: func(f features.Gate) bool { return off[f] }})
+	startNamespaced(t, cfg, "gates-on", raycluster.Options{FeatureEnabled: func(f features.Gate) bool { return on[f] }})
 	e := &env{cl: cl}
 	replicaLabels := []string{rayv1.LabelReplicaIndex, rayv1.LabelReplicaName, rayv1.LabelHostIndex}
 	kubeRay := map[string]bool{}
-	for _, c := range kubeRayConditions {
-		kubeRay[c] = true
+	for _, c := range []rayv1.RayClusterConditionType{rayv1.HeadPodReady, rayv1.RayClusterProvisioned, rayv1.RayClusterReplicaFailure,
+		rayv1.RayClusterSuspending, rayv1.RayClusterSuspended} {
+		kubeRay[string(c)] = true
 	}
 
 	for _, ns := range []string{"gates-off", "gates-on"} {
