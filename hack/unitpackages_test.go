@@ -41,6 +41,10 @@ var startsProcess = map[string]struct {
 	}},
 }
 
+// notYetSplit are the packages whose envtests still sit beside their unit tests; the Makefile's test-unit leaves
+// them out too. Issue 41: split them, then empty this.
+var notYetSplit = map[string]bool{"internal/apiserver": true}
+
 // TestUnitPackagesStartNothing: no test file of a package `make test-unit` runs imports or calls what starts a
 // control plane, a dev cluster or another process. The check is by name, file by file: an import, or a call of a
 // listed function (qualified, or unqualified in the listed package's own tests).
@@ -99,7 +103,8 @@ func unitPackageDirs(t *testing.T, root string) []string {
 			return err
 		}
 		rel = filepath.ToSlash(rel)
-		if rel == "test" || strings.HasPrefix(rel, "test/") || strings.HasSuffix(rel, "/envtest") || strings.HasSuffix(rel, "/integration") {
+		if rel == "test" || strings.HasPrefix(rel, "test/") || strings.HasSuffix(rel, "/envtest") || strings.HasSuffix(rel, "/integration") ||
+			notYetSplit[rel] {
 			return nil
 		}
 		if !slices.Contains(dirs, rel) {
