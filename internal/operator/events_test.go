@@ -2,6 +2,7 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -23,8 +24,35 @@ import (
 // The events' client runs at --event-qps, not at the operator's --qps. (That a repeated event is one Event with a
 // series count is in operator/envtest.)
 func TestEventClientQPS(t *testing.T) {
-	// An API server that serves nothing: the manager is built, never started.
-	srv := httptest.NewServer(http.NotFoundHandler())
+	// An API server that serves the discovery of the kinds the manager's cache is scoped by, and nothing else: the
+	// manager is built, never started.
+	resources := func(gv string, rs ...metav1.APIResource) *metav1.APIResourceList {
+		return &metav1.APIResourceList{GroupVersion: gv, APIResources: rs}
+	}
+	namespaced := func(name, kind string) metav1.APIResource {
+		return metav1.APIResource{Name: name, Kind: kind, Namespaced: true, Verbs: metav1.Verbs{"get", "list", "watch"}}
+	}
+	group := func(name string) metav1.APIGroup {
+		v := metav1.GroupVersionForDiscovery{GroupVersion: name + "/v1", Version: "v1"}
+		return metav1.APIGroup{Name: name, Versions: []metav1.GroupVersionForDiscovery{v}, PreferredVersion: v}
+	}
+	discovery := map[string]any{
+		"/api":  &metav1.APIVersions{Versions: []string{"v1"}},
+		"/apis": &metav1.APIGroupList{Groups: []metav1.APIGroup{group("batch"), group("networking.k8s.io")}},
+		"/api/v1": resources("v1", namespaced("pods", "Pod"), namespaced("services", "Service"),
+			namespaced("persistentvolumeclaims", "PersistentVolumeClaim"), namespaced("events", "Event")),
+		"/apis/batch/v1":             resources("batch/v1", namespaced("jobs", "Job")),
+		"/apis/networking.k8s.io/v1": resources("networking.k8s.io/v1", namespaced("networkpolicies", "NetworkPolicy"), namespaced("ingresses", "Ingress")),
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := discovery[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(body)
+	}))
 	t.Cleanup(srv.Close)
 	mgr, err := NewManager(&rest.Config{Host: srv.URL}, Options{EventQPS: 7, EventBurst: 3})
 	if err != nil {

@@ -155,7 +155,7 @@ func testRedisCleanupFailed(t *testing.T, e *env) {
 func testRedisCleanupTimeout(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	rc := ftCluster(ns)
-	rc.Annotations = map[string]string{AnnotationGCSFTDeletionTimeout: "3"}
+	rc.Annotations = map[string]string{raycluster.AnnotationGCSFTDeletionTimeout: "3"}
 	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
 	e.deleteAndWaitJob(t, rc) // never finished: envtest runs no Job controller
