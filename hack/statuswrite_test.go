@@ -53,8 +53,24 @@ func TestControllersReadOnlyTheirClock(t *testing.T) {
 // RemoveFinalizer (one conflict rule, metadata only).
 func TestControllersShareTheEventAndFinalizerPaths(t *testing.T) {
 	forbidInControllers(t, `\.[Rr]ecorder\.Eventf\(`, "records an event directly; ask the run's reconcile.Result (Eventf, StatusEventf)")
-	forbidInControllers(t, `controllerutil\.(Add|Remove)Finalizer\b|\.Patch\([^)]*Finalizer`,
-		"writes a finalizer directly; use reconcile.AddFinalizer / RemoveFinalizer")
+	forbidInControllers(t, `controllerutil\.(Add|Remove)Finalizer\b|\.Patch\([^)]*Finalizer|reconcile\.(Add|Remove)Finalizer\(`,
+		"writes a finalizer itself; give reconcile.Lifecycle its Finalizer and Finalize")
+}
+
+// Every controller of a kind reconciles through reconcile.Lifecycle, which alone reads the object, checks
+// spec.managedBy, takes a deleted object through its Finalize and writes the status: its Reconcile is the skeleton's.
+func TestKindControllersRunTheSkeleton(t *testing.T) {
+	for _, kind := range []string{"raycluster", "rayjob", "rayservice", "raycronjob", "imagepulljob"} {
+		src, err := os.ReadFile(filepath.Join("../internal/controller", kind, "controller.go"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		re := regexp.MustCompile(`(?m)^func \(r \*Reconciler\) Reconcile\(ctx context\.Context, req ctrl\.Request\) \(ctrl\.Result, error\) \{\n\treturn r\.life\.Reconcile\(ctx, req\)\n\}`)
+		if !re.Match(src) {
+			t.Errorf("%s: Reconcile is not reconcile.Lifecycle's (return r.life.Reconcile(ctx, req))", kind)
+		}
+	}
+	forbidInControllers(t, `ptr\.Deref\(\w+\.Spec\.ManagedBy`, "checks spec.managedBy itself; reconcile.Lifecycle does (its ManagedBy)")
 }
 
 // A controller creates and updates its child objects only through reconcile.EnsureOwned (PlanOwned, WriteOwned):
@@ -67,10 +83,8 @@ func TestChildrenGoThroughEnsureOwned(t *testing.T) {
 		"imagepulljob/controller.go": {"r.client.Create(ctx, p)"},
 		// An owner reference from a Certificate on the Secret cert-manager issued: not the cluster's child.
 		"raycluster/tls.go": {"r.client.Update(ctx, sec)"},
-		// The status writes (TestStatusWritesGoThroughTheWriter) and the work queue's event handlers.
-		"raycluster/controller.go": {"r.writes.Update("},
-		"rayjob/controller.go":     {"r.writes.Update("},
-		"raycluster/queue.go":      {"h.Create(ctx, e", "h.Update(ctx, e"},
+		// The work queue's event handlers.
+		"raycluster/queue.go": {"h.Create(ctx, e", "h.Update(ctx, e"},
 	}
 	re := regexp.MustCompile(`\.(Create|Update)\(ctx\b`)
 	err := filepath.WalkDir("../internal/controller", func(path string, d fs.DirEntry, err error) error {

@@ -46,6 +46,8 @@ const (
 	ReasonDeadlineExceeded = "DeadlineExceeded"
 	ReasonPodFailed        = "PodFailed"
 	ReasonCompleted        = "Completed"
+	// ReasonInvalidSpec is the event of a spec the schema let through and the controller cannot act on.
+	ReasonInvalidSpec = "InvalidSpec"
 	// ReasonFailedCreate is the event of puller creates the API server refused (the Job controller's reason).
 	ReasonFailedCreate = "FailedCreate"
 

@@ -73,6 +73,7 @@ type Reconciler struct {
 	opts     Options
 	exp      *expectations
 	backoff  *createbackoff.Backoff
+	life     *reconcile.Lifecycle[*mantav1alpha1.ImagePullJob, mantav1alpha1.ImagePullJobStatus]
 }
 
 // NewReconciler builds the controller from the manager's client, config and scheme. Register it with
@@ -97,7 +98,7 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reconciler{
+	r := &Reconciler{
 		client:    mgr.GetClient(),
 		apiReader: mgr.GetAPIReader(),
 		cache:     c,
@@ -105,7 +106,9 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 		opts:      opts,
 		exp:       newExpectations(opts.Clock.Now),
 		backoff:   createbackoff.New(opts.CreateBackoffBase, opts.CreateBackoffMax),
-	}, nil
+	}
+	r.life = r.lifecycle()
+	return r, nil
 }
 
 func newPullerCache(mgr ctrl.Manager) (cache.Cache, error) {
@@ -208,47 +211,58 @@ func (r *Reconciler) jobsForNode(ctx context.Context, _ *corev1.Node) []ctrlreco
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
-// Reconcile reads the job, its puller pods and the nodes, computes the plan, writes the pod differences, then
-// writes status once if it changed.
+// Reconcile runs the shared skeleton (reconcile.Lifecycle) with the ImagePullJob's live part; a deleted job needs
+// nothing (its pullers go with it through their owner reference).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	logger := log.FromContext(ctx)
-	job := &mantav1alpha1.ImagePullJob{}
-	if err := r.client.Get(ctx, req.NamespacedName, job); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.backoff.Succeeded(req.NamespacedName)
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	return r.life.Reconcile(ctx, req)
+}
+
+func (r *Reconciler) lifecycle() *reconcile.Lifecycle[*mantav1alpha1.ImagePullJob, mantav1alpha1.ImagePullJobStatus] {
+	return &reconcile.Lifecycle[*mantav1alpha1.ImagePullJob, mantav1alpha1.ImagePullJobStatus]{
+		Client:       r.client,
+		Recorder:     r.recorder,
+		New:          func() *mantav1alpha1.ImagePullJob { return &mantav1alpha1.ImagePullJob{} },
+		Forget:       r.backoff.Succeeded,
+		Live:         r.live,
+		Status:       func(job *mantav1alpha1.ImagePullJob) *mantav1alpha1.ImagePullJobStatus { return &job.Status },
+		CopyStatus:   (*mantav1alpha1.ImagePullJobStatus).DeepCopy,
+		StatusWriter: r.opts.StatusWriter,
 	}
-	if job.DeletionTimestamp != nil {
-		return ctrl.Result{}, nil
-	}
+}
+
+// live reads the job's puller pods and the nodes, plans (computePlan, pure), writes the pod differences and leaves
+// the planned status in job.
+func (r *Reconciler) live(ctx context.Context, job *mantav1alpha1.ImagePullJob, _ *mantav1alpha1.ImagePullJobStatus, res *reconcile.Result) (reconcile.StatusStep, error) {
+	var step reconcile.StatusStep
+	key := client.ObjectKeyFromObject(job)
 	now := r.opts.Clock.Now()
 
 	if expiry, ok := ttlExpiry(job); ok && !now.Before(expiry) {
-		logger.V(1).Info("deleting finished ImagePullJob after ttlSecondsAfterFinished", "imagePullJob", klog.KObj(job))
+		log.FromContext(ctx).V(1).Info("deleting finished ImagePullJob after ttlSecondsAfterFinished", "imagePullJob", klog.KObj(job))
 		uid := job.UID
 		err := r.client.Delete(ctx, job, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		return step, client.IgnoreNotFound(err)
 	}
 
 	var pods corev1.PodList
 	if err := r.cache.List(ctx, &pods, client.InNamespace(job.Namespace), client.MatchingLabels{LabelJobUID: string(job.UID)}); err != nil {
-		return ctrl.Result{}, err
+		return step, err
 	}
 	var nodes corev1.NodeList
 	// The planner only reads nodes; skipping the copy matters with thousands of them.
 	if err := r.cache.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
-		return ctrl.Result{}, err
+		return step, err
 	}
 	var selectorPods []corev1.Pod
 	if job.Spec.PodSelector != nil && job.Status.CompletionTime == nil {
 		sel, err := metav1.LabelSelectorAsSelector(job.Spec.PodSelector)
 		if err != nil {
-			return r.reportInvalid(ctx, job, fmt.Sprintf("spec.podSelector is invalid: %v", err))
+			invalid(job, fmt.Sprintf("spec.podSelector is invalid: %v", err), res)
+			return step, nil
 		}
 		var list corev1.PodList
 		if err := r.apiReader.List(ctx, &list, client.InNamespace(job.Namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
-			return ctrl.Result{}, err
+			return step, err
 		}
 		selectorPods = list.Items
 	}
@@ -265,22 +279,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		podOptions:      PodOptions{PullerImage: r.opts.PullerImage, PullerBinaryPath: r.opts.PullerBinaryPath, Policy: r.opts.Policy},
 	})
 	if err != nil {
-		return r.reportInvalid(ctx, job, fmt.Sprintf("spec.selector is invalid: %v", err))
+		invalid(job, fmt.Sprintf("spec.selector is invalid: %v", err), res)
+		return step, nil
 	}
 
-	r.createPullers(ctx, req.NamespacedName, job, p.create, now, &p)
+	r.createPullers(ctx, key, job, p.create, now, &p)
 	podErr := r.deletePods(ctx, job, p.delete)
 
-	var statusErr error
 	if !equality.Semantic.DeepEqual(job.Status, p.status) {
 		job.Status = p.status
-		statusErr = r.opts.StatusWriter.UpdateStatus(ctx, job)
-		if statusErr == nil {
+		statusEvents(job, &p)
+		step.Stored = func() {
 			for _, pull := range p.pulls {
 				metrics.ObservePull(pull.outcome, pull.duration)
 			}
 		}
-		statusEvents(job, &p)
 	}
 	if expiry, ok := ttlExpiry(job); ok {
 		p.Requeue(expiry.Sub(now))
@@ -292,19 +305,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if job.Spec.PodSelector != nil && job.Status.CompletionTime == nil {
 		p.Requeue(r.opts.PodSelectorResync)
 	}
-	return p.Finish(r.recorder, job, podErr, statusErr)
+	res.Merge(&p.Result, len(res.Events))
+	return step, podErr
 }
 
-// reportInvalid records a spec problem the schema cannot catch (e.g. a malformed label selector value).
-func (r *Reconciler) reportInvalid(ctx context.Context, job *mantav1alpha1.ImagePullJob, msg string) (ctrl.Result, error) {
+// invalid records a spec problem the schema cannot catch (e.g. a malformed label selector value) in the status, and
+// reports it once.
+func invalid(job *mantav1alpha1.ImagePullJob, msg string, res *reconcile.Result) {
 	if job.Status.Message == msg {
-		return ctrl.Result{}, nil
+		return
 	}
 	job.Status.Message = msg
 	job.Status.ObservedGeneration = job.Generation
-	var res reconcile.Result
-	res.StatusEventf(corev1.EventTypeWarning, "InvalidSpec", "Validate", "%s", msg)
-	return res.Finish(r.recorder, job, nil, r.opts.StatusWriter.UpdateStatus(ctx, job))
+	res.StatusEventf(corev1.EventTypeWarning, ReasonInvalidSpec, "Validate", "%s", msg)
 }
 
 func (r *Reconciler) deletePods(ctx context.Context, job *mantav1alpha1.ImagePullJob, pods []*corev1.Pod) error {

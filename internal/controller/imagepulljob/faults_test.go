@@ -95,6 +95,7 @@ func newFaultRig(t *testing.T, job *mantav1alpha1.ImagePullJob, refuse func(pod 
 		exp:      newExpectations(rig.clock.Now),
 		backoff:  createbackoff.New(0, 0),
 	}
+	rig.r.life = rig.r.lifecycle()
 	return rig
 }
 

@@ -109,6 +109,8 @@ type Reconciler struct {
 	hashes sync.Map
 	// madePods has, by cluster key, the UID of the cluster this process has created pods for (clusterLive).
 	madePods sync.Map
+
+	life *reconcile.Lifecycle[*rayv1.RayCluster, rayv1.RayClusterStatus]
 }
 
 // expectationTTL bounds how long the controller waits for the cache to show its own pod writes.
@@ -155,6 +157,22 @@ func newReconciler(cl client.Client, reader client.Reader, recorder events.Event
 	r.status = writeAtOnce{}
 	if opts.Optimizations.On(optimize.StatusCoalescing) {
 		r.status = coalescing{p: r.pending, window: opts.StatusCoalesceWindow, sw: opts.Optimizations}
+	}
+	r.life = &reconcile.Lifecycle[*rayv1.RayCluster, rayv1.RayClusterStatus]{
+		Client:         cl,
+		Recorder:       recorder,
+		New:            func() *rayv1.RayCluster { return &rayv1.RayCluster{} },
+		ManagedBy:      func(c *rayv1.RayCluster) *string { return c.Spec.ManagedBy },
+		Forget:         r.forget,
+		Finalizer:      clusterbuild.FinalizerGCSFTRedisCleanup,
+		WantsFinalizer: r.wantsCleanupFinalizer,
+		Finalize:       r.finalize,
+		Live:           r.live,
+		Status:         func(c *rayv1.RayCluster) *rayv1.RayClusterStatus { return &c.Status },
+		CopyStatus:     (*rayv1.RayClusterStatus).DeepCopy,
+		StatusEqual:    statusEqual,
+		StatusWriter:   opts.StatusWriter,
+		Writes:         &r.writes,
 	}
 	return r
 }
@@ -235,39 +253,31 @@ type run struct {
 // newRun starts the state of one reconcile (or of a part of one that runs beside the rest).
 func newRun(c *rayv1.RayCluster, key types.NamespacedName) *run { return &run{c: c, key: key} }
 
-// Reconcile reads the cluster, then observes its objects, plans and writes them (reconcile), then writes the
-// status once (writeStatus) and the events. The performance mechanisms sit behind mechanisms.go: read it as if
-// they were all off.
+// Reconcile runs the shared skeleton (reconcile.Lifecycle) with the RayCluster's parts: live (observe, plan and write
+// its objects, then the status step) and finalize (the Redis cleanup). The performance mechanisms sit behind
+// mechanisms.go: read it as if they were all off.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	c := &rayv1.RayCluster{}
-	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
-		if apierrors.IsNotFound(err) {
-			r.forget(req.NamespacedName)
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if m := ptr.Deref(c.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
-		return ctrl.Result{}, nil
-	}
-	if c.DeletionTimestamp != nil {
-		return r.reconcileDeletion(ctx, c)
-	}
-	run := newRun(c, req.NamespacedName)
+	return r.life.Reconcile(ctx, req)
+}
+
+// live makes the cluster's objects match the spec (reconcile), then computes the status from what it observed
+// (statusStep).
+func (r *Reconciler) live(ctx context.Context, c *rayv1.RayCluster, read *rayv1.RayClusterStatus, res *reconcile.Result) (reconcile.StatusStep, error) {
+	run := newRun(c, client.ObjectKeyFromObject(c))
 	run.obs.noConditions = !r.enabled(features.RayClusterStatusConditions)
 	run.obs.noIndexing = !r.enabled(features.RayMultiHostIndexing)
 	run.Requeue(r.opts.ResyncPeriod)
-	oldStatus := c.Status.DeepCopy()
 	recErr := r.reconcile(ctx, run)
 	run.obs.reconcileOK = recErr == nil
 	if run.created && !run.refused {
-		r.backoff.Succeeded(req.NamespacedName)
+		r.backoff.Succeeded(run.key)
 	}
-	statusErr := r.writeStatus(ctx, run, oldStatus)
+	res.Merge(&run.Result, len(res.Events))
 	if onlyBackedOff(recErr) {
 		// Refused pod creates: the retry is scheduled (run.Requeue) by createBackoff, not the work queue's limiter.
 		recErr = nil
 	}
-	return run.Finish(r.recorder, c, recErr, statusErr)
+	return r.statusStep(run, read, res), recErr
 }
 
 // forget drops what the controller remembers of a cluster that is gone.
@@ -281,34 +291,25 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	metrics.ForgetCluster(key)
 }
 
-// writeStatus computes the status from what the reconcile observed and writes it when it changed and the status
-// policy does not hold it back (then the run requeues for when it is due). A cluster read before the cache showed
-// the controller's last status write is looked at again instead (reconcile.ErrCacheBehind): its status is not the
-// stored one.
-func (r *Reconciler) writeStatus(ctx context.Context, run *run, oldStatus *rayv1.RayClusterStatus) error {
-	c, policy := run.c, r.status
-	if err := r.writes.Check(c); err != nil {
-		return err
-	}
+// statusStep computes the status from what the reconcile observed into the cluster, and says how it is written: a
+// change the status policy holds back waits (the skeleton requeues for when it is due); a written one reports the
+// pods' start trouble it names and feeds the staleness and state metrics.
+func (r *Reconciler) statusStep(run *run, read *rayv1.RayClusterStatus, res *reconcile.Result) reconcile.StatusStep {
+	c, key, policy := run.c, run.key, r.status
 	now := metav1.NewTime(r.opts.Clock.Now())
-	newStatus := computeStatus(c, run.obs, now)
-	if statusEqual(oldStatus, &newStatus) {
-		policy.settled(run.key)
-		return nil
+	c.Status = computeStatus(c, run.obs, now)
+	return reconcile.StatusStep{
+		Unchanged: func() { policy.settled(key) },
+		Hold:      func() time.Duration { return policy.hold(key, read, &c.Status, r.opts.Clock.Now()) },
+		Write: func() {
+			reportStartTrouble(res, run, read.Reason)
+			c.Status.LastUpdateTime = &now
+		},
+		Stored: func() {
+			r.staleness(policy.wrote(key, r.opts.Clock.Now()))
+			metrics.ObserveCluster(c, read, now.Time)
+		},
 	}
-	if hold := policy.hold(run.key, oldStatus, &newStatus, r.opts.Clock.Now()); hold > 0 {
-		run.Requeue(hold)
-		return nil
-	}
-	reportStartTrouble(run, oldStatus.Reason)
-	newStatus.LastUpdateTime = &now
-	c.Status = newStatus
-	if err := r.writes.Update(ctx, r.opts.StatusWriter, c); err != nil {
-		return err
-	}
-	r.staleness(policy.wrote(run.key, r.opts.Clock.Now()))
-	metrics.ObserveCluster(c, oldStatus, now.Time)
-	return nil
 }
 
 // clusterLive confirms with the API server, before the first pod create of a reconcile, that the cluster still
@@ -384,9 +385,6 @@ func (r *Reconciler) reconcile(ctx context.Context, run *run) error {
 	if w := validation.AutoscalerV1RestartPolicy(&c.Spec, field.NewPath("spec")); w != "" && c.Status.ObservedGeneration != c.Generation {
 		// Once per generation: nothing in the status says it was told.
 		run.StatusEventf(corev1.EventTypeWarning, ConditionInvalidSpec, "Validate", "%s", w)
-	}
-	if err := r.ensureCleanupFinalizer(ctx, c); err != nil {
-		return err
 	}
 	run.obs.unsupported = append(clusterbuild.UnsupportedFields(c), clusterbuild.IgnoredSchedulerFields(c, r.opts.BatchScheduler)...)
 	if len(run.obs.unsupported) > 0 && !conditionMessageIs(c, ConditionUnsupportedFeature, clusterbuild.UnsupportedMessage(run.obs.unsupported)) {

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -157,108 +156,90 @@ func jobFinished(j *batchv1.Job) batchv1.JobConditionType {
 	return ""
 }
 
-// reconcileDeletion takes a deleted cluster through the next step of its Redis cleanup.
-func (r *Reconciler) reconcileDeletion(ctx context.Context, c *rayv1.RayCluster) (ctrl.Result, error) {
-	var res reconcile.Result
-	return res.Finish(r.recorder, c, r.cleanupStep(ctx, c, &res), nil)
-}
-
-// cleanupStep is reconcileDeletion's step; its events and requeue go to res.
-func (r *Reconciler) cleanupStep(ctx context.Context, c *rayv1.RayCluster, res *reconcile.Result) error {
-	if !controllerutil.ContainsFinalizer(c, clusterbuild.FinalizerGCSFTRedisCleanup) {
-		return nil
-	}
+// finalize takes a deleted cluster that carries the Redis cleanup finalizer through the next step of its cleanup;
+// done says the finalizer may go. The events that report its release are StatusEventf: recorded once it is gone.
+func (r *Reconciler) finalize(ctx context.Context, c *rayv1.RayCluster, res *reconcile.Result) (done bool, err error) {
 	if r.opts.NoRedisCleanup {
-		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
-			return err
-		}
-		res.Eventf(corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
+		res.StatusEventf(corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
 			"removed finalizer %s without cleaning Redis: the operator's Redis cleanup is off (--gcs-ft-redis-cleanup=false); delete the keys of storage namespace %q from Redis by hand",
 			clusterbuild.FinalizerGCSFTRedisCleanup, clusterbuild.ExternalStorageNamespace(c))
-		return nil
+		return true, nil
 	}
 	pods := &corev1.PodList{}
 	if err := r.client.List(ctx, pods, client.InNamespace(c.Namespace), clusterpods.Of(c.Name)); err != nil {
-		return fmt.Errorf("list pods: %w", err)
+		return false, fmt.Errorf("list pods: %w", err)
 	}
 	// Read past the cache: it holds only the Jobs labelled as KubeRay's, which a head template can relabel.
 	jobs := &batchv1.JobList{}
 	if err := r.reader.List(ctx, jobs, client.InNamespace(c.Namespace), client.MatchingLabels(clusterbuild.RedisCleanupSelector(c))); err != nil {
-		return fmt.Errorf("list Redis cleanup jobs: %w", err)
+		return false, fmt.Errorf("list Redis cleanup jobs: %w", err)
 	}
 	p := planCleanup(c, pods.Items, jobs.Items, r.opts.Clock.Now())
 	logger := log.FromContext(ctx).WithValues("storageNamespace", clusterbuild.ExternalStorageNamespace(c))
 	switch p.step {
 	case cleanupSkip:
-		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
-			return err
-		}
-		res.Eventf(corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
+		res.StatusEventf(corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
 			"removed finalizer %s without cleaning Redis: the cluster has no Redis-backed GCS fault tolerance", clusterbuild.FinalizerGCSFTRedisCleanup)
+		return true, nil
 	case cleanupDeletePods:
 		// Deleted without events, as KubeRay does: the cluster itself is going.
 		for i := range p.pods {
 			pod := &p.pods[i]
 			if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("delete pod %s: %w", pod.Name, err)
+				return false, fmt.Errorf("delete pod %s: %w", pod.Name, err)
 			}
 		}
 		res.Requeue(cleanupWait)
-		return nil
+		return false, nil
 	case cleanupWaitHead:
 		logger.V(1).Info("waiting for the head pod to terminate before cleaning Redis")
 		res.Requeue(cleanupWait)
-		return nil
+		return false, nil
 	case cleanupCreateJob:
-		err := r.createCleanupJob(ctx, c, res)
+		done, err := r.createCleanupJob(ctx, c, res)
 		if res.RequeueAfter() > 0 {
 			res.Requeue(waitAtMost(p.left))
 		}
-		return err
+		return done, err
 	case cleanupWaitJob:
 		res.Requeue(waitAtMost(p.left))
-		return nil
+		return false, nil
 	case cleanupTimedOut:
-		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
-			return err
-		}
 		age := r.opts.Clock.Now().Sub(c.DeletionTimestamp.Time).Round(time.Second)
-		res.Eventf(corev1.EventTypeWarning, EventForceDeletedStuckCluster, "Delete",
+		res.StatusEventf(corev1.EventTypeWarning, EventForceDeletedStuckCluster, "Delete",
 			"removed finalizer %s %s after the deletion: the Redis cleanup did not finish within %s (annotation %s); delete the keys of storage namespace %q from Redis by hand",
 			clusterbuild.FinalizerGCSFTRedisCleanup, age, gcsFTDeletionTimeout(c), AnnotationGCSFTDeletionTimeout, clusterbuild.ExternalStorageNamespace(c))
-		logger.Info("gave up the Redis cleanup: deletion timeout passed", "age", age)
+		logger.Info("giving up the Redis cleanup: deletion timeout passed", "age", age)
+		return true, nil
 	case cleanupRelease:
-		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
-			return err
-		}
 		if p.failed {
-			res.Eventf(corev1.EventTypeWarning, EventRedisCleanupFailed, "Delete",
+			res.StatusEventf(corev1.EventTypeWarning, EventRedisCleanupFailed, "Delete",
 				"Redis cleanup Job %s failed; removed finalizer %s: delete the keys of storage namespace %q from Redis by hand",
 				p.job.Name, clusterbuild.FinalizerGCSFTRedisCleanup, p.job.Annotations[clusterbuild.AnnotationExternalStorageNamespace])
 		}
-		logger.Info("released the Redis cleanup finalizer", "job", p.job.Name, "failed", p.failed)
+		logger.Info("releasing the Redis cleanup finalizer", "job", p.job.Name, "failed", p.failed)
+		return true, nil
 	}
-	return nil
+	return false, nil
 }
 
-func (r *Reconciler) createCleanupJob(ctx context.Context, c *rayv1.RayCluster, res *reconcile.Result) error {
+// createCleanupJob creates the cluster's Redis cleanup Job; done says there is nothing to clean up with (the
+// finalizer may go).
+func (r *Reconciler) createCleanupJob(ctx context.Context, c *rayv1.RayCluster, res *reconcile.Result) (done bool, err error) {
 	// The default PodTemplate shapes the head, so it shapes the Job built from it; its failures were reported
 	// while the cluster lived.
 	scratch := newRun(c, client.ObjectKeyFromObject(c))
 	job := clusterbuild.RedisCleanupJob(c, clusterbuild.PodOptions{ClusterDomain: r.opts.ClusterDomain, DefaultTemplate: r.defaultTemplate(ctx, scratch)})
 	if job == nil {
 		// No head container to run it in (a spec that was never valid): nothing ever wrote to Redis.
-		if err := r.releaseCleanupFinalizer(ctx, c); err != nil {
-			return err
-		}
-		res.Eventf(corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
+		res.StatusEventf(corev1.EventTypeWarning, ReasonRedisCleanupSkipped, "Delete",
 			"removed finalizer %s without cleaning Redis: the head template has no container to run the cleanup in", clusterbuild.FinalizerGCSFTRedisCleanup)
-		return nil
+		return true, nil
 	}
 	// The Job is created once: one of that name is this cluster's, made by an earlier reconcile the cache does not
 	// show yet, and is looked at again shortly.
 	w := reconcile.Writer{Client: r.client, Owner: c}
-	_, _, err := reconcile.WriteOwned(ctx, w, &cleanupJobKind, reconcile.PlanOwned(c, &cleanupJobKind, job, nil), func(op reconcile.Op, _ *batchv1.Job, err error) {
+	_, _, err = reconcile.WriteOwned(ctx, w, &cleanupJobKind, reconcile.PlanOwned(c, &cleanupJobKind, job, nil), func(op reconcile.Op, _ *batchv1.Job, err error) {
 		switch {
 		case op == reconcile.Exists:
 			res.Requeue(time.Second)
@@ -270,20 +251,13 @@ func (r *Reconciler) createCleanupJob(ctx context.Context, c *rayv1.RayCluster, 
 			res.Requeue(cleanupWait)
 		}
 	})
-	return err
+	return false, err
 }
 
 var cleanupJobKind = reconcile.Owned[*batchv1.Job]{Kind: "Redis cleanup job", New: func() *batchv1.Job { return &batchv1.Job{} }}
 
-// ensureCleanupFinalizer puts the Redis cleanup finalizer on a cluster with a Redis-backed GCS (unless the cleanup
-// is off).
-func (r *Reconciler) ensureCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
-	if r.opts.NoRedisCleanup || !clusterbuild.GCSFaultTolerance(c) || controllerutil.ContainsFinalizer(c, clusterbuild.FinalizerGCSFTRedisCleanup) {
-		return nil
-	}
-	return reconcile.AddFinalizer(ctx, r.client, c, clusterbuild.FinalizerGCSFTRedisCleanup)
-}
-
-func (r *Reconciler) releaseCleanupFinalizer(ctx context.Context, c *rayv1.RayCluster) error {
-	return reconcile.RemoveFinalizer(ctx, r.client, c, clusterbuild.FinalizerGCSFTRedisCleanup)
+// wantsCleanupFinalizer says a live cluster is to carry the Redis cleanup finalizer: its spec is valid and its GCS
+// is Redis-backed (unless the cleanup is off).
+func (r *Reconciler) wantsCleanupFinalizer(c *rayv1.RayCluster) bool {
+	return !r.opts.NoRedisCleanup && clusterbuild.GCSFaultTolerance(c) && validate(c) == nil
 }

@@ -9,9 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
@@ -44,17 +44,14 @@ func TestRedisCleanupOff(t *testing.T) {
 	if err := cl.Get(ctx, client.ObjectKeyFromObject(live), live); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.ensureCleanupFinalizer(ctx, live); err != nil {
-		t.Fatal(err)
-	}
-	if err := cl.Get(ctx, client.ObjectKeyFromObject(live), live); err != nil || controllerutil.ContainsFinalizer(live, clusterbuild.FinalizerGCSFTRedisCleanup) {
-		t.Errorf("finalizers %v (%v); want no Redis cleanup finalizer", live.Finalizers, err)
+	if r.wantsCleanupFinalizer(live) {
+		t.Errorf("a live Redis-backed cluster is to carry the Redis cleanup finalizer with the cleanup off")
 	}
 
 	if err := cl.Get(ctx, client.ObjectKeyFromObject(deleted), deleted); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.reconcileDeletion(ctx, deleted); err != nil {
+	if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(deleted)}); err != nil {
 		t.Fatal(err)
 	}
 	// The fake client deletes an object whose last finalizer goes.

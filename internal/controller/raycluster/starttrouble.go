@@ -18,10 +18,10 @@ func startTroubleReason(pods []corev1.Pod) string { return podtrouble.Summary(po
 
 // reportStartTrouble asks for a Warning event for each cause the new status names that the old one did not, about
 // the pod (so causes of two pods are two events, not one series).
-func reportStartTrouble(run *run, oldReason string) {
+func reportStartTrouble(res *reconcile.Result, run *run, oldReason string) {
 	for _, c := range podtrouble.New(oldReason, podtrouble.Pods(run.obs.pods)) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: run.c.Namespace, Name: c.Pod}}
-		run.Events = append(run.Events, reconcile.Event{Type: corev1.EventTypeWarning, Reason: c.Reason, Action: "Start",
+		res.Events = append(res.Events, reconcile.Event{Type: corev1.EventTypeWarning, Reason: c.Reason, Action: "Start",
 			Note: c.Line(), StatusChange: true, Related: pod})
 	}
 }

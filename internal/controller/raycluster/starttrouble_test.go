@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -42,7 +43,9 @@ func TestStartTroubleEventsOnce(t *testing.T) {
 		t.Helper()
 		rn := newRun(c, key)
 		rn.obs = observed{reconcileOK: true, pods: pods, podsListed: true}
-		if _, err := rn.Finish(rec, c, nil, r.writeStatus(ctx, rn, c.Status.DeepCopy())); err != nil {
+		read := c.Status.DeepCopy()
+		var res reconcile.Result
+		if _, err := res.Finish(rec, c, nil, r.life.WriteStatus(ctx, c, read, r.statusStep(rn, read, &res), &res)); err != nil {
 			t.Fatal(err)
 		}
 		var got []string

@@ -57,7 +57,9 @@ func TestStatusNotDroppedForStaleCache(t *testing.T) {
 				t.Helper()
 				rn := newRun(c, key)
 				rn.obs = obs
-				res, err := rn.Finish(events.NewFakeRecorder(10), c, nil, r.writeStatus(ctx, rn, c.Status.DeepCopy()))
+				read := c.Status.DeepCopy()
+				var out reconcile.Result
+				res, err := out.Finish(events.NewFakeRecorder(10), c, nil, r.life.WriteStatus(ctx, c, read, r.statusStep(rn, read, &out), &out))
 				if err != nil {
 					t.Fatal(err)
 				}

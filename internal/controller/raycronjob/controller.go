@@ -39,6 +39,7 @@ type Reconciler struct {
 	reader   client.Reader
 	recorder events.EventRecorder
 	opts     Options
+	life     *reconcile.Lifecycle[*rayv1.RayCronJob, rayv1.RayCronJobStatus]
 }
 
 // NewReconciler builds the controller.
@@ -52,7 +53,9 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	if opts.StatusWriter == nil {
 		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
 	}
-	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycronjob-controller"), opts: opts}
+	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("raycronjob-controller"), opts: opts}
+	r.life = r.lifecycle()
+	return r
 }
 
 // SetupWithManager watches RayCronJobs, not the status the controller writes itself: the next run is a requeue.
@@ -72,30 +75,43 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups=ray.io,resources=rayjobs,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile is thin: read, plan, create the due run's RayJob, write the status once, then the events.
+// Reconcile runs the shared skeleton (reconcile.Lifecycle) with the RayCronJob's live part; a deleted RayCronJob
+// needs nothing (its RayJobs go with it through their owner reference).
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	cj := &rayv1.RayCronJob{}
-	if err := r.client.Get(ctx, req.NamespacedName, cj); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	return r.life.Reconcile(ctx, req)
+}
+
+func (r *Reconciler) lifecycle() *reconcile.Lifecycle[*rayv1.RayCronJob, rayv1.RayCronJobStatus] {
+	return &reconcile.Lifecycle[*rayv1.RayCronJob, rayv1.RayCronJobStatus]{
+		Client:       r.client,
+		Recorder:     r.recorder,
+		New:          func() *rayv1.RayCronJob { return &rayv1.RayCronJob{} },
+		Live:         r.live,
+		Status:       func(cj *rayv1.RayCronJob) *rayv1.RayCronJobStatus { return &cj.Status },
+		CopyStatus:   (*rayv1.RayCronJobStatus).DeepCopy,
+		StatusWriter: r.opts.StatusWriter,
 	}
-	if cj.DeletionTimestamp != nil {
-		return ctrl.Result{}, nil // its RayJobs go with it through their owner reference
-	}
+}
+
+// live plans (computePlan, pure), creates the due run's RayJob and leaves the new status in cj.
+func (r *Reconciler) live(ctx context.Context, cj *rayv1.RayCronJob, _ *rayv1.RayCronJobStatus, res *reconcile.Result) (reconcile.StatusStep, error) {
 	now := r.opts.Clock.Now()
 	p := computePlan(cj, now, r.opts.Local)
+	var step reconcile.StatusStep
 	if !p.run.IsZero() {
 		// Decide a create on the object as stored: a cache that lags the last status write would repeat a run
 		// whose RayJob may already have finished and been deleted.
 		stored := &rayv1.RayCronJob{}
-		if err := r.reader.Get(ctx, req.NamespacedName, stored); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
+		if err := r.reader.Get(ctx, client.ObjectKeyFromObject(cj), stored); err != nil {
+			return step, client.IgnoreNotFound(err)
 		}
-		cj = stored
+		*cj = *stored
 		p = computePlan(cj, now, r.opts.Local)
+		// The status is compared with the stored one, which the write replaces.
+		read := cj.Status.DeepCopy()
+		step.Changed = func() bool { return !equality.Semantic.DeepEqual(read, &cj.Status) }
 	}
 
-	old := cj.Status.DeepCopy()
-	var res reconcile.Result
 	if len(p.errs) > 0 {
 		msg := p.errs.ToAggregate().Error()
 		meta.SetStatusCondition(&cj.Status.Conditions, metav1.Condition{Type: string(rayv1.InvalidRayCronJobSpec),
@@ -109,7 +125,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	var createErr error
 	if !p.run.IsZero() {
-		createErr = r.createRun(ctx, cj, p.run, &res)
+		createErr = r.createRun(ctx, cj, p.run, res)
 		if createErr == nil {
 			cj.Status.LastScheduleTime = &metav1.Time{Time: p.run}
 		}
@@ -119,13 +135,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if p.requeueAfter > 0 {
 		res.Requeue(p.requeueAfter)
 	}
-	var statusErr error
-	if !equality.Semantic.DeepEqual(old, &cj.Status) {
-		statusErr = r.opts.StatusWriter.UpdateStatus(ctx, cj)
-	}
 	// A conflicting status write is retried by reconcile.Result's rule: the run's RayJob exists under its fixed
 	// name, so the retry finds it and only records the run.
-	return res.Finish(r.recorder, cj, createErr, statusErr)
+	return step, createErr
 }
 
 // createRun creates the RayJob of the run scheduled at run. A RayJob of that name that this RayCronJob controls

@@ -29,8 +29,10 @@ func fakeReconciler(t *testing.T, now time.Time, objs ...client.Object) (*Reconc
 	}
 	cl := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).WithStatusSubresource(&rayv1.RayCronJob{}).Build()
 	rec := events.NewFakeRecorder(10)
-	return &Reconciler{client: cl, reader: cl, recorder: rec, opts: Options{Clock: clocktesting.NewFakeClock(now), Local: time.UTC,
-		StatusWriter: reconcile.ClientStatus(cl)}}, cl, rec
+	r := &Reconciler{client: cl, reader: cl, recorder: rec, opts: Options{Clock: clocktesting.NewFakeClock(now), Local: time.UTC,
+		StatusWriter: reconcile.ClientStatus(cl)}}
+	r.life = r.lifecycle()
+	return r, cl, rec
 }
 
 func TestReconcileRunNameAlreadyTaken(t *testing.T) {

@@ -9,15 +9,12 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -70,6 +67,7 @@ type Reconciler struct {
 	// writes remembers the controller's own status writes: it does not watch them (SetupWithManager), and a
 	// RayJob that waits on no poll (initializing, finished) mirrors its cluster's status (see reconcile.StatusWrites).
 	writes reconcile.StatusWrites
+	life   *reconcile.Lifecycle[*rayv1.RayJob, rayv1.RayJobStatus]
 }
 
 // NewReconciler builds the controller; rays reaches the heads (directly or through the API server's proxy).
@@ -101,7 +99,9 @@ func NewReconciler(mgr ctrl.Manager, rays ray.ClientFactory, opts Options) *Reco
 	if opts.StatusWriter == nil {
 		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
 	}
-	return &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("rayjob-controller"), rays: rays, opts: opts}
+	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("rayjob-controller"), rays: rays, opts: opts}
+	r.life = r.lifecycle()
+	return r
 }
 
 // SetupWithManager watches RayJobs (not the status the controller writes itself), and the RayClusters and
@@ -134,48 +134,50 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile is thin: read, skip what is not ours, handle deletion, observe, plan, write, write the status once,
-// then the events.
+// Reconcile runs the shared skeleton (reconcile.Lifecycle) with the RayJob's parts: live, finalize.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	j := &rayv1.RayJob{}
-	if err := r.client.Get(ctx, req.NamespacedName, j); err != nil {
-		if apierrors.IsNotFound(err) {
-			metrics.ForgetJob(req.NamespacedName)
-			r.writes.Forget(req.NamespacedName)
-		}
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	return r.life.Reconcile(ctx, req)
+}
+
+func (r *Reconciler) lifecycle() *reconcile.Lifecycle[*rayv1.RayJob, rayv1.RayJobStatus] {
+	return &reconcile.Lifecycle[*rayv1.RayJob, rayv1.RayJobStatus]{
+		Client:    r.client,
+		Recorder:  r.recorder,
+		New:       func() *rayv1.RayJob { return &rayv1.RayJob{} },
+		ManagedBy: func(j *rayv1.RayJob) *string { return j.Spec.ManagedBy },
+		Forget: func(key types.NamespacedName) {
+			metrics.ForgetJob(key)
+			r.writes.Forget(key)
+		},
+		Finalizer:    Finalizer,
+		Finalize:     r.finalize,
+		Live:         r.live,
+		Status:       func(j *rayv1.RayJob) *rayv1.RayJobStatus { return &j.Status },
+		CopyStatus:   (*rayv1.RayJobStatus).DeepCopy,
+		StatusWriter: r.opts.StatusWriter,
+		Writes:       &r.writes,
 	}
-	if m := ptr.Deref(j.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
-		return ctrl.Result{}, nil
-	}
-	if j.DeletionTimestamp != nil {
-		return r.finalize(ctx, j)
-	}
-	if err := reconcile.AddFinalizer(ctx, r.client, j, Finalizer); err != nil {
-		return (&reconcile.Result{}).Finish(r.recorder, j, err, nil)
-	}
-	old := j.Status.DeepCopy()
+}
+
+// live observes the RayJob, plans (computePlan, pure), carries out the plan's writes (the Ray calls among them) and
+// leaves the planned status in j.
+func (r *Reconciler) live(ctx context.Context, j *rayv1.RayJob, old *rayv1.RayJobStatus, res *reconcile.Result) (reconcile.StatusStep, error) {
 	p := computePlan(r.observe(ctx, j), r.opts.planConfig())
 	recErr := r.write(ctx, p)
 	j.Status = p.j.Status
 	j.Status.ObservedGeneration = j.Generation
-
-	// Checked before the comparison: a status computed from a copy older than the stored one may equal it and
-	// still differ from the stored one.
-	statusErr := r.writes.Check(j)
-	if statusErr == nil && !equality.Semantic.DeepEqual(old, &j.Status) {
-		if old.JobDeploymentStatus != j.Status.JobDeploymentStatus {
-			p.StatusEventf(corev1.EventTypeNormal, ReasonStatusChanged, "Reconcile", "jobDeploymentStatus %q -> %q%s", old.JobDeploymentStatus, j.Status.JobDeploymentStatus, reasonSuffix(&j.Status))
-		}
-		if old.JobStatus != j.Status.JobStatus && j.Status.JobStatus != "" {
-			p.StatusEventf(corev1.EventTypeNormal, ReasonJobStatusChanged, "Reconcile", "Ray job %s is %s", j.Status.JobId, j.Status.JobStatus)
-		}
-		statusErr = r.writes.Update(ctx, r.opts.StatusWriter, j)
-		if statusErr == nil {
-			metrics.ObserveJob(j, old, r.opts.Clock.Now())
-		}
-	}
-	return p.Finish(r.recorder, j, recErr, statusErr)
+	res.Merge(&p.Result, len(res.Events))
+	return reconcile.StatusStep{
+		Write: func() {
+			if old.JobDeploymentStatus != j.Status.JobDeploymentStatus {
+				res.StatusEventf(corev1.EventTypeNormal, ReasonStatusChanged, "Reconcile", "jobDeploymentStatus %q -> %q%s", old.JobDeploymentStatus, j.Status.JobDeploymentStatus, reasonSuffix(&j.Status))
+			}
+			if old.JobStatus != j.Status.JobStatus && j.Status.JobStatus != "" {
+				res.StatusEventf(corev1.EventTypeNormal, ReasonJobStatusChanged, "Reconcile", "Ray job %s is %s", j.Status.JobId, j.Status.JobStatus)
+			}
+		},
+		Stored: func() { metrics.ObserveJob(j, old, r.opts.Clock.Now()) },
+	}, recErr
 }
 
 func reasonSuffix(s *rayv1.RayJobStatus) string {
@@ -185,19 +187,15 @@ func reasonSuffix(s *rayv1.RayJobStatus) string {
 	return ""
 }
 
-// finalize stops the Ray job of a RayJob deleted while its job may still run, then lets the deletion proceed.
-func (r *Reconciler) finalize(ctx context.Context, j *rayv1.RayJob) (ctrl.Result, error) {
-	var res reconcile.Result
-	if !controllerutil.ContainsFinalizer(j, Finalizer) {
-		return res.Finish(r.recorder, j, nil, nil)
-	}
-	if err := r.stopRayJob(ctx, j, &res); err != nil {
+// finalize stops the Ray job of a RayJob deleted while its job may still run; then the deletion may proceed.
+func (r *Reconciler) finalize(ctx context.Context, j *rayv1.RayJob, res *reconcile.Result) (bool, error) {
+	if err := r.stopRayJob(ctx, j, res); err != nil {
 		if r.opts.Clock.Since(j.DeletionTimestamp.Time) < r.opts.StopOnDeleteTimeout {
-			return res.Finish(r.recorder, j, err, nil)
+			return false, err
 		}
 		res.Eventf(corev1.EventTypeWarning, ReasonFailedStopJob, "Delete", "could not stop Ray job %s before deleting the RayJob; giving up after %s: %v", j.Status.JobId, r.opts.StopOnDeleteTimeout, err)
 	}
-	return res.Finish(r.recorder, j, reconcile.RemoveFinalizer(ctx, r.client, j, Finalizer), nil)
+	return true, nil
 }
 
 // stopRayJob asks Ray to stop the RayJob's job when it may be running. A job Ray does not know, a finished one or a

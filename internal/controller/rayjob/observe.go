@@ -127,7 +127,7 @@ func (r *Reconciler) readSubmitter(ctx context.Context, j *rayv1.RayJob) (*batch
 func (r *Reconciler) readHeadService(ctx context.Context, j *rayv1.RayJob, c *rayv1.RayCluster) (*corev1.Service, error) {
 	key := client.ObjectKeyFromObject(clusterbuild.OwnerHeadService(c, clusterbuild.KindRayJob, j.Name))
 	svc := &corev1.Service{}
-	if err := r.apiReader().Get(ctx, key, svc); err != nil {
+	if err := r.reader.Get(ctx, key, svc); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
@@ -136,14 +136,7 @@ func (r *Reconciler) readHeadService(ctx context.Context, j *rayv1.RayJob, c *ra
 	return svc, nil
 }
 
-func (r *Reconciler) apiReader() client.Reader {
-	if r.reader == nil {
-		return r.client
-	}
-	return r.reader
-}
-
 // dashboard is the client of cluster's dashboard, with the cluster's Ray auth token when it uses one.
 func (r *Reconciler) dashboard(ctx context.Context, cluster *rayv1.RayCluster) (ray.Dashboard, error) {
-	return rayauth.Dashboard(ctx, r.apiReader(), r.rays, cluster, HeadTarget(cluster))
+	return rayauth.Dashboard(ctx, r.reader, r.rays, cluster, HeadTarget(cluster))
 }

@@ -68,6 +68,7 @@ func TestStatusNotDroppedForStaleCache(t *testing.T) {
 			})
 			r := &Reconciler{client: cached, reader: cl, recorder: events.NewFakeRecorder(100),
 				opts: Options{Clock: clocktesting.NewFakeClock(now), PollInterval: DefaultPollInterval, StatusWriter: reconcile.ClientStatus(cl)}}
+			r.life = r.lifecycle()
 			readyWorkers := func(n int32) {
 				t.Helper()
 				c := &rayv1.RayCluster{}

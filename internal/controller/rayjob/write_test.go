@@ -68,6 +68,7 @@ func newWriteEnv(t *testing.T, mutate func(j *rayv1.RayJob)) *writeEnv {
 		StatusCheckTimeout: DefaultStatusCheckTimeout, TransitionGracePeriod: DefaultTransitionGracePeriod,
 		SubmitterFinishedTimeout: DefaultSubmitterFinishedTimeout, PollInterval: DefaultPollInterval, StopOnDeleteTimeout: time.Minute,
 	}}
+	e.r.life = e.r.lifecycle()
 	return e
 }
 

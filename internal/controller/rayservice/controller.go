@@ -13,15 +13,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	ctrlreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -76,6 +75,7 @@ type Reconciler struct {
 	// cluster carries the annotations that record it: a reconcile reading the cluster from a cache that has not
 	// seen the patch yet, or after the patch failed, does not send the same config again.
 	applied sync.Map // types.UID -> appliedRecord
+	life    *reconcile.Lifecycle[*rayv1.RayService, rayv1.RayServiceStatuses]
 }
 
 // NewReconciler builds the controller from the manager's cached client and event recorder.
@@ -102,8 +102,10 @@ func NewReconciler(mgr ctrl.Manager, opts Options) (*Reconciler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rayservice controller: Service cache: %w", err)
 	}
-	return &Reconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), services: services,
-		recorder: mgr.GetEventRecorder("rayservice-controller"), opts: opts}, nil
+	r := &Reconciler{client: mgr.GetClient(), apiReader: mgr.GetAPIReader(), services: services,
+		recorder: mgr.GetEventRecorder("rayservice-controller"), opts: opts}
+	r.life = r.lifecycle()
+	return r, nil
 }
 
 func newServiceCache(mgr ctrl.Manager, namespaces []string) (cache.Cache, error) {
@@ -199,44 +201,51 @@ func (r *Reconciler) serviceOfPod(ctx context.Context, o client.Object) []ctrlre
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=gateways,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=gateway.networking.k8s.io,resources=httproutes,verbs=get;list;watch;create;update;delete
 
-// Reconcile is thin: read, skip what is not ours, handle deletion, observe, plan, write, write the status once,
-// then record the events.
+// Reconcile runs the shared skeleton (reconcile.Lifecycle) with the RayService's parts: live, finalize.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	rs := &rayv1.RayService{}
-	if err := r.client.Get(ctx, req.NamespacedName, rs); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	if m := ptr.Deref(rs.Spec.ManagedBy, ""); m != "" && m != rayv1.KubeRayController {
-		return ctrl.Result{}, nil
-	}
-	if rs.DeletionTimestamp != nil {
-		return r.reconcileDeletion(ctx, rs)
-	}
-	if err := reconcile.AddFinalizer(ctx, r.client, rs, Finalizer); err != nil {
-		return (&reconcile.Result{}).Finish(r.recorder, rs, err, nil)
-	}
+	return r.life.Reconcile(ctx, req)
+}
 
+func (r *Reconciler) lifecycle() *reconcile.Lifecycle[*rayv1.RayService, rayv1.RayServiceStatuses] {
+	return &reconcile.Lifecycle[*rayv1.RayService, rayv1.RayServiceStatuses]{
+		Client:       r.client,
+		Recorder:     r.recorder,
+		New:          func() *rayv1.RayService { return &rayv1.RayService{} },
+		ManagedBy:    func(rs *rayv1.RayService) *string { return rs.Spec.ManagedBy },
+		Finalizer:    Finalizer,
+		Finalize:     r.finalize,
+		Live:         r.live,
+		Status:       func(rs *rayv1.RayService) *rayv1.RayServiceStatuses { return &rs.Status },
+		CopyStatus:   (*rayv1.RayServiceStatuses).DeepCopy,
+		StatusEqual:  statusEqual,
+		StatusWriter: r.opts.StatusWriter,
+		// The events regard the RayService without its resourceVersion, which every status write moves: the
+		// recorder aggregates repeats of one event (a retried Serve config, say) by what they regard, so they count
+		// in one series instead of one Event object per retry.
+		Regarding: func(rs *rayv1.RayService) runtime.Object {
+			regarding := *rs
+			regarding.ResourceVersion = ""
+			return &regarding
+		},
+	}
+}
+
+// live observes the RayService, plans (computePlan, pure), carries out the plan's writes and leaves the planned
+// status in rs.
+func (r *Reconciler) live(ctx context.Context, rs *rayv1.RayService, _ *rayv1.RayServiceStatuses, res *reconcile.Result) (reconcile.StatusStep, error) {
 	o, err := r.observe(ctx, rs)
 	if err != nil {
-		return ctrl.Result{}, err
+		return reconcile.StatusStep{}, err
 	}
 	p := computePlan(o)
 	writeErr := r.write(ctx, p)
-
-	var statusErr error
-	if !statusEqual(&rs.Status, &p.status) {
-		now := metav1.NewTime(r.opts.Clock.Now())
-		p.status.LastUpdateTime = &now
-		rs.Status = p.status
-		statusErr = r.opts.StatusWriter.UpdateStatus(ctx, rs)
-	}
-	// The events regard the RayService without its resourceVersion, which every status write moves: the recorder
-	// aggregates repeats of one event (a retried Serve config, say) by what they regard, so they count in one
-	// series instead of one Event object per retry.
-	regarding := *rs
-	regarding.ResourceVersion = ""
+	rs.Status = p.status
 	p.Requeue(r.opts.RequeueInterval)
-	return p.Finish(r.recorder, &regarding, writeErr, statusErr)
+	res.Merge(&p.Result, len(res.Events))
+	return reconcile.StatusStep{Write: func() {
+		now := metav1.NewTime(r.opts.Clock.Now())
+		rs.Status.LastUpdateTime = &now
+	}}, writeErr
 }
 
 func statusEqual(a, b *rayv1.RayServiceStatuses) bool {
@@ -250,20 +259,16 @@ func (r *Reconciler) dashboardFor(ctx context.Context, c *rayv1.RayCluster, t ra
 	return rayauth.Dashboard(ctx, r.apiReader, r.opts.RayClients, c, t)
 }
 
-// reconcileDeletion deletes every RayCluster of a deleted RayService (KubeRay's association: the
-// originated-from labels), with no deletion delay, and releases the finalizer once none is left.
-func (r *Reconciler) reconcileDeletion(ctx context.Context, rs *rayv1.RayService) (ctrl.Result, error) {
-	var res reconcile.Result
-	if !controllerutil.ContainsFinalizer(rs, Finalizer) {
-		return res.Finish(r.recorder, rs, nil, nil)
-	}
+// finalize deletes every RayCluster of a deleted RayService (KubeRay's association: the originated-from labels),
+// with no deletion delay; the deletion may proceed once none is left.
+func (r *Reconciler) finalize(ctx context.Context, rs *rayv1.RayService, res *reconcile.Result) (bool, error) {
 	var list rayv1.RayClusterList
 	if err := r.client.List(ctx, &list, client.InNamespace(rs.Namespace),
 		client.MatchingLabels{rayv1.LabelOriginCRName: rs.Name, rayv1.LabelOriginCRD: clusterbuild.KindRayService}); err != nil {
-		return res.Finish(r.recorder, rs, fmt.Errorf("list RayClusters: %w", err), nil)
+		return false, fmt.Errorf("list RayClusters: %w", err)
 	}
 	if len(list.Items) == 0 {
-		return res.Finish(r.recorder, rs, reconcile.RemoveFinalizer(ctx, r.client, rs, Finalizer), nil)
+		return true, nil
 	}
 	var errs []error
 	for i := range list.Items {
@@ -283,5 +288,5 @@ func (r *Reconciler) reconcileDeletion(ctx context.Context, rs *rayv1.RayService
 	}
 	// The clusters' own deletions bring the RayService back; the requeue covers a cluster held by its finalizer.
 	res.Requeue(r.opts.RequeueInterval)
-	return res.Finish(r.recorder, rs, errors.Join(errs...), nil)
+	return false, errors.Join(errs...)
 }

@@ -19,8 +19,10 @@
 //     that conflicts, or finds the object gone, means the cache was stale: the reconcile is requeued after
 //     ConflictRequeue, with no error (and so no error log); the newer object's watch event usually comes first.
 //     The same holds for a reconcile that failed only with ErrObjectChanged (a finalizer write that conflicted).
-//   - Finalizers. AddFinalizer and RemoveFinalizer are the only writes of a controller's own finalizers, and a
-//     deletion path records its events through a Result and returns Finish, as a live reconcile does.
+//   - Skeleton. A controller of a kind reconciles through Lifecycle, which reads the object, checks
+//     spec.managedBy, runs the deletion path or the live reconcile, writes the status and returns Finish. Only it
+//     writes a finalizer (AddFinalizer, RemoveFinalizer), and a deletion path records its events through its Result,
+//     as a live reconcile does.
 //   - Cache lag. A controller that does not watch its own status updates writes its status through StatusWrites,
 //     which answers ErrCacheBehind, without writing, for an object read before the cache showed the controller's
 //     last status write of it: that reconcile's status events wait, and it is looked at again after

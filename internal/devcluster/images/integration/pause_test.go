@@ -23,6 +23,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+	"golang.org/x/sys/unix"
 
 	"github.com/manta-dev/manta/internal/devcluster/images"
 	"github.com/manta-dev/manta/internal/testutil"
@@ -317,6 +318,76 @@ func TestPauseReapsOrphans(t *testing.T) {
 		case <-tick.C:
 		}
 	}
+}
+
+// TestPauseReapsChildrenOfBefore runs pause as PID 1 of a new PID namespace with a child that had exited before pause
+// started: the test binary (execWithZombie) forks a child, waits until it is a zombie, then execs pause in its place.
+// That child's SIGCHLD came before pause had a handler, and the kernel drops a signal the init of a PID namespace
+// does not handle, so only a reap at pause's start collects it. A child dying while pause's Go runtime starts is
+// the same case, which a loaded machine meets (a cold CI run, 2026-12-06: TestPauseReapsOrphans waited 2 minutes
+// on a zombie).
+func TestPauseReapsChildrenOfBefore(t *testing.T) {
+	ctx := testContext(t, 2*time.Minute)
+	img, err := images.EnsurePause(ctx, repoBin(t), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := testutil.LayoutImage(t, img.Path)
+	_, data := layerFiles(t, v, 64<<20)
+	bin := filepath.Join(t.TempDir(), "pause")
+	if err := os.WriteFile(bin, data["pause"], 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), execWithZombieEnv+"="+bin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		exe, _ := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+		if exe == bin && len(childrenOf(t, pid)) == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pid %d (exe %q) still has children %v: a child that exited before pause started was not reaped", pid, exe, childrenOf(t, pid))
+		case <-tick.C:
+		}
+	}
+}
+
+// execWithZombieEnv, set to pause's path, makes the test binary execWithZombie instead of running tests.
+const execWithZombieEnv = "MANTA_TEST_EXEC_PAUSE_WITH_ZOMBIE"
+
+func init() {
+	if bin := os.Getenv(execWithZombieEnv); bin != "" {
+		execWithZombie(bin)
+	}
+}
+
+// execWithZombie forks a child that exits at once, waits until it is a zombie (exited, not reaped), and execs bin,
+// which inherits it as its child.
+func execWithZombie(bin string) {
+	child, err := os.StartProcess("/bin/true", []string{"true"}, &os.ProcAttr{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Waited for without being reaped (WNOWAIT): this process's /proc is the parent namespace's, where the child's
+	// PID means another process.
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, child.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		log.Fatal(err)
+	}
+	log.Fatal(syscall.Exec(bin, []string{"pause"}, os.Environ()))
 }
 
 // childrenOf lists the processes whose parent is pid, zombies included.

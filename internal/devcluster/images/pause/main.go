@@ -18,6 +18,9 @@ func main() {
 	// Buffered so a burst of child exits is not lost while a reap is under way.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	// A child that exited before Notify sent a SIGCHLD nobody handled: the kernel drops a signal the init of a PID
+	// namespace has no handler for, and no other comes for that child.
+	reap()
 	for sig := range sigs {
 		if sig == syscall.SIGCHLD {
 			reap()

@@ -1,0 +1,193 @@
+package reconcile
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+)
+
+// Lifecycle is the one reconcile of every controller of a Manta kind, from the first read to the last write. Its
+// Reconcile reads the object; forgets one that is gone; leaves one another controller manages alone
+// (spec.managedBy); takes one being deleted through Finalize and then off the controller's finalizer; puts the
+// finalizer on a live one; runs Live (observe, a pure plan, the writes it decides); writes the status once when it
+// changed; and returns Result.Finish. A kind supplies only what differs: T is the object, S its status type.
+type Lifecycle[T client.Object, S any] struct {
+	// Client reads the object (the manager's cache) and writes its finalizer.
+	Client client.Client
+	// Recorder records the events Finish is asked for.
+	Recorder events.EventRecorder
+	// New returns an empty T to read into.
+	New func() T
+	// ManagedBy returns the object's spec.managedBy; an object managed by another controller than KubeRay's (whose
+	// name Manta answers to) is left alone. Nil: every object is this controller's.
+	ManagedBy func(T) *string
+	// Forget drops what the controller remembers of an object that is gone. Nil: nothing is remembered.
+	Forget func(types.NamespacedName)
+
+	// Finalizer is the controller's own finalizer: put on a live object (when WantsFinalizer says so) before Live
+	// runs, and taken off a deleted one once Finalize says its deletion is done. Empty: the kind has none, and a
+	// deleted object needs nothing of the controller (its children go with it through their owner references).
+	Finalizer string
+	// WantsFinalizer says whether a live object is to carry Finalizer; nil: every live object.
+	WantsFinalizer func(T) bool
+	// Finalize is the next step of the deletion of an object that carries Finalizer. done says it may go: the
+	// finalizer is then taken off. Its events go to res: Eventf ones are recorded whatever happens, StatusEventf ones
+	// (a release, reported as the object's own change) only once the finalizer is off.
+	Finalize func(ctx context.Context, obj T, res *Result) (done bool, err error)
+
+	// Live makes a live object's children match its spec and leaves the new status in obj. read is a copy of the
+	// status as read, not to be changed. The StatusStep it returns adds what the kind needs to the status write;
+	// its error is the reconcile's own.
+	Live func(ctx context.Context, obj T, read *S, res *Result) (StatusStep, error)
+	// Status is obj's status, for the comparison.
+	Status func(obj T) *S
+	// CopyStatus deep-copies a status (the API type's DeepCopy).
+	CopyStatus func(*S) *S
+	// StatusEqual compares the status read with the new one; nil: equality.Semantic.DeepEqual.
+	StatusEqual func(read, updated *S) bool
+	// StatusWriter writes the status (see StatusWriter).
+	StatusWriter StatusWriter
+	// Writes, when set, keeps a status from being decided on an object read before the cache showed the
+	// controller's last status write of it (StatusWrites): for a controller that does not watch its own status
+	// updates.
+	Writes *StatusWrites
+
+	// Regarding, when set, is what the events regard instead of the object itself.
+	Regarding func(T) runtime.Object
+}
+
+// StatusStep is what a live reconcile adds to the status write. Every field is optional.
+type StatusStep struct {
+	// Changed, when set, replaces the comparison with the status read: for a reconcile that decided on a newer copy
+	// of the object than the one the skeleton read.
+	Changed func() bool
+	// Unchanged runs when the status read is still right.
+	Unchanged func()
+	// Hold, when it returns more than zero, keeps a changed status back that long (the controller's status policy):
+	// nothing is written, the reconcile looks again then, and the status events wait for the write.
+	Hold func() time.Duration
+	// Write runs just before the write: the last touches (lastUpdateTime) and the change's events.
+	Write func()
+	// Stored runs once the status is stored.
+	Stored func()
+}
+
+// Reconcile is the controller's Reconcile (see Lifecycle).
+func (l *Lifecycle[T, S]) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	obj := l.New()
+	if err := l.Client.Get(ctx, req.NamespacedName, obj); err != nil {
+		if apierrors.IsNotFound(err) && l.Forget != nil {
+			l.Forget(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if l.ManagedBy != nil {
+		if m := l.ManagedBy(obj); m != nil && *m != "" && *m != rayv1.KubeRayController {
+			return ctrl.Result{}, nil
+		}
+	}
+	if obj.GetDeletionTimestamp() != nil {
+		return l.finalize(ctx, obj)
+	}
+	if l.Finalizer != "" && !controllerutil.ContainsFinalizer(obj, l.Finalizer) && (l.WantsFinalizer == nil || l.WantsFinalizer(obj)) {
+		if err := AddFinalizer(ctx, l.Client, obj, l.Finalizer); err != nil {
+			return (&Result{}).Finish(l.Recorder, l.regarding(obj), err, nil)
+		}
+	}
+	var res Result
+	read := l.CopyStatus(l.Status(obj))
+	step, reconcileErr := l.Live(ctx, obj, read, &res)
+	statusErr := l.WriteStatus(ctx, obj, read, step, &res)
+	return res.Finish(l.Recorder, l.regarding(obj), reconcileErr, statusErr)
+}
+
+func (l *Lifecycle[T, S]) finalize(ctx context.Context, obj T) (ctrl.Result, error) {
+	var res Result
+	if l.Finalizer == "" || !controllerutil.ContainsFinalizer(obj, l.Finalizer) {
+		return res.Finish(l.Recorder, l.regarding(obj), nil, nil)
+	}
+	done, err := l.Finalize(ctx, obj, &res)
+	if done && err == nil {
+		err = RemoveFinalizer(ctx, l.Client, obj, l.Finalizer)
+	}
+	if !done || err != nil {
+		res.dropStatusEvents()
+	}
+	return res.Finish(l.Recorder, l.regarding(obj), err, nil)
+}
+
+// WriteStatus is Reconcile's status write: obj's status, once, when it differs from the status read and step does
+// not hold it back. It returns the write's error, or ErrCacheBehind (see Writes).
+func (l *Lifecycle[T, S]) WriteStatus(ctx context.Context, obj T, read *S, step StatusStep, res *Result) error {
+	if l.Writes != nil {
+		// Checked before the comparison: a status computed from a copy older than the stored one may equal it and
+		// still differ from the stored one.
+		if err := l.Writes.Check(obj); err != nil {
+			return err
+		}
+	}
+	var changed bool
+	switch {
+	case step.Changed != nil:
+		changed = step.Changed()
+	case l.StatusEqual != nil:
+		changed = !l.StatusEqual(read, l.Status(obj))
+	default:
+		changed = !equality.Semantic.DeepEqual(read, l.Status(obj))
+	}
+	if !changed {
+		if step.Unchanged != nil {
+			step.Unchanged()
+		}
+		return nil
+	}
+	if step.Hold != nil {
+		if d := step.Hold(); d > 0 {
+			res.dropStatusEvents()
+			res.Requeue(d)
+			return nil
+		}
+	}
+	if step.Write != nil {
+		step.Write()
+	}
+	var err error
+	if l.Writes != nil {
+		err = l.Writes.Update(ctx, l.StatusWriter, obj)
+	} else {
+		err = l.StatusWriter.UpdateStatus(ctx, obj)
+	}
+	if err == nil && step.Stored != nil {
+		step.Stored()
+	}
+	return err
+}
+
+func (l *Lifecycle[T, S]) regarding(obj T) runtime.Object {
+	if l.Regarding != nil {
+		return l.Regarding(obj)
+	}
+	return obj
+}
+
+// dropStatusEvents forgets the status events asked so far: the change they report was not stored, and the reconcile
+// that stores it finds it again.
+func (r *Result) dropStatusEvents() {
+	kept := r.Events[:0]
+	for _, e := range r.Events {
+		if !e.StatusChange {
+			kept = append(kept, e)
+		}
+	}
+	r.Events = kept
+}
