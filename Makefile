@@ -95,13 +95,18 @@ STRESS_HOGS ?= 1
 test-stress: deps ## Run every test STRESS_ROUNDS times in a row beside STRESS_HOGS CPU hogs; failures in stress-results/summary.md.
 	go run ./hack/stress -rounds $(STRESS_ROUNDS) -hogs $(STRESS_HOGS) -out $(CURDIR)/stress-results -- $(GO_TEST_FLAGS) ./test/real/ ./...
 
-# The unit tests are found in the source on each run (hack/unittests): every test that starts no control plane (envtest,
-# the dev cluster) and no other process. Nothing to build first.
+# The unit tests are every package but the envtest and integration ones: a test that starts a control plane lives in
+# its package's <pkg>/envtest, one that starts a dev cluster or another process in <pkg>/integration, and test/ holds
+# the suites of whole systems. hack's TestUnitPackagesStartNothing holds the unit packages' tests to that (their
+# imports and calls); MANTA_UNIT_TESTS makes testutil.StartEnvtest fail a test that reached it anyway. Nothing to
+# build first.
 GO_UNIT_TEST_FLAGS ?= -timeout 10m -count=1
+# internal/apiserver still mixes its envtests with its unit tests (issue 41): left out until they are split.
+UNIT_PACKAGES = $(shell go list ./... | grep -Ev '/(envtest|integration)$$|^github.com/manta-dev/manta/test/|^github.com/manta-dev/manta/internal/apiserver$$')
 
 .PHONY: test-unit
-test-unit: ## Run the unit tests, in seconds with no control plane: every test that starts no kube-apiserver, etcd, dev cluster or other process (found by hack/unittests).
-	go run ./hack/unittests -- $(GO_UNIT_TEST_FLAGS)
+test-unit: ## Run the unit tests, in seconds with no control plane: every package but <pkg>/envtest, <pkg>/integration and test/.
+	MANTA_UNIT_TESTS=1 go test $(GO_UNIT_TEST_FLAGS) $(UNIT_PACKAGES)
 
 .PHONY: oracle
 oracle: tools ## Compare Manta's RayCluster controller with KubeRay's operator on every sample (test/oracle).

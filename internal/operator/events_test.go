@@ -2,29 +2,59 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-// The operator's events go through a client of their own, at --event-qps, and a repeated event (same object and
-// reason) is one Event with a series count, not a write each.
-func TestEventRecorderOwnClientAndSeries(t *testing.T) {
-	cfg, cl := testutil.StartEnvtest(t)
-	mgr, err := NewManager(cfg, Options{EventQPS: 7, EventBurst: 3})
+// The events' client runs at --event-qps, not at the operator's --qps. (That a repeated event is one Event with a
+// series count is in operator/envtest.)
+func TestEventClientQPS(t *testing.T) {
+	// An API server that serves the discovery of the kinds the manager's cache is scoped by, and nothing else: the
+	// manager is built, never started.
+	resources := func(gv string, rs ...metav1.APIResource) *metav1.APIResourceList {
+		return &metav1.APIResourceList{GroupVersion: gv, APIResources: rs}
+	}
+	namespaced := func(name, kind string) metav1.APIResource {
+		return metav1.APIResource{Name: name, Kind: kind, Namespaced: true, Verbs: metav1.Verbs{"get", "list", "watch"}}
+	}
+	group := func(name string) metav1.APIGroup {
+		v := metav1.GroupVersionForDiscovery{GroupVersion: name + "/v1", Version: "v1"}
+		return metav1.APIGroup{Name: name, Versions: []metav1.GroupVersionForDiscovery{v}, PreferredVersion: v}
+	}
+	discovery := map[string]any{
+		"/api":  &metav1.APIVersions{Versions: []string{"v1"}},
+		"/apis": &metav1.APIGroupList{Groups: []metav1.APIGroup{group("batch"), group("networking.k8s.io")}},
+		"/api/v1": resources("v1", namespaced("pods", "Pod"), namespaced("services", "Service"),
+			namespaced("persistentvolumeclaims", "PersistentVolumeClaim"), namespaced("events", "Event")),
+		"/apis/batch/v1":             resources("batch/v1", namespaced("jobs", "Job")),
+		"/apis/networking.k8s.io/v1": resources("networking.k8s.io/v1", namespaced("networkpolicies", "NetworkPolicy"), namespaced("ingresses", "Ingress")),
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := discovery[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(body)
+	}))
+	t.Cleanup(srv.Close)
+	mgr, err := NewManager(&rest.Config{Host: srv.URL}, Options{EventQPS: 7, EventBurst: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,126 +64,6 @@ func TestEventRecorderOwnClientAndSeries(t *testing.T) {
 	}
 	if got := em.client.RESTClient().GetRateLimiter().QPS(); got != 7 {
 		t.Errorf("event client QPS = %v, want 7 (--event-qps)", got)
-	}
-	ctx := testutil.RunManager(t, mgr)
-
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "events-subject"}}
-	if err := cl.Create(ctx, cm); err != nil {
-		t.Fatal(err)
-	}
-	rec := mgr.GetEventRecorder("raycluster-controller")
-	rec.Eventf(cm, nil, corev1.EventTypeNormal, "CreatedHeadPod", "Create", "created head pod h")
-	for i := range 3 {
-		rec.Eventf(cm, nil, corev1.EventTypeNormal, "CreatedWorkerPod", "Create", "created %d worker pods", i+1)
-	}
-	testutil.Eventually(t, 2*time.Minute, "one Event per reason, the repeated one as a series", func() (bool, string) {
-		var list eventsv1.EventList
-		if err := cl.List(context.Background(), &list, client.InNamespace("default")); err != nil {
-			return false, err.Error()
-		}
-		byReason := map[string]eventsv1.Event{}
-		for _, e := range list.Items {
-			if e.Regarding.UID == cm.UID {
-				byReason[e.Reason] = e
-			}
-		}
-		w, ok := byReason["CreatedWorkerPod"]
-		if len(byReason) != 2 || !ok || w.Series == nil || w.Series.Count < 2 || w.ReportingController != "raycluster-controller" {
-			return false, fmt.Sprintf("%d events for the object: %+v", len(byReason), byReason)
-		}
-		return true, ""
-	})
-}
-
-// Events recorded while the operator writes other objects wait in memory, written one per eventBusyInterval at
-// most, and keep the time they were recorded; once the writes pause they are all written.
-func TestEventsHeldWhileOperatorWrites(t *testing.T) {
-	cfg, cl := testutil.StartEnvtest(t)
-	mgr, err := NewManager(cfg, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	em := mgr.(*eventManager)
-	ctx := testutil.RunManager(t, mgr)
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "held-events"}}
-	if err := cl.Create(ctx, cm); err != nil {
-		t.Fatal(err)
-	}
-	count := func() int {
-		var list eventsv1.EventList
-		if err := cl.List(ctx, &list, client.InNamespace("default")); err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, e := range list.Items {
-			if e.Regarding.UID == cm.UID {
-				n++
-			}
-		}
-		return n
-	}
-
-	// The operator's own client starts a ConfigMap update every 50 ms until stopWriting: it is busy for as long as
-	// the test needs, however long the manager takes to start on a loaded machine. Each update runs on its own, so
-	// that a slow answer does not space the writes' starts (what the operator's activity records) past eventQuiet:
-	// one write after another, at 400 ms an answer under load, let events through unheld.
-	stopBusy, busyDone := make(chan struct{}), make(chan struct{})
-	writer := mgr.GetClient()
-	go func() {
-		defer close(busyDone)
-		var inFlight sync.WaitGroup
-		defer inFlight.Wait()
-		tick := time.NewTicker(50 * time.Millisecond) // paces the load, proves nothing
-		defer tick.Stop()
-		for i := 0; ; i++ {
-			select {
-			case <-stopBusy:
-				return
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			c := cm.DeepCopy()
-			c.Data = map[string]string{"i": fmt.Sprint(i)}
-			c.ResourceVersion = ""
-			inFlight.Go(func() { _ = writer.Update(ctx, c) })
-		}
-	}()
-	stopWriting := sync.OnceFunc(func() { close(stopBusy); <-busyDone })
-	t.Cleanup(stopWriting)
-	testutil.Eventually(t, 30*time.Second, "the manager's cache running", func() (bool, string) {
-		return em.activity.busy(time.Now()), "no write seen yet"
-	})
-	rec := mgr.GetEventRecorder("raycluster-controller")
-	const n = 20
-	recorded := time.Now()
-	for i := range n {
-		rec.Eventf(cm, nil, corev1.EventTypeNormal, fmt.Sprintf("Reason%d", i), "Create", "event %d", i)
-	}
-	// Barrier: the event writer has started and has written some of the events while the operator writes; the
-	// rest must still be held.
-	const written = n / 4
-	testutil.Eventually(t, time.Minute, "the event writer writing while the operator writes", func() (bool, string) {
-		got := count()
-		return got >= written, fmt.Sprintf("%d of %d events written, %d queued", got, n, em.Pending())
-	})
-	// At most one per eventBusyInterval since they were recorded (and one more for timing slack).
-	if got, max := count(), int(time.Since(recorded)/eventBusyInterval)+2; got > max || got >= n {
-		t.Errorf("%d of %d events written while the operator was writing (at most %d expected)", got, n, max)
-	}
-	stopWriting()
-	testutil.Eventually(t, time.Minute, "every event written once the writes pause", func() (bool, string) {
-		got := count()
-		return got == n, fmt.Sprintf("%d of %d events, %d queued", got, n, em.Pending())
-	})
-	var list eventsv1.EventList
-	if err := cl.List(ctx, &list, client.InNamespace("default")); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range list.Items {
-		if e.Regarding.UID == cm.UID && e.EventTime.Time.After(recorded.Add(time.Second)) {
-			t.Errorf("event %s has eventTime %s: not when it was recorded (%s)", e.Reason, e.EventTime.Time, recorded)
-		}
 	}
 }
 

@@ -67,8 +67,8 @@ const (
 	EnvtestStopTimeout  = time.Minute
 )
 
-// UnitTestsEnv is set in the environment of the tests `make test-unit` runs (hack/unittests), which must not start a
-// control plane.
+// UnitTestsEnv is set in the environment of the tests `make test-unit` runs (no package named envtest or
+// integration), which must not start a control plane.
 const UnitTestsEnv = "MANTA_UNIT_TESTS"
 
 // StartEnvtest starts a kube-apiserver and etcd (envtest) with Manta's CRDs from config/crd installed, and returns
@@ -114,9 +114,10 @@ func StartEnvtestAudited(t testing.TB) (*rest.Config, client.Client, string) {
 func startEnvtest(t testing.TB, configure func(*envtest.Environment), crdDirs ...string) (*rest.Config, client.Client) {
 	t.Helper()
 	if os.Getenv(UnitTestsEnv) != "" {
-		// make test-unit runs only tests that hack/unittests found starting no control plane: this one reached
-		// StartEnvtest by a way the analysis does not follow. Failing says so; starting envtest would hide it.
-		t.Fatalf("%s is set (make test-unit), but this test starts envtest: hack/unittests should have left it to make test", UnitTestsEnv)
+		// make test-unit runs the packages whose tests start no control plane (hack's TestUnitPackagesStartNothing
+		// checks their imports and calls): this test reached StartEnvtest by a way that check does not see.
+		// Failing says so; starting envtest would hide it.
+		t.Fatalf("%s is set (make test-unit), but this test starts envtest: it belongs in its package's envtest package", UnitTestsEnv)
 	}
 	root := MustRepoRoot(t)
 	scheme, err := Scheme()

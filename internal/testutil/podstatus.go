@@ -1,8 +1,12 @@
 package testutil
 
 import (
+	"context"
+	"testing"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // EndPod sets what a kubelet reports when a pod's containers exited with code: Succeeded for 0, Failed otherwise;
@@ -29,4 +33,22 @@ func PodReady(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// SetPodPhase writes p's status as a kubelet would report it: phase, Ready or not, and ip (none when empty).
+func SetPodPhase(t testing.TB, cl client.Client, p *corev1.Pod, phase corev1.PodPhase, ready bool, ip string) {
+	t.Helper()
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	p.Status.Phase = phase
+	p.Status.PodIP = ip
+	if ip != "" {
+		p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: metav1.Now()}}
+	if err := cl.Status().Update(context.Background(), p); err != nil {
+		t.Fatalf("set pod %s %s: %v", p.Name, phase, err)
+	}
 }

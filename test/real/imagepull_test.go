@@ -13,7 +13,6 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -55,7 +54,7 @@ func testImagePullJob(t *testing.T, ctx context.Context, e *env) {
 		if err := images.Push(ctx, img, e.cluster.RegistryHost(), &http.Transport{Proxy: nil}); err != nil {
 			t.Fatal(err)
 		}
-		return layoutImage(t, img.Path)
+		return testutil.LayoutImage(t, img.Path)
 	}
 	run := func(name string, policy mantav1alpha1.ImagePullPolicy) (requests []devcluster.RegistryRequest, took time.Duration) {
 		t.Helper()
@@ -209,27 +208,6 @@ func (e *env) containerdDigest(t *testing.T, ctx context.Context, ref string) st
 		}
 	}
 	return ""
-}
-
-func layoutImage(t *testing.T, path string) v1.Image {
-	t.Helper()
-	p, err := layout.FromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil || len(m.Manifests) != 1 {
-		t.Fatalf("layout %s: %v (%d images)", path, err, len(m.Manifests))
-	}
-	img, err := p.Image(m.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return img
 }
 
 func digestOf(t *testing.T, img v1.Image) string {

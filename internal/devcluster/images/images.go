@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/manta-dev/manta/internal/sys/mounts"
 )
 
 // Image is one image the dev cluster serves from its local registry.
@@ -159,7 +161,7 @@ func build(ctx context.Context, b *builder, r recipe, root, path string) error {
 	b.logf("images: building %s (%s)", r.ref, r.name)
 	work := filepath.Join(root, ".work-"+r.name)
 	tmp := filepath.Join(root, ".new-"+r.name)
-	if err := removeTree(work); err != nil {
+	if err := mounts.RemoveTree(work); err != nil {
 		return fmt.Errorf("images: %s: leftovers of an earlier build: %w", r.name, err)
 	}
 	if err := os.RemoveAll(tmp); err != nil {
@@ -169,7 +171,7 @@ func build(ctx context.Context, b *builder, r recipe, root, path string) error {
 		return fmt.Errorf("images: %s: %w", r.name, err)
 	}
 	err := r.build(ctx, b, tmp, work)
-	if rerr := removeTree(work); rerr != nil && err == nil {
+	if rerr := mounts.RemoveTree(work); rerr != nil && err == nil {
 		err = rerr
 	}
 	if err != nil {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/manta-dev/manta/internal/sys/mounts"
 )
 
 // RayRef is the Ray image Manta's samples name ("rayproject/ray:2.52.0" normalizes to it).
@@ -64,7 +66,7 @@ func buildRay(ctx context.Context, b *builder, out, work string) error {
 		return err
 	}
 	env := chrootEnv()
-	if err := withMounts(rootfs, func() error { return b.chroot(ctx, rootfs, env, rayBaseScript) }); err != nil {
+	if err := mounts.WithProcAndDev(rootfs, func() error { return b.chroot(ctx, rootfs, env, rayBaseScript) }); err != nil {
 		return err
 	}
 	if err := writeEmpty(rootfs, "/etc/resolv.conf", "/etc/hostname"); err != nil {
@@ -77,7 +79,7 @@ func buildRay(ctx context.Context, b *builder, out, work string) error {
 	}
 	b.progress("installing %s in a venv at %s", strings.Join(rayPipPackages, " "), rayVenv)
 	err := withBuildFiles(rootfs, func() error {
-		return withMounts(rootfs, func() error { return b.chroot(ctx, rootfs, env, rayVenvScript) })
+		return mounts.WithProcAndDev(rootfs, func() error { return b.chroot(ctx, rootfs, env, rayVenvScript) })
 	})
 	if err != nil {
 		return err

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/manta-dev/manta/internal/sys/mounts"
 )
 
 // RedisRef is the Redis image KubeRay's GCS fault-tolerance sample (ray-cluster.external-redis.yaml) names as
@@ -71,7 +73,7 @@ func buildRedis(ctx context.Context, b *builder, out, work string) error {
 	if err := os.WriteFile(filepath.Join(rootfs, "usr/local/bin/docker-entrypoint.sh"), []byte(redisEntrypoint), 0o755); err != nil {
 		return err
 	}
-	if err := withMounts(rootfs, func() error { return b.chroot(ctx, rootfs, chrootEnv(), redisSetupScript) }); err != nil {
+	if err := mounts.WithProcAndDev(rootfs, func() error { return b.chroot(ctx, rootfs, chrootEnv(), redisSetupScript) }); err != nil {
 		return err
 	}
 	if err := writeEmpty(rootfs, "/etc/resolv.conf", "/etc/hostname"); err != nil {

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/manta-dev/manta/internal/sys/mounts"
 )
 
 // debianSuite is the Debian release every rootfs is built from; the machine's own apt source must carry it.
@@ -145,7 +147,7 @@ func (b *builder) debootstrap(ctx context.Context, dir string, include []string)
 	err = b.run(ctx, "debootstrap", "--variant=minbase", "--include="+strings.Join(include, ","),
 		"--cache-dir="+cache, debianSuite, dir, mirror)
 	// debootstrap mounts proc and sys in the target for its second stage and may leave them on failure.
-	if uerr := unmountAll(dir); uerr != nil && err == nil {
+	if uerr := mounts.UnmountAll(dir); uerr != nil && err == nil {
 		err = uerr
 	}
 	if err != nil {
@@ -284,47 +286,6 @@ func withBuildFiles(rootfs string, fn func() error) (err error) {
 		if err := os.WriteFile(dst, data, 0o644); err != nil {
 			return err
 		}
-	}
-	return fn()
-}
-
-// withMounts mounts proc and a minimal /dev in rootfs for fn and unmounts them whatever fn returns. /dev is a tmpfs
-// of its own, not a bind of the machine's, so even a failed unmount can never expose the machine's devices to a
-// later removal of the rootfs.
-func withMounts(rootfs string, fn func() error) (err error) {
-	defer func() {
-		if uerr := unmountAll(rootfs); uerr != nil && err == nil {
-			err = uerr
-		}
-	}()
-	proc, dev := filepath.Join(rootfs, "proc"), filepath.Join(rootfs, "dev")
-	for _, d := range []string{proc, dev} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	if err := syscall.Mount("proc", proc, "proc", syscall.MS_NOSUID|syscall.MS_NODEV|syscall.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount proc in %s: %w", rootfs, err)
-	}
-	if err := syscall.Mount("tmpfs", dev, "tmpfs", syscall.MS_NOSUID, "mode=755,size=1m"); err != nil {
-		return fmt.Errorf("mount /dev in %s: %w", rootfs, err)
-	}
-	for _, n := range []struct {
-		name         string
-		major, minor uint32
-	}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}} {
-		devno := int(n.major<<8 | n.minor)
-		if err := syscall.Mknod(filepath.Join(dev, n.name), syscall.S_IFCHR|0o666, devno); err != nil {
-			return fmt.Errorf("mknod /dev/%s in %s: %w", n.name, rootfs, err)
-		}
-	}
-	for _, l := range [][2]string{{"/proc/self/fd", "fd"}, {"/proc/self/fd/0", "stdin"}, {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"}} {
-		if err := os.Symlink(l[0], filepath.Join(dev, l[1])); err != nil {
-			return err
-		}
-	}
-	if err := os.Mkdir(filepath.Join(dev, "shm"), 0o1777); err != nil {
-		return err
 	}
 	return fn()
 }

@@ -2,29 +2,8 @@ package liveproc
 
 import (
 	"os"
-	"os/exec"
 	"testing"
 )
-
-func TestExistsUntilReaped(t *testing.T) {
-	self, ok := Of(os.Getpid())
-	if !ok || self.Start == 0 || !self.Exists() {
-		t.Fatalf("this process: %+v ok=%v, want a start time and Exists", self, ok)
-	}
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	id, ok := Of(cmd.Process.Pid)
-	if !ok || !id.Exists() {
-		t.Fatalf("child %+v ok=%v, want it to exist", id, ok)
-	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	if id.Exists() {
-		t.Errorf("%v exists after it was killed and reaped", id)
-	}
-}
 
 // TestReusedPid: the same pid with another start time is another process, as after a pid wrapped round.
 func TestReusedPid(t *testing.T) {

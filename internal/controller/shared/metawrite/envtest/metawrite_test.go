@@ -1,0 +1,327 @@
+package envtest
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"maps"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	kscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/shared/metawrite"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+// recorder keeps the size and type of each answer to a write (POST or PUT) whose path ends in suffix.
+type recorder struct {
+	suffix  string
+	mu      sync.Mutex
+	answers []answer
+}
+
+type answer struct {
+	contentType string
+	bytes       int
+}
+
+func (r *recorder) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err != nil || (req.Method != http.MethodPost && req.Method != http.MethodPut) || !strings.HasSuffix(req.URL.Path, r.suffix) {
+			return resp, err
+		}
+		b, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		resp.Body = io.NopCloser(strings.NewReader(string(b)))
+		if rerr != nil {
+			return nil, rerr
+		}
+		r.mu.Lock()
+		r.answers = append(r.answers, answer{resp.Header.Get("Content-Type"), len(b)})
+		r.mu.Unlock()
+		return resp, nil
+	})
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func rayPod(ns string) *corev1.Pod {
+	env := make([]corev1.EnvVar, 40)
+	for i := range env {
+		env[i] = corev1.EnvVar{Name: "VAR_" + strings.Repeat("X", i), Value: strings.Repeat("v", 40)}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, GenerateName: "rc-head-", Labels: map[string]string{"ray.io/cluster": "rc"},
+			Annotations: map[string]string{"ray.io/note": "kept"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head", Image: "rayproject/ray:2.52.0",
+			Command: []string{"/bin/bash", "-c", "--"}, Args: []string{strings.Repeat("ray start --head; ", 30)}, Env: env}}},
+	}
+}
+
+// TestWrites runs both writers against one API server (an envtest control plane costs seconds to start).
+func TestWrites(t *testing.T) {
+	cfg, cl := testutil.StartEnvtest(t)
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "metawrite"}}
+	if err := cl.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("PodCreate", func(t *testing.T) { testPodCreate(t, cfg, cl, ns.Name) })
+	t.Run("Status", func(t *testing.T) { testStatus(t, cfg, cl, ns.Name) })
+}
+
+// recording is a REST config whose answers to writes ending in suffix are recorded, and its HTTP client.
+func recording(t *testing.T, cfg *rest.Config, suffix string) (*recorder, *rest.Config, *http.Client) {
+	rec := &recorder{suffix: suffix}
+	wrapped := rest.CopyConfig(cfg)
+	wrapped.Wrap(rec.wrap)
+	hc, err := rest.HTTPClientFor(wrapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec, wrapped, hc
+}
+
+func (r *recorder) got() []answer {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]answer(nil), r.answers...)
+}
+
+func testPodCreate(t *testing.T, cfg *rest.Config, cl client.Client, namespace string) {
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}
+	rec, wrapped, hc := recording(t, cfg, "/pods")
+	c, err := metawrite.NewPods(wrapped, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pod := rayPod(ns.Name)
+	sent := pod.Spec.DeepCopy()
+	if err := c.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	stored := &corev1.Pod{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(pod), stored); err != nil {
+		t.Fatalf("get the created pod %q: %v", pod.Name, err)
+	}
+	if !strings.HasPrefix(pod.Name, "rc-head-") || pod.UID == "" || pod.UID != stored.UID || pod.ResourceVersion != stored.ResourceVersion ||
+		pod.CreationTimestamp.IsZero() || pod.Labels["ray.io/cluster"] != "rc" || pod.Annotations["ray.io/note"] != "kept" {
+		t.Fatalf("metadata after create = %+v, want the stored pod's %+v", pod.ObjectMeta, stored.ObjectMeta)
+	}
+	if !equality.Semantic.DeepEqual(pod.Spec, *sent) {
+		t.Fatalf("the spec changed: %+v", pod.Spec)
+	}
+	if stored.Spec.SchedulerName != corev1.DefaultSchedulerName || !equality.Semantic.DeepEqual(stored.Spec.Containers[0].Env, sent.Containers[0].Env) {
+		t.Fatalf("the stored pod is not the pod sent, defaulted: %+v", stored.Spec)
+	}
+
+	// The answer was the metadata alone (managedFields, the larger part of it, cannot be left out).
+	info, _ := runtime.SerializerInfoForMediaType(kscheme.Codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+	full, err := runtime.Encode(kscheme.Codecs.EncoderForVersion(info.Serializer, corev1.SchemeGroupVersion), stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rec.got()
+	if len(got) != 1 || !strings.HasPrefix(got[0].contentType, "application/vnd.kubernetes.protobuf") || got[0].bytes > len(full)-stored.Spec.Size() {
+		t.Fatalf("answers %+v, want one protobuf answer without the spec (%d of the whole pod's %d bytes)", got, stored.Spec.Size(), len(full))
+	}
+	t.Logf("create answered with %d bytes; the whole pod is %d, its spec %d", got[0].bytes, len(full), stored.Spec.Size())
+
+	// Refusals come back as the API server's errors.
+	again := rayPod(ns.Name)
+	again.GenerateName, again.Name = "", pod.Name
+	if err := c.Create(ctx, again); !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create %s again: %v, want AlreadyExists", pod.Name, err)
+	}
+	bad := rayPod(ns.Name)
+	bad.Spec.Containers[0].Name = "Ray_Head"
+	if err := c.Create(ctx, bad); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "spec.containers[0].name") {
+		t.Fatalf("create an invalid pod: %v, want Invalid naming spec.containers[0].name", err)
+	}
+	if bad.Name != "" || bad.UID != "" {
+		t.Fatalf("a refused create changed the pod's metadata: %+v", bad.ObjectMeta)
+	}
+	if err := c.Create(ctx, rayPod("no-such-namespace")); !apierrors.IsNotFound(err) {
+		t.Fatalf("create in a missing namespace: %v, want NotFound", err)
+	}
+}
+
+// statusCase is one kind's object to create and the status to write to it.
+type statusCase struct {
+	obj    client.Object
+	status func(client.Object)
+}
+
+func statusCases(namespace string) []statusCase {
+	head := rayPod(namespace)
+	cluster := rayv1.RayClusterSpec{HeadGroupSpec: rayv1.HeadGroupSpec{RayStartParams: map[string]string{},
+		Template: corev1.PodTemplateSpec{Spec: head.Spec}}}
+	meta := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{"team": "a"}}
+	}
+	now := metav1.Now()
+	return []statusCase{
+		{&rayv1.RayCluster{ObjectMeta: meta("rc"), Spec: cluster}, func(o client.Object) {
+			o.(*rayv1.RayCluster).Status = rayv1.RayClusterStatus{State: rayv1.Ready, ReadyWorkerReplicas: 3, DesiredWorkerReplicas: 3,
+				Conditions: []metav1.Condition{{Type: string(rayv1.HeadPodReady), Status: metav1.ConditionTrue, Reason: "HeadPodRunningAndReady",
+					LastTransitionTime: now}}}
+		}},
+		{&rayv1.RayJob{ObjectMeta: meta("job"), Spec: rayv1.RayJobSpec{Entrypoint: "python job.py", RayClusterSpec: &cluster}}, func(o client.Object) {
+			o.(*rayv1.RayJob).Status = rayv1.RayJobStatus{JobDeploymentStatus: rayv1.JobDeploymentStatusRunning, JobStatus: rayv1.JobStatusRunning,
+				JobId: "job-1", RayClusterName: "job-raycluster-abcde", StartTime: &now,
+				Failed: ptr.To[int32](0), Succeeded: ptr.To[int32](0)} // the schema's defaults, which the API server would add
+		}},
+		{&rayv1.RayService{ObjectMeta: meta("svc"), Spec: rayv1.RayServiceSpec{RayClusterSpec: cluster}}, func(o client.Object) {
+			o.(*rayv1.RayService).Status = rayv1.RayServiceStatuses{NumServeEndpoints: 2, ObservedGeneration: 1, LastUpdateTime: &now}
+		}},
+		{&rayv1.RayCronJob{ObjectMeta: meta("cron"), Spec: rayv1.RayCronJobSpec{Schedule: "*/5 * * * *",
+			JobTemplate: rayv1.RayJobSpec{Entrypoint: "python job.py", RayClusterSpec: &cluster}}}, func(o client.Object) {
+			o.(*rayv1.RayCronJob).Status = rayv1.RayCronJobStatus{LastScheduleTime: &now, ObservedGeneration: 1}
+		}},
+		{&mantav1alpha1.ImagePullJob{ObjectMeta: meta("pull"), Spec: mantav1alpha1.ImagePullJobSpec{Image: "rayproject/ray:2.52.0"}}, func(o client.Object) {
+			o.(*mantav1alpha1.ImagePullJob).Status = mantav1alpha1.ImagePullJobStatus{Desired: 3, Active: 1, Succeeded: 2, StartTime: &now, ObservedGeneration: 1}
+		}},
+	}
+}
+
+// testStatus writes the status of each of Manta's custom resources.
+func testStatus(t *testing.T, cfg *rest.Config, cl client.Client, namespace string) {
+	rec, wrapped, hc := recording(t, cfg, "/status")
+	w, err := metawrite.NewStatus(wrapped, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[schema.GroupVersionKind]bool{}
+	for _, tc := range statusCases(namespace) {
+		gvk, err := apiutil.GVKForObject(tc.obj, scheme)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds[gvk] = true
+		t.Run(gvk.Kind, func(t *testing.T) { testStatusOf(t, w, rec, cl, tc) })
+	}
+
+	// Every custom resource the API server serves with a status is written above, each to the resource the API
+	// server names (a wrong one would answer NotFound). That the writer's table holds no other kind, and names the
+	// CRDs' resources, is metawrite's TestStatusResourcesAreTheCRDs.
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := map[schema.GroupVersionKind]bool{}
+	for _, gv := range []schema.GroupVersion{rayv1.GroupVersion, mantav1alpha1.GroupVersion} {
+		list, err := dc.ServerResourcesForGroupVersion(gv.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range list.APIResources {
+			if strings.HasSuffix(r.Name, "/status") {
+				served[gv.WithKind(r.Kind)] = true
+			}
+		}
+	}
+	if !maps.Equal(served, kinds) {
+		t.Errorf("the API server serves the status of %v; the test writes %v", served, kinds)
+	}
+
+	// A kind outside the table is refused before anything is sent.
+	pod := rayPod(namespace)
+	pod.Name = "p"
+	if err := w.UpdateStatus(context.Background(), pod); err == nil || !strings.Contains(err.Error(), "/v1, Kind=Pod") {
+		t.Errorf("status write of a pod: %v, want an error naming the kind", err)
+	}
+}
+
+func testStatusOf(t *testing.T, w *metawrite.Status, rec *recorder, cl client.Client, tc statusCase) {
+	ctx := context.Background()
+	if err := cl.Create(ctx, tc.obj); err != nil {
+		t.Fatal(err)
+	}
+	// What the informer cache hands the controller: no TypeMeta.
+	obj := tc.obj.DeepCopyObject().(client.Object)
+	obj.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+	before := obj.GetResourceVersion()
+	tc.status(obj)
+	sent := obj.DeepCopyObject().(client.Object)
+	answers := len(rec.got())
+	if err := w.UpdateStatus(ctx, obj); err != nil {
+		t.Fatal(err)
+	}
+	stored := tc.obj.DeepCopyObject().(client.Object)
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), stored); err != nil {
+		t.Fatal(err)
+	}
+	if obj.GetResourceVersion() == before || obj.GetResourceVersion() != stored.GetResourceVersion() {
+		t.Fatalf("resourceVersion after the status write %s, want the stored one %s (before %s)", obj.GetResourceVersion(), stored.GetResourceVersion(), before)
+	}
+	// Nothing else of the object moved: its metadata (but the resourceVersion), TypeMeta, spec and status are as sent.
+	sent.SetResourceVersion(obj.GetResourceVersion())
+	if !equality.Semantic.DeepEqual(obj, sent) {
+		t.Fatalf("the object changed beyond its resourceVersion: %+v, sent %+v", obj, sent)
+	}
+	got, want := fields(t, stored), fields(t, sent)
+	if !equality.Semantic.DeepEqual(got["status"], want["status"]) {
+		t.Fatalf("stored status %v, want the status sent %v", got["status"], want["status"])
+	}
+
+	// The answer was the metadata alone, in JSON.
+	full, err := json.Marshal(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := json.Marshal(got["spec"])
+	answered := rec.got()[answers:]
+	if len(answered) != 1 || !strings.HasPrefix(answered[0].contentType, "application/json") || answered[0].bytes > len(full)-len(spec) {
+		t.Fatalf("answers %+v, want one JSON answer without the spec (%d of the whole object's %d bytes)", answered, len(spec), len(full))
+	}
+	t.Logf("status write answered with %d bytes; the whole object is %d, its spec %d", answered[0].bytes, len(full), len(spec))
+
+	// Refusals come back as the API server's errors, and leave the object's metadata alone.
+	stale := sent.DeepCopyObject().(client.Object)
+	stale.SetResourceVersion(before)
+	if err := w.UpdateStatus(ctx, stale); !apierrors.IsConflict(err) {
+		t.Fatalf("status write at the old resourceVersion: %v, want Conflict", err)
+	}
+	if stale.GetResourceVersion() != before {
+		t.Fatalf("a refused write changed the resourceVersion to %s", stale.GetResourceVersion())
+	}
+	gone := sent.DeepCopyObject().(client.Object)
+	gone.SetName("no-such-" + gone.GetName())
+	if err := w.UpdateStatus(ctx, gone); !apierrors.IsNotFound(err) {
+		t.Fatalf("status write of a missing object: %v, want NotFound", err)
+	}
+}
+
+// fields is obj as JSON fields (its times in JSON's precision, as stored).
+func fields(t *testing.T, obj client.Object) map[string]any {
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
