@@ -1,10 +1,13 @@
-package apiserver
+package apiserver_test
 
 import (
 	"encoding/json"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/manta-dev/manta/internal/apiserver"
+	"github.com/manta-dev/manta/internal/apiserver/apiservertest"
 )
 
 // FuzzDecodeValidate feeds arbitrary bodies to the decoding, validation and conversion of every request model.
@@ -12,12 +15,12 @@ import (
 // 5xx. The seed corpus runs in go test.
 func FuzzDecodeValidate(f *testing.F) {
 	seeds := []any{
-		template("ns", "small"),
-		cluster("ns", "demo"),
-		job("ns", "train"),
-		service("ns", "serve"),
-		RayJobSubmission{Entrypoint: "echo", EntrypointResources: map[string]string{"a": "1"}},
-		ImagePullJob{Name: "p", Namespace: "ns", Image: "busybox", NodeNames: []string{"n"}},
+		apiservertest.Template("ns", "small"),
+		apiservertest.Cluster("ns", "demo"),
+		apiservertest.Job("ns", "train"),
+		apiservertest.Service("ns", "serve"),
+		apiserver.RayJobSubmission{Entrypoint: "echo", EntrypointResources: map[string]string{"a": "1"}},
+		apiserver.ImagePullJob{Name: "p", Namespace: "ns", Image: "busybox", NodeNames: []string{"n"}},
 	}
 	for i, s := range seeds {
 		raw, _ := json.Marshal(s)
@@ -33,74 +36,84 @@ func FuzzDecodeValidate(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, kind uint8, raw []byte) {
 		// The high bit picks the field validation mode, so both Warn and Strict are fuzzed.
-		mode := FieldValidationWarn
+		mode := apiserver.FieldValidationWarn
 		if kind&0x80 != 0 {
-			mode = FieldValidationStrict
+			mode = apiserver.FieldValidationStrict
 		}
-		decodeJSON := func(raw []byte, out any) *apiError {
-			_, e := decodeJSON(raw, out, mode)
+		decodeJSON := func(raw []byte, out any) *apiserver.APIError {
+			_, e := apiserver.DecodeJSON(raw, out, mode)
 			return e
 		}
-		var e *apiError
+		var e *apiserver.APIError
 		switch kind % 6 {
 		case 0:
-			var v ComputeTemplate
+			var v apiserver.ComputeTemplate
 			if e = decodeJSON(raw, &v); e == nil {
-				if vs := validateComputeTemplate(&v, "ns"); len(vs) > 0 {
-					e = invalid(vs...)
+				if vs := apiserver.ValidateComputeTemplate(&v, "ns"); len(vs) > 0 {
+					e = apiserver.Invalid(vs...)
 				} else {
-					roundTrip(t, raw, v, func(v ComputeTemplate) ComputeTemplate { return templateFromConfigMap(templateToConfigMap(&v)) })
+					roundTrip(t, raw, v, func(v apiserver.ComputeTemplate) apiserver.ComputeTemplate {
+						return apiserver.TemplateFromConfigMap(apiserver.TemplateToConfigMap(&v))
+					})
 				}
 			}
 		case 1:
-			var v Cluster
+			var v apiserver.Cluster
 			if e = decodeJSON(raw, &v); e == nil {
-				if vs := validateCluster(&v, "ns"); len(vs) > 0 {
-					e = invalid(vs...)
+				if vs := apiserver.ValidateCluster(&v, "ns"); len(vs) > 0 {
+					e = apiserver.Invalid(vs...)
 				} else {
-					roundTrip(t, raw, v, func(v Cluster) Cluster { return clusterFromRay(clusterToRay(&v, fakeTemplates(v.ClusterSpec))) })
+					roundTrip(t, raw, v, func(v apiserver.Cluster) apiserver.Cluster {
+						return apiserver.ClusterFromRay(apiserver.ClusterToRay(&v, fakeTemplates(v.ClusterSpec)))
+					})
 				}
 			}
 		case 2:
-			var v RayJob
+			var v apiserver.RayJob
 			if e = decodeJSON(raw, &v); e == nil {
-				if vs := validateJob(&v, "ns"); len(vs) > 0 {
-					e = invalid(vs...)
+				if vs := apiserver.ValidateJob(&v, "ns"); len(vs) > 0 {
+					e = apiserver.Invalid(vs...)
 				} else {
-					roundTrip(t, raw, v, func(v RayJob) RayJob { return jobFromRay(jobToRay(&v, fakeTemplates(v.ClusterSpec))) })
+					roundTrip(t, raw, v, func(v apiserver.RayJob) apiserver.RayJob {
+						return apiserver.JobFromRay(apiserver.JobToRay(&v, fakeTemplates(v.ClusterSpec)))
+					})
 				}
 			}
 		case 3:
-			var v RayService
+			var v apiserver.RayService
 			if e = decodeJSON(raw, &v); e == nil {
-				if vs := validateService(&v, "ns", ""); len(vs) > 0 {
-					e = invalid(vs...)
+				if vs := apiserver.ValidateService(&v, "ns", ""); len(vs) > 0 {
+					e = apiserver.Invalid(vs...)
 				} else {
-					roundTrip(t, raw, v, func(v RayService) RayService { return serviceFromRay(serviceToRay(&v, fakeTemplates(v.ClusterSpec))) })
+					roundTrip(t, raw, v, func(v apiserver.RayService) apiserver.RayService {
+						return apiserver.ServiceFromRay(apiserver.ServiceToRay(&v, fakeTemplates(v.ClusterSpec)))
+					})
 				}
 			}
 		case 4:
-			var v RayJobSubmission
+			var v apiserver.RayJobSubmission
 			if e = decodeJSON(raw, &v); e == nil {
-				if vs := validateSubmission(&v); len(vs) > 0 {
-					e = invalid(vs...)
+				if vs := apiserver.ValidateSubmission(&v); len(vs) > 0 {
+					e = apiserver.Invalid(vs...)
 				}
 			}
 		case 5:
-			var v ImagePullJob
+			var v apiserver.ImagePullJob
 			if e = decodeJSON(raw, &v); e == nil {
-				if vs := validateImagePullJob(&v, "ns"); len(vs) > 0 {
-					e = invalid(vs...)
+				if vs := apiserver.ValidateImagePullJob(&v, "ns"); len(vs) > 0 {
+					e = apiserver.Invalid(vs...)
 				} else {
-					roundTrip(t, raw, v, func(v ImagePullJob) ImagePullJob { return imagePullJobFromK8s(imagePullJobToK8s(&v)) })
+					roundTrip(t, raw, v, func(v apiserver.ImagePullJob) apiserver.ImagePullJob {
+						return apiserver.ImagePullJobFromK8s(apiserver.ImagePullJobToK8s(&v))
+					})
 				}
 			}
 		}
 		if e == nil {
 			return
 		}
-		if e.httpStatus < 400 || e.httpStatus >= 500 {
-			t.Fatalf("status %d for %q: %s", e.httpStatus, raw, e.Message)
+		if e.HTTPStatus() < 400 || e.HTTPStatus() >= 500 {
+			t.Fatalf("status %d for %q: %s", e.HTTPStatus(), raw, e.Message)
 		}
 		if len(e.Violations()) == 0 || e.Message == "" {
 			t.Fatalf("error without a named field for %q: %+v", raw, e.Status)
@@ -120,11 +133,11 @@ func roundTrip[T any](t *testing.T, raw []byte, v T, rt func(T) T) {
 }
 
 // fakeTemplates stands in for the compute templates a valid spec names (the handler reads them from Kubernetes).
-func fakeTemplates(s *ClusterSpec) templates {
-	ts := templates{}
-	for _, ref := range templateNames(s, "clusterSpec") {
-		ts[ref.Description] = &ComputeTemplate{Name: ref.Description, CPU: 1, Memory: 1, GPU: 1, ExtendedResources: map[string]uint32{"x.io/y": 1},
-			Tolerations: []PodToleration{{Key: "k", Operator: "Exists", Effect: "NoSchedule"}}}
+func fakeTemplates(s *apiserver.ClusterSpec) apiserver.Templates {
+	ts := apiserver.Templates{}
+	for _, ref := range apiserver.TemplateNames(s, "clusterSpec") {
+		ts[ref.Description] = &apiserver.ComputeTemplate{Name: ref.Description, CPU: 1, Memory: 1, GPU: 1, ExtendedResources: map[string]uint32{"x.io/y": 1},
+			Tolerations: []apiserver.PodToleration{{Key: "k", Operator: "Exists", Effect: "NoSchedule"}}}
 	}
 	return ts
 }

@@ -1,41 +1,45 @@
-package apiserver
+package apiserver_test
 
 import (
 	"net/http/httptest"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/genproto/googleapis/rpc/code"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/manta-dev/manta/internal/apiserver"
+	"github.com/manta-dev/manta/internal/apiserver/apiservertest"
 )
 
 // TestKubeRayPodAdditions pins what KubeRay's API server puts into the pod templates it builds, which its clients'
 // usual rayStartParams (node-ip-address: $MY_POD_IP) depend on.
 func TestKubeRayPodAdditions(t *testing.T) {
-	c := cluster("ns", "demo")
+	c := apiservertest.Cluster("ns", "demo")
 	c.ClusterSpec.WorkerGroupSpec[0].RayStartParams = map[string]string{"node-ip-address": "$MY_POD_IP"}
-	c.ClusterSpec.HeadGroupSpec.Environment = &EnvironmentVariables{
+	c.ClusterSpec.HeadGroupSpec.Environment = &apiserver.EnvironmentVariables{
 		Values:     map[string]string{"A": "1"},
-		ValuesFrom: map[string]EnvValueFrom{"NODE": {Source: EnvFromField, Key: "spec.nodeName"}},
+		ValuesFrom: map[string]apiserver.EnvValueFrom{"NODE": {Source: apiserver.EnvFromField, Key: "spec.nodeName"}},
 	}
 	// A worker group that sets MY_POD_IP itself keeps its value.
-	c.ClusterSpec.WorkerGroupSpec = append(c.ClusterSpec.WorkerGroupSpec, WorkerGroupSpec{
+	c.ClusterSpec.WorkerGroupSpec = append(c.ClusterSpec.WorkerGroupSpec, apiserver.WorkerGroupSpec{
 		GroupName: "own", ComputeTemplate: "small", Replicas: 1, MaxReplicas: 1,
-		Environment: &EnvironmentVariables{Values: map[string]string{"MY_POD_IP": "10.0.0.1"}},
+		Environment: &apiserver.EnvironmentVariables{Values: map[string]string{"MY_POD_IP": "10.0.0.1"}},
 	})
-	c.ClusterSpec.AutoscalerOptions = &AutoscalerOptions{Envs: &EnvironmentVariables{
+	c.ClusterSpec.AutoscalerOptions = &apiserver.AutoscalerOptions{Envs: &apiserver.EnvironmentVariables{
 		Values:     map[string]string{"LOG": "debug"},
-		ValuesFrom: map[string]EnvValueFrom{"cfg": {Source: EnvFromConfigMap, Name: "autoscaler-cfg"}, "creds": {Source: EnvFromSecret, Name: "autoscaler-creds"}},
+		ValuesFrom: map[string]apiserver.EnvValueFrom{"cfg": {Source: apiserver.EnvFromConfigMap, Name: "autoscaler-cfg"}, "creds": {Source: apiserver.EnvFromSecret, Name: "autoscaler-creds"}},
 	}}
-	if v := validateCluster(&c, "ns"); len(v) > 0 {
+	if v := apiserver.ValidateCluster(&c, "ns"); len(v) > 0 {
 		t.Fatalf("invalid: %v", v)
 	}
-	rc := clusterToRay(&c, fakeTemplates(c.ClusterSpec))
+	rc := apiserver.ClusterToRay(&c, fakeTemplates(c.ClusterSpec))
 
 	head := rc.Spec.HeadGroupSpec.Template.Spec.Containers[0]
 	wantHead := []corev1.EnvVar{
-		fieldEnv("MY_POD_IP", "status.podIP"),
+		apiserver.FieldEnv("MY_POD_IP", "status.podIP"),
 		{Name: "A", Value: "1"},
-		fieldEnv("NODE", "spec.nodeName"), // a FIELD source's path is its key, as in KubeRay
+		apiserver.FieldEnv("NODE", "spec.nodeName"), // a FIELD source's path is its key, as in KubeRay
 	}
 	if d := cmp.Diff(wantHead, head.Env); d != "" {
 		t.Errorf("head env (-want +got):\n%s", d)
@@ -48,12 +52,12 @@ func TestKubeRayPodAdditions(t *testing.T) {
 	wantWorker := []corev1.EnvVar{
 		{Name: "RAY_DISABLE_DOCKER_CPU_WARNING", Value: "1"},
 		{Name: "TYPE", Value: "worker"},
-		resourceEnv("CPU_REQUEST", "ray-worker", "requests.cpu"),
-		resourceEnv("CPU_LIMITS", "ray-worker", "limits.cpu"),
-		resourceEnv("MEMORY_REQUESTS", "ray-worker", "requests.memory"),
-		resourceEnv("MEMORY_LIMITS", "ray-worker", "limits.memory"),
-		fieldEnv("MY_POD_NAME", "metadata.name"),
-		fieldEnv("MY_POD_IP", "status.podIP"),
+		apiserver.ResourceEnv("CPU_REQUEST", "ray-worker", "requests.cpu"),
+		apiserver.ResourceEnv("CPU_LIMITS", "ray-worker", "limits.cpu"),
+		apiserver.ResourceEnv("MEMORY_REQUESTS", "ray-worker", "requests.memory"),
+		apiserver.ResourceEnv("MEMORY_LIMITS", "ray-worker", "limits.memory"),
+		apiserver.FieldEnv("MY_POD_NAME", "metadata.name"),
+		apiserver.FieldEnv("MY_POD_IP", "status.podIP"),
 	}
 	if d := cmp.Diff(wantWorker, worker.Env); d != "" {
 		t.Errorf("worker env (-want +got):\n%s", d)
@@ -87,15 +91,15 @@ func TestKubeRayPodAdditions(t *testing.T) {
 	}
 
 	// Reading the cluster back gives the caller's environment, not KubeRay's additions.
-	back := clusterFromRay(rc)
+	back := apiserver.ClusterFromRay(rc)
 	if d := cmp.Diff(c.ClusterSpec.HeadGroupSpec.Environment, back.ClusterSpec.HeadGroupSpec.Environment); d != "" {
 		t.Errorf("head environment read back (-want +got):\n%s", d)
 	}
 	if back.ClusterSpec.WorkerGroupSpec[0].Environment != nil {
 		t.Errorf("worker environment read back: %+v", back.ClusterSpec.WorkerGroupSpec[0].Environment)
 	}
-	wantAuto := &EnvironmentVariables{Values: map[string]string{"LOG": "debug"}, ValuesFrom: map[string]EnvValueFrom{
-		"autoscaler-cfg": {Source: EnvFromConfigMap, Name: "autoscaler-cfg"}, "autoscaler-creds": {Source: EnvFromSecret, Name: "autoscaler-creds"}}}
+	wantAuto := &apiserver.EnvironmentVariables{Values: map[string]string{"LOG": "debug"}, ValuesFrom: map[string]apiserver.EnvValueFrom{
+		"autoscaler-cfg": {Source: apiserver.EnvFromConfigMap, Name: "autoscaler-cfg"}, "autoscaler-creds": {Source: apiserver.EnvFromSecret, Name: "autoscaler-creds"}}}
 	if d := cmp.Diff(wantAuto, back.ClusterSpec.AutoscalerOptions.Envs); d != "" {
 		t.Errorf("autoscaler envs read back, keyed by source name (-want +got):\n%s", d)
 	}
@@ -104,13 +108,13 @@ func TestKubeRayPodAdditions(t *testing.T) {
 // TestErrorBodyIsGoogleRPCStatus round-trips every kind of error answer through protobuf's JSON codec, as
 // KubeRay's Go client decodes them.
 func TestErrorBodyIsGoogleRPCStatus(t *testing.T) {
-	for _, e := range []*apiError{
-		invalid(FieldViolation{Field: "clusterSpec.headGroupSpec.imagePullPolicy", Description: "must be Always, Never or IfNotPresent"}, FieldViolation{Field: "name", Description: "is required"}),
-		notFound("cluster %q not found", "x"),
-		newError(401, codeUnauthenticated, "no token"),
+	for _, e := range []*apiserver.APIError{
+		apiserver.Invalid(apiserver.FieldViolation{Field: "clusterSpec.headGroupSpec.imagePullPolicy", Description: "must be Always, Never or IfNotPresent"}, apiserver.FieldViolation{Field: "name", Description: "is required"}),
+		apiserver.NotFound("cluster %q not found", "x"),
+		apiserver.NewError(401, int(code.Code_UNAUTHENTICATED), "no token"),
 	} {
 		raw := recordError(e)
-		st := decodeRPCStatus(t, raw)
+		st := apiservertest.DecodeRPCStatus(t, raw)
 		if int(st.GetCode()) != e.Code || st.GetMessage() != e.Message {
 			t.Errorf("decoded %v from %s", st.Status, raw)
 		}
@@ -128,8 +132,8 @@ func TestErrorBodyIsGoogleRPCStatus(t *testing.T) {
 	}
 }
 
-func recordError(e *apiError) []byte {
+func recordError(e *apiserver.APIError) []byte {
 	rec := httptest.NewRecorder()
-	writeError(rec, e)
+	apiserver.WriteError(rec, e)
 	return rec.Body.Bytes()
 }

@@ -1,4 +1,4 @@
-package apiserver
+package envtest
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -16,11 +17,13 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/go-logr/logr/testr"
+	"google.golang.org/genproto/googleapis/rpc/code"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/apiserver"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -47,7 +50,7 @@ func (e *testEnv) logText() string {
 
 func newTestEnv(t *testing.T, cfg *rest.Config, k client.Client) *testEnv {
 	e := &testEnv{Env: testutil.NewEnv(k), cfg: cfg, k: k, ray: newFakeRay(t)}
-	dash := func(_ context.Context, rc *rayv1.RayCluster, svc *corev1.Service) (Dashboard, error) {
+	dash := func(_ context.Context, rc *rayv1.RayCluster, svc *corev1.Service) (apiserver.Dashboard, error) {
 		if rc.Status.Head.ServiceName == "unreachable" {
 			tr, _ := ray.NewDirectTransport("http://127.0.0.1:1", nil)
 			return ray.NewDashboardClient(tr, ray.WithTimeout(time.Second)), nil
@@ -58,22 +61,22 @@ func newTestEnv(t *testing.T, cfg *rest.Config, k client.Client) *testEnv {
 		}
 		return ray.NewDashboardClient(tr), nil
 	}
-	for _, mode := range []AuthMode{AuthNone, AuthKubernetes} {
+	for _, mode := range []apiserver.AuthMode{apiserver.AuthNone, apiserver.AuthKubernetes} {
 		log := testr.NewWithOptions(t, testr.Options{Verbosity: 0})
-		if mode == AuthKubernetes {
+		if mode == apiserver.AuthKubernetes {
 			log = funcr.New(func(prefix, args string) {
 				e.logMu.Lock()
 				defer e.logMu.Unlock()
 				e.logs.WriteString(prefix + args + "\n")
 			}, funcr.Options{})
 		}
-		s, err := New(cfg, Options{Auth: mode, Log: log, Dashboard: dash})
+		s, err := apiserver.New(cfg, apiserver.Options{Auth: mode, Log: log, Dashboard: dash})
 		if err != nil {
 			t.Fatal(err)
 		}
 		srv := httptest.NewServer(s.Handler())
 		t.Cleanup(srv.Close)
-		if mode == AuthNone {
+		if mode == apiserver.AuthNone {
 			e.open = srv
 		} else {
 			e.guarded = srv
@@ -95,9 +98,9 @@ func (r resp) decode(t *testing.T, out any) {
 	}
 }
 
-func (r resp) status(t *testing.T) Status {
+func (r resp) status(t *testing.T) apiserver.Status {
 	t.Helper()
-	var s Status
+	var s apiserver.Status
 	r.decode(t, &s)
 	return s
 }
@@ -163,14 +166,14 @@ func mustOK(t *testing.T, r resp, out any) {
 }
 
 // mustFail checks an error answer: HTTP status, gRPC code, and (when given) that details name the field.
-func mustFail(t *testing.T, r resp, httpStatus, code int, field string) Status {
+func mustFail(t *testing.T, r resp, httpStatus int, c code.Code, field string) apiserver.Status {
 	t.Helper()
 	if r.code != httpStatus {
 		t.Fatalf("want %d, got %d: %s", httpStatus, r.code, r.body)
 	}
 	s := r.status(t)
-	if s.Code != code {
-		t.Errorf("want code %d, got %d (%s)", code, s.Code, s.Message)
+	if s.Code != int(c) {
+		t.Errorf("want code %d, got %d (%s)", c, s.Code, s.Message)
 	}
 	if s.Message == "" {
 		t.Errorf("empty message")
@@ -226,7 +229,7 @@ func newFakeRay(t *testing.T) *fakeRay {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		out := []ray.JobInfo{}
-		for _, k := range sortedKeys(f.jobs) {
+		for _, k := range slices.Sorted(maps.Keys(f.jobs)) {
 			out = append(out, *f.jobs[k])
 		}
 		_ = json.NewEncoder(w).Encode(out)

@@ -1,4 +1,4 @@
-package apiserver
+package envtest
 
 import (
 	"context"
@@ -12,11 +12,13 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/code"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/manta-dev/manta/internal/apiserver"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -78,7 +80,7 @@ func newSecurityEnv(t *testing.T) *securityEnv {
 		kube.ServeHTTP(w, r)
 	}))
 	t.Cleanup(front.Close)
-	s, err := New(&rest.Config{Host: front.URL, BearerToken: securityToken}, Options{Auth: AuthNone, UseKubernetesProxy: true})
+	s, err := apiserver.New(&rest.Config{Host: front.URL, BearerToken: securityToken}, apiserver.Options{Auth: apiserver.AuthNone, UseKubernetesProxy: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +118,7 @@ func TestSecurityJobSubmissions(t *testing.T) {
 		{"POST", base}, {"GET", base}, {"GET", base + "/job-1"}, {"GET", base + "/log/job-1"},
 		{"POST", base + "/job-1"}, {"DELETE", base + "/job-1"},
 	}
-	submission := RayJobSubmission{Entrypoint: "python secret.py", SubmissionID: "job-1"}
+	submission := apiserver.RayJobSubmission{Entrypoint: "python secret.py", SubmissionID: "job-1"}
 	body := func(method, path string) any {
 		if method == "POST" && path == base {
 			return submission
@@ -166,7 +168,7 @@ func TestSecurityJobSubmissions(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, c := range calls {
-				mustFail(t, call(t, e.srv.URL, c.method, c.path, body(c.method, c.path), ""), http.StatusBadRequest, codeFailedPrecondition, "status.head.serviceName")
+				mustFail(t, call(t, e.srv.URL, c.method, c.path, body(c.method, c.path), ""), http.StatusBadRequest, code.Code_FAILED_PRECONDITION, "status.head.serviceName")
 			}
 		}
 		e.mu.Lock()
@@ -193,7 +195,7 @@ func TestSecurityJobSubmissions(t *testing.T) {
 		runtime.ReadMemStats(&before)
 		r := call(t, e.srv.URL, "GET", base+"/log/job-1", nil, "")
 		runtime.ReadMemStats(&after)
-		var reply GetJobLogReply
+		var reply apiserver.GetJobLogReply
 		mustOK(t, r, &reply)
 		// Everything in this process counts: the REST server, the front, and this test's client.
 		alloc := after.TotalAlloc - before.TotalAlloc

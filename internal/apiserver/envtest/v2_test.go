@@ -1,12 +1,14 @@
-package apiserver
+package envtest
 
 import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/code"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -115,7 +117,7 @@ func (e *testEnv) testV2(t *testing.T) {
 		{APIVersion: "ray.io/v1", Kind: "RayCluster", Name: "v2", Namespace: ns},
 		{APIVersion: "v1", Kind: "Pod", Name: "p", Namespace: ns},
 	} {
-		ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "ev" + itoa(i), Namespace: ns}, InvolvedObject: ref, Reason: "R", Type: "Normal"}
+		ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "ev" + strconv.Itoa(i), Namespace: ns}, InvolvedObject: ref, Reason: "R", Type: "Normal"}
 		if err := e.k.Create(context.Background(), ev); err != nil {
 			t.Fatal(err)
 		}
@@ -142,13 +144,13 @@ func (e *testEnv) testV2(t *testing.T) {
 	if r := call(t, g, "GET", newEvents, nil, denied); r.code != http.StatusForbidden {
 		t.Errorf("events.k8s.io events as v2-denied: %d", r.code)
 	}
-	mustFail(t, call(t, g, "GET", newEvents, nil, ""), 401, codeUnauthenticated, "")
+	mustFail(t, call(t, g, "GET", newEvents, nil, ""), 401, code.Code_UNAUTHENTICATED, "")
 
 	// What this server refuses itself is a JSON error as in v1.
-	mustFail(t, call(t, g, "GET", coll, nil, ""), 401, codeUnauthenticated, "")
-	mustFail(t, call(t, g, "GET", coll+"?watch=true&timeoutSeconds=-1", nil, allowed), 400, codeInvalidArgument, "timeoutSeconds")
-	mustFail(t, call(t, g, "GET", coll+"/Bad_Name", nil, allowed), 400, codeInvalidArgument, "name")
-	mustFail(t, call(t, g, "POST", coll+"/v2", rc, allowed), 405, codeUnimplemented, "")
+	mustFail(t, call(t, g, "GET", coll, nil, ""), 401, code.Code_UNAUTHENTICATED, "")
+	mustFail(t, call(t, g, "GET", coll+"?watch=true&timeoutSeconds=-1", nil, allowed), 400, code.Code_INVALID_ARGUMENT, "timeoutSeconds")
+	mustFail(t, call(t, g, "GET", coll+"/Bad_Name", nil, allowed), 400, code.Code_INVALID_ARGUMENT, "name")
+	mustFail(t, call(t, g, "POST", coll+"/v2", rc, allowed), 405, code.Code_UNIMPLEMENTED, "")
 	// Impersonation headers are not forwarded: the caller stays the caller.
 	r = callWith(t, g, "GET", coll, nil, http.Header{"Authorization": {denied}, "Impersonate-User": {"system:serviceaccount:" + ns + ":v2-allowed"}})
 	if r.code != http.StatusForbidden {

@@ -1,15 +1,15 @@
-package apiserver
+package envtest
 
 import (
 	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/go-logr/logr/testr"
 	"github.com/google/go-cmp/cmp"
-	promtestutil "github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/genproto/googleapis/rpc/code"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,6 +27,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/apiserver"
+	"github.com/manta-dev/manta/internal/apiserver/apiservertest"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -39,16 +41,38 @@ type consoleFixture struct {
 	url          string
 	ns, hiddenNS string
 	viewer       string // the viewer's token
-	server       *Server
+	scraper      string // a token that may read /metrics
 }
 
-// watches is how many list+watch loops the server holds for console streams.
-func (f consoleFixture) watches() int { return int(promtestutil.ToFloat64(f.server.consoleWatches)) }
+// consoleKinds is how many kinds a console stream lists and watches: RayCluster, RayJob, RayService, RayCronJob
+// and ImagePullJob.
+const consoleKinds = 5
+
+// watches is how many list+watch loops the server holds for console streams, as its /metrics says.
+func (f consoleFixture) watches(t *testing.T) int {
+	t.Helper()
+	r := call(t, f.url, "GET", "/metrics", nil, f.scraper)
+	if r.code != http.StatusOK {
+		t.Fatalf("/metrics: %d %s", r.code, r.body)
+	}
+	for line := range strings.Lines(string(r.body)) {
+		if v, ok := strings.CutPrefix(line, "manta_apiserver_console_watches "); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("/metrics: %q: %v", line, err)
+			}
+			return int(n)
+		}
+	}
+	t.Fatalf("/metrics has no manta_apiserver_console_watches:\n%s", r.body)
+	return 0
+}
 
 func (e *testEnv) consoleFixture(t *testing.T) consoleFixture {
 	ctx := context.Background()
 	f := consoleFixture{ns: e.Namespace(t), hiddenNS: e.Namespace(t)}
 	f.viewer = e.serviceAccountToken(t, f.ns, "viewer")
+	f.scraper = e.metricsToken(t, f.ns)
 	e.grant(t, f.ns, "viewer",
 		rbacv1.PolicyRule{APIGroups: []string{"ray.io"}, Resources: []string{"rayclusters", "rayjobs", "rayservices", "raycronjobs"},
 			Verbs: []string{"get", "list", "watch", "create", "patch", "delete"}},
@@ -56,26 +80,12 @@ func (e *testEnv) consoleFixture(t *testing.T) consoleFixture {
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods", "events"}, Verbs: []string{"get", "list", "watch"}},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/log"}, Verbs: []string{"get"}},
 	)
-	s, err := New(e.cfg, Options{Auth: AuthKubernetes, Log: testr.New(t)})
+	s, err := apiserver.New(e.cfg, apiserver.Options{Auth: apiserver.AuthKubernetes, Log: testr.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.server = s
 	// Served as manta apiserver serves, with its http.Server and timeouts: how long a stream lives is theirs too.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(sctx, ln) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil {
-			t.Errorf("serving the console: %v", err)
-		}
-	})
-	f.url = "http://" + ln.Addr().String()
+	f.url = apiservertest.NewLoopbackServer(t, s)
 
 	// Right after the control plane starts, Kubernetes answers a list 429 until its cache of the resource is filled.
 	for _, l := range []client.ObjectList{&rayv1.RayClusterList{}, &rayv1.RayJobList{}} {
@@ -154,7 +164,12 @@ func sseEvents(t *testing.T, url, token string, stop func(event, data string) bo
 // that Kubernetes refuses what its RBAC does not allow.
 func (e *testEnv) testConsoleAPI(t *testing.T, f consoleFixture) {
 	r := call(t, f.url, "GET", "/console/api/namespaces", nil, f.viewer)
-	var nss consoleNamespaces
+	var nss struct {
+		Namespaces []struct {
+			Name string `json:"name"`
+		} `json:"namespaces"`
+		Everywhere []string `json:"everywhere"`
+	}
 	mustOK(t, r, &nss)
 	if len(nss.Namespaces) != 1 || nss.Namespaces[0].Name != f.ns || len(nss.Everywhere) != 0 {
 		t.Errorf("viewer's namespaces: %+v, want only %s and no cluster-wide kinds", nss, f.ns)
@@ -166,18 +181,18 @@ func (e *testEnv) testConsoleAPI(t *testing.T, f consoleFixture) {
 		if event == "snapshot" {
 			snapshots++
 		}
-		if snapshots == len(consoleKinds) {
-			open = f.watches()
+		if snapshots == consoleKinds {
+			open = f.watches(t)
 			return true
 		}
 		return false
 	})
 	// sseEvents has closed its connection: the stream's watches end with it, not at their timeout.
-	if open != len(consoleKinds) {
-		t.Errorf("an open list stream of one namespace holds %d watches, want one per kind (%d)", open, len(consoleKinds))
+	if open != consoleKinds {
+		t.Errorf("an open list stream of one namespace holds %d watches, want one per kind (%d)", open, consoleKinds)
 	}
 	testutil.Eventually(t, 30*time.Second, "the stream's watches ended after its client went away", func() (bool, string) {
-		return f.watches() == 0, fmt.Sprintf("%d watches open", f.watches())
+		return f.watches(t) == 0, fmt.Sprintf("%d watches open", f.watches(t))
 	})
 	all := strings.Join(events, "\n")
 	if !strings.Contains(all, `"name":"alpha"`) || !strings.Contains(all, `"state":"ready"`) {
@@ -193,7 +208,7 @@ func (e *testEnv) testConsoleAPI(t *testing.T, f consoleFixture) {
 		if event == "error" {
 			errs++
 		}
-		return errs == len(consoleKinds)
+		return errs == consoleKinds
 	})
 	for _, ev := range events {
 		if !strings.HasPrefix(ev, "targets ") && (!strings.HasPrefix(ev, "error ") || !strings.Contains(ev, `"forbidden":true`)) {
@@ -206,7 +221,14 @@ func (e *testEnv) testConsoleAPI(t *testing.T, f consoleFixture) {
 	sseEvents(t, f.url+"/console/api/namespaces/"+f.ns+"/rayclusters/alpha/stream", f.viewer, func(event, data string) bool {
 		switch event {
 		case "pods":
-			var pods []consolePod
+			var pods []struct {
+				Name     string `json:"name"`
+				Role     string `json:"role"`
+				Phase    string `json:"phase"`
+				Ready    string `json:"ready"`
+				Restarts int32  `json:"restarts"`
+				Node     string `json:"node"`
+			}
 			_ = json.Unmarshal([]byte(data), &pods)
 			sawPods = len(pods) == 1 && pods[0].Name == "alpha-head-x7k2p" && pods[0].Phase == "Running" && pods[0].Ready == "1/1" &&
 				pods[0].Restarts == 2 && pods[0].Node == "node-7" && pods[0].Role == "head"
@@ -223,9 +245,9 @@ func (e *testEnv) testConsoleAPI(t *testing.T, f consoleFixture) {
 	}
 
 	// Signing in takes a token in the Authorization header: the cookie alone (or --anonymous-as) is no sign-in.
-	r = callWith(t, f.url, "POST", "/console/api/session", nil, http.Header{consoleHeader: {"1"}, "Cookie": {consoleCookie + "=" + f.viewer}})
-	mustFail(t, r, http.StatusBadRequest, codeInvalidArgument, "Authorization")
-	r = callWith(t, f.url, "POST", "/console/api/session", nil, http.Header{consoleHeader: {"1"}, "Authorization": {"Bearer " + f.viewer}})
+	r = callWith(t, f.url, "POST", "/console/api/session", nil, http.Header{"X-Manta-Console": {"1"}, "Cookie": {"manta-console-token" + "=" + f.viewer}})
+	mustFail(t, r, http.StatusBadRequest, code.Code_INVALID_ARGUMENT, "Authorization")
+	r = callWith(t, f.url, "POST", "/console/api/session", nil, http.Header{"X-Manta-Console": {"1"}, "Authorization": {"Bearer " + f.viewer}})
 	if c := r.header.Get("Set-Cookie"); r.code != http.StatusOK || !strings.Contains(c, "HttpOnly") || !strings.Contains(c, "SameSite=Strict") {
 		t.Errorf("sign-in: %d, Set-Cookie %q; want 200 and an HttpOnly SameSite=Strict cookie", r.code, c)
 	}
@@ -233,17 +255,17 @@ func (e *testEnv) testConsoleAPI(t *testing.T, f consoleFixture) {
 	// The form's validation names the form's fields; without the console's header the cookie-less write is refused.
 	bad := map[string]any{"name": "Bad_Name", "entrypoint": "", "image": "rayproject/ray:2.52.0", "headCPU": "lots", "headMemory": "1Gi", "workers": 0, "shutdown": true,
 		"env": []map[string]string{{"name": "GOOD", "value": "1"}, {"name": "1BAD", "value": "x"}, {"name": "GOOD", "value": "2"}}}
-	r = callWith(t, f.url, "POST", "/console/api/namespaces/"+f.ns+"/rayjobs", bad, http.Header{"Authorization": {"Bearer " + f.viewer}, consoleHeader: {"1"}})
-	mustFail(t, r, http.StatusBadRequest, codeInvalidArgument, "name")
+	r = callWith(t, f.url, "POST", "/console/api/namespaces/"+f.ns+"/rayjobs", bad, http.Header{"Authorization": {"Bearer " + f.viewer}, "X-Manta-Console": {"1"}})
+	mustFail(t, r, http.StatusBadRequest, code.Code_INVALID_ARGUMENT, "name")
 	for _, field := range []string{"entrypoint", "headCPU", "env[1].name", "env[2].name"} {
 		if !strings.Contains(string(r.body), `"field":"`+field+`"`) {
 			t.Errorf("form errors lack %s: %s", field, r.body)
 		}
 	}
 	r = call(t, f.url, "POST", "/console/api/namespaces/"+f.hiddenNS+"/rayjobs", bad, f.viewer)
-	mustFail(t, r, http.StatusBadRequest, codeInvalidArgument, consoleHeader)
+	mustFail(t, r, http.StatusBadRequest, code.Code_INVALID_ARGUMENT, "X-Manta-Console")
 	good := map[string]any{"name": "api-job", "entrypoint": "python -c 'print(1)'", "image": "rayproject/ray:2.52.0", "headCPU": "1", "headMemory": "1Gi", "workers": 0, "shutdown": true}
-	r = callWith(t, f.url, "POST", "/console/api/namespaces/"+f.hiddenNS+"/rayjobs", good, http.Header{"Authorization": {"Bearer " + f.viewer}, consoleHeader: {"1"}})
+	r = callWith(t, f.url, "POST", "/console/api/namespaces/"+f.hiddenNS+"/rayjobs", good, http.Header{"Authorization": {"Bearer " + f.viewer}, "X-Manta-Console": {"1"}})
 	if r.code != http.StatusForbidden {
 		t.Errorf("create in the hidden namespace: %d %s, want 403", r.code, r.body)
 	}
@@ -532,18 +554,18 @@ func (e *testEnv) testConsoleBrowser(t *testing.T, f consoleFixture) {
 	run("mark the page", chromedp.Evaluate[chromedp.Void](`window.mantaMark = "still this page"`))
 	// The RayJob's page, left for the list, lets its own watches go as the list's start.
 	testutil.Eventually(t, time.Minute, "the list page's watches, one per kind", func() (bool, string) {
-		return f.watches() == len(consoleKinds), fmt.Sprintf("%d watches open", f.watches())
+		return f.watches(t) == consoleKinds, fmt.Sprintf("%d watches open", f.watches(t))
 	})
 	run("leave the console", chromedp.Navigate("about:blank"))
 	testutil.Eventually(t, 20*time.Second, "the console's watches ended after its page was left", func() (bool, string) {
-		return f.watches() == 0, fmt.Sprintf("%d watches open", f.watches())
+		return f.watches(t) == 0, fmt.Sprintf("%d watches open", f.watches(t))
 	})
 	// Back again: the browser restores the page from that cache (the mark is still there), and the page opens its
 	// stream again.
 	// history.back(), not NavigateBack: a page restored from that cache fires no load event to wait for.
 	run("come back", chromedp.Evaluate[chromedp.Void](`history.back()`))
 	testutil.Eventually(t, time.Minute, "the restored page's watches", func() (bool, string) {
-		return f.watches() == len(consoleKinds), fmt.Sprintf("%d watches open", f.watches())
+		return f.watches(t) == consoleKinds, fmt.Sprintf("%d watches open", f.watches(t))
 	})
 	if mark := get("read the mark", chromedp.Evaluate[string](`String(window.mantaMark)`)); mark != "still this page" {
 		t.Errorf("back to the console: mark %q; the page was loaded again, not restored, so its pagehide and pageshow were not tried", mark)

@@ -1,4 +1,4 @@
-package apiserver
+package envtest
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/manta-dev/manta/internal/apiserver/apiservertest"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -42,8 +43,8 @@ func (e *testEnv) testSchemathesis(t *testing.T) {
 	}
 	e.waitRBAC(t, ns, "fuzzer", "", rbacv1.PolicyRule{APIGroups: []string{"*"}, Resources: []string{"*"}, Verbs: []string{"*"}})
 	// Something to find: a template and a cluster in a namespace the generated names may hit.
-	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
-	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/clusters", cluster(ns, "fuzzed")), nil)
+	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", apiservertest.Template(ns, "small")), nil)
+	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/clusters", apiservertest.Cluster(ns, "fuzzed")), nil)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

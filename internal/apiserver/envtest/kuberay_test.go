@@ -1,4 +1,4 @@
-package apiserver
+package envtest
 
 import (
 	"context"
@@ -10,14 +10,15 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
+	"google.golang.org/genproto/googleapis/rpc/code"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	statuspb "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/apiserver"
+	"github.com/manta-dev/manta/internal/apiserver/apiservertest"
 )
 
 // testKubeRayClients sends requests in the shapes KubeRay's own clients send (its Go client uses proto field
@@ -25,8 +26,8 @@ import (
 // server would give, plus Manta's promise that unknown fields never pass silently.
 func (e *testEnv) testKubeRayClients(t *testing.T) {
 	ns := e.Namespace(t)
-	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", template(ns, "small")), nil)
-	strict, err := New(e.cfg, Options{Auth: AuthNone, Log: logr.Discard(), FieldValidation: FieldValidationStrict})
+	mustOK(t, e.do(t, "POST", "/apis/v1/namespaces/"+ns+"/compute_templates", apiservertest.Template(ns, "small")), nil)
+	strict, err := apiserver.New(e.cfg, apiserver.Options{Auth: apiserver.AuthNone, Log: logr.Discard(), FieldValidation: apiserver.FieldValidationStrict})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func (e *testEnv) testKubeRayClients(t *testing.T) {
 				return `{"name":"` + n + `","namespace":"` + ns + `","cpu":"4","memory":"8","gpu":0,"gpu_accelerator":"nvidia.com/gpu","memory_unit":"Gi","extended_resources":{"vpc.amazonaws.com/efa":"1"}}`
 			}, code: 200,
 			check: func(t *testing.T, _ string, r resp) {
-				var got ComputeTemplate
+				var got apiserver.ComputeTemplate
 				r.decode(t, &got)
 				if got.CPU != 4 || got.Memory != 8 || got.GPUAccelerator != "nvidia.com/gpu" || got.ExtendedResources["vpc.amazonaws.com/efa"] != 1 {
 					t.Errorf("template: %+v", got)
@@ -85,8 +86,8 @@ func (e *testEnv) testKubeRayClients(t *testing.T) {
 				if *w.Replicas != 2 || *w.MinReplicas != 2 || *w.MaxReplicas != 5 || w.RayStartParams["node-ip-address"] != "$MY_POD_IP" {
 					t.Errorf("worker group (minReplicas 0 is stored as replicas, as KubeRay does): %+v", w)
 				}
-				if rc.Labels[labelEnvironment] != "DEV" {
-					t.Errorf("environment label %q", rc.Labels[labelEnvironment])
+				if rc.Labels["ray.io/environment"] != "DEV" {
+					t.Errorf("environment label %q", rc.Labels["ray.io/environment"])
 				}
 			}},
 		{name: "cluster from KubeRay's Python client", path: "/clusters",
@@ -126,9 +127,9 @@ func (e *testEnv) testKubeRayClients(t *testing.T) {
 					`"environment":"DEV"`, `"environment":3,"annotations":null,"envs":null`, 1)
 			}, code: 200,
 			check: func(t *testing.T, _ string, r resp) {
-				var got Cluster
+				var got apiserver.Cluster
 				r.decode(t, &got)
-				if got.Environment != 3 || got.ClusterSpec.HeadGroupSpec.Volumes[0].VolumeType != VolumeEmptyDir {
+				if got.Environment != 3 || got.ClusterSpec.HeadGroupSpec.Volumes[0].VolumeType != apiserver.VolumeEmptyDir {
 					t.Errorf("enums: %+v", got)
 				}
 			}},
@@ -204,7 +205,7 @@ func (e *testEnv) testKubeRayClients(t *testing.T) {
 				return b
 			}, code: 200,
 			check: func(t *testing.T, _ string, r resp) {
-				var got RayService
+				var got apiserver.RayService
 				r.decode(t, &got)
 				if got.ServeConfigV2 != "applications: []\n" || got.ServiceUnhealthySecondThreshold != 30 {
 					t.Errorf("service: %+v", got)
@@ -225,9 +226,9 @@ func (e *testEnv) testKubeRayClients(t *testing.T) {
 				t.Errorf("Warning headers %q, want %q", r.header.Values("Warning"), tc.warnings)
 			}
 			if tc.field != "" {
-				mustFail(t, r, 400, codeInvalidArgument, tc.field)
+				mustFail(t, r, 400, code.Code_INVALID_ARGUMENT, tc.field)
 				// KubeRay's Go client decodes error bodies with protobuf's JSON codec.
-				st := decodeRPCStatus(t, r.body)
+				st := apiservertest.DecodeRPCStatus(t, r.body)
 				if fv := st.GetFieldViolations(); len(fv) == 0 || !slices.ContainsFunc(fv, func(v *errdetails.BadRequest_FieldViolation) bool { return v.Field == tc.field }) {
 					t.Errorf("google.rpc.BadRequest violations %v do not name %q", fv, tc.field)
 				}
@@ -239,6 +240,7 @@ func (e *testEnv) testKubeRayClients(t *testing.T) {
 	}
 
 	t.Run("warnings are bounded", func(t *testing.T) {
+		const maxWarnings = 20 // the server's bound on Warning headers
 		var extra strings.Builder
 		for i := range maxWarnings + 5 {
 			fmt.Fprintf(&extra, `,"x%02d":1`, i)
@@ -251,12 +253,12 @@ func (e *testEnv) testKubeRayClients(t *testing.T) {
 	})
 
 	t.Run("job submission with proto names", func(t *testing.T) {
-		mustOK(t, e.do(t, "POST", api+"/clusters", cluster(ns, "live")), nil)
+		mustOK(t, e.do(t, "POST", api+"/clusters", apiservertest.Cluster(ns, "live")), nil)
 		body := `{"entrypoint":"python job.py","submission_id":"kuberay-proto-1","runtime_env":"env_vars:\n  X: \"1\"\n",` +
 			`"entrypoint_num_cpus":"1","entrypoint_resources":{"custom":"1"}}`
-		var reply SubmitRayJobReply
+		var reply apiserver.SubmitRayJobReply
 		mustOK(t, call(t, e.open.URL, "POST", api+"/jobsubmissions/live", body, ""), &reply)
-		var info JobSubmissionInfo
+		var info apiserver.JobSubmissionInfo
 		mustOK(t, e.do(t, "GET", api+"/jobsubmissions/live/kuberay-proto-1", nil), &info)
 		if reply.SubmissionID != "kuberay-proto-1" || info.Entrypoint != "python job.py" || info.RuntimeEnv["env_vars"] != `{"X":"1"}` {
 			t.Errorf("reply %+v, info %+v", reply, info)
@@ -276,36 +278,7 @@ func (e *testEnv) testKubeRayClients(t *testing.T) {
 		}
 		for _, h := range []string{"Basic " + tok, "Bearer", ""} {
 			r := callWith(t, e.guarded.URL, "GET", api+"/clusters", nil, http.Header{"Authorization": {h}})
-			mustFail(t, r, 401, codeUnauthenticated, "")
+			mustFail(t, r, 401, code.Code_UNAUTHENTICATED, "")
 		}
 	})
-}
-
-// rpcStatus is a decoded google.rpc.Status with its BadRequest detail unpacked.
-type rpcStatus struct {
-	*statuspb.Status
-	badRequest *errdetails.BadRequest
-}
-
-func (s rpcStatus) GetFieldViolations() []*errdetails.BadRequest_FieldViolation {
-	return s.badRequest.GetFieldViolations()
-}
-
-// decodeRPCStatus decodes an error body the way KubeRay's Go client does: protojson into google.rpc.Status, whose
-// details are Any messages resolved from the global registry (errdetails registers google.rpc.BadRequest).
-func decodeRPCStatus(t *testing.T, body []byte) rpcStatus {
-	t.Helper()
-	var st statuspb.Status
-	if err := protojson.Unmarshal(body, &st); err != nil {
-		t.Fatalf("protojson cannot decode the error body as google.rpc.Status: %v\n%s", err, body)
-	}
-	out := rpcStatus{Status: &st}
-	for _, d := range st.GetDetails() {
-		var br errdetails.BadRequest
-		if err := d.UnmarshalTo(&br); err != nil {
-			t.Fatalf("detail %s is not a google.rpc.BadRequest: %v", d.GetTypeUrl(), err)
-		}
-		out.badRequest = &br
-	}
-	return out
 }

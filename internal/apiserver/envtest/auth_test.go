@@ -1,4 +1,4 @@
-package apiserver
+package envtest
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/code"
 	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -13,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
+	"github.com/manta-dev/manta/internal/apiserver"
+	"github.com/manta-dev/manta/internal/apiserver/apiservertest"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -80,9 +83,9 @@ func (e *testEnv) testAuth(t *testing.T) {
 
 	// No token, a malformed header, a token Kubernetes does not know: 401 with a challenge.
 	r := call(t, g, "GET", base+"/clusters", nil, "")
-	mustFail(t, r, 401, codeUnauthenticated, "")
+	mustFail(t, r, 401, code.Code_UNAUTHENTICATED, "")
 	for _, tok := range []string{"not-a-token", alice[:len(alice)-4] + "AAAA"} {
-		mustFail(t, call(t, g, "GET", base+"/clusters", nil, tok), 401, codeUnauthenticated, "")
+		mustFail(t, call(t, g, "GET", base+"/clusters", nil, tok), 401, code.Code_UNAUTHENTICATED, "")
 	}
 	req, _ := http.NewRequest("GET", g+base+"/clusters", nil)
 	req.Header.Set("Authorization", "Basic "+alice)
@@ -97,26 +100,26 @@ func (e *testEnv) testAuth(t *testing.T) {
 
 	// Allowed by RBAC.
 	mustOK(t, call(t, g, "GET", base+"/clusters", nil, alice), nil)
-	mustOK(t, call(t, g, "POST", base+"/compute_templates", template(ns, "small"), alice), nil)
+	mustOK(t, call(t, g, "POST", base+"/compute_templates", apiservertest.Template(ns, "small"), alice), nil)
 	mustOK(t, call(t, g, "GET", base+"/compute_templates/small", nil, alice), nil)
-	mustOK(t, call(t, g, "POST", base+"/clusters", cluster(ns, "mine"), alice), nil)
+	mustOK(t, call(t, g, "POST", base+"/clusters", apiservertest.Cluster(ns, "mine"), alice), nil)
 	mustOK(t, call(t, g, "GET", base+"/clusters/mine", nil, alice), nil)
 
 	// Forbidden by RBAC: a verb the role lacks, another namespace, all namespaces, another resource.
-	s := mustFail(t, call(t, g, "DELETE", base+"/clusters/mine", nil, alice), 403, codePermissionDenied, "")
+	s := mustFail(t, call(t, g, "DELETE", base+"/clusters/mine", nil, alice), 403, code.Code_PERMISSION_DENIED, "")
 	if !strings.Contains(s.Message, "delete rayclusters.ray.io") || !strings.Contains(s.Message, "system:serviceaccount:"+ns+":alice") {
 		t.Errorf("403 message does not say what was denied: %s", s.Message)
 	}
-	mustFail(t, call(t, g, "GET", "/apis/v1/namespaces/default/clusters", nil, alice), 403, codePermissionDenied, "")
-	mustFail(t, call(t, g, "GET", "/apis/v1/clusters", nil, alice), 403, codePermissionDenied, "")
-	mustFail(t, call(t, g, "GET", base+"/jobs", nil, alice), 403, codePermissionDenied, "")
-	mustFail(t, call(t, g, "POST", base+"/jobsubmissions/mine", RayJobSubmission{Entrypoint: "echo"}, alice), 403, codePermissionDenied, "")
-	mustFail(t, call(t, g, "GET", base+"/image_pull_jobs", nil, alice), 403, codePermissionDenied, "")
+	mustFail(t, call(t, g, "GET", "/apis/v1/namespaces/default/clusters", nil, alice), 403, code.Code_PERMISSION_DENIED, "")
+	mustFail(t, call(t, g, "GET", "/apis/v1/clusters", nil, alice), 403, code.Code_PERMISSION_DENIED, "")
+	mustFail(t, call(t, g, "GET", base+"/jobs", nil, alice), 403, code.Code_PERMISSION_DENIED, "")
+	mustFail(t, call(t, g, "POST", base+"/jobsubmissions/mine", apiserver.RayJobSubmission{Entrypoint: "echo"}, alice), 403, code.Code_PERMISSION_DENIED, "")
+	mustFail(t, call(t, g, "GET", base+"/image_pull_jobs", nil, alice), 403, code.Code_PERMISSION_DENIED, "")
 	// bob has no role at all.
-	mustFail(t, call(t, g, "GET", base+"/clusters", nil, bob), 403, codePermissionDenied, "")
-	mustFail(t, call(t, g, "POST", base+"/compute_templates", template(ns, "other"), bob), 403, codePermissionDenied, "")
+	mustFail(t, call(t, g, "GET", base+"/clusters", nil, bob), 403, code.Code_PERMISSION_DENIED, "")
+	mustFail(t, call(t, g, "POST", base+"/compute_templates", apiservertest.Template(ns, "other"), bob), 403, code.Code_PERMISSION_DENIED, "")
 	// Authorisation happens before the body is read: a forbidden caller learns nothing from validation.
-	mustFail(t, call(t, g, "POST", base+"/clusters", "{not json", bob), 403, codePermissionDenied, "")
+	mustFail(t, call(t, g, "POST", base+"/clusters", "{not json", bob), 403, code.Code_PERMISSION_DENIED, "")
 
 	// Public endpoints need no token (/metrics does: TestSecurityREST/Metrics).
 	for _, p := range []string{"/healthz", "/openapi.json"} {
