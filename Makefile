@@ -101,8 +101,7 @@ test-stress: deps ## Run every test STRESS_ROUNDS times in a row beside STRESS_H
 # imports and calls); MANTA_UNIT_TESTS makes testutil.StartEnvtest fail a test that reached it anyway. Nothing to
 # build first.
 GO_UNIT_TEST_FLAGS ?= -timeout 10m -count=1
-# internal/apiserver still mixes its envtests with its unit tests (issue 41): left out until they are split.
-UNIT_PACKAGES = $(shell go list ./... | grep -Ev '/(envtest|integration)$$|^github.com/manta-dev/manta/test/|^github.com/manta-dev/manta/internal/apiserver$$')
+UNIT_PACKAGES = $(shell go list ./... | grep -Ev '/(envtest|integration)$$|^github.com/manta-dev/manta/test/')
 
 .PHONY: test-unit
 test-unit: ## Run the unit tests, in seconds with no control plane: every package but <pkg>/envtest, <pkg>/integration and test/.
