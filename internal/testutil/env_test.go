@@ -3,7 +3,10 @@ package testutil
 import (
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 func TestNamespaceName(t *testing.T) {
@@ -32,5 +35,23 @@ func TestBuildersLabel(t *testing.T) {
 	}
 	if got := MakeRayCluster("ns", "c").Label("a", "b").Obj().Labels; got["a"] != "b" {
 		t.Errorf("RayCluster labels %v", got)
+	}
+}
+
+func TestCacheOnlyLabelled(t *testing.T) {
+	var o ctrl.Options
+	CacheOnlyLabelled(&corev1.Pod{}, "ray.io/node-type")(&o)
+	CacheOnlyLabelled(&corev1.Service{}, "ray.io/cluster")(&o)
+	if len(o.Cache.ByObject) != 2 {
+		t.Fatalf("ByObject %v, want a Pod and a Service", o.Cache.ByObject)
+	}
+	for obj, by := range o.Cache.ByObject {
+		key := "ray.io/cluster"
+		if _, pod := obj.(*corev1.Pod); pod {
+			key = "ray.io/node-type"
+		}
+		if !by.Label.Matches(labels.Set{key: "x"}) || by.Label.Matches(labels.Set{"other": "x"}) {
+			t.Errorf("%T: selector %q, want one that requires %s", obj, by.Label, key)
+		}
 	}
 }

@@ -9,9 +9,11 @@ import (
 	"github.com/go-logr/logr"
 	"go.uber.org/zap/zapcore"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -53,6 +55,22 @@ func NewManager(t testing.TB, cfg *rest.Config, adjust ...func(*ctrl.Options)) c
 		t.Fatal(err)
 	}
 	return mgr
+}
+
+// CacheOnlyLabelled is an option of NewManager: the manager's cache holds only the objects of obj's kind that carry
+// the label key (any value), as the operator's cache does for the kinds it makes (Ray's pods carry ray.io/node-type).
+// It panics when key is not a valid label key.
+func CacheOnlyLabelled(obj client.Object, key string) func(*ctrl.Options) {
+	sel, err := labels.Parse(key)
+	if err != nil {
+		panic(fmt.Sprintf("CacheOnlyLabelled(%T, %q): %v", obj, key, err))
+	}
+	return func(o *ctrl.Options) {
+		if o.Cache.ByObject == nil {
+			o.Cache.ByObject = map[client.Object]cache.ByObject{}
+		}
+		o.Cache.ByObject[obj] = cache.ByObject{Label: sel}
+	}
 }
 
 // Update reads the object named as obj is, applies mutate to it and writes it back, reading and applying again

@@ -600,17 +600,10 @@ func testTTL(t *testing.T, e *env) {
 	// Measured from the recorded completion, not from when this test saw it: under load the test may notice the
 	// completion late, and the deletion then seems early.
 	doneAt := got.Status.CompletionTime.Time
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testutil.Eventually(t, time.Minute, "the job deleted after ttlSecondsAfterFinished", func() (bool, string) {
 		err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(job), &mantav1alpha1.ImagePullJob{})
-		if apierrors.IsNotFound(err) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job not deleted after ttlSecondsAfterFinished (status %+v)", got.Status)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v; status at completion %+v", err, got.Status)
+	})
 	if d := time.Since(doneAt); d < time.Second {
 		t.Errorf("deleted %s after completion, ttl 2s", d)
 	}

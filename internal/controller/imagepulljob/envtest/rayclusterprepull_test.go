@@ -2,8 +2,8 @@ package envtest
 
 import (
 	"context"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -75,19 +75,11 @@ func testPrepull(t *testing.T, e *env) {
 		"example/sidecar:v1":   {"pp-1"},
 		"example/gpu:v2":       {"gpu-0"},
 	}
-	var got map[string][]string
 	var jobs []mantav1alpha1.ImagePullJob
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		jobs = e.ownedJobs(t, ns, cluster.UID)
-		got = map[string][]string{}
-		for _, j := range jobs {
-			got[j.Spec.Image] = j.Spec.Selector.Names
-		}
-		if cmp.Equal(want, got) {
-			break
-		}
-		if time.Now().After(deadline) {
+	matched := false
+	defer func() {
+		// The jobs never matched: log what the controller plans from the stored objects.
+		if !matched {
 			var stored rayv1.RayCluster
 			_ = e.cl.Get(ctx, client.ObjectKeyFromObject(cluster), &stored)
 			var nl corev1.NodeList
@@ -98,10 +90,17 @@ func testPrepull(t *testing.T, e *env) {
 			for _, n := range nl.Items {
 				t.Logf("node %s labels %v taints %v conds %v fits head %v", n.Name, n.Labels, n.Spec.Taints, n.Status.Conditions, imagepulljob.PodFitsNode(&stored.Spec.HeadGroupSpec.Template.Spec, &n))
 			}
-			t.Fatalf("prepull jobs (-want +got):\n%s", cmp.Diff(want, got))
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	}()
+	e.Eventually(t, "the prepull jobs", func() (bool, string) {
+		jobs = e.ownedJobs(t, ns, cluster.UID)
+		got := map[string][]string{}
+		for _, j := range jobs {
+			got[j.Spec.Image] = j.Spec.Selector.Names
+		}
+		return cmp.Equal(want, got), fmt.Sprintf("prepull jobs (-want +got):\n%s", cmp.Diff(want, got))
+	})
+	matched = true
 	for _, j := range jobs {
 		if j.Spec.CompletionPolicy.Type != mantav1alpha1.CompleteNever || j.Name != imagepulljob.PrepullJobName(cluster.Name, j.Spec.Image) {
 			t.Errorf("job %s: %+v", j.Name, j.Spec)
@@ -116,20 +115,13 @@ func testPrepull(t *testing.T, e *env) {
 
 	// A node joining the zone-b pool is added to the jobs of the images that can land there.
 	e.addNode(t, "pp-2", map[string]string{"pool": "pp", "zone": "b"})
-	deadline = time.Now().Add(2 * time.Minute)
-	for {
-		got = map[string][]string{}
+	e.Eventually(t, "node pp-2 added to the jobs", func() (bool, string) {
+		got := map[string][]string{}
 		for _, j := range e.ownedJobs(t, ns, cluster.UID) {
 			got[j.Spec.Image] = j.Spec.Selector.Names
 		}
-		if cmp.Equal(got["example/sidecar:v1"], []string{"pp-1", "pp-2"}) && len(got["rayproject/ray:2.9.0"]) == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node pp-2 not added: %v", got)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return cmp.Equal(got["example/sidecar:v1"], []string{"pp-1", "pp-2"}) && len(got["rayproject/ray:2.9.0"]) == 3, fmt.Sprint("node pp-2 not added: ", got)
+	})
 
 	// Turning prepull off removes the jobs.
 	if err := e.cl.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); err != nil {
@@ -139,13 +131,10 @@ func testPrepull(t *testing.T, e *env) {
 	if err := e.cl.Update(ctx, cluster); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(2 * time.Minute)
-	for len(e.ownedJobs(t, ns, cluster.UID)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("prepull jobs not deleted after the annotation was removed")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	e.Eventually(t, "prepull jobs deleted after the annotation was removed", func() (bool, string) {
+		n := len(e.ownedJobs(t, ns, cluster.UID))
+		return n == 0, fmt.Sprintf("%d left", n)
+	})
 }
 
 func (e *env) ownedJobs(t *testing.T, ns string, owner types.UID) []mantav1alpha1.ImagePullJob {

@@ -38,7 +38,7 @@ func testAuthSecretCreated(t *testing.T, e *env) {
 	rc.Spec.AuthOptions = &rayv1.AuthOptions{Mode: rayv1.AuthModeToken}
 	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 2)
-	rc = e.get(t, rc)
+	rc = testutil.Get(t, e.Env, rc)
 
 	var sec corev1.Secret
 	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rc"}, &sec); err != nil {
@@ -58,7 +58,7 @@ func testAuthSecretCreated(t *testing.T, e *env) {
 	}
 
 	// Another reconcile, shown done by the new worker: the token stays (running Ray processes hold it).
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](2) })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](2) })
 	e.waitPods(t, rc, 3)
 	if err := e.cl.Get(ctx, types.NamespacedName{Namespace: ns, Name: "rc"}, &sec); err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func testAuthSecretCreated(t *testing.T, e *env) {
 	if string(sec.Data[clusterbuild.AuthTokenSecretKey]) != token {
 		t.Error("the token changed on a later reconcile")
 	}
-	if c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionUnsupportedFeature); c != nil && c.Status == metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(testutil.Get(t, e.Env, rc).Status.Conditions, raycluster.ConditionUnsupportedFeature); c != nil && c.Status == metav1.ConditionTrue {
 		t.Errorf("authOptions still reported: %+v", c)
 	}
 }

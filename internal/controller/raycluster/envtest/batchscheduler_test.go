@@ -41,7 +41,7 @@ func TestBatchSchedulers(t *testing.T) {
 		{clusterbuild.SchedulerKai, testKai},
 	} {
 		ns := "sched-" + tc.scheduler
-		mustCreate(t, cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		e.Create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 		startNamespaced(t, cfg, ns, raycluster.Options{BatchScheduler: tc.scheduler, MaxConcurrentReconciles: 2})
 		t.Run(tc.scheduler, func(t *testing.T) {
 			t.Parallel()
@@ -92,7 +92,7 @@ func testVolcano(t *testing.T, e *env, ns string) {
 		Label(clusterbuild.LabelVolcanoQueue, "q1").Label(clusterbuild.LabelPriorityClassName, "high").Obj()
 	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 3)
-	c := e.get(t, rc)
+	c := testutil.Get(t, e.Env, rc)
 	pg := &volcanov1beta1.PodGroup{}
 	if err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ray-rc-pg"}, pg); err != nil {
 		t.Fatal(err)
@@ -107,8 +107,8 @@ func testVolcano(t *testing.T, e *env, ns string) {
 		return map[string]string{"scheduling.k8s.io/group-name": "ray-rc-pg", "volcano.sh/task-spec": p.Labels[rayv1.LabelGroup]}
 	})
 
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](3) })
-	eventually(t, "PodGroup follows the scale-up", func() (bool, string) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](3) })
+	e.Eventually(t, "PodGroup follows the scale-up", func() (bool, string) {
 		if err := e.cl.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
 			return false, err.Error()
 		}
@@ -134,8 +134,8 @@ func testVolcano(t *testing.T, e *env, ns string) {
 		Label(clusterbuild.LabelVolcanoNetworkTopologyMode, "hard").Label(clusterbuild.LabelVolcanoNetworkTopologyHighestTier, "two").Obj()
 	e.Create(t, bad)
 	e.waitObserved(t, bad)
-	eventually(t, "ReplicaFailure naming the label", func() (bool, string) {
-		cond := meta.FindStatusCondition(e.get(t, bad).Status.Conditions, string(rayv1.RayClusterReplicaFailure))
+	e.Eventually(t, "ReplicaFailure naming the label", func() (bool, string) {
+		cond := meta.FindStatusCondition(testutil.Get(t, e.Env, bad).Status.Conditions, string(rayv1.RayClusterReplicaFailure))
 		return cond != nil && strings.Contains(cond.Message, "metadata.labels[volcano.sh/network-topology-highest-tier-allowed]"), fmt.Sprintf("%+v", cond)
 	})
 	waitEvent(t, e, ns, podgroup.EventFailedToCreate)
@@ -151,7 +151,7 @@ func testSchedulerPlugins(t *testing.T, e *env, ns string) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Label(clusterbuild.LabelGangScheduling, "true").Obj()
 	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 3)
-	c := e.get(t, rc)
+	c := testutil.Get(t, e.Env, rc)
 	pg := &spv1alpha1.PodGroup{}
 	if err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "rc"}, pg); err != nil {
 		t.Fatal(err)
@@ -191,7 +191,7 @@ func testYuniKorn(t *testing.T, e *env, ns string) {
 	}, func(p *corev1.Pod) map[string]string {
 		return map[string]string{"yunikorn.apache.org/task-groups": groups, "yunikorn.apache.org/task-group-name": p.Labels[rayv1.LabelGroup]}
 	})
-	cond := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionUnsupportedFeature)
+	cond := meta.FindStatusCondition(testutil.Get(t, e.Env, rc).Status.Conditions, raycluster.ConditionUnsupportedFeature)
 	want := "unsupported fields are ignored: metadata.labels[kai.scheduler/queue] (read by kai-scheduler; the operator runs --batch-scheduler=yunikorn)"
 	if cond == nil || cond.Message != want {
 		t.Errorf("UnsupportedFeature %+v, want message %q", cond, want)
@@ -204,7 +204,7 @@ func testKai(t *testing.T, e *env, ns string) {
 	schedulerPods(t, e.waitPods(t, rc, 2), "kai-scheduler", func(*corev1.Pod) map[string]string {
 		return map[string]string{clusterbuild.LabelKaiQueue: "team-a"}
 	}, func(*corev1.Pod) map[string]string { return nil })
-	if cond := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionUnsupportedFeature); cond != nil {
+	if cond := meta.FindStatusCondition(testutil.Get(t, e.Env, rc).Status.Conditions, raycluster.ConditionUnsupportedFeature); cond != nil {
 		t.Errorf("the scheduler's own label reported: %+v", cond)
 	}
 }

@@ -16,17 +16,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
@@ -125,11 +120,8 @@ func TestController(t *testing.T) {
 func startEnv(t *testing.T) *env {
 	// cert-manager's CRDs too, for tlsOptions (testTLS plays cert-manager).
 	cfg, cl := testutil.StartEnvtestWithCRDs(t, filepath.Join(testutil.MustRepoRoot(t), "config", "crd"), testutil.CertManagerCRDs(t))
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-
-	mustCreate(t, cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: defaultsNS}})
-	mustCreate(t, cl, &corev1.PodTemplate{
+	e := &env{Env: testutil.NewEnv(cl), cl: cl}
+	e.Create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: defaultsNS}}, &corev1.PodTemplate{
 		ObjectMeta: metav1.ObjectMeta{Namespace: defaultsNS, Name: "defaults"},
 		Template: corev1.PodTemplateSpec{
 			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"defaulted": "yes"}},
@@ -140,61 +132,35 @@ func startEnv(t *testing.T) *env {
 		},
 	})
 
-	scheme, err := testutil.Scheme()
-	if err != nil {
+	var err error
+	if e.wcl, err = client.NewWithWatch(cfg, client.Options{Scheme: cl.Scheme()}); err != nil {
 		t.Fatal(err)
 	}
-	req, _ := labels.NewRequirement(rayv1.LabelNodeType, selection.Exists, nil)
-	e := &env{Env: testutil.NewEnv(cl), cl: cl}
-	if e.wcl, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		NewClient: func(config *rest.Config, options client.Options) (client.Client, error) {
-			c, err := client.NewWithWatch(config, options)
-			if err != nil {
-				return nil, err
-			}
-			return interceptor.NewClient(c, interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				err := c.Create(ctx, obj, opts...)
-				if _, pod := obj.(*corev1.Pod); pod {
-					e.creates.record(obj.GetNamespace(), err != nil)
-				}
-				return err
-			}}), nil
-		},
-		Scheme:  scheme,
-		Metrics: metricsserver.Options{BindAddress: "0"},
-		// TestController and TestSecurityAutoscalerRBAC each start one in the same process.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
-		Cache:      cache.Options{ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.NewSelector().Add(*req)}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := testutil.NewManager(t, cfg, rayPodsOnly, func(o *ctrl.Options) { o.NewClient = e.recordingPodCreates })
 	if err := raycluster.NewReconciler(mgr, raycluster.Options{DefaultPodTemplate: defaultsNS + "/defaults", MaxConcurrentReconciles: 4,
 		CreateBackoffBase: testCreateBackoffBase, CreateBackoffMax: 5 * time.Second}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
+	testutil.RunManager(t, mgr)
 	return e
 }
 
-func mustCreate(t *testing.T, cl client.Client, o client.Object) {
-	t.Helper()
-	if err := cl.Create(context.Background(), o); err != nil {
-		t.Fatalf("create %T %s: %v", o, o.GetName(), err)
-	}
-}
+// rayPodsOnly is the operator's pod cache: Ray's pods alone.
+var rayPodsOnly = testutil.CacheOnlyLabelled(&corev1.Pod{}, rayv1.LabelNodeType)
 
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	// Generous: the subtests run in parallel on a shared control plane, on a small and busy machine.
-	testutil.Eventually(t, 2*time.Minute, what, cond)
+// recordingPodCreates is the manager's client, recording in e.creates every pod create it attempts.
+func (e *env) recordingPodCreates(config *rest.Config, options client.Options) (client.Client, error) {
+	c, err := client.NewWithWatch(config, options)
+	if err != nil {
+		return nil, err
+	}
+	return interceptor.NewClient(c, interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+		err := c.Create(ctx, obj, opts...)
+		if _, pod := obj.(*corev1.Pod); pod {
+			e.creates.record(obj.GetNamespace(), err != nil)
+		}
+		return err
+	}}), nil
 }
 
 func (e *env) pods(t *testing.T, rc *rayv1.RayCluster, extra ...string) []corev1.Pod {
@@ -220,26 +186,14 @@ func (e *env) pods(t *testing.T, rc *rayv1.RayCluster, extra ...string) []corev1
 // status.observedGeneration with every status it writes), so what a test then finds absent is absent for good.
 func (e *env) waitObserved(t *testing.T, rc *rayv1.RayCluster) {
 	t.Helper()
-	eventually(t, "observedGeneration", func() (bool, string) {
-		got := e.get(t, rc)
-		return got.Status.ObservedGeneration == got.Generation, fmt.Sprintf("observed %d, generation %d", got.Status.ObservedGeneration, got.Generation)
-	})
-}
-
-func (e *env) get(t *testing.T, rc *rayv1.RayCluster) *rayv1.RayCluster {
-	t.Helper()
-	got := &rayv1.RayCluster{}
-	if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rc), got); err != nil {
-		t.Fatal(err)
-	}
-	return got
+	testutil.WaitFor(t, e.Env, rc, "observedGeneration", func(got *rayv1.RayCluster) bool { return got.Status.ObservedGeneration == got.Generation })
 }
 
 // waitPods waits for n pods of rc (head + workers) and returns them.
 func (e *env) waitPods(t *testing.T, rc *rayv1.RayCluster, n int) []corev1.Pod {
 	t.Helper()
 	var pods []corev1.Pod
-	eventually(t, fmt.Sprintf("%d pods", n), func() (bool, string) {
+	e.Eventually(t, fmt.Sprintf("%d pods", n), func() (bool, string) {
 		pods = e.pods(t, rc)
 		return len(pods) == n, fmt.Sprintf("%d pods", len(pods))
 	})
@@ -264,22 +218,7 @@ func (e *env) setReady(t *testing.T, rc *rayv1.RayCluster) {
 
 func (e *env) waitState(t *testing.T, rc *rayv1.RayCluster, state rayv1.ClusterState) *rayv1.RayCluster {
 	t.Helper()
-	var got *rayv1.RayCluster
-	eventually(t, "state "+string(state), func() (bool, string) {
-		got = e.get(t, rc)
-		return got.Status.State == state, fmt.Sprintf("state %q status %+v", got.Status.State, got.Status.Conditions)
-	})
-	return got
-}
-
-func (e *env) update(t *testing.T, rc *rayv1.RayCluster, mutate func(*rayv1.RayCluster)) {
-	t.Helper()
-	eventually(t, "update", func() (bool, string) {
-		got := e.get(t, rc)
-		mutate(got)
-		err := e.cl.Update(context.Background(), got)
-		return err == nil, fmt.Sprint(err)
-	})
+	return testutil.WaitFor(t, e.Env, rc, "state "+string(state), func(got *rayv1.RayCluster) bool { return got.Status.State == state })
 }
 
 func uids(pods []corev1.Pod) map[types.UID]bool {
@@ -311,7 +250,7 @@ func testCreateAndReady(t *testing.T, e *env) {
 	if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rc-head-svc"}, svc); err != nil {
 		t.Fatalf("head service: %v", err)
 	}
-	got := e.get(t, rc)
+	got := testutil.Get(t, e.Env, rc)
 	if got.Status.State == rayv1.Ready || meta.IsStatusConditionTrue(got.Status.Conditions, string(rayv1.HeadPodReady)) {
 		t.Errorf("ready before the pods are: %+v", got.Status)
 	}
@@ -347,9 +286,9 @@ func testCreateAndReady(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].MaxReplicas = ptr.To[int32](11) })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].MaxReplicas = ptr.To[int32](11) })
 	e.waitObserved(t, rc)
-	seen := e.get(t, rc)
+	seen := testutil.Get(t, e.Env, rc)
 	if seen.Status.MaxWorkerReplicas != 11 {
 		t.Errorf("status.maxWorkerReplicas %d after the spec said 11", seen.Status.MaxWorkerReplicas)
 	}
@@ -380,12 +319,12 @@ func testScaleUpDown(t *testing.T, e *env) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Obj()
 	e.Create(t, rc)
 	e.waitPods(t, rc, 3)
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](6) })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](6) })
 	e.waitPods(t, rc, 7)
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](1) })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](1) })
 	e.waitPods(t, rc, 2)
 	// Replicas above maxReplicas are clamped.
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](50) })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](50) })
 	e.waitPods(t, rc, 11)
 }
 
@@ -402,7 +341,7 @@ func testWorkersToDelete(t *testing.T, e *env) {
 	workers := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeWorker)
 	victim := workers[1].Name
 	// What the autoscaler does: lower replicas and name the pod.
-	e.update(t, rc, func(c *rayv1.RayCluster) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) {
 		c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](2)
 		c.Spec.WorkerGroupSpecs[0].ScaleStrategy.WorkersToDelete = []string{victim}
 	})
@@ -412,12 +351,12 @@ func testWorkersToDelete(t *testing.T, e *env) {
 			t.Errorf("pod %s named in workersToDelete still exists", victim)
 		}
 	}
-	eventually(t, "workersToDelete cleared", func() (bool, string) {
-		w := e.get(t, rc).Spec.WorkerGroupSpecs[0].ScaleStrategy.WorkersToDelete
+	e.Eventually(t, "workersToDelete cleared", func() (bool, string) {
+		w := testutil.Get(t, e.Env, rc).Spec.WorkerGroupSpecs[0].ScaleStrategy.WorkersToDelete
 		return len(w) == 0, fmt.Sprint(w)
 	})
 	// With the autoscaler on, surplus pods are not deleted at random.
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](1) })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](1) })
 	e.waitObserved(t, rc)
 	if n := len(e.pods(t, rc)); n != 3 {
 		t.Errorf("%d pods after lowering replicas under the autoscaler, want 3", n)
@@ -436,7 +375,7 @@ func testFailedPodReplaced(t *testing.T, e *env) {
 		}
 	}
 	testutil.SetPodPhase(t, e.cl, &victim, corev1.PodFailed, false, "")
-	eventually(t, "failed pod replaced", func() (bool, string) {
+	e.Eventually(t, "failed pod replaced", func() (bool, string) {
 		pods := e.pods(t, rc)
 		return len(pods) == 3 && !uids(pods)[victim.UID], fmt.Sprintf("%d pods", len(pods))
 	})
@@ -445,7 +384,7 @@ func testFailedPodReplaced(t *testing.T, e *env) {
 	if err := e.cl.Delete(context.Background(), &head); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "head recreated", func() (bool, string) {
+	e.Eventually(t, "head recreated", func() (bool, string) {
 		h := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)
 		return len(h) == 1 && h[0].UID != head.UID, fmt.Sprintf("%d heads", len(h))
 	})
@@ -456,13 +395,13 @@ func testSuspendResume(t *testing.T, e *env) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 2).Obj()
 	e.Create(t, rc)
 	e.waitPods(t, rc, 3)
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) })
 	e.waitPods(t, rc, 0)
 	got := e.waitState(t, rc, rayv1.Suspended)
 	if !meta.IsStatusConditionTrue(got.Status.Conditions, string(rayv1.RayClusterSuspended)) {
 		t.Errorf("conditions: %+v", got.Status.Conditions)
 	}
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(false) })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(false) })
 	e.waitPods(t, rc, 3)
 	e.setReady(t, rc)
 	got = e.waitState(t, rc, rayv1.Ready)
@@ -481,7 +420,7 @@ func testRecreate(t *testing.T, e *env) {
 	before := uids(e.waitPods(t, rc, 3))
 
 	// Replicas and tolerations do not recreate.
-	e.update(t, rc, func(c *rayv1.RayCluster) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) {
 		c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](3)
 		c.Spec.WorkerGroupSpecs[0].Template.Spec.Tolerations = []corev1.Toleration{{Key: "kueue", Operator: corev1.TolerationOpExists}}
 		c.Spec.HeadGroupSpec.Template.Spec.Tolerations = []corev1.Toleration{{Key: "kueue", Operator: corev1.TolerationOpExists}}
@@ -500,7 +439,7 @@ func testRecreate(t *testing.T, e *env) {
 
 	// Adding a worker group and annotating the head Service change no existing group's template: nothing is
 	// recreated, the new group's pod is just added.
-	e.update(t, rc, func(c *rayv1.RayCluster) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) {
 		extra := *c.Spec.WorkerGroupSpecs[0].DeepCopy()
 		extra.GroupName = "extra"
 		extra.Replicas = ptr.To[int32](1)
@@ -519,10 +458,10 @@ func testRecreate(t *testing.T, e *env) {
 	}
 	before = uids(pods)
 
-	e.update(t, rc, func(c *rayv1.RayCluster) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) {
 		c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "rayproject/ray:2.53.0"
 	})
-	eventually(t, "all pods recreated", func() (bool, string) {
+	e.Eventually(t, "all pods recreated", func() (bool, string) {
 		pods := e.pods(t, rc)
 		for _, p := range pods {
 			if before[p.UID] {
@@ -543,7 +482,7 @@ func testNoRecreateWithoutPolicy(t *testing.T, e *env) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
 	e.Create(t, rc)
 	before := uids(e.waitPods(t, rc, 2))
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "other" })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0].Image = "other" })
 	e.waitObserved(t, rc)
 	for _, p := range e.pods(t, rc) {
 		if !before[p.UID] {
@@ -567,7 +506,7 @@ func testAdopt(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "pods stamped", func() (bool, string) {
+	e.Eventually(t, "pods stamped", func() (bool, string) {
 		for _, p := range e.pods(t, rc) {
 			if p.Annotations[clusterbuild.AnnotationPodTemplateHash] == "" {
 				return false, p.Name + " unstamped"
@@ -603,7 +542,7 @@ func testUpgradeFromOtherRelease(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "pods stamped by this release", func() (bool, string) {
+	e.Eventually(t, "pods stamped by this release", func() (bool, string) {
 		for _, p := range e.pods(t, rc) {
 			if !clusterbuild.StampedByThisVersion(p.Annotations) || p.Annotations[clusterbuild.AnnotationPodTemplateHash] == "hashed-by-an-older-release" {
 				return false, p.Name + " not stamped: " + p.Annotations[clusterbuild.AnnotationVersion]
@@ -617,10 +556,10 @@ func testUpgradeFromOtherRelease(t *testing.T, e *env) {
 		}
 	}
 
-	e.update(t, rc, func(c *rayv1.RayCluster) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) {
 		c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image = "rayproject/ray:2.53.0"
 	})
-	eventually(t, "all pods recreated", func() (bool, string) {
+	e.Eventually(t, "all pods recreated", func() (bool, string) {
 		pods := e.pods(t, rc)
 		for _, p := range pods {
 			if before[p.UID] {
@@ -635,8 +574,8 @@ func testRefusedUnderRayJob(t *testing.T, e *env) {
 	ns := e.Namespace(t)
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Recreate().Label(rayv1.LabelOriginCRD, "RayJob").Obj()
 	e.Create(t, rc)
-	eventually(t, "InvalidRayClusterSpec", func() (bool, string) {
-		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionInvalidSpec)
+	e.Eventually(t, "InvalidRayClusterSpec", func() (bool, string) {
+		c := meta.FindStatusCondition(testutil.Get(t, e.Env, rc).Status.Conditions, raycluster.ConditionInvalidSpec)
 		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "RayJob"), fmt.Sprintf("%+v", c)
 	})
 	// The condition comes from the reconcile that refused the cluster: it created nothing.
@@ -653,8 +592,8 @@ func testRefusedAutoscalerSpec(t *testing.T, e *env) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Autoscaling().Obj()
 	rc.Spec.WorkerGroupSpecs[0].Suspend = ptr.To(true)
 	e.Create(t, rc)
-	eventually(t, "InvalidRayClusterSpec", func() (bool, string) {
-		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionInvalidSpec)
+	e.Eventually(t, "InvalidRayClusterSpec", func() (bool, string) {
+		c := meta.FindStatusCondition(testutil.Get(t, e.Env, rc).Status.Conditions, raycluster.ConditionInvalidSpec)
 		return c != nil && c.Status == metav1.ConditionTrue && strings.HasPrefix(c.Message, "spec.workerGroupSpecs[0].suspend: "), fmt.Sprintf("%+v", c)
 	})
 	if n := len(e.pods(t, rc)); n != 0 {
@@ -678,7 +617,7 @@ func testAutoscalerV1RestartPolicy(t *testing.T, e *env) {
 			t.Errorf("worker %s restartPolicy %q, want the template's Always", p.Name, p.Spec.RestartPolicy)
 		}
 	}
-	if c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionInvalidSpec); c != nil && c.Status == metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(testutil.Get(t, e.Env, rc).Status.Conditions, raycluster.ConditionInvalidSpec); c != nil && c.Status == metav1.ConditionTrue {
 		t.Errorf("refused: %+v", c)
 	}
 }
@@ -714,7 +653,7 @@ func testServeAndHeadless(t *testing.T, e *env) {
 
 func waitEvent(t *testing.T, e *env, ns, reason string) {
 	t.Helper()
-	eventually(t, "event "+reason, func() (bool, string) {
+	e.Eventually(t, "event "+reason, func() (bool, string) {
 		list := &corev1.EventList{}
 		if err := e.cl.List(context.Background(), list, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
@@ -734,20 +673,20 @@ func waitEvent(t *testing.T, e *env, ns, reason string) {
 func TestMissingDefaultTemplate(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
 	const ns = "missing-template"
-	mustCreate(t, cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
-	startNamespaced(t, cfg, ns, raycluster.Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10})
 	e := &env{Env: testutil.NewEnv(cl), cl: cl}
+	e.Create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	startNamespaced(t, cfg, ns, raycluster.Options{DefaultPodTemplate: "nowhere/missing", MaxParallelWrites: 10})
 	rc := testutil.MakeRayCluster(ns, "rc").Obj()
 	e.Create(t, rc)
-	eventually(t, "the DefaultPodTemplateFailure condition", func() (bool, string) {
-		got := e.get(t, rc)
+	e.Eventually(t, "the DefaultPodTemplateFailure condition", func() (bool, string) {
+		got := testutil.Get(t, e.Env, rc)
 		c := meta.FindStatusCondition(got.Status.Conditions, raycluster.ConditionDefaultPodTemplateFailure)
 		return c != nil && c.Status == metav1.ConditionTrue, fmt.Sprintf("conditions %+v", got.Status.Conditions)
 	})
-	eventually(t, "a "+raycluster.ReasonDefaultTemplateNotFound+" event", func() (bool, string) {
+	e.Eventually(t, "a "+raycluster.ReasonDefaultTemplateNotFound+" event", func() (bool, string) {
 		return len(e.events(t, ns, raycluster.ReasonDefaultTemplateNotFound)) > 0, "none"
 	})
-	eventually(t, "head pod without defaults", func() (bool, string) {
+	e.Eventually(t, "head pod without defaults", func() (bool, string) {
 		h := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)
 		return len(h) == 1 && h[0].Labels["defaulted"] == "", fmt.Sprintf("%d heads", len(h))
 	})
@@ -789,7 +728,7 @@ func testMultiHost(t *testing.T, e *env) {
 		testutil.SetPodPhase(t, e.cl, &pods[0], corev1.PodFailed, false, "")
 		break
 	}
-	eventually(t, "whole replica replaced", func() (bool, string) {
+	e.Eventually(t, "whole replica replaced", func() (bool, string) {
 		now := byReplica()
 		_, still := now[victim]
 		n := 0
@@ -808,7 +747,7 @@ func testMultiHost(t *testing.T, e *env) {
 		}
 		break
 	}
-	eventually(t, "replica of a deleted host replaced", func() (bool, string) {
+	e.Eventually(t, "replica of a deleted host replaced", func() (bool, string) {
 		now := byReplica()
 		_, still := now[victim]
 		n := 0
@@ -841,14 +780,14 @@ func testServicesFollowSpec(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 
-	e.update(t, rc, func(c *rayv1.RayCluster) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) {
 		c.Spec.HeadServiceAnnotations = map[string]string{"prometheus.io/scrape": "true"}
 		c.Spec.HeadGroupSpec.Template.Spec.Containers[0].Ports = []corev1.ContainerPort{
 			{Name: "gcs-server", ContainerPort: 6379}, {Name: "dashboard", ContainerPort: 8265},
 			{Name: "client", ContainerPort: 10001}, {Name: "serve", ContainerPort: 9000}, {Name: "extra", ContainerPort: 1234},
 		}
 	})
-	eventually(t, "head and serve Services updated", func() (bool, string) {
+	e.Eventually(t, "head and serve Services updated", func() (bool, string) {
 		head, serve := getSvc("rc-head-svc"), getSvc("rc-serve-svc")
 		ports := map[string]int32{}
 		for _, p := range head.Spec.Ports {
@@ -863,7 +802,7 @@ func testServicesFollowSpec(t *testing.T, e *env) {
 	// Settled: another reconcile does not write the Services again.
 	rvHead, rvServe := getSvc("rc-head-svc").ResourceVersion, getSvc("rc-serve-svc").ResourceVersion
 	// A spec change that leaves the Services as they are: once the controller has reconciled it, they are unwritten.
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].MaxReplicas = ptr.To[int32](7) })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].MaxReplicas = ptr.To[int32](7) })
 	e.waitObserved(t, rc)
 	if h, s := getSvc("rc-head-svc").ResourceVersion, getSvc("rc-serve-svc").ResourceVersion; h != rvHead || s != rvServe {
 		t.Errorf("settled Services rewritten: head %s -> %s, serve %s -> %s", rvHead, h, rvServe, s)
@@ -871,23 +810,23 @@ func testServicesFollowSpec(t *testing.T, e *env) {
 
 	// A headless Service cannot become a NodePort one in place: it is recreated, and the endpoints follow.
 	oldUID := getSvc("rc-head-svc").UID
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.ServiceType = corev1.ServiceTypeNodePort })
-	eventually(t, "head Service recreated as NodePort", func() (bool, string) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.ServiceType = corev1.ServiceTypeNodePort })
+	e.Eventually(t, "head Service recreated as NodePort", func() (bool, string) {
 		svc := &corev1.Service{}
 		if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rc-head-svc"}, svc); err != nil {
 			return false, err.Error()
 		}
 		return svc.UID != oldUID && svc.Spec.Type == corev1.ServiceTypeNodePort, fmt.Sprintf("type %s", svc.Spec.Type)
 	})
-	eventually(t, "endpoints are node ports", func() (bool, string) {
-		ep := e.get(t, rc).Status.Endpoints
+	e.Eventually(t, "endpoints are node ports", func() (bool, string) {
+		ep := testutil.Get(t, e.Env, rc).Status.Endpoints
 		n, _ := strconv.Atoi(ep["dashboard"])
 		return n >= 30000, fmt.Sprint(ep)
 	})
 
 	// The serve Service goes when the cluster no longer asks for it; the head Service stays.
-	e.update(t, rc, func(c *rayv1.RayCluster) { delete(c.Annotations, clusterbuild.AnnotationEnableServeService) })
-	eventually(t, "serve Service deleted", func() (bool, string) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { delete(c.Annotations, clusterbuild.AnnotationEnableServeService) })
+	e.Eventually(t, "serve Service deleted", func() (bool, string) {
 		err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rc-serve-svc"}, &corev1.Service{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
@@ -916,7 +855,7 @@ func testRayContainerTerminated(t *testing.T, e *env) {
 		}
 	}
 	old := uids(pods)
-	eventually(t, "head and worker replaced", func() (bool, string) {
+	e.Eventually(t, "head and worker replaced", func() (bool, string) {
 		now := e.pods(t, rc)
 		for _, p := range now {
 			if old[p.UID] {
@@ -944,7 +883,7 @@ func testManagedByOther(t *testing.T, e *env) {
 	if err := e.cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "rc-head-svc"}, &corev1.Service{}); err == nil {
 		t.Error("head Service created for a cluster managed by another controller")
 	}
-	if st := e.get(t, rc).Status; st.ObservedGeneration != 0 || len(st.Conditions) != 0 || st.State != "" {
+	if st := testutil.Get(t, e.Env, rc).Status; st.ObservedGeneration != 0 || len(st.Conditions) != 0 || st.State != "" {
 		t.Errorf("status written for a cluster managed by another controller: %+v", st)
 	}
 }
@@ -989,11 +928,11 @@ func testGCSFinalizerReleased(t *testing.T, e *env) {
 	if err := e.cl.Delete(context.Background(), rc); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "cluster deleted", func() (bool, string) {
+	e.Eventually(t, "cluster deleted", func() (bool, string) {
 		err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rc), &rayv1.RayCluster{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})
-	eventually(t, "warning event", func() (bool, string) {
+	e.Eventually(t, "warning event", func() (bool, string) {
 		list := &corev1.EventList{}
 		if err := e.cl.List(context.Background(), list, client.InNamespace(ns)); err != nil {
 			return false, err.Error()

@@ -23,15 +23,15 @@ import (
 //   - on: the same cluster gets its conditions and replica labels, and a lost host takes its replica with it.
 func TestFeatureGatesOff(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
+	e := &env{Env: testutil.NewEnv(cl), cl: cl}
 	for _, ns := range []string{"gates-off", "gates-on"} {
-		mustCreate(t, cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		e.Create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
 	off := features.Defaults()
 	off[features.RayClusterStatusConditions], off[features.RayMultiHostIndexing] = false, false
 	on := features.Defaults()
 	startNamespaced(t, cfg, "gates-off", raycluster.Options{FeatureEnabled: func(f features.Gate) bool { return off[f] }})
 	startNamespaced(t, cfg, "gates-on", raycluster.Options{FeatureEnabled: func(f features.Gate) bool { return on[f] }})
-	e := &env{cl: cl}
 	replicaLabels := []string{rayv1.LabelReplicaIndex, rayv1.LabelReplicaName, rayv1.LabelHostIndex}
 	kubeRay := map[string]bool{}
 	for _, c := range []rayv1.RayClusterConditionType{rayv1.HeadPodReady, rayv1.RayClusterProvisioned, rayv1.RayClusterReplicaFailure,
@@ -57,7 +57,7 @@ func TestFeatureGatesOff(t *testing.T) {
 			}
 			rc := testutil.MakeRayCluster(ns, "rc").Workers("tpu", 2).Obj()
 			rc.Spec.WorkerGroupSpecs[0].NumOfHosts = 2
-			mustCreate(t, cl, rc)
+			e.Create(t, rc)
 
 			pods := e.waitPods(t, rc, 5)
 			for _, p := range pods {
@@ -98,10 +98,10 @@ func TestFeatureGatesOff(t *testing.T) {
 				t.Errorf("after a lost host, %d of the workers kept, want %d", kept, want)
 			}
 
-			e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) })
+			testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(true) })
 			e.waitPods(t, rc, 0)
 			checkConditions(e.waitState(t, rc, rayv1.Suspended), "suspended")
-			e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(false) })
+			testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.Suspend = ptr.To(false) })
 			e.waitPods(t, rc, 5)
 			e.setReady(t, rc)
 			checkConditions(e.waitState(t, rc, rayv1.Ready), "resumed")

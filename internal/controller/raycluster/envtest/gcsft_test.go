@@ -38,7 +38,7 @@ func (e *env) deleteAndWaitJob(t *testing.T, rc *rayv1.RayCluster) *batchv1.Job 
 		t.Fatal(err)
 	}
 	job := &batchv1.Job{}
-	eventually(t, "Redis cleanup Job", func() (bool, string) {
+	e.Eventually(t, "Redis cleanup Job", func() (bool, string) {
 		err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: rc.Namespace, Name: "rc-redis-cleanup"}, job)
 		return err == nil, fmt.Sprintf("get: %v", err)
 	})
@@ -78,7 +78,7 @@ func (e *env) finishJob(t *testing.T, job *batchv1.Job, cond batchv1.JobConditio
 
 func (e *env) waitGone(t *testing.T, rc *rayv1.RayCluster) {
 	t.Helper()
-	eventually(t, "cluster deleted", func() (bool, string) {
+	e.Eventually(t, "cluster deleted", func() (bool, string) {
 		err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(rc), &rayv1.RayCluster{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})
@@ -103,12 +103,12 @@ func testRedisCleanupComplete(t *testing.T, e *env) {
 	rc := ftCluster(ns)
 	e.Create(t, rc)
 	e.waitPods(t, rc, 2)
-	if got := e.get(t, rc); !slices.Equal(got.Finalizers, []string{clusterbuild.FinalizerGCSFTRedisCleanup}) {
+	if got := testutil.Get(t, e.Env, rc); !slices.Equal(got.Finalizers, []string{clusterbuild.FinalizerGCSFTRedisCleanup}) {
 		t.Fatalf("finalizers %v", got.Finalizers)
 	}
 	e.setReady(t, rc)
 	e.waitState(t, rc, rayv1.Ready)
-	live := e.get(t, rc)
+	live := testutil.Get(t, e.Env, rc)
 
 	job := e.deleteAndWaitJob(t, rc)
 	if !metav1.IsControlledBy(job, live) || job.Labels[rayv1.LabelNodeType] != clusterbuild.NodeTypeRedisCleanup ||
@@ -173,7 +173,7 @@ func testRedisCleanupAdopted(t *testing.T, e *env) {
 	rc.Spec.HeadGroupSpec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: clusterbuild.EnvRedisAddress, Value: "redis:6379"}}
 	e.Create(t, rc)
 	e.waitPods(t, rc, 1)
-	if got := e.get(t, rc); !slices.Equal(got.Finalizers, []string{clusterbuild.FinalizerGCSFTRedisCleanup}) {
+	if got := testutil.Get(t, e.Env, rc); !slices.Equal(got.Finalizers, []string{clusterbuild.FinalizerGCSFTRedisCleanup}) {
 		t.Fatalf("finalizers %v (want KubeRay's, once)", got.Finalizers)
 	}
 	job := e.deleteAndWaitJob(t, rc)
@@ -195,7 +195,7 @@ func testNoFinalizerWithoutRedis(t *testing.T, e *env) {
 	for _, rc := range []*rayv1.RayCluster{plain, embedded, off} {
 		e.Create(t, rc)
 		e.waitPods(t, rc, 1)
-		if got := e.get(t, rc); len(got.Finalizers) != 0 {
+		if got := testutil.Get(t, e.Env, rc); len(got.Finalizers) != 0 {
 			t.Errorf("%s: finalizers %v", rc.Name, got.Finalizers)
 		}
 	}

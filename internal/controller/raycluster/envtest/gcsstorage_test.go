@@ -35,7 +35,7 @@ func (e *env) waitPVCOwner(t *testing.T, ns, name string, want *rayv1.RayCluster
 		wantRefs = []metav1.OwnerReference{{APIVersion: "ray.io/v1", Kind: "RayCluster", Name: want.Name, UID: want.UID,
 			Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}
 	}
-	eventually(t, fmt.Sprintf("PVC %s owned by %v", name, wantRefs), func() (bool, string) {
+	e.Eventually(t, fmt.Sprintf("PVC %s owned by %v", name, wantRefs), func() (bool, string) {
 		var err error
 		if got, err = e.pvc(t, ns, name); err != nil {
 			return false, err.Error()
@@ -56,7 +56,7 @@ func testGCSStorage(t *testing.T, e *env) {
 	rc.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB}
 	e.Create(t, rc)
 	pods := e.waitPods(t, rc, 2)
-	rc = e.get(t, rc)
+	rc = testutil.Get(t, e.Env, rc)
 	pvc := e.waitPVCOwner(t, ns, "rc-gcs-pvc", rc)
 	want := clusterbuild.GCSStoragePVC(rc)
 	if pvc.Labels[rayv1.LabelCluster] != "rc" || !cmp.Equal(want.Spec.AccessModes, pvc.Spec.AccessModes) ||
@@ -81,24 +81,24 @@ func testGCSStorage(t *testing.T, e *env) {
 
 	// Settled: a reconcile of an unrelated change writes nothing to the claim.
 	rv := pvc.ResourceVersion
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].MaxReplicas = ptr.To[int32](9) })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].MaxReplicas = ptr.To[int32](9) })
 	e.waitObserved(t, rc)
 	if got, _ := e.pvc(t, ns, "rc-gcs-pvc"); got.ResourceVersion != rv {
 		t.Errorf("settled PVC rewritten: %s -> %s", rv, got.ResourceVersion)
 	}
 
 	// Retain: the cluster lets go of the claim; DeleteWithCluster again: it takes it back.
-	e.update(t, rc, func(c *rayv1.RayCluster) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) {
 		c.Spec.GcsFaultToleranceOptions.Storage = &rayv1.GcsEmbeddedStorage{DeletionPolicy: rayv1.GcsStorageRetain}
 	})
 	e.waitPVCOwner(t, ns, "rc-gcs-pvc", nil)
-	e.update(t, rc, func(c *rayv1.RayCluster) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) {
 		c.Spec.GcsFaultToleranceOptions.Storage.DeletionPolicy = rayv1.GcsStorageDeleteWithCluster
 	})
 	e.waitPVCOwner(t, ns, "rc-gcs-pvc", rc)
 
 	// A larger size cannot be applied to the live claim: reported, the claim left as it is.
-	e.update(t, rc, func(c *rayv1.RayCluster) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) {
 		c.Spec.GcsFaultToleranceOptions.Storage.Size = ptr.To(resource.MustParse("5Gi"))
 	})
 	waitEventNaming(t, e, ns, raycluster.EventFailedToCreatePVC, "size 5Gi (live 1Gi)")
@@ -117,7 +117,7 @@ func testGCSStorage(t *testing.T, e *env) {
 	if ptr.Deref(kept.Spec.StorageClassName, "") != "fast" {
 		t.Errorf("storageClassName %v", kept.Spec.StorageClassName)
 	}
-	if err := e.cl.Delete(ctx, e.get(t, keep)); err != nil {
+	if err := e.cl.Delete(ctx, testutil.Get(t, e.Env, keep)); err != nil {
 		t.Fatal(err)
 	}
 	e.waitGone(t, keep)
@@ -128,7 +128,7 @@ func testGCSStorage(t *testing.T, e *env) {
 	again.Spec.GcsFaultToleranceOptions = &rayv1.GcsFaultToleranceOptions{Backend: rayv1.GcsFaultToleranceBackendRocksDB,
 		Storage: &rayv1.GcsEmbeddedStorage{StorageClassName: ptr.To("fast")}}
 	e.Create(t, again)
-	if got := e.waitPVCOwner(t, ns, "keep-gcs-pvc", e.get(t, again)); got.UID != kept.UID {
+	if got := e.waitPVCOwner(t, ns, "keep-gcs-pvc", testutil.Get(t, e.Env, again)); got.UID != kept.UID {
 		t.Errorf("a new claim (%s) instead of the retained one (%s)", got.UID, kept.UID)
 	}
 

@@ -33,12 +33,12 @@ func testHeadIngress(t *testing.T, e *env) {
 	matches := func(what string) *networkingv1.Ingress {
 		t.Helper()
 		var ing *networkingv1.Ingress
-		eventually(t, what, func() (bool, string) {
+		e.Eventually(t, what, func() (bool, string) {
 			ing = &networkingv1.Ingress{}
 			if err := e.cl.Get(ctx, key, ing); err != nil {
 				return false, err.Error()
 			}
-			c := e.get(t, rc)
+			c := testutil.Get(t, e.Env, rc)
 			if !metav1.IsControlledBy(ing, c) {
 				return false, "not controlled by the cluster"
 			}
@@ -57,7 +57,7 @@ func testHeadIngress(t *testing.T, e *env) {
 	}
 	waitEvent(t, e, ns, raycluster.EventCreatedIngress)
 
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.IngressOptions.Path = ptr.To("/dashboard") })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.IngressOptions.Path = ptr.To("/dashboard") })
 	if ing := matches("Ingress follows ingressOptions"); ing.Spec.Rules[0].HTTP.Paths[0].Path != "/dashboard" {
 		t.Errorf("path %q", ing.Spec.Rules[0].HTTP.Paths[0].Path)
 	}
@@ -70,8 +70,8 @@ func testHeadIngress(t *testing.T, e *env) {
 	}
 	matches("edited Ingress restored")
 
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.EnableIngress = nil })
-	eventually(t, "Ingress deleted", func() (bool, string) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.HeadGroupSpec.EnableIngress = nil })
+	e.Eventually(t, "Ingress deleted", func() (bool, string) {
 		err := e.cl.Get(ctx, key, &networkingv1.Ingress{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})

@@ -52,15 +52,15 @@ func testNetworkPolicies(t *testing.T, e *env) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("a", 1).Workers("b", 1).Obj()
 	rc.Spec.NetworkPolicy = &rayv1.NetworkPolicyConfig{}
 	e.Create(t, rc)
-	got := e.get(t, rc)
+	got := testutil.Get(t, e.Env, rc)
 	if got.Spec.NetworkPolicy.Mode != rayv1.NetworkPolicyDenyAll {
 		t.Fatalf("mode %q, want the CRD's default DenyAll", got.Spec.NetworkPolicy.Mode)
 	}
 	// What the controller writes is what the builder makes, field by field, as the API server stores it.
 	check := func(what string, want ...string) {
 		t.Helper()
-		eventually(t, what, func() (bool, string) {
-			c := e.get(t, rc)
+		e.Eventually(t, what, func() (bool, string) {
+			c := testutil.Get(t, e.Env, rc)
 			nps := e.networkPolicies(t, rc)
 			if !slices.Equal(sortedKeys(nps), want) {
 				return false, fmt.Sprintf("policies %v", sortedKeys(nps))
@@ -86,7 +86,7 @@ func testNetworkPolicies(t *testing.T, e *env) {
 
 	// Settled: a reconcile of an unrelated change writes no policy.
 	rv := e.networkPolicies(t, rc)["rc-head"].ResourceVersion
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].MaxReplicas = ptr.To[int32](9) })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].MaxReplicas = ptr.To[int32](9) })
 	e.waitObserved(t, rc)
 	if now := e.networkPolicies(t, rc)["rc-head"].ResourceVersion; now != rv {
 		t.Errorf("settled head policy rewritten: %s -> %s", rv, now)
@@ -94,7 +94,7 @@ func testNetworkPolicies(t *testing.T, e *env) {
 
 	// The spec changes: mode, a user rule (the protocol left for the API server to fill), group b removed.
 	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt32(53))}}}
-	e.update(t, rc, func(c *rayv1.RayCluster) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) {
 		c.Spec.NetworkPolicy.Mode = rayv1.NetworkPolicyDenyAllEgress
 		c.Spec.NetworkPolicy.Worker = &rayv1.NetworkPolicyRules{EgressRules: []networkingv1.NetworkPolicyEgressRule{dns}}
 		c.Spec.WorkerGroupSpecs = c.Spec.WorkerGroupSpecs[:1]
@@ -121,7 +121,7 @@ func testNetworkPolicies(t *testing.T, e *env) {
 		Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
 	}
 	e.Create(t, theirs)
-	e.update(t, rc, func(c *rayv1.RayCluster) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) {
 		c.Spec.WorkerGroupSpecs = append(c.Spec.WorkerGroupSpecs, *c.Spec.WorkerGroupSpecs[0].DeepCopy())
 		c.Spec.WorkerGroupSpecs[1].GroupName = "c"
 	})
@@ -131,8 +131,8 @@ func testNetworkPolicies(t *testing.T, e *env) {
 	}
 
 	// networkPolicy removed: the cluster's own policies go, the other one stays.
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.NetworkPolicy = nil })
-	eventually(t, "the cluster's policies deleted", func() (bool, string) {
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.NetworkPolicy = nil })
+	e.Eventually(t, "the cluster's policies deleted", func() (bool, string) {
 		nps := e.networkPolicies(t, rc)
 		return slices.Equal(sortedKeys(nps), []string{"rc-workers-c"}), fmt.Sprintf("policies %v", sortedKeys(nps))
 	})

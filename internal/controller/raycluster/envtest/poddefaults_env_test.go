@@ -25,7 +25,8 @@ func TestPodDefaultsAcrossRestart(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
 	ctx := context.Background()
 	const ns = "pod-defaults"
-	mustCreate(t, cl, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	e := testutil.NewEnv(cl)
+	e.Create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	defaults := func(gen string) *clusterbuild.PodDefaults {
 		return &clusterbuild.PodDefaults{
 			HeadSidecars:   []corev1.Container{{Name: "agent", Image: "agent:" + gen}},
@@ -52,7 +53,7 @@ func TestPodDefaultsAcrossRestart(t *testing.T) {
 	}
 	waitPods := func(n int) {
 		t.Helper()
-		eventually(t, fmt.Sprintf("%d pods", n), func() (bool, string) {
+		e.Eventually(t, fmt.Sprintf("%d pods", n), func() (bool, string) {
 			got := pods()
 			return len(got) == n, fmt.Sprintf("%d pods", len(got))
 		})
@@ -65,8 +66,8 @@ func TestPodDefaultsAcrossRestart(t *testing.T) {
 		}
 		last := p.Spec.Containers[len(p.Spec.Containers)-1]
 		env := map[string]string{}
-		for _, e := range p.Spec.Containers[clusterbuild.RayContainerIndex].Env {
-			env[e.Name] = e.Value
+		for _, v := range p.Spec.Containers[clusterbuild.RayContainerIndex].Env {
+			env[v.Name] = v.Value
 		}
 		if last.Image != sidecar || env["DEFAULTS_GEN"] != gen || p.Labels["defaults-gen"] != gen || p.Annotations["defaults-gen"] != gen {
 			t.Errorf("pod %s: last container %s, env %q, label %q, annotation %q; want generation %s", p.Name, last.Image,
@@ -77,7 +78,7 @@ func TestPodDefaultsAcrossRestart(t *testing.T) {
 	first := map[types.UID]corev1.Pod{}
 	t.Run("first operator", func(t *testing.T) {
 		startNamespaced(t, cfg, ns, raycluster.Options{PodDefaults: defaults("1")})
-		mustCreate(t, cl, rc)
+		e.Create(t, rc)
 		waitPods(2)
 		first = pods()
 		for _, p := range first {

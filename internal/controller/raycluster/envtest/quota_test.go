@@ -78,7 +78,7 @@ func testQuotaBackoff(t *testing.T, e *env) {
 	// each other: on a loaded machine the first can come seconds late (2.8 s once, in CI), and that proves nothing.
 	testutil.CheckBackoff(t, fails, testCreateBackoffBase)
 
-	got := e.get(t, rc)
+	got := testutil.Get(t, e.Env, rc)
 	cond := meta.FindStatusCondition(got.Status.Conditions, string(rayv1.RayClusterReplicaFailure))
 	if cond == nil || cond.Status != metav1.ConditionTrue || cond.Reason != rayv1.FailedCreateWorkerPod {
 		t.Errorf("ReplicaFailure condition %+v; want True, %s", cond, rayv1.FailedCreateWorkerPod)
@@ -99,7 +99,7 @@ func testQuotaBackoff(t *testing.T, e *env) {
 	setQuota("3")
 	e.waitPods(t, rc, 3)
 	testutil.Eventually(t, time.Minute, "ReplicaFailure cleared", func() (bool, string) {
-		got := e.get(t, rc)
+		got := testutil.Get(t, e.Env, rc)
 		c := meta.FindStatusCondition(got.Status.Conditions, string(rayv1.RayClusterReplicaFailure))
 		return c == nil, fmt.Sprintf("%+v", c)
 	})

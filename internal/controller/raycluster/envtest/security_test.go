@@ -53,8 +53,8 @@ func testForeignRoleNotBound(t *testing.T, e *env) {
 	if ev.Type != corev1.EventTypeWarning {
 		t.Errorf("event type %s, want Warning", ev.Type)
 	}
-	eventually(t, "ReplicaFailure naming the Role", func() (bool, string) {
-		c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, string(rayv1.RayClusterReplicaFailure))
+	e.Eventually(t, "ReplicaFailure naming the Role", func() (bool, string) {
+		c := meta.FindStatusCondition(testutil.Get(t, e.Env, rc).Status.Conditions, string(rayv1.RayClusterReplicaFailure))
 		return c != nil && strings.Contains(c.Message, "Role "+ns+"/"+roleName), fmt.Sprintf("%+v", c)
 	})
 	assertNotBound(t, e, ns, roleName, clusterbuild.AutoscalerServiceAccountName(rc))
@@ -100,7 +100,7 @@ func testDefaultServiceAccountRefused(t *testing.T, e *env) {
 	e.Create(t, rc)
 
 	waitEventNaming(t, e, ns, raycluster.ConditionInvalidSpec, "serviceAccountName")
-	c := meta.FindStatusCondition(e.get(t, rc).Status.Conditions, raycluster.ConditionInvalidSpec)
+	c := meta.FindStatusCondition(testutil.Get(t, e.Env, rc).Status.Conditions, raycluster.ConditionInvalidSpec)
 	if c == nil || !strings.HasPrefix(c.Message, "spec.headGroupSpec.template.spec.serviceAccountName: ") {
 		t.Errorf("InvalidRayClusterSpec condition: %+v", c)
 	}
@@ -150,7 +150,7 @@ func testOwnedRoleRestored(t *testing.T, e *env) {
 	if err := e.cl.Delete(context.Background(), &head); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "new head pod", func() (bool, string) {
+	e.Eventually(t, "new head pod", func() (bool, string) {
 		heads := e.pods(t, rc, rayv1.LabelNodeType, rayv1.NodeTypeHead)
 		return len(heads) == 1 && heads[0].UID != head.UID, fmt.Sprintf("%d heads", len(heads))
 	})
@@ -163,7 +163,7 @@ func testOwnedRoleRestored(t *testing.T, e *env) {
 // assertOwnRBAC checks the autoscaler's ServiceAccount, Role and RoleBinding are the cluster's and what Manta writes.
 func assertOwnRBAC(t *testing.T, e *env, rc *rayv1.RayCluster) {
 	t.Helper()
-	c := e.get(t, rc)
+	c := testutil.Get(t, e.Env, rc)
 	ctx := context.Background()
 	sa, role, rb := &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}
 	for o, name := range map[client.Object]string{sa: clusterbuild.AutoscalerServiceAccountName(c), role: clusterbuild.AutoscalerRoleName(c), rb: clusterbuild.AutoscalerRoleName(c)} {
@@ -206,7 +206,7 @@ func assertNotBound(t *testing.T, e *env, ns, role, sa string) {
 func waitEventNaming(t *testing.T, e *env, ns, reason, what string) corev1.Event {
 	t.Helper()
 	var found corev1.Event
-	eventually(t, "event "+reason+" naming "+what, func() (bool, string) {
+	e.Eventually(t, "event "+reason+" naming "+what, func() (bool, string) {
 		list := &corev1.EventList{}
 		if err := e.cl.List(context.Background(), list, client.InNamespace(ns)); err != nil {
 			return false, err.Error()

@@ -33,7 +33,7 @@ func testTLS(t *testing.T, e *env) {
 	rc := testutil.MakeRayCluster(ns, "rc").Workers("small", 1).Obj()
 	rc.Spec.TLSOptions = &rayv1.TLSOptions{Enabled: ptr.To(true)}
 	e.Create(t, rc)
-	c := e.get(t, rc)
+	c := testutil.Get(t, e.Env, rc)
 
 	getCert := func(nodeType string) *cmv1.Certificate {
 		t.Helper()
@@ -43,7 +43,7 @@ func testTLS(t *testing.T, e *env) {
 		}
 		return cert
 	}
-	eventually(t, "PKI created", func() (bool, string) {
+	e.Eventually(t, "PKI created", func() (bool, string) {
 		for _, want := range clusterbuild.TLSIssuers(c) {
 			got := &cmv1.Issuer{}
 			if err := e.cl.Get(ctx, client.ObjectKeyFromObject(want), got); err != nil {
@@ -109,7 +109,7 @@ func testTLS(t *testing.T, e *env) {
 	for _, p := range e.pods(t, rc) {
 		ips[p.Labels[rayv1.LabelNodeType]] = p.Status.PodIP
 	}
-	eventually(t, "pod IPs in their certificates", func() (bool, string) {
+	e.Eventually(t, "pod IPs in their certificates", func() (bool, string) {
 		hc, wc := getCert(rayv1.NodeTypeHead), getCert(rayv1.NodeTypeWorker)
 		ok := slices.Contains(hc.Spec.IPAddresses, ips[rayv1.NodeTypeHead]) && !slices.Contains(hc.Spec.IPAddresses, ips[rayv1.NodeTypeWorker]) &&
 			slices.Contains(wc.Spec.IPAddresses, ips[rayv1.NodeTypeWorker]) && !slices.Contains(wc.Spec.IPAddresses, ips[rayv1.NodeTypeHead])
@@ -118,7 +118,7 @@ func testTLS(t *testing.T, e *env) {
 	waitEvent(t, e, ns, raycluster.EventMTLSCertificatesUpdated)
 
 	// A new worker waits until both certificates are issued at their new generations (as KubeRay checks both).
-	e.update(t, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](2) })
+	testutil.Update(t, e.Env, rc, func(c *rayv1.RayCluster) { c.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](2) })
 	e.waitObserved(t, rc)
 	if pods := e.pods(t, rc); len(pods) != 2 {
 		t.Fatalf("%d pods while the worker certificate is being reissued, want 2", len(pods))
@@ -128,7 +128,7 @@ func testTLS(t *testing.T, e *env) {
 	e.waitPods(t, rc, 3)
 
 	// The issued Secrets go with their Certificates.
-	eventually(t, "Secrets owned by their Certificates", func() (bool, string) {
+	e.Eventually(t, "Secrets owned by their Certificates", func() (bool, string) {
 		for _, nodeType := range []string{rayv1.NodeTypeHead, rayv1.NodeTypeWorker} {
 			cert := getCert(nodeType)
 			sec := &corev1.Secret{}

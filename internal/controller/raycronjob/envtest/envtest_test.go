@@ -27,8 +27,6 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-const wait = 2 * time.Minute
-
 func TestMain(m *testing.M) {
 	testutil.UseTestLogger()
 	os.Exit(m.Run())
@@ -120,7 +118,7 @@ func (e *env) waitChildren(t *testing.T, cj *rayv1.RayCronJob, runs ...time.Time
 	}
 	slices.Sort(want)
 	var got []rayv1.RayJob
-	testutil.Eventually(t, wait, fmt.Sprintf("RayJobs %v", want), func() (bool, string) {
+	e.Eventually(t, fmt.Sprintf("RayJobs %v", want), func() (bool, string) {
 		got = e.children(t, cj)
 		return slices.Equal(names(got), want), fmt.Sprint("RayJobs ", names(got))
 	})

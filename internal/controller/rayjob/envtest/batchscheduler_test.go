@@ -56,7 +56,7 @@ func TestBatchSchedulerVolcano(t *testing.T) {
 		j.Spec.RayClusterSpec = sizedSpec()
 	}))
 	pg := &volcanov1beta1.PodGroup{}
-	testutil.Eventually(t, wait, "PodGroup ray-vj-pg", func() (bool, string) {
+	e.Eventually(t, "PodGroup ray-vj-pg", func() (bool, string) {
 		err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ray-vj-pg"}, pg)
 		return err == nil, fmt.Sprint(err)
 	})
@@ -73,7 +73,7 @@ func TestBatchSchedulerVolcano(t *testing.T) {
 	}
 	got = e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
 	sub := &batchv1.Job{}
-	testutil.Eventually(t, wait, "the submitter Job", func() (bool, string) {
+	e.Eventually(t, "the submitter Job", func() (bool, string) {
 		err := e.cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: "vj"}, sub)
 		return err == nil, fmt.Sprint(err)
 	})

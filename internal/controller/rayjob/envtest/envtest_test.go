@@ -27,8 +27,6 @@ import (
 	"github.com/manta-dev/manta/internal/testutil/fakeray"
 )
 
-const wait = 2 * time.Minute
-
 type env struct {
 	*testutil.Env
 	cl  client.Client
@@ -139,7 +137,7 @@ func (e *env) waitCluster(t *testing.T, j *rayv1.RayJob) *rayv1.RayCluster {
 
 func (e *env) clusterGone(t *testing.T, ns, name string) {
 	t.Helper()
-	testutil.Eventually(t, wait, "RayCluster "+name+" deleted", func() (bool, string) {
+	e.Eventually(t, "RayCluster "+name+" deleted", func() (bool, string) {
 		err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &rayv1.RayCluster{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
@@ -185,7 +183,7 @@ func TestEnvtest(t *testing.T) {
 			t.Errorf("rayClusterStatus.state = %q", got.Status.RayClusterStatus.State)
 		}
 		id := got.Status.JobId
-		testutil.Eventually(t, wait, "the job submitted", func() (bool, string) {
+		e.Eventually(t, "the job submitted", func() (bool, string) {
 			n, _, _ := e.requests(ns, c.Name)
 			return n > 0, ""
 		})
@@ -219,14 +217,14 @@ func TestEnvtest(t *testing.T) {
 		e.ray.Cluster(ns, got.Status.RayClusterName).DropNextSubmitAnswer()
 		c := e.readyCluster(t, j)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
-		testutil.Eventually(t, wait, "the job seen as PENDING", func() (bool, string) {
+		e.Eventually(t, "the job seen as PENDING", func() (bool, string) {
 			g := testutil.Get(t, e.Env, j)
 			return g.Status.JobStatus == rayv1.JobStatusPending, string(g.Status.JobStatus)
 		})
 		// The controller has had its chances to submit again once it has polled the job three more times.
 		const poll = "GET /api/jobs/{id}"
 		polled := e.ray.Cluster(ns, c.Name).Calls(poll)
-		testutil.Eventually(t, wait, "three more polls of the job", func() (bool, string) {
+		e.Eventually(t, "three more polls of the job", func() (bool, string) {
 			n := e.ray.Cluster(ns, c.Name).Calls(poll)
 			return n >= polled+3, fmt.Sprintf("%d polls", n-polled)
 		})
@@ -291,7 +289,7 @@ func TestEnvtest(t *testing.T) {
 		c := e.readyCluster(t, j)
 		got := e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
 		sub := &batchv1.Job{}
-		testutil.Eventually(t, wait, "the submitter Job", func() (bool, string) {
+		e.Eventually(t, "the submitter Job", func() (bool, string) {
 			err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "k8sjob"}, sub)
 			return err == nil, fmt.Sprint(err)
 		})
@@ -335,7 +333,7 @@ func TestEnvtest(t *testing.T) {
 		e.readyCluster(t, j)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusRunning)
 		sub := &batchv1.Job{}
-		testutil.Eventually(t, wait, "the submitter Job", func() (bool, string) {
+		e.Eventually(t, "the submitter Job", func() (bool, string) {
 			err := e.cl.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "k8sfail"}, sub)
 			return err == nil, fmt.Sprint(err)
 		})
@@ -538,7 +536,7 @@ func TestEnvtest(t *testing.T) {
 		got := e.waitJobStatus(t, j, rayv1.JobStatusPending)
 		e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusSucceeded, 1, 2)
 		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
-		testutil.Eventually(t, wait, "worker groups suspended", func() (bool, string) {
+		e.Eventually(t, "worker groups suspended", func() (bool, string) {
 			cur := &rayv1.RayCluster{}
 			if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(c), cur); err != nil {
 				return false, err.Error()
@@ -552,7 +550,7 @@ func TestEnvtest(t *testing.T) {
 		if note, want := e.WaitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonSuspendedWorkers), "Set the `suspend` field to true for all worker groups in cluster "+ns+"/"+c.Name; note != want {
 			t.Errorf("event note %q, want %q", note, want)
 		}
-		testutil.Eventually(t, wait, "the RayJob deleted", func() (bool, string) {
+		e.Eventually(t, "the RayJob deleted", func() (bool, string) {
 			err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), &rayv1.RayJob{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})
@@ -588,7 +586,7 @@ func TestEnvtest(t *testing.T) {
 		if err := e.cl.Delete(context.Background(), got); err != nil {
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, wait, "the RayJob deleted", func() (bool, string) {
+		e.Eventually(t, "the RayJob deleted", func() (bool, string) {
 			err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), &rayv1.RayJob{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})

@@ -23,14 +23,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	sigyaml "sigs.k8s.io/yaml"
 
@@ -110,14 +106,8 @@ func TestController(t *testing.T) {
 // startControllers runs the RayCluster controller and the RayService controller (opts, with a fakeray.Fleet for
 // Ray) on the envtest control plane at cfg, until t ends.
 func startControllers(t *testing.T, cfg *rest.Config, cl client.Client, opts rayservice.Options) *env {
-	podReq, _ := labels.NewRequirement(rayv1.LabelNodeType, selection.Exists, nil)
-	svcReq, _ := labels.NewRequirement(rayv1.LabelCluster, selection.Exists, nil)
-	mgr := testutil.NewManager(t, cfg, func(o *ctrl.Options) {
-		o.Cache = cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}:     {Label: labels.NewSelector().Add(*podReq)},
-			&corev1.Service{}: {Label: labels.NewSelector().Add(*svcReq)},
-		}}
-	})
+	mgr := testutil.NewManager(t, cfg, testutil.CacheOnlyLabelled(&corev1.Pod{}, rayv1.LabelNodeType),
+		testutil.CacheOnlyLabelled(&corev1.Service{}, rayv1.LabelCluster))
 	if err := raycluster.NewReconciler(mgr, raycluster.Options{MaxConcurrentReconciles: 4}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
 	"github.com/manta-dev/manta/internal/testutil"
@@ -20,14 +18,7 @@ import (
 // exactly the pods of the named cluster in the namespace asked, with other selectors still applied.
 func TestClusterPodsIndex(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
-	scheme, err := testutil.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := testutil.NewManager(t, cfg)
 	for range 3 {
 		if err := clusterpods.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
 			t.Fatal(err)
