@@ -269,8 +269,9 @@ func (r *Reconciler) completesCluster(ctx context.Context, p *corev1.Pod) bool {
 	if !ok {
 		return false
 	}
+	// Read in place, not copied: this runs at every change of every Ray pod.
 	c := &rayv1.RayCluster{}
-	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil || c.DeletionTimestamp != nil {
+	if err := r.client.Get(ctx, req.NamespacedName, c, readOnly); err != nil || c.DeletionTimestamp != nil {
 		return false
 	}
 	desired, _, _ := workerReplicaCounts(c)
@@ -278,7 +279,7 @@ func (r *Reconciler) completesCluster(ctx context.Context, p *corev1.Pod) bool {
 		return false
 	}
 	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.InNamespace(c.Namespace), clusterpods.Of(c.Name)); err != nil {
+	if err := r.client.List(ctx, &pods, client.InNamespace(c.Namespace), clusterpods.Of(c.Name), client.UnsafeDisableDeepCopy); err != nil {
 		return false
 	}
 	n := 0

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -19,6 +20,7 @@ import (
 	crreconcile "sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/shared/cacheread"
 	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
 	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/metrics"
@@ -86,6 +88,10 @@ type Reconciler struct {
 	client   client.Client
 	recorder events.EventRecorder
 	opts     Options
+	// pods and pulled read a cluster's pods and a pod's Pulled events in place: a cluster's reconcile, at each
+	// change of any of its pods, reads both.
+	pods   *cacheread.Index[*corev1.Pod]
+	pulled *cacheread.Index[*corev1.Event]
 
 	mu       sync.Mutex
 	epoch    time.Time
@@ -127,7 +133,14 @@ func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	if opts.Clock == nil {
 		opts.Clock = reconcile.RealClock
 	}
-	return &Reconciler{client: mgr.GetClient(), recorder: mgr.GetEventRecorder("startphases-controller"), opts: opts,
+	return newReconciler(mgr.GetClient(), mgr.GetCache(), mgr.GetEventRecorder("startphases-controller"), opts)
+}
+
+// newReconciler builds the reconciler on a cached client and, when not nil, the cache's informers (read in place).
+func newReconciler(cl client.Client, informers cache.Informers, recorder events.EventRecorder, opts Options) *Reconciler {
+	return &Reconciler{client: cl, recorder: recorder, opts: opts,
+		pods:     cacheread.NewIndex(informers, cl, &corev1.Pod{}, func() client.ObjectList { return &corev1.PodList{} }, clusterpods.Index),
+		pulled:   cacheread.NewIndex(informers, cl, &corev1.Event{}, func() client.ObjectList { return &corev1.EventList{} }, PulledIndex),
 		clusters: map[types.NamespacedName]*clusterState{}, jobs: map[types.NamespacedName]*jobState{}}
 }
 
@@ -180,7 +193,7 @@ func (r *Reconciler) eventCluster(ctx context.Context, o client.Object) []ctrl.R
 		return nil
 	}
 	pod := &corev1.Pod{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: ev.InvolvedObject.Namespace, Name: ev.InvolvedObject.Name}, pod); err != nil {
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: ev.InvolvedObject.Namespace, Name: ev.InvolvedObject.Name}, pod, readOnly); err != nil {
 		return nil // not a Ray pod (the cache holds only those), or gone
 	}
 	return podCluster(ctx, pod)
@@ -211,6 +224,9 @@ func (r *Reconciler) since() time.Time {
 	return r.epoch
 }
 
+// readOnly reads an object the reconcile only reads in place: the cache's own, not a copy.
+var readOnly = &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}
+
 // bit is phase p's bit in a done mask.
 func bit(p Phase) uint16 { return 1 << p }
 
@@ -231,7 +247,7 @@ func (r *Reconciler) record(done *uint16, t *Times, p Phase) bool {
 func (r *Reconciler) reconcileCluster(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.start()
 	c := &rayv1.RayCluster{}
-	if err := r.client.Get(ctx, req.NamespacedName, c); err != nil {
+	if err := r.client.Get(ctx, req.NamespacedName, c, readOnly); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.mu.Lock()
 			delete(r.clusters, req.NamespacedName)
@@ -302,7 +318,7 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, req ctrl.Request) (ct
 func (r *Reconciler) reconcileJob(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.start()
 	j := &rayv1.RayJob{}
-	if err := r.client.Get(ctx, req.NamespacedName, j); err != nil {
+	if err := r.client.Get(ctx, req.NamespacedName, j, readOnly); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.mu.Lock()
 			delete(r.jobs, req.NamespacedName)
@@ -323,7 +339,7 @@ func (r *Reconciler) reconcileJob(ctx context.Context, req ctrl.Request) (ctrl.R
 	r.mu.Unlock()
 	if name := j.Status.RayClusterName; name != "" && !clusterDone {
 		c := &rayv1.RayCluster{}
-		err := r.client.Get(ctx, types.NamespacedName{Namespace: j.Namespace, Name: name}, c)
+		err := r.client.Get(ctx, types.NamespacedName{Namespace: j.Namespace, Name: name}, c, readOnly)
 		switch {
 		case err == nil:
 			pods, err := r.observePods(ctx, c, func(types.UID) bool { return true })
@@ -395,13 +411,12 @@ type observedPod struct {
 // from the cache, and computes their phases. The cache's objects are read in place (no copies: a cluster's pods are
 // listed at each of its reconciles).
 func (r *Reconciler) observePods(ctx context.Context, c *rayv1.RayCluster, needPulls func(types.UID) bool) ([]observedPod, error) {
-	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.InNamespace(c.Namespace), clusterpods.Of(c.Name), client.UnsafeDisableDeepCopy); err != nil {
+	pods, err := r.pods.List(ctx, c.Namespace, c.Name)
+	if err != nil {
 		return nil, err
 	}
-	out := make([]observedPod, 0, len(pods.Items))
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	out := make([]observedPod, 0, len(pods))
+	for _, p := range pods {
 		nt := nodeType(p)
 		if nt == "" || p.DeletionTimestamp != nil {
 			continue
@@ -428,13 +443,13 @@ func podsOf(pods []observedPod) []PodOf {
 
 // pulls reads a pod's Pulled events from the cache.
 func (r *Reconciler) pulls(ctx context.Context, p *corev1.Pod) ([]Pull, error) {
-	var evs corev1.EventList
-	if err := r.client.List(ctx, &evs, client.InNamespace(p.Namespace), client.MatchingFields{PulledIndex: string(p.UID)}, client.UnsafeDisableDeepCopy); err != nil {
+	evs, err := r.pulled.List(ctx, p.Namespace, string(p.UID))
+	if err != nil {
 		return nil, err
 	}
-	out := make([]Pull, 0, len(evs.Items))
-	for i := range evs.Items {
-		out = append(out, PullFromEvent(&evs.Items[i]))
+	out := make([]Pull, 0, len(evs))
+	for _, ev := range evs {
+		out = append(out, PullFromEvent(ev))
 	}
 	return out, nil
 }

@@ -30,11 +30,11 @@ type onceFixture struct {
 }
 
 func (f *onceFixture) reconciler(epoch time.Time) *Reconciler {
-	return &Reconciler{client: f.cl, recorder: f.events, opts: Options{
+	return newReconciler(f.cl, nil, f.events, Options{
 		LateThreshold: time.Minute,
 		Observe:       func(kind, phase, nodeType string, _ time.Duration) { f.samples[kind+"/"+nodeType+"/"+phase]++ },
 		Clock:         clocktesting.NewFakePassiveClock(epoch),
-	}, clusters: map[types.NamespacedName]*clusterState{}, jobs: map[types.NamespacedName]*jobState{}}
+	})
 }
 
 // drain returns the events recorded since the last call.
