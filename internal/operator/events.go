@@ -19,14 +19,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/reference"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
+	"github.com/manta-dev/manta/internal/controller/shared/metawrite"
 	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/metrics"
 )
@@ -98,7 +97,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // take from the budget of pod, Service and status writes nor queue ahead of them at the API server.
 type eventManager struct {
 	ctrl.Manager
-	client v1.EventsV1Interface
+	client eventWriter
 	// activity is nil with event deferral off: events are then written as recorded.
 	activity *writeActivity
 	sw       *optimize.Switches
@@ -203,7 +202,7 @@ func (p *pendingEvent) event() *eventsv1.Event {
 func withEventRecorder(mgr ctrl.Manager, activity *writeActivity, sw *optimize.Switches, qps float32, burst int) (ctrl.Manager, error) {
 	cfg := rest.CopyConfig(mgr.GetConfig())
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = qps, burst, nil
-	cl, err := v1.NewForConfigAndClient(cfg, mgr.GetHTTPClient())
+	cl, err := metawrite.NewEvents(cfg, mgr.GetHTTPClient())
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +215,12 @@ func withEventRecorder(mgr ctrl.Manager, activity *writeActivity, sw *optimize.S
 	metrics.SetEventsQueued(m.Pending)
 	err = mgr.Add(manager.RunnableFunc(m.run))
 	return m, err
+}
+
+// eventWriter writes the Events (metawrite.Events).
+type eventWriter interface {
+	Create(ctx context.Context, ev *eventsv1.Event) error
+	MergePatch(ctx context.Context, namespace, name string, patch []byte) error
 }
 
 // GetEventRecorder returns a recorder whose events carry name as their reporting controller.
@@ -410,7 +415,7 @@ func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
 	m.mu.Unlock()
 	var err error
 	if !written {
-		_, err = m.client.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+		err = m.client.Create(ctx, ev)
 		if apierrors.IsAlreadyExists(err) {
 			err = nil
 		}
@@ -418,7 +423,7 @@ func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
 		var patch []byte
 		patch, err = json.Marshal(map[string]any{"series": ev.Series})
 		if err == nil {
-			_, err = m.client.Events(ev.Namespace).Patch(ctx, ev.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+			err = m.client.MergePatch(ctx, ev.Namespace, ev.Name, patch)
 		}
 		if apierrors.IsNotFound(err) {
 			// The Event expired (the API server keeps Events for an hour): write it again, as a new one.

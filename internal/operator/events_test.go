@@ -12,12 +12,16 @@ import (
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	eventsv1client "k8s.io/client-go/kubernetes/typed/events/v1"
 	"k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/manta-dev/manta/internal/controller/shared/metawrite"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -62,7 +66,11 @@ func TestEventClientQPS(t *testing.T) {
 	if !ok {
 		t.Fatalf("NewManager returned %T, want the manager with its own event recorder", mgr)
 	}
-	if got := em.client.RESTClient().GetRateLimiter().QPS(); got != 7 {
+	w, ok := em.client.(*metawrite.Events)
+	if !ok {
+		t.Fatalf("event writer %T, want *metawrite.Events", em.client)
+	}
+	if got := w.GetRateLimiter().QPS(); got != 7 {
 		t.Errorf("event client QPS = %v, want 7 (--event-qps)", got)
 	}
 }
@@ -181,7 +189,7 @@ func TestPendingCountsTheEventBeingWritten(t *testing.T) {
 		<-release
 		return false, nil, nil // on to the tracker: the Event is stored
 	})
-	m := &eventManager{client: cs.EventsV1(), series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1)}
+	m := &eventManager{client: typedEvents{cs.EventsV1()}, series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1)}
 	now := time.Now()
 	m.record(&pendingEvent{typ: corev1.EventTypeNormal, action: "Delete", reason: "DeletedRayJob", controller: "rayjob-controller",
 		regarding: corev1.ObjectReference{Kind: "RayJob", Namespace: "default", Name: "j", UID: "u"},
@@ -217,4 +225,18 @@ func TestPendingCountsTheEventBeingWritten(t *testing.T) {
 	if len(list.Items) != 1 || list.Items[0].Reason != "DeletedRayJob" {
 		t.Errorf("events at the API server once Pending is 0: %+v, want the one recorded", list.Items)
 	}
+}
+
+// typedEvents writes through a clientset's typed client (a fake one here), as the operator's metawrite.Events does
+// through its REST client.
+type typedEvents struct{ c eventsv1client.EventsV1Interface }
+
+func (t typedEvents) Create(ctx context.Context, ev *eventsv1.Event) error {
+	_, err := t.c.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	return err
+}
+
+func (t typedEvents) MergePatch(ctx context.Context, namespace, name string, patch []byte) error {
+	_, err := t.c.Events(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
 }

@@ -16,11 +16,14 @@ import (
 	"net/http"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/flowcontrol"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
@@ -34,11 +37,12 @@ const asMetadata = ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 // scheme and codecs encode what is sent and decode what comes back.
 var scheme, codecs = newScheme()
 
-// newScheme holds core/v1 for the pods sent (and Status, which corev1 registers), Manta's custom resources
-// (ray.io/v1, manta.dev/v1alpha1) for the statuses, and meta.k8s.io/v1 for what comes back.
+// newScheme holds core/v1 for the pods sent (and Status, which corev1 registers), events.k8s.io/v1 for the
+// events, Manta's custom resources (ray.io/v1, manta.dev/v1alpha1) for the statuses, and meta.k8s.io/v1 for what
+// comes back.
 func newScheme() (*runtime.Scheme, serializer.CodecFactory) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, rayv1.AddToScheme, mantav1alpha1.AddToScheme, metav1.AddMetaToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, eventsv1.AddToScheme, rayv1.AddToScheme, mantav1alpha1.AddToScheme, metav1.AddMetaToScheme} {
 		if err := add(s); err != nil {
 			panic(err) // only a clash between these fixed groups' registrations, which no input changes
 		}
@@ -106,6 +110,35 @@ func (p *Pods) Create(ctx context.Context, pod *corev1.Pod) error {
 	pod.ObjectMeta = *meta
 	return nil
 }
+
+// Events writes events.k8s.io/v1 Events through a REST client of its own, in protobuf, and reads nothing of the
+// answers but their errors: the operator's event writer needs nothing of what the API server stored, and its
+// clientset sent and read JSON (the clientsets' default), each Event encoded and its answer decoded whole.
+type Events struct {
+	rc rest.Interface
+}
+
+// NewEvents makes an Events from a config (its QPS and burst are the writer's) and the operator's HTTP client.
+func NewEvents(cfg *rest.Config, hc *http.Client) (*Events, error) {
+	rc, err := newClient(cfg, hc, "/apis", eventsv1.SchemeGroupVersion, runtime.ContentTypeProtobuf)
+	if err != nil {
+		return nil, err
+	}
+	return &Events{rc: rc}, nil
+}
+
+// Create creates ev in its namespace.
+func (e *Events) Create(ctx context.Context, ev *eventsv1.Event) error {
+	return e.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
+}
+
+// MergePatch applies a JSON merge patch to the Event namespace/name.
+func (e *Events) MergePatch(ctx context.Context, namespace, name string, patch []byte) error {
+	return e.rc.Patch(types.MergePatchType).Namespace(namespace).Resource("events").Name(name).Body(patch).Do(ctx).Error()
+}
+
+// GetRateLimiter is the writes' token bucket.
+func (e *Events) GetRateLimiter() flowcontrol.RateLimiter { return e.rc.GetRateLimiter() }
 
 // statusResources are the custom resources whose status a Status writes, by kind, with their resource.
 var statusResources = map[schema.GroupVersionKind]string{

@@ -5,17 +5,20 @@ import (
 	"encoding/json"
 	"io"
 	"maps"
+	"slices"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	kscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -87,6 +90,62 @@ func TestWrites(t *testing.T) {
 	}
 	t.Run("PodCreate", func(t *testing.T) { testPodCreate(t, cfg, cl, ns.Name) })
 	t.Run("Status", func(t *testing.T) { testStatus(t, cfg, cl, ns.Name) })
+	t.Run("Events", func(t *testing.T) { testEvents(t, cfg, cl, ns.Name) })
+}
+
+// testEvents: an Event created and its series patched through metawrite.Events are stored as sent, the requests
+// in protobuf and merge patch, the answers the metadata alone; a refused write is the API server's error.
+func testEvents(t *testing.T, cfg *rest.Config, cl client.Client, namespace string) {
+	ctx := context.Background()
+	rec, wrapped, _ := recording(t, cfg, "/events")
+	var sent []string
+	wrapped.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			sent = append(sent, req.Method+" "+req.Header.Get("Content-Type")+" accept "+req.Header.Get("Accept"))
+			return rt.RoundTrip(req)
+		})
+	})
+	hc, err := rest.HTTPClientFor(wrapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := metawrite.NewEvents(wrapped, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.NowMicro()
+	ev := &eventsv1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "rc.1"},
+		EventTime:  now, ReportingController: "manta.dev/raycluster-controller", ReportingInstance: "raycluster-controller-x",
+		Action: "Create", Reason: "CreatedHeadPod", Note: "Created head Pod metawrite/rc-head", Type: corev1.EventTypeNormal,
+		Regarding: corev1.ObjectReference{Kind: "RayCluster", Namespace: namespace, Name: "rc", APIVersion: "ray.io/v1"},
+	}
+	if err := w.Create(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.MergePatch(ctx, namespace, ev.Name, []byte(`{"series":{"count":2,"lastObservedTime":"`+now.Format(metav1.RFC3339Micro)+`"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	stored := &eventsv1.Event{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(ev), stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.Reason != ev.Reason || stored.Note != ev.Note || stored.Regarding.Name != "rc" || stored.Series == nil || stored.Series.Count != 2 {
+		t.Fatalf("stored Event %+v, want the one sent with a series of 2", stored)
+	}
+	if err := w.Create(ctx, ev); !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("a second create of %s: %v, want AlreadyExists", ev.Name, err)
+	}
+	if err := w.MergePatch(ctx, namespace, "gone.1", []byte(`{"series":{"count":2}}`)); !apierrors.IsNotFound(err) {
+		t.Fatalf("a patch of a missing Event: %v, want NotFound", err)
+	}
+	accept := " accept " + runtime.ContentTypeProtobuf + ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+	if want := []string{"POST " + runtime.ContentTypeProtobuf + accept, "PATCH " + string(types.MergePatchType) + accept}; !slices.Equal(sent[:2], want) {
+		t.Errorf("requests sent %q, want %q first", sent, want)
+	}
+	if a := rec.got(); len(a) == 0 || a[0].contentType != runtime.ContentTypeProtobuf {
+		t.Errorf("answers %+v, want the create's in protobuf", a)
+	}
 }
 
 // recording is a REST config whose answers to writes ending in suffix are recorded, and its HTTP client.
