@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,6 +56,8 @@ const (
 	seriesRefresh = 5 * time.Minute
 	// A write that fails is tried again, up to eventAttempts times (the Event is dropped after, with a log line).
 	eventAttempts = 12
+	// eventWriters is how many event writes may be on their way at once once the other writes pause.
+	eventWriters = 8
 )
 
 // writeActivity remembers when the operator last sent a write other than an event.
@@ -92,7 +95,7 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // eventManager is the manager with the operator's own events.k8s.io recorder: events are queued in memory when
-// recorded and written by one goroutine through a client of their own (opts.EventQPS, opts.EventBurst), after
+// recorded and written by the writer (run) through a client of their own (opts.EventQPS, opts.EventBurst), after
 // the reconcile that records them and behind the operator's other writes (see eventQuiet), so that events never
 // take from the budget of pod, Service and status writes nor queue ahead of them at the API server.
 type eventManager struct {
@@ -110,11 +113,9 @@ type eventManager struct {
 	series  map[uint64]*pendingEvent
 	wake    chan struct{}
 	stopped bool
-	// writing says the writer has taken an event from the queue and not come back for the next (see EventsIdle).
-	writing bool
-	// inFlight says the writer holds an event it took from the queue and has not yet sent: waiting behind the
-	// operator's other writes, or in its API call (see Pending).
-	inFlight bool
+	// inFlight counts the events taken from the queue and not yet sent: waiting behind the operator's other
+	// writes, or in their API call (see Pending and EventsIdle).
+	inFlight int
 }
 
 // pendingEvent is one Event as the API server has it (or will), kept compact: every event of the last seriesWindow
@@ -132,6 +133,9 @@ type pendingEvent struct {
 	// count is the series count: 1 until the event repeats.
 	count, attempts int32
 	written, queued bool
+	// sending says a write of this event is on its way: a repeat recorded meanwhile queues it again, and it is
+	// taken again only once that write is back (two writes of one Event never race).
+	sending bool
 }
 
 // seriesSeed seeds the hashes of the series keys.
@@ -323,11 +327,7 @@ func (m *eventManager) enqueue(p *pendingEvent) {
 func (m *eventManager) Pending() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := len(m.queue)
-	if m.inFlight {
-		n++
-	}
-	return n
+	return len(m.queue) + m.inFlight
 }
 
 // EventsIdle says whether no event write waits in the queue or is on its way: every event recorded so far has been
@@ -335,13 +335,19 @@ func (m *eventManager) Pending() int {
 func (m *eventManager) EventsIdle() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.queue) == 0 && !m.writing
+	return len(m.queue) == 0 && m.inFlight == 0
 }
 
 // run writes the queued events until ctx ends; what is still queued then is dropped (and counted in a log line).
+// While the operator's other writes go on, one event per eventBusyInterval; once they pause, up to eventWriters at
+// once, so a burst's backlog drains at the API server's pace (within --event-qps) instead of one round trip at a
+// time.
 func (m *eventManager) run(ctx context.Context) error {
 	sweep := time.NewTicker(time.Minute)
 	defer sweep.Stop()
+	slots := make(chan struct{}, eventWriters)
+	var writers sync.WaitGroup
+	defer writers.Wait()
 	for {
 		select {
 		case <-sweep.C:
@@ -365,50 +371,73 @@ func (m *eventManager) run(ctx context.Context) error {
 			m.sw.Acted(optimize.EventDeferral)
 			select {
 			case <-ctx.Done():
+				m.done(p)
 				m.stop()
 				return nil
 			case <-time.After(eventBusyInterval):
 			}
 		}
-		if attempts := m.write(ctx, p); attempts > 0 {
-			// The API server refused or did not answer: wait before the next write, longer each time.
-			select {
-			case <-ctx.Done():
-				m.stop()
-				return nil
-			case <-time.After(min(time.Duration(attempts)*time.Second, 10*time.Second)):
-			}
+		select {
+		case <-ctx.Done():
+			m.done(p)
+			m.stop()
+			return nil
+		case slots <- struct{}{}:
 		}
+		writers.Go(func() {
+			defer func() { <-slots }()
+			if attempts := m.write(ctx, p); attempts > 0 {
+				// The API server refused or did not answer: this writer waits before its next write, longer each
+				// time.
+				select {
+				case <-ctx.Done():
+				case <-time.After(min(time.Duration(attempts)*time.Second, 10*time.Second)):
+				}
+			}
+		})
 	}
 }
 
-// next takes the oldest queued write, with the Event as it is now (a series count recorded meanwhile included).
+// next takes the oldest queued write whose event has no write on its way, with the Event as it is now (a series
+// count recorded meanwhile included).
 func (m *eventManager) next() *pendingEvent {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.writing = len(m.queue) > 0
-	m.inFlight = m.writing
-	if len(m.queue) == 0 {
+	i := slices.IndexFunc(m.queue, func(p *pendingEvent) bool { return !p.sending })
+	if i < 0 {
 		return nil
 	}
-	p := m.queue[0]
-	m.queue[0] = nil
-	m.queue = m.queue[1:]
+	p := m.queue[i]
+	m.queue = slices.Delete(m.queue, i, i+1)
 	if len(m.queue) == 0 {
 		m.queue = nil // let the backing array go after a burst
 	}
-	p.queued = false
+	p.queued, p.sending = false, true
+	m.inFlight++
 	return p
+}
+
+// done ends p's turn with the writer: its write is back (or will not be made), and an event queued behind it may go.
+func (m *eventManager) done(p *pendingEvent) {
+	m.mu.Lock()
+	p.sending = false
+	if m.inFlight > 0 {
+		m.inFlight--
+	}
+	requeued := p.queued
+	m.mu.Unlock()
+	if requeued {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // write creates the Event, or writes its series count when it exists; a failed write goes back in the queue. It
 // returns the attempts made so far when the write failed, 0 otherwise.
 func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
-	defer func() {
-		m.mu.Lock()
-		m.inFlight = false
-		m.mu.Unlock()
-	}()
+	defer m.done(p)
 	m.mu.Lock()
 	ev := p.event()
 	written := p.written
@@ -478,7 +507,6 @@ func (m *eventManager) stop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.stopped = true
-	m.inFlight = false
 	if n := len(m.queue); n > 0 {
 		ctrl.Log.WithName("events").Info("operator stopping: queued events not written", "count", n)
 	}

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -239,4 +241,130 @@ func (t typedEvents) Create(ctx context.Context, ev *eventsv1.Event) error {
 func (t typedEvents) MergePatch(ctx context.Context, namespace, name string, patch []byte) error {
 	_, err := t.c.Events(namespace).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 	return err
+}
+
+// gatedEvents is an event writer whose writes wait, each, until the test lets them go: it says which write entered
+// and how many were on their way at most.
+type gatedEvents struct {
+	mu        sync.Mutex
+	open, max int
+	entered   chan string
+	release   chan struct{}
+	log       []string
+}
+
+func newGatedEvents() *gatedEvents {
+	return &gatedEvents{entered: make(chan string, 100), release: make(chan struct{}, 100)}
+}
+
+func (g *gatedEvents) pass(what string) error {
+	g.mu.Lock()
+	g.open++
+	g.max = max(g.max, g.open)
+	g.mu.Unlock()
+	g.entered <- what
+	<-g.release
+	g.mu.Lock()
+	g.open--
+	g.log = append(g.log, what)
+	g.mu.Unlock()
+	return nil
+}
+
+func (g *gatedEvents) Create(_ context.Context, ev *eventsv1.Event) error {
+	return g.pass("create " + ev.Regarding.Name)
+}
+
+func (g *gatedEvents) MergePatch(_ context.Context, _, name string, patch []byte) error {
+	return g.pass("patch " + strings.Split(name, ".")[0] + " " + string(patch[:min(len(patch), 20)]))
+}
+
+func (g *gatedEvents) waitEntered(t *testing.T) string {
+	t.Helper()
+	select {
+	case w := <-g.entered:
+		return w
+	case <-time.After(time.Minute):
+		t.Fatal("no write entered the writer")
+		return ""
+	}
+}
+
+func pending(name string, now time.Time) *pendingEvent {
+	return &pendingEvent{typ: corev1.EventTypeNormal, action: "Create", reason: "CreatedHeadPod", controller: "raycluster-controller",
+		regarding: corev1.ObjectReference{Kind: "RayCluster", Namespace: "default", Name: name, UID: types.UID(name)},
+		namespace: "default", name: eventName(name, now), note: "created", eventTime: now.UnixNano(), lastObserved: now.UnixNano(), count: 1}
+}
+
+// TestBacklogDrainsInParallel: with the operator's other writes paused, a backlog is written eventWriters at a
+// time, never more, and every event of it is written.
+func TestBacklogDrainsInParallel(t *testing.T) {
+	g := newGatedEvents()
+	m := &eventManager{client: g, series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1)}
+	now := time.Now()
+	const n = 3 * eventWriters
+	for i := range n {
+		m.record(pending(fmt.Sprintf("c%d", i), now), now)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// Barrier: eventWriters writes entered and none returned.
+	for range eventWriters {
+		g.waitEntered(t)
+	}
+	if got := m.Pending(); got != n {
+		t.Errorf("Pending() = %d with %d writes on their way and the rest queued, want %d", got, eventWriters, n)
+	}
+	for range n {
+		g.release <- struct{}{}
+	}
+	for range n - eventWriters {
+		g.waitEntered(t)
+	}
+	testutil.Eventually(t, time.Minute, "every event written", func() (bool, string) {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.log) == n && m.EventsIdle(), fmt.Sprintf("%d of %d written, Pending %d", len(g.log), n, m.Pending())
+	})
+	if g.max != eventWriters {
+		t.Errorf("at most %d writes at once, want %d", g.max, eventWriters)
+	}
+}
+
+// TestRepeatWaitsForItsCreate: a repeat recorded while its Event's create is on its way is written after that
+// create returns, as a series patch, while other events go past it.
+func TestRepeatWaitsForItsCreate(t *testing.T) {
+	g := newGatedEvents()
+	m := &eventManager{client: g, series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1)}
+	now := time.Now()
+	m.record(pending("a", now), now)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	if w := g.waitEntered(t); w != "create a" {
+		t.Fatalf("first write %q, want create a", w)
+	}
+	m.record(pending("a", now), now.Add(time.Second)) // the repeat, queued first
+	m.record(pending("b", now), now.Add(time.Second))
+	// Barrier: b's create entered, so the writer took b past a's queued repeat.
+	if w := g.waitEntered(t); w != "create b" {
+		t.Fatalf("second write %q, want create b (a's repeat waits for a's create)", w)
+	}
+	g.release <- struct{}{}
+	g.release <- struct{}{}
+	if w := g.waitEntered(t); !strings.HasPrefix(w, `patch a {"series":{"count":2`) {
+		t.Fatalf("third write %q, want a's series patch with count 2", w)
+	}
+	g.release <- struct{}{}
+	testutil.Eventually(t, time.Minute, "the writer idle", func() (bool, string) {
+		return m.EventsIdle(), fmt.Sprintf("Pending %d", m.Pending())
+	})
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if i := slices.IndexFunc(g.log, func(s string) bool { return strings.HasPrefix(s, "patch a") }); i < 0 || slices.Index(g.log, "create a") > i {
+		t.Errorf("writes returned in the order %q, want a's create before its patch", g.log)
+	}
 }
