@@ -231,7 +231,9 @@ func TestPendingCountsTheEventBeingWritten(t *testing.T) {
 
 // typedEvents writes through a clientset's typed client (a fake one here), as the operator's metawrite.Events does
 // through its REST client.
-type typedEvents struct{ c eventsv1client.EventsV1Interface }
+type typedEvents struct {
+	c eventsv1client.EventsV1Interface
+}
 
 func (t typedEvents) Create(ctx context.Context, ev *eventsv1.Event) error {
 	_, err := t.c.Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
