@@ -68,6 +68,9 @@ type Reconciler struct {
 	// RayJob that waits on no poll (initializing, finished) mirrors its cluster's status (see reconcile.StatusWrites).
 	writes reconcile.StatusWrites
 	life   *reconcile.Lifecycle[*rayv1.RayJob, rayv1.RayJobStatus]
+	// headServices remembers, per RayJob, that its <job>-head-svc was read pointing at its cluster: the Service is
+	// not in the cache, and a running job's poll read it from the API server every few seconds.
+	headServices headServiceMemo
 }
 
 // NewReconciler builds the controller; rays reaches the heads (directly or through the API server's proxy).
@@ -148,6 +151,7 @@ func (r *Reconciler) lifecycle() *reconcile.Lifecycle[*rayv1.RayJob, rayv1.RayJo
 		Forget: func(key types.NamespacedName) {
 			metrics.ForgetJob(key)
 			r.writes.Forget(key)
+			r.headServices.forget(key)
 		},
 		Finalizer:    Finalizer,
 		Finalize:     r.finalize,

@@ -2,11 +2,13 @@ package rayjob
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -37,6 +39,9 @@ type observation struct {
 	// headService is <job>-head-svc as the API server has it (nil: absent).
 	headService    *corev1.Service
 	headServiceErr error
+	// headServiceCurrent says <job>-head-svc was read pointing at the cluster less than headServiceRecheck ago,
+	// and so was not read again (headService is nil then).
+	headServiceCurrent bool
 	// inClusterDashboard is the address the K8sJobMode submitter reaches the cluster's dashboard at; set when a
 	// submitter may be created.
 	inClusterDashboard string
@@ -87,7 +92,13 @@ func (r *Reconciler) observe(ctx context.Context, j *rayv1.RayJob) *observation 
 		return o
 	}
 	if len(j.Spec.ClusterSelector) == 0 {
-		o.headService, o.headServiceErr = r.readHeadService(ctx, j, c)
+		now := r.opts.Clock.Now()
+		if o.headServiceCurrent = r.headServices.current(j, c.Name, now); !o.headServiceCurrent {
+			o.headService, o.headServiceErr = r.readHeadService(ctx, j, c)
+			if svc := o.headService; svc != nil && svc.Spec.Selector[rayv1.LabelCluster] == c.Name {
+				r.headServices.saw(j, c.Name, now)
+			}
+		}
 	}
 	if o.dash, o.dashErr = r.dashboard(ctx, c); o.dashErr == nil {
 		o.jobInfo, o.jobErr = o.dash.GetJob(ctx, s.JobId)
@@ -120,6 +131,44 @@ func (r *Reconciler) readSubmitter(ctx context.Context, j *rayv1.RayJob) (*batch
 		return nil, err
 	}
 	return job, nil
+}
+
+// headServiceRecheck is how long a head Service read pointing at the job's cluster is taken as still so: one
+// deleted or changed by hand is put back within it, as a cached object would be at the next resync.
+const headServiceRecheck = 5 * time.Minute
+
+// headServiceMemo remembers when each RayJob's head Service was last read pointing at its cluster.
+type headServiceMemo struct {
+	mu   sync.Mutex
+	seen map[types.NamespacedName]headServiceSeen
+}
+
+type headServiceSeen struct {
+	uid     types.UID
+	cluster string
+	at      time.Time
+}
+
+func (m *headServiceMemo) current(j *rayv1.RayJob, cluster string, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.seen[client.ObjectKeyFromObject(j)]
+	return ok && s.uid == j.UID && s.cluster == cluster && now.Sub(s.at) < headServiceRecheck
+}
+
+func (m *headServiceMemo) saw(j *rayv1.RayJob, cluster string, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.seen == nil {
+		m.seen = map[types.NamespacedName]headServiceSeen{}
+	}
+	m.seen[client.ObjectKeyFromObject(j)] = headServiceSeen{uid: j.UID, cluster: cluster, at: now}
+}
+
+func (m *headServiceMemo) forget(key types.NamespacedName) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.seen, key)
 }
 
 // readHeadService reads <job>-head-svc from the API server: it carries no ray.io/cluster label, so the manager's

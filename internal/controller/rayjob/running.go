@@ -353,6 +353,9 @@ func (p *plan) ensureHeadService(cluster *rayv1.RayCluster) error {
 	if err := p.o.headServiceErr; err != nil {
 		return err
 	}
+	if p.o.headServiceCurrent {
+		return nil
+	}
 	switch s := reconcile.PlanOwned(j, &headServiceKind, want, p.o.headService); s.Op {
 	case reconcile.Created:
 		p.act(action{kind: createHeadService, obj: want})
