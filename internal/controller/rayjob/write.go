@@ -119,6 +119,10 @@ func (r *Reconciler) do(ctx context.Context, p *plan, a *action) error {
 			default:
 				p.eventf(a, corev1.EventTypeNormal, ReasonCreatedService, "Create", "Created the service %s/%s", svc.GetNamespace(), svc.GetName())
 			}
+			if s, ok := svc.(*corev1.Service); ok && err == nil && (op == reconcile.Created || op == reconcile.Updated) {
+				// Written pointing at the cluster: no read needs to tell the next poll so.
+				r.headServices.saw(p.j, s.Spec.Selector[rayv1.LabelCluster], r.opts.Clock.Now())
+			}
 		})
 	case submitJob:
 		dash, err := r.dashboardOf(ctx, p.o, a.cluster)
