@@ -144,7 +144,7 @@ func median(xs []float64) float64 {
 }
 
 // realJobTable is a Markdown table of the trials' medians per image (warm, cold) and contender: each phase, the
-// operator's CPU, and apply -> SUCCEEDED over kuberay's for the same image. A median over fewer trials than the
+// operator's CPU (to a hundredth: a trial costs either operator about a tenth of a CPU-second), and apply -> SUCCEEDED over kuberay's for the same image. A median over fewer trials than the
 // row has says how many had the phase ("22.0 (1/2)").
 func realJobTable(trials []realJobTrial) string {
 	type key struct{ image, contender string }
@@ -190,7 +190,7 @@ func realJobTable(trials []realJobTrial) string {
 					xs = append(xs, v)
 				}
 			}
-			b.WriteString(" " + medianCell(xs, len(ts)) + " |")
+			b.WriteString(" " + medianCell(xs, len(ts), 1) + " |")
 		}
 		var cpu []float64
 		for _, t := range ts {
@@ -202,17 +202,17 @@ func realJobTable(trials []realJobTrial) string {
 				ratio = strconv.FormatFloat(r, 'f', 2, 64)
 			}
 		}
-		fmt.Fprintf(&b, " %s | %s |\n", medianCell(cpu, len(ts)), ratio)
+		fmt.Fprintf(&b, " %s | %s |\n", medianCell(cpu, len(ts), 2), ratio)
 	}
 	return b.String()
 }
 
-// medianCell is the median of xs to a tenth, with "(len/of)" when not every trial had it, "–" for none.
-func medianCell(xs []float64, of int) string {
+// medianCell is the median of xs to prec decimals, with "(len/of)" when not every trial had it, "–" for none.
+func medianCell(xs []float64, of, prec int) string {
 	if len(xs) == 0 {
 		return "–"
 	}
-	s := strconv.FormatFloat(median(xs), 'f', 1, 64)
+	s := strconv.FormatFloat(median(xs), 'f', prec, 64)
 	if len(xs) < of {
 		s += fmt.Sprintf(" (%d/%d)", len(xs), of)
 	}

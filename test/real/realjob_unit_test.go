@@ -95,10 +95,10 @@ func TestRealJobTable(t *testing.T) {
 		t.Fatalf("table has %d lines, want a heading, a rule and 4 rows:\n%s", len(lines), table)
 	}
 	for i, want := range []string{
-		"| warm | manta | 3 | 12.0 | – | – | – | 22.0 (2/3) | – | 30.0 | – | – | 1.1 | 1.05 |",
-		"| warm | kuberay | 2 | 12.0 | – | – | – | 22.0 | – | 28.5 | – | – | 1.5 | 1.00 |",
-		"| cold | manta | 1 | 12.0 | – | – | – | 22.0 | – | 51.0 | – | – | 2.0 | 1.42 |",
-		"| cold | kuberay | 1 | 12.0 | – | – | – | 22.0 | – | 36.0 | – | – | 3.0 | 1.00 |",
+		"| warm | manta | 3 | 12.0 | – | – | – | 22.0 (2/3) | – | 30.0 | – | – | 1.10 | 1.05 |",
+		"| warm | kuberay | 2 | 12.0 | – | – | – | 22.0 | – | 28.5 | – | – | 1.50 | 1.00 |",
+		"| cold | manta | 1 | 12.0 | – | – | – | 22.0 | – | 51.0 | – | – | 2.00 | 1.42 |",
+		"| cold | kuberay | 1 | 12.0 | – | – | – | 22.0 | – | 36.0 | – | – | 3.00 | 1.00 |",
 	} {
 		if lines[2+i] != want {
 			t.Errorf("row %d:\n got %s\nwant %s", i, lines[2+i], want)
@@ -107,7 +107,7 @@ func TestRealJobTable(t *testing.T) {
 	if !strings.HasPrefix(lines[0], "| image | contender | trials | head Ready |") {
 		t.Errorf("heading %q", lines[0])
 	}
-	if got := realJobTable([]realJobTrial{trial("manta", "warm", 30, 1, true)}); !strings.Contains(got, "| 1.0 | – |") {
+	if got := realJobTable([]realJobTrial{trial("manta", "warm", 30, 1, true)}); !strings.Contains(got, "| 1.00 | – |") {
 		t.Errorf("without kuberay the ratio is –:\n%s", got)
 	}
 }
