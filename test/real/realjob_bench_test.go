@@ -87,7 +87,7 @@ func BenchmarkRealJob(b *testing.B) {
 		for round := range rounds {
 			for _, image := range images {
 				for _, name := range rotated(names, round) {
-					tr := e.realJobTrial(b, ctx, wc, name, bins[name], image, round)
+					tr := e.runRealJobTrial(b, ctx, wc, name, bins[name], image, round)
 					trials = append(trials, tr)
 					b.Logf("%s, %s image, round %d: %s / %s, operator %.1f CPU-s, phases %s", name, image, round,
 						tr.JobStatus, tr.DeploymentStatus, tr.OperatorCPUSeconds, phaseLine(tr.Phases))
@@ -112,8 +112,8 @@ func BenchmarkRealJob(b *testing.B) {
 	fmt.Fprintf(os.Stdout, "results written to %s\n", out)
 }
 
-// realJobTrial runs the sample RayJob once under the contender's operator, started for it and stopped after.
-func (e *env) realJobTrial(b *testing.B, ctx context.Context, wc client.WithWatch, contender, bin, image string, round int) realJobTrial {
+// runRealJobTrial runs the sample RayJob once under the contender's operator, started for it and stopped after.
+func (e *env) runRealJobTrial(b *testing.B, ctx context.Context, wc client.WithWatch, contender, bin, image string, round int) realJobTrial {
 	b.Helper()
 	switch image {
 	case "cold":
