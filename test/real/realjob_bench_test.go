@@ -89,8 +89,10 @@ func BenchmarkRealJob(b *testing.B) {
 				for _, name := range rotated(names, round) {
 					tr := e.runRealJobTrial(b, ctx, wc, name, bins[name], image, round)
 					trials = append(trials, tr)
-					b.Logf("%s, %s image, round %d: %s / %s, operator %.1f CPU-s, phases %s", name, image, round,
-						tr.JobStatus, tr.DeploymentStatus, tr.OperatorCPUSeconds, phaseLine(tr.Phases))
+					// On stdout: testing keeps only the first 10 lines of a benchmark's log.
+					fmt.Fprintf(os.Stdout, "%s %s, %s image, round %d: %s / %s, operator %.2f CPU-s, phases %s\n",
+						time.Now().Format(time.TimeOnly), name, image, round, tr.JobStatus, tr.DeploymentStatus,
+						tr.OperatorCPUSeconds, phaseLine(tr.Phases))
 				}
 			}
 		}
