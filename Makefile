@@ -150,6 +150,18 @@ bench-rayjobs: tools build ## Race the operators on RayJob throughput (HTTPMode,
 	MANTA_BENCH_JOBS_JSON=$(CURDIR)/bench-rayjobs.json \
 	go test -timeout 120m -count=1 -run '^$$' -bench BenchmarkSideBySideRayJobs -benchtime 1x ./test/bench/
 
+# The sample RayJob on the real node, from its create to SUCCEEDED (test/bench/README.md): REALJOB_ROUNDS rounds of
+# REALJOB_CONTENDERS alternated, each on REALJOB_IMAGE (warm, cold); writes bench-realjob.json.
+REALJOB_ROUNDS ?= 3
+REALJOB_CONTENDERS ?= manta,kuberay
+REALJOB_IMAGE ?= warm,cold
+
+.PHONY: bench-realjob
+bench-realjob: tools build images ray ## Time config/samples/rayjob.yaml from create to SUCCEEDED on the real node under Manta and KubeRay, warm and cold image; writes bench-realjob.json.
+	MANTA_REALJOB_ROUNDS=$(REALJOB_ROUNDS) MANTA_REALJOB_CONTENDERS=$(REALJOB_CONTENDERS) MANTA_REALJOB_IMAGE=$(REALJOB_IMAGE) \
+	MANTA_REALJOB_JSON=$(CURDIR)/bench-realjob.json \
+	go test -timeout 180m -count=1 -run '^$$' -bench '^BenchmarkRealJob$$' -benchtime 1x ./test/real/
+
 # Idle suspension at scale (test/bench/README.md): IDLE_CLUSTERS RayClusters, IDLE_WINDOW; writes bench-idle.json.
 IDLE_CLUSTERS ?= 500
 IDLE_WINDOW ?= 5m

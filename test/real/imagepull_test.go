@@ -195,7 +195,7 @@ func (e *env) runImagePullJob(t *testing.T, ctx context.Context, ns, name, image
 
 // containerdDigest is the digest containerd on the real node holds for ref (ctr images ls in the kubelet's
 // namespace), "" when it has none.
-func (e *env) containerdDigest(t *testing.T, ctx context.Context, ref string) string {
+func (e *env) containerdDigest(t testing.TB, ctx context.Context, ref string) string {
 	t.Helper()
 	ctr := filepath.Join(filepath.Dir(e.kubectl), "ctr")
 	out, err := exec.CommandContext(ctx, ctr, "--address", e.cluster.ContainerdSocket(), "-n", "k8s.io", "images", "ls").CombinedOutput()

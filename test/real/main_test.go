@@ -45,6 +45,15 @@ type env struct {
 
 func startEnv(t *testing.T, ctx context.Context) *env {
 	t.Helper()
+	e := startCluster(t, ctx)
+	e.startOperator(t)
+	return e
+}
+
+// startCluster starts the dev cluster with its real node and no operator: startEnv runs Manta's in the node's
+// namespace, a benchmark one operator or another.
+func startCluster(t testing.TB, ctx context.Context) *env {
+	t.Helper()
 	root := testutil.MustRepoRoot(t)
 	binDir := filepath.Join(root, "bin")
 	if err := devcluster.RealNodeSupport(binDir); err != nil {
@@ -72,7 +81,6 @@ func startEnv(t *testing.T, ctx context.Context) *env {
 	if e.cl, err = client.New(c.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
 		t.Fatal(err)
 	}
-	e.startOperator(t)
 	return e
 }
 
@@ -142,7 +150,7 @@ func (e *env) kubectlOut(ctx context.Context, args ...string) (string, error) {
 	return out.String(), err
 }
 
-func (e *env) namespace(t *testing.T, ctx context.Context, name string) string {
+func (e *env) namespace(t testing.TB, ctx context.Context, name string) string {
 	t.Helper()
 	if _, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -155,7 +163,7 @@ func (e *env) namespace(t *testing.T, ctx context.Context, name string) string {
 }
 
 // deleteNamespace deletes ns and waits until its pods are gone, so the next step has the node's CPUs.
-func (e *env) deleteNamespace(t *testing.T, ctx context.Context, ns string) {
+func (e *env) deleteNamespace(t testing.TB, ctx context.Context, ns string) {
 	t.Helper()
 	// A container's PID 1 that installs no SIGTERM handler (bash, python's http.server) ignores it: one second of
 	// grace instead of 30 keeps the suite short.
@@ -176,7 +184,7 @@ func (e *env) deleteNamespace(t *testing.T, ctx context.Context, ns string) {
 }
 
 // waitFor polls cond until it holds, failing with cond's last word after timeout.
-func waitFor(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, ctx context.Context, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""

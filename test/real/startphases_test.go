@@ -263,7 +263,7 @@ func (e *env) waitPrepulled(t *testing.T, ctx context.Context, job *rayv1.RayJob
 }
 
 // waitNodeLacks waits until the real node no longer lists ref in status.images.
-func (e *env) waitNodeLacks(t *testing.T, ctx context.Context, ref string) {
+func (e *env) waitNodeLacks(t testing.TB, ctx context.Context, ref string) {
 	t.Helper()
 	start := time.Now()
 	waitFor(t, ctx, 3*time.Minute, "node "+devcluster.RealNodeName+" no longer lists "+ref, func() (bool, string) {
@@ -313,7 +313,7 @@ func eventTime(ev *corev1.Event) time.Time {
 // The exited containers of deleted pods go first: until the kubelet's garbage collection removes them they keep the
 // image's unpacked layers, and a pull that finds the layers fetches nothing (CI of 66d86c9: the earlier step's
 // containers were still there, the "cold" pull took 128 ms and the head found the image present).
-func (e *env) removeNodeImage(t *testing.T, ctx context.Context, ref string) {
+func (e *env) removeNodeImage(t testing.TB, ctx context.Context, ref string) {
 	t.Helper()
 	// run returns ctr's standard output, which the callers parse; its standard error carries warnings (cgroup v1).
 	run := func(args ...string) (string, string, error) {

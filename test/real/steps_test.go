@@ -169,7 +169,7 @@ func fitRayResources(spec *rayv1.RayClusterSpec) {
 	}
 }
 
-func readSample[T any](t *testing.T, name string, into *T) {
+func readSample[T any](t testing.TB, name string, into *T) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(testutil.MustRepoRoot(t), "config", "samples", name))
 	if err != nil {
