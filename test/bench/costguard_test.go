@@ -158,8 +158,8 @@ const (
 	// series count on the first Event (a patch) unless the first is still queued, when the create carries it: 0.5
 	// to 1.0 patches per job.
 	jobEventTolerance = 0.5
-	// A change to the job's cluster while the job runs is a reconcile of the RayJob, which reads its job from Ray
-	// and its head Service from the API server (uncached): 2-2.5 of each per job over four runs.
+	// A change to the job's cluster while the job runs is a reconcile of the RayJob, which reads its job from Ray:
+	// 2-2.5 per job over four runs. (Its head Service, not cached, is read once per job: when it is still absent.)
 	runningReadTolerance = 0.5
 )
 
@@ -191,7 +191,7 @@ func costTolerance(key string) float64 {
 			return status + events + runningReadTolerance
 		}
 		return status + events
-	case strings.HasPrefix(rest, "ray/GET "), kind == "job" && rest == "get services":
+	case strings.HasPrefix(rest, "ray/GET "):
 		return runningReadTolerance
 	}
 	return 0
