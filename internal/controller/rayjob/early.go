@@ -70,10 +70,15 @@ func (p *plan) startEarly(cluster *rayv1.RayCluster) (bool, error) {
 	}
 	again := min(p.cfg.pollInterval, earlyProbeInterval)
 	mode, up := submissionMode(j), headUp(p.o.pods, cluster.Name)
-	if up && mode == rayv1.HTTPMode {
+	var err error
+	switch {
+	case up && p.o.dashErr != nil:
+		// As in Running: a client of the head that cannot be made (its auth token not readable) is the reconcile's
+		// error, not the head's answer.
+		err = p.o.dashErr
+	case up && mode == rayv1.HTTPMode:
 		return true, p.submitEarly(cluster, again)
-	}
-	if up && p.headHealth() == nil {
+	case up && p.o.headProbed && p.o.headErr == nil:
 		p.startedEarlyEvent(cluster)
 		return true, nil
 	}
@@ -81,20 +86,11 @@ func (p *plan) startEarly(cluster *rayv1.RayCluster) (bool, error) {
 	// watch event is sure to come.
 	p.Requeue(again)
 	if mode == rayv1.K8sJobMode && cluster.Status.Head.ServiceName != "" {
-		return false, p.ensureSubmitter(cluster)
+		if err := p.ensureSubmitter(cluster); err != nil {
+			return false, err
+		}
 	}
-	return false, nil
-}
-
-// headHealth is what observe's GCS health check of the head answered (nil: healthy).
-func (p *plan) headHealth() error {
-	switch {
-	case p.o.dashErr != nil:
-		return p.o.dashErr
-	case !p.o.headProbed:
-		return errors.New("the head was not asked")
-	}
-	return p.o.headErr
+	return false, err
 }
 
 // submitEarly submits an HTTPMode job before its cluster is ready. Ray refusing it for now (its dashboard not

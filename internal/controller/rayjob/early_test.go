@@ -132,7 +132,7 @@ func TestPlanStartEarly(t *testing.T) {
 		want:   started(rayv1.JobDeploymentStatusWaiting),
 		events: []string{ReasonStartedBeforeClusterReady},
 	}, {
-		name: "the head's dashboard client could not be made: still Initializing",
+		name: "the head's dashboard client could not be made: still Initializing, the reconcile's error",
 		job:  early(rayv1.SidecarMode),
 		obs: func(o *observation) {
 			healthy(o)
@@ -140,6 +140,16 @@ func TestPlanStartEarly(t *testing.T) {
 		},
 		want:    mirror,
 		requeue: earlyProbeInterval,
+		err:     "no token",
+	}, {
+		name: "HTTPMode, the head's dashboard client could not be made: no submission, the reconcile's error",
+		job:  early(rayv1.HTTPMode),
+		obs: func(o *observation) {
+			o.cluster, o.pods, o.dashErr = starting, head(corev1.PodRunning, "10.1.0.5"), errors.New("no token")
+		},
+		want:    mirror,
+		requeue: earlyProbeInterval,
+		err:     "no token",
 	}})
 }
 

@@ -88,16 +88,16 @@ func (r *Reconciler) observe(ctx context.Context, j *rayv1.RayJob) *observation 
 	if c == nil {
 		return o
 	}
-	// A job that may start before its cluster is ready (startEarly): its submitter may be made, and whether the
-	// head answers is asked once the head pod runs (HTTPMode's submission asks it itself).
+	// A job that may start before its cluster is ready (startEarly): its submitter may be made, and once the head
+	// pod runs, the head's client is made and asked whether the GCS is healthy (HTTPMode's submission asks itself).
 	early := state == rayv1.JobDeploymentStatusInitializing && submitsEarly(j) && !j.Spec.Suspend && c.Status.State != rayv1.Ready
 	if mode == rayv1.K8sJobMode && o.submitter == nil && o.submitterErr == nil &&
 		(state == rayv1.JobDeploymentStatusRunning || (state == rayv1.JobDeploymentStatusInitializing && (c.Status.State == rayv1.Ready || early))) {
 		o.inClusterDashboard = r.rays.InClusterDashboardURL(HeadTarget(c))
 	}
-	if early && mode != rayv1.HTTPMode && o.podsErr == nil && headUp(o.pods, c.Name) {
-		o.headProbed = true
-		if o.dash, o.dashErr = r.dashboard(ctx, c); o.dashErr == nil {
+	if early && o.podsErr == nil && headUp(o.pods, c.Name) {
+		if o.dash, o.dashErr = r.dashboard(ctx, c); o.dashErr == nil && mode != rayv1.HTTPMode {
+			o.headProbed = true
 			o.headErr = o.dash.CheckGCSHealth(ctx)
 		}
 	}
