@@ -35,6 +35,7 @@ func TestRealNode(t *testing.T) {
 		{"pause pod on the real node", testPausePod},
 		{"cluster DNS and Services", testDNSAndServices},
 		{"RayJob sample succeeds", testRayJobSample},
+		{"RayJob sample submitted before its cluster is ready", testRayJobSampleEarly},
 		{"RayCluster worker joins the head", testRayClusterWorkerJoins},
 		{"start phases of a RayCluster", testStartPhases},
 		{"start phases of the RayJob sample cold, warm and pre-pulled", testStartPhasesColdWarmPrepulled},

@@ -14,7 +14,8 @@ import (
 	"github.com/manta-dev/manta/internal/controller/idle"
 )
 
-// initializing waits for the cluster to be ready, then starts the submission.
+// initializing waits for the cluster to be ready (or, opted in, for its head to answer: startEarly), then starts
+// the submission.
 func (p *plan) initializing() error {
 	j := p.j
 	s := &j.Status
@@ -51,7 +52,9 @@ func (p *plan) initializing() error {
 		if len(j.Spec.ClusterSelector) > 0 {
 			p.Requeue(p.cfg.pollInterval) // not owned: no watch event will come
 		}
-		return nil
+		if start, err := p.startEarly(cluster); !start || err != nil {
+			return err
+		}
 	}
 	s.Message = "" // what reportStartTrouble said is over
 	s.DashboardURL = DashboardURL(cluster, p.cfg.clusterDomain)

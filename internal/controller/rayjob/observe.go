@@ -51,6 +51,10 @@ type observation struct {
 	dashErr error
 	jobInfo *ray.JobInfo
 	jobErr  error
+	// headProbed: the head's GCS health was asked (a job that may start before its cluster is ready, startEarly);
+	// headErr is why it did not answer healthy.
+	headProbed bool
+	headErr    error
 }
 
 // observe reads what the RayJob's deployment state needs, from the cache except where noted; it writes nothing.
@@ -84,9 +88,18 @@ func (r *Reconciler) observe(ctx context.Context, j *rayv1.RayJob) *observation 
 	if c == nil {
 		return o
 	}
+	// A job that may start before its cluster is ready (startEarly): its submitter may be made, and once the head
+	// pod runs, the head's client is made and asked whether the GCS is healthy (HTTPMode's submission asks itself).
+	early := state == rayv1.JobDeploymentStatusInitializing && submitsEarly(j) && !j.Spec.Suspend && c.Status.State != rayv1.Ready
 	if mode == rayv1.K8sJobMode && o.submitter == nil && o.submitterErr == nil &&
-		(state == rayv1.JobDeploymentStatusRunning || (state == rayv1.JobDeploymentStatusInitializing && c.Status.State == rayv1.Ready)) {
+		(state == rayv1.JobDeploymentStatusRunning || (state == rayv1.JobDeploymentStatusInitializing && (c.Status.State == rayv1.Ready || early))) {
 		o.inClusterDashboard = r.rays.InClusterDashboardURL(HeadTarget(c))
+	}
+	if early && o.podsErr == nil && headUp(o.pods, c.Name) {
+		if o.dash, o.dashErr = r.dashboard(ctx, c); o.dashErr == nil && mode != rayv1.HTTPMode {
+			o.headProbed = true
+			o.headErr = o.dash.CheckGCSHealth(ctx)
+		}
 	}
 	if state != rayv1.JobDeploymentStatusRunning || j.Spec.Suspend {
 		return o

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/shared/podtrouble"
@@ -34,15 +33,6 @@ const PermanentStartError rayv1.JobFailedReason = "PermanentStartError"
 // missing before AnnotationFailOnPermanentStartError counts it as permanent: time for the tool that makes it (an
 // external-secrets operator, a Helm hook) to catch up.
 const DefaultMissingConfigGrace = 2 * time.Minute
-
-// validateStartErrorAnnotation refuses a value of AnnotationFailOnPermanentStartError other than "true" or "false".
-func validateStartErrorAnnotation(j *rayv1.RayJob) field.ErrorList {
-	v, ok := j.Annotations[AnnotationFailOnPermanentStartError]
-	if !ok || v == "true" || v == "false" {
-		return nil
-	}
-	return field.ErrorList{field.NotSupported(field.NewPath("metadata", "annotations").Key(AnnotationFailOnPermanentStartError), v, []string{"true", "false"})}
-}
 
 // reportStartTrouble writes why the cluster's pods cannot start in the message of an Initializing job, asks for an
 // event for each cause the message did not name yet, and fails the job when it asked for it and a cause is

@@ -28,9 +28,24 @@ func Validate(j *rayv1.RayJob) field.ErrorList {
 	errs = append(errs, validateLifecycle(j, spec)...)
 	errs = append(errs, validateDeletionStrategy(j, spec)...)
 	errs = append(errs, validateEntrypoint(j, spec)...)
-	errs = append(errs, validateStartErrorAnnotation(j)...)
+	errs = append(errs, validateBoolAnnotations(j)...)
 	if s := &j.Spec; s.RayClusterSpec != nil && s.RayClusterSpec.Suspend != nil && *s.RayClusterSpec.Suspend {
 		errs = append(errs, field.Forbidden(spec.Child("rayClusterSpec", "suspend"), "suspend the RayJob (spec.suspend), not its cluster"))
+	}
+	return errs
+}
+
+// boolAnnotations are Manta's RayJob annotations that take "true" or "false" (absent: "false").
+var boolAnnotations = []string{AnnotationFailOnPermanentStartError, AnnotationSubmitBeforeClusterReady}
+
+// validateBoolAnnotations refuses a value of a boolAnnotations annotation other than "true" or "false": a typo
+// ("yes", "True") would otherwise leave the job on KubeRay's behaviour unseen.
+func validateBoolAnnotations(j *rayv1.RayJob) field.ErrorList {
+	var errs field.ErrorList
+	for _, a := range boolAnnotations {
+		if v, ok := j.Annotations[a]; ok && v != "true" && v != "false" {
+			errs = append(errs, field.NotSupported(field.NewPath("metadata", "annotations").Key(a), v, []string{"true", "false"}))
+		}
 	}
 	return errs
 }

@@ -47,6 +47,8 @@ type Remote struct {
 
 	mu   sync.Mutex
 	down bool
+	// refusals counts the connections refused while down.
+	refusals int
 	// fail503 is how many of the next dashboard requests a 503 answers; dropSubmit loses the next submission's answer.
 	fail503    int
 	dropSubmit bool
@@ -170,6 +172,13 @@ func (r *Remote) SetDown(down bool) {
 	r.down = down
 }
 
+// Refusals is how many connections to the head were refused while it was down.
+func (r *Remote) Refusals() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.refusals
+}
+
 // Fail503 makes the next n dashboard requests be answered 503, as a head that cannot serve them yet answers.
 func (r *Remote) Fail503(n int) {
 	r.mu.Lock()
@@ -208,6 +217,9 @@ func (r *Remote) roundTrip(req *http.Request, port string, toPod bool, pod strin
 	fail := !down && !toPod && r.fail503 > 0
 	if fail {
 		r.fail503--
+	}
+	if down {
+		r.refusals++
 	}
 	drop := !down && !fail && !toPod && r.dropSubmit && req.Method == http.MethodPost && req.URL.Path == "/api/jobs/"
 	if drop {
