@@ -153,7 +153,7 @@ bench-rayjobs: tools build ## Race the operators on RayJob throughput (HTTPMode,
 # The sample RayJob on the real node, from its create to SUCCEEDED (test/bench/README.md): REALJOB_ROUNDS rounds of
 # REALJOB_CONTENDERS alternated, each on REALJOB_IMAGE (warm, cold); writes bench-realjob.json.
 REALJOB_ROUNDS ?= 3
-REALJOB_CONTENDERS ?= manta,kuberay
+REALJOB_CONTENDERS ?= manta,manta-early,kuberay
 REALJOB_IMAGE ?= warm,cold
 
 .PHONY: bench-realjob

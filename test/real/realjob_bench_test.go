@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/testutil"
 )
@@ -37,7 +38,8 @@ import (
 //
 //	MANTA_REALJOB_ROUNDS       rounds (default 3); each runs every image kind, and in it every contender, the
 //	                           contenders' order rotated by one each round
-//	MANTA_REALJOB_CONTENDERS   default manta,kuberay
+//	MANTA_REALJOB_CONTENDERS   default manta,kuberay; manta-early is Manta with the sample opted into
+//	                           manta.dev/submit-before-cluster-ready
 //	MANTA_REALJOB_IMAGE        default warm,cold
 //	MANTA_REALJOB_JSON         where to write the trials (default <repo>/bench-realjob.json)
 func BenchmarkRealJob(b *testing.B) {
@@ -58,7 +60,7 @@ func BenchmarkRealJob(b *testing.B) {
 	bins := map[string]string{}
 	for _, n := range names {
 		switch n {
-		case "manta":
+		case "manta", "manta-early":
 			bin, err := testutil.BuildMantaTo(b.TempDir())
 			if err != nil {
 				b.Fatal(err)
@@ -70,7 +72,7 @@ func BenchmarkRealJob(b *testing.B) {
 				b.Fatalf("%v (hack/build-kuberay.sh, make tools, builds it)", err)
 			}
 		default:
-			b.Fatalf("MANTA_REALJOB_CONTENDERS: unknown contender %q (manta, kuberay)", n)
+			b.Fatalf("MANTA_REALJOB_CONTENDERS: unknown contender %q (manta, manta-early, kuberay)", n)
 		}
 	}
 	out := envOr("MANTA_REALJOB_JSON", filepath.Join(root, "bench-realjob.json"))
@@ -133,6 +135,10 @@ func (e *env) runRealJobTrial(b *testing.B, ctx context.Context, wc client.WithW
 	readSample(b, "rayjob.yaml", &job)
 	job.Namespace = ns
 	fitRayResources(job.Spec.RayClusterSpec)
+	if contender == "manta-early" {
+		// Manta's opt-in: the submission does not wait for the cluster to be ready (docs/user-guide.md).
+		job.Annotations = map[string]string{rayjob.AnnotationSubmitBeforeClusterReady: "true"}
+	}
 	workers := 0
 	for _, g := range job.Spec.RayClusterSpec.WorkerGroupSpecs {
 		if g.Replicas != nil {
