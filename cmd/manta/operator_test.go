@@ -222,7 +222,7 @@ func TestStartPhaseLateThresholdFlag(t *testing.T) {
 
 // Events drain at five times the operator's own client limits once its other writes pause: at 20 a second the
 // backlog of a 1,000-cluster burst took 140 s, at 100 39 s, and every second of it cost the control plane
-// (docs/benchmarks.md, "Where the deferred events' cost comes from" and "Total cost").
+// (docs/benchmarks.md, "Where the deferred events' cost comes from" and "Latest run: total cost to quiescence").
 func TestEventLimitsDefaultToFiveTimesTheOperators(t *testing.T) {
 	var o operator.Options
 	fs := pflag.NewFlagSet("operator", pflag.ContinueOnError)
