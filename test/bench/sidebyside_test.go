@@ -30,6 +30,7 @@ import (
 	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/devcluster"
 	"github.com/manta-dev/manta/internal/operator"
+	"github.com/manta-dev/manta/internal/sys/liveproc"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -883,29 +884,8 @@ func (s metricsSnapshot) minus(before metricsSnapshot) metricsSnapshot {
 	return out
 }
 
-// procCPUSeconds is a process's user + system CPU time from /proc/<pid>/stat (clock ticks of 1/100 s).
-func procCPUSeconds(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	return parseStatCPU(string(b))
-}
-
-func parseStatCPU(stat string) float64 {
-	// Fields after the command name, which is in parentheses and may hold spaces: state is field 3, utime 14, stime 15.
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100
-}
+// procCPUSeconds is a process's user + system CPU time so far.
+func procCPUSeconds(pid int) float64 { return liveproc.CPUSeconds(pid) }
 
 // procPeakRSSMiB is a process's peak resident set size (VmHWM) from /proc/<pid>/status.
 func procPeakRSSMiB(pid int) float64 { return procStatusMiB(pid, "VmHWM:") }

@@ -56,14 +56,6 @@ apiserver_request_duration_seconds_count{component="apiserver",resource="pods",v
 	}
 }
 
-func TestParseStatCPU(t *testing.T) {
-	// pid (comm with spaces) state ppid ... utime=250 stime=50 (fields 14 and 15)
-	stat := "4242 (manta op) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 1000 0 0"
-	if got := parseStatCPU(stat); got != 3 {
-		t.Errorf("parseStatCPU = %v, want 3", got)
-	}
-}
-
 func TestSideBySideTable(t *testing.T) {
 	table := sideBySideTable([]trialResult{
 		{Contender: "raw", Clusters: 100, Pods: 400, AllReadyS: 10, ToQuiescence: &quiescentFigures{Reached: true, AtS: 11}},

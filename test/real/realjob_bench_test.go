@@ -24,6 +24,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
 	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/sys/liveproc"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -157,7 +158,7 @@ func (e *env) runRealJobTrial(b *testing.B, ctx context.Context, wc client.WithW
 		go rec.follow(w)
 	}
 
-	cpu0 := procCPUSeconds(op.pid())
+	cpu0 := liveproc.CPUSeconds(op.pid())
 	applied := time.Now()
 	if err := e.cl.Create(ctx, &job); err != nil {
 		b.Fatal(err)
@@ -170,7 +171,7 @@ func (e *env) runRealJobTrial(b *testing.B, ctx context.Context, wc client.WithW
 	case <-ctx.Done():
 		b.Fatal(ctx.Err())
 	}
-	cpu := procCPUSeconds(op.pid()) - cpu0
+	cpu := liveproc.CPUSeconds(op.pid()) - cpu0
 	stopWatches()
 	obs, last := rec.snapshot()
 	tr := realJobTrial{Contender: contender, Round: round, Image: image, Namespace: ns, AppliedAt: applied,
@@ -334,27 +335,7 @@ func (o *realJobOperator) waitStarted(b *testing.B, ctx context.Context) {
 
 // stop ends the operator as Kubernetes ends a pod: SIGTERM, then SIGKILL after 30 s.
 func (o *realJobOperator) stop() {
-	select {
-	case <-o.done:
-		return
-	default:
-	}
-	_ = o.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-o.done:
-	case <-time.After(30 * time.Second):
-		_ = o.cmd.Process.Kill()
-		<-o.done
-	}
-}
-
-// procCPUSeconds is a process's user + system CPU-seconds so far; 0 when it cannot be read.
-func procCPUSeconds(pid int) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	return parseStatCPU(string(data))
+	liveproc.Terminate(o.cmd.Process, o.done, 30*time.Second)
 }
 
 // rotated is names rotated left by r, so that no contender always runs first in a round.

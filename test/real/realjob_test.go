@@ -218,20 +218,3 @@ func medianCell(xs []float64, of, prec int) string {
 	}
 	return s
 }
-
-// parseStatCPU is a process's user + system CPU-seconds from the text of /proc/<pid>/stat (clock ticks of 1/100 s),
-// as test/bench reads it.
-func parseStatCPU(stat string) float64 {
-	// Fields after the command name, which is in parentheses and may hold spaces: state is field 3, utime 14, stime 15.
-	i := strings.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100
-}

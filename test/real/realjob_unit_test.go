@@ -123,14 +123,3 @@ func TestMedian(t *testing.T) {
 		t.Errorf("median of none = %v", got)
 	}
 }
-
-func TestParseStatCPU(t *testing.T) {
-	// pid (comm with spaces) state ppid ... utime=250 stime=50 (fields 14 and 15)
-	stat := "42 (manta op) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 100 0 0"
-	if got := parseStatCPU(stat); got != 3 {
-		t.Errorf("parseStatCPU = %v, want 3", got)
-	}
-	if got := parseStatCPU("garbage"); got != 0 {
-		t.Errorf("parseStatCPU of garbage = %v", got)
-	}
-}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/manta-dev/manta/internal/devcluster"
+	"github.com/manta-dev/manta/internal/sys/liveproc"
 )
 
 // operator is one operator process: KubeRay's or a Manta binary, run as a platform engineer runs a Deployment of
@@ -70,18 +71,7 @@ func startOperator(t *testing.T, c *devcluster.Cluster, name, bin string, kubera
 // stop ends the operator as Kubernetes ends a pod scaled away: SIGTERM, then SIGKILL if it has not exited after
 // the default grace period. Idempotent.
 func (o *operator) stop() {
-	select {
-	case <-o.done:
-		return
-	default:
-	}
-	_ = o.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-o.done:
-	case <-time.After(30 * time.Second):
-		_ = o.cmd.Process.Kill()
-		<-o.done
-	}
+	liveproc.Terminate(o.cmd.Process, o.done, 30*time.Second)
 }
 
 // exited says whether the operator has stopped on its own, with its log's tail.

@@ -26,3 +26,23 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+func TestParseStatCPU(t *testing.T) {
+	// pid (comm with spaces) state ppid ... utime=250 stime=50 (fields 14 and 15)
+	stat := "4242 (manta op) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 12 0 1000 0 0"
+	if got := parseStatCPU(stat); got != 3 {
+		t.Errorf("parseStatCPU = %v, want 3", got)
+	}
+	if got := parseStatCPU("garbage"); got != 0 {
+		t.Errorf("parseStatCPU of garbage = %v", got)
+	}
+}
+
+func TestCPUSecondsOfThisProcess(t *testing.T) {
+	if got := CPUSeconds(os.Getpid()); got < 0 {
+		t.Errorf("CPUSeconds(self) = %v", got)
+	}
+	if got := CPUSeconds(-1); got != 0 {
+		t.Errorf("CPUSeconds(-1) = %v, want 0", got)
+	}
+}

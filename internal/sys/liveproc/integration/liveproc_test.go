@@ -1,9 +1,12 @@
 package integration
 
 import (
+	"bufio"
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/manta-dev/manta/internal/sys/liveproc"
 )
@@ -26,5 +29,47 @@ func TestExistsUntilReaped(t *testing.T) {
 	_ = cmd.Wait()
 	if id.Exists() {
 		t.Errorf("%v exists after it was killed and reaped", id)
+	}
+}
+
+// TestTerminate: a child that exits on SIGTERM is gone without the grace running out; one that ignores it is
+// killed once the grace is over.
+func TestTerminate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		script string
+		want   syscall.Signal
+	}{
+		{"exits on SIGTERM", "exec sleep 600", syscall.SIGTERM},
+		{"ignores SIGTERM", `trap "" TERM; echo ready; while :; do sleep 1; done`, syscall.SIGKILL},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("sh", "-c", tc.script)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.want == syscall.SIGKILL {
+				// Barrier: the trap is set before the signal is sent.
+				if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+					t.Fatal(err)
+				}
+			}
+			exited := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(exited) }()
+			grace := time.Hour
+			if tc.want == syscall.SIGKILL {
+				grace = 100 * time.Millisecond
+			}
+			liveproc.Terminate(cmd.Process, exited, grace)
+			ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+			if !ok || !ws.Signaled() || ws.Signal() != tc.want {
+				t.Errorf("ended with %v, want killed by %v", cmd.ProcessState, tc.want)
+			}
+			liveproc.Terminate(cmd.Process, exited, grace) // again: returns at once
+		})
 	}
 }
