@@ -51,7 +51,9 @@ type jobResult struct {
 	// written.
 	QuiescentS float64 `json:"quiescentSeconds"`
 	CPUSeconds float64 `json:"operatorCPUSeconds"`
-	PeakRSSMiB float64 `json:"operatorPeakRSSMiB"`
+	// ControlPlaneCPU is each control plane process's CPU-seconds over the same span (kube-apiserver, etcd, ...).
+	ControlPlaneCPU map[string]float64 `json:"controlPlaneCPUSeconds,omitempty"`
+	PeakRSSMiB      float64            `json:"operatorPeakRSSMiB"`
 	// WritesPerJob are the operator's writes of Kubernetes objects per job (its POST/PUT/PATCH/DELETE, not its
 	// writes to a Ray head); RayAPIPerJob its requests to Ray through the API server's proxy, as the API server
 	// counts them; ServerWritesPerJob every client's object writes (the scheduler's, kwok's, the
@@ -143,6 +145,10 @@ func runJobTrial(b *testing.B, c contender, bin, kuberayCRDs string, jobs int) j
 	defer op.stop()
 	r := jobResult{Contender: c.name, Jobs: jobs, Args: op.args[1:]}
 	before, cpu0, served0 := op.scrape(b), procCPUSeconds(op.cmd.Process.Pid), e.serverRequests(b)
+	cp0 := map[string]float64{}
+	for name, pid := range e.cluster.PIDs() {
+		cp0[name] = procCPUSeconds(pid)
+	}
 
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
@@ -184,6 +190,10 @@ func runJobTrial(b *testing.B, c contender, bin, kuberayCRDs string, jobs int) j
 	}
 	r.QuiescentS = lastWrite.Sub(start).Seconds()
 	r.CPUSeconds = procCPUSeconds(op.cmd.Process.Pid) - cpu0
+	r.ControlPlaneCPU = map[string]float64{}
+	for name, pid := range e.cluster.PIDs() {
+		r.ControlPlaneCPU[name] = math.Round((procCPUSeconds(pid)-cp0[name])*100) / 100
+	}
 	r.PeakRSSMiB = procPeakRSSMiB(op.cmd.Process.Pid)
 	d := op.scrape(b).minus(before)
 	served := e.serverRequests(b)
@@ -415,12 +425,16 @@ func (h *fakeHeads) submissions() int {
 // jobTable is the results as a Markdown table.
 func jobTable(rs []jobResult) string {
 	var sb strings.Builder
-	sb.WriteString("| RayJobs | contender | all Complete | jobs per minute | p50 / p99 create -> Complete | submissions | quiescent | operator CPU-s | peak RSS | writes per job | Ray API requests per job | all clients' writes per job |\n")
-	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	sb.WriteString("| RayJobs | contender | all Complete | jobs per minute | p50 / p99 create -> Complete | submissions | quiescent | operator CPU-s | apiserver / etcd CPU-s | peak RSS | writes per job | Ray API requests per job | all clients' writes per job |\n")
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		fmt.Fprintf(&sb, "| %d | %s | %.1f s | %.1f | %.1f / %.1f s | %d | %.1f s | %.1f | %.0f MiB | %.1f | %.1f | %.1f |\n",
+		cp := "-"
+		if r.ControlPlaneCPU != nil {
+			cp = fmt.Sprintf("%.1f / %.1f", r.ControlPlaneCPU["kube-apiserver"], r.ControlPlaneCPU["etcd"])
+		}
+		fmt.Fprintf(&sb, "| %d | %s | %.1f s | %.1f | %.1f / %.1f s | %d | %.1f s | %.1f | %s | %.0f MiB | %.1f | %.1f | %.1f |\n",
 			r.Jobs, r.Contender, r.AllCompleteS, r.JobsPerMinute, r.P50S, r.P99S, r.Submissions, r.QuiescentS,
-			r.CPUSeconds, r.PeakRSSMiB, r.WritesPerJob, r.RayAPIPerJob, r.ServerWritesPerJob)
+			r.CPUSeconds, cp, r.PeakRSSMiB, r.WritesPerJob, r.RayAPIPerJob, r.ServerWritesPerJob)
 	}
 	return sb.String()
 }
