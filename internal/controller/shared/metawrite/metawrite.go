@@ -10,6 +10,7 @@
 package metawrite
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -66,20 +67,16 @@ func newClient(cfg *rest.Config, hc *http.Client, apiPath string, gv schema.Grou
 	return rest.RESTClientForConfigAndClient(c, hc)
 }
 
-// metadataOf reads the API server's answer to a write: its error (the API server's Status, decoded: Raw would
-// leave it unread), else the object's metadata.
-func metadataOf(res rest.Result, what string) (*metav1.ObjectMeta, error) {
-	if err := res.Error(); err != nil {
-		return nil, err
-	}
-	raw, _ := res.Raw()
+// decodeMetadata decodes an answer in any media type the API server speaks into the PartialObjectMetadata asked
+// for.
+func decodeMetadata(raw []byte) (*metav1.ObjectMeta, error) {
 	obj, gvk, err := codecs.UniversalDeserializer().Decode(raw, nil, nil)
 	if err != nil {
-		return nil, fmt.Errorf("decode the metadata of the %s: %w", what, err)
+		return nil, err
 	}
 	meta, ok := obj.(*metav1.PartialObjectMetadata)
 	if !ok {
-		return nil, fmt.Errorf("the API server answered the %s with %v, not PartialObjectMetadata", what, gvk)
+		return nil, fmt.Errorf("the API server answered with %v, not PartialObjectMetadata", gvk)
 	}
 	return &meta.ObjectMeta, nil
 }
@@ -99,13 +96,27 @@ func NewPods(cfg *rest.Config, hc *http.Client) (*Pods, error) {
 }
 
 // Create creates pod in its namespace. On success pod's ObjectMeta is what the API server stored (the generated
-// name, UID, resourceVersion, creation time, labels and annotations as admitted); its spec and status stay as
-// sent: server-side defaults are not read back. A refused create returns the API server's error
-// (apierrors.IsAlreadyExists, IsInvalid, IsForbidden... work on it).
+// name, UID, resourceVersion, creation time, labels and annotations as admitted) but its managedFields, which the
+// cache drops too; its spec and status stay as sent: server-side defaults are not read back. A refused create
+// returns the API server's error (apierrors.IsAlreadyExists, IsInvalid, IsForbidden... work on it).
 func (p *Pods) Create(ctx context.Context, pod *corev1.Pod) error {
-	meta, err := metadataOf(p.rc.Post().Namespace(pod.Namespace).Resource("pods").Body(pod).Do(ctx), "pod created")
+	body, err := encodeProtobuf(pod, podKind)
 	if err != nil {
 		return err
+	}
+	res := p.rc.Post().Namespace(pod.Namespace).Resource("pods").SetHeader("Content-Type", runtime.ContentTypeProtobuf).Body(body.bytes).Do(ctx)
+	body.release()
+	if err := res.Error(); err != nil {
+		return err
+	}
+	raw, _ := res.Raw()
+	decode := decodeMetadata
+	if bytes.HasPrefix(raw, protobufMagic) {
+		decode = objectMetaOf // the answer asked for
+	}
+	meta, err := decode(raw)
+	if err != nil {
+		return fmt.Errorf("decode the metadata of the pod created: %w", err)
 	}
 	pod.ObjectMeta = *meta
 	return nil
@@ -129,7 +140,12 @@ func NewEvents(cfg *rest.Config, hc *http.Client) (*Events, error) {
 
 // Create creates ev in its namespace.
 func (e *Events) Create(ctx context.Context, ev *eventsv1.Event) error {
-	return e.rc.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
+	body, err := encodeProtobuf(ev, eventKind)
+	if err != nil {
+		return err
+	}
+	defer body.release()
+	return e.rc.Post().Namespace(ev.Namespace).Resource("events").SetHeader("Content-Type", runtime.ContentTypeProtobuf).Body(body.bytes).Do(ctx).Error()
 }
 
 // MergePatch applies a JSON merge patch to the Event namespace/name.

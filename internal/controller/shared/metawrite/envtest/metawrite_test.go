@@ -188,6 +188,14 @@ func testPodCreate(t *testing.T, cfg *rest.Config, cl client.Client, namespace s
 		pod.CreationTimestamp.IsZero() || pod.Labels["ray.io/cluster"] != "rc" || pod.Annotations["ray.io/note"] != "kept" {
 		t.Fatalf("metadata after create = %+v, want the stored pod's %+v", pod.ObjectMeta, stored.ObjectMeta)
 	}
+	storedMeta := stored.ObjectMeta.DeepCopy()
+	storedMeta.ManagedFields = nil
+	if pod.ManagedFields != nil || !equality.Semantic.DeepEqual(pod.ObjectMeta, *storedMeta) {
+		t.Fatalf("metadata after create = %+v, want the stored pod's but its managedFields: %+v", pod.ObjectMeta, *storedMeta)
+	}
+	if pod.Kind != "" || pod.APIVersion != "" {
+		t.Fatalf("the create left the pod's TypeMeta %+v, want it as sent (empty)", pod.TypeMeta)
+	}
 	if !equality.Semantic.DeepEqual(pod.Spec, *sent) {
 		t.Fatalf("the spec changed: %+v", pod.Spec)
 	}
