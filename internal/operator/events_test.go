@@ -370,3 +370,67 @@ func TestRepeatWaitsForItsCreate(t *testing.T) {
 		t.Errorf("writes returned in the order %q, want a's create before its patch", g.log)
 	}
 }
+
+// TestSeriesCountSettles: a series' later counts are written once it has been quiet (settle), and until then
+// they count in Pending, so a reader waiting for the queue to empty (the benchmarks' quiescence, the oracle's
+// settle) finds the Event with its final count instead of a count left for a sweep minutes later.
+func TestSeriesCountSettles(t *testing.T) {
+	g := newGatedEvents()
+	m := &eventManager{client: g, series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1), settle: time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	written := func(want string) {
+		t.Helper()
+		if w := g.waitEntered(t); !strings.HasPrefix(w, want) {
+			t.Fatalf("write %q, want %s...", w, want)
+		}
+		g.release <- struct{}{}
+	}
+	now := time.Now()
+	m.record(pending("a", now), now)
+	written("create a")
+	testutil.Eventually(t, time.Minute, "the create back", func() (bool, string) { return m.EventsIdle(), fmt.Sprintf("Pending %d", m.Pending()) })
+	m.record(pending("a", now), now.Add(time.Millisecond))
+	written(`patch a {"series":{"count":2`)
+	testutil.Eventually(t, time.Minute, "the first repeat's count back", func() (bool, string) { return m.EventsIdle(), fmt.Sprintf("Pending %d", m.Pending()) })
+
+	// Two more repeats: neither is written at once; both wait, counted, for the series to settle, then go as one
+	// patch with the last count.
+	m.record(pending("a", now), time.Now())
+	m.record(pending("a", now), time.Now())
+	if got := m.Pending(); got != 1 {
+		t.Fatalf("Pending() = %d with a series count waiting to settle, want 1", got)
+	}
+	written(`patch a {"series":{"count":4`)
+	testutil.Eventually(t, time.Minute, "the settled count back", func() (bool, string) { return m.EventsIdle(), fmt.Sprintf("Pending %d", m.Pending()) })
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.log) != 3 {
+		t.Errorf("writes %q, want the create and two patches", g.log)
+	}
+}
+
+// A series still repeating is refreshed every seriesRefresh, not held back for as long as it repeats; one quiet
+// for settle is due at once; a count a write already carried is not written again.
+func TestSettleDue(t *testing.T) {
+	m := &eventManager{series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1), settle: 5 * time.Second}
+	now := time.Now()
+	at := func(d time.Duration) int64 { return now.Add(d).UnixNano() }
+	repeating := &pendingEvent{written: true, count: 9, writtenCount: 2, lastWrite: at(-seriesRefresh - time.Second), lastObserved: at(-time.Second)}
+	quiet := &pendingEvent{written: true, count: 3, writtenCount: 2, lastWrite: at(-time.Minute), lastObserved: at(-6 * time.Second)}
+	waiting := &pendingEvent{written: true, count: 3, writtenCount: 2, lastWrite: at(-time.Minute), lastObserved: at(-2 * time.Second)}
+	carried := &pendingEvent{written: true, count: 3, writtenCount: 3, lastWrite: at(-time.Minute), lastObserved: at(-time.Minute)}
+	for _, p := range []*pendingEvent{repeating, quiet, waiting, carried} {
+		m.unsettle(p)
+	}
+	next := m.settleDue(now)
+	if !repeating.queued || !quiet.queued || waiting.queued || carried.queued {
+		t.Errorf("queued: repeating %v, quiet %v, waiting %v, carried %v; want true, true, false, false",
+			repeating.queued, quiet.queued, waiting.queued, carried.queued)
+	}
+	if next != 3*time.Second || len(m.unsettled) != 1 {
+		t.Errorf("next due in %v with %d unsettled, want 3s and 1", next, len(m.unsettled))
+	}
+}
