@@ -480,7 +480,12 @@ func (m *eventManager) next() *pendingEvent {
 		return nil
 	}
 	p := m.queue[i]
-	m.queue = slices.Delete(m.queue, i, i+1)
+	if i == 0 {
+		m.queue[0] = nil
+		m.queue = m.queue[1:] // the usual case: no shift of a burst's backlog
+	} else {
+		m.queue = slices.Delete(m.queue, i, i+1)
+	}
 	if len(m.queue) == 0 {
 		m.queue = nil // let the backing array go after a burst
 	}
