@@ -2,7 +2,6 @@ package startphases
 
 import (
 	"context"
-	"maps"
 	"sync"
 	"time"
 
@@ -193,7 +192,7 @@ func (r *Reconciler) eventCluster(ctx context.Context, o client.Object) []ctrl.R
 		return nil
 	}
 	pod := &corev1.Pod{}
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: ev.InvolvedObject.Namespace, Name: ev.InvolvedObject.Name}, pod, readOnly); err != nil {
+	if err := r.client.Get(ctx, types.NamespacedName{Namespace: ev.InvolvedObject.Namespace, Name: ev.InvolvedObject.Name}, pod, readOnly...); err != nil {
 		return nil // not a Ray pod (the cache holds only those), or gone
 	}
 	return podCluster(ctx, pod)
@@ -224,8 +223,9 @@ func (r *Reconciler) since() time.Time {
 	return r.epoch
 }
 
-// readOnly reads an object the reconcile only reads in place: the cache's own, not a copy.
-var readOnly = &client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}
+// readOnly reads an object the reconcile only reads in place: the cache's own, not a copy. It is passed as a
+// ready-made slice: a variadic argument built at each call escapes to the heap.
+var readOnly = []client.GetOption{&client.GetOptions{UnsafeDisableDeepCopy: ptr.To(true)}}
 
 // bit is phase p's bit in a done mask.
 func bit(p Phase) uint16 { return 1 << p }
@@ -246,8 +246,10 @@ func (r *Reconciler) record(done *uint16, t *Times, p Phase) bool {
 // reconcileCluster records the new phases of a RayCluster and its pods.
 func (r *Reconciler) reconcileCluster(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.start()
-	c := &rayv1.RayCluster{}
-	if err := r.client.Get(ctx, req.NamespacedName, c, readOnly); err != nil {
+	s := getScratch()
+	defer s.release()
+	c := &s.cluster
+	if err := r.client.Get(ctx, req.NamespacedName, c, readOnly...); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.mu.Lock()
 			delete(r.clusters, req.NamespacedName)
@@ -255,47 +257,57 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, req ctrl.Request) (ct
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	// A pod's Pulled events are looked up only while its or the cluster's pull phase is to be recorded.
+	// A pod's Pulled events are looked up only while its or the cluster's pull phase is to be recorded. The pods'
+	// map is read outside the lock without a copy: it is replaced, never changed, once stored.
 	r.mu.Lock()
 	var podDone map[types.UID]uint16
 	clusterPulled := false
 	if st := r.clusters[req.NamespacedName]; st != nil && st.uid == c.UID {
-		podDone, clusterPulled = maps.Clone(st.pods), st.done&bit(ImagePulled) != 0
+		podDone, clusterPulled = st.pods, st.done&bit(ImagePulled) != 0
 	}
 	r.mu.Unlock()
-	pods, err := r.observePods(ctx, c, func(uid types.UID) bool { return !clusterPulled || podDone[uid]&bit(ImagePulled) == 0 })
-	if err != nil {
+	if err := r.observePods(ctx, s, c, podDone, clusterPulled); err != nil {
 		return ctrl.Result{}, err
 	}
-	ct, last := ClusterTimes(c, podsOf(pods))
+	ct, last := ClusterTimes(c, s.pods)
 
 	var res reconcile.Result
 	r.mu.Lock()
 	st := r.clusters[req.NamespacedName]
 	if st == nil || st.uid != c.UID {
-		st = &clusterState{uid: c.UID, pods: map[types.UID]uint16{}}
+		st = &clusterState{uid: c.UID}
 		r.clusters[req.NamespacedName] = st
 	}
-	live := make(map[types.UID]uint16, len(pods))
-	for i := range pods {
-		p := &pods[i]
-		done := st.pods[p.uid]
-		for _, ph := range []Phase{Scheduled, ImagePulled, ContainersStarted, RayReady} {
+	// Pods gone from the cluster are forgotten; the map is replaced only when a pod came, went or reached a phase,
+	// not at each reconcile.
+	changed := len(st.pods) != len(s.pods)
+	for i := range s.pods {
+		p, m := &s.pods[i], &s.meta[i]
+		done, known := st.pods[m.uid]
+		before := done
+		for _, ph := range clusterOwnPhases {
 			if r.record(&done, &p.Times, ph) {
-				r.opts.Observe(KindPod, ph.String(), p.nodeType, p.Times.Since(ph))
+				r.opts.Observe(KindPod, ph.String(), m.nodeType, p.Times.Since(ph))
 			}
 		}
-		live[p.uid] = done
+		m.done = done
+		changed = changed || !known || done != before
 	}
-	st.pods = live // pods gone from the cluster are forgotten
+	if changed {
+		live := make(map[types.UID]uint16, len(s.pods))
+		for i := range s.meta {
+			live[s.meta[i].uid] = s.meta[i].done
+		}
+		st.pods = live
+	}
 	st.times.Created = ct.Created
-	for _, ph := range []Phase{Scheduled, ImagePulled, ContainersStarted, RayReady} {
+	for _, ph := range clusterOwnPhases {
 		if ct.Has(ph) && !st.times.Has(ph) {
 			st.times.At[ph], st.last[ph] = ct.At[ph], last[ph]
 		}
 	}
 	ct = st.times
-	for _, ph := range []Phase{Scheduled, ImagePulled, ContainersStarted, RayReady} {
+	for _, ph := range clusterOwnPhases {
 		if !r.record(&st.done, &ct, ph) {
 			continue
 		}
@@ -317,8 +329,10 @@ func (r *Reconciler) reconcileCluster(ctx context.Context, req ctrl.Request) (ct
 // reconcileJob records the new phases of a RayJob.
 func (r *Reconciler) reconcileJob(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	r.start()
-	j := &rayv1.RayJob{}
-	if err := r.client.Get(ctx, req.NamespacedName, j, readOnly); err != nil {
+	s := getScratch()
+	defer s.release()
+	j := &s.job
+	if err := r.client.Get(ctx, req.NamespacedName, j, readOnly...); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.mu.Lock()
 			delete(r.jobs, req.NamespacedName)
@@ -338,15 +352,14 @@ func (r *Reconciler) reconcileJob(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	r.mu.Unlock()
 	if name := j.Status.RayClusterName; name != "" && !clusterDone {
-		c := &rayv1.RayCluster{}
-		err := r.client.Get(ctx, types.NamespacedName{Namespace: j.Namespace, Name: name}, c, readOnly)
+		c := &s.cluster
+		err := r.client.Get(ctx, types.NamespacedName{Namespace: j.Namespace, Name: name}, c, readOnly...)
 		switch {
 		case err == nil:
-			pods, err := r.observePods(ctx, c, func(types.UID) bool { return true })
-			if err != nil {
+			if err := r.observePods(ctx, s, c, nil, false); err != nil {
 				return ctrl.Result{}, err
 			}
-			ct, last = ClusterTimes(c, podsOf(pods))
+			ct, last = ClusterTimes(c, s.pods)
 			found = true
 		case !apierrors.IsNotFound(err):
 			return ctrl.Result{}, err
@@ -400,54 +413,74 @@ func (r *Reconciler) reconcileJob(ctx context.Context, req ctrl.Request) (ctrl.R
 	return res.Finish(r.recorder, j, nil, nil)
 }
 
-// observedPod is one of a cluster's pods with its phases.
-type observedPod struct {
-	PodOf
+// clusterOwnPhases are the phases a RayCluster and its pods reach.
+var clusterOwnPhases = [...]Phase{Scheduled, ImagePulled, ContainersStarted, RayReady}
+
+// podMeta is what the recorder keeps of one of a cluster's pods beside its PodOf (same index in scratch.pods).
+type podMeta struct {
 	uid      types.UID
 	nodeType string
+	done     uint16
 }
 
-// observePods reads a cluster's Ray pods (not being deleted) and, for those needPulls says, their Pulled events
-// from the cache, and computes their phases. The cache's objects are read in place (no copies: a cluster's pods are
-// listed at each of its reconciles).
-func (r *Reconciler) observePods(ctx context.Context, c *rayv1.RayCluster, needPulls func(types.UID) bool) ([]observedPod, error) {
+// scratch is one reconcile's working memory, reused through scratchPool: a cluster is reconciled at each change
+// of any of its pods, and allocating the objects read and the pods' phases afresh each time made the recorder one
+// of the operator's largest allocators (GC is most of its CPU).
+type scratch struct {
+	cluster rayv1.RayCluster
+	job     rayv1.RayJob
+	pods    []PodOf
+	meta    []podMeta
+	pulls   []Pull
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func getScratch() *scratch { return scratchPool.Get().(*scratch) }
+
+// release zeroes what was read (a client decodes into a non-empty object by merging, and the pool must not keep
+// the cache's objects alive) and returns the scratch to the pool.
+func (s *scratch) release() {
+	s.cluster, s.job = rayv1.RayCluster{}, rayv1.RayJob{}
+	clear(s.pods)
+	clear(s.meta)
+	s.pods, s.meta, s.pulls = s.pods[:0], s.meta[:0], s.pulls[:0]
+	scratchPool.Put(s)
+}
+
+// observePods reads a cluster's Ray pods (not being deleted) into s.pods and s.meta, with their Pulled events from
+// the cache unless clusterPulled and podDone has the pod's pull recorded, and computes their phases. The cache's
+// objects are read in place (no copies: a cluster's pods are listed at each of its reconciles).
+func (r *Reconciler) observePods(ctx context.Context, s *scratch, c *rayv1.RayCluster, podDone map[types.UID]uint16, clusterPulled bool) error {
 	pods, err := r.pods.List(ctx, c.Namespace, c.Name)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := make([]observedPod, 0, len(pods))
+	s.pods, s.meta = s.pods[:0], s.meta[:0]
 	for _, p := range pods {
 		nt := nodeType(p)
 		if nt == "" || p.DeletionTimestamp != nil {
 			continue
 		}
 		var pulls []Pull
-		if needPulls(p.UID) {
-			var err error
-			if pulls, err = r.pulls(ctx, p); err != nil {
-				return nil, err
+		if !clusterPulled || podDone[p.UID]&bit(ImagePulled) == 0 {
+			if s.pulls, err = r.pulls(ctx, p, s.pulls[:0]); err != nil {
+				return err
 			}
+			pulls = s.pulls
 		}
-		out = append(out, observedPod{PodOf: PodOf{Name: p.Name, Times: PodTimes(p, pulls)}, uid: p.UID, nodeType: nt})
+		s.pods = append(s.pods, PodOf{Name: p.Name, Times: PodTimes(p, pulls)})
+		s.meta = append(s.meta, podMeta{uid: p.UID, nodeType: nt})
 	}
-	return out, nil
+	return nil
 }
 
-func podsOf(pods []observedPod) []PodOf {
-	out := make([]PodOf, len(pods))
-	for i := range pods {
-		out[i] = pods[i].PodOf
-	}
-	return out
-}
-
-// pulls reads a pod's Pulled events from the cache.
-func (r *Reconciler) pulls(ctx context.Context, p *corev1.Pod) ([]Pull, error) {
+// pulls appends a pod's Pulled events from the cache to out.
+func (r *Reconciler) pulls(ctx context.Context, p *corev1.Pod, out []Pull) ([]Pull, error) {
 	evs, err := r.pulled.List(ctx, p.Namespace, string(p.UID))
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	out := make([]Pull, 0, len(evs))
 	for _, ev := range evs {
 		out = append(out, PullFromEvent(ev))
 	}

@@ -3,6 +3,7 @@ package startphases
 import (
 	"context"
 	"maps"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +164,32 @@ func TestRecordedOnce(t *testing.T) {
 			t.Errorf("samples %v, want %v", f.samples, everything)
 		}
 	})
+}
+
+// TestPodMapReplacedNotWritten: a reconcile reads its cluster's recorded pods outside the lock, so the map is never
+// written once stored: a change stores a new one (the old one keeps what it had), and a reconcile that records
+// nothing new keeps the map it found.
+func TestPodMapReplacedNotWritten(t *testing.T) {
+	f := newOnceFixture(t)
+	r := f.reconciler(at(-3600))
+	key := types.NamespacedName{Namespace: "ns", Name: "c"}
+	reconcileN(t, r, 1)
+	first := r.clusters[key].pods
+	kept := maps.Clone(first)
+	reconcileN(t, r, 1)
+	if reflect.ValueOf(r.clusters[key].pods).Pointer() != reflect.ValueOf(first).Pointer() {
+		t.Errorf("a reconcile that recorded nothing replaced the pods' map")
+	}
+	if err := f.cl.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-worker"}}); err != nil {
+		t.Fatal(err)
+	}
+	reconcileN(t, r, 1)
+	if got := r.clusters[key].pods; len(got) != 1 || reflect.ValueOf(got).Pointer() == reflect.ValueOf(first).Pointer() {
+		t.Errorf("pods after the worker left: %v (the same map: %v)", got, reflect.ValueOf(got).Pointer() == reflect.ValueOf(first).Pointer())
+	}
+	if !maps.Equal(first, kept) {
+		t.Errorf("the stored map was written: %v, was %v", first, kept)
+	}
 }
 
 // TestJobRunningSeen: a RayJob's RUNNING is the time the reconciler first saw it after seeing it before RUNNING; a

@@ -179,15 +179,17 @@ type PodOf struct {
 func ClusterTimes(c *rayv1.RayCluster, pods []PodOf) (t Times, last [numPhases]string) {
 	t = Times{Created: c.CreationTimestamp.Time}
 	want := 1 + int(c.Status.DesiredWorkerReplicas)
+	type reached struct {
+		at   time.Time
+		name string
+	}
+	// A cluster of up to 16 pods is sorted on the stack: this runs at each reconcile of the cluster.
+	var buf [16]reached
 	for _, p := range []Phase{Scheduled, ImagePulled, ContainersStarted} {
 		if c.Status.ObservedGeneration < c.Generation {
 			break
 		}
-		type reached struct {
-			at   time.Time
-			name string
-		}
-		var rs []reached
+		rs := buf[:0]
 		for _, pod := range pods {
 			if pod.Times.Has(p) {
 				rs = append(rs, reached{pod.Times.At[p], pod.Name})

@@ -1,6 +1,7 @@
 package startphases
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -198,6 +199,35 @@ func TestClusterTimes(t *testing.T) {
 				t.Errorf("last pods = %q, want %q", last, tc.last)
 			}
 		})
+	}
+}
+
+// TestClusterTimesLargeCluster: a cluster of more pods than ClusterTimes sorts on the stack gets the same answer.
+func TestClusterTimesLargeCluster(t *testing.T) {
+	var pods []PodOf
+	for i := range 40 {
+		// Reached in the reverse order of the list, so the sort has work to do.
+		pods = append(pods, PodOf{fmt.Sprintf("p%d", i), times(1, 100-i, 200-i, 300-i)})
+	}
+	got, last := ClusterTimes(cluster(0, 29), pods) // 30 pods wanted: the 30th earliest is p10's
+	if diff := cmp.Diff(times(0, 90, 190, 290), got); diff != "" {
+		t.Errorf("ClusterTimes (-want +got):\n%s", diff)
+	}
+	if want := [numPhases]string{"p10", "p10", "p10"}; last != want {
+		t.Errorf("last pods = %q, want %q", last, want)
+	}
+}
+
+// TestClusterTimesAllocs: ClusterTimes runs at each reconcile of a cluster; for a cluster of up to 16 pods it
+// allocates nothing.
+func TestClusterTimesAllocs(t *testing.T) {
+	var pods []PodOf
+	for i := range 16 {
+		pods = append(pods, PodOf{fmt.Sprintf("p%d", i), times(1, 2+i, 20+i, 40+i)})
+	}
+	c := cluster(0, 15)
+	if n := testing.AllocsPerRun(100, func() { ClusterTimes(c, pods) }); n != 0 {
+		t.Errorf("ClusterTimes of 16 pods: %v allocations, want 0", n)
 	}
 }
 

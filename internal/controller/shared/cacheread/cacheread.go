@@ -23,6 +23,8 @@ type Index[T client.Object] struct {
 	obj     T
 	newList func() client.ObjectList
 	field   string
+	// index is the indexer's name of field's index, made once: List runs at each reconcile of a hot path.
+	index string
 
 	mu       sync.Mutex
 	resolved bool
@@ -32,7 +34,7 @@ type Index[T client.Object] struct {
 // NewIndex reads field's index of T's informer in c. Where c has no single indexer for it (or c is nil), it lists
 // through reader (the cache's client) instead; newList makes T's list type for that.
 func NewIndex[T client.Object](c ctrlcache.Informers, reader client.Reader, obj T, newList func() client.ObjectList, field string) *Index[T] {
-	return &Index[T]{cache: c, reader: reader, obj: obj, newList: newList, field: field}
+	return &Index[T]{cache: c, reader: reader, obj: obj, newList: newList, field: field, index: "field:" + field}
 }
 
 // List returns the objects in namespace whose index value is value.
@@ -46,7 +48,7 @@ func (x *Index[T]) List(ctx context.Context, namespace, value string) ([]T, erro
 	}
 	// The key controller-runtime's field indexes file an object under (internal/cache_reader.go's
 	// KeyToNamespacedKey); TestIndexMatchesTheCachesList holds the two together.
-	objs, err := idx.ByIndex("field:"+x.field, namespace+"/"+value)
+	objs, err := idx.ByIndex(x.index, namespace+"/"+value)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +82,7 @@ func (x *Index[T]) resolve(ctx context.Context) (toolscache.Indexer, error) {
 		if !sii.HasSynced() && !toolscache.WaitForCacheSync(ctx.Done(), sii.HasSynced) {
 			return nil, fmt.Errorf("the cache of %T did not sync: %w", x.obj, ctx.Err())
 		}
-		if _, ok := sii.GetIndexer().GetIndexers()["field:"+x.field]; ok {
+		if _, ok := sii.GetIndexer().GetIndexers()[x.index]; ok {
 			x.indexer = sii.GetIndexer()
 		}
 	}
