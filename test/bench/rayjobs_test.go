@@ -63,6 +63,7 @@ type jobResult struct {
 	RayAPIPerJob       float64            `json:"rayAPIRequestsPerJob"`
 	ServerWritesPerJob float64            `json:"serverWritesPerJob"`
 	RequestsByVerb     map[string]float64 `json:"requestsPerJobByVerb,omitempty"`
+	Profiles           []string           `json:"profiles,omitempty"`
 }
 
 // BenchmarkSideBySideRayJobs races the operators on RayJob throughput: each on a fresh dev cluster whose pod IPs
@@ -75,6 +76,7 @@ type jobResult struct {
 //	MANTA_BENCH_JOB_CONTENDERS    default manta,kuberay-c8
 //	MANTA_BENCH_JOB_ROUNDS        rounds, the contenders' order rotated each round (default 1)
 //	MANTA_BENCH_JOBS_JSON         where to write the results (default <tmp>/manta-bench/rayjobs.json)
+//	MANTA_BENCH_PPROF             a directory: Manta's CPU profile of each trial (MANTA_BENCH_PPROF_SECONDS) and its heap at all Complete
 //
 // Needs root (network namespaces), and no other oracle or bench run routing podnet.Range.
 func BenchmarkSideBySideRayJobs(b *testing.B) {
@@ -145,6 +147,9 @@ func runJobTrial(b *testing.B, c contender, bin, kuberayCRDs string, jobs int) j
 	defer op.stop()
 	r := jobResult{Contender: c.name, Jobs: jobs, Args: op.args[1:]}
 	before, cpu0, served0 := op.scrape(b), procCPUSeconds(op.cmd.Process.Pid), e.serverRequests(b)
+	if op.pprofDir != "" {
+		op.startCPUProfile(b, run) // MANTA_BENCH_PPROF, as in BenchmarkSideBySide; the wait for it delays quiescence
+	}
 	cp0 := map[string]float64{}
 	for name, pid := range e.cluster.PIDs() {
 		cp0[name] = procCPUSeconds(pid)
@@ -182,6 +187,9 @@ func runJobTrial(b *testing.B, c contender, bin, kuberayCRDs string, jobs int) j
 	r.P50S, _, r.P99S, _ = percentiles(lat)
 	r.Submissions = heads.submissions()
 
+	if op.pprofDir != "" {
+		r.Profiles = op.finishProfiles(b, fmt.Sprintf("%s-%d", run, jobs))
+	}
 	snap := op.scrape(b)
 	at := counted{readAt: time.Now(), serverWrites: serverWrites(e.serverRequests(b)), operatorWrites: operatorWrites(snap.requests)}
 	lastWrite, reached := waitQuiescent(b, e, op, at)
