@@ -22,7 +22,6 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
-	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
 	"github.com/manta-dev/manta/internal/controller/shared/createbackoff"
 	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
@@ -32,22 +31,22 @@ import (
 // then the head, then each worker group.
 func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev1.PodTemplateSpec) error {
 	c := run.c
-	list := &corev1.PodList{}
-	// Shallow copies of the cached pods (their maps and slices are the cache's): a deep copy of every pod would be
-	// most of what a reconcile allocates, and the controller only reads pods (stampPods patches a copy of its own).
-	// Cached pods are stripped (clusterpods): their env, ports, resources and probes read empty.
-	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), clusterpods.Of(c.Name), client.UnsafeDisableDeepCopy); err != nil {
+	// The cache's own pods, lent by its index (a controller-runtime List copied each into a new list by
+	// reflection). Cached pods are stripped (clusterpods): their env, ports, resources and probes read empty.
+	cached, err := r.pods.List(ctx, c.Namespace, c.Name)
+	if err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	if err := r.resolveUnsureCreates(ctx, run); err != nil {
 		return err
 	}
-	// The expectations read every listed pod, terminating ones included; then the list is filtered in place (a
-	// second slice of pod values was a large share of what the operator allocated: docs/benchmarks.md).
-	_, satisfied := r.exp.Observe(run.key, list.Items)
-	pods := list.Items[:0]
-	for i := range list.Items {
-		if p := &list.Items[i]; p.DeletionTimestamp == nil && metaOwnedBy(p, c) {
+	// The expectations read every listed pod, terminating ones included. The rest of the reconcile works on
+	// shallow copies of the pods it keeps (their maps and slices are the cache's): a deep copy of every pod would be
+	// most of what a reconcile allocates, and the controller only reads pods (stampPods patches a copy of its own).
+	_, satisfied := r.exp.ObserveRefs(run.key, cached)
+	pods := make([]corev1.Pod, 0, len(cached))
+	for _, p := range cached {
+		if p.DeletionTimestamp == nil && metaOwnedBy(p, c) {
 			pods = append(pods, *p)
 		}
 	}
@@ -457,6 +456,8 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 	if run.tlsWait != nil {
 		return &backedOff{run.tlsWait}
 	}
+	// One pod of the group built for all its replicas (ReplicaPod): each create shares its spec, read only.
+	base := clusterbuild.WorkerPod(run.c, g, opts)
 	n := len(replicas)
 	created, next := 0, 0
 	var errs []error
@@ -469,7 +470,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 			rep := replicas[next]
 			next++
 			wg.Go(func() {
-				pod := clusterbuild.WorkerPodForReplica(run.c, g, opts, rep)
+				pod := clusterbuild.ReplicaPod(base, g, opts, rep)
 				err := r.createPod(ctx, run, pod)
 				mu.Lock()
 				defer mu.Unlock()
