@@ -320,9 +320,12 @@ type groupPlan struct {
 // then reconciles a multi-host group: replicas x numOfHosts pods, created, replaced and deleted one by one, and
 // labelled with no index (the labels pods already carry are not read).
 func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod, noIndexing bool, newName func() string) groupPlan {
-	toDelete := map[string]bool{}
-	for _, n := range g.ScaleStrategy.WorkersToDelete {
-		toDelete[n] = true
+	var toDelete map[string]bool // nil reads as empty: most groups name none
+	if n := len(g.ScaleStrategy.WorkersToDelete); n > 0 {
+		toDelete = make(map[string]bool, n)
+		for _, name := range g.ScaleStrategy.WorkersToDelete {
+			toDelete[name] = true
+		}
 	}
 	multiHost := hosts(g) > 1 && !noIndexing
 	// want replicas of perReplica pods each.
@@ -330,10 +333,14 @@ func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod,
 	if noIndexing {
 		want, perReplica = groupPods(c, g), 1
 	}
-	replicas := map[string][]corev1.Pod{}
+	// Replicas are held as indexes into pods, not copies of them: this runs for every group at each reconcile, and
+	// only the pods to delete need copies of their own (the plan's).
+	group := groupLabel(g)
+	replicas := map[string][]int{}
 	var order []string
-	for _, p := range pods {
-		if p.Labels[rayv1.LabelNodeType] != rayv1.NodeTypeWorker || p.Labels[rayv1.LabelGroup] != groupLabel(g) {
+	for i := range pods {
+		p := &pods[i]
+		if p.Labels[rayv1.LabelNodeType] != rayv1.NodeTypeWorker || p.Labels[rayv1.LabelGroup] != group {
 			continue
 		}
 		key := p.Name
@@ -343,26 +350,26 @@ func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod,
 		if _, ok := replicas[key]; !ok {
 			order = append(order, key)
 		}
-		replicas[key] = append(replicas[key], p)
+		replicas[key] = append(replicas[key], i)
 	}
 	var plan groupPlan
-	var alive [][]corev1.Pod
+	var alive [][]int
 	for _, key := range order {
-		pods := replicas[key]
+		idx := replicas[key]
 		switch {
-		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return toDelete[p.Name] }):
-			plan.named = append(plan.named, pods...)
-		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return shouldReplace(&p) }),
-			multiHost && len(pods) < int(hosts(g)):
-			plan.dead = append(plan.dead, pods...)
+		case slices.ContainsFunc(idx, func(i int) bool { return toDelete[pods[i].Name] }):
+			plan.named = appendPods(plan.named, pods, idx)
+		case slices.ContainsFunc(idx, func(i int) bool { return shouldReplace(&pods[i]) }),
+			multiHost && len(idx) < int(hosts(g)):
+			plan.dead = appendPods(plan.dead, pods, idx)
 		default:
-			alive = append(alive, pods)
+			alive = append(alive, idx)
 		}
 	}
 
 	used := map[int]bool{}
-	for _, pods := range alive {
-		if i, err := strconv.Atoi(pods[0].Labels[rayv1.LabelReplicaIndex]); err == nil {
+	for _, idx := range alive {
+		if i, err := strconv.Atoi(pods[idx[0]].Labels[rayv1.LabelReplicaIndex]); err == nil {
 			used[i] = true
 		}
 	}
@@ -387,18 +394,31 @@ func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod,
 			}
 		}
 	case diff < 0 && !clusterbuild.AutoscalingEnabled(c):
-		slices.SortStableFunc(alive, func(a, b []corev1.Pod) int {
-			if ra, rb := replicaReady(a), replicaReady(b); ra != rb {
+		ready := func(idx []int) bool {
+			return !slices.ContainsFunc(idx, func(i int) bool { return !clusterbuild.PodRunningAndReady(&pods[i]) })
+		}
+		slices.SortStableFunc(alive, func(a, b []int) int {
+			if ra, rb := ready(a), ready(b); ra != rb {
 				if ra {
 					return 1
 				}
 				return -1
 			}
-			return b[0].CreationTimestamp.Compare(a[0].CreationTimestamp.Time)
+			return pods[b[0]].CreationTimestamp.Compare(pods[a[0]].CreationTimestamp.Time)
 		})
-		plan.surplus = slices.Concat(alive[:-diff]...)
+		for _, idx := range alive[:-diff] {
+			plan.surplus = appendPods(plan.surplus, pods, idx)
+		}
 	}
 	return plan
+}
+
+// appendPods appends the pods at idx to dst.
+func appendPods(dst, pods []corev1.Pod, idx []int) []corev1.Pod {
+	for _, i := range idx {
+		dst = append(dst, pods[i])
+	}
+	return dst
 }
 
 // reconcileGroup writes a worker group's plan (planGroup): the deletions, then the creates, which wait out a
@@ -436,15 +456,6 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func replicaReady(pods []corev1.Pod) bool {
-	for i := range pods {
-		if !clusterbuild.PodRunningAndReady(&pods[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // groupLabel is the value of ray.io/group on the group's pods.
