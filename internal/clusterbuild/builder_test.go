@@ -676,3 +676,36 @@ func TestWorkerPodForReplica(t *testing.T) {
 		t.Errorf("replica name %q too long", n)
 	}
 }
+
+// TestReplicaPodIsWorkerPodForReplica: the pods made from one base are those WorkerPodForReplica builds one by one,
+// and each has metadata of its own.
+func TestReplicaPodIsWorkerPodForReplica(t *testing.T) {
+	for _, hosts := range []int32{1, 4} {
+		for _, o := range []PodOptions{{TemplateHash: "h"}, {NoReplicaLabels: true}} {
+			c := cluster()
+			g := &c.Spec.WorkerGroupSpecs[0]
+			g.NumOfHosts = hosts
+			base := WorkerPod(c, g, o)
+			reps := []Replica{{Index: 0, Name: "g-aaaaa"}, {Index: 1, Name: "g-bbbbb", HostIndex: 1}}
+			var pods []*corev1.Pod
+			for _, r := range reps {
+				pods = append(pods, ReplicaPod(base, g, o, r))
+			}
+			for i, r := range reps {
+				if diff := cmp.Diff(WorkerPodForReplica(c, g, o, r), pods[i]); diff != "" {
+					t.Errorf("hosts %d, options %+v, replica %d (-WorkerPodForReplica +ReplicaPod):\n%s", hosts, o, i, diff)
+				}
+			}
+			pods[0].Labels["x"], pods[0].Annotations["x"] = "y", "y"
+			if _, ok := pods[1].Labels["x"]; ok {
+				t.Error("replica pods share their labels")
+			}
+			if _, ok := base.Annotations["x"]; ok {
+				t.Error("a replica pod shares its annotations with the base")
+			}
+		}
+	}
+	if ReplicaPod(nil, &rayv1.WorkerGroupSpec{}, PodOptions{}, Replica{}) != nil {
+		t.Error("ReplicaPod of no base pod is not nil")
+	}
+}

@@ -60,11 +60,12 @@ func Hashes(spec *rayv1.RayClusterSpec) TemplateHashes {
 	return out
 }
 
+// hashedTemplate is t without the fields left out of the hash: a shallow copy, as it is only encoded.
 func hashedTemplate(t *corev1.PodTemplateSpec) corev1.PodTemplateSpec {
-	c := t.DeepCopy()
+	c := *t
 	c.Spec.Tolerations = nil
 	c.Spec.SchedulingGates = nil
-	return *c
+	return c
 }
 
 func hashJSON(v any) string {

@@ -503,15 +503,37 @@ type Replica struct {
 // TPU slice can find each other and the autoscaler can tell replicas apart.
 func WorkerPodForReplica(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, o PodOptions, r Replica) *corev1.Pod {
 	pod := WorkerPod(c, g, o)
-	if pod == nil || o.NoReplicaLabels {
-		return pod
+	if pod != nil {
+		setReplicaLabels(pod, g, o, r)
+	}
+	return pod
+}
+
+// ReplicaPod is WorkerPodForReplica(c, g, o, r) made from base, WorkerPod(c, g, o), which a caller creating many
+// replicas of a group builds once: building every pod from the template again was most of what a burst of
+// creates allocated. The pod has base's metadata copied, as it differs by replica and a create writes it back,
+// and base's spec shared, not copied: its users must only read it (the pod creators encode it; a client that
+// decodes the answer into the pod zeroes the pod first).
+func ReplicaPod(base *corev1.Pod, g *rayv1.WorkerGroupSpec, o PodOptions, r Replica) *corev1.Pod {
+	if base == nil {
+		return nil
+	}
+	pod := &corev1.Pod{TypeMeta: base.TypeMeta, Spec: base.Spec}
+	base.ObjectMeta.DeepCopyInto(&pod.ObjectMeta)
+	setReplicaLabels(pod, g, o, r)
+	return pod
+}
+
+// setReplicaLabels adds the replica labels of WorkerPodForReplica to pod.
+func setReplicaLabels(pod *corev1.Pod, g *rayv1.WorkerGroupSpec, o PodOptions, r Replica) {
+	if o.NoReplicaLabels {
+		return
 	}
 	pod.Labels[rayv1.LabelReplicaIndex] = strconv.Itoa(r.Index)
 	if g.NumOfHosts > 1 {
 		pod.Labels[rayv1.LabelReplicaName] = validLabelValue(r.Name)
 		pod.Labels[rayv1.LabelHostIndex] = strconv.Itoa(r.HostIndex)
 	}
-	return pod
 }
 
 // ReplicaName names a multi-host replica: <group>-<suffix>, fit for a label value.

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlbuilder "sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -32,6 +33,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
+	"github.com/manta-dev/manta/internal/controller/shared/cacheread"
 	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
 	"github.com/manta-dev/manta/internal/controller/shared/createbackoff"
 	"github.com/manta-dev/manta/internal/controller/shared/optimize"
@@ -105,6 +107,13 @@ type Reconciler struct {
 	// default; tests record it).
 	observeStaleness func(time.Duration)
 
+	// pods lists a cluster's pods from the informer's index, lent, not copied (completesCluster, reconcilePods).
+	pods *cacheread.Index[*corev1.Pod]
+	// clusters and services get RayClusters (completesCluster) and Services (deleteUnwantedServices) lent by the
+	// cache, not copied.
+	clusters *cacheread.Store[*rayv1.RayCluster]
+	services *cacheread.Store[*corev1.Service]
+
 	// hashes caches each cluster's template hashes (see templateHashes), by cluster key.
 	hashes sync.Map
 	// madePods has, by cluster key, the UID of the cluster this process has created pods for (clusterLive).
@@ -127,6 +136,8 @@ const newClusterAge = time.Minute
 // NewReconciler builds the controller from the manager's cached client and event recorder.
 func NewReconciler(mgr ctrl.Manager, opts Options) *Reconciler {
 	r := newReconciler(mgr.GetClient(), mgr.GetAPIReader(), mgr.GetEventRecorder("raycluster-controller"), opts)
+	r.pods = newPodIndex(mgr.GetCache(), mgr.GetClient())
+	r.clusters, r.services = newStores(mgr.GetCache(), mgr.GetClient())
 	if md, err := metadata.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient()); err == nil {
 		r.clusterMeta = md.Resource(rayv1.GroupVersion.WithResource("rayclusters"))
 	} // else the uncached reader serves (readClusterMeta)
@@ -153,7 +164,9 @@ func newReconciler(cl client.Client, reader client.Reader, recorder events.Event
 		opts.StatusWriter = reconcile.ClientStatus(cl)
 	}
 	r := &Reconciler{client: cl, reader: reader, recorder: recorder, opts: opts, exp: newExpectations(opts.Clock),
-		pending: newPendingStatus(), backoff: createbackoff.New(opts.CreateBackoffBase, opts.CreateBackoffMax)}
+		pending: newPendingStatus(), backoff: createbackoff.New(opts.CreateBackoffBase, opts.CreateBackoffMax),
+		pods: newPodIndex(nil, cl)}
+	r.clusters, r.services = newStores(nil, cl)
 	r.status = writeAtOnce{}
 	if opts.Optimizations.On(optimize.StatusCoalescing) {
 		r.status = coalescing{p: r.pending, window: opts.StatusCoalesceWindow, sw: opts.Optimizations}
@@ -175,6 +188,18 @@ func newReconciler(cl client.Client, reader client.Reader, recorder events.Event
 		Writes:         &r.writes,
 	}
 	return r
+}
+
+// newPodIndex lists pods by clusterpods' index from informers' indexer, or through cl where informers is nil (the
+// tests' fake client).
+func newPodIndex(informers cache.Informers, cl client.Reader) *cacheread.Index[*corev1.Pod] {
+	return cacheread.NewIndex(informers, cl, &corev1.Pod{}, func() client.ObjectList { return &corev1.PodList{} }, clusterpods.Index)
+}
+
+// newStores reads RayClusters and Services from informers' stores, or through cl where informers is nil.
+func newStores(informers cache.Informers, cl client.Reader) (*cacheread.Store[*rayv1.RayCluster], *cacheread.Store[*corev1.Service]) {
+	return cacheread.NewStore(informers, cl, func() *rayv1.RayCluster { return &rayv1.RayCluster{} }),
+		cacheread.NewStore(informers, cl, func() *corev1.Service { return &corev1.Service{} })
 }
 
 // SetupWithManager watches RayClusters (spec, label and annotation changes, not the status it writes itself) and
@@ -563,17 +588,18 @@ func (r *Reconciler) reportService(run *run, op reconcile.Op, svc *corev1.Servic
 // for; a Service of that name that the cluster does not control is left alone.
 func (r *Reconciler) deleteUnwantedServices(ctx context.Context, run *run, unwanted []string) error {
 	for _, name := range unwanted {
-		existing := &corev1.Service{}
-		if err := r.client.Get(ctx, client.ObjectKey{Namespace: run.c.Namespace, Name: name}, existing, readOnly); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
+		// The cache's own Service, read in place: most reconciles find none of them.
+		existing, found, err := r.services.Get(ctx, run.c.Namespace, name)
+		if err != nil {
 			return fmt.Errorf("get service %s: %w", name, err)
 		}
-		if !metav1.IsControlledBy(existing, run.c) || existing.DeletionTimestamp != nil {
+		if !found || !metav1.IsControlledBy(existing, run.c) || existing.DeletionTimestamp != nil {
 			continue
 		}
-		if err := r.client.Delete(ctx, existing, client.Preconditions{UID: &existing.UID}); err != nil && !apierrors.IsNotFound(err) {
+		// Deleted through an object of its own: the cache's is not handed to a client.
+		uid := existing.UID
+		del := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: existing.Namespace, Name: existing.Name}}
+		if err := r.client.Delete(ctx, del, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 			run.Eventf(corev1.EventTypeWarning, EventFailedToDeleteService, "Delete", "failed to delete Service %s: %v", name, err)
 			return fmt.Errorf("delete service %s: %w", name, err)
 		}

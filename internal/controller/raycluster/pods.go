@@ -22,7 +22,6 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
-	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
 	"github.com/manta-dev/manta/internal/controller/shared/createbackoff"
 	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
@@ -32,22 +31,22 @@ import (
 // then the head, then each worker group.
 func (r *Reconciler) reconcilePods(ctx context.Context, run *run, defTmpl *corev1.PodTemplateSpec) error {
 	c := run.c
-	list := &corev1.PodList{}
-	// Shallow copies of the cached pods (their maps and slices are the cache's): a deep copy of every pod would be
-	// most of what a reconcile allocates, and the controller only reads pods (stampPods patches a copy of its own).
-	// Cached pods are stripped (clusterpods): their env, ports, resources and probes read empty.
-	if err := r.client.List(ctx, list, client.InNamespace(c.Namespace), clusterpods.Of(c.Name), client.UnsafeDisableDeepCopy); err != nil {
+	// The cache's own pods, lent by its index (a controller-runtime List copied each into a new list by
+	// reflection). Cached pods are stripped (clusterpods): their env, ports, resources and probes read empty.
+	cached, err := r.pods.List(ctx, c.Namespace, c.Name)
+	if err != nil {
 		return fmt.Errorf("list pods: %w", err)
 	}
 	if err := r.resolveUnsureCreates(ctx, run); err != nil {
 		return err
 	}
-	// The expectations read every listed pod, terminating ones included; then the list is filtered in place (a
-	// second slice of pod values was a large share of what the operator allocated: docs/benchmarks.md).
-	_, satisfied := r.exp.Observe(run.key, list.Items)
-	pods := list.Items[:0]
-	for i := range list.Items {
-		if p := &list.Items[i]; p.DeletionTimestamp == nil && metaOwnedBy(p, c) {
+	// The expectations read every listed pod, terminating ones included. The rest of the reconcile works on
+	// shallow copies of the pods it keeps (their maps and slices are the cache's): a deep copy of every pod would be
+	// most of what a reconcile allocates, and the controller only reads pods (stampPods patches a copy of its own).
+	_, satisfied := r.exp.ObserveRefs(run.key, cached)
+	pods := make([]corev1.Pod, 0, len(cached))
+	for _, p := range cached {
+		if p.DeletionTimestamp == nil && metaOwnedBy(p, c) {
 			pods = append(pods, *p)
 		}
 	}
@@ -321,9 +320,12 @@ type groupPlan struct {
 // then reconciles a multi-host group: replicas x numOfHosts pods, created, replaced and deleted one by one, and
 // labelled with no index (the labels pods already carry are not read).
 func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod, noIndexing bool, newName func() string) groupPlan {
-	toDelete := map[string]bool{}
-	for _, n := range g.ScaleStrategy.WorkersToDelete {
-		toDelete[n] = true
+	var toDelete map[string]bool // nil reads as empty: most groups name none
+	if n := len(g.ScaleStrategy.WorkersToDelete); n > 0 {
+		toDelete = make(map[string]bool, n)
+		for _, name := range g.ScaleStrategy.WorkersToDelete {
+			toDelete[name] = true
+		}
 	}
 	multiHost := hosts(g) > 1 && !noIndexing
 	// want replicas of perReplica pods each.
@@ -331,10 +333,14 @@ func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod,
 	if noIndexing {
 		want, perReplica = groupPods(c, g), 1
 	}
-	replicas := map[string][]corev1.Pod{}
+	// Replicas are held as indexes into pods, not copies of them: this runs for every group at each reconcile, and
+	// only the pods to delete need copies of their own (the plan's).
+	group := groupLabel(g)
+	replicas := map[string][]int{}
 	var order []string
-	for _, p := range pods {
-		if p.Labels[rayv1.LabelNodeType] != rayv1.NodeTypeWorker || p.Labels[rayv1.LabelGroup] != groupLabel(g) {
+	for i := range pods {
+		p := &pods[i]
+		if p.Labels[rayv1.LabelNodeType] != rayv1.NodeTypeWorker || p.Labels[rayv1.LabelGroup] != group {
 			continue
 		}
 		key := p.Name
@@ -344,26 +350,26 @@ func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod,
 		if _, ok := replicas[key]; !ok {
 			order = append(order, key)
 		}
-		replicas[key] = append(replicas[key], p)
+		replicas[key] = append(replicas[key], i)
 	}
 	var plan groupPlan
-	var alive [][]corev1.Pod
+	var alive [][]int
 	for _, key := range order {
-		pods := replicas[key]
+		idx := replicas[key]
 		switch {
-		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return toDelete[p.Name] }):
-			plan.named = append(plan.named, pods...)
-		case slices.ContainsFunc(pods, func(p corev1.Pod) bool { return shouldReplace(&p) }),
-			multiHost && len(pods) < int(hosts(g)):
-			plan.dead = append(plan.dead, pods...)
+		case slices.ContainsFunc(idx, func(i int) bool { return toDelete[pods[i].Name] }):
+			plan.named = appendPods(plan.named, pods, idx)
+		case slices.ContainsFunc(idx, func(i int) bool { return shouldReplace(&pods[i]) }),
+			multiHost && len(idx) < int(hosts(g)):
+			plan.dead = appendPods(plan.dead, pods, idx)
 		default:
-			alive = append(alive, pods)
+			alive = append(alive, idx)
 		}
 	}
 
 	used := map[int]bool{}
-	for _, pods := range alive {
-		if i, err := strconv.Atoi(pods[0].Labels[rayv1.LabelReplicaIndex]); err == nil {
+	for _, idx := range alive {
+		if i, err := strconv.Atoi(pods[idx[0]].Labels[rayv1.LabelReplicaIndex]); err == nil {
 			used[i] = true
 		}
 	}
@@ -388,18 +394,31 @@ func planGroup(c *rayv1.RayCluster, g *rayv1.WorkerGroupSpec, pods []corev1.Pod,
 			}
 		}
 	case diff < 0 && !clusterbuild.AutoscalingEnabled(c):
-		slices.SortStableFunc(alive, func(a, b []corev1.Pod) int {
-			if ra, rb := replicaReady(a), replicaReady(b); ra != rb {
+		ready := func(idx []int) bool {
+			return !slices.ContainsFunc(idx, func(i int) bool { return !clusterbuild.PodRunningAndReady(&pods[i]) })
+		}
+		slices.SortStableFunc(alive, func(a, b []int) int {
+			if ra, rb := ready(a), ready(b); ra != rb {
 				if ra {
 					return 1
 				}
 				return -1
 			}
-			return b[0].CreationTimestamp.Compare(a[0].CreationTimestamp.Time)
+			return pods[b[0]].CreationTimestamp.Compare(pods[a[0]].CreationTimestamp.Time)
 		})
-		plan.surplus = slices.Concat(alive[:-diff]...)
+		for _, idx := range alive[:-diff] {
+			plan.surplus = appendPods(plan.surplus, pods, idx)
+		}
 	}
 	return plan
+}
+
+// appendPods appends the pods at idx to dst.
+func appendPods(dst, pods []corev1.Pod, idx []int) []corev1.Pod {
+	for _, i := range idx {
+		dst = append(dst, pods[i])
+	}
+	return dst
 }
 
 // reconcileGroup writes a worker group's plan (planGroup): the deletions, then the creates, which wait out a
@@ -439,15 +458,6 @@ func (r *Reconciler) reconcileGroup(ctx context.Context, run *run, g *rayv1.Work
 	return errors.Join(errs...)
 }
 
-func replicaReady(pods []corev1.Pod) bool {
-	for i := range pods {
-		if !clusterbuild.PodRunningAndReady(&pods[i]) {
-			return false
-		}
-	}
-	return true
-}
-
 // groupLabel is the value of ray.io/group on the group's pods.
 func groupLabel(g *rayv1.WorkerGroupSpec) string { return clusterbuild.GroupLabelValue(g.GroupName) }
 
@@ -457,6 +467,8 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 	if run.tlsWait != nil {
 		return &backedOff{run.tlsWait}
 	}
+	// One pod of the group built for all its replicas (ReplicaPod): each create shares its spec, read only.
+	base := clusterbuild.WorkerPod(run.c, g, opts)
 	n := len(replicas)
 	created, next := 0, 0
 	var errs []error
@@ -469,7 +481,7 @@ func (r *Reconciler) createWorkers(ctx context.Context, run *run, g *rayv1.Worke
 			rep := replicas[next]
 			next++
 			wg.Go(func() {
-				pod := clusterbuild.WorkerPodForReplica(run.c, g, opts, rep)
+				pod := clusterbuild.ReplicaPod(base, g, opts, rep)
 				err := r.createPod(ctx, run, pod)
 				mu.Lock()
 				defer mu.Unlock()

@@ -23,7 +23,6 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
-	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
 	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 )
 
@@ -270,21 +269,20 @@ func (r *Reconciler) completesCluster(ctx context.Context, p *corev1.Pod) bool {
 		return false
 	}
 	// Read in place, not copied: this runs at every change of every Ray pod.
-	c := &rayv1.RayCluster{}
-	if err := r.client.Get(ctx, req.NamespacedName, c, readOnly); err != nil || c.DeletionTimestamp != nil {
+	c, found, err := r.clusters.Get(ctx, req.Namespace, req.Name)
+	if err != nil || !found || c.DeletionTimestamp != nil {
 		return false
 	}
 	desired, _, _ := workerReplicaCounts(c)
 	if c.Status.State == rayv1.Ready && c.Status.ReadyWorkerReplicas == desired {
 		return false
 	}
-	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.InNamespace(c.Namespace), clusterpods.Of(c.Name), client.UnsafeDisableDeepCopy); err != nil {
+	pods, err := r.pods.List(ctx, c.Namespace, c.Name)
+	if err != nil {
 		return false
 	}
 	n := 0
-	for i := range pods.Items {
-		q := &pods.Items[i]
+	for _, q := range pods {
 		if q.DeletionTimestamp != nil {
 			continue
 		}

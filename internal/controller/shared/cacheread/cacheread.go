@@ -1,7 +1,8 @@
-// Package cacheread lists objects by a field index straight from the informer's indexer, for the operator's hot
-// read paths (a pod event's handler, the start-phase recorder): controller-runtime's List, even with
-// UnsafeDisableDeepCopy, makes a new list object from the scheme and copies every item into it by reflection, and in
-// a burst of 1,000 RayClusters those lists were a sixth of all the operator allocated (docs/benchmarks.md).
+// Package cacheread reads objects straight from the informer's store (listed by a field index, or by name), for
+// the operator's hot read paths (a pod event's handler, the start-phase recorder, the RayCluster reconcile):
+// controller-runtime's List, even with UnsafeDisableDeepCopy, makes a new list object from the scheme and copies
+// every item into it by reflection, and in a burst of 1,000 RayClusters those lists were a sixth of all the
+// operator allocated (docs/benchmarks.md).
 package cacheread
 
 import (

@@ -88,20 +88,37 @@ func Classify(pod *corev1.Pod) *Cause {
 			return &c
 		}
 	}
-	images := map[string]string{}
-	for _, ctr := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
-		images[ctr.Name] = ctr.Image
-	}
-	for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
-		image := images[cs.Name]
-		if image == "" {
-			image = cs.Image
-		}
-		if c := classifyContainer(base, cs, image); c != nil {
-			return c
+	// No map of the images, nor a joined copy of the lists: this runs for every pod at each status computation,
+	// and most pods have no waiting container.
+	for _, statuses := range [2][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for i := range statuses {
+			cs := &statuses[i]
+			if cs.State.Waiting == nil {
+				continue // what classifyContainer would say
+			}
+			image := specImage(pod, cs.Name)
+			if image == "" {
+				image = cs.Image
+			}
+			if c := classifyContainer(base, *cs, image); c != nil {
+				return c
+			}
 		}
 	}
 	return nil
+}
+
+// specImage is the image of the pod's container (or init container) named name: the last one so named, the
+// containers after the init containers.
+func specImage(pod *corev1.Pod, name string) string {
+	for _, ctrs := range [2][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := len(ctrs) - 1; i >= 0; i-- {
+			if ctrs[i].Name == name {
+				return ctrs[i].Image
+			}
+		}
+	}
+	return ""
 }
 
 func classifyContainer(base Cause, cs corev1.ContainerStatus, image string) *Cause {

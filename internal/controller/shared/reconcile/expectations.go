@@ -133,6 +133,15 @@ func (e *Expectations[K, V]) DeleteFailed(owner K, uid types.UID) {
 // cached, a delete once its pod is gone or terminating; and what lapsed. It returns what the controller kept about
 // the creates still in flight, and whether nothing at all is outstanding.
 func (e *Expectations[K, V]) Observe(owner K, cached []corev1.Pod) (pending []V, satisfied bool) {
+	return observe(e, owner, cached)
+}
+
+// ObserveRefs is Observe of pods the cache lends (cacheread): they are only read.
+func (e *Expectations[K, V]) ObserveRefs(owner K, cached []*corev1.Pod) (pending []V, satisfied bool) {
+	return observe(e, owner, cached)
+}
+
+func observe[K comparable, V any, P corev1.Pod | *corev1.Pod](e *Expectations[K, V], owner K, cached []P) (pending []V, satisfied bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	o := e.owners[owner]
@@ -145,8 +154,15 @@ func (e *Expectations[K, V]) Observe(owner K, cached []corev1.Pod) (pending []V,
 	}
 	alive := make(map[types.UID]bool, len(cached))
 	for i := range cached {
-		alive[cached[i].UID] = cached[i].DeletionTimestamp == nil
-		delete(o.creates, cached[i].Name)
+		var p *corev1.Pod
+		switch q := any(&cached[i]).(type) {
+		case *corev1.Pod:
+			p = q
+		case **corev1.Pod:
+			p = *q
+		}
+		alive[p.UID] = p.DeletionTimestamp == nil
+		delete(o.creates, p.Name)
 	}
 	for name, c := range o.creates {
 		if now.Sub(c.at) > e.ttl {

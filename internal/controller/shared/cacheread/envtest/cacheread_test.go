@@ -96,3 +96,59 @@ func TestIndexMatchesTheCachesList(t *testing.T) {
 		t.Fatalf("cluster x in %s: %d pods, want 2", nsA, len(got))
 	}
 }
+
+// TestStoreMatchesTheCachesGet: on a cache of all namespaces (read from its store), on a cache of two namespaces
+// and with no cache (the reader), a Store finds exactly the objects controller-runtime's Get finds.
+func TestStoreMatchesTheCachesGet(t *testing.T) {
+	cfg, cl := testutil.StartEnvtest(t)
+	env := testutil.NewEnv(cl)
+	ctx := t.Context()
+	nsA, nsB := env.Namespace(t), env.Namespace(t)
+	svc := func(ns, name string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+	}
+	env.Create(t, svc(nsA, "x"), svc(nsB, "y"))
+	caches := map[string]ctrlcache.Cache{}
+	for name, opts := range map[string]ctrlcache.Options{
+		"all namespaces": {},
+		"two namespaces": {DefaultNamespaces: map[string]ctrlcache.Config{nsA: {}, nsB: {}}},
+	} {
+		opts.Scheme = cl.Scheme()
+		c, err := ctrlcache.New(cfg, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = c.Start(ctx) }()
+		if !c.WaitForCacheSync(ctx) {
+			t.Fatalf("%s: the cache did not sync", name)
+		}
+		caches[name] = c
+	}
+	newSvc := func() *corev1.Service { return &corev1.Service{} }
+	stores := map[string]*cacheread.Store[*corev1.Service]{"no cache (the reader)": cacheread.NewStore(nil, client.Reader(caches["all namespaces"]), newSvc)}
+	for name, c := range caches {
+		stores[name] = cacheread.NewStore(c, client.Reader(c), newSvc)
+	}
+	for name, st := range stores {
+		for _, q := range []struct{ ns, name string }{{nsA, "x"}, {nsB, "y"}, {nsA, "y"}, {nsB, "x"}, {nsA, "none"}} {
+			var want bool
+			env.Eventually(t, fmt.Sprintf("%s: the caches hold the Services", name), func() (bool, string) {
+				for _, c := range caches {
+					if err := c.Get(ctx, client.ObjectKey{Namespace: nsB, Name: "y"}, &corev1.Service{}); err != nil {
+						return false, err.Error()
+					}
+				}
+				err := caches["all namespaces"].Get(ctx, client.ObjectKey{Namespace: q.ns, Name: q.name}, &corev1.Service{})
+				want = err == nil
+				return err == nil || client.IgnoreNotFound(err) == nil, fmt.Sprint(err)
+			})
+			got, found, err := st.Get(ctx, q.ns, q.name)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if found != want || found && (got.Namespace != q.ns || got.Name != q.name) {
+				t.Errorf("%s: %s/%s: found %v (%v), want %v", name, q.ns, q.name, found, got, want)
+			}
+		}
+	}
+}
