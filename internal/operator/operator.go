@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"time"
 
@@ -302,6 +303,10 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	// Every client the manager makes shares this transport: the event writer holds back while the others write.
 	activity := &writeActivity{}
 	cfg.Wrap(activity.wrap)
+	if opts.Optimizations.On(optimize.UncompressedResponses) {
+		cfg.DisableCompression = true
+		cfg.Wrap(countRequests(opts.Optimizations, optimize.UncompressedResponses))
+	}
 	// The Ray pod watch reaches client-go with what stripPod would drop already gone (see podWatchBody).
 	if opts.Optimizations.On(optimize.PodWatchPruning) {
 		cfg.Wrap(pruneRayPodWatches(podSel.String(), opts.Optimizations))
@@ -445,4 +450,14 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		}
 	}
 	return mgr.Start(ctx)
+}
+
+// countRequests counts each request sent as an act of mechanism m (a mechanism that acts on every request).
+func countRequests(sw *optimize.Switches, m optimize.Mechanism) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			sw.Acted(m)
+			return rt.RoundTrip(r)
+		})
+	}
 }

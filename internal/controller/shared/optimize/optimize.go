@@ -45,11 +45,16 @@ const (
 	// 500 ms then), to be written at --event-qps once those writes pause (internal/operator/events.go). Off: events
 	// are written as recorded, at --event-qps.
 	EventDeferral Mechanism = "event-deferral"
+	// UncompressedResponses asks the API server for its answers and watch streams without gzip
+	// (rest.Config.DisableCompression): between an operator and its API server gzip costs both CPU (the API server
+	// compresses every watch event it sends, the operator inflates it) and saves bandwidth nobody is short of. Off:
+	// client-go's default, gzip whenever the API server offers it.
+	UncompressedResponses Mechanism = "uncompressed-responses"
 )
 
 // All lists every mechanism, in the order docs/operations.md gives them.
 var All = []Mechanism{StatusCoalescing, PodEventBatching, ProgressPriority, PodUpdateFilter, TemplateHashCache,
-	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, EventDeferral}
+	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, EventDeferral, UncompressedResponses}
 
 // Switches says which mechanisms are on, and counts how often each changed what the operator did (tests read the
 // counts to prove a mechanism off never acted). The nil *Switches has every mechanism on.
