@@ -2,10 +2,12 @@ package reconcile
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
@@ -27,14 +29,21 @@ func RemoveFinalizer(ctx context.Context, c client.Writer, obj client.Object, na
 }
 
 func patchFinalizer(ctx context.Context, c client.Writer, obj client.Object, name string, change func(client.Object, string) bool) error {
-	base, ok := obj.DeepCopyObject().(client.Object)
-	if !ok {
-		return fmt.Errorf("finalizer %s: %T is not a client.Object", name, obj)
-	}
 	if !change(obj, name) {
 		return nil
 	}
-	err := c.Patch(ctx, obj, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	// The merge patch MergeFromWithOptimisticLock would compute (a copy of the whole object and two encodings of
+	// it to diff), written directly: the finalizers list whole (a merge patch replaces a list) and the
+	// resourceVersion that guards it. An empty list is sent as null: the field is removed.
+	var finalizers any
+	if f := obj.GetFinalizers(); len(f) > 0 {
+		finalizers = f
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": finalizers, "resourceVersion": obj.GetResourceVersion()}})
+	if err != nil {
+		return fmt.Errorf("finalizer %s: %w", name, err)
+	}
+	err = c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -86,4 +87,50 @@ func interceptPatches(n *int) interceptor.Funcs {
 		*n++
 		return c.Patch(ctx, obj, patch, opts...)
 	}}
+}
+
+// The finalizer patch carries the finalizers and the resourceVersion that guards them, nothing else: the spec a
+// reconcile changed in memory is never written with it, and other finalizers stay.
+func TestFinalizerPatchBody(t *testing.T) {
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm", Finalizers: []string{"other"}}, Data: map[string]string{"k": "v"}}
+	var bodies []string
+	cl := fake.NewClientBuilder().WithObjects(cm).WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+		b, err := patch.Data(obj)
+		if err != nil {
+			return err
+		}
+		bodies = append(bodies, string(b))
+		return c.Patch(ctx, obj, patch, opts...)
+	}}).Build()
+	obj := &corev1.ConfigMap{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(cm), obj); err != nil {
+		t.Fatal(err)
+	}
+	rv := obj.ResourceVersion
+	obj.Data["k"] = "local"
+	if err := AddFinalizer(ctx, cl, obj, testFinalizer); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveFinalizer(ctx, cl, obj, "other"); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveFinalizer(ctx, cl, obj, testFinalizer); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`{"metadata":{"finalizers":["other","` + testFinalizer + `"],"resourceVersion":"` + rv + `"}}`,
+		`{"metadata":{"finalizers":["` + testFinalizer + `"],"resourceVersion":"` + obj.ResourceVersion + `"}}`,
+		`{"metadata":{"finalizers":null,"resourceVersion":"` + obj.ResourceVersion + `"}}`,
+	}
+	if len(bodies) != 3 || bodies[0] != want[0] || !strings.HasPrefix(bodies[1], `{"metadata":{"finalizers":["`+testFinalizer+`"],`) || !strings.HasPrefix(bodies[2], `{"metadata":{"finalizers":null,`) {
+		t.Errorf("patches %q, want %q (resourceVersions as read)", bodies, want)
+	}
+	got := &corev1.ConfigMap{}
+	if err := cl.Get(ctx, client.ObjectKeyFromObject(cm), got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Finalizers) != 0 || got.Data["k"] != "v" {
+		t.Errorf("stored finalizers %v, data %v; want none and the data untouched", got.Finalizers, got.Data)
+	}
 }
