@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -34,25 +36,7 @@ func TestIndexMatchesTheCachesList(t *testing.T) {
 	}
 	env.Create(t, pod(nsA, "x-head", "x"), pod(nsA, "x-w1", "x"), pod(nsA, "y-head", "y"), pod(nsB, "x-head", "x"), pod(nsA, "plain", ""))
 
-	caches := map[string]ctrlcache.Cache{}
-	for name, opts := range map[string]ctrlcache.Options{
-		"all namespaces": {},
-		"two namespaces": {DefaultNamespaces: map[string]ctrlcache.Config{nsA: {}, nsB: {}}},
-	} {
-		opts.Scheme = cl.Scheme()
-		c, err := ctrlcache.New(cfg, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := clusterpods.Register(ctx, c); err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = c.Start(ctx) }()
-		if !c.WaitForCacheSync(ctx) {
-			t.Fatalf("%s: the cache did not sync", name)
-		}
-		caches[name] = c
-	}
+	caches := startCaches(t, cfg, cl.Scheme(), nsA, nsB, func(c ctrlcache.Cache) error { return clusterpods.Register(ctx, c) })
 	newList := func() client.ObjectList { return &corev1.PodList{} }
 	indexes := map[string]*cacheread.Index[*corev1.Pod]{"no cache (the reader)": cacheread.NewIndex(nil, client.Reader(caches["all namespaces"]), &corev1.Pod{}, newList, clusterpods.Index)}
 	for name, c := range caches {
@@ -108,22 +92,7 @@ func TestStoreMatchesTheCachesGet(t *testing.T) {
 		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
 	}
 	env.Create(t, svc(nsA, "x"), svc(nsB, "y"))
-	caches := map[string]ctrlcache.Cache{}
-	for name, opts := range map[string]ctrlcache.Options{
-		"all namespaces": {},
-		"two namespaces": {DefaultNamespaces: map[string]ctrlcache.Config{nsA: {}, nsB: {}}},
-	} {
-		opts.Scheme = cl.Scheme()
-		c, err := ctrlcache.New(cfg, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = c.Start(ctx) }()
-		if !c.WaitForCacheSync(ctx) {
-			t.Fatalf("%s: the cache did not sync", name)
-		}
-		caches[name] = c
-	}
+	caches := startCaches(t, cfg, cl.Scheme(), nsA, nsB, nil)
 	newSvc := func() *corev1.Service { return &corev1.Service{} }
 	stores := map[string]*cacheread.Store[*corev1.Service]{"no cache (the reader)": cacheread.NewStore(nil, client.Reader(caches["all namespaces"]), newSvc)}
 	for name, c := range caches {
@@ -151,4 +120,32 @@ func TestStoreMatchesTheCachesGet(t *testing.T) {
 			}
 		}
 	}
+}
+
+// startCaches starts a cache of all namespaces and one of nsA and nsB, each with register (when given) applied
+// before it starts, and waits for both to sync.
+func startCaches(t *testing.T, cfg *rest.Config, scheme *runtime.Scheme, nsA, nsB string, register func(ctrlcache.Cache) error) map[string]ctrlcache.Cache {
+	t.Helper()
+	caches := map[string]ctrlcache.Cache{}
+	for name, opts := range map[string]ctrlcache.Options{
+		"all namespaces": {},
+		"two namespaces": {DefaultNamespaces: map[string]ctrlcache.Config{nsA: {}, nsB: {}}},
+	} {
+		opts.Scheme = scheme
+		c, err := ctrlcache.New(cfg, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if register != nil {
+			if err := register(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		go func() { _ = c.Start(t.Context()) }()
+		if !c.WaitForCacheSync(t.Context()) {
+			t.Fatalf("%s: the cache did not sync", name)
+		}
+		caches[name] = c
+	}
+	return caches
 }
