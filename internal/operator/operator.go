@@ -311,6 +311,10 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if opts.Optimizations.On(optimize.PodWatchPruning) {
 		cfg.Wrap(pruneRayPodWatches(podSel.String(), opts.Optimizations))
 	}
+	// And the watches of Manta's custom resources without the managedFields stripUnread drops (see crWatchBody).
+	if opts.Optimizations.On(optimize.CRWatchPruning) {
+		cfg.Wrap(pruneCRWatches(opts.Optimizations))
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Controller:              ctrlOpts,
 		Scheme:                  scheme,

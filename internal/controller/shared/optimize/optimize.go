@@ -41,6 +41,10 @@ const (
 	// PodWatchPruning drops what the Ray pod cache does not keep from the protobuf bytes of the pod watch before
 	// client-go decodes them (internal/operator/podwatch.go). Off: the cache's transform alone strips them.
 	PodWatchPruning Mechanism = "pod-watch-pruning"
+	// CRWatchPruning cuts metadata.managedFields, which the cache drops, from the JSON watch events of Manta's
+	// custom resources before client-go decodes them (internal/operator/crwatch.go). Off: the cache's transform
+	// alone drops them.
+	CRWatchPruning Mechanism = "cr-watch-pruning"
 	// EventDeferral holds the operator's events back while it writes pods, Services and statuses (one event per
 	// 500 ms then), to be written at --event-qps once those writes pause (internal/operator/events.go). Off: events
 	// are written as recorded, at --event-qps.
@@ -54,7 +58,7 @@ const (
 
 // All lists every mechanism, in the order docs/operations.md gives them.
 var All = []Mechanism{StatusCoalescing, PodEventBatching, ProgressPriority, PodUpdateFilter, TemplateHashCache,
-	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, EventDeferral, UncompressedResponses}
+	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, CRWatchPruning, EventDeferral, UncompressedResponses}
 
 // Switches says which mechanisms are on, and counts how often each changed what the operator did (tests read the
 // counts to prove a mechanism off never acted). The nil *Switches has every mechanism on.
