@@ -84,32 +84,17 @@ func isJSONWatch(resp *http.Response) bool {
 // line that is not a whole, valid event with managedFields (an ERROR event's Status, a BOOKMARK, anything else) is
 // handed on as it came, and so is a stream's unterminated tail.
 type crWatchBody struct {
-	body io.ReadCloser
+	rewrittenStream
 	r    *bufio.Reader
 	long []byte // a line longer than r's buffer, gathered; kept for the next
-	out  []byte
-	off  int
-	err  error
 	sw   *optimize.Switches
 }
 
 func newCRWatchBody(body io.ReadCloser, sw *optimize.Switches) *crWatchBody {
-	return &crWatchBody{body: body, r: bufio.NewReaderSize(body, 64<<10), sw: sw}
+	return &crWatchBody{rewrittenStream: rewrittenStream{body: body}, r: bufio.NewReaderSize(body, 64<<10), sw: sw}
 }
 
-func (b *crWatchBody) Read(p []byte) (int, error) {
-	for b.off == len(b.out) {
-		if b.err != nil {
-			return 0, b.err
-		}
-		b.err = b.next()
-	}
-	n := copy(p, b.out[b.off:])
-	b.off += n
-	return n, nil
-}
-
-func (b *crWatchBody) Close() error { return b.body.Close() }
+func (b *crWatchBody) Read(p []byte) (int, error) { return b.read(p, b) }
 
 // next reads one line into b.out (pruned in place: a line that fits r's buffer is read from it without a copy) and
 // returns the error that ended the stream, if it did.

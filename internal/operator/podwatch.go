@@ -45,7 +45,7 @@ func pruneRayPodWatches(selector string, sw *optimize.Switches) func(http.RoundT
 			if err != nil || resp.StatusCode != http.StatusOK || !isRayPodWatch(r, selector) || !isProtobufWatch(resp) {
 				return resp, err
 			}
-			resp.Body = &podWatchBody{body: resp.Body, sw: sw}
+			resp.Body = &podWatchBody{rewrittenStream: rewrittenStream{body: resp.Body}, sw: sw}
 			return resp, nil
 		})
 	}
@@ -80,29 +80,41 @@ func isProtobufWatch(resp *http.Response) bool {
 // hands on each frame with the Pod in it pruned by podPrune. A frame it cannot parse as a Pod event (an ERROR
 // event's Status, anything unexpected) is handed on as it came.
 type podWatchBody struct {
-	body     io.ReadCloser
-	in, out  []byte
-	off      int
-	err      error
+	rewrittenStream
+	in       []byte
 	scratch  [][]byte
 	outer    [3][]byte
 	pruneErr error // the last frame that could not be pruned (read by tests)
 	sw       *optimize.Switches
 }
 
-func (b *podWatchBody) Read(p []byte) (int, error) {
-	for b.off == len(b.out) {
-		if b.err != nil {
-			return 0, b.err
+func (b *podWatchBody) Read(p []byte) (int, error) { return b.read(p, b) }
+
+// rewrittenStream hands on a watch stream's events as its owner's next rewrote them into out, one at a time, and
+// the error that ended the stream once they are read.
+type rewrittenStream struct {
+	body io.ReadCloser
+	out  []byte
+	off  int
+	err  error
+}
+
+// rewriter rewrites the stream's next event into its rewrittenStream's out.
+type rewriter interface{ next() error }
+
+func (s *rewrittenStream) read(p []byte, r rewriter) (int, error) {
+	for s.off == len(s.out) {
+		if s.err != nil {
+			return 0, s.err
 		}
-		b.err = b.next()
+		s.err = r.next()
 	}
-	n := copy(p, b.out[b.off:])
-	b.off += n
+	n := copy(p, s.out[s.off:])
+	s.off += n
 	return n, nil
 }
 
-func (b *podWatchBody) Close() error { return b.body.Close() }
+func (s *rewrittenStream) Close() error { return s.body.Close() }
 
 // next reads one frame into b.out. A stream that ends between frames ends with io.EOF, as the body's would.
 func (b *podWatchBody) next() error {

@@ -84,7 +84,7 @@ func TestPrunedPodIsStrippedPod(t *testing.T) {
 	}
 	before := prunedPodFrames.Load()
 	whole := stream.Len()
-	body := &podWatchBody{body: io.NopCloser(&stream)}
+	body := &podWatchBody{rewrittenStream: rewrittenStream{body: io.NopCloser(&stream)}}
 	read := &countingReader{r: body}
 	d := decodeWatch(read)
 	for i, w := range want {
@@ -136,7 +136,7 @@ func TestPodWatchPassesOtherFrames(t *testing.T) {
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "ray-head", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}}}}
 	podFrame := watchFrame(t, watch.Added, pod)
 	stream := bytes.Join([][]byte{status, svc, podFrame, podFrame[:len(podFrame)-3]}, nil)
-	body := &podWatchBody{body: io.NopCloser(bytes.NewReader(stream))}
+	body := &podWatchBody{rewrittenStream: rewrittenStream{body: io.NopCloser(bytes.NewReader(stream))}}
 	all, err := io.ReadAll(body)
 	if !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("read: %v, want unexpected EOF", err)
