@@ -155,10 +155,9 @@ const (
 	// status writes: 2-3 RayCluster and 4-5 RayJob status writes per job over four runs.
 	jobStatusTolerance = 1.0
 	// A RayJob's deployment status changes three times within a second; the event writer makes the second a
-	// series count on the first Event (a patch) unless the first is still queued, when the create carries it, and
-	// the third a count written once the series has been quiet 5 s unless a write carrying it is still queued:
-	// 0 to 2 patches per job, 1.0-1.5 over runs since the settled count (1 in the baseline).
-	jobEventTolerance = 1.0
+	// series count on the first Event (a patch) unless the first is still queued, when the create carries it: 0.5
+	// to 1.0 patches per job.
+	jobEventTolerance = 0.5
 	// A change to the job's cluster while the job runs is a reconcile of the RayJob, which reads its job from Ray:
 	// 2-2.5 per job over four runs. (Its head Service, not cached, is read once per job: when it is still absent.)
 	runningReadTolerance = 0.5
