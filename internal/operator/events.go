@@ -52,13 +52,10 @@ const (
 	eventQuiet        = 500 * time.Millisecond
 	eventBusyInterval = 500 * time.Millisecond
 	// A repeated event (same object, type, reason, action, controller and related object) within seriesWindow of
-	// the last one is a series: the first repeat is written as a count on the existing Event at once, later ones
-	// once the series has been quiet for seriesSettle (and seriesSettle after the count's last write), or every
-	// seriesRefresh while it goes on repeating. A count is never left for a later sweep: until it is written it
-	// counts in Pending, so a reader waiting for the queue to empty finds the count current.
+	// the last one is a series: the first repeat is written as a count on the existing Event, later ones at most
+	// every seriesRefresh.
 	seriesWindow  = 6 * time.Minute
 	seriesRefresh = 5 * time.Minute
-	seriesSettle  = 5 * time.Second
 	// A write that fails is tried again, up to eventAttempts times (the Event is dropped after, with a log line).
 	eventAttempts = 12
 	// eventWriters is how many event writes may be on their way at once once the other writes pause.
@@ -115,13 +112,9 @@ type eventManager struct {
 	queue []*pendingEvent
 	// series holds the recent events by the hash of what makes a repeat (seriesHash); a hash shared by two
 	// different events (a 64-bit collision) costs only the aggregation of their repeats.
-	series map[uint64]*pendingEvent
-	// unsettled holds the series whose count grew since its last write and is not queued: each is queued when
-	// settleDue says (settle is seriesSettle, shorter in tests).
-	unsettled map[*pendingEvent]struct{}
-	settle    time.Duration
-	wake      chan struct{}
-	stopped   bool
+	series  map[uint64]*pendingEvent
+	wake    chan struct{}
+	stopped bool
 	// inFlight counts the events taken from the queue and not yet sent: waiting behind the operator's other
 	// writes, or in their API call (see Pending and EventsIdle).
 	inFlight int
@@ -139,9 +132,9 @@ type pendingEvent struct {
 	annotations                               map[string]string
 	// eventTime, lastObserved (the last repeat's time) and lastWrite are Unix nanoseconds.
 	eventTime, lastObserved, lastWrite int64
-	// count is the series count: 1 until the event repeats; writtenCount the count the last write carried.
-	count, writtenCount, attempts int32
-	written, queued               bool
+	// count is the series count: 1 until the event repeats.
+	count, attempts int32
+	written, queued bool
 	// sending says a write of this event is on its way: a repeat recorded meanwhile queues it again, and it is
 	// taken again only once that write is back (two writes of one Event never race).
 	sending bool
@@ -309,15 +302,11 @@ func (m *eventManager) record(ev *pendingEvent, now time.Time) {
 	if p, ok := m.series[key]; ok && p.sameSeries(ev) && now.Sub(time.Unix(0, p.lastObserved)) < seriesWindow {
 		p.count++
 		p.lastObserved = now.UnixNano()
-		// The first repeat is written at once (a count of 2 says "this is happening again"); later counts once
-		// the series settles (settleDue).
-		switch {
-		case p.queued:
-		case !p.written || p.count == 2:
+		// The first repeat is written at once (a count of 2 says "this is happening again"); later counts are
+		// refreshed every seriesRefresh, by the writer's sweep.
+		if !p.queued && (!p.written || p.count == 2) {
 			p.attempts = 0
 			m.enqueue(p)
-		default:
-			m.unsettle(p)
 		}
 		return
 	}
@@ -325,54 +314,7 @@ func (m *eventManager) record(ev *pendingEvent, now time.Time) {
 	m.enqueue(ev)
 }
 
-// unsettle marks p's series as holding a count to write once it settles.
-func (m *eventManager) unsettle(p *pendingEvent) {
-	if m.unsettled == nil {
-		m.unsettled = map[*pendingEvent]struct{}{}
-	}
-	m.unsettled[p] = struct{}{}
-	select {
-	case m.wake <- struct{}{}: // the writer computes when it is due
-	default:
-	}
-}
-
-// settleDue queues the unsettled counts that are due at now: the series quiet for settle since its last repeat and
-// its last write, or its last write seriesRefresh old (a series that goes on repeating). It returns how long until
-// the next one is due (0: none waits).
-func (m *eventManager) settleDue(now time.Time) time.Duration {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	settle := m.settle
-	if settle == 0 {
-		settle = seriesSettle
-	}
-	var next time.Duration
-	for p := range m.unsettled {
-		if p.written && p.count <= p.writtenCount {
-			delete(m.unsettled, p) // a write on its way when it repeated carried the count after all
-			continue
-		}
-		quiet := time.Unix(0, max(p.lastObserved, p.lastWrite)).Add(settle)
-		due := quiet
-		if refresh := time.Unix(0, p.lastWrite).Add(seriesRefresh); refresh.Before(due) {
-			due = refresh
-		}
-		if wait := due.Sub(now); wait > 0 {
-			if next == 0 || wait < next {
-				next = wait
-			}
-			continue
-		}
-		delete(m.unsettled, p)
-		p.attempts = 0
-		m.enqueue(p)
-	}
-	return next
-}
-
 func (m *eventManager) enqueue(p *pendingEvent) {
-	delete(m.unsettled, p)
 	p.queued = true
 	m.queue = append(m.queue, p)
 	select {
@@ -381,14 +323,13 @@ func (m *eventManager) enqueue(p *pendingEvent) {
 	}
 }
 
-// Pending is how many event writes are not yet sent: those waiting in the queue, the ones the writer holds
-// (waiting behind the operator's other writes, or in their API call), and the series counts waiting to settle.
-// When it is 0, every event recorded so far is at the API server with its count (or was dropped), so a reader of
-// the API server finds it.
+// Pending is how many event writes are not yet sent: those waiting in the queue, and the one the writer holds
+// (waiting behind the operator's other writes, or in its API call). When it is 0, every event recorded so far is
+// at the API server (or was dropped), so a reader of the API server finds it.
 func (m *eventManager) Pending() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.queue) + m.inFlight + len(m.unsettled)
+	return len(m.queue) + m.inFlight
 }
 
 // EventsIdle says whether no event write waits in the queue or is on its way: every event recorded so far has been
@@ -396,7 +337,7 @@ func (m *eventManager) Pending() int {
 func (m *eventManager) EventsIdle() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.queue) == 0 && m.inFlight == 0 && len(m.unsettled) == 0
+	return len(m.queue) == 0 && m.inFlight == 0
 }
 
 // run writes the queued events until ctx ends; what is still queued then is dropped (and counted in a log line).
@@ -415,26 +356,15 @@ func (m *eventManager) run(ctx context.Context) error {
 			m.sweep(time.Now())
 		default:
 		}
-		untilSettled := m.settleDue(time.Now())
 		p := m.next()
 		if p == nil {
-			var settled <-chan time.Time
-			var timer *time.Timer
-			if untilSettled > 0 {
-				timer = time.NewTimer(untilSettled)
-				settled = timer.C
-			}
 			select {
 			case <-ctx.Done():
 				m.stop()
 				return nil
 			case <-m.wake:
-			case <-settled:
 			case <-sweep.C:
 				m.sweep(time.Now())
-			}
-			if timer != nil {
-				timer.Stop()
 			}
 			continue
 		}
@@ -517,7 +447,7 @@ func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
 	defer m.done(p)
 	m.mu.Lock()
 	ev := p.event()
-	written, count := p.written, p.count
+	written := p.written
 	m.mu.Unlock()
 	var err error
 	if !written {
@@ -544,10 +474,7 @@ func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err == nil {
-		p.written, p.attempts, p.lastWrite, p.writtenCount = true, 0, time.Now().UnixNano(), count
-		if p.count > count && !p.queued {
-			m.unsettle(p) // repeated while this write was on its way
-		}
+		p.written, p.attempts, p.lastWrite = true, 0, time.Now().UnixNano()
 		return 0
 	}
 	if ctx.Err() != nil {
@@ -565,16 +492,20 @@ func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
 	return int(p.attempts)
 }
 
-// sweep forgets the series that ended more than seriesWindow ago (their counts written, or given up).
+// sweep writes the counts of series that grew since their last write (at most every seriesRefresh) and forgets
+// series that ended more than seriesWindow ago.
 func (m *eventManager) sweep(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, p := range m.series {
-		if _, unsettled := m.unsettled[p]; p.queued || unsettled || now.Sub(time.Unix(0, p.lastObserved)) < seriesWindow {
-			continue
-		}
-		if p.written || p.attempts >= eventAttempts {
-			delete(m.series, k)
+		switch {
+		case p.queued:
+		case now.Sub(time.Unix(0, p.lastObserved)) >= seriesWindow:
+			if p.written || p.attempts >= eventAttempts {
+				delete(m.series, k)
+			}
+		case p.written && p.count > 1 && p.lastObserved > p.lastWrite && now.Sub(time.Unix(0, p.lastWrite)) >= seriesRefresh:
+			m.enqueue(p)
 		}
 	}
 }
@@ -583,8 +514,8 @@ func (m *eventManager) stop() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.stopped = true
-	if n := len(m.queue) + len(m.unsettled); n > 0 {
-		ctrl.Log.WithName("events").Info("operator stopping: queued events and series counts not written", "count", n)
+	if n := len(m.queue); n > 0 {
+		ctrl.Log.WithName("events").Info("operator stopping: queued events not written", "count", n)
 	}
-	m.queue, m.unsettled = nil, nil
+	m.queue = nil
 }
