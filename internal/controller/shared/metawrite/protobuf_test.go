@@ -65,7 +65,7 @@ func TestObjectMetaOfLeavesManagedFieldsOut(t *testing.T) {
 	}
 	withManaged := meta
 	withManaged.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "manta", Operation: metav1.ManagedFieldsOperationUpdate,
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}}
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`)}}
 	info, _ := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
 	raw, err := runtime.Encode(codecs.WithoutConversion().EncoderForVersion(info.Serializer, metav1.SchemeGroupVersion),
 		&metav1.PartialObjectMetadata{ObjectMeta: withManaged})
