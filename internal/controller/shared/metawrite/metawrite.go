@@ -104,22 +104,21 @@ func (p *Pods) Create(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	res := p.rc.Post().Namespace(pod.Namespace).Resource("pods").SetHeader("Content-Type", runtime.ContentTypeProtobuf).Body(body.bytes).Do(ctx)
+	req := p.rc.Post().Namespace(pod.Namespace).Resource("pods").SetHeader("Content-Type", runtime.ContentTypeProtobuf).Body(body.bytes)
+	err = send(ctx, req, http.MethodPost, pod.Namespace, "", func(raw []byte) error {
+		decode := decodeMetadata
+		if bytes.HasPrefix(raw, protobufMagic) {
+			decode = objectMetaOf // the answer asked for
+		}
+		meta, err := decode(raw)
+		if err != nil {
+			return fmt.Errorf("decode the metadata of the pod created: %w", err)
+		}
+		pod.ObjectMeta = *meta
+		return nil
+	})
 	body.release()
-	if err := res.Error(); err != nil {
-		return err
-	}
-	raw, _ := res.Raw()
-	decode := decodeMetadata
-	if bytes.HasPrefix(raw, protobufMagic) {
-		decode = objectMetaOf // the answer asked for
-	}
-	meta, err := decode(raw)
-	if err != nil {
-		return fmt.Errorf("decode the metadata of the pod created: %w", err)
-	}
-	pod.ObjectMeta = *meta
-	return nil
+	return err
 }
 
 // Events writes events.k8s.io/v1 Events through a REST client of its own, in protobuf, and reads nothing of the
@@ -145,12 +144,14 @@ func (e *Events) Create(ctx context.Context, ev *eventsv1.Event) error {
 		return err
 	}
 	defer body.release()
-	return e.rc.Post().Namespace(ev.Namespace).Resource("events").SetHeader("Content-Type", runtime.ContentTypeProtobuf).Body(body.bytes).Do(ctx).Error()
+	req := e.rc.Post().Namespace(ev.Namespace).Resource("events").SetHeader("Content-Type", runtime.ContentTypeProtobuf).Body(body.bytes)
+	return send(ctx, req, http.MethodPost, ev.Namespace, "", nil)
 }
 
 // MergePatch applies a JSON merge patch to the Event namespace/name.
 func (e *Events) MergePatch(ctx context.Context, namespace, name string, patch []byte) error {
-	return e.rc.Patch(types.MergePatchType).Namespace(namespace).Resource("events").Name(name).Body(patch).Do(ctx).Error()
+	req := e.rc.Patch(types.MergePatchType).Namespace(namespace).Resource("events").Name(name).Body(patch)
+	return send(ctx, req, http.MethodPatch, namespace, name, nil)
 }
 
 // GetRateLimiter is the writes' token bucket.
@@ -203,27 +204,31 @@ func (s *Status) UpdateStatus(ctx context.Context, obj client.Object) error {
 	if !ok {
 		return fmt.Errorf("metawrite writes no status of %v", gvk)
 	}
-	res := c.rc.Put().Namespace(obj.GetNamespace()).Resource(c.resource).Name(obj.GetName()).SubResource("status").Body(obj).Do(ctx)
-	if err := res.Error(); err != nil {
+	req := c.rc.Put().Namespace(obj.GetNamespace()).Resource(c.resource).Name(obj.GetName()).SubResource("status").Body(obj)
+	var rv string
+	err = send(ctx, req, http.MethodPut, obj.GetNamespace(), obj.GetName(), func(raw []byte) error {
+		// A status write changes nothing in the metadata but the resourceVersion (and managedFields, which the
+		// cache drops): read that alone. Decoding the answer into PartialObjectMetadata would allocate for its
+		// managedFields, which list every spec field the object's creator set.
+		var answer struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				ResourceVersion string `json:"resourceVersion"`
+			} `json:"metadata"`
+		}
+		if err := json.Unmarshal(raw, &answer); err != nil {
+			return fmt.Errorf("decode the metadata of the %s status written: %w", gvk.Kind, err)
+		}
+		if answer.Kind != "PartialObjectMetadata" || answer.Metadata.ResourceVersion == "" {
+			return fmt.Errorf("the API server answered the %s status written with kind %q, resourceVersion %q; want PartialObjectMetadata with a resourceVersion",
+				gvk.Kind, answer.Kind, answer.Metadata.ResourceVersion)
+		}
+		rv = answer.Metadata.ResourceVersion // a copy: json.Unmarshal's strings do not alias raw
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	// A status write changes nothing in the metadata but the resourceVersion (and managedFields, which the cache
-	// drops): read that alone. Decoding the answer into PartialObjectMetadata would allocate for its managedFields,
-	// which list every spec field the object's creator set.
-	raw, _ := res.Raw()
-	var answer struct {
-		Kind     string `json:"kind"`
-		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
-		} `json:"metadata"`
-	}
-	if err := json.Unmarshal(raw, &answer); err != nil {
-		return fmt.Errorf("decode the metadata of the %s status written: %w", gvk.Kind, err)
-	}
-	if answer.Kind != "PartialObjectMetadata" || answer.Metadata.ResourceVersion == "" {
-		return fmt.Errorf("the API server answered the %s status written with kind %q, resourceVersion %q; want PartialObjectMetadata with a resourceVersion",
-			gvk.Kind, answer.Kind, answer.Metadata.ResourceVersion)
-	}
-	obj.SetResourceVersion(answer.Metadata.ResourceVersion)
+	obj.SetResourceVersion(rv)
 	return nil
 }
