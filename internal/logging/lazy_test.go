@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -82,6 +83,46 @@ func TestLazyDefersEncoding(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = parent.WithValues("reconcileID", "abc") }); n > 3 {
 		t.Errorf("WithValues allocates %.0f times, want at most 3", n)
+	}
+}
+
+// TestLazyValuesChain: values recorded over several WithValues, with WithName and V between them, reach each line
+// oldest first, the caller's slice may be reused once WithValues returns, and a WithValues costs the same however
+// many values its parent holds (controller-runtime adds three times to a parent with three pairs per reconcile).
+func TestLazyValuesChain(t *testing.T) {
+	rec := &recordingSink{}
+	log := Lazy(logr.New(rec))
+	kv := []any{"controller", "raycluster", "controllerGroup", "ray.io", "controllerKind", "RayCluster"}
+	parent := log.WithValues(kv...)
+	kv[1] = "changed"
+	child := parent.WithName("x").WithValues("RayCluster", "ns/c1").V(0).WithValues("namespace", "ns", "name", "c1").WithValues()
+	child.WithName("y").Info("line", "n", 1)
+	want := []any{"controller", "raycluster", "controllerGroup", "ray.io", "controllerKind", "RayCluster",
+		"RayCluster", "ns/c1", "namespace", "ns", "name", "c1", "n", 1}
+	if !reflect.DeepEqual(rec.lines[0], want) {
+		t.Errorf("logged %v, want %v", rec.lines[0], want)
+	}
+	parent.Info("parent")
+	if want := []any{"controller", "raycluster", "controllerGroup", "ray.io", "controllerKind", "RayCluster"}; !reflect.DeepEqual(rec.lines[1], want) {
+		t.Errorf("the parent logged %v, its own values alone expected", rec.lines[1])
+	}
+
+	bytesPerOp := func(l logr.Logger) uint64 {
+		const n = 1000
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range n {
+			_ = l.WithValues("reconcileID", "abc")
+		}
+		runtime.ReadMemStats(&after)
+		return (after.TotalAlloc - before.TotalAlloc) / n
+	}
+	deep := child
+	for range 20 {
+		deep = deep.WithValues("k", "v")
+	}
+	if shallow, deep := bytesPerOp(log), bytesPerOp(deep); deep > shallow+16 {
+		t.Errorf("WithValues allocates %d bytes under 25 recorded pairs, %d under none: it copies the parent's", deep, shallow)
 	}
 }
 
