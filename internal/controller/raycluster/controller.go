@@ -175,6 +175,7 @@ func newReconciler(cl client.Client, reader client.Reader, recorder events.Event
 		Client:         cl,
 		Recorder:       recorder,
 		New:            func() *rayv1.RayCluster { return &rayv1.RayCluster{} },
+		Unalias:        reconcile.UnaliasRayCluster,
 		ManagedBy:      func(c *rayv1.RayCluster) *string { return c.Spec.ManagedBy },
 		Forget:         r.forget,
 		Finalizer:      clusterbuild.FinalizerGCSFTRedisCleanup,

@@ -220,7 +220,9 @@ func TestWritesReturnTheAPIServersErrors(t *testing.T) {
 	for _, create := range []func() error{
 		func() error { return pods.Create(ctx, &corev1.Pod{}) },
 		func() error { return events.Create(ctx, &eventsv1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e"}}) },
-		func() error { return status.UpdateStatus(ctx, &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Name: "rc"}}) },
+		func() error {
+			return status.UpdateStatus(ctx, &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Name: "rc"}})
+		},
 	} {
 		if err := create(); err == nil || !strings.Contains(err.Error(), "an empty namespace may not be set") {
 			t.Errorf("a write with no namespace: %v, want Do's refusal", err)
