@@ -30,3 +30,18 @@ func stripPod(obj any) (any, error) {
 	}
 	return obj, nil
 }
+
+// cacheObject is the informer caches' transform for every type but Ray pods: stripUnread, then the strings
+// interned (see internStrings).
+func cacheObject(obj any) (any, error) {
+	obj, _ = stripUnread(obj)
+	internStrings(obj)
+	return obj, nil
+}
+
+// cachePod is the Ray pod cache's transform: stripPod, then the strings interned.
+func cachePod(obj any) (any, error) {
+	obj, _ = stripPod(obj)
+	internStrings(obj)
+	return obj, nil
+}

@@ -1,0 +1,161 @@
+package operator
+
+import (
+	"reflect"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+)
+
+// Every cached object is decoded afresh from its own bytes, so each holds its own copy of every string: 1,000
+// RayClusters of one shape hold 1,000 copies of the same label keys, container names, images, resource names,
+// condition types and reasons. The caches' transforms replace each such string with the one copy an intern table
+// holds (internStrings), so identical objects share them.
+
+// internMax bounds the intern table. A string stays in it after the objects that held it are gone, so once the
+// table is full it starts afresh: the strings already shared stay shared, and new objects share the new copies.
+const internMax = 1 << 15
+
+// interned is the caches' intern table.
+var interned = newInternTable(internMax)
+
+type internTable struct {
+	mu  sync.Mutex
+	m   map[string]string
+	max int
+}
+
+func newInternTable(max int) *internTable { return &internTable{m: map[string]string{}, max: max} }
+
+// str returns the table's copy of s, adding one (cloned, so it holds no larger buffer s may point into) if there
+// is none.
+func (t *internTable) str(s string) string {
+	if s == "" {
+		return s
+	}
+	if c, ok := t.m[s]; ok {
+		return c
+	}
+	if len(t.m) >= t.max {
+		clear(t.m)
+	}
+	c := strings.Clone(s)
+	t.m[c] = c
+	return c
+}
+
+// internSkip names the string fields that are (nearly) unique to an object: interning them would only fill the
+// table.
+var internSkip = map[reflect.Type]map[string]bool{
+	reflect.TypeFor[metav1.ObjectMeta]():      {"Name": true, "GenerateName": true, "UID": true, "ResourceVersion": true, "SelfLink": true},
+	reflect.TypeFor[metav1.OwnerReference]():  {"UID": true},
+	reflect.TypeFor[corev1.PodStatus]():       {"PodIP": true},
+	reflect.TypeFor[corev1.PodIP]():           {"IP": true},
+	reflect.TypeFor[corev1.ContainerStatus](): {"ContainerID": true, "ImageID": true},
+	reflect.TypeFor[corev1.ObjectReference](): {"Name": true, "UID": true, "ResourceVersion": true},
+	reflect.TypeFor[corev1.Event]():           {"Message": true},
+	reflect.TypeFor[corev1.ServiceSpec]():     {"ClusterIP": true, "ClusterIPs": true},
+	reflect.TypeFor[rayv1.HeadInfo]():         {"PodIP": true, "ServiceIP": true, "PodName": true},
+}
+
+// internPlans caches, per type, whether it holds a settable string at all (a type that does not is not walked).
+var internPlans sync.Map // reflect.Type -> bool
+
+// holdsStrings says whether a value of type t holds a string internStrings would set: one in an exported field,
+// an element or a map key or value, however deep.
+func holdsStrings(t reflect.Type) bool {
+	if v, ok := internPlans.Load(t); ok {
+		return v.(bool)
+	}
+	// A recursive type is taken to hold strings while it is being worked out.
+	internPlans.Store(t, true)
+	r := false
+	switch t.Kind() {
+	case reflect.String:
+		r = true
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		r = holdsStrings(t.Elem())
+	case reflect.Map:
+		r = holdsStrings(t.Key()) || holdsStrings(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if f.IsExported() && !internSkip[t][f.Name] && holdsStrings(f.Type) {
+				r = true
+				break
+			}
+		}
+	}
+	internPlans.Store(t, r)
+	return r
+}
+
+// internStrings replaces every string obj holds (but those internSkip names) with the intern table's copy. It
+// changes no value: each string is replaced by an equal one.
+func internStrings(obj any) {
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return
+	}
+	interned.mu.Lock()
+	defer interned.mu.Unlock()
+	internValue(interned, v.Elem())
+}
+
+// internValue interns the strings of v, which is settable.
+func internValue(t *internTable, v reflect.Value) {
+	switch v.Kind() {
+	case reflect.String:
+		if s := v.String(); s != "" {
+			v.SetString(t.str(s))
+		}
+	case reflect.Pointer:
+		if !v.IsNil() && holdsStrings(v.Type().Elem()) {
+			internValue(t, v.Elem())
+		}
+	case reflect.Slice, reflect.Array:
+		if !holdsStrings(v.Type().Elem()) {
+			return
+		}
+		for i := range v.Len() {
+			internValue(t, v.Index(i))
+		}
+	case reflect.Struct:
+		skip := internSkip[v.Type()]
+		for i := range v.NumField() {
+			f := v.Type().Field(i)
+			if f.IsExported() && !skip[f.Name] && holdsStrings(f.Type) {
+				internValue(t, v.Field(i))
+			}
+		}
+	case reflect.Map:
+		internMap(t, v)
+	}
+}
+
+// internMap interns a map's keys and values. Assigning to a present key stores the key given too, so setting each
+// entry anew with the interned key replaces the map's own copy of it.
+func internMap(t *internTable, m reflect.Value) {
+	kt, et := m.Type().Key(), m.Type().Elem()
+	keys, elems := holdsStrings(kt), holdsStrings(et)
+	if m.Len() == 0 || !keys && !elems {
+		return
+	}
+	// A map's entries are not settable in place: each is copied out, interned and set back.
+	k, e := reflect.New(kt).Elem(), reflect.New(et).Elem()
+	for it := m.MapRange(); it.Next(); {
+		k.SetIterKey(it)
+		e.SetIterValue(it)
+		if keys {
+			internValue(t, k)
+		}
+		if elems {
+			internValue(t, e)
+		}
+		m.SetMapIndex(k, e)
+	}
+}

@@ -1,0 +1,134 @@
+package operator
+
+import (
+	"fmt"
+	"testing"
+	"unsafe"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+)
+
+// decodedCopies is n copies of obj, each decoded from its protobuf bytes, as an informer's are.
+func decodedCopies[T any](t *testing.T, obj any, n int) []T {
+	t.Helper()
+	pb := protobuf.NewSerializer(clientgoscheme.Scheme, clientgoscheme.Scheme)
+	raw, err := runtimeEncode(pb, obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]T, n)
+	for i := range out {
+		o, _, err := pb.Decode(raw, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = o.(T)
+	}
+	return out
+}
+
+// The cache transforms change no value, and two objects decoded apart share their strings once transformed: the
+// labels' and annotations' keys and values, the container names and images, the condition types.
+func TestCacheTransformsIntern(t *testing.T) {
+	c := benchLikeCluster(3)
+	pods := decodedCopies[*corev1.Pod](t, benchLikePod(c, 1), 2)
+	want, _ := stripPod(pods[0].DeepCopy())
+	var got [2]*corev1.Pod
+	for i, p := range pods {
+		o, err := cachePod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[i] = o.(*corev1.Pod)
+	}
+	if diff := cmp.Diff(want, got[0]); diff != "" {
+		t.Fatalf("cachePod changed the pod (-stripped +transformed):\n%s", diff)
+	}
+	same := func(what, a, b string) {
+		t.Helper()
+		if a != b || unsafe.StringData(a) != unsafe.StringData(b) {
+			t.Errorf("%s: %q and %q not shared", what, a, b)
+		}
+	}
+	a, b := got[0], got[1]
+	for k := range a.Labels {
+		ka, kb := mapKey(a.Labels, k), mapKey(b.Labels, k)
+		same("label key", ka, kb)
+		same("label value", a.Labels[k], b.Labels[k])
+	}
+	for k := range a.Annotations {
+		same("annotation key", mapKey(a.Annotations, k), mapKey(b.Annotations, k))
+	}
+	same("namespace", a.Namespace, b.Namespace)
+	same("owner", a.OwnerReferences[0].Name, b.OwnerReferences[0].Name)
+	same("container name", a.Spec.Containers[0].Name, b.Spec.Containers[0].Name)
+	same("image", a.Spec.Containers[0].Image, b.Spec.Containers[0].Image)
+	same("status image", a.Status.ContainerStatuses[0].Image, b.Spec.Containers[0].Image)
+	same("condition type", string(a.Status.Conditions[2].Type), string(b.Status.Conditions[2].Type))
+	// What is unique to an object is left as it is.
+	if unsafe.StringData(a.Name) == unsafe.StringData(b.Name) || unsafe.StringData(string(a.UID)) == unsafe.StringData(string(b.UID)) {
+		t.Errorf("a pod's name or UID was interned")
+	}
+
+	// A RayCluster decoded from JSON, as client-go decodes custom resources.
+	rcs := decodedJSONClusters(t, 2)
+	wantRC := rcs[0].DeepCopy()
+	for _, rc := range rcs {
+		if _, err := cacheObject(rc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if diff := cmp.Diff(wantRC, rcs[0]); diff != "" {
+		t.Fatalf("cacheObject changed the RayCluster (-decoded +transformed):\n%s", diff)
+	}
+	h0, h1 := rcs[0].Spec.HeadGroupSpec.Template.Spec.Containers[0], rcs[1].Spec.HeadGroupSpec.Template.Spec.Containers[0]
+	same("template image", h0.Image, h1.Image)
+	for k := range h0.Resources.Limits {
+		same("resource name", string(mapKey(h0.Resources.Limits, k)), string(mapKey(h1.Resources.Limits, k)))
+	}
+	same("condition reason", rcs[0].Status.Conditions[1].Reason, rcs[1].Status.Conditions[1].Reason)
+}
+
+// mapKey is m's own copy of the key k.
+func mapKey[K ~string, V any](m map[K]V, k K) K {
+	for mk := range m {
+		if mk == k {
+			return mk
+		}
+	}
+	panic(fmt.Sprintf("no key %q", k))
+}
+
+// A full table starts afresh, and a string is cloned into it, so it never holds on to a larger buffer.
+func TestInternTableBounded(t *testing.T) {
+	tab := newInternTable(2)
+	buf := "abcdef"
+	a := tab.str(buf[:3])
+	if a != "abc" || unsafe.StringData(a) == unsafe.StringData(buf) {
+		t.Errorf("str(%q) = %q, not a clone", buf[:3], a)
+	}
+	tab.str("x")
+	tab.str("y")
+	if len(tab.m) != 1 {
+		t.Errorf("full table not cleared: %d entries", len(tab.m))
+	}
+	if tab.str("") != "" || len(tab.m) != 1 {
+		t.Errorf("the empty string went into the table")
+	}
+}
+
+func BenchmarkCachePod(b *testing.B) {
+	c := benchLikeCluster(3)
+	p, _ := stripPod(benchLikePod(c, 1))
+	pods := make([]*corev1.Pod, b.N)
+	for i := range pods {
+		pods[i] = p.(*corev1.Pod).DeepCopy()
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		internStrings(pods[i])
+	}
+}
