@@ -2,6 +2,7 @@ package operator
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 
@@ -27,9 +28,13 @@ type internTable struct {
 	mu  sync.Mutex
 	m   map[string]string
 	max int
+	// lists are the shared ResourceLists (see shareResourceList), by their content; nil: none are shared.
+	lists map[string]corev1.ResourceList
 }
 
-func newInternTable(max int) *internTable { return &internTable{m: map[string]string{}, max: max} }
+func newInternTable(max int) *internTable {
+	return &internTable{m: map[string]string{}, max: max, lists: map[string]corev1.ResourceList{}}
+}
 
 // str returns the table's copy of s, adding one (cloned, so it holds no larger buffer s may point into) if there
 // is none.
@@ -95,19 +100,23 @@ func holdsStrings(t reflect.Type) bool {
 }
 
 // internStrings replaces every string obj holds (but those internSkip names) with the intern table's copy. It
-// changes no value: each string is replaced by an equal one.
+// changes no value: each string is replaced by an equal one. A RayCluster's ResourceLists (its templates'
+// requests and limits, nearly a third of a small cached cluster) are shared too: see shareResourceList.
 func internStrings(obj any) {
 	v := reflect.ValueOf(obj)
 	if v.Kind() != reflect.Pointer || v.IsNil() {
 		return
 	}
+	_, shareLists := obj.(*rayv1.RayCluster)
 	interned.mu.Lock()
 	defer interned.mu.Unlock()
-	internValue(interned, v.Elem())
+	internValue(interned, v.Elem(), shareLists)
 }
 
-// internValue interns the strings of v, which is settable.
-func internValue(t *internTable, v reflect.Value) {
+var resourceListType = reflect.TypeFor[corev1.ResourceList]()
+
+// internValue interns the strings of v, which is settable; shareLists shares its ResourceLists.
+func internValue(t *internTable, v reflect.Value, shareLists bool) {
 	switch v.Kind() {
 	case reflect.String:
 		if s := v.String(); s != "" {
@@ -115,24 +124,28 @@ func internValue(t *internTable, v reflect.Value) {
 		}
 	case reflect.Pointer:
 		if !v.IsNil() && holdsStrings(v.Type().Elem()) {
-			internValue(t, v.Elem())
+			internValue(t, v.Elem(), shareLists)
 		}
 	case reflect.Slice, reflect.Array:
 		if !holdsStrings(v.Type().Elem()) {
 			return
 		}
 		for i := range v.Len() {
-			internValue(t, v.Index(i))
+			internValue(t, v.Index(i), shareLists)
 		}
 	case reflect.Struct:
 		skip := internSkip[v.Type()]
 		for i := range v.NumField() {
 			f := v.Type().Field(i)
 			if f.IsExported() && !skip[f.Name] && holdsStrings(f.Type) {
-				internValue(t, v.Field(i))
+				internValue(t, v.Field(i), shareLists)
 			}
 		}
 	case reflect.Map:
+		if shareLists && v.Type() == resourceListType && v.Len() > 0 {
+			v.Set(reflect.ValueOf(t.shareResourceList(v.Interface().(corev1.ResourceList))))
+			return
+		}
 		internMap(t, v)
 	}
 }
@@ -151,11 +164,47 @@ func internMap(t *internTable, m reflect.Value) {
 		k.SetIterKey(it)
 		e.SetIterValue(it)
 		if keys {
-			internValue(t, k)
+			internValue(t, k, false)
 		}
 		if elems {
-			internValue(t, e)
+			internValue(t, e, false)
 		}
 		m.SetMapIndex(k, e)
 	}
+}
+
+// shareResourceList returns the table's ResourceList equal to l in every field of every quantity (its cached
+// string and format too), adding l (its names interned) if there is none. A ResourceList of a cached RayCluster can
+// be shared because nothing writes into one: the controllers read the cache's own clusters only in place (the pod
+// event handlers, the start phases), and reconcile copies, whose ResourceLists DeepCopy makes anew. (Pods keep no
+// ResourceList: podCacheDrops drops their resources.)
+func (t *internTable) shareResourceList(l corev1.ResourceList) corev1.ResourceList {
+	names := make([]string, 0, len(l))
+	for n := range l {
+		names = append(names, string(n))
+	}
+	slices.Sort(names)
+	var key strings.Builder
+	for _, n := range names {
+		q := l[corev1.ResourceName(n)]
+		key.WriteString(n)
+		key.WriteByte(0)
+		key.WriteString(q.String())
+		key.WriteByte(0)
+		key.WriteString(string(q.Format))
+		key.WriteByte(0)
+	}
+	k := key.String()
+	if s, ok := t.lists[k]; ok {
+		if reflect.DeepEqual(s, l) {
+			return s
+		}
+		return l // equal in value but not in form ("1" and "1000m"): kept as it came
+	}
+	if len(t.lists) >= t.max {
+		clear(t.lists)
+	}
+	internMap(t, reflect.ValueOf(l))
+	t.lists[k] = l
+	return l
 }

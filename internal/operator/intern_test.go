@@ -2,11 +2,14 @@ package operator
 
 import (
 	"fmt"
+	"reflect"
 	"testing"
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 )
@@ -90,6 +93,52 @@ func TestCacheTransformsIntern(t *testing.T) {
 		same("resource name", string(mapKey(h0.Resources.Limits, k)), string(mapKey(h1.Resources.Limits, k)))
 	}
 	same("condition reason", rcs[0].Status.Conditions[1].Reason, rcs[1].Status.Conditions[1].Reason)
+	// Their templates' ResourceLists are one map each.
+	w0, w1 := rcs[0].Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0], rcs[1].Spec.WorkerGroupSpecs[0].Template.Spec.Containers[0]
+	for what, pair := range map[string][2]corev1.ResourceList{
+		"head limits": {h0.Resources.Limits, h1.Resources.Limits}, "head requests": {h0.Resources.Requests, h1.Resources.Requests},
+		"worker limits": {w0.Resources.Limits, w1.Resources.Limits}, "worker requests": {w0.Resources.Requests, w1.Resources.Requests},
+	} {
+		if reflect.ValueOf(pair[0]).UnsafePointer() != reflect.ValueOf(pair[1]).UnsafePointer() {
+			t.Errorf("%s not shared", what)
+		}
+	}
+	if reflect.ValueOf(h0.Resources.Limits).UnsafePointer() == reflect.ValueOf(w0.Resources.Limits).UnsafePointer() {
+		t.Errorf("the head's and the workers' limits (2Gi, 1Gi of memory) share a map")
+	}
+}
+
+// Two ResourceLists equal in value but not in form ("1" and "1000m" of CPU) are not shared: each object keeps its
+// own, so what a reader sees (and writes back) is what the API server sent.
+func TestShareResourceListExact(t *testing.T) {
+	tab := newInternTable(10)
+	one := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	milli := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000m")}
+	if got := tab.shareResourceList(one); reflect.ValueOf(got).UnsafePointer() != reflect.ValueOf(one).UnsafePointer() {
+		t.Fatalf("the first list was not taken as the shared one")
+	}
+	if got := tab.shareResourceList(milli); reflect.ValueOf(got).UnsafePointer() != reflect.ValueOf(milli).UnsafePointer() {
+		t.Errorf("1000m shared the map of 1: %v", got)
+	}
+	again := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
+	if got := tab.shareResourceList(again); reflect.ValueOf(got).UnsafePointer() != reflect.ValueOf(one).UnsafePointer() {
+		t.Errorf("an equal list was not shared")
+	}
+}
+
+// Only RayClusters' ResourceLists are shared (the analysis that nothing writes into them is theirs): a Job's
+// are interned, not shared.
+func TestShareResourceListsOnlyOfRayClusters(t *testing.T) {
+	mk := func() *batchv1.Job {
+		return &batchv1.Job{Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}}}}}
+	}
+	a, b := mk(), mk()
+	cacheObject(a)
+	cacheObject(b)
+	if reflect.ValueOf(a.Spec.Template.Spec.Containers[0].Resources.Limits).UnsafePointer() == reflect.ValueOf(b.Spec.Template.Spec.Containers[0].Resources.Limits).UnsafePointer() {
+		t.Errorf("two Jobs share a ResourceList")
+	}
 }
 
 // mapKey is m's own copy of the key k.
