@@ -28,12 +28,12 @@ type internTable struct {
 	mu  sync.Mutex
 	m   map[string]string
 	max int
-	// lists are the shared ResourceLists (see shareResourceList), by their content; nil: none are shared.
+	// lists are the shared ResourceLists (see shareResourceList), by their content.
 	lists map[string]corev1.ResourceList
 }
 
-func newInternTable(max int) *internTable {
-	return &internTable{m: map[string]string{}, max: max, lists: map[string]corev1.ResourceList{}}
+func newInternTable(limit int) *internTable {
+	return &internTable{m: map[string]string{}, max: limit, lists: map[string]corev1.ResourceList{}}
 }
 
 // str returns the table's copy of s, adding one (cloned, so it holds no larger buffer s may point into) if there
@@ -67,17 +67,21 @@ var internSkip = map[reflect.Type]map[string]bool{
 	reflect.TypeFor[rayv1.HeadInfo]():         {"PodIP": true, "ServiceIP": true, "PodName": true},
 }
 
-// internPlans caches, per type, whether it holds a settable string at all (a type that does not is not walked).
-var internPlans sync.Map // reflect.Type -> bool
+// internHolds and internFields cache, per type, whether it holds a string internStrings sets at all (a type that
+// does not is not walked) and, of a struct, the fields that do. Both are guarded by interned.mu.
+var (
+	internHolds  = map[reflect.Type]bool{}
+	internFields = map[reflect.Type][]int{}
+)
 
 // holdsStrings says whether a value of type t holds a string internStrings would set: one in an exported field,
 // an element or a map key or value, however deep.
 func holdsStrings(t reflect.Type) bool {
-	if v, ok := internPlans.Load(t); ok {
-		return v.(bool)
+	if r, ok := internHolds[t]; ok {
+		return r
 	}
 	// A recursive type is taken to hold strings while it is being worked out.
-	internPlans.Store(t, true)
+	internHolds[t] = true
 	r := false
 	switch t.Kind() {
 	case reflect.String:
@@ -87,16 +91,27 @@ func holdsStrings(t reflect.Type) bool {
 	case reflect.Map:
 		r = holdsStrings(t.Key()) || holdsStrings(t.Elem())
 	case reflect.Struct:
-		for i := range t.NumField() {
-			f := t.Field(i)
-			if f.IsExported() && !internSkip[t][f.Name] && holdsStrings(f.Type) {
-				r = true
-				break
-			}
+		r = len(structFields(t)) > 0
+	}
+	internHolds[t] = r
+	return r
+}
+
+// structFields are the fields of the struct type t that internStrings walks.
+func structFields(t reflect.Type) []int {
+	if fs, ok := internFields[t]; ok {
+		return fs
+	}
+	fs := []int{}
+	internFields[t] = fs
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.IsExported() && !internSkip[t][f.Name] && holdsStrings(f.Type) {
+			fs = append(fs, i)
 		}
 	}
-	internPlans.Store(t, r)
-	return r
+	internFields[t] = fs
+	return fs
 }
 
 // internStrings replaces every string obj holds (but those internSkip names) with the intern table's copy. It
@@ -134,12 +149,11 @@ func internValue(t *internTable, v reflect.Value, shareLists bool) {
 			internValue(t, v.Index(i), shareLists)
 		}
 	case reflect.Struct:
-		skip := internSkip[v.Type()]
-		for i := range v.NumField() {
-			f := v.Type().Field(i)
-			if f.IsExported() && !skip[f.Name] && holdsStrings(f.Type) {
-				internValue(t, v.Field(i), shareLists)
-			}
+		if !holdsStrings(v.Type()) { // first, so that a recursive type is worked out as one
+			return
+		}
+		for _, i := range structFields(v.Type()) {
+			internValue(t, v.Field(i), shareLists)
 		}
 	case reflect.Map:
 		if shareLists && v.Type() == resourceListType && v.Len() > 0 {

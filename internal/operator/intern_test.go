@@ -39,6 +39,7 @@ func TestCacheTransformsIntern(t *testing.T) {
 	c := benchLikeCluster(3)
 	pods := decodedCopies[*corev1.Pod](t, benchLikePod(c, 1), 2)
 	want, _ := stripPod(pods[0].DeepCopy())
+	keepReadConditions(want.(*corev1.Pod))
 	var got [2]*corev1.Pod
 	for i, p := range pods {
 		o, err := cachePod(p)
@@ -70,7 +71,7 @@ func TestCacheTransformsIntern(t *testing.T) {
 	same("container name", a.Spec.Containers[0].Name, b.Spec.Containers[0].Name)
 	same("image", a.Spec.Containers[0].Image, b.Spec.Containers[0].Image)
 	same("status image", a.Status.ContainerStatuses[0].Image, b.Spec.Containers[0].Image)
-	same("condition type", string(a.Status.Conditions[2].Type), string(b.Status.Conditions[2].Type))
+	same("condition type", string(a.Status.Conditions[0].Type), string(b.Status.Conditions[0].Type))
 	// What is unique to an object is left as it is.
 	if unsafe.StringData(a.Name) == unsafe.StringData(b.Name) || unsafe.StringData(string(a.UID)) == unsafe.StringData(string(b.UID)) {
 		t.Errorf("a pod's name or UID was interned")
@@ -179,5 +180,23 @@ func BenchmarkCachePod(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		internStrings(pods[i])
+	}
+}
+
+// The pod cache keeps the Ready and PodScheduled conditions, as they came and in their order, and no others.
+func TestCachePodKeepsReadConditions(t *testing.T) {
+	p := benchLikePod(benchLikeCluster(1), 0)
+	p.Status.Conditions[4].Status, p.Status.Conditions[4].Reason, p.Status.Conditions[4].Message = corev1.ConditionFalse, "Unschedulable", "0/3 nodes"
+	want := []corev1.PodCondition{p.Status.Conditions[2], p.Status.Conditions[4]}
+	o, _ := cachePod(p)
+	if diff := cmp.Diff(want, o.(*corev1.Pod).Status.Conditions); diff != "" {
+		t.Errorf("conditions (-want +cached):\n%s", diff)
+	}
+	if got := cap(o.(*corev1.Pod).Status.Conditions); got != 2 {
+		t.Errorf("kept in a slice of capacity %d, want 2", got)
+	}
+	none := &corev1.Pod{Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.ContainersReady}}}}
+	if keepReadConditions(none); none.Status.Conditions != nil {
+		t.Errorf("no condition read, but %v kept", none.Status.Conditions)
 	}
 }

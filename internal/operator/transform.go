@@ -39,9 +39,14 @@ func cacheObject(obj any) (any, error) {
 	return obj, nil
 }
 
-// cachePod is the Ray pod cache's transform: stripPod, then the strings interned.
+// cachePod is the Ray pod cache's transform: stripPod, the conditions no controller reads dropped
+// (keepReadConditions), then the strings interned. (The conditions are not among podCacheDrops: the pruned pod
+// watch drops whole fields, not elements of a list by their content.)
 func cachePod(obj any) (any, error) {
 	obj, _ = stripPod(obj)
+	if p, ok := obj.(*corev1.Pod); ok {
+		keepReadConditions(p)
+	}
 	internStrings(obj)
 	return obj, nil
 }
