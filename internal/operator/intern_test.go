@@ -112,7 +112,7 @@ func TestCacheTransformsIntern(t *testing.T) {
 // Two ResourceLists equal in value but not in form ("1" and "1000m" of CPU) are not shared: each object keeps its
 // own, so what a reader sees (and writes back) is what the API server sent.
 func TestShareResourceListExact(t *testing.T) {
-	tab := newInternTable(10)
+	tab := newInternTable(10, 10)
 	one := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
 	milli := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1000m")}
 	if got := tab.shareResourceList(one); reflect.ValueOf(got).UnsafePointer() != reflect.ValueOf(one).UnsafePointer() {
@@ -154,7 +154,7 @@ func mapKey[K ~string, V any](m map[K]V, k K) K {
 
 // A full table starts afresh, and a string is cloned into it, so it never holds on to a larger buffer.
 func TestInternTableBounded(t *testing.T) {
-	tab := newInternTable(2)
+	tab := newInternTable(2, 1)
 	buf := "abcdef"
 	a := tab.str(buf[:3])
 	if a != "abc" || unsafe.StringData(a) == unsafe.StringData(buf) {
@@ -167,6 +167,11 @@ func TestInternTableBounded(t *testing.T) {
 	}
 	if tab.str("") != "" || len(tab.m) != 1 {
 		t.Errorf("the empty string went into the table")
+	}
+	tab.shareResourceList(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")})
+	tab.shareResourceList(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")})
+	if len(tab.lists) != 1 {
+		t.Errorf("full list table not cleared: %d entries", len(tab.lists))
 	}
 }
 
