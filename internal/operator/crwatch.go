@@ -17,7 +17,7 @@ import (
 // throws away once decoded. pruneCRWatches cuts managedFields from each event's bytes before client-go reads them.
 
 // crWatchResources are the watched custom resources, by "group/version", whose caches strip managedFields: the
-// manager's cache holds them all, under stripUnread (cacheOptions' DefaultTransform).
+// manager's cache holds them all, under stripUnread (in cacheObject, cacheOptions' DefaultTransform).
 var crWatchResources = map[string][]string{
 	"ray.io/v1":          {"rayclusters", "rayjobs", "rayservices", "raycronjobs"},
 	"manta.dev/v1alpha1": {"imagepulljobs"},

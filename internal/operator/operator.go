@@ -357,9 +357,9 @@ func cacheOptions(cfg *rest.Config, namespaces []string) (cache.Options, labels.
 		return cache.Options{}, nil, err
 	}
 	cacheOpts := cache.Options{
-		DefaultTransform: stripUnread,
+		DefaultTransform: cacheObject,
 		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: podSel, Transform: stripPod},
+			&corev1.Pod{}: {Label: podSel, Transform: cachePod},
 			// The operator reads only the Services it made, which all carry ray.io/cluster.
 			&corev1.Service{}: {Label: svcSel},
 			// Its NetworkPolicies and Ingresses carry ray.io/cluster too.

@@ -27,6 +27,7 @@ import (
 //
 // Code that reads a pod the operator lists or gets from its cache sees these fields empty: read them from the
 // RayCluster's template instead, or, if a controller must read one from the pod, remove it here (and say why).
+// Of the pod's conditions the cache keeps only podConditionsRead (see keepReadConditions).
 var podCacheDrops = fieldSet{
 	"ObjectMeta": {"ManagedFields": nil},
 	"Spec": {
@@ -40,6 +41,38 @@ var podCacheDrops = fieldSet{
 		"InitContainerStatuses": containerStatusCacheDrops,
 		"ContainerStatuses":     containerStatusCacheDrops,
 	},
+}
+
+// podConditionsRead are the only pod conditions the controllers read: Ready (a pod running and ready, the head's
+// readiness in the status, the start phases' Ray-ready time) and PodScheduled (a scheduler's refusal, the start
+// phases' scheduled time). The others a kubelet sets (PodReadyToStartContainers, Initialized, ContainersReady) were
+// five conditions' slice, the largest part of a cached pod's status. A controller that reads another condition
+// of a pod from the cache must add it here.
+var podConditionsRead = map[corev1.PodConditionType]bool{corev1.PodReady: true, corev1.PodScheduled: true}
+
+// keepReadConditions drops the conditions of p that are not podConditionsRead, into a slice of their own size (so
+// the larger one is freed).
+func keepReadConditions(p *corev1.Pod) {
+	cs := p.Status.Conditions
+	n := 0
+	for _, c := range cs {
+		if podConditionsRead[c.Type] {
+			n++
+		}
+	}
+	if n == len(cs) {
+		return
+	}
+	var kept []corev1.PodCondition
+	if n > 0 {
+		kept = make([]corev1.PodCondition, 0, n)
+		for _, c := range cs {
+			if podConditionsRead[c.Type] {
+				kept = append(kept, c)
+			}
+		}
+	}
+	p.Status.Conditions = kept
 }
 
 var (

@@ -30,3 +30,23 @@ func stripPod(obj any) (any, error) {
 	}
 	return obj, nil
 }
+
+// cacheObject is the informer caches' transform for every type but Ray pods: stripUnread, then the strings
+// interned (see internStrings).
+func cacheObject(obj any) (any, error) {
+	obj, _ = stripUnread(obj)
+	internStrings(obj)
+	return obj, nil
+}
+
+// cachePod is the Ray pod cache's transform: stripPod, the conditions no controller reads dropped
+// (keepReadConditions), then the strings interned. (The conditions are not among podCacheDrops: the pruned pod
+// watch drops whole fields, not elements of a list by their content.)
+func cachePod(obj any) (any, error) {
+	obj, _ = stripPod(obj)
+	if p, ok := obj.(*corev1.Pod); ok {
+		keepReadConditions(p)
+	}
+	internStrings(obj)
+	return obj, nil
+}

@@ -190,7 +190,8 @@ func podProgress(old, p *corev1.Pod) bool {
 }
 
 // podUpdateMatters filters the pod updates the controller reconciles (optimize.PodUpdateFilter): it reads a pod's
-// labels, annotations, owners, deletion, phase, reason, message, IP, conditions and container statuses. A pod's
+// labels, annotations, owners, deletion, phase, reason, message, IP, conditions (the cache keeps Ready and
+// PodScheduled: the operator's podConditionsRead) and container statuses. A pod's
 // binding to a node (spec.nodeName and the PodScheduled condition) changes none of them, and was a reconcile of
 // every new pod; the scheduler's refusal (PodScheduled False) does change status.reason (starttrouble.go).
 func podUpdateMatters(sw *optimize.Switches) predicate.Predicate {

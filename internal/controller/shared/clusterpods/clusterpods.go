@@ -5,8 +5,9 @@
 // The pods found are the cache's, and the operator's cache strips what no controller reads of a Ray pod (the
 // table podCacheDrops in internal/operator/podcache.go): the containers' command, args, env, ports, resources,
 // probes and mounts, the volumes, the scheduling constraints, security contexts and the runtime's IDs are empty
-// there. Read those from the RayCluster's pod template; a controller that must read one from the pod has to take
-// it out of that table first.
+// there, and of the conditions only Ready and PodScheduled are kept (podConditionsRead). Read those from the
+// RayCluster's pod template; a controller that must read one from the pod has to take it out of that table (or
+// add the condition) first.
 package clusterpods
 
 import (
