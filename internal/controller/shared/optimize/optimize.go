@@ -45,6 +45,10 @@ const (
 	// custom resources before client-go decodes them (internal/operator/crwatch.go). Off: the cache's transform
 	// alone drops them.
 	CRWatchPruning Mechanism = "cr-watch-pruning"
+	// CRWatchDecoding decodes the JSON watch events of Manta's custom resources in one pass per event, each line's
+	// object once, handing client-go anything else (internal/operator/crdecode.go). Off: client-go's watch decoding,
+	// which reads each event about five times.
+	CRWatchDecoding Mechanism = "cr-watch-decoding"
 	// EventDeferral holds the operator's events back while it writes pods, Services and statuses (one event per
 	// 500 ms then), to be written at --event-qps once those writes pause (internal/operator/events.go). Off: events
 	// are written as recorded, at --event-qps.
@@ -58,7 +62,7 @@ const (
 
 // All lists every mechanism, in the order docs/operations.md gives them.
 var All = []Mechanism{StatusCoalescing, PodEventBatching, ProgressPriority, PodUpdateFilter, TemplateHashCache,
-	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, CRWatchPruning, EventDeferral, UncompressedResponses}
+	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, CRWatchPruning, CRWatchDecoding, EventDeferral, UncompressedResponses}
 
 // Switches says which mechanisms are on, and counts how often each changed what the operator did (tests read the
 // counts to prove a mechanism off never acted). The nil *Switches has every mechanism on.

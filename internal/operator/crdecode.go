@@ -1,0 +1,402 @@
+package operator
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	kjson "sigs.k8s.io/json"
+
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
+)
+
+// client-go reads each event of a JSON watch about five times (its framer, the WatchEvent's checkValid and decode,
+// the copy into RawExtension, the object's apiVersion/kind, the object's checkValid and decode). For the custom
+// resources' informers crWatchDecoder reads an event line once to find its type and object and decodes the object
+// once, the way client-go would. Anything else it hands, with the rest of the stream, to client-go's own watch
+// decoding, so ERROR events, lines that do not parse and the stream's end behave exactly as without it.
+
+// crDecodedKinds are the kinds whose informers' watches crWatchDecoder decodes: those of crWatchResources.
+var crDecodedKinds = map[schema.GroupVersionKind]bool{
+	{Group: "ray.io", Version: "v1", Kind: "RayCluster"}:            true,
+	{Group: "ray.io", Version: "v1", Kind: "RayJob"}:                true,
+	{Group: "ray.io", Version: "v1", Kind: "RayService"}:            true,
+	{Group: "ray.io", Version: "v1", Kind: "RayCronJob"}:            true,
+	{Group: "manta.dev", Version: "v1alpha1", Kind: "ImagePullJob"}: true,
+}
+
+// crWatchCaptureKey marks the context of a watch request whose response captureCRWatches keeps for the caller.
+type crWatchCaptureKey struct{}
+
+// crWatchCapture holds a captured watch response, and the body client-go was given in its place.
+type crWatchCapture struct {
+	resp *http.Response
+	body *handoffBody
+}
+
+// captureCRWatches wraps the operator's transport (outermost, so that the other wrappers act as always): a JSON
+// watch whose request context carries a *crWatchCapture answers 200 to client-go with a body that stays empty
+// until crWatchDecoder hands it what it does not decode itself; the real response is kept in the capture. The
+// request itself is client-go's: its URL, parameters, auth, retries and metrics are unchanged, and so is every
+// answer but a JSON 200 (a non-200 answer reaches client-go as it came, to become the same error).
+func captureCRWatches(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(r)
+		c, _ := r.Context().Value(crWatchCaptureKey{}).(*crWatchCapture)
+		if c == nil || err != nil || resp.StatusCode != http.StatusOK || !isJSONWatch(resp) {
+			return resp, err
+		}
+		if c.resp != nil { // a retried request: the earlier answer is done with
+			_ = c.resp.Body.Close()
+		}
+		c.resp = resp
+		stand := *resp
+		stand.Header = resp.Header.Clone()
+		stand.Body = c.body
+		return &stand, nil
+	})
+}
+
+// DecodeCRWatches is the cache's NewInformer: the informers of crDecodedKinds watch through crWatchDecoder, every
+// other informer is the one controller-runtime would make. Their config's transport needs captureCRWatches
+// (NewManager's, with cr-watch-decoding on); exported for tests of a cache of their own.
+func DecodeCRWatches(scheme *runtime.Scheme, sw *optimize.Switches) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
+	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+		if gvk, ok := crDecodedKind(scheme, obj); ok {
+			lw = crDecodingListWatch(lw, scheme, gvk, sw)
+		}
+		return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)
+	}
+}
+
+// crDecodedKind returns obj's kind if it is one of crDecodedKinds as its typed struct (not unstructured, not
+// metadata only).
+func crDecodedKind(scheme *runtime.Scheme, obj runtime.Object) (schema.GroupVersionKind, bool) {
+	gvks, _, err := scheme.ObjectKinds(obj)
+	if err != nil {
+		return schema.GroupVersionKind{}, false
+	}
+	for _, gvk := range gvks {
+		if !crDecodedKinds[gvk] {
+			continue
+		}
+		if n, err := scheme.New(gvk); err == nil && reflect.TypeOf(n) == reflect.TypeOf(obj) {
+			return gvk, true
+		}
+	}
+	return schema.GroupVersionKind{}, false
+}
+
+// crDecodingListWatch lists as lw does and watches through lw too, its JSON answer decoded by crWatchDecoder.
+func crDecodingListWatch(lw toolscache.ListerWatcher, scheme *runtime.Scheme, gvk schema.GroupVersionKind, sw *optimize.Switches) *toolscache.ListWatch {
+	inner := toolscache.ToListerWatcherWithContext(lw)
+	return &toolscache.ListWatch{
+		ListWithContextFunc: inner.ListWithContext,
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			c := &crWatchCapture{body: newHandoffBody()}
+			w, err := inner.WatchWithContext(context.WithValue(ctx, crWatchCaptureKey{}, c), opts)
+			if c.resp == nil {
+				return w, err
+			}
+			if err != nil {
+				_ = c.resp.Body.Close()
+				return w, err
+			}
+			d := &crWatchDecoder{
+				body:   c.resp.Body,
+				r:      bufio.NewReaderSize(c.resp.Body, 64<<10),
+				client: w,
+				handed: c.body,
+				scheme: scheme,
+				gvk:    gvk,
+				sw:     sw,
+			}
+			d.apiVersion, d.kind = quoted(gvk.GroupVersion().String()), quoted(gvk.Kind)
+			return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), d,
+				apierrors.NewClientErrorReporter(http.StatusInternalServerError, http.MethodGet, "ClientWatchDecoding")), nil
+		},
+	}
+}
+
+func quoted(s string) []byte { return []byte(`"` + s + `"`) }
+
+// crWatchDecoder is a watch.Decoder over a JSON watch stream, one event per line as the API server writes it. A
+// line that is one valid ADDED, MODIFIED, DELETED or BOOKMARK event of gvk (checked as client-go's decoding would
+// read it) it decodes itself; at the first other line, or the stream's end or failure, it hands that line and the
+// rest of the stream to client-go's watch (client), and from then on passes on client's events.
+type crWatchDecoder struct {
+	body   io.ReadCloser
+	r      *bufio.Reader
+	long   []byte
+	client watch.Interface
+	handed *handoffBody
+	done   bool // handed over to client
+
+	scheme           *runtime.Scheme
+	gvk              schema.GroupVersionKind
+	apiVersion, kind []byte // as they appear in an event's object, quoted
+	sw               *optimize.Switches
+}
+
+// maxCREventBytes is client-go's bound on one watch event (its streaming decoder's): a longer line is client-go's
+// to refuse.
+const maxCREventBytes = 16 << 20
+
+func (d *crWatchDecoder) Decode() (watch.EventType, runtime.Object, error) {
+	if !d.done {
+		line, err := d.readLine()
+		for err == nil && skipSpace(line, 0) == len(line) { // client-go skips whitespace between events too
+			line, err = d.readLine()
+		}
+		if err == nil && len(line) <= maxCREventBytes {
+			if typ, obj, ok := d.decodeLine(line); ok {
+				d.sw.Acted(optimize.CRWatchDecoding)
+				return typ, obj, nil
+			}
+		}
+		rest := io.Reader(d.r)
+		if err != nil {
+			rest = errReader{err}
+		}
+		d.done = true
+		d.handed.give(io.MultiReader(bytes.NewReader(bytes.Clone(line)), rest))
+	}
+	ev, ok := <-d.client.ResultChan()
+	if !ok {
+		return "", nil, io.EOF
+	}
+	return ev.Type, ev.Object, nil
+}
+
+// Close ends the stream and client's watch.
+func (d *crWatchDecoder) Close() {
+	_ = d.body.Close()
+	d.client.Stop()
+}
+
+// readLine returns the next line, its '\n' included (valid until the next call), or what came before the stream
+// ended and why.
+func (d *crWatchDecoder) readLine() ([]byte, error) {
+	line, err := d.r.ReadSlice('\n')
+	if err != bufio.ErrBufferFull {
+		return line, err
+	}
+	d.long = append(d.long[:0], line...)
+	for err == bufio.ErrBufferFull {
+		line, err = d.r.ReadSlice('\n')
+		d.long = append(d.long, line...)
+	}
+	return d.long, err
+}
+
+// decodeLine decodes line as client-go would (the object: sigs.k8s.io/json, case-sensitive, into a new object of
+// gvk, its TypeMeta then cleared as controller-runtime's client codec does), if line is an event crWatchDecoder
+// decodes and the decoding succeeds.
+func (d *crWatchDecoder) decodeLine(line []byte) (watch.EventType, runtime.Object, bool) {
+	ev, ok := scanCREvent(line)
+	if !ok || !bytes.Equal(ev.apiVersion, d.apiVersion) || !bytes.Equal(ev.kind, d.kind) {
+		return "", nil, false
+	}
+	var typ watch.EventType
+	switch string(ev.typ) {
+	case `"ADDED"`:
+		typ = watch.Added
+	case `"MODIFIED"`:
+		typ = watch.Modified
+	case `"DELETED"`:
+		typ = watch.Deleted
+	case `"BOOKMARK"`:
+		typ = watch.Bookmark
+	default: // ERROR, or one client-go refuses
+		return "", nil, false
+	}
+	obj, err := d.scheme.New(d.gvk)
+	if err != nil {
+		return "", nil, false
+	}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(ev.object, obj); err != nil {
+		return "", nil, false
+	}
+	obj.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+	return typ, obj, true
+}
+
+// crEvent is what scanCREvent found of an event line: its type and object, and the object's apiVersion and kind
+// (quotes included).
+type crEvent struct {
+	typ, object, apiVersion, kind []byte
+}
+
+// scanCREvent validates line as one JSON object and finds its type and object, and the object's apiVersion and
+// kind. ok is false unless each appears exactly once, as an unescaped string (the object as an object), and no key
+// of the event or its object could read differently to client-go: escaped or non-ASCII keys, keys that
+// encoding/json (which client-go reads apiVersion and kind with) would take for apiVersion or kind, and the event
+// having either.
+func scanCREvent(line []byte) (ev crEvent, ok bool) {
+	i := skipSpace(line, 0)
+	if i == len(line) || line[i] != '{' {
+		return ev, false
+	}
+	bad := false
+	var nType, nObject, nAPIVersion, nKind int
+	end := objectMembers(line, i, func(key []byte, escaped bool, v int) int {
+		if escaped || !asciiKey(key) || typeMetaKey(key) {
+			bad = true
+		}
+		switch string(key) {
+		case "type":
+			nType++
+			end := skipValue(line, v, 1)
+			if end > 0 && line[v] == '"' {
+				ev.typ = line[v:end]
+			}
+			return end
+		case "object":
+			nObject++
+			if line[v] != '{' {
+				bad = true
+				return skipValue(line, v, 1)
+			}
+			end := objectMembers(line, v, func(key []byte, escaped bool, w int) int {
+				if escaped || !asciiKey(key) {
+					bad = true
+				}
+				end := skipValue(line, w, 2)
+				if end < 0 {
+					return end
+				}
+				switch {
+				case string(key) == "apiVersion":
+					nAPIVersion++
+					ev.apiVersion = line[w:end]
+				case string(key) == "kind":
+					nKind++
+					ev.kind = line[w:end]
+				case typeMetaKey(key):
+					bad = true
+				}
+				return end
+			})
+			if end > 0 {
+				ev.object = line[v:end]
+			}
+			return end
+		}
+		return skipValue(line, v, 1)
+	})
+	if end < 0 || skipSpace(line, end) != len(line) || bad || nType != 1 || nObject != 1 || nAPIVersion != 1 || nKind != 1 {
+		return ev, false
+	}
+	return ev, true
+}
+
+// typeMetaKey says whether encoding/json would read key (ASCII) as apiVersion or kind.
+func typeMetaKey(key []byte) bool {
+	return strings.EqualFold(string(key), "apiVersion") || strings.EqualFold(string(key), "kind")
+}
+
+func asciiKey(key []byte) bool {
+	for _, c := range key {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// objectMembers validates the object at b[i] ('{'), calling member with each key (between its quotes), whether it
+// has escapes and where its value starts; member returns the value's end, or -1 if it is not valid JSON. It returns
+// the object's end, or -1.
+func objectMembers(b []byte, i int, member func(key []byte, escaped bool, v int) int) int {
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		return i + 1
+	}
+	for {
+		if i >= len(b) || b[i] != '"' {
+			return -1
+		}
+		end, escaped := scanString(b, i)
+		if end < 0 {
+			return -1
+		}
+		key := b[i+1 : end-1]
+		if i = skipSpace(b, end); i >= len(b) || b[i] != ':' {
+			return -1
+		}
+		if i = skipSpace(b, i+1); i >= len(b) {
+			return -1
+		}
+		if i = member(key, escaped, i); i < 0 {
+			return -1
+		}
+		if i = skipSpace(b, i); i >= len(b) {
+			return -1
+		}
+		switch b[i] {
+		case '}':
+			return i + 1
+		case ',':
+			i = skipSpace(b, i+1)
+		default:
+			return -1
+		}
+	}
+}
+
+// skipValue validates the JSON value at b[i] (at nesting depth) and returns its end, or -1.
+func skipValue(b []byte, i, depth int) int {
+	if i >= len(b) {
+		return -1
+	}
+	var s eventScan // past level 2 it only validates
+	return s.value(b, i, depth)
+}
+
+// errReader ends client-go's read of a stream as the stream ended.
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+// handoffBody is the body client-go's watch reads: nothing until crWatchDecoder gives it the rest of the stream,
+// io.EOF if it is closed first.
+type handoffBody struct {
+	once  sync.Once
+	ready chan struct{}
+	r     io.Reader
+}
+
+func newHandoffBody() *handoffBody { return &handoffBody{ready: make(chan struct{})} }
+
+func (h *handoffBody) give(r io.Reader) {
+	h.once.Do(func() {
+		h.r = r
+		close(h.ready)
+	})
+}
+
+func (h *handoffBody) Read(p []byte) (int, error) {
+	<-h.ready
+	if h.r == nil {
+		return 0, io.EOF
+	}
+	return h.r.Read(p)
+}
+
+func (h *handoffBody) Close() error {
+	h.give(nil)
+	return nil
+}
