@@ -56,6 +56,12 @@ const (
 	// every seriesRefresh.
 	seriesWindow  = 6 * time.Minute
 	seriesRefresh = 5 * time.Minute
+	// seriesNotes is how many events that differ only in their notes (a status change's old and new state, a pod's
+	// name) stay events of their own within seriesWindow, as client-go's core/v1 recorder keeps them (KubeRay's): a
+	// series keeps its first note, so counting "Initializing -> Running" as a repeat of "" -> "Initializing" would
+	// hide where a job went. Past that many, a new note counts in the newest one's series, so that a note that
+	// changes on every retry (an error's text) stays a bounded number of Events.
+	seriesNotes = 10
 	// A write that fails is tried again, up to eventAttempts times (the Event is dropped after, with a log line).
 	eventAttempts = 12
 	// eventWriters is how many event writes may be on their way at once once the other writes pause.
@@ -110,8 +116,9 @@ type eventManager struct {
 
 	mu    sync.Mutex
 	queue []*pendingEvent
-	// series holds the recent events by the hash of what makes a repeat (seriesHash); a hash shared by two
-	// different events (a 64-bit collision) costs only the aggregation of their repeats.
+	// series holds the recent events by the hash of what makes a repeat but the note (seriesHash): the newest,
+	// and behind it (older) those with other notes. A hash shared by two different events (a 64-bit collision)
+	// costs only the aggregation of their repeats past seriesNotes.
 	series  map[uint64]*pendingEvent
 	wake    chan struct{}
 	stopped bool
@@ -132,6 +139,8 @@ type pendingEvent struct {
 	annotations                               map[string]string
 	// eventTime, lastObserved (the last repeat's time) and lastWrite are Unix nanoseconds.
 	eventTime, lastObserved, lastWrite int64
+	// older is the next older event of the same series key with another note (eventManager.series).
+	older *pendingEvent
 	// count is the series count: 1 until the event repeats.
 	count, attempts int32
 	written, queued bool
@@ -143,9 +152,9 @@ type pendingEvent struct {
 // seriesSeed seeds the hashes of the series keys.
 var seriesSeed = maphash.MakeSeed()
 
-// seriesHash hashes what makes two events one series: the same type, action, reason and reporting controller about
-// the same object (and related object). An object's resourceVersion is left out: a retry that follows a status write
-// is still the same series.
+// seriesHash hashes what makes two events one series but their notes: the same type, action, reason and reporting
+// controller about the same object (and related object). An object's resourceVersion is left out: a retry that
+// follows a status write is still the same series.
 func (p *pendingEvent) seriesHash() uint64 {
 	var h maphash.Hash
 	h.SetSeed(seriesSeed)
@@ -167,7 +176,8 @@ func (p *pendingEvent) seriesHash() uint64 {
 	return h.Sum64()
 }
 
-// sameSeries says whether q is a repeat of p (their hashes being equal, this tells a collision apart).
+// sameSeries says whether q has p's series key (their hashes being equal, this tells a collision apart); q is a
+// repeat of p if its note is p's too (or once the key has seriesNotes notes, see record).
 func (p *pendingEvent) sameSeries(q *pendingEvent) bool {
 	return p.typ == q.typ && p.action == q.action && p.reason == q.reason && p.controller == q.controller &&
 		sameObject(&p.regarding, &q.regarding) && (p.related == nil) == (q.related == nil) &&
@@ -299,19 +309,40 @@ func (m *eventManager) record(ev *pendingEvent, now time.Time) {
 	if m.stopped {
 		return
 	}
-	if p, ok := m.series[key]; ok && p.sameSeries(ev) && now.Sub(time.Unix(0, p.lastObserved)) < seriesWindow {
-		p.count++
-		p.lastObserved = now.UnixNano()
-		// The first repeat is written at once (a count of 2 says "this is happening again"); later counts are
-		// refreshed every seriesRefresh, by the writer's sweep.
-		if !p.queued && (!p.written || p.count == 2) {
-			p.attempts = 0
-			m.enqueue(p)
+	head := m.series[key]
+	var newest *pendingEvent // the newest event of the key still in the window
+	notes := 0
+	for p := head; p != nil; p = p.older {
+		if !p.sameSeries(ev) || now.Sub(time.Unix(0, p.lastObserved)) >= seriesWindow {
+			continue
 		}
+		if p.note == ev.note {
+			m.repeat(p, now)
+			return
+		}
+		if newest == nil {
+			newest = p
+		}
+		notes++
+	}
+	if notes >= seriesNotes {
+		m.repeat(newest, now)
 		return
 	}
+	ev.older = head
 	m.series[key] = ev
 	m.enqueue(ev)
+}
+
+// repeat counts a repeat of p. The first repeat is written at once (a count of 2 says "this is happening again");
+// later counts are refreshed every seriesRefresh, by the writer's sweep.
+func (m *eventManager) repeat(p *pendingEvent, now time.Time) {
+	p.count++
+	p.lastObserved = now.UnixNano()
+	if !p.queued && (!p.written || p.count == 2) {
+		p.attempts = 0
+		m.enqueue(p)
+	}
 }
 
 func (m *eventManager) enqueue(p *pendingEvent) {
@@ -497,15 +528,35 @@ func (m *eventManager) write(ctx context.Context, p *pendingEvent) int {
 func (m *eventManager) sweep(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for k, p := range m.series {
-		switch {
-		case p.queued:
-		case now.Sub(time.Unix(0, p.lastObserved)) >= seriesWindow:
-			if p.written || p.attempts >= eventAttempts {
-				delete(m.series, k)
+	for k, head := range m.series {
+		// The key's events, newest first, without those forgotten.
+		var kept, last *pendingEvent
+		for p := head; p != nil; {
+			older := p.older
+			forget := false
+			switch {
+			case p.queued:
+			case now.Sub(time.Unix(0, p.lastObserved)) >= seriesWindow:
+				forget = p.written || p.attempts >= eventAttempts
+			case p.written && p.count > 1 && p.lastObserved > p.lastWrite && now.Sub(time.Unix(0, p.lastWrite)) >= seriesRefresh:
+				m.enqueue(p)
 			}
-		case p.written && p.count > 1 && p.lastObserved > p.lastWrite && now.Sub(time.Unix(0, p.lastWrite)) >= seriesRefresh:
-			m.enqueue(p)
+			if forget {
+				p.older = nil
+			} else if last == nil {
+				kept, last = p, p
+			} else {
+				last.older, last = p, p
+			}
+			p = older
+		}
+		if last != nil {
+			last.older = nil
+		}
+		if kept == nil {
+			delete(m.series, k)
+		} else if kept != head {
+			m.series[k] = kept
 		}
 	}
 }

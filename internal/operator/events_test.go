@@ -106,9 +106,10 @@ func TestTruncateNote(t *testing.T) {
 	}
 }
 
-// TestEventSeriesKey: events about the same object with the same type, action, reason and controller are one
-// series whatever their notes; anything else that differs starts another; a hash shared by two different events
-// (forced here) starts a new series instead of counting one event as a repeat of the other.
+// TestEventSeriesKey: events about the same object with the same type, action, reason and controller share a
+// series key whatever their notes; anything else that differs makes another key; a hash shared by two different
+// events (forced here) starts a new series instead of counting one event as a repeat of the other. Under one key, a
+// repeat of a note counts in its series and another note is an Event of its own (TestEventSeriesNotes).
 func TestEventSeriesKey(t *testing.T) {
 	now := time.Unix(1000, 0)
 	ev := func(mod func(p *pendingEvent)) *pendingEvent {
@@ -121,11 +122,12 @@ func TestEventSeriesKey(t *testing.T) {
 		return p
 	}
 	base := ev(nil)
-	same := ev(func(p *pendingEvent) {
-		p.note, p.name = "created head pod rc-head-fghij", eventName("rc", now.Add(time.Second))
-	})
+	same := ev(func(p *pendingEvent) { p.name = eventName("rc", now.Add(time.Second)) })
 	if base.seriesHash() != same.seriesHash() || !base.sameSeries(same) {
-		t.Error("a repeat with another note is not the same series")
+		t.Error("a repeat is not the same series")
+	}
+	if other := ev(func(p *pendingEvent) { p.note = "created head pod rc-head-fghij" }); base.seriesHash() != other.seriesHash() || !base.sameSeries(other) {
+		t.Error("another note has another series key")
 	}
 	// A status write between two retries changes the object's resourceVersion, not the series.
 	newer := ev(func(p *pendingEvent) {
@@ -178,6 +180,71 @@ func TestEventSeriesKey(t *testing.T) {
 }
 
 func ptrMicro(t time.Time) *metav1.MicroTime { m := metav1.NewMicroTime(t); return &m }
+
+// TestEventSeriesNotes: under one series key, each note is an Event of its own with its own count (a RayJob's
+// "Initializing" -> "Running" is not a repeat of "" -> "Initializing", whose note its series would keep), up to
+// seriesNotes notes in the window; a note past them counts in the newest one's series, so a note that changes on
+// every retry stays a bounded number of Events. The sweep forgets the notes whose series ended and keeps the others.
+func TestEventSeriesNotes(t *testing.T) {
+	now := time.Unix(1000, 0)
+	ev := func(note string, at time.Time) *pendingEvent {
+		return &pendingEvent{typ: corev1.EventTypeNormal, action: "Reconcile", reason: "JobDeploymentStatusChanged", controller: "rayjob-controller",
+			regarding: corev1.ObjectReference{Kind: "RayJob", Namespace: "ns", Name: "j", UID: "u1"},
+			namespace: "ns", name: eventName("j", at), note: note, eventTime: at.UnixNano(), lastObserved: at.UnixNano(), count: 1}
+	}
+	m := &eventManager{series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1)}
+	first := ev(`jobDeploymentStatus "" -> "Initializing"`, now)
+	m.record(first, now)
+	second := ev(`jobDeploymentStatus "Initializing" -> "Running"`, now.Add(time.Second))
+	m.record(second, now.Add(time.Second))
+	if first.count != 1 || second.count != 1 || len(m.queue) != 2 || m.series[first.seriesHash()] != second || second.older != first {
+		t.Fatalf("two notes: counts %d/%d, %d queued; want two Events of count 1", first.count, second.count, len(m.queue))
+	}
+	// The first note again: a repeat in its own series, not in the newer one's.
+	m.record(ev(first.note, now.Add(2*time.Second)), now.Add(2*time.Second))
+	if first.count != 2 || second.count != 1 || len(m.queue) != 2 {
+		t.Errorf("a repeat of the first note: counts %d/%d, %d queued; want 2/1, 2 queued", first.count, second.count, len(m.queue))
+	}
+	if got := first.event(); got.Note != first.note || got.Series == nil || got.Series.Count != 2 {
+		t.Errorf("the first note's Event: %+v", got)
+	}
+
+	// Up to seriesNotes notes are Events of their own; the next counts in the newest one's series.
+	var last *pendingEvent
+	for i := 2; i < seriesNotes; i++ {
+		last = ev(fmt.Sprintf("retry %d: connection refused", i), now.Add(time.Duration(i)*time.Second))
+		m.record(last, now.Add(time.Duration(i)*time.Second))
+	}
+	if len(m.queue) != seriesNotes {
+		t.Fatalf("%d notes: %d queued; want %d", seriesNotes, len(m.queue), seriesNotes)
+	}
+	over := ev("retry 99: connection refused", now.Add(time.Minute))
+	m.record(over, now.Add(time.Minute))
+	if len(m.queue) != seriesNotes || last.count != 2 || over.count != 1 || last.lastObserved != now.Add(time.Minute).UnixNano() {
+		t.Errorf("a note past %d: %d queued, the newest's count %d; want it counted in the newest one's series", seriesNotes, len(m.queue), last.count)
+	}
+
+	// Once written, the sweep forgets the notes whose series ended and keeps the chain of the others.
+	for p := m.series[first.seriesHash()]; p != nil; p = p.older {
+		p.queued, p.written, p.lastWrite = false, true, now.Add(time.Minute).UnixNano()
+	}
+	m.queue = nil
+	m.sweep(now.Add(seriesWindow + 30*time.Second)) // first (2 s) and second (1 s) ended; the retries (from 2 s) too but the last (1 min)
+	n := 0
+	for p := m.series[first.seriesHash()]; p != nil; p = p.older {
+		n++
+		if p != last {
+			t.Errorf("kept %q, whose series ended", p.note)
+		}
+	}
+	if n != 1 {
+		t.Errorf("after the sweep the key holds %d events; want 1 (the one observed a minute in)", n)
+	}
+	m.sweep(now.Add(time.Minute + seriesWindow))
+	if len(m.series) != 0 {
+		t.Errorf("after every series ended the sweep kept %d keys", len(m.series))
+	}
+}
 
 // An event the writer has taken from the queue still counts in Pending (manta_events_queued) until its write has
 // returned: a reader that waits for Pending 0 (the oracle's and the benchmarks' settle) then finds the Event at the

@@ -20,8 +20,9 @@ import (
 // eventBusyInterval (internal/operator/events.go).
 const eventBusyInterval = 500 * time.Millisecond
 
-// The operator's events go through a client of their own, at --event-qps, and a repeated event (same object and
-// reason) is one Event with a series count, not a write each.
+// The operator's events go through a client of their own, at --event-qps, and a repeated event (same object,
+// reason and note) is one Event with a series count, not a write each; another note under the same reason (a status
+// change's new state) is an Event of its own, with its note.
 func TestEventRecorderOwnClientAndSeries(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
 	mgr, err := operator.NewManager(cfg, operator.Options{EventQPS: 7, EventBurst: 3})
@@ -36,23 +37,36 @@ func TestEventRecorderOwnClientAndSeries(t *testing.T) {
 	}
 	rec := mgr.GetEventRecorder("raycluster-controller")
 	rec.Eventf(cm, nil, corev1.EventTypeNormal, "CreatedHeadPod", "Create", "created head pod h")
-	for i := range 3 {
-		rec.Eventf(cm, nil, corev1.EventTypeNormal, "CreatedWorkerPod", "Create", "created %d worker pods", i+1)
+	for range 3 {
+		rec.Eventf(cm, nil, corev1.EventTypeNormal, "CreatedWorkerPod", "Create", "created %d worker pods", 3)
 	}
-	testutil.Eventually(t, 2*time.Minute, "one Event per reason, the repeated one as a series", func() (bool, string) {
+	rec.Eventf(cm, nil, corev1.EventTypeNormal, "StatusChanged", "Reconcile", "state %q -> %q", "", "Initializing")
+	rec.Eventf(cm, nil, corev1.EventTypeNormal, "StatusChanged", "Reconcile", "state %q -> %q", "Initializing", "Running")
+	want := map[string]bool{ // reason and note -> a series
+		"CreatedHeadPod created head pod h":               false,
+		"CreatedWorkerPod created 3 worker pods":          true,
+		`StatusChanged state "" -> "Initializing"`:        false,
+		`StatusChanged state "Initializing" -> "Running"`: false,
+	}
+	testutil.Eventually(t, 2*time.Minute, "one Event per reason and note, the repeated one as a series", func() (bool, string) {
 		var list eventsv1.EventList
 		if err := cl.List(context.Background(), &list, client.InNamespace("default")); err != nil {
 			return false, err.Error()
 		}
-		byReason := map[string]eventsv1.Event{}
+		got := map[string]eventsv1.Event{}
 		for _, e := range list.Items {
 			if e.Regarding.UID == cm.UID {
-				byReason[e.Reason] = e
+				got[e.Reason+" "+e.Note] = e
 			}
 		}
-		w, ok := byReason["CreatedWorkerPod"]
-		if len(byReason) != 2 || !ok || w.Series == nil || w.Series.Count < 2 || w.ReportingController != "raycluster-controller" {
-			return false, fmt.Sprintf("%d events for the object: %+v", len(byReason), byReason)
+		if len(got) != len(want) {
+			return false, fmt.Sprintf("%d events for the object, want %d: %+v", len(got), len(want), got)
+		}
+		for k, series := range want {
+			e, ok := got[k]
+			if !ok || (e.Series != nil && e.Series.Count >= 2) != series || e.ReportingController != "raycluster-controller" {
+				return false, fmt.Sprintf("%q: found %v, series %+v (want a series: %v), controller %q", k, ok, e.Series, series, e.ReportingController)
+			}
 		}
 		return true, ""
 	})
