@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -33,6 +34,7 @@ import (
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	"github.com/manta-dev/manta/internal/controller/shared/createbackoff"
+	"github.com/manta-dev/manta/internal/controller/shared/ownerqueue"
 	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/metrics"
 )
@@ -167,7 +169,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			},
 		})).
 		WatchesRawSource(source.Kind(r.cache, &corev1.Pod{},
-			handler.TypedEnqueueRequestForOwner[*corev1.Pod](mgr.GetScheme(), mgr.GetRESTMapper(), &mantav1alpha1.ImagePullJob{}, handler.OnlyControllerOwner()))).
+			ownerqueue.TypedController[*corev1.Pod](schema.GroupKind{Group: mantav1alpha1.GroupVersion.Group, Kind: "ImagePullJob"}))).
 		WatchesRawSource(source.Kind(r.cache, &corev1.Node{},
 			handler.TypedEnqueueRequestsFromMapFunc(r.jobsForNode), nodeChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.MaxConcurrentReconciles}).

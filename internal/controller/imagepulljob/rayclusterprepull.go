@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,6 +30,7 @@ import (
 
 	mantav1alpha1 "github.com/manta-dev/manta/api/manta/v1alpha1"
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/shared/ownerqueue"
 	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/validation"
 )
@@ -66,7 +68,8 @@ func (r *RayClusterPrepullReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("raycluster-prepull").
 		For(&rayv1.RayCluster{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Owns(&mantav1alpha1.ImagePullJob{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&mantav1alpha1.ImagePullJob{}, ownerqueue.Controller(schema.GroupKind{Group: rayv1.GroupVersion.Group, Kind: "RayCluster"}),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WatchesRawSource(source.Kind(r.jobs.cache, &corev1.Node{},
 			handler.TypedEnqueueRequestsFromMapFunc(r.clustersForNode), prepullNodeChanged())).
 		Complete(r)

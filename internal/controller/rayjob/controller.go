@@ -9,6 +9,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -20,6 +21,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/shared/ownerqueue"
 	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/metrics"
 	"github.com/manta-dev/manta/internal/ray"
@@ -119,8 +121,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayJob{}, ctrlbuilder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deleting))).
-		Owns(&rayv1.RayCluster{}).
-		Owns(&batchv1.Job{}).
+		// ownerqueue: controller-runtime's Owns asks the REST mapper on every event of every owned object.
+		Watches(&rayv1.RayCluster{}, ownerqueue.Controller(rayJobKind)).
+		Watches(&batchv1.Job{}, ownerqueue.Controller(rayJobKind)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
 		Named("rayjob").
 		Complete(r)
@@ -147,6 +150,7 @@ func (r *Reconciler) lifecycle() *reconcile.Lifecycle[*rayv1.RayJob, rayv1.RayJo
 		Client:    r.client,
 		Recorder:  r.recorder,
 		New:       func() *rayv1.RayJob { return &rayv1.RayJob{} },
+		Unalias:   reconcile.UnaliasRayJob,
 		ManagedBy: func(j *rayv1.RayJob) *string { return j.Spec.ManagedBy },
 		Forget: func(key types.NamespacedName) {
 			metrics.ForgetJob(key)
@@ -234,3 +238,6 @@ func (r *Reconciler) stopRayJob(ctx context.Context, j *rayv1.RayJob, res *recon
 	}
 	return nil
 }
+
+// rayJobKind is the owner kind of a RayJob's cluster and submitter Job.
+var rayJobKind = schema.GroupKind{Group: rayv1.GroupVersion.Group, Kind: "RayJob"}

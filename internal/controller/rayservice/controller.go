@@ -29,6 +29,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/shared/ownerqueue"
 	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/rayauth"
@@ -139,15 +140,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayService{}).
-		Owns(&rayv1.RayCluster{}).
-		WatchesRawSource(source.Kind(r.services, &corev1.Service{},
-			handler.TypedEnqueueRequestForOwner[*corev1.Service](mgr.GetScheme(), mgr.GetRESTMapper(), &rayv1.RayService{}, handler.OnlyControllerOwner()))).
+		// ownerqueue: controller-runtime's Owns asks the REST mapper on every event of every owned object.
+		Watches(&rayv1.RayCluster{}, ownerqueue.Controller(rayServiceKind)).
+		WatchesRawSource(source.Kind(r.services, &corev1.Service{}, ownerqueue.TypedController[*corev1.Service](rayServiceKind))).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.serviceOfPod))
 	// Gateways and HTTPRoutes are watched only where the Gateway API is installed (a watch of a kind the API server
 	// does not serve would stop the manager); elsewhere an incremental upgrade is refused.
 	r.gatewayAPI = gatewayAPIServed(mgr)
 	if r.gatewayAPI {
-		b = b.Owns(&gwv1.Gateway{}).Owns(&gwv1.HTTPRoute{})
+		b = b.Watches(&gwv1.Gateway{}, ownerqueue.Controller(rayServiceKind)).Watches(&gwv1.HTTPRoute{}, ownerqueue.Controller(rayServiceKind))
 	}
 	return b.
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(1, r.opts.MaxConcurrentReconciles)}).
@@ -211,6 +212,7 @@ func (r *Reconciler) lifecycle() *reconcile.Lifecycle[*rayv1.RayService, rayv1.R
 		Client:       r.client,
 		Recorder:     r.recorder,
 		New:          func() *rayv1.RayService { return &rayv1.RayService{} },
+		Unalias:      reconcile.UnaliasRayService,
 		ManagedBy:    func(rs *rayv1.RayService) *string { return rs.Spec.ManagedBy },
 		Finalizer:    Finalizer,
 		Finalize:     r.finalize,
@@ -290,3 +292,6 @@ func (r *Reconciler) finalize(ctx context.Context, rs *rayv1.RayService, res *re
 	res.Requeue(r.opts.RequeueInterval)
 	return false, errors.Join(errs...)
 }
+
+// rayServiceKind is the owner kind of a RayService's clusters, Services, Gateway and HTTPRoute.
+var rayServiceKind = schema.GroupKind{Group: rayv1.GroupVersion.Group, Kind: "RayService"}

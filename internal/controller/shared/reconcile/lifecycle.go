@@ -84,8 +84,26 @@ func UnaliasRayCluster(c *rayv1.RayCluster) {
 	c.TypeMeta = rayClusterType
 }
 
-// rayClusterType is the TypeMeta the cache's Get sets on a RayCluster, built once.
-var rayClusterType = metav1.TypeMeta{APIVersion: rayv1.GroupVersion.String(), Kind: "RayCluster"}
+// UnaliasRayJob is UnaliasRayCluster for a RayJob (whose spec holds a whole RayClusterSpec).
+func UnaliasRayJob(j *rayv1.RayJob) {
+	cached := *j
+	cached.DeepCopyInto(j)
+	j.TypeMeta = rayJobType
+}
+
+// UnaliasRayService is UnaliasRayCluster for a RayService.
+func UnaliasRayService(s *rayv1.RayService) {
+	cached := *s
+	cached.DeepCopyInto(s)
+	s.TypeMeta = rayServiceType
+}
+
+// The TypeMeta the cache's Get sets on each kind, built once.
+var (
+	rayClusterType = metav1.TypeMeta{APIVersion: rayv1.GroupVersion.String(), Kind: "RayCluster"}
+	rayJobType     = metav1.TypeMeta{APIVersion: rayv1.GroupVersion.String(), Kind: "RayJob"}
+	rayServiceType = metav1.TypeMeta{APIVersion: rayv1.GroupVersion.String(), Kind: "RayService"}
+)
 
 // StatusStep is what a live reconcile adds to the status write. Every field is optional.
 type StatusStep struct {

@@ -92,3 +92,49 @@ func TestUnaliasLeavesTheCachedObjectAlone(t *testing.T) {
 		t.Fatalf("the cached object changed: %+v, was %+v", cached, before)
 	}
 }
+
+// UnaliasRayJob and UnaliasRayService give a deep copy of what they were handed (a shallow copy of the cached
+// object), with the kind's TypeMeta: a change to any map, slice or pointer of the result leaves the cached object
+// as it was.
+func TestUnaliasRayJobAndRayService(t *testing.T) {
+	job := &rayv1.RayJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "j", Labels: map[string]string{"team": "a"}},
+		Spec: rayv1.RayJobSpec{Entrypoint: "python x.py", RayClusterSpec: &rayv1.RayClusterSpec{
+			WorkerGroupSpecs: []rayv1.WorkerGroupSpec{{GroupName: "g", Replicas: ptr.To[int32](1)}}}},
+		Status: rayv1.RayJobStatus{JobId: "id", Succeeded: ptr.To[int32](0)},
+	}
+	before := job.DeepCopy()
+	j := *job
+	UnaliasRayJob(&j)
+	if j.TypeMeta != (metav1.TypeMeta{APIVersion: "ray.io/v1", Kind: "RayJob"}) {
+		t.Errorf("RayJob TypeMeta %+v", j.TypeMeta)
+	}
+	j.TypeMeta = metav1.TypeMeta{}
+	if !equality.Semantic.DeepEqual(&j, before) {
+		t.Errorf("the unaliased RayJob differs: %+v", j)
+	}
+	j.Labels["team"] = "b"
+	*j.Spec.RayClusterSpec.WorkerGroupSpecs[0].Replicas = 3
+	*j.Status.Succeeded = 1
+	if !equality.Semantic.DeepEqual(job, before) {
+		t.Errorf("the cached RayJob changed: %+v", job)
+	}
+
+	svc := &rayv1.RayService{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", Annotations: map[string]string{"a": "1"}},
+		Spec:       rayv1.RayServiceSpec{ServeConfigV2: "applications: []", RayClusterSpec: rayv1.RayClusterSpec{WorkerGroupSpecs: []rayv1.WorkerGroupSpec{{GroupName: "g"}}}},
+		Status:     rayv1.RayServiceStatuses{Conditions: []metav1.Condition{{Type: "Ready"}}},
+	}
+	beforeSvc := svc.DeepCopy()
+	s := *svc
+	UnaliasRayService(&s)
+	if s.TypeMeta != (metav1.TypeMeta{APIVersion: "ray.io/v1", Kind: "RayService"}) {
+		t.Errorf("RayService TypeMeta %+v", s.TypeMeta)
+	}
+	s.Annotations["a"] = "2"
+	s.Spec.RayClusterSpec.WorkerGroupSpecs[0].GroupName = "h"
+	s.Status.Conditions[0].Type = "X"
+	if !equality.Semantic.DeepEqual(svc, beforeSvc) {
+		t.Errorf("the cached RayService changed: %+v", svc)
+	}
+}
