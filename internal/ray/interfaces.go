@@ -21,6 +21,8 @@ type Dashboard interface {
 	// CountLiveActors and CountActiveTasks read Ray's state API (/api/v0/actors, /api/v0/tasks).
 	CountLiveActors(ctx context.Context) (int, error)
 	CountActiveTasks(ctx context.Context) (int, error)
+	// HeadNodeAlive reads the state API's nodes (/api/v0/nodes): is the head's raylet registered and alive.
+	HeadNodeAlive(ctx context.Context) (bool, error)
 }
 
 // ServeProxy is what controllers call on a Serve HTTP proxy. *ServeProxyClient implements it.

@@ -32,24 +32,39 @@ type stateList struct {
 
 // CountLiveActors returns how many actors are not DEAD (alive, pending creation, restarting; detached or not).
 func (c *DashboardClient) CountLiveActors(ctx context.Context) (int, error) {
-	return c.countState(ctx, "actors", [][2]string{{"state", ActorStateDead}})
+	return c.countState(ctx, "actors", []stateFilter{{"state", "!=", ActorStateDead}})
 }
 
 // CountActiveTasks returns how many tasks are neither FINISHED nor FAILED (pending or running).
 func (c *DashboardClient) CountActiveTasks(ctx context.Context) (int, error) {
-	return c.countState(ctx, "tasks", [][2]string{{"state", TaskStateFinished}, {"state", TaskStateFailed}})
+	return c.countState(ctx, "tasks", []stateFilter{{"state", "!=", TaskStateFinished}, {"state", "!=", TaskStateFailed}})
 }
 
-// countState asks for one entry of a state API list whose entries differ from every (key, value) in notEqual
-// and returns num_filtered, the number that matched: Ray filters before it truncates to limit, so the answer
-// stays one entry long however many match.
-func (c *DashboardClient) countState(ctx context.Context, resource string, notEqual [][2]string) (int, error) {
+// NodeStateAlive is a live node's state in Ray's state API.
+const NodeStateAlive = "ALIVE"
+
+// HeadNodeAlive says whether the GCS lists the head node ALIVE. The dashboard answers, and its GCS is healthy,
+// before the head's raylet has registered: Ray's job manager pins a job's supervisor to the head node's ID, which
+// the GCS holds from the start (NodeAffinity, not soft), so a job submitted in between fails ("The node specified
+// via NodeAffinitySchedulingStrategy doesn't exist any more or is infeasible").
+func (c *DashboardClient) HeadNodeAlive(ctx context.Context) (bool, error) {
+	n, err := c.countState(ctx, "nodes", []stateFilter{{"is_head_node", "=", "true"}, {"state", "=", NodeStateAlive}})
+	return n > 0, err
+}
+
+// stateFilter is one filter of a state API list: key, predicate ("=" or "!="), value.
+type stateFilter [3]string
+
+// countState asks for one entry of a state API list whose entries match every filter and returns num_filtered,
+// the number that matched: Ray filters before it truncates to limit, so the answer stays one entry long however
+// many match.
+func (c *DashboardClient) countState(ctx context.Context, resource string, filters []stateFilter) (int, error) {
 	path := stateAPIListPrefix + resource
 	q := url.Values{"limit": {"1"}, "detail": {"false"}}
-	for _, kv := range notEqual {
-		q.Add("filter_keys", kv[0])
-		q.Add("filter_predicates", "!=")
-		q.Add("filter_values", kv[1])
+	for _, f := range filters {
+		q.Add("filter_keys", f[0])
+		q.Add("filter_predicates", f[1])
+		q.Add("filter_values", f[2])
 	}
 	raw, err := c.call(ctx, http.MethodGet, path, q, nil)
 	if err != nil {

@@ -44,6 +44,13 @@ func (s sampleTimes) String() string {
 func (e *env) timeSample(t *testing.T, ctx context.Context, nsName string, opted bool) sampleTimes {
 	t.Helper()
 	ns := e.namespace(t, ctx, nsName)
+	// A failed run's pods are deleted too: the next steps count the pods on the node (startphases_test.go).
+	done := false
+	t.Cleanup(func() {
+		if !done {
+			e.deleteNamespace(t, ctx, ns)
+		}
+	})
 	var job rayv1.RayJob
 	readSample(t, "rayjob.yaml", &job)
 	job.Namespace = ns
@@ -102,6 +109,7 @@ func (e *env) timeSample(t *testing.T, ctx context.Context, nsName string, opted
 		t.Logf("opted in: %s", note)
 	}
 	e.deleteNamespace(t, ctx, ns)
+	done = true
 	return got
 }
 

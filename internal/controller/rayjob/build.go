@@ -180,7 +180,7 @@ func SubmitScript(j *rayv1.RayJob, address string) string {
 	id := shellQuote(jobID(j))
 	addr := shellQuote(address)
 	var b strings.Builder
-	fmt.Fprintf(&b, "until python -c \"import sys, urllib.request; sys.exit(0 if b'success' in urllib.request.urlopen(sys.argv[1] + '/api/gcs_healthz', timeout=5).read() else 1)\" %s; do echo \"waiting for the Ray dashboard at %s\" >&2; sleep 2; done\n", addr, strings.ReplaceAll(address, `"`, ""))
+	fmt.Fprintf(&b, "until python -c %s %s; do echo \"waiting for the Ray head at %s\" >&2; sleep 2; done\n", shellQuote(headReadyCheck), addr, strings.ReplaceAll(address, `"`, ""))
 	submit := []string{"ray", "job", "submit", "--address", addr, "--no-wait", "--submission-id", id}
 	if env, _ := ray.RuntimeEnvFromYAML(j.Spec.RuntimeEnvYAML); env != nil {
 		b, _ := json.Marshal(env)
@@ -205,6 +205,16 @@ func SubmitScript(j *rayv1.RayJob, address string) string {
 	fmt.Fprintf(&b, "ray job logs --address %s --follow %s", addr, id)
 	return b.String()
 }
+
+// headReadyCheck exits 0 once the dashboard at argv[1] answers that its GCS is healthy and lists the head node
+// alive: the dashboard answers before the head's raylet registers, and a job submitted then fails (see
+// ray.DashboardClient.HeadNodeAlive). It is the same check the operator makes before an early start (headReady).
+const headReadyCheck = `import json, sys, urllib.request
+a = sys.argv[1]
+get = lambda p: urllib.request.urlopen(a + p, timeout=5).read()
+ok = b'success' in get('/api/gcs_healthz')
+q = '/api/v0/nodes?limit=1&detail=false&filter_keys=is_head_node&filter_predicates=%3D&filter_values=true&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE'
+sys.exit(0 if ok and json.loads(get(q))['data']['result']['num_filtered'] > 0 else 1)`
 
 func formatFloat(f float32) string { return strconv.FormatFloat(float64(f), 'f', -1, 32) }
 

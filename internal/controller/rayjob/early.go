@@ -13,7 +13,8 @@ import (
 
 // A RayJob annotated AnnotationSubmitBeforeClusterReady "true" does not wait in Initializing for its RayCluster to be
 // ready (every pod Running and Ready), as KubeRay's do: it starts once the head's dashboard answers, and the
-// entrypoint uses the workers as they register with Ray. The head pod's readiness probe waits 10 s before its first
+// entrypoint uses the workers as they register with Ray ("answers" is the GCS healthy and listing the head node
+// alive: before the head's raylet registers, Ray accepts a job and then fails it). The head pod's readiness probe waits 10 s before its first
 // check and the workers come after it, so on a node that has the image this saves the probe's delay and the workers'
 // start, and in K8sJobMode the submitter pod's own start too: its Job is created as soon as the head Service exists
 // (its script waits for the dashboard, SubmitScript), so that pod starts beside the head.
@@ -60,8 +61,8 @@ func headUp(pods []corev1.Pod, cluster string) bool {
 
 // startEarly is the Initializing step of a job whose cluster is not ready. Without AnnotationSubmitBeforeClusterReady
 // the job waits for it. With it, a K8sJobMode submitter is created once the head Service exists, and the job starts
-// once the head answers: HTTPMode submits it now (a head that cannot take it yet is asked again, the job still
-// Initializing), the other modes need the GCS health check observe made to have passed. It reports whether the job
+// once the head takes jobs (its GCS healthy and listing the head node alive, the check observe made): HTTPMode
+// submits it then (a head that still cannot take it is asked again, the job still Initializing). It reports whether the job
 // starts in this step; the caller then moves it on as for a ready cluster.
 func (p *plan) startEarly(cluster *rayv1.RayCluster) (bool, error) {
 	j := p.j
@@ -76,7 +77,7 @@ func (p *plan) startEarly(cluster *rayv1.RayCluster) (bool, error) {
 		// As in Running: a client of the head that cannot be made (its auth token not readable) is the reconcile's
 		// error, not the head's answer.
 		err = p.o.dashErr
-	case up && mode == rayv1.HTTPMode:
+	case up && mode == rayv1.HTTPMode && p.o.headProbed && p.o.headErr == nil:
 		return true, p.submitEarly(cluster, again)
 	case up && p.o.headProbed && p.o.headErr == nil:
 		p.startedEarlyEvent(cluster)

@@ -111,9 +111,18 @@ func TestPlanStartEarly(t *testing.T) {
 		want:    mirror,
 		requeue: earlyProbeInterval,
 	}, {
-		name:    "HTTPMode, the head pod runs: submit now, Running",
+		name: "HTTPMode, the head pod runs but its raylet has not registered (the GCS lists no head node alive): no submission yet",
+		job:  early(rayv1.HTTPMode),
+		obs: func(o *observation) {
+			o.cluster, o.pods, o.headProbed = starting, head(corev1.PodRunning, "10.1.0.5"), true
+			o.headErr = fmt.Errorf("head node: %w: the GCS does not list it alive yet", ray.ErrUnavailable)
+		},
+		want:    mirror,
+		requeue: earlyProbeInterval,
+	}, {
+		name:    "HTTPMode, the head takes jobs: submit now, Running",
 		job:     early(rayv1.HTTPMode),
-		obs:     func(o *observation) { o.cluster, o.pods = starting, head(corev1.PodRunning, "10.1.0.5") },
+		obs:     func(o *observation) { o.cluster, o.pods, o.headProbed = starting, head(corev1.PodRunning, "10.1.0.5"), true },
 		want:    started(rayv1.JobDeploymentStatusRunning),
 		actions: []string{"submit j-id to j-rc"},
 		events:  []string{ReasonStartedBeforeClusterReady},
@@ -175,7 +184,7 @@ func TestPlanStartEarlySubmissionRefused(t *testing.T) {
 		{"refused for good", errors.New("ray answered 400: entrypoint: field required"), rayv1.JobDeploymentStatusFailed, rayv1.SubmissionFailed, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := computePlan(observed(j, func(o *observation) { o.cluster, o.pods = c, pods }), planCfg())
+			p := computePlan(observed(j, func(o *observation) { o.cluster, o.pods, o.headProbed = c, pods, true }), planCfg())
 			if len(p.actions) != 1 || p.actions[0].kind != submitJob {
 				t.Fatalf("actions %v, want one submission", actionNames(p))
 			}

@@ -2,6 +2,7 @@ package rayjob
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -89,16 +90,17 @@ func (r *Reconciler) observe(ctx context.Context, j *rayv1.RayJob) *observation 
 		return o
 	}
 	// A job that may start before its cluster is ready (startEarly): its submitter may be made, and once the head
-	// pod runs, the head's client is made and asked whether the GCS is healthy (HTTPMode's submission asks itself).
+	// pod runs, the head's client is made and asked whether the GCS is healthy and lists the head node alive (see
+	// headReady).
 	early := state == rayv1.JobDeploymentStatusInitializing && submitsEarly(j) && !j.Spec.Suspend && c.Status.State != rayv1.Ready
 	if mode == rayv1.K8sJobMode && o.submitter == nil && o.submitterErr == nil &&
 		(state == rayv1.JobDeploymentStatusRunning || (state == rayv1.JobDeploymentStatusInitializing && (c.Status.State == rayv1.Ready || early))) {
 		o.inClusterDashboard = r.rays.InClusterDashboardURL(HeadTarget(c))
 	}
 	if early && o.podsErr == nil && headUp(o.pods, c.Name) {
-		if o.dash, o.dashErr = r.dashboard(ctx, c); o.dashErr == nil && mode != rayv1.HTTPMode {
+		if o.dash, o.dashErr = r.dashboard(ctx, c); o.dashErr == nil {
 			o.headProbed = true
-			o.headErr = o.dash.CheckGCSHealth(ctx)
+			o.headErr = headReady(ctx, o.dash)
 		}
 	}
 	if state != rayv1.JobDeploymentStatusRunning || j.Spec.Suspend {
@@ -182,6 +184,23 @@ func (m *headServiceMemo) forget(key types.NamespacedName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.seen, key)
+}
+
+// headReady says whether the head takes a job: its GCS is healthy and lists the head node alive. Between the
+// dashboard starting to answer and the head's raylet registering, Ray accepts a submission and then fails the job
+// (ray.DashboardClient.HeadNodeAlive says why).
+func headReady(ctx context.Context, dash ray.Dashboard) error {
+	if err := dash.CheckGCSHealth(ctx); err != nil {
+		return err
+	}
+	alive, err := dash.HeadNodeAlive(ctx)
+	if err != nil {
+		return fmt.Errorf("head node: %w", err)
+	}
+	if !alive {
+		return fmt.Errorf("head node: %w: the GCS does not list it alive yet", ray.ErrUnavailable)
+	}
+	return nil
 }
 
 // readHeadService reads <job>-head-svc from the API server: it carries no ray.io/cluster label, so the manager's

@@ -279,6 +279,7 @@ func (h *Head) dashboardMux() *http.ServeMux {
 	mux.HandleFunc("/api/serve/applications/", h.serveApplications)
 	mux.HandleFunc("GET /api/v0/actors", h.serveStateList(func(s *stateAPI) []string { return s.actors }))
 	mux.HandleFunc("GET /api/v0/tasks", h.serveStateList(func(s *stateAPI) []string { return s.tasks }))
+	mux.HandleFunc("GET /api/v0/nodes", h.serveNodes)
 	return mux
 }
 

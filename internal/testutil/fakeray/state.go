@@ -5,10 +5,68 @@ import (
 	"strconv"
 )
 
-// stateAPI is what the head's state API (/api/v0/actors, /api/v0/tasks) lists: one state per actor or task.
+// stateAPI is what the head's state API (/api/v0/actors, /api/v0/tasks, /api/v0/nodes) lists: one state per actor
+// or task, and whether the head node is registered yet (headPending; the head is then not listed).
 type stateAPI struct {
 	actors, tasks []string
+	headPending   bool
 	reads         int
+}
+
+// SetHeadNodePending makes the state API list no head node (pending true), as Ray's does between its dashboard
+// starting to answer and the head's raylet registering; false lists it ALIVE again (the default).
+func (h *Head) SetHeadNodePending(pending bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.state.headPending = pending
+}
+
+// serveNodes answers /api/v0/nodes as Ray 2.52 does: the head node ALIVE (unless SetHeadNodePending), filtered by
+// is_head_node and state (= or !=, all of them must hold).
+func (h *Head) serveNodes(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	keys, preds, vals := q["filter_keys"], q["filter_predicates"], q["filter_values"]
+	if len(keys) != len(vals) || len(keys) != len(preds) {
+		traceback(w, "AssertionError")
+		return
+	}
+	h.mu.Lock()
+	h.state.reads++
+	pending := h.state.headPending
+	h.mu.Unlock()
+	var all []map[string]any
+	if !pending {
+		all = append(all, map[string]any{"node_id": "head", "is_head_node": true, "state": "ALIVE"})
+	}
+	matched := []map[string]any{}
+	for _, n := range all {
+		ok := true
+		for j, k := range keys {
+			var v string
+			switch k {
+			case "is_head_node":
+				v = strconv.FormatBool(n["is_head_node"].(bool))
+				if b, err := strconv.ParseBool(vals[j]); err == nil {
+					vals[j] = strconv.FormatBool(b)
+				}
+			case "state":
+				v = n["state"].(string)
+			default:
+				traceback(w, "ValueError: unsupported filter key "+k)
+				return
+			}
+			if (preds[j] == "=") != (v == vals[j]) {
+				ok = false
+			}
+		}
+		if ok {
+			matched = append(matched, n)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"result": true, "msg": "", "data": map[string]any{"result": map[string]any{
+		"total": len(all), "num_after_truncation": len(all), "num_filtered": len(matched), "result": matched,
+		"partial_failure_warning": "", "warnings": nil,
+	}}})
 }
 
 // SetActors makes the state API list one actor per state given ("ALIVE", "DEAD", ...).
