@@ -302,7 +302,11 @@ func (d *docRun) waitSampleCluster(t *testing.T, ctx context.Context, seen *atom
 	t.Helper()
 	waitFor(t, ctx, 2*time.Minute, what, func() (bool, string) {
 		why := seen.Load().(string)
-		return why == "", why
+		if why == "" {
+			return true, ""
+		}
+		// The watcher's reason is short; the namespace's pods and events say why (off the watcher's path).
+		return false, why + "; " + d.e.nsReport(ctx, "default")
 	})
 }
 
