@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -18,8 +19,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -151,7 +155,8 @@ type docRun struct {
 	dir    string   // the copy of the checkout the steps run in
 	script []string // the lines after `make run`, as written
 	dev    *mantaDev
-	e      *env // clients of the dev cluster, for the test's own checks
+	e      *env         // clients of the dev cluster, for the test's own checks
+	cfg    *rest.Config // the dev cluster's, for the test's own watches
 }
 
 // runDocSection reads the section's steps and starts `manta dev` for them, with its default flags as `make run`
@@ -186,6 +191,7 @@ func runDocSection(t *testing.T, root string, sec docSection) *docRun {
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.cfg = cfg
 	d.e = &env{cs: kubernetes.NewForConfigOrDie(cfg)}
 	if d.e.cl, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		t.Fatal(err)
@@ -223,9 +229,13 @@ func (d *docRun) run(t *testing.T, ctx context.Context) string {
 	return out.String()
 }
 
-// watchSampleCluster polls, until the test ends, for config/samples/raycluster.yaml's cluster in state ready with
+// watchSampleCluster watches, until the test ends, for config/samples/raycluster.yaml's cluster in state ready with
 // all its pods (the head and every worker at its replicas) Running and Ready on the real node: some steps go on to
-// delete it. The returned value holds "" once that was seen, and until then why not.
+// delete it a few seconds after it turns ready. The state is checked on every watch event of the cluster and its
+// pods, against the informers' stores. A poll once a second, each miss costing a report of several requests through
+// clients limited to 5 a second, can take longer on a loaded machine than the user guide's window between ready and
+// its delete (the `ray status` it runs there): one CI run saw no poll land in it. The returned value holds "" once that was seen, and
+// until then why not.
 func (d *docRun) watchSampleCluster(t *testing.T, ctx context.Context) *atomic.Value {
 	t.Helper()
 	var rc rayv1.RayCluster
@@ -236,27 +246,53 @@ func (d *docRun) watchSampleCluster(t *testing.T, ctx context.Context) *atomic.V
 	}
 	seen := &atomic.Value{}
 	seen.Store("not seen yet")
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := crcache.New(d.cfg, crcache.Options{Scheme: scheme, DefaultNamespaces: map[string]crcache.Config{"default": {}}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
+	var mu sync.Mutex
+	check := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen.Load().(string) == "" {
+			return
+		}
+		ok, why := sampleClusterOnRealNode(ctx, c, rc.Name, want)
+		if ok {
+			why = ""
+		}
+		seen.Store(why)
+	}
+	handler := toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { check() },
+		UpdateFunc: func(any, any) { check() },
+		DeleteFunc: func(any) { check() },
+	}
+	for _, obj := range []client.Object{&rayv1.RayCluster{}, &corev1.Pod{}} {
+		inf, err := c.GetInformer(ctx, obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := inf.AddEventHandler(handler); err != nil {
+			t.Fatal(err)
+		}
+	}
 	go func() {
 		defer close(done)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			ok, why := d.sampleClusterOnRealNode(ctx, rc.Name, want)
-			if ok {
-				seen.Store("")
-				return
-			}
-			seen.Store(why)
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
+		if err := c.Start(ctx); err != nil && ctx.Err() == nil {
+			seen.Store("the watch of the sample cluster ended: " + err.Error())
 		}
 	}()
+	if !c.WaitForCacheSync(ctx) {
+		t.Fatal("the watch of the sample cluster did not sync")
+	}
 	return seen
 }
 
@@ -266,28 +302,34 @@ func (d *docRun) waitSampleCluster(t *testing.T, ctx context.Context, seen *atom
 	t.Helper()
 	waitFor(t, ctx, 2*time.Minute, what, func() (bool, string) {
 		why := seen.Load().(string)
-		return why == "", why
+		if why == "" {
+			return true, ""
+		}
+		// The watcher's reason is short; the namespace's pods and events say why (off the watcher's path).
+		return false, why + "; " + d.e.nsReport(ctx, "default")
 	})
 }
 
-func (d *docRun) sampleClusterOnRealNode(ctx context.Context, name string, want int) (bool, string) {
+// sampleClusterOnRealNode says whether r holds the cluster name in state ready with its want pods Running and Ready
+// on the real node, and if not, why.
+func sampleClusterOnRealNode(ctx context.Context, r client.Reader, name string, want int) (bool, string) {
 	var rc rayv1.RayCluster
-	if err := d.e.cl.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &rc); err != nil {
+	if err := r.Get(ctx, client.ObjectKey{Namespace: "default", Name: name}, &rc); err != nil {
 		return false, err.Error()
 	}
 	if rc.Status.State != rayv1.Ready {
-		return false, fmt.Sprintf("state %q; %s", rc.Status.State, d.e.nsReport(ctx, "default"))
+		return false, fmt.Sprintf("state %q", rc.Status.State)
 	}
-	pods, err := d.e.cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: rayv1.LabelCluster + "=" + name})
-	if err != nil {
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods, client.InNamespace("default"), client.MatchingLabels{rayv1.LabelCluster: name}); err != nil {
 		return false, err.Error()
 	}
 	if len(pods.Items) != want {
-		return false, fmt.Sprintf("%d pods, want %d; %s", len(pods.Items), want, d.e.nsReport(ctx, "default"))
+		return false, fmt.Sprintf("%d pods, want %d", len(pods.Items), want)
 	}
 	for _, p := range pods.Items {
 		if p.Status.Phase != corev1.PodRunning || !testutil.PodReady(&p) || p.Spec.NodeName != devcluster.RealNodeName {
-			return false, fmt.Sprintf("pod %s: %s", p.Name, d.e.podReport(ctx, "default", p.Name))
+			return false, fmt.Sprintf("pod %s: phase %s, ready %v, node %q", p.Name, p.Status.Phase, testutil.PodReady(&p), p.Spec.NodeName)
 		}
 	}
 	return true, ""
