@@ -173,7 +173,7 @@ func submitCommand(j *rayv1.RayJob, address string) (command, args []string) {
 	return []string{"/bin/bash", "-ce", "--"}, []string{SubmitScript(j, address)}
 }
 
-// SubmitScript is the submitter's shell script: wait until the dashboard answers (printing why not), submit under
+// SubmitScript is the submitter's shell script: wait until the head takes jobs (headReadyCheck, printing why not), submit under
 // the RayJob's submission ID unless Ray already has that submission (a retried pod must not run the job twice),
 // then follow the logs. The entrypoint is the user's shell command, as with `ray job submit -- <entrypoint>`.
 func SubmitScript(j *rayv1.RayJob, address string) string {
