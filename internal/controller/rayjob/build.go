@@ -173,14 +173,14 @@ func submitCommand(j *rayv1.RayJob, address string) (command, args []string) {
 	return []string{"/bin/bash", "-ce", "--"}, []string{SubmitScript(j, address)}
 }
 
-// SubmitScript is the submitter's shell script: wait until the head takes jobs (headReadyCheck, printing why not), submit under
+// SubmitScript is the submitter's shell script: wait until the head takes jobs (headReadyWait, printing why not), submit under
 // the RayJob's submission ID unless Ray already has that submission (a retried pod must not run the job twice),
 // then follow the logs. The entrypoint is the user's shell command, as with `ray job submit -- <entrypoint>`.
 func SubmitScript(j *rayv1.RayJob, address string) string {
 	id := shellQuote(jobID(j))
 	addr := shellQuote(address)
 	var b strings.Builder
-	fmt.Fprintf(&b, "until python -c %s %s; do echo \"waiting for the Ray head at %s\" >&2; sleep 2; done\n", shellQuote(headReadyCheck), addr, strings.ReplaceAll(address, `"`, ""))
+	fmt.Fprintf(&b, "python -c %s %s\n", shellQuote(headReadyWait), addr)
 	submit := []string{"ray", "job", "submit", "--address", addr, "--no-wait", "--submission-id", id}
 	if env, _ := ray.RuntimeEnvFromYAML(j.Spec.RuntimeEnvYAML); env != nil {
 		b, _ := json.Marshal(env)
@@ -206,15 +206,27 @@ func SubmitScript(j *rayv1.RayJob, address string) string {
 	return b.String()
 }
 
-// headReadyCheck exits 0 once the dashboard at argv[1] answers that its GCS is healthy and lists the head node
-// alive: the dashboard answers before the head's raylet registers, and a job submitted then fails (see
-// ray.DashboardClient.HeadNodeAlive). It is the same check the operator makes before an early start (headReady).
-const headReadyCheck = `import json, sys, urllib.request
-a = sys.argv[1]
-get = lambda p: urllib.request.urlopen(a + p, timeout=5).read()
-ok = b'success' in get('/api/gcs_healthz')
+// headReadyWait waits until the dashboard at argv[1] answers that its GCS is healthy and lists the head node alive,
+// checking every half second in one process (a Python start per check costs the submitter's small CPU share more
+// than the wait), saying why it waits every 5 s; with argv[2] "once" it checks once and exits 0 or 1. The
+// dashboard answers before the head's raylet registers, and a job submitted then fails (see
+// ray.DashboardClient.HeadNodeAlive). It is the check the operator makes before an early start (headReady).
+const headReadyWait = `import json, sys, time, urllib.request
+a, once = sys.argv[1], sys.argv[2:] == ['once']
 q = '/api/v0/nodes?limit=1&detail=false&filter_keys=is_head_node&filter_predicates=%3D&filter_values=true&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE'
-sys.exit(0 if ok and json.loads(get(q))['data']['result']['num_filtered'] > 0 else 1)`
+get = lambda p: urllib.request.urlopen(a + p, timeout=5).read()
+said = 0
+while True:
+    try:
+        ok, why = b'success' in get('/api/gcs_healthz') and json.loads(get(q))['data']['result']['num_filtered'] > 0, 'its GCS does not list the head node alive yet'
+    except Exception as e:
+        ok, why = False, e
+    if ok or once:
+        sys.exit(0 if ok else 1)
+    if time.time() - said >= 5:
+        print('waiting for the Ray head at %s: %s' % (a, why), file=sys.stderr, flush=True)
+        said = time.time()
+    time.sleep(0.5)`
 
 func formatFloat(f float32) string { return strconv.FormatFloat(float64(f), 'f', -1, 32) }
 

@@ -120,9 +120,11 @@ func TestPlanStartEarly(t *testing.T) {
 		want:    mirror,
 		requeue: earlyProbeInterval,
 	}, {
-		name:    "HTTPMode, the head takes jobs: submit now, Running",
-		job:     early(rayv1.HTTPMode),
-		obs:     func(o *observation) { o.cluster, o.pods, o.headProbed = starting, head(corev1.PodRunning, "10.1.0.5"), true },
+		name: "HTTPMode, the head takes jobs: submit now, Running",
+		job:  early(rayv1.HTTPMode),
+		obs: func(o *observation) {
+			o.cluster, o.pods, o.headProbed = starting, head(corev1.PodRunning, "10.1.0.5"), true
+		},
 		want:    started(rayv1.JobDeploymentStatusRunning),
 		actions: []string{"submit j-id to j-rc"},
 		events:  []string{ReasonStartedBeforeClusterReady},
