@@ -177,7 +177,10 @@ func (r *Reconciler) live(ctx context.Context, j *rayv1.RayJob, old *rayv1.RayJo
 	res.Merge(&p.Result, len(res.Events))
 	return reconcile.StatusStep{
 		Write: func() {
-			if old.JobDeploymentStatus != j.Status.JobDeploymentStatus {
+			// Every job's first status is Initializing (the events that follow say what it does): only a change
+			// after the first, or a first status that is not Initializing (ValidationFailed, Suspended), is news.
+			if old.JobDeploymentStatus != j.Status.JobDeploymentStatus &&
+				(old.JobDeploymentStatus != "" || j.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusInitializing) {
 				res.StatusEventf(corev1.EventTypeNormal, ReasonStatusChanged, "Reconcile", "jobDeploymentStatus %q -> %q%s", old.JobDeploymentStatus, j.Status.JobDeploymentStatus, reasonSuffix(&j.Status))
 			}
 			if old.JobStatus != j.Status.JobStatus && j.Status.JobStatus != "" {
