@@ -211,14 +211,21 @@ func SubmitScript(j *rayv1.RayJob, address string) string {
 // than the wait), saying why it waits every 5 s; with argv[2] "once" it checks once and exits 0 or 1. The
 // dashboard answers before the head's raylet registers, and a job submitted then fails (see
 // ray.DashboardClient.HeadNodeAlive). It is the check the operator makes before an early start (headReady).
-const headReadyWait = `import json, sys, time, urllib.request
+const headReadyWait = `import json, os, sys, time, urllib.error, urllib.request
 a, once = sys.argv[1], sys.argv[2:] == ['once']
 q = '/api/v0/nodes?limit=1&detail=false&filter_keys=is_head_node&filter_predicates=%3D&filter_values=true&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE'
-get = lambda p: urllib.request.urlopen(a + p, timeout=5).read()
+tok = os.environ.get('RAY_AUTH_TOKEN')
+h = {'x-ray-authorization': 'Bearer ' + tok} if tok else {}
+get = lambda p: urllib.request.urlopen(urllib.request.Request(a + p, headers=h), timeout=5).read()
 said = 0
 while True:
     try:
         ok, why = b'success' in get('/api/gcs_healthz') and json.loads(get(q))['data']['result']['num_filtered'] > 0, 'its GCS does not list the head node alive yet'
+    except urllib.error.HTTPError as e:
+        if e.code in (401, 403):
+            print('the Ray head at %s refused the submitter: %s' % (a, e), file=sys.stderr)
+            sys.exit(1)
+        ok, why = False, e
     except Exception as e:
         ok, why = False, e
     if ok or once:
