@@ -80,6 +80,11 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		}
 		status = countedStatus{meta, opts.Optimizations}
 	}
+	if opts.Optimizations.On(optimize.StartupPagesRelease) {
+		if err := mgr.Add(releaseStartupPages{mgr: mgr, sw: opts.Optimizations}); err != nil {
+			return err
+		}
+	}
 	if err := setupRayCluster(mgr, opts, scheduler, status); err != nil {
 		return fmt.Errorf("RayCluster controller: %w", err)
 	}

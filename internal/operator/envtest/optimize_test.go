@@ -44,6 +44,11 @@ func TestOptimizationsOff(t *testing.T) {
 			}
 			ctx := testutil.RunManager(t, mgr)
 			got := clusterLife(t, ctx, cl, ns)
+			// The binary's pages are released beside the controllers, once the caches have synced; wait for that
+			// act, which no reconcile waits for. Off, the releaser is never added, so it cannot act.
+			testutil.Eventually(t, time.Minute, "the startup pages released", func() (bool, string) {
+				return !sw.On(optimize.StartupPagesRelease) || sw.Count(optimize.StartupPagesRelease) > 0, ""
+			})
 			if got.State != rayv1.Ready || got.Head.PodIP == "" || got.ReadyWorkerReplicas != 1 || got.AvailableWorkerReplicas != 1 {
 				t.Errorf("status %+v, want ready with a head address and one ready worker", got)
 			}

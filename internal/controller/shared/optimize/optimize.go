@@ -58,11 +58,16 @@ const (
 	// compresses every watch event it sends, the operator inflates it) and saves bandwidth nobody is short of. Off:
 	// client-go's default, gzip whenever the API server offers it.
 	UncompressedResponses Mechanism = "uncompressed-responses"
+	// StartupPagesRelease gives back the pages of the operator's own binary once its caches have synced: the
+	// kernel reclaims what starting touched, and a page used later is read back alone (internal/sys/ownpages).
+	// Off: what starting mapped of the binary stays resident.
+	StartupPagesRelease Mechanism = "startup-pages-release"
 )
 
 // All lists every mechanism, in the order docs/operations.md gives them.
 var All = []Mechanism{StatusCoalescing, PodEventBatching, ProgressPriority, PodUpdateFilter, TemplateHashCache,
-	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, CRWatchPruning, CRWatchDecoding, EventDeferral, UncompressedResponses}
+	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, CRWatchPruning, CRWatchDecoding, EventDeferral, UncompressedResponses,
+	StartupPagesRelease}
 
 // Switches says which mechanisms are on, and counts how often each changed what the operator did (tests read the
 // counts to prove a mechanism off never acted). The nil *Switches has every mechanism on.
