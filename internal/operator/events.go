@@ -31,16 +31,17 @@ import (
 	"github.com/manta-dev/manta/internal/metrics"
 )
 
-// Default event write limits (--event-qps, --event-burst): five times the operator's own (--qps, --burst). They
+// Default event write limits (--event-qps, --event-burst): ten times the operator's own (--qps, --burst). They
 // bind only once its other writes pause (while they go on, eventBusyInterval does), so they set how long the
 // backlog of a burst takes to drain: four events per new RayCluster (CreatedService, CreatedHeadPod,
 // CreatedWorkerPod for a group's pods, StartPhases). Every second of that drain costs the control plane what an
 // idle second does and makes each write one on its own; the same events written in one go cost less in all. At 100
-// a second the 3,900 events of 1,000 new clusters took 39 s after all ready; at 500, 7 s, for less CPU
-// (docs/benchmarks.md). The limit still keeps a larger backlog from being an unbounded burst at the API server.
+// a second the 3,900 events of 1,000 new clusters took 39 s after all ready; at 500, 7 s, for less CPU; the 20,000
+// of 5,000 clusters took 39 s at 500 and 19 s at 1,000, again for less operator and etcd CPU (docs/benchmarks.md).
+// The limit still keeps a larger backlog from being an unbounded burst at the API server.
 const (
-	DefaultEventQPS   = 500
-	DefaultEventBurst = 1000
+	DefaultEventQPS   = 1000
+	DefaultEventBurst = 2000
 )
 
 // While the operator is writing pods, Services and statuses (it wrote one less than eventQuiet ago), events are
