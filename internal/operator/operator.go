@@ -307,6 +307,11 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		cfg.DisableCompression = true
 		cfg.Wrap(countRequests(opts.Optimizations, optimize.UncompressedResponses))
 	}
+	// HTTP/1.1: ALPN offers only http/1.1, so client-go's transport does not set up HTTP/2 (utilnet.SetTransportDefaults).
+	if opts.Optimizations.On(optimize.HTTP1Connections) {
+		cfg.NextProtos = []string{"http/1.1"}
+		cfg.Wrap(countHTTP1(opts.Optimizations))
+	}
 	// The Ray pod watch reaches client-go with what stripPod would drop already gone (see podWatchBody).
 	if opts.Optimizations.On(optimize.PodWatchPruning) {
 		cfg.Wrap(pruneRayPodWatches(podSel.String(), opts.Optimizations))
@@ -459,6 +464,19 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		}
 	}
 	return mgr.Start(ctx)
+}
+
+// countHTTP1 counts the answers that came over HTTP/1.1 as acts of http1-connections.
+func countHTTP1(sw *optimize.Switches) func(http.RoundTripper) http.RoundTripper {
+	return func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(r)
+			if err == nil && resp.ProtoMajor == 1 {
+				sw.Acted(optimize.HTTP1Connections)
+			}
+			return resp, err
+		})
+	}
 }
 
 // countRequests counts each request sent as an act of mechanism m (a mechanism that acts on every request).

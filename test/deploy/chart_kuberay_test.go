@@ -54,7 +54,7 @@ func checkKubeRayValues(t *testing.T, objs []*unstructured.Unstructured) {
 		"--leader-elect-lease-duration": "15s", "--leader-elect-renew-deadline": "10s", "--leader-elect-retry-period": "2s",
 		"--use-kubernetes-proxy": "true", "--cluster-domain": "corp.local", "--image-pull-tolerate-all-taints": "false",
 		"--reconcile-concurrency": "4", "--qps": "50", "--burst": "100", "--event-qps": "1000", "--event-burst": "2000",
-		"--gc-percent": "35", "--adaptive-procs": "true", "--status-coalesce-window": "10s",
+		"--gc-percent": "60", "--adaptive-procs": "true", "--status-coalesce-window": "10s",
 		"--gcs-ft-redis-cleanup": "false", "--batch-scheduler": "yunikorn", "--watch-namespace": "team-a,team-b",
 		"--feature-gates": "RayClusterStatusConditions=true,RayJobDeletionPolicy=true,RayMultiHostIndexing=true," +
 			"RayServiceIncrementalUpgrade=true,RayCronJob=true,RayClusterMTLS=false,RayClusterNetworkPolicy=false,RayClusterHistoryServer=false",

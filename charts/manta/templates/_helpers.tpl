@@ -180,7 +180,7 @@ dict, as JSON; every template reads them from here so each pair is checked in on
 {{- fail (printf "env GOGC (%s) and operator.gcPercent (%v) are one setting and disagree: set one of them, or both the same" $gogc $op.gcPercent) -}}
 {{- end -}}
 {{- /* GOGC alone: the operator reads it when --gc-percent is not given. */ -}}
-{{- $_ = set $s "gcPercent" (ternary nil ($op.gcPercent | default 35) (and (not (kindIs "invalid" $gogc)) (kindIs "invalid" $op.gcPercent))) -}}
+{{- $_ = set $s "gcPercent" (ternary nil ($op.gcPercent | default 60) (and (not (kindIs "invalid" $gogc)) (kindIs "invalid" $op.gcPercent))) -}}
 {{- $maxprocs := (include "manta.env" (list . "GOMAXPROCS") | fromJson).v -}}
 {{- if and (not (kindIs "invalid" $maxprocs)) (not (kindIs "invalid" $op.adaptiveProcs)) $op.adaptiveProcs -}}
 {{- fail (printf "env GOMAXPROCS (%s) fixes the operator's GOMAXPROCS, and operator.adaptiveProcs=true adapts it: choose one" $maxprocs) -}}

@@ -62,12 +62,17 @@ const (
 	// kernel reclaims what starting touched, and a page used later is read back alone (internal/sys/ownpages).
 	// Off: what starting mapped of the binary stays resident.
 	StartupPagesRelease Mechanism = "startup-pages-release"
+	// HTTP1Connections talks to the API server over HTTP/1.1 (TLS ALPN offers only http/1.1): one connection per
+	// watch and per request in flight, kept alive, instead of every stream multiplexed over one HTTP/2 connection,
+	// whose framing, flow control and per-stream goroutines cost both ends CPU for each request and watch event.
+	// Off: client-go's default, HTTP/2 whenever the API server offers it.
+	HTTP1Connections Mechanism = "http1-connections"
 )
 
 // All lists every mechanism, in the order docs/operations.md gives them.
 var All = []Mechanism{StatusCoalescing, PodEventBatching, ProgressPriority, PodUpdateFilter, TemplateHashCache,
 	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, CRWatchPruning, CRWatchDecoding, EventDeferral, UncompressedResponses,
-	StartupPagesRelease}
+	StartupPagesRelease, HTTP1Connections}
 
 // Switches says which mechanisms are on, and counts how often each changed what the operator did (tests read the
 // counts to prove a mechanism off never acted). The nil *Switches has every mechanism on.
