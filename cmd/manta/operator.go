@@ -39,7 +39,7 @@ func addOperatorFlags(fs *pflag.FlagSet, o *operator.Options) {
 	fs.IntVar(&o.ReconcileConcurrency, "reconcile-concurrency", 8, "concurrent reconciles per controller")
 	fs.Float32Var(&o.QPS, "qps", 100, "requests per second the operator may send to the Kubernetes API server")
 	fs.IntVar(&o.Burst, "burst", 200, "request burst the operator may send to the Kubernetes API server")
-	fs.Float32Var(&o.EventQPS, "event-qps", operator.DefaultEventQPS, "events per second the operator may write when its other writes pause (while it writes pods, Services and statuses, one per 500 ms); events are queued in memory and have a client and rate limit of their own, apart from --qps")
+	fs.Float32Var(&o.EventQPS, "event-qps", operator.DefaultEventQPS, "events per second the operator may write; events are queued in memory when recorded and have a client and rate limit of their own, apart from --qps")
 	fs.IntVar(&o.EventBurst, "event-burst", operator.DefaultEventBurst, "event write burst (see --event-qps)")
 	fs.DurationVar(&o.StatusCoalesceWindow, "status-coalesce-window", raycluster.DefaultStatusCoalesceWindow,
 		"under a burst of RayClusters (10 or more holding a change), the longest a status change that only reports progress (counts, head address, HeadPodReady, RayClusterProvisioned) waits to be written with the next one; "+

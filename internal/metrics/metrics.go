@@ -94,9 +94,9 @@ func (g *funcGauge) set(f func() int) { g.f.Store(&f) }
 
 var (
 	// eventsQueued reports the operator's event writes not yet sent (SetEventsQueued): queued in memory, or being
-	// written; events are held back while the operator writes pods, Services and statuses.
+	// written.
 	eventsQueued = newFuncGauge("manta_events_queued",
-		"Event writes not yet sent: waiting in the operator's memory (held back while it writes pods, Services and statuses) or being written.")
+		"Event writes not yet sent: waiting in the operator's memory for a writer (at most --event-qps a second) or being written.")
 	// statusesHeld reports the RayClusters whose status change the operator holds back (SetStatusesHeld): the
 	// change waits in memory on a timer, which no work queue shows, so a reader that needs the API server to have
 	// the operator's whole view (a test's settle, a benchmark's quiescence) waits for it to be 0.

@@ -9,9 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -27,31 +25,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/manta-dev/manta/internal/controller/shared/metawrite"
-	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/metrics"
 )
 
-// Default event write limits (--event-qps, --event-burst): ten times the operator's own (--qps, --burst). They
-// bind only once its other writes pause (while they go on, eventBusyInterval does), so they set how long the
-// backlog of a burst takes to drain: four events per new RayCluster (CreatedService, CreatedHeadPod,
-// CreatedWorkerPod for a group's pods, StartPhases). Every second of that drain costs the control plane what an
-// idle second does and makes each write one on its own; the same events written in one go cost less in all. At 100
-// a second the 3,900 events of 1,000 new clusters took 39 s after all ready; at 500, 7 s, for less CPU; the 20,000
-// of 5,000 clusters took 39 s at 500 and 19 s at 1,000, again for less operator and etcd CPU (docs/benchmarks.md).
-// The limit still keeps a larger backlog from being an unbounded burst at the API server.
+// Default event write limits (--event-qps, --event-burst): ten times the operator's own (--qps, --burst). Events
+// are written as they are recorded, beside the pod, Service and status writes they describe: four per new RayCluster
+// (CreatedService, CreatedHeadPod, CreatedWorkerPod for a group's pods, StartPhases). Until 2026-12-07 they were held
+// back while those writes went on and drained after; written with the burst they cost the operator, the API server
+// and etcd less and leave no backlog to drain (at 5,000 clusters quiescent 1.4 s after the last was ready instead of
+// 20 s; docs/benchmarks.md). The limit keeps a larger backlog from being an unbounded burst at the API server.
 const (
 	DefaultEventQPS   = 1000
 	DefaultEventBurst = 2000
 )
 
-// While the operator is writing pods, Services and statuses (it wrote one less than eventQuiet ago), events are
-// written at most one per eventBusyInterval: on a control plane busy creating the pods of a burst of new clusters,
-// an event write costs the API server what a pod's does, and nobody waits for an event. The held events stay in
-// memory, compact, in the order they happened, with the time they happened, and are written at --event-qps once
-// the writes pause.
 const (
-	eventQuiet        = 500 * time.Millisecond
-	eventBusyInterval = 500 * time.Millisecond
 	// A repeated event (same object, type, reason, action, controller and related object) within seriesWindow of
 	// the last one is a series: the first repeat is written as a count on the existing Event, later ones at most
 	// every seriesRefresh.
@@ -65,39 +53,9 @@ const (
 	seriesNotes = 10
 	// A write that fails is tried again, up to eventAttempts times (the Event is dropped after, with a log line).
 	eventAttempts = 12
-	// eventWriters is how many event writes may be on their way at once once the other writes pause.
+	// eventWriters is how many event writes may be on their way at once.
 	eventWriters = 8
 )
-
-// writeActivity remembers when the operator last sent a write other than an event.
-type writeActivity struct{ last atomic.Int64 }
-
-func (w *writeActivity) wrap(rt http.RoundTripper) http.RoundTripper {
-	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		if r.Method != http.MethodGet && !isEventPath(r.URL.Path) {
-			w.last.Store(time.Now().UnixNano())
-		}
-		return rt.RoundTrip(r)
-	})
-}
-
-// isEventPath says whether an API path is of core/v1 or events.k8s.io/v1 Events:
-// /api/v1/namespaces/<ns>/events[/<name>] or /apis/events.k8s.io/v1/namespaces/<ns>/events[/<name>].
-func isEventPath(path string) bool {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	switch {
-	case len(parts) >= 5 && parts[0] == "api" && parts[2] == "namespaces":
-		return parts[4] == "events"
-	case len(parts) >= 6 && parts[0] == "apis" && parts[1] == "events.k8s.io" && parts[3] == "namespaces":
-		return parts[5] == "events"
-	}
-	return false
-}
-
-// busy says whether a write other than an event was sent less than eventQuiet ago.
-func (w *writeActivity) busy(now time.Time) bool {
-	return now.Sub(time.Unix(0, w.last.Load())) < eventQuiet
-}
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
@@ -105,14 +63,10 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 // eventManager is the manager with the operator's own events.k8s.io recorder: events are queued in memory when
 // recorded and written by the writer (run) through a client of their own (opts.EventQPS, opts.EventBurst), after
-// the reconcile that records them and behind the operator's other writes (see eventQuiet), so that events never
-// take from the budget of pod, Service and status writes nor queue ahead of them at the API server.
+// the reconcile that records them, so that events never take from the budget of pod, Service and status writes.
 type eventManager struct {
 	ctrl.Manager
-	client eventWriter
-	// activity is nil with event deferral off: events are then written as recorded.
-	activity *writeActivity
-	sw       *optimize.Switches
+	client   eventWriter
 	instance string
 
 	mu    sync.Mutex
@@ -123,8 +77,8 @@ type eventManager struct {
 	series  map[uint64]*pendingEvent
 	wake    chan struct{}
 	stopped bool
-	// inFlight counts the events taken from the queue and not yet sent: waiting behind the operator's other
-	// writes, or in their API call (see Pending and EventsIdle).
+	// inFlight counts the events taken from the queue and not yet sent: waiting for a writer, or in their API
+	// call (see Pending and EventsIdle).
 	inFlight int
 }
 
@@ -216,7 +170,7 @@ func (p *pendingEvent) event() *eventsv1.Event {
 }
 
 // withEventRecorder wraps mgr so that GetEventRecorder answers from the operator's event queue.
-func withEventRecorder(mgr ctrl.Manager, activity *writeActivity, sw *optimize.Switches, qps float32, burst int) (ctrl.Manager, error) {
+func withEventRecorder(mgr ctrl.Manager, qps float32, burst int) (ctrl.Manager, error) {
 	cfg := rest.CopyConfig(mgr.GetConfig())
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = qps, burst, nil
 	cl, err := metawrite.NewEvents(cfg, mgr.GetHTTPClient())
@@ -224,10 +178,7 @@ func withEventRecorder(mgr ctrl.Manager, activity *writeActivity, sw *optimize.S
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	if !sw.On(optimize.EventDeferral) {
-		activity = nil
-	}
-	m := &eventManager{Manager: mgr, client: cl, activity: activity, sw: sw, instance: host,
+	m := &eventManager{Manager: mgr, client: cl, instance: host,
 		series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1)}
 	metrics.SetEventsQueued(m.Pending)
 	err = mgr.Add(manager.RunnableFunc(m.run))
@@ -356,7 +307,7 @@ func (m *eventManager) enqueue(p *pendingEvent) {
 }
 
 // Pending is how many event writes are not yet sent: those waiting in the queue, and the one the writer holds
-// (waiting behind the operator's other writes, or in its API call). When it is 0, every event recorded so far is
+// (waiting for a writer, or in its API call). When it is 0, every event recorded so far is
 // at the API server (or was dropped), so a reader of the API server finds it.
 func (m *eventManager) Pending() int {
 	m.mu.Lock()
@@ -373,9 +324,8 @@ func (m *eventManager) EventsIdle() bool {
 }
 
 // run writes the queued events until ctx ends; what is still queued then is dropped (and counted in a log line).
-// While the operator's other writes go on, one event per eventBusyInterval; once they pause, up to eventWriters at
-// once, so a burst's backlog drains at the API server's pace (within --event-qps) instead of one round trip at a
-// time.
+// Up to eventWriters at once, so a burst's events go at the API server's pace (within --event-qps) instead of one
+// round trip at a time.
 func (m *eventManager) run(ctx context.Context) error {
 	sweep := time.NewTicker(time.Minute)
 	defer sweep.Stop()
@@ -399,17 +349,6 @@ func (m *eventManager) run(ctx context.Context) error {
 				m.sweep(time.Now())
 			}
 			continue
-		}
-		// Behind the operator's other writes: while they go on, one event per eventBusyInterval.
-		if m.activity != nil && m.activity.busy(time.Now()) {
-			m.sw.Acted(optimize.EventDeferral)
-			select {
-			case <-ctx.Done():
-				m.done(p)
-				m.stop()
-				return nil
-			case <-time.After(eventBusyInterval):
-			}
 		}
 		select {
 		case <-ctx.Done():

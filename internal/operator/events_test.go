@@ -77,24 +77,6 @@ func TestEventClientQPS(t *testing.T) {
 	}
 }
 
-func TestIsEventPath(t *testing.T) {
-	for path, want := range map[string]bool{
-		"/api/v1/namespaces/ns/events":                         true,
-		"/api/v1/namespaces/ns/events/x.123":                   true,
-		"/apis/events.k8s.io/v1/namespaces/ns/events":          true,
-		"/apis/events.k8s.io/v1/namespaces/ns/events/x.1":      true,
-		"/api/v1/namespaces/ns/pods/events":                    false,
-		"/api/v1/namespaces/ns/pods":                           false,
-		"/apis/ray.io/v1/namespaces/ns/rayclusters/events":     false,
-		"/apis/ray.io/v1/namespaces/ns/rayclusters/x/status":   false,
-		"/apis/events.k8s.io/v1/namespaces/ns/events/x/status": true,
-	} {
-		if got := isEventPath(path); got != want {
-			t.Errorf("isEventPath(%q) = %v, want %v", path, got, want)
-		}
-	}
-}
-
 func TestTruncateNote(t *testing.T) {
 	if got := truncateNote("short"); got != "short" {
 		t.Errorf("truncateNote(short) = %q", got)
@@ -365,8 +347,8 @@ func pending(name string, now time.Time) *pendingEvent {
 		namespace: "default", name: eventName(name, now), note: "created", eventTime: now.UnixNano(), lastObserved: now.UnixNano(), count: 1}
 }
 
-// TestBacklogDrainsInParallel: with the operator's other writes paused, a backlog is written eventWriters at a
-// time, never more, and every event of it is written.
+// TestBacklogDrainsInParallel: a backlog is written eventWriters at a time, never more, and every event of it is
+// written.
 func TestBacklogDrainsInParallel(t *testing.T) {
 	g := newGatedEvents()
 	m := &eventManager{client: g, series: map[uint64]*pendingEvent{}, wake: make(chan struct{}, 1)}

@@ -300,9 +300,6 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		ctrlOpts.SkipNameValidation = ptr.To(true)
 	}
 	lease, renew, retry := opts.leaderElectionTimes()
-	// Every client the manager makes shares this transport: the event writer holds back while the others write.
-	activity := &writeActivity{}
-	cfg.Wrap(activity.wrap)
 	if opts.Optimizations.On(optimize.UncompressedResponses) {
 		cfg.DisableCompression = true
 		cfg.Wrap(countRequests(opts.Optimizations, optimize.UncompressedResponses))
@@ -352,7 +349,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if eventBurst <= 0 {
 		eventBurst = DefaultEventBurst
 	}
-	return withEventRecorder(mgr, activity, opts.Optimizations, eventQPS, eventBurst)
+	return withEventRecorder(mgr, eventQPS, eventBurst)
 }
 
 // cacheOptions scopes the manager's cache to what the controllers read (see NewManager); podSel is the Ray pods'

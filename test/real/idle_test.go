@@ -104,7 +104,7 @@ ray.kill(ray.get_actor("keeper"))
 		return !marked && !ptr.Deref(got.Spec.Suspend, false) && cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == idle.ReasonResumed,
 			fmt.Sprintf("suspend %v, annotations %v, condition %+v", ptr.Deref(got.Spec.Suspend, false), got.Annotations, cond)
 	})
-	// Events are written behind the operator's other writes: wait for it.
+	// Events are written by the operator's event writer, after the reconcile that records them: wait for it.
 	waitFor(t, ctx, 2*time.Minute, "event ResumedIdleCluster on RayJob "+job.Name, func() (bool, string) {
 		note := e.podEvent(t, ctx, ns, job.Name, "ResumedIdleCluster")
 		return strings.Contains(note, ns+"/"+quiet.Name), "event note: " + note

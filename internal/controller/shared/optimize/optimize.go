@@ -49,10 +49,6 @@ const (
 	// object once, handing client-go anything else (internal/operator/crdecode.go). Off: client-go's watch decoding,
 	// which reads each event about five times.
 	CRWatchDecoding Mechanism = "cr-watch-decoding"
-	// EventDeferral holds the operator's events back while it writes pods, Services and statuses (one event per
-	// 500 ms then), to be written at --event-qps once those writes pause (internal/operator/events.go). Off: events
-	// are written as recorded, at --event-qps.
-	EventDeferral Mechanism = "event-deferral"
 	// UncompressedResponses asks the API server for its answers and watch streams without gzip
 	// (rest.Config.DisableCompression): between an operator and its API server gzip costs both CPU (the API server
 	// compresses every watch event it sends, the operator inflates it) and saves bandwidth nobody is short of. Off:
@@ -71,7 +67,7 @@ const (
 
 // All lists every mechanism, in the order docs/operations.md gives them.
 var All = []Mechanism{StatusCoalescing, PodEventBatching, ProgressPriority, PodUpdateFilter, TemplateHashCache,
-	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, CRWatchPruning, CRWatchDecoding, EventDeferral, UncompressedResponses,
+	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, CRWatchPruning, CRWatchDecoding, UncompressedResponses,
 	StartupPagesRelease, HTTP1Connections}
 
 // Switches says which mechanisms are on, and counts how often each changed what the operator did (tests read the
