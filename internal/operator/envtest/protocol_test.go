@@ -25,7 +25,7 @@ func TestHTTP1Connections(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := tc.sw.Count(optimize.HTTP1Connections) // NewManager's own requests (discovery) included
-		for range 2 { // the second request reuses the first one's connection
+		for range 2 {                                    // the second request reuses the first one's connection
 			req, err := http.NewRequestWithContext(context.Background(), http.MethodGet,
 				fmt.Sprintf("%s/api/v1/namespaces/default/configmaps", strings.TrimSuffix(mgr.GetConfig().Host, "/")), nil)
 			if err != nil {
