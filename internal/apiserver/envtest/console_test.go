@@ -562,8 +562,10 @@ func (e *testEnv) testConsoleBrowser(t *testing.T, f consoleFixture) {
 	})
 	// Back again: the browser restores the page from that cache (the mark is still there), and the page opens its
 	// stream again.
-	// history.back(), not NavigateBack: a page restored from that cache fires no load event to wait for.
-	run("come back", chromedp.Evaluate[chromedp.Void](`history.back()`))
+	// history.back(), not NavigateBack: a page restored from that cache fires no load event to wait for. Called from
+	// a timer, after the evaluation has answered: called in it, the page can be gone before the answer, and the
+	// DevTools call fails with "Inspected target navigated or closed" (CI 49).
+	run("come back", chromedp.Evaluate[chromedp.Void](`setTimeout(() => history.back(), 0)`))
 	testutil.Eventually(t, time.Minute, "the restored page's watches", func() (bool, string) {
 		return f.watches(t) == consoleKinds, fmt.Sprintf("%d watches open", f.watches(t))
 	})
