@@ -29,11 +29,10 @@ import (
 )
 
 // Default event write limits (--event-qps, --event-burst): ten times the operator's own (--qps, --burst). Events
-// are written as they are recorded, beside the pod, Service and status writes they describe: four per new RayCluster
-// (CreatedService, CreatedHeadPod, CreatedWorkerPod for a group's pods, StartPhases). Until 2026-12-07 they were held
-// back while those writes went on and drained after; written with the burst they cost the operator, the API server
-// and etcd less and leave no backlog to drain (at 5,000 clusters quiescent 1.4 s after the last was ready instead of
-// 20 s; docs/benchmarks.md). The limit keeps a larger backlog from being an unbounded burst at the API server.
+// are written as they are recorded, beside the pod, Service and status writes they describe (four per new
+// RayCluster): held back until those writes paused, they cost the control plane more and left a backlog to drain
+// (docs/benchmarks.md, "Events written with the burst"). The limit keeps a larger backlog from being an unbounded
+// burst at the API server.
 const (
 	DefaultEventQPS   = 1000
 	DefaultEventBurst = 2000
