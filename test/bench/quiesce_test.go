@@ -56,6 +56,18 @@ func serverWrites(m map[string]float64) float64 {
 	return total
 }
 
+// writesByResource is the writes (as serverWrites counts them) from before to after, per item, keyed "VERB
+// resource"; keys that did not change are left out.
+func writesByResource(after, before map[string]float64, per int) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d != 0 && serverWrites(map[string]float64{k: d}) != 0 {
+			out[k] = math.Round(d/float64(per)*100) / 100
+		}
+	}
+	return out
+}
+
 // operatorWrites sums an operator's writes from its rest_client_requests_total by method.
 func operatorWrites(requests map[string]float64) float64 {
 	return requests["POST"] + requests["PUT"] + requests["PATCH"] + requests["DELETE"]

@@ -63,7 +63,14 @@ type jobResult struct {
 	RayAPIPerJob       float64            `json:"rayAPIRequestsPerJob"`
 	ServerWritesPerJob float64            `json:"serverWritesPerJob"`
 	RequestsByVerb     map[string]float64 `json:"requestsPerJobByVerb,omitempty"`
-	Profiles           []string           `json:"profiles,omitempty"`
+	// ServerWritesByResource is every client's writes per job by verb and resource, as the API server counts them;
+	// TailWritesByResource the same from the last RayJob seen Complete to quiescence: what a later quiescence is
+	// made of.
+	ServerWritesByResource map[string]float64 `json:"serverWritesPerJobByResource,omitempty"`
+	// ReconcilesByController is each of the operator's controllers' reconciles per job (controller_runtime_reconcile_total).
+	ReconcilesByController map[string]float64 `json:"reconcilesPerJobByController,omitempty"`
+	TailWritesByResource   map[string]float64 `json:"tailWritesPerJobByResource,omitempty"`
+	Profiles               []string           `json:"profiles,omitempty"`
 }
 
 // BenchmarkSideBySideRayJobs races the operators on RayJob throughput: each on a fresh dev cluster whose pod IPs
@@ -191,7 +198,8 @@ func runJobTrial(b *testing.B, c contender, bin, kuberayCRDs string, jobs int) j
 		r.Profiles = op.finishProfiles(b, fmt.Sprintf("%s-%d", run, jobs))
 	}
 	snap := op.scrape(b)
-	at := counted{readAt: time.Now(), serverWrites: serverWrites(e.serverRequests(b)), operatorWrites: operatorWrites(snap.requests)}
+	servedAtComplete := e.serverRequests(b)
+	at := counted{readAt: time.Now(), serverWrites: serverWrites(servedAtComplete), operatorWrites: operatorWrites(snap.requests)}
 	lastWrite, reached := waitQuiescent(b, e, op, at)
 	if !reached {
 		b.Fatalf("%s: not quiescent after its RayJobs completed", c.name)
@@ -222,6 +230,12 @@ func runJobTrial(b *testing.B, c contender, bin, kuberayCRDs string, jobs int) j
 	r.WritesPerJob = opWrites / float64(jobs)
 	r.RayAPIPerJob = proxied / float64(jobs)
 	r.ServerWritesPerJob = (serverWrites(served) - serverWrites(served0)) / float64(jobs)
+	r.ServerWritesByResource = writesByResource(served, served0, jobs)
+	r.TailWritesByResource = writesByResource(served, servedAtComplete, jobs)
+	r.ReconcilesByController = map[string]float64{}
+	for c, v := range d.reconcilesBy {
+		r.ReconcilesByController[c] = math.Round(v/float64(jobs)*100) / 100
+	}
 	r.RequestsByVerb = map[string]float64{}
 	for verb, v := range d.requests {
 		r.RequestsByVerb[verb] = math.Round(v/float64(jobs)*100) / 100

@@ -761,6 +761,7 @@ type metricsSnapshot struct {
 	requests      map[string]float64 // rest_client_requests_total by method
 	rateLimitWait float64            // rest_client_rate_limiter_duration_seconds_sum, when the operator exports it
 	reconciles    float64            // controller_runtime_reconcile_total of the raycluster controller (both operators)
+	reconcilesBy  map[string]float64 // controller_runtime_reconcile_total by controller
 	eventsQueued  float64            // manta_events_queued (Manta only; 0 for KubeRay, which queues none)
 	statusesHeld  float64            // manta_raycluster_statuses_held (Manta only; KubeRay holds none back)
 	staleness     histogram          // manta_raycluster_status_staleness_seconds (Manta only)
@@ -776,7 +777,7 @@ func (op *opProcess) scrape(b *testing.B) metricsSnapshot {
 
 // parseMetrics reads the two families the table needs from Prometheus text exposition.
 func parseMetrics(text string) metricsSnapshot {
-	s := metricsSnapshot{requests: map[string]float64{}, staleness: histogram{}}
+	s := metricsSnapshot{requests: map[string]float64{}, reconcilesBy: map[string]float64{}, staleness: histogram{}}
 	for _, line := range strings.Split(text, "\n") {
 		name, rest, ok := strings.Cut(line, "{")
 		if !ok {
@@ -813,6 +814,7 @@ func parseMetrics(text string) metricsSnapshot {
 		case "rest_client_rate_limiter_duration_seconds_sum":
 			s.rateLimitWait += v
 		case "controller_runtime_reconcile_total":
+			s.reconcilesBy[labelValue(labels, "controller")] += v
 			if labelValue(labels, "controller") == "raycluster" {
 				s.reconciles += v
 			}
@@ -875,7 +877,12 @@ func labelValue(labels, key string) string {
 
 func (s metricsSnapshot) minus(before metricsSnapshot) metricsSnapshot {
 	out := metricsSnapshot{requests: map[string]float64{}, rateLimitWait: s.rateLimitWait - before.rateLimitWait, reconciles: s.reconciles - before.reconciles,
-		eventsQueued: s.eventsQueued, staleness: s.staleness.minus(before.staleness)}
+		eventsQueued: s.eventsQueued, staleness: s.staleness.minus(before.staleness), reconcilesBy: map[string]float64{}}
+	for k, v := range s.reconcilesBy {
+		if d := v - before.reconcilesBy[k]; d > 0 {
+			out.reconcilesBy[k] = d
+		}
+	}
 	for k, v := range s.requests {
 		if d := v - before.requests[k]; d > 0 {
 			out.requests[k] = d

@@ -34,8 +34,13 @@ manta_raycluster_status_staleness_seconds_bucket{le="+Inf"} 10
 		s.eventsQueued != 17 || s.statusesHeld != 3 || !maps.Equal(s.staleness, histogram{1: 4, 2: 10, math.Inf(1): 10}) {
 		t.Errorf("parseMetrics = %+v", s)
 	}
-	d := s.minus(metricsSnapshot{requests: map[string]float64{"POST": 30}, rateLimitWait: 0.75, reconciles: 25, staleness: histogram{1: 2, 2: 2, math.Inf(1): 2}})
-	if d.requests["POST"] != 10 || d.rateLimitWait != 1 || d.reconciles != 50 || !maps.Equal(d.staleness, histogram{1: 2, 2: 8, math.Inf(1): 8}) {
+	if !maps.Equal(s.reconcilesBy, map[string]float64{"raycluster": 75, "rayjob": 9}) {
+		t.Errorf("parseMetrics reconciles by controller = %v", s.reconcilesBy)
+	}
+	d := s.minus(metricsSnapshot{requests: map[string]float64{"POST": 30}, rateLimitWait: 0.75, reconciles: 25, staleness: histogram{1: 2, 2: 2, math.Inf(1): 2},
+		reconcilesBy: map[string]float64{"raycluster": 25, "rayjob": 9}})
+	if d.requests["POST"] != 10 || d.rateLimitWait != 1 || d.reconciles != 50 || !maps.Equal(d.staleness, histogram{1: 2, 2: 8, math.Inf(1): 8}) ||
+		!maps.Equal(d.reconcilesBy, map[string]float64{"raycluster": 50}) {
 		t.Errorf("minus = %+v", d)
 	}
 }
@@ -135,6 +140,15 @@ func TestServerWrites(t *testing.T) {
 		"PATCH nodes/status": 60, "POST events": 120, "GET pods": 1000, "LIST rayclusters": 5, "DELETE pods": 2}
 	if got := serverWrites(m); got != 922 {
 		t.Errorf("serverWrites = %v, want 922 (heartbeats, reads and refusals counted again left out)", got)
+	}
+}
+
+func TestWritesByResource(t *testing.T) {
+	before := map[string]float64{"POST pods": 100, "POST events": 300, "PUT leases": 10, "GET pods": 5}
+	after := map[string]float64{"POST pods": 300, "POST events": 300, "PUT leases": 50, "GET pods": 90, "DELETE pods": 50, "PATCH pods/status 409": 4}
+	want := map[string]float64{"POST pods": 2, "DELETE pods": 0.5}
+	if got := writesByResource(after, before, 100); !maps.Equal(got, want) {
+		t.Errorf("writesByResource = %v, want %v (heartbeats, reads, refusals and unchanged writes left out)", got, want)
 	}
 }
 
