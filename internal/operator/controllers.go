@@ -88,7 +88,18 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := setupRayCluster(mgr, opts, scheduler, status); err != nil {
 		return fmt.Errorf("RayCluster controller: %w", err)
 	}
+	// The RayJob controller creates its RayCluster and head Service reading back only their metadata, unless
+	// optimize.MetadataWrites is off.
+	var creator reconcile.Creator
+	if opts.Optimizations.On(optimize.MetadataWrites) {
+		creates, err := metawrite.NewCreates(mgr.GetConfig(), mgr.GetHTTPClient())
+		if err != nil {
+			return fmt.Errorf("RayJob children's creator: %w", err)
+		}
+		creator = countedCreates{creates, opts.Optimizations}
+	}
 	if err := rayjob.NewReconciler(mgr, opts.RayClients, rayjob.Options{
+		Creator:                      creator,
 		BatchScheduler:               scheduler,
 		ClusterDomain:                opts.ClusterDomain,
 		MaxConcurrentReconciles:      opts.ReconcileConcurrency,
@@ -170,7 +181,7 @@ func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string, status recon
 	return raycluster.NewReconciler(mgr, opts).SetupWithManager(mgr)
 }
 
-// countedPods and countedStatus are the metadata-only writers, counted as optimize.MetadataWrites acting.
+// countedPods, countedCreates and countedStatus are the metadata-only writers, counted as optimize.MetadataWrites acting.
 type countedPods struct {
 	pods *metawrite.Pods
 	sw   *optimize.Switches
@@ -179,6 +190,18 @@ type countedPods struct {
 func (w countedPods) Create(ctx context.Context, p *corev1.Pod) error {
 	w.sw.Acted(optimize.MetadataWrites)
 	return w.pods.Create(ctx, p)
+}
+
+type countedCreates struct {
+	creates *metawrite.Creates
+	sw      *optimize.Switches
+}
+
+func (w countedCreates) Handles(obj client.Object) bool { return w.creates.Handles(obj) }
+
+func (w countedCreates) Create(ctx context.Context, obj client.Object) error {
+	w.sw.Acted(optimize.MetadataWrites)
+	return w.creates.Create(ctx, obj)
 }
 
 type countedStatus struct {

@@ -35,6 +35,9 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// StatusWriter writes the RayJobs' status (reconcile.ClientStatus of the manager's client when nil).
 	StatusWriter reconcile.StatusWriter
+	// Creator, when set, creates the children of the kinds it handles (the RayCluster, the head Service) in place
+	// of the manager's client: nothing of a create's answer but the metadata is read.
+	Creator reconcile.Creator
 	// StatusCheckTimeout, TransitionGracePeriod, SubmitterFinishedTimeout and PollInterval default to the Default*
 	// constants.
 	StatusCheckTimeout       time.Duration
@@ -104,7 +107,7 @@ func NewReconciler(mgr ctrl.Manager, rays ray.ClientFactory, opts Options) *Reco
 	if opts.StatusWriter == nil {
 		opts.StatusWriter = reconcile.ClientStatus(mgr.GetClient())
 	}
-	r := &Reconciler{client: mgr.GetClient(), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("rayjob-controller"), rays: rays, opts: opts}
+	r := &Reconciler{client: reconcile.WithCreator(mgr.GetClient(), opts.Creator), reader: mgr.GetAPIReader(), recorder: mgr.GetEventRecorder("rayjob-controller"), rays: rays, opts: opts}
 	r.life = r.lifecycle()
 	return r
 }

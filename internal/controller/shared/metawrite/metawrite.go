@@ -232,3 +232,107 @@ func (s *Status) UpdateStatus(ctx context.Context, obj client.Object) error {
 	obj.SetResourceVersion(rv)
 	return nil
 }
+
+// createResources are the kinds a Creates writes, by kind: their resource and whether the API server reads and
+// answers them in protobuf (the built-in kinds) or only in JSON (a custom resource).
+var createResources = map[schema.GroupVersionKind]struct {
+	resource string
+	protobuf bool
+}{
+	corev1.SchemeGroupVersion.WithKind("Service"): {"services", true},
+	rayv1.GroupVersion.WithKind("RayCluster"):     {"rayclusters", false},
+}
+
+// Creates creates the objects of createResources' kinds and reads back only their metadata: for a RayCluster a
+// RayJob creates, the answer is otherwise the whole cluster (its spec, the pod templates in it), which the API
+// server encodes and the client decodes for a controller that reads nothing of it but the name.
+type Creates struct {
+	kinds map[schema.GroupVersionKind]rest.Interface
+}
+
+// NewCreates makes a Creates from the operator's config and HTTP client, one REST client (and token bucket) per
+// kind, as the manager's client has.
+func NewCreates(cfg *rest.Config, hc *http.Client) (*Creates, error) {
+	c := &Creates{kinds: make(map[schema.GroupVersionKind]rest.Interface, len(createResources))}
+	for gvk, r := range createResources {
+		apiPath, contentType := "/apis", runtime.ContentTypeJSON
+		if gvk.Group == "" {
+			apiPath = "/api"
+		}
+		if r.protobuf {
+			contentType = runtime.ContentTypeProtobuf
+		}
+		rc, err := newClient(cfg, hc, apiPath, gvk.GroupVersion(), contentType)
+		if err != nil {
+			return nil, fmt.Errorf("%s create client: %w", gvk.Kind, err)
+		}
+		c.kinds[gvk] = rc
+	}
+	return c, nil
+}
+
+// Handles says whether obj is of a kind Create writes.
+func (c *Creates) Handles(obj client.Object) bool {
+	gvk, err := apiutil.GVKForObject(obj, scheme)
+	if err != nil {
+		return false
+	}
+	_, ok := c.kinds[gvk]
+	return ok
+}
+
+// Create creates obj in its namespace. On success obj's ObjectMeta is what the API server stored (the generated
+// name, UID, resourceVersion, creation time, labels and annotations as admitted) but its managedFields; the rest
+// stays as sent: server-side defaults (a Service's cluster IP, a custom resource's schema defaults) are not read
+// back. A refused create returns the API server's error (apierrors.IsAlreadyExists, IsInvalid... work on it).
+func (c *Creates) Create(ctx context.Context, obj client.Object) error {
+	gvk, err := apiutil.GVKForObject(obj, scheme)
+	if err != nil {
+		return err
+	}
+	rc, ok := c.kinds[gvk]
+	if !ok {
+		return fmt.Errorf("metawrite creates no %v", gvk)
+	}
+	r := createResources[gvk]
+	req := rc.Post().Namespace(obj.GetNamespace()).Resource(r.resource)
+	var release func()
+	if r.protobuf {
+		body, err := encodeProtobuf(obj, gvk)
+		if err != nil {
+			return err
+		}
+		req, release = req.SetHeader("Content-Type", runtime.ContentTypeProtobuf).Body(body.bytes), body.release
+	} else {
+		req = req.Body(obj)
+	}
+	err = send(ctx, req, http.MethodPost, obj.GetNamespace(), "", func(raw []byte) error {
+		decode := decodeMetadata
+		if bytes.HasPrefix(raw, protobufMagic) {
+			decode = objectMetaOf
+		}
+		meta, err := decode(raw)
+		if err != nil {
+			return fmt.Errorf("decode the metadata of the %s created: %w", gvk.Kind, err)
+		}
+		meta.ManagedFields = nil
+		return setObjectMeta(obj, meta)
+	})
+	if release != nil {
+		release()
+	}
+	return err
+}
+
+// setObjectMeta replaces obj's ObjectMeta with meta; obj is of one of createResources' kinds.
+func setObjectMeta(obj client.Object, meta *metav1.ObjectMeta) error {
+	switch o := obj.(type) {
+	case *corev1.Service:
+		o.ObjectMeta = *meta
+	case *rayv1.RayCluster:
+		o.ObjectMeta = *meta
+	default:
+		return fmt.Errorf("metawrite sets no metadata of %T", obj)
+	}
+	return nil
+}

@@ -34,9 +34,9 @@ const (
 	// NewClusterLiveSkip skips the uncached read that confirms a cluster still exists before the first pods of a
 	// new cluster (raycluster/controller.go, clusterLive). Off: read before the first create of every reconcile.
 	NewClusterLiveSkip Mechanism = "new-cluster-live-skip"
-	// MetadataWrites creates Ray pods and writes every controller's status asking the API server for the metadata alone
-	// in return (internal/controller/shared/metawrite). Off: the manager's client, which decodes the whole object
-	// returned.
+	// MetadataWrites creates Ray pods, a RayJob's RayCluster and head Service, and writes every controller's status
+	// asking the API server for the metadata alone in return (internal/controller/shared/metawrite). Off: the
+	// manager's client, which decodes the whole object returned.
 	MetadataWrites Mechanism = "metadata-writes"
 	// PodWatchPruning drops what the Ray pod cache does not keep from the protobuf bytes of the pod watch before
 	// client-go decodes them (internal/operator/podwatch.go). Off: the cache's transform alone strips them.

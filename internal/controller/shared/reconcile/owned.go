@@ -229,3 +229,31 @@ func isNil(o client.Object) bool {
 	v := reflect.ValueOf(o)
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
+
+// Creator creates objects of the kinds it Handles some other way than a client's Create: reading back only their
+// metadata (metawrite.Creates), for a controller that reads nothing else of the answer.
+type Creator interface {
+	Handles(obj client.Object) bool
+	Create(ctx context.Context, obj client.Object) error
+}
+
+// WithCreator is c with its creates of cr's kinds made by cr; a create with options (a dry run, a field manager)
+// stays c's own.
+func WithCreator(c client.Client, cr Creator) client.Client {
+	if cr == nil {
+		return c
+	}
+	return creatorClient{Client: c, cr: cr}
+}
+
+type creatorClient struct {
+	client.Client
+	cr Creator
+}
+
+func (c creatorClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if len(opts) == 0 && c.cr.Handles(obj) {
+		return c.cr.Create(ctx, obj)
+	}
+	return c.Client.Create(ctx, obj, opts...)
+}

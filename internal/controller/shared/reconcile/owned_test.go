@@ -347,3 +347,54 @@ func (r staticReader) Get(_ context.Context, key client.ObjectKey, obj client.Ob
 func (staticReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
 	return fmt.Errorf("not listed")
 }
+
+// configMapCreator creates ConfigMaps, counting them and marking each, and handles no other kind.
+type configMapCreator struct{ created []string }
+
+func (c *configMapCreator) Handles(obj client.Object) bool {
+	_, ok := obj.(*corev1.ConfigMap)
+	return ok
+}
+
+func (c *configMapCreator) Create(_ context.Context, obj client.Object) error {
+	c.created = append(c.created, obj.GetName())
+	obj.SetUID("from-creator")
+	return nil
+}
+
+func TestWithCreator(t *testing.T) {
+	ctx := context.Background()
+	base := fake.NewClientBuilder().WithScheme(scheme.Scheme).Build()
+	if WithCreator(base, nil) != base {
+		t.Fatal("WithCreator(c, nil) is not c")
+	}
+	cr := &configMapCreator{}
+	c := WithCreator(base, cr)
+	// Handled: the creator's, and nothing reaches the client.
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a"}}
+	if err := c.Create(ctx, cm); err != nil || cm.UID != "from-creator" {
+		t.Fatalf("create a ConfigMap: %v, UID %q; want the creator's", err, cm.UID)
+	}
+	if err := base.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the client has the creator's ConfigMap: %v", err)
+	}
+	// With options (a dry run) or of another kind: the client's, and the creator is not asked.
+	dry := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "b"}}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c"}}
+	if err := c.Create(ctx, dry, client.DryRunAll); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Get(ctx, client.ObjectKeyFromObject(svc), &corev1.Service{}); err != nil {
+		t.Fatalf("the Service is not the client's: %v", err)
+	}
+	if !slices.Equal(cr.created, []string{"a"}) {
+		t.Fatalf("the creator created %v, want only [a]", cr.created)
+	}
+	// Everything but Create is the client's.
+	if err := c.Get(ctx, client.ObjectKeyFromObject(svc), &corev1.Service{}); err != nil {
+		t.Fatal(err)
+	}
+}

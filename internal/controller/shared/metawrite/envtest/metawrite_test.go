@@ -42,6 +42,7 @@ type recorder struct {
 type answer struct {
 	contentType string
 	bytes       int
+	kind        string // a JSON answer's kind
 }
 
 func (r *recorder) wrap(rt http.RoundTripper) http.RoundTripper {
@@ -56,8 +57,12 @@ func (r *recorder) wrap(rt http.RoundTripper) http.RoundTripper {
 		if rerr != nil {
 			return nil, rerr
 		}
+		var typed struct {
+			Kind string `json:"kind"`
+		}
+		_ = json.Unmarshal(b, &typed) // not JSON: no kind
 		r.mu.Lock()
-		r.answers = append(r.answers, answer{resp.Header.Get("Content-Type"), len(b)})
+		r.answers = append(r.answers, answer{resp.Header.Get("Content-Type"), len(b), typed.Kind})
 		r.mu.Unlock()
 		return resp, nil
 	})
@@ -91,6 +96,82 @@ func TestWrites(t *testing.T) {
 	t.Run("PodCreate", func(t *testing.T) { testPodCreate(t, cfg, cl, ns.Name) })
 	t.Run("Status", func(t *testing.T) { testStatus(t, cfg, cl, ns.Name) })
 	t.Run("Events", func(t *testing.T) { testEvents(t, cfg, cl, ns.Name) })
+	t.Run("Creates", func(t *testing.T) { testCreates(t, cfg, cl, ns.Name) })
+}
+
+// testCreates: a Service (in protobuf) and a RayCluster (in JSON) created through metawrite.Creates are stored as
+// sent, the answers the metadata alone, which is all the create reads back; a refused create is the API server's
+// error, and a kind it does not write is refused before anything is sent.
+func testCreates(t *testing.T, cfg *rest.Config, cl client.Client, namespace string) {
+	ctx := context.Background()
+	rec, wrapped, _ := recording(t, cfg, "")
+	var sent []string
+	wrapped.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			sent = append(sent, req.Method+" "+req.URL.Path+" "+req.Header.Get("Content-Type")+" accept "+req.Header.Get("Accept"))
+			return rt.RoundTrip(req)
+		})
+	})
+	hc, err := rest.HTTPClientFor(wrapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := metawrite.NewCreates(wrapped, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "job-head-svc", Labels: map[string]string{"ray.io/node-type": "head"}},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"ray.io/cluster": "rc"}, Ports: []corev1.ServicePort{{Name: "dashboard", Port: 8265}}}}
+	rc := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "job-cluster", Annotations: map[string]string{"ray.io/note": "kept"}},
+		Spec: rayv1.RayClusterSpec{HeadGroupSpec: rayv1.HeadGroupSpec{Template: corev1.PodTemplateSpec{Spec: rayPod(namespace).Spec}}}}
+	for _, o := range []client.Object{svc, rc} {
+		if !c.Handles(o) {
+			t.Fatalf("Handles(%T) = false", o)
+		}
+	}
+	sentSpec := rc.Spec.DeepCopy()
+	for _, o := range []client.Object{svc, rc} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("create %T: %v", o, err)
+		}
+	}
+	storedSvc, storedRC := &corev1.Service{}, &rayv1.RayCluster{}
+	for o, stored := range map[client.Object]client.Object{svc: storedSvc, rc: storedRC} {
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(o), stored); err != nil {
+			t.Fatal(err)
+		}
+		m := stored.(metav1.ObjectMetaAccessor).GetObjectMeta().(*metav1.ObjectMeta).DeepCopy()
+		m.ManagedFields = nil
+		if got := o.(metav1.ObjectMetaAccessor).GetObjectMeta(); o.GetUID() == "" || !equality.Semantic.DeepEqual(got, m) {
+			t.Errorf("%T metadata after create = %+v, want the stored one's but its managedFields: %+v", o, got, m)
+		}
+	}
+	if svc.Spec.ClusterIP != "" || storedSvc.Spec.ClusterIP == "" {
+		t.Errorf("Service cluster IP %q after create (stored %q): want the spec as sent, nothing read back", svc.Spec.ClusterIP, storedSvc.Spec.ClusterIP)
+	}
+	if !equality.Semantic.DeepEqual(rc.Spec, *sentSpec) || storedRC.Spec.HeadGroupSpec.Template.Spec.Containers[0].Image != "rayproject/ray:2.52.0" {
+		t.Errorf("RayCluster spec after create %+v, stored %+v: want both as sent", rc.Spec, storedRC.Spec)
+	}
+	accept := func(ct string) string { return ct + " accept " + ct + ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1" }
+	if want := []string{
+		"POST /api/v1/namespaces/" + namespace + "/services " + accept(runtime.ContentTypeProtobuf),
+		"POST /apis/ray.io/v1/namespaces/" + namespace + "/rayclusters " + accept(runtime.ContentTypeJSON),
+	}; !slices.Equal(sent, want) {
+		t.Errorf("requests sent %q, want %q", sent, want)
+	}
+	if a := rec.got(); len(a) != 2 || a[0].contentType != runtime.ContentTypeProtobuf || a[1].contentType != runtime.ContentTypeJSON || a[1].kind != "PartialObjectMetadata" {
+		t.Errorf("answers %+v, want the Service's in protobuf and the RayCluster's metadata alone in JSON", a)
+	}
+	again := rc.DeepCopy()
+	again.ResourceVersion = ""
+	if err := c.Create(ctx, again); !apierrors.IsAlreadyExists(err) {
+		t.Errorf("a second create of %s: %v, want AlreadyExists", rc.Name, err)
+	}
+	n := len(sent)
+	pod := rayPod(namespace)
+	if c.Handles(pod) || c.Create(ctx, pod) == nil || len(sent) != n {
+		t.Errorf("a Pod: Handles true, or created, or sent (%q); want refused before sending", sent[n:])
+	}
 }
 
 // testEvents: an Event created and its series patched through metawrite.Events are stored as sent, the requests

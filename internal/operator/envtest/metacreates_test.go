@@ -1,0 +1,97 @@
+package envtest
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
+	"github.com/manta-dev/manta/internal/operator"
+	"github.com/manta-dev/manta/internal/testutil"
+)
+
+// With metadata-writes on, the RayJob controller creates its RayCluster asking for the metadata alone in return
+// (and counts the act); off, through the manager's client, which asks for the whole object.
+func TestRayJobClusterCreateMetadata(t *testing.T) {
+	cfg, cl := testutil.StartEnvtest(t)
+	for _, on := range []bool{true, false} {
+		sw := optimize.Off()
+		if !on {
+			sw = optimize.Off(optimize.MetadataWrites)
+		}
+		ns := "metacreate-off"
+		if on {
+			ns = "metacreate-on"
+		}
+		if err := cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var accepts []string
+		rcfg := rest.CopyConfig(cfg)
+		rcfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/namespaces/"+ns+"/rayclusters") {
+					mu.Lock()
+					accepts = append(accepts, r.Header.Get("Accept"))
+					mu.Unlock()
+				}
+				return rt.RoundTrip(r)
+			})
+		})
+		opts := operator.Options{WatchNamespaces: []string{ns}, SkipNameValidation: true, Optimizations: sw}
+		mgr, err := operator.NewManager(rcfg, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := operator.Setup(mgr, opts); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(testutil.RunManager(t, mgr))
+		job := testutil.MakeRayJob(ns, "job").Obj()
+		if err := cl.Create(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		var rc rayv1.RayCluster
+		testutil.Eventually(t, time.Minute, "the RayJob's cluster", func() (bool, string) {
+			var j rayv1.RayJob
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(job), &j); err != nil || j.Status.RayClusterName == "" {
+				return false, "no cluster name yet"
+			}
+			err := cl.Get(ctx, client.ObjectKey{Namespace: ns, Name: j.Status.RayClusterName}, &rc)
+			return err == nil, "cluster " + j.Status.RayClusterName
+		})
+		cancel()
+		mu.Lock()
+		got := append([]string(nil), accepts...)
+		mu.Unlock()
+		if len(got) == 0 {
+			t.Fatalf("metadata-writes on=%v: no RayCluster create seen", on)
+		}
+		for _, a := range got {
+			if strings.Contains(a, "as=PartialObjectMetadata") != on {
+				t.Errorf("metadata-writes on=%v: a RayCluster create accepting %q", on, a)
+			}
+		}
+		// On, the RayCluster controller's pod creates count too: the Accept above is the RayJob's own.
+		if on && sw.Count(optimize.MetadataWrites) == 0 || !on && sw.Count(optimize.MetadataWrites) != 0 {
+			t.Errorf("metadata-writes on=%v acted %d times", on, sw.Count(optimize.MetadataWrites))
+		}
+		if !metav1.IsControlledBy(&rc, job) {
+			t.Errorf("the cluster %s is not the job's: %+v", rc.Name, rc.OwnerReferences)
+		}
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
