@@ -204,7 +204,11 @@ func (s *Status) UpdateStatus(ctx context.Context, obj client.Object) error {
 	if !ok {
 		return fmt.Errorf("metawrite writes no status of %v", gvk)
 	}
-	req := c.rc.Put().Namespace(obj.GetNamespace()).Resource(c.resource).Name(obj.GetName()).SubResource("status").Body(obj)
+	body, err := statusBody(obj, gvk)
+	if err != nil {
+		return err
+	}
+	req := c.rc.Put().Namespace(obj.GetNamespace()).Resource(c.resource).Name(obj.GetName()).SubResource("status").Body(body)
 	var rv string
 	err = send(ctx, req, http.MethodPut, obj.GetNamespace(), obj.GetName(), func(raw []byte) error {
 		// A status write changes nothing in the metadata but the resourceVersion (and managedFields, which the
@@ -231,6 +235,40 @@ func (s *Status) UpdateStatus(ctx context.Context, obj client.Object) error {
 	}
 	obj.SetResourceVersion(rv)
 	return nil
+}
+
+// statusBody is what a status write sends: obj's kind, the metadata that names it and states the version written
+// (name, namespace, resourceVersion, uid), and its status. The API server takes nothing but the status from a
+// status write (it keeps the stored spec and metadata, and the spec's field managers), so the spec, a RayJob's
+// and a RayCluster's pod templates included, is neither encoded here nor decoded there.
+func statusBody(obj client.Object, gvk schema.GroupVersionKind) ([]byte, error) {
+	var status any
+	switch o := obj.(type) {
+	case *rayv1.RayCluster:
+		status = &o.Status
+	case *rayv1.RayJob:
+		status = &o.Status
+	case *rayv1.RayService:
+		status = &o.Status
+	case *rayv1.RayCronJob:
+		status = &o.Status
+	case *mantav1alpha1.ImagePullJob:
+		status = &o.Status
+	default:
+		return nil, fmt.Errorf("metawrite writes no status of %T", obj)
+	}
+	type meta struct {
+		Name            string    `json:"name"`
+		Namespace       string    `json:"namespace,omitempty"`
+		UID             types.UID `json:"uid,omitempty"`
+		ResourceVersion string    `json:"resourceVersion,omitempty"`
+	}
+	return json.Marshal(struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   meta   `json:"metadata"`
+		Status     any    `json:"status"`
+	}{gvk.GroupVersion().String(), gvk.Kind, meta{obj.GetName(), obj.GetNamespace(), obj.GetUID(), obj.GetResourceVersion()}, status})
 }
 
 // createResources are the kinds a Creates writes, by kind: their resource and whether the API server reads and

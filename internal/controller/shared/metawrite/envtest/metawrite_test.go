@@ -42,11 +42,21 @@ type recorder struct {
 type answer struct {
 	contentType string
 	bytes       int
-	kind        string // a JSON answer's kind
+	kind        string   // a JSON answer's kind
+	sentFields  []string // the top-level fields of the JSON request body
 }
 
 func (r *recorder) wrap(rt http.RoundTripper) http.RoundTripper {
 	return roundTripper(func(req *http.Request) (*http.Response, error) {
+		var sent []string
+		if req.GetBody != nil {
+			if body, err := req.GetBody(); err == nil {
+				var top map[string]json.RawMessage
+				if b, err := io.ReadAll(body); err == nil && json.Unmarshal(b, &top) == nil {
+					sent = slices.Sorted(maps.Keys(top))
+				}
+			}
+		}
 		resp, err := rt.RoundTrip(req)
 		if err != nil || (req.Method != http.MethodPost && req.Method != http.MethodPut) || !strings.HasSuffix(req.URL.Path, r.suffix) {
 			return resp, err
@@ -62,7 +72,7 @@ func (r *recorder) wrap(rt http.RoundTripper) http.RoundTripper {
 		}
 		_ = json.Unmarshal(b, &typed) // not JSON: no kind
 		r.mu.Lock()
-		r.answers = append(r.answers, answer{resp.Header.Get("Content-Type"), len(b), typed.Kind})
+		r.answers = append(r.answers, answer{resp.Header.Get("Content-Type"), len(b), typed.Kind, sent})
 		r.mu.Unlock()
 		return resp, nil
 	})
@@ -437,6 +447,18 @@ func testStatusOf(t *testing.T, w *metawrite.Status, rec *recorder, cl client.Cl
 		t.Fatalf("stored status %v, want the status sent %v", got["status"], want["status"])
 	}
 
+	// Only the status was sent, and the API server kept the spec and who set it.
+	created := fields(t, tc.obj)
+	if !equality.Semantic.DeepEqual(got["spec"], created["spec"]) {
+		t.Fatalf("stored spec %v, want the spec created %v", got["spec"], created["spec"])
+	}
+	for _, mf := range stored.GetManagedFields() {
+		owns := mf.FieldsV1 != nil && strings.Contains(mf.FieldsV1.GetRawString(), `"f:spec"`)
+		if (mf.Subresource == "status") == owns {
+			t.Errorf("field manager %q (subresource %q) owns the spec: %v; want the creator alone to", mf.Manager, mf.Subresource, owns)
+		}
+	}
+
 	// The answer was the metadata alone, in JSON.
 	full, err := json.Marshal(stored)
 	if err != nil {
@@ -446,6 +468,9 @@ func testStatusOf(t *testing.T, w *metawrite.Status, rec *recorder, cl client.Cl
 	answered := rec.got()[answers:]
 	if len(answered) != 1 || !strings.HasPrefix(answered[0].contentType, "application/json") || answered[0].bytes > len(full)-len(spec) {
 		t.Fatalf("answers %+v, want one JSON answer without the spec (%d of the whole object's %d bytes)", answered, len(spec), len(full))
+	}
+	if want := []string{"apiVersion", "kind", "metadata", "status"}; !slices.Equal(answered[0].sentFields, want) {
+		t.Fatalf("status write sent the fields %v, want %v", answered[0].sentFields, want)
 	}
 	t.Logf("status write answered with %d bytes; the whole object is %d, its spec %d", answered[0].bytes, len(full), len(spec))
 
