@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,7 +81,7 @@ type jobResult struct {
 // time and watches until every one is Complete, then counts to quiescence. Settings from the environment:
 //
 //	MANTA_BENCH_JOBS              RayJobs per trial (default 200)
-//	MANTA_BENCH_JOB_CONTENDERS    default manta,kuberay-c8
+//	MANTA_BENCH_JOB_CONTENDERS    default manta,kuberay-c8 (also manta-base: MANTA_BENCH_BASE, _BASE_BIN and _BASE_ARGS as in BenchmarkSideBySide)
 //	MANTA_BENCH_JOB_ROUNDS        rounds, the contenders' order rotated each round (default 1)
 //	MANTA_BENCH_JOBS_JSON         where to write the results (default <tmp>/manta-bench/rayjobs.json)
 //	MANTA_BENCH_PPROF             a directory: Manta's CPU profile of each trial (MANTA_BENCH_PPROF_SECONDS) and its heap at all Complete
@@ -95,12 +96,17 @@ func BenchmarkSideBySideRayJobs(b *testing.B) {
 		b.Fatal(err)
 	}
 	bins := map[string]string{"kuberay": filepath.Join(root, "bin", "kuberay-operator")}
+	if slices.Contains(names, "manta-base") {
+		if bins["manta-base"], err = baseBinary(os.Getenv, root, b.TempDir()); err != nil {
+			b.Fatal(err)
+		}
+	}
 	var results []jobResult
 	for i := 0; i < b.N; i++ {
 		for r := range rounds {
 			for _, n := range roundOrder(names, r) {
 				c, ok := contenders[n]
-				if !ok || c.args == nil || c.name == "manta-base" {
+				if !ok || c.args == nil {
 					b.Fatalf("MANTA_BENCH_JOB_CONTENDERS: %q is not an operator contender of this tree", n)
 				}
 				if needsCurrentManta(c, bins) && bins["manta"] == "" {
