@@ -43,6 +43,9 @@ type observation struct {
 	// headServiceCurrent says <job>-head-svc was read pointing at the cluster less than headServiceRecheck ago,
 	// and so was not read again (headService is nil then).
 	headServiceCurrent bool
+	// headServiceUnread says <job>-head-svc was not read: this process never looked at it for the job before, and
+	// a job's first look is a create (one that finds the name taken reads the Service then and syncs it).
+	headServiceUnread bool
 	// inClusterDashboard is the address the K8sJobMode submitter reaches the cluster's dashboard at; set when a
 	// submitter may be created.
 	inClusterDashboard string
@@ -108,7 +111,9 @@ func (r *Reconciler) observe(ctx context.Context, j *rayv1.RayJob) *observation 
 	}
 	if len(j.Spec.ClusterSelector) == 0 {
 		now := r.opts.Clock.Now()
-		if o.headServiceCurrent = r.headServices.current(j, c.Name, now); !o.headServiceCurrent {
+		if o.headServiceCurrent = r.headServices.current(j, c.Name, now); !o.headServiceCurrent && r.headServices.firstLook(j) {
+			o.headServiceUnread = true
+		} else if !o.headServiceCurrent {
 			o.headService, o.headServiceErr = r.readHeadService(ctx, j, c)
 			if svc := o.headService; svc != nil && svc.Spec.Selector[rayv1.LabelCluster] == c.Name {
 				r.headServices.saw(j, c.Name, now)
@@ -155,10 +160,27 @@ func (r *Reconciler) readSubmitter(ctx context.Context, j *rayv1.RayJob) (*batch
 // deleted or changed by hand is put back within it, as a cached object would be at the next resync.
 const headServiceRecheck = 5 * time.Minute
 
-// headServiceMemo remembers when each RayJob's head Service was last read pointing at its cluster.
+// headServiceMemo remembers when each RayJob's head Service was last read pointing at its cluster, and which
+// RayJobs' head Services this process looked at.
 type headServiceMemo struct {
-	mu   sync.Mutex
-	seen map[types.NamespacedName]headServiceSeen
+	mu     sync.Mutex
+	seen   map[types.NamespacedName]headServiceSeen
+	looked map[types.NamespacedName]types.UID
+}
+
+// firstLook says whether this is the first time this process looks at j's head Service, and records the look.
+func (m *headServiceMemo) firstLook(j *rayv1.RayJob) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := client.ObjectKeyFromObject(j)
+	if m.looked[key] == j.UID {
+		return false
+	}
+	if m.looked == nil {
+		m.looked = map[types.NamespacedName]types.UID{}
+	}
+	m.looked[key] = j.UID
+	return true
 }
 
 type headServiceSeen struct {
@@ -187,6 +209,7 @@ func (m *headServiceMemo) forget(key types.NamespacedName) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.seen, key)
+	delete(m.looked, key)
 }
 
 // headReady says whether the head takes a job: its GCS is healthy and lists the head node alive. Between the

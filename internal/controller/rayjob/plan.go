@@ -76,6 +76,8 @@ type action struct {
 	podGroup   *volcanov1beta1.PodGroup
 	cleanup    bool
 	bestEffort bool
+	// unread says createHeadService creates a Service that was not read first (observation.headServiceUnread).
+	unread bool
 
 	// at is how many of the plan's events were asked before the action: the writer's events about it go there, so
 	// the events keep the order of the step that asked for them.

@@ -358,7 +358,7 @@ func (p *plan) ensureHeadService(cluster *rayv1.RayCluster) error {
 	}
 	switch s := reconcile.PlanOwned(j, &headServiceKind, want, p.o.headService); s.Op {
 	case reconcile.Created:
-		p.act(action{kind: createHeadService, obj: want})
+		p.act(action{kind: createHeadService, obj: want, unread: p.o.headServiceUnread})
 	case reconcile.Updated:
 		p.act(action{kind: updateHeadService, obj: s.Object})
 	}

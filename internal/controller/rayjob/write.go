@@ -107,8 +107,14 @@ func (r *Reconciler) do(ctx context.Context, p *plan, a *action) error {
 			}
 		})
 	case createHeadService, updateHeadService:
-		// KubeRay reports a head Service made meanwhile as created.
-		return r.writeChild(ctx, a, reconcile.ExistsPending, func(op reconcile.Op, svc client.Object, err error) {
+		// KubeRay reports a head Service made meanwhile as created. One created without a read first that finds the
+		// name taken was not made meanwhile: it is read and synced (ExistsSync), updated when it points elsewhere,
+		// left alone when it points at the cluster (the next poll reads it, as after any other first look).
+		onExists := reconcile.ExistsPending
+		if a.unread {
+			onExists = reconcile.ExistsSync
+		}
+		return r.writeChild(ctx, a, onExists, func(op reconcile.Op, svc client.Object, err error) {
 			switch {
 			case op == reconcile.Updated && err != nil:
 				p.eventf(a, corev1.EventTypeWarning, ReasonFailedUpdateService, "Update", "Failed to update the service %s/%s, %v", svc.GetNamespace(), svc.GetName(), err)
@@ -186,14 +192,24 @@ func (r *Reconciler) do(ctx context.Context, p *plan, a *action) error {
 // writeChild creates a.obj (or, for updateHeadService, writes it over the object the plan read) through the one
 // child writer, computePlan having decided the write (reconcile.PlanOwned for the head Service). It returns the API
 // server's own error, unwrapped: onErr reads it, and a refused create's message goes into the status as it is.
+//
+// With ExistsSync (the head Service's create without a read first, the only write made so), a name found taken
+// is read from the API server and synced by headServiceKind's rules.
 func (r *Reconciler) writeChild(ctx context.Context, a *action, onExists reconcile.ExistsPolicy, report reconcile.Report[client.Object]) error {
 	k := &reconcile.Owned[client.Object]{Kind: a.obj.GetObjectKind().GroupVersionKind().Kind, OnExists: onExists}
+	if onExists == reconcile.ExistsSync {
+		k.Kind, k.AnyController = headServiceKind.Kind, headServiceKind.AnyController
+		k.New = func() client.Object { return headServiceKind.New() }
+		k.Sync = func(have, want client.Object) (client.Object, bool, bool) {
+			return headServiceKind.Sync(have.(*corev1.Service), want.(*corev1.Service))
+		}
+	}
 	s := reconcile.Step[client.Object]{Op: reconcile.Created, Desired: a.obj, Object: a.obj}
 	if a.kind == updateHeadService {
 		s.Op, s.Existing = reconcile.Updated, a.obj
 	}
 	var writeErr error
-	_, _, err := reconcile.WriteOwned(ctx, reconcile.Writer{Client: r.client}, k, s, func(op reconcile.Op, o client.Object, err error) {
+	_, _, err := reconcile.WriteOwned(ctx, reconcile.Writer{Client: r.client, Live: r.reader}, k, s, func(op reconcile.Op, o client.Object, err error) {
 		writeErr = err
 		report(op, o, err)
 	})
