@@ -114,18 +114,7 @@ func TestWrites(t *testing.T) {
 // error, and a kind it does not write is refused before anything is sent.
 func testCreates(t *testing.T, cfg *rest.Config, cl client.Client, namespace string) {
 	ctx := context.Background()
-	rec, wrapped, _ := recording(t, cfg, "")
-	var sent []string
-	wrapped.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(req *http.Request) (*http.Response, error) {
-			sent = append(sent, req.Method+" "+req.URL.Path+" "+req.Header.Get("Content-Type")+" accept "+req.Header.Get("Accept"))
-			return rt.RoundTrip(req)
-		})
-	})
-	hc, err := rest.HTTPClientFor(wrapped)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, wrapped, hc, sent := recordingSent(t, cfg, "", true)
 	c, err := metawrite.NewCreates(wrapped, hc)
 	if err != nil {
 		t.Fatal(err)
@@ -166,8 +155,8 @@ func testCreates(t *testing.T, cfg *rest.Config, cl client.Client, namespace str
 	if want := []string{
 		"POST /api/v1/namespaces/" + namespace + "/services " + accept(runtime.ContentTypeProtobuf),
 		"POST /apis/ray.io/v1/namespaces/" + namespace + "/rayclusters " + accept(runtime.ContentTypeJSON),
-	}; !slices.Equal(sent, want) {
-		t.Errorf("requests sent %q, want %q", sent, want)
+	}; !slices.Equal(*sent, want) {
+		t.Errorf("requests sent %q, want %q", *sent, want)
 	}
 	if a := rec.got(); len(a) != 2 || a[0].contentType != runtime.ContentTypeProtobuf || a[1].contentType != runtime.ContentTypeJSON || a[1].kind != "PartialObjectMetadata" {
 		t.Errorf("answers %+v, want the Service's in protobuf and the RayCluster's metadata alone in JSON", a)
@@ -177,10 +166,10 @@ func testCreates(t *testing.T, cfg *rest.Config, cl client.Client, namespace str
 	if err := c.Create(ctx, again); !apierrors.IsAlreadyExists(err) {
 		t.Errorf("a second create of %s: %v, want AlreadyExists", rc.Name, err)
 	}
-	n := len(sent)
+	n := len(*sent)
 	pod := rayPod(namespace)
-	if c.Handles(pod) || c.Create(ctx, pod) == nil || len(sent) != n {
-		t.Errorf("a Pod: Handles true, or created, or sent (%q); want refused before sending", sent[n:])
+	if c.Handles(pod) || c.Create(ctx, pod) == nil || len(*sent) != n {
+		t.Errorf("a Pod: Handles true, or created, or sent (%q); want refused before sending", (*sent)[n:])
 	}
 }
 
@@ -188,18 +177,7 @@ func testCreates(t *testing.T, cfg *rest.Config, cl client.Client, namespace str
 // in protobuf and merge patch, the answers the metadata alone; a refused write is the API server's error.
 func testEvents(t *testing.T, cfg *rest.Config, cl client.Client, namespace string) {
 	ctx := context.Background()
-	rec, wrapped, _ := recording(t, cfg, "/events")
-	var sent []string
-	wrapped.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-		return roundTripper(func(req *http.Request) (*http.Response, error) {
-			sent = append(sent, req.Method+" "+req.Header.Get("Content-Type")+" accept "+req.Header.Get("Accept"))
-			return rt.RoundTrip(req)
-		})
-	})
-	hc, err := rest.HTTPClientFor(wrapped)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec, wrapped, hc, sent := recordingSent(t, cfg, "/events", false)
 	w, err := metawrite.NewEvents(wrapped, hc)
 	if err != nil {
 		t.Fatal(err)
@@ -231,12 +209,33 @@ func testEvents(t *testing.T, cfg *rest.Config, cl client.Client, namespace stri
 		t.Fatalf("a patch of a missing Event: %v, want NotFound", err)
 	}
 	accept := " accept " + runtime.ContentTypeProtobuf + ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
-	if want := []string{"POST " + runtime.ContentTypeProtobuf + accept, "PATCH " + string(types.MergePatchType) + accept}; !slices.Equal(sent[:2], want) {
-		t.Errorf("requests sent %q, want %q first", sent, want)
+	if want := []string{"POST " + runtime.ContentTypeProtobuf + accept, "PATCH " + string(types.MergePatchType) + accept}; !slices.Equal((*sent)[:2], want) {
+		t.Errorf("requests sent %q, want %q first", *sent, want)
 	}
 	if a := rec.got(); len(a) == 0 || a[0].contentType != runtime.ContentTypeProtobuf {
 		t.Errorf("answers %+v, want the create's in protobuf", a)
 	}
+}
+
+// recordingSent is recording whose requests are also listed, each as "METHOD [path ]Content-Type accept Accept".
+func recordingSent(t *testing.T, cfg *rest.Config, suffix string, withPath bool) (*recorder, *rest.Config, *http.Client, *[]string) {
+	rec, wrapped, _ := recording(t, cfg, suffix)
+	sent := new([]string)
+	wrapped.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			line := req.Method + " "
+			if withPath {
+				line += req.URL.Path + " "
+			}
+			*sent = append(*sent, line+req.Header.Get("Content-Type")+" accept "+req.Header.Get("Accept"))
+			return rt.RoundTrip(req)
+		})
+	})
+	hc, err := rest.HTTPClientFor(wrapped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec, wrapped, hc, sent
 }
 
 // recording is a REST config whose answers to writes ending in suffix are recorded, and its HTTP client.
