@@ -14,7 +14,8 @@ import (
 )
 
 // startControlPlane starts the control plane on fresh ports with fresh certificates: etcd, then kube-apiserver
-// (waited for until ready), then kube-scheduler and kube-controller-manager.
+// (waited for until ready), then kube-scheduler. kube-controller-manager starts later (startControllerManager),
+// once the CRDs are installed.
 func (c *Cluster) startControlPlane(ctx context.Context) error {
 	serviceCIDR := kwokServiceCIDR
 	if c.node != nil {
@@ -44,7 +45,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	if err := c.waitHealthy(ctx, "/readyz", 3*time.Minute); err != nil {
 		return fmt.Errorf("kube-apiserver did not become ready: %w (log: %s)", err, c.logPath("kube-apiserver"))
 	}
-	return c.startControllers(ctx, pki)
+	return c.startScheduler(ctx)
 }
 
 // writeControlPlanePKI writes the cluster's certificates and tokens, serving the API server's ClusterIP in
@@ -151,9 +152,9 @@ func (c *Cluster) writeKubeconfigs(pki *pki) error {
 	return nil
 }
 
-// startControllers starts kube-scheduler and kube-controller-manager against the ready API server.
-func (c *Cluster) startControllers(ctx context.Context, pki *pki) error {
-	if err := c.run(ctx, "kube-scheduler",
+// startScheduler starts kube-scheduler against the ready API server.
+func (c *Cluster) startScheduler(ctx context.Context) error {
+	return c.run(ctx, "kube-scheduler",
 		"--kubeconfig="+c.Kubeconfig,
 		"--authentication-kubeconfig="+c.Kubeconfig,
 		"--authorization-kubeconfig="+c.Kubeconfig,
@@ -162,9 +163,14 @@ func (c *Cluster) startControllers(ctx context.Context, pki *pki) error {
 		"--leader-elect=false",
 		"--kube-api-qps=500", "--kube-api-burst=1000",
 		"--v=0",
-	); err != nil {
-		return err
-	}
+	)
+}
+
+// startControllerManager starts kube-controller-manager. It runs after the CRDs are established because its garbage
+// collector reads the API's resources when it starts and again only every 30 seconds: started before them, it would
+// leave the pods and Services of a RayCluster deleted in a new cluster's first half minute in place until then.
+func (c *Cluster) startControllerManager(ctx context.Context) error {
+	pki := c.pki
 	return c.run(ctx, "kube-controller-manager",
 		"--kubeconfig="+c.Kubeconfig,
 		"--authentication-kubeconfig="+c.Kubeconfig,

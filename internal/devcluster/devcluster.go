@@ -146,6 +146,9 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err := c.installCRDs(ctx); err != nil {
 		return nil, err
 	}
+	if err := c.startControllerManager(ctx); err != nil {
+		return nil, err
+	}
 	if err := c.startKwok(ctx); err != nil {
 		return nil, err
 	}

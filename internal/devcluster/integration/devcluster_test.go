@@ -3,12 +3,14 @@ package integration
 import (
 	"context"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -32,6 +34,30 @@ func TestDevClusterSmoke(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Stop() })
 	cs := kubernetes.NewForConfigOrDie(c.RESTConfig())
+
+	// The garbage collector reads the API's resources when kube-controller-manager starts and then every 30 s: a
+	// controller manager started before the CRDs would leave a deleted RayCluster's pods in place for up to that
+	// long. The order is read from the API server's own: resourceVersions are etcd revisions, and this cluster has
+	// one etcd, so the controller manager's first writes (each namespace's default ServiceAccount, which nothing
+	// writes again) carry higher ones than the CRDs' last writes (their Established condition) when it started after.
+	t.Run("controller manager started after the CRDs", func(t *testing.T) {
+		crds, err := apiextensionsclient.NewForConfigOrDie(c.RESTConfig()).ApiextensionsV1().CustomResourceDefinitions().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lastCRD uint64
+		for _, crd := range crds.Items {
+			lastCRD = max(lastCRD, revision(t, crd.ResourceVersion))
+		}
+		var sa *corev1.ServiceAccount
+		waitFor(t, "kube-system's default service account", func() bool {
+			sa, err = cs.CoreV1().ServiceAccounts("kube-system").Get(ctx, "default", metav1.GetOptions{})
+			return err == nil
+		})
+		if len(crds.Items) == 0 || revision(t, sa.ResourceVersion) < lastCRD {
+			t.Fatalf("kube-system's default ServiceAccount written at revision %s, before the last of %d CRDs (%d)", sa.ResourceVersion, len(crds.Items), lastCRD)
+		}
+	})
 
 	t.Run("nodes ready with the asked shape", func(t *testing.T) {
 		list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -243,6 +269,16 @@ func TestDevClusterSmoke(t *testing.T) {
 }
 
 // waitFor waits up to 90 s for cond.
+// revision reads a resourceVersion as the etcd revision it is on this cluster.
+func revision(t *testing.T, rv string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		t.Fatalf("resourceVersion %q: %v", rv, err)
+	}
+	return n
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	testutil.Eventually(t, 90*time.Second, what, func() (bool, string) { return cond(), "not yet" })
