@@ -75,10 +75,17 @@ func captureCRWatches(rt http.RoundTripper) http.RoundTripper {
 // (NewManager's, with cr-watch-decoding on); exported for tests of a cache of their own.
 func DecodeCRWatches(scheme *runtime.Scheme, sw *optimize.Switches) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
 	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
-		if gvk, ok := crDecodedKind(scheme, obj); ok {
-			lw = crDecodingListWatch(lw, scheme, gvk, sw)
+		gvk, ok := crDecodedKind(scheme, obj)
+		if !ok {
+			return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)
 		}
-		return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)
+		var inf toolscache.SharedIndexInformer
+		cached := func(key string) (any, bool) {
+			o, exists, err := inf.GetIndexer().GetByKey(key)
+			return o, exists && err == nil
+		}
+		inf = toolscache.NewSharedIndexInformer(crDecodingListWatch(lw, scheme, gvk, sw, cached), obj, resync, idx)
+		return inf
 	}
 }
 
@@ -100,8 +107,9 @@ func crDecodedKind(scheme *runtime.Scheme, obj runtime.Object) (schema.GroupVers
 	return schema.GroupVersionKind{}, false
 }
 
-// crDecodingListWatch lists as lw does and watches through lw too, its JSON answer decoded by crWatchDecoder.
-func crDecodingListWatch(lw toolscache.ListerWatcher, scheme *runtime.Scheme, gvk schema.GroupVersionKind, sw *optimize.Switches) *toolscache.ListWatch {
+// crDecodingListWatch lists as lw does and watches through lw too, its JSON answer decoded by crWatchDecoder;
+// cached reads the informer's store by key (see crspec.go).
+func crDecodingListWatch(lw toolscache.ListerWatcher, scheme *runtime.Scheme, gvk schema.GroupVersionKind, sw *optimize.Switches, cached func(key string) (any, bool)) *toolscache.ListWatch {
 	inner := toolscache.ToListerWatcherWithContext(lw)
 	return &toolscache.ListWatch{
 		ListWithContextFunc: inner.ListWithContext,
@@ -123,6 +131,9 @@ func crDecodingListWatch(lw toolscache.ListerWatcher, scheme *runtime.Scheme, gv
 				scheme: scheme,
 				gvk:    gvk,
 				sw:     sw,
+			}
+			if ops, ok := crSpecOps[gvk]; ok && sw.On(optimize.CRSpecSharing) && cached != nil {
+				d.spec, d.cached = &ops, cached
 			}
 			d.apiVersion, d.kind = quoted(gvk.GroupVersion().String()), quoted(gvk.Kind)
 			return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), d,
@@ -149,6 +160,12 @@ type crWatchDecoder struct {
 	gvk              schema.GroupVersionKind
 	apiVersion, kind []byte // as they appear in an event's object, quoted
 	sw               *optimize.Switches
+
+	// spec and cached, when set, let an update take its spec from the cached object (crspec.go); buf holds the
+	// object with its spec left out.
+	spec   *specOps
+	cached func(key string) (any, bool)
+	buf    []byte
 }
 
 // maxCREventBytes is client-go's bound on one watch event (its streaming decoder's): a longer line is client-go's
@@ -227,7 +244,11 @@ func (d *crWatchDecoder) decodeLine(line []byte) (watch.EventType, runtime.Objec
 	if err != nil {
 		return "", nil, false
 	}
-	if err := kjson.UnmarshalCaseSensitivePreserveInts(ev.object, obj); err != nil {
+	if d.spec != nil && (typ == watch.Modified || typ == watch.Deleted) && ev.specs == 1 {
+		if !d.decodeSharingSpec(&ev, obj) {
+			return "", nil, false
+		}
+	} else if err := kjson.UnmarshalCaseSensitivePreserveInts(ev.object, obj); err != nil {
 		return "", nil, false
 	}
 	obj.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
@@ -238,6 +259,11 @@ func (d *crWatchDecoder) decodeLine(line []byte) (watch.EventType, runtime.Objec
 // (quotes included).
 type crEvent struct {
 	typ, object, apiVersion, kind []byte
+	// spec is the object's "spec" value (a subslice of object), specs how many "spec" keys it has; objectAt and
+	// specAt are where the object and the spec start in the line.
+	spec             []byte
+	specs            int
+	objectAt, specAt int
 }
 
 // scanCREvent validates line as one JSON object and finds its type and object, and the object's apiVersion and
@@ -285,13 +311,16 @@ func scanCREvent(line []byte) (ev crEvent, ok bool) {
 				case string(key) == "kind":
 					nKind++
 					ev.kind = line[w:end]
+				case string(key) == "spec":
+					ev.specs++
+					ev.spec, ev.specAt = line[w:end], w
 				case typeMetaKey(key):
 					bad = true
 				}
 				return end
 			})
 			if end > 0 {
-				ev.object = line[v:end]
+				ev.object, ev.objectAt = line[v:end], v
 			}
 			return end
 		}

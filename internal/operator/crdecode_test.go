@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -38,6 +39,8 @@ type crDecodeHarness struct {
 
 	plain, decoded toolscache.ListerWatcherWithContext
 	sw             *optimize.Switches
+	// cache is what the decoder finds cached, by namespace/name (cr-spec-sharing)
+	cache map[string]runtime.Object
 }
 
 func newCRDecodeHarness(t testing.TB) *crDecodeHarness {
@@ -88,7 +91,12 @@ func newCRDecodeHarness(t testing.TB) *crDecodeHarness {
 	h.plain = toolscache.ToListerWatcherWithContext(listWatch(cfg))
 	dcfg := rest.CopyConfig(cfg)
 	dcfg.Wrap(captureCRWatches)
-	h.decoded = crDecodingListWatch(listWatch(dcfg), scheme, gvk, h.sw)
+	h.decoded = crDecodingListWatch(listWatch(dcfg), scheme, gvk, h.sw, func(key string) (any, bool) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		o, ok := h.cache[key]
+		return o, ok
+	})
 	return h
 }
 
@@ -242,6 +250,109 @@ func TestCRWatchDecoderMatchesClientGo(t *testing.T) {
 				t.Errorf("decoded %d events itself, want %d", got, c.decoded)
 			}
 		})
+		// An update decodes its spec apart (cr-spec-sharing, with nothing cached to share): the same again.
+		t.Run(c.name+" as updates", func(t *testing.T) {
+			body := strings.ReplaceAll(c.body, `"type":"ADDED"`, `"type":"MODIFIED"`)
+			if got := h.compare(t, http.StatusOK, []byte(body)); got != c.decoded {
+				t.Errorf("decoded %d events itself, want %d", got, c.decoded)
+			}
+		})
+	}
+	if n := h.sw.Count(optimize.CRSpecSharing); n != 0 {
+		t.Errorf("shared %d specs with nothing cached", n)
+	}
+}
+
+// An update or a delete with the cached object's UID and generation takes the cached object's spec, whatever its
+// own bytes say (the API server would have raised the generation); any other event decodes its own.
+func TestCRSpecSharing(t *testing.T) {
+	h := newCRDecodeHarness(t)
+	rc := crDecodeCluster(t)
+	cached := rc.DeepCopy()
+	cached.Spec.WorkerGroupSpecs[0].GroupName = "from-the-cache" // tells the two specs apart
+	line := func(typ watch.EventType, mutate func(*rayv1.RayCluster)) []byte {
+		c := rc.DeepCopy()
+		if mutate != nil {
+			mutate(c)
+		}
+		return crEventLine(t, typ, c)
+	}
+	for _, c := range []struct {
+		name   string
+		cached runtime.Object
+		body   []byte
+		shared bool
+	}{
+		{"update", cached, line(watch.Modified, nil), true},
+		{"delete", cached, line(watch.Deleted, nil), true},
+		{"status changed", cached, line(watch.Modified, func(c *rayv1.RayCluster) { c.Status.State = rayv1.Suspended }), true},
+		{"add", cached, line(watch.Added, nil), false},
+		{"generation changed", cached, line(watch.Modified, func(c *rayv1.RayCluster) { c.Generation++ }), false},
+		{"another object of the name", cached, line(watch.Modified, func(c *rayv1.RayCluster) { c.UID = "u-2" }), false},
+		{"no generation", cached, line(watch.Modified, func(c *rayv1.RayCluster) { c.Generation = 0 }), false},
+		{"nothing cached", nil, line(watch.Modified, nil), false},
+		{"another kind cached", &rayv1.RayJob{ObjectMeta: cached.ObjectMeta}, line(watch.Modified, nil), false},
+		{"spec twice", cached, []byte(strings.Replace(string(line(watch.Modified, nil)), `"spec":{`, `"spec":{"suspend":true},"spec":{`, 1)), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h.mu.Lock()
+			h.cache = map[string]runtime.Object{}
+			if c.cached != nil {
+				h.cache["ns/rc"] = c.cached
+			}
+			h.status, h.body = http.StatusOK, c.body
+			h.mu.Unlock()
+			before := h.sw.Count(optimize.CRSpecSharing)
+			want := h.run(t, h.plain)
+			got := h.run(t, h.decoded)
+			if len(got.events) != 1 || len(want.events) != 1 || got.err != nil {
+				t.Fatalf("decoded %s, plain %s", describe(got), describe(want))
+			}
+			if shared := h.sw.Count(optimize.CRSpecSharing) - before; shared != map[bool]int64{true: 1}[c.shared] {
+				t.Errorf("shared %d specs, want shared %v", shared, c.shared)
+			}
+			g, w := got.events[0].Object.(*rayv1.RayCluster), want.events[0].Object.(*rayv1.RayCluster)
+			if c.shared {
+				if g.Spec.WorkerGroupSpecs[0].GroupName != "from-the-cache" || &g.Spec.WorkerGroupSpecs[0] != &cached.Spec.WorkerGroupSpecs[0] {
+					t.Errorf("the spec is not the cached one: %+v", g.Spec.WorkerGroupSpecs)
+				}
+				if !takeSpecShared(g) || takeSpecShared(g) {
+					t.Error("the shared spec is not marked once for the cache's transform")
+				}
+				g.Spec = w.Spec
+			} else if takeSpecShared(g) {
+				t.Error("an object with a spec of its own is marked shared")
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("decoded %s\n  plain %s", describe(got), describe(want))
+			}
+		})
+	}
+}
+
+// The cache's transform interns a shared spec's strings not at all (a reconcile may be reading them), the rest
+// of the object's as always.
+func TestCacheObjectLeavesASharedSpec(t *testing.T) {
+	rc := crDecodeCluster(t)
+	rc.Spec.WorkerGroupSpecs[0].GroupName = strings.Clone("small")
+	rc.Status.Reason = strings.Clone("a reason")
+	spec := unsafe.StringData(rc.Spec.WorkerGroupSpecs[0].GroupName)
+	markSpecShared(rc)
+	if _, err := cacheObject(rc); err != nil {
+		t.Fatal(err)
+	}
+	if unsafe.StringData(rc.Spec.WorkerGroupSpecs[0].GroupName) != spec {
+		t.Error("the shared spec's strings were interned")
+	}
+	if unsafe.StringData(rc.Status.Reason) != unsafe.StringData(interned.str("a reason")) {
+		t.Error("the status's strings were not interned")
+	}
+	// Unmarked, the spec is interned too.
+	if _, err := cacheObject(rc); err != nil {
+		t.Fatal(err)
+	}
+	if unsafe.StringData(rc.Spec.WorkerGroupSpecs[0].GroupName) != unsafe.StringData(interned.str("small")) {
+		t.Error("an unshared spec's strings were not interned")
 	}
 }
 
@@ -281,7 +392,7 @@ func TestCRWatchDecoderStops(t *testing.T) {
 	}
 	lw := crDecodingListWatch(&toolscache.ListWatch{WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 		return c.Get().Resource("rayclusters").VersionedParams(&opts, metav1.ParameterCodec).Watch(ctx)
-	}}, scheme, gvk, optimize.Off())
+	}}, scheme, gvk, optimize.Off(), nil)
 	for _, stop := range []string{"Stop", "cancel"} {
 		ctx, cancel := context.WithCancel(context.Background())
 		w, err := lw.WatchWithContext(ctx, metav1.ListOptions{})

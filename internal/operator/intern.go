@@ -135,6 +135,26 @@ func internStrings(obj any) {
 	internValue(interned, v.Elem(), shareLists)
 }
 
+// internStringsBut is internStrings but for obj's top-level field named skip.
+func internStringsBut(obj any, skip string) {
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return
+	}
+	_, shareLists := obj.(*rayv1.RayCluster)
+	interned.mu.Lock()
+	defer interned.mu.Unlock()
+	e := v.Elem()
+	if !holdsStrings(e.Type()) {
+		return
+	}
+	for _, i := range structFields(e.Type()) {
+		if e.Type().Field(i).Name != skip {
+			internValue(interned, e.Field(i), shareLists)
+		}
+	}
+}
+
 var resourceListType = reflect.TypeFor[corev1.ResourceList]()
 
 // internValue interns the strings of v, which is settable; shareLists shares its ResourceLists.

@@ -32,10 +32,14 @@ func stripPod(obj any) (any, error) {
 }
 
 // cacheObject is the informer caches' transform for every type but Ray pods: stripUnread, then the strings
-// interned (see internStrings).
+// interned (see internStrings), but those of a spec shared with the object it replaces (cr-spec-sharing).
 func cacheObject(obj any) (any, error) {
 	obj, _ = stripUnread(obj)
-	internStrings(obj)
+	if takeSpecShared(obj) {
+		internStringsBut(obj, "Spec") // the cached object's, interned with it (crspec.go)
+	} else {
+		internStrings(obj)
+	}
 	return obj, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -93,6 +94,11 @@ func TestRayClusterInformerDecoded(t *testing.T) {
 		if err := cl.Status().Update(ctx, rc); err != nil {
 			t.Fatal(err)
 		}
+		// A spec change raises the generation: its spec is decoded, not shared.
+		rc.Spec.WorkerGroupSpecs[0].Replicas = ptr.To[int32](2)
+		if err := cl.Update(ctx, rc); err != nil {
+			t.Fatal(err)
+		}
 		if err := cl.Delete(ctx, rc); err != nil {
 			t.Fatal(err)
 		}
@@ -102,17 +108,21 @@ func TestRayClusterInformerDecoded(t *testing.T) {
 		return count(a, "delete") == n && count(b, "delete") == n, fmt.Sprintf("%d and %d events", len(a), len(b))
 	})
 	got, want := seen[0](), seen[1]()
-	if len(got) != 3*n {
-		t.Errorf("%d events, want %d", len(got), 3*n)
+	if len(got) != 4*n {
+		t.Errorf("%d events, want %d", len(got), 4*n)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("informer events (-off +on):\n%s", diff)
 	}
-	if on.Count(optimize.CRWatchDecoding) < 3*n {
-		t.Errorf("cr-watch-decoding on decoded %d events, want at least %d", on.Count(optimize.CRWatchDecoding), 3*n)
+	if on.Count(optimize.CRWatchDecoding) < 4*n {
+		t.Errorf("cr-watch-decoding on decoded %d events, want at least %d", on.Count(optimize.CRWatchDecoding), 4*n)
 	}
 	if c := off.Count(optimize.CRWatchDecoding); c != 0 {
 		t.Errorf("cr-watch-decoding off decoded %d events", c)
+	}
+	// The status write and the delete took the cached spec; the spec change did not.
+	if c := on.Count(optimize.CRSpecSharing); c != 2*n {
+		t.Errorf("cr-spec-sharing shared %d specs, want %d", c, 2*n)
 	}
 }
 

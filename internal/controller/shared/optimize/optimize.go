@@ -49,6 +49,11 @@ const (
 	// object once, handing client-go anything else (internal/operator/crdecode.go). Off: client-go's watch decoding,
 	// which reads each event about five times.
 	CRWatchDecoding Mechanism = "cr-watch-decoding"
+	// CRSpecSharing, where cr-watch-decoding decodes, takes the spec of a RayCluster, RayJob or RayService update
+	// from the cached object it replaces when their UID and generation say it is unchanged (a status write, a
+	// finalizer, a label), instead of decoding it again (internal/operator/crspec.go). Off: every event's spec is
+	// decoded.
+	CRSpecSharing Mechanism = "cr-spec-sharing"
 	// UncompressedResponses asks the API server for its answers and watch streams without gzip
 	// (rest.Config.DisableCompression): between an operator and its API server gzip costs both CPU (the API server
 	// compresses every watch event it sends, the operator inflates it) and saves bandwidth nobody is short of. Off:
@@ -67,8 +72,8 @@ const (
 
 // All lists every mechanism, in the order docs/operations.md gives them.
 var All = []Mechanism{StatusCoalescing, PodEventBatching, ProgressPriority, PodUpdateFilter, TemplateHashCache,
-	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, CRWatchPruning, CRWatchDecoding, UncompressedResponses,
-	StartupPagesRelease, HTTP1Connections}
+	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, CRWatchPruning, CRWatchDecoding, CRSpecSharing,
+	UncompressedResponses, StartupPagesRelease, HTTP1Connections}
 
 // Switches says which mechanisms are on, and counts how often each changed what the operator did (tests read the
 // counts to prove a mechanism off never acted). The nil *Switches has every mechanism on.
