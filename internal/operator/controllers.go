@@ -143,7 +143,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := setupImagePullJob(mgr, opts, status); err != nil {
 		return fmt.Errorf("ImagePullJob controllers: %w", err)
 	}
-	if err := startphases.NewReconciler(mgr, startphases.Options{LateThreshold: opts.StartPhaseLateThreshold}).SetupWithManager(mgr); err != nil {
+	if err := startphases.NewReconciler(mgr, startphases.Options{LateThreshold: opts.StartPhaseLateThreshold, Optimizations: opts.Optimizations}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("start phases controllers: %w", err)
 	}
 	// KubeRay's kuberay_*_info and kuberay_*_condition_* series of the kinds above, from the operator's cache;

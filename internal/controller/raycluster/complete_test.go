@@ -107,13 +107,57 @@ func TestCompletingPodIsNotBatched(t *testing.T) {
 			h := ownerHandler(true, tc.sw, func(_ context.Context, p *corev1.Pod) bool {
 				calls++
 				return tc.completes
-			})
+			}, nil)
 			h.Update(context.Background(), crevent.UpdateEvent{ObjectOld: notReady, ObjectNew: ready}, q)
 			if calls != tc.wantCalls || len(q.after) != 1 || q.after[0] != tc.want {
 				t.Errorf("completes asked %d times, adds delayed %v; want %d, [%s]", calls, q.after, tc.wantCalls, tc.want)
 			}
 			if item, _ := q.Get(); item.Name != "rc" {
 				t.Errorf("queued %v, want rc", item)
+			}
+		})
+	}
+}
+
+// An event of an object whose cluster is not in the cache (deleted before its pods and Services, as a finished
+// RayJob's cluster is) is dropped, whatever the event; with gone-cluster-filter off it is a reconcile as before.
+func TestGoneClusterFilter(t *testing.T) {
+	deleting := clusterPod("w", true)
+	deleting.ResourceVersion = "2"
+	deleting.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
+	for _, tc := range []struct {
+		name   string
+		sw     *optimize.Switches
+		cached bool
+		want   int
+	}{
+		{"cluster cached", optimize.Off(), true, 3},
+		{"cluster gone", optimize.Off(), false, 0},
+		{"cluster gone, the filter off", optimize.Off(optimize.GoneClusterFilter), false, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &delays{PriorityQueue: priorityqueue.New[reconcile.Request]("test")}
+			defer q.ShutDown()
+			asked := 0
+			h := ownerHandler(true, tc.sw, nil, func(_ context.Context, req reconcile.Request) bool {
+				asked++
+				if req.Name != "rc" {
+					t.Errorf("asked about %v, want rc", req)
+				}
+				return tc.cached
+			})
+			ctx := context.Background()
+			h.Update(ctx, crevent.UpdateEvent{ObjectOld: clusterPod("w", true), ObjectNew: deleting}, q)
+			h.Delete(ctx, crevent.DeleteEvent{Object: deleting}, q)
+			h.Create(ctx, crevent.CreateEvent{Object: clusterPod("x", false)}, q)
+			if len(q.after) != tc.want {
+				t.Errorf("%d adds, want %d", len(q.after), tc.want)
+			}
+			if acted := tc.sw.Count(optimize.GoneClusterFilter); acted != int64(3-tc.want) {
+				t.Errorf("gone-cluster-filter acted %d times, want %d", acted, 3-tc.want)
+			}
+			if on := tc.sw.On(optimize.GoneClusterFilter); on != (asked == 3) || !on && asked != 0 {
+				t.Errorf("the cache was asked %d times with the filter on=%v", asked, on)
 			}
 		})
 	}

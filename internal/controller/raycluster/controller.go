@@ -214,21 +214,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&rayv1.RayCluster{}, ctrlbuilder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
-		Watches(&corev1.Pod{}, ownerHandler(true, sw, r.completesCluster), ctrlbuilder.WithPredicates(podUpdateMatters(sw))).
-		Watches(&corev1.Service{}, ownerHandler(false, sw, nil)).
-		Watches(&batchv1.Job{}, ownerHandler(false, sw, nil)).
-		Watches(&networkingv1.NetworkPolicy{}, ownerHandler(false, sw, nil)).
-		Watches(&networkingv1.Ingress{}, ownerHandler(false, sw, nil)).
-		Watches(&corev1.PersistentVolumeClaim{}, ownerHandler(false, sw, nil))
+		Watches(&corev1.Pod{}, ownerHandler(true, sw, r.completesCluster, r.clusterCached), ctrlbuilder.WithPredicates(podUpdateMatters(sw))).
+		Watches(&corev1.Service{}, ownerHandler(false, sw, nil, r.clusterCached)).
+		Watches(&batchv1.Job{}, ownerHandler(false, sw, nil, r.clusterCached)).
+		Watches(&networkingv1.NetworkPolicy{}, ownerHandler(false, sw, nil, r.clusterCached)).
+		Watches(&networkingv1.Ingress{}, ownerHandler(false, sw, nil, r.clusterCached)).
+		Watches(&corev1.PersistentVolumeClaim{}, ownerHandler(false, sw, nil, r.clusterCached))
 	// Certificates are watched only where cert-manager is installed (a watch of a kind the API server does not
 	// serve would stop the manager); elsewhere a cluster whose pods wait for certificates polls (tlsPoll).
 	if _, err := mgr.GetRESTMapper().RESTMapping(cmv1.SchemeGroupVersion.WithKind(cmv1.CertificateKind).GroupKind(), cmv1.SchemeGroupVersion.Version); err == nil {
-		b = b.Watches(&cmv1.Certificate{}, ownerHandler(false, sw, nil))
+		b = b.Watches(&cmv1.Certificate{}, ownerHandler(false, sw, nil, r.clusterCached))
 	}
 	// Volcano's PodGroups, as KubeRay watches them, where Volcano is installed.
 	if r.opts.BatchScheduler == clusterbuild.SchedulerVolcano {
 		if _, err := mgr.GetRESTMapper().RESTMapping(volcanov1beta1.SchemeGroupVersion.WithKind("PodGroup").GroupKind(), volcanov1beta1.SchemeGroupVersion.Version); err == nil {
-			b = b.Watches(&volcanov1beta1.PodGroup{}, ownerHandler(false, sw, nil))
+			b = b.Watches(&volcanov1beta1.PodGroup{}, ownerHandler(false, sw, nil, r.clusterCached))
 		}
 	}
 	return b.

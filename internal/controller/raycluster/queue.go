@@ -95,17 +95,26 @@ const podBatch = time.Second
 // cost a reconcile of its own right before the one its pods' events batch into; what it brings to the status (the
 // head Service's name and IP) is progress. The batching and the priority are switched by sw
 // (optimize.PodEventBatching, optimize.ProgressPriority).
-func ownerHandler(pods bool, sw *optimize.Switches, completes func(context.Context, *corev1.Pod) bool) handler.EventHandler {
-	enqueue := func(q workqueue.TypedRateLimitingInterface[reconcile.Request], after time.Duration, objs ...client.Object) {
+//
+// cached, when set, says whether a cluster is in the cache: an event of an object whose cluster is not is dropped
+// (gone-cluster-filter). Its reconcile would find nothing and forget what the cluster's own delete already made it
+// forget, and a cluster that comes later is reconciled at its own create, its objects listed then. When a burst of
+// jobs ends, their clusters' pods and Services are deleted after the clusters, four or five events each.
+func ownerHandler(pods bool, sw *optimize.Switches, completes func(context.Context, *corev1.Pod) bool, cached func(context.Context, reconcile.Request) bool) handler.EventHandler {
+	enqueue := func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request], after time.Duration, objs ...client.Object) {
 		var seen reconcile.Request
 		for i, o := range objs {
 			if r, ok := clusterOf(o); ok && (i == 0 || r != seen) {
+				seen = r
+				if cached != nil && sw.On(optimize.GoneClusterFilter) && !cached(ctx, r) {
+					sw.Acted(optimize.GoneClusterFilter)
+					continue
+				}
 				if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok && after > 0 {
 					pq.AddWithOpts(priorityqueue.AddOpts{After: after}, r)
 				} else {
 					q.Add(r)
 				}
-				seen = r
 			}
 		}
 	}
@@ -117,13 +126,13 @@ func ownerHandler(pods bool, sw *optimize.Switches, completes func(context.Conte
 		return 0
 	}
 	h := handler.WithLowPriorityWhenUnchanged(handler.Funcs{
-		CreateFunc: func(_ context.Context, e crevent.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		CreateFunc: func(ctx context.Context, e crevent.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			if _, ok := e.Object.(*corev1.Service); ok {
-				enqueue(q, batch(true), e.Object)
+				enqueue(ctx, q, batch(true), e.Object)
 				return
 			}
 			p, ok := e.Object.(*corev1.Pod)
-			enqueue(q, batch(pods && ok && podProgress(nil, p)), e.Object)
+			enqueue(ctx, q, batch(pods && ok && podProgress(nil, p)), e.Object)
 		},
 		UpdateFunc: func(ctx context.Context, e crevent.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 			a, ok1 := e.ObjectOld.(*corev1.Pod)
@@ -134,13 +143,13 @@ func ownerHandler(pods bool, sw *optimize.Switches, completes func(context.Conte
 				!clusterbuild.PodRunningAndReady(a) && clusterbuild.PodRunningAndReady(b) && completes(ctx, b) {
 				progress = false
 			}
-			enqueue(q, batch(progress), e.ObjectOld, e.ObjectNew)
+			enqueue(ctx, q, batch(progress), e.ObjectOld, e.ObjectNew)
 		},
-		DeleteFunc: func(_ context.Context, e crevent.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(q, 0, e.Object)
+		DeleteFunc: func(ctx context.Context, e crevent.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, 0, e.Object)
 		},
-		GenericFunc: func(_ context.Context, e crevent.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-			enqueue(q, 0, e.Object)
+		GenericFunc: func(ctx context.Context, e crevent.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(ctx, q, 0, e.Object)
 		},
 	})
 	if !sw.On(optimize.ProgressPriority) {
@@ -259,6 +268,12 @@ func conditionsEqual(x, y []corev1.PodCondition) bool {
 		return m
 	}
 	return maps.Equal(index(x), index(y))
+}
+
+// clusterCached says whether the cluster req is in the cache; a read that fails says yes (the event is kept).
+func (r *Reconciler) clusterCached(ctx context.Context, req reconcile.Request) bool {
+	_, found, err := r.clusters.Get(ctx, req.Namespace, req.Name)
+	return found || err != nil
 }
 
 // completesCluster says whether p, a pod that just turned Ready, completes its cluster: every pod the cluster wants

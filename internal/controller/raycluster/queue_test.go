@@ -45,7 +45,7 @@ func TestOwnerHandler(t *testing.T) {
 
 	q := priorityqueue.New[reconcile.Request]("test")
 	defer q.ShutDown()
-	h := ownerHandler(true, nil, nil)
+	h := ownerHandler(true, nil, nil, nil)
 	ctx := context.Background()
 	old, changed := pod("p", "ray.io/v1", "RayCluster", "rc", true), pod("p", "ray.io/v1", "RayCluster", "rc", true)
 	changed.ResourceVersion = "2"
@@ -91,7 +91,7 @@ func TestOwnerHandler(t *testing.T) {
 	// Without pods (Services, Jobs), every event but a Service's creation is reconciled at once.
 	q2 := priorityqueue.New[reconcile.Request]("test2")
 	defer q2.ShutDown()
-	ownerHandler(false, nil, nil).Update(ctx, crevent.UpdateEvent{ObjectOld: old, ObjectNew: changed}, q2)
+	ownerHandler(false, nil, nil, nil).Update(ctx, crevent.UpdateEvent{ObjectOld: old, ObjectNew: changed}, q2)
 	for deadline := time.Now().Add(podBatch / 2); q2.Len() == 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("a Service or Job event waited")
@@ -101,9 +101,9 @@ func TestOwnerHandler(t *testing.T) {
 	q2.Done(item)
 	svc := &corev1.Service{ObjectMeta: *pod("head-svc", "ray.io/v1", "RayCluster", "svc", true).ObjectMeta.DeepCopy()}
 	added := time.Now()
-	ownerHandler(false, nil, nil).Create(ctx, crevent.CreateEvent{Object: svc}, q2)
+	ownerHandler(false, nil, nil, nil).Create(ctx, crevent.CreateEvent{Object: svc}, q2)
 	job := &batchv1.Job{ObjectMeta: *pod("cleanup", "ray.io/v1", "RayCluster", "job", true).ObjectMeta.DeepCopy()}
-	ownerHandler(false, nil, nil).Create(ctx, crevent.CreateEvent{Object: job}, q2)
+	ownerHandler(false, nil, nil, nil).Create(ctx, crevent.CreateEvent{Object: job}, q2)
 	if item, _ := q2.Get(); item.Name != "job" {
 		t.Fatalf("first reconciled %v, want the cluster of the created Job (at once)", item)
 	} else {

@@ -21,6 +21,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/shared/cacheread"
 	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/metrics"
 )
@@ -73,6 +74,8 @@ type Options struct {
 	Observe func(kind, phase, nodeType string, d time.Duration)
 	// Clock is the controller's time, of the RUNNING sighting and of the epoch (reconcile.RealClock when nil).
 	Clock reconcile.Clock
+	// Optimizations switches gone-cluster-filter (nil: on).
+	Optimizations *optimize.Switches
 }
 
 // Reconciler records the start phases of RayClusters (with their pods) and RayJobs. It writes only events.
@@ -91,6 +94,8 @@ type Reconciler struct {
 	// change of any of its pods, reads both.
 	pods   *cacheread.Index[*corev1.Pod]
 	pulled *cacheread.Index[*corev1.Event]
+	// cached reads the cache's RayClusters in place: a pod event of a cluster not there is dropped.
+	cached *cacheread.Store[*rayv1.RayCluster]
 
 	mu       sync.Mutex
 	epoch    time.Time
@@ -140,6 +145,7 @@ func newReconciler(cl client.Client, informers cache.Informers, recorder events.
 	return &Reconciler{client: cl, recorder: recorder, opts: opts,
 		pods:     cacheread.NewIndex(informers, cl, &corev1.Pod{}, func() client.ObjectList { return &corev1.PodList{} }, clusterpods.Index),
 		pulled:   cacheread.NewIndex(informers, cl, &corev1.Event{}, func() client.ObjectList { return &corev1.EventList{} }, PulledIndex),
+		cached:   cacheread.NewStore(informers, cl, func() *rayv1.RayCluster { return &rayv1.RayCluster{} }),
 		clusters: map[types.NamespacedName]*clusterState{}, jobs: map[types.NamespacedName]*jobState{}}
 }
 
@@ -161,7 +167,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := ctrl.NewControllerManagedBy(mgr).
 		Named("startphases-raycluster").
 		For(&rayv1.RayCluster{}).
-		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podCluster)).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podCluster)).
 		Watches(&corev1.Event{}, handler.EnqueueRequestsFromMapFunc(r.eventCluster)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(crreconcile.Func(r.reconcileCluster)); err != nil {
@@ -182,6 +188,21 @@ func podCluster(_ context.Context, o client.Object) []ctrl.Request {
 		return nil
 	}
 	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// podCluster maps a Ray pod to its RayCluster while that is in the cache (gone-cluster-filter): a reconcile of a
+// cluster not there would only forget what its own delete made the controller forget, and one that comes later is
+// reconciled at its create.
+func (r *Reconciler) podCluster(ctx context.Context, o client.Object) []ctrl.Request {
+	reqs := podCluster(ctx, o)
+	if len(reqs) == 0 || !r.opts.Optimizations.On(optimize.GoneClusterFilter) {
+		return reqs
+	}
+	if _, found, err := r.cached.Get(ctx, reqs[0].Namespace, reqs[0].Name); !found && err == nil {
+		r.opts.Optimizations.Acted(optimize.GoneClusterFilter)
+		return nil
+	}
+	return reqs
 }
 
 // eventCluster maps a Pulled event to the RayCluster of the pod it is about (through the cached pod), so a pull

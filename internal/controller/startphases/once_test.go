@@ -19,6 +19,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/shared/optimize"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -226,6 +227,38 @@ func TestJobRunningSeen(t *testing.T) {
 			}
 			if got := f.samples["RayJob//running"]; got != tc.want {
 				t.Errorf("running samples %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// A pod of a cluster the cache holds wakes the cluster; one of a cluster not there (deleted before its pods, as a
+// finished RayJob's is) wakes nothing, unless gone-cluster-filter is off.
+func TestPodOfAGoneClusterWakesNothing(t *testing.T) {
+	f := newOnceFixture(t)
+	pod := func(cluster string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: cluster + "-head", Labels: map[string]string{rayv1.LabelCluster: cluster}}}
+	}
+	for _, tc := range []struct {
+		name    string
+		sw      *optimize.Switches
+		cluster string
+		want    int
+		acted   int64
+	}{
+		{"cached", optimize.Off(), "c", 1, 0},
+		{"gone", optimize.Off(), "gone", 0, 1},
+		{"gone, the filter off", optimize.Off(optimize.GoneClusterFilter), "gone", 1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := f.reconciler(time.Unix(0, 0))
+			r.opts.Optimizations = tc.sw
+			got := r.podCluster(context.Background(), pod(tc.cluster))
+			if len(got) != tc.want || (tc.want == 1 && got[0].Name != tc.cluster) {
+				t.Errorf("podCluster = %v, want %d request(s) for %s", got, tc.want, tc.cluster)
+			}
+			if n := tc.sw.Count(optimize.GoneClusterFilter); n != tc.acted {
+				t.Errorf("gone-cluster-filter acted %d times, want %d", n, tc.acted)
 			}
 		})
 	}

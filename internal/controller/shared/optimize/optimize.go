@@ -28,6 +28,10 @@ const (
 	// PodUpdateFilter drops pod updates that change nothing the controller reads, such as a pod's binding to a
 	// node (raycluster/queue.go, podUpdateMatters). Off: every pod update is reconciled.
 	PodUpdateFilter Mechanism = "pod-update-filter"
+	// GoneClusterFilter drops the events of a RayCluster's pods, Services and other objects while the cluster is
+	// not in the cache (raycluster/queue.go, startphases): its reconcile would find nothing. Off: each such event
+	// is a reconcile of the missing cluster.
+	GoneClusterFilter Mechanism = "gone-cluster-filter"
 	// TemplateHashCache computes a cluster's pod template hashes once per generation (raycluster/pods.go). Off:
 	// hashed on every reconcile.
 	TemplateHashCache Mechanism = "template-hash-cache"
@@ -71,7 +75,7 @@ const (
 )
 
 // All lists every mechanism, in the order docs/operations.md gives them.
-var All = []Mechanism{StatusCoalescing, PodEventBatching, ProgressPriority, PodUpdateFilter, TemplateHashCache,
+var All = []Mechanism{StatusCoalescing, PodEventBatching, ProgressPriority, PodUpdateFilter, GoneClusterFilter, TemplateHashCache,
 	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, CRWatchPruning, CRWatchDecoding, CRSpecSharing,
 	UncompressedResponses, StartupPagesRelease, HTTP1Connections}
 
