@@ -2,11 +2,14 @@ package envtest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
@@ -17,9 +20,10 @@ import (
 
 // TestOptimizationsOff runs the operator once with every performance mechanism on and once with each one off
 // (--disable-optimization), each on a namespace of its own, through the same RayCluster's life: created, its pods
-// bound to a node (an update the pod filter drops), then Running and Ready. With every mechanism on, each acts at
-// least once in that life (so the runs below exercise it); with one off, that one never acts (the plain path is
-// taken) and the cluster reaches the same status: ready, with its head address and one ready worker.
+// bound to a node (an update the pod filter drops), then Running and Ready, then deleted before its pods. With
+// every mechanism on, each acts at least once in that life (so the runs below exercise it); with one off, that one
+// never acts (the plain path is taken) and the cluster reaches the same status: ready, with its head address and
+// one ready worker.
 func TestOptimizationsOff(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
 	cases := map[string]*optimize.Switches{"all-on": optimize.Off()}
@@ -52,6 +56,10 @@ func TestOptimizationsOff(t *testing.T) {
 			if got.State != rayv1.Ready || got.Head.PodIP == "" || got.ReadyWorkerReplicas != 1 || got.AvailableWorkerReplicas != 1 {
 				t.Errorf("status %+v, want ready with a head address and one ready worker", got)
 			}
+			clusterGone(t, ctx, cl, mgr.GetCache(), ns)
+			testutil.Eventually(t, time.Minute, "the gone cluster's pod events dropped", func() (bool, string) {
+				return !sw.On(optimize.GoneClusterFilter) || sw.Count(optimize.GoneClusterFilter) > 0, ""
+			})
 			for _, m := range optimize.All {
 				switch n := sw.Count(m); {
 				case !sw.On(m) && n != 0:
@@ -61,6 +69,23 @@ func TestOptimizationsOff(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// clusterGone deletes clusterLife's RayCluster and, once the operator's cache no longer has it, its pods (the
+// garbage collector's part, which envtest does not run): their events find the cluster gone.
+func clusterGone(t *testing.T, ctx context.Context, cl client.Client, c cache.Cache, ns string) {
+	t.Helper()
+	rc := &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "rc"}}
+	if err := cl.Delete(ctx, rc); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, time.Minute, "the cluster gone from the operator's cache", func() (bool, string) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(rc), &rayv1.RayCluster{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	if err := cl.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
 	}
 }
 
