@@ -30,42 +30,25 @@ type specOps struct {
 
 // crSpecOps are the kinds whose updates share their spec: those whose spec is large.
 var crSpecOps = map[schema.GroupVersionKind]specOps{
-	rayv1.GroupVersion.WithKind("RayCluster"): {
+	rayv1.GroupVersion.WithKind("RayCluster"): opsFor(func(c *rayv1.RayCluster) *rayv1.RayClusterSpec { return &c.Spec }),
+	rayv1.GroupVersion.WithKind("RayJob"):     opsFor(func(j *rayv1.RayJob) *rayv1.RayJobSpec { return &j.Spec }),
+	rayv1.GroupVersion.WithKind("RayService"): opsFor(func(s *rayv1.RayService) *rayv1.RayServiceSpec { return &s.Spec }),
+}
+
+// opsFor are the specOps of the kind O, whose spec spec returns.
+func opsFor[O runtime.Object, S any](spec func(O) *S) specOps {
+	return specOps{
 		decode: func(o runtime.Object, b []byte) error {
-			return kjson.UnmarshalCaseSensitivePreserveInts(b, &o.(*rayv1.RayCluster).Spec)
+			return kjson.UnmarshalCaseSensitivePreserveInts(b, spec(o.(O)))
 		},
 		share: func(dst, src runtime.Object) bool {
-			s, ok := src.(*rayv1.RayCluster)
+			s, ok := src.(O)
 			if ok {
-				dst.(*rayv1.RayCluster).Spec = s.Spec
+				*spec(dst.(O)) = *spec(s)
 			}
 			return ok
 		},
-	},
-	rayv1.GroupVersion.WithKind("RayJob"): {
-		decode: func(o runtime.Object, b []byte) error {
-			return kjson.UnmarshalCaseSensitivePreserveInts(b, &o.(*rayv1.RayJob).Spec)
-		},
-		share: func(dst, src runtime.Object) bool {
-			s, ok := src.(*rayv1.RayJob)
-			if ok {
-				dst.(*rayv1.RayJob).Spec = s.Spec
-			}
-			return ok
-		},
-	},
-	rayv1.GroupVersion.WithKind("RayService"): {
-		decode: func(o runtime.Object, b []byte) error {
-			return kjson.UnmarshalCaseSensitivePreserveInts(b, &o.(*rayv1.RayService).Spec)
-		},
-		share: func(dst, src runtime.Object) bool {
-			s, ok := src.(*rayv1.RayService)
-			if ok {
-				dst.(*rayv1.RayService).Spec = s.Spec
-			}
-			return ok
-		},
-	},
+	}
 }
 
 // decodeSharingSpec decodes ev's object (with exactly one spec) into obj: all of it but its spec, then the spec,
