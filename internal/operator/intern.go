@@ -124,7 +124,10 @@ func structFields(t reflect.Type) []int {
 // internStrings replaces every string obj holds (but those internSkip names) with the intern table's copy. It
 // changes no value: each string is replaced by an equal one. A RayCluster's ResourceLists (its templates'
 // requests and limits, nearly a third of a small cached cluster) are shared too: see shareResourceList.
-func internStrings(obj any) {
+func internStrings(obj any) { internStringsBut(obj, "") }
+
+// internStringsBut is internStrings but for obj's top-level field named skip ("" for none).
+func internStringsBut(obj any, skip string) {
 	v := reflect.ValueOf(obj)
 	if v.Kind() != reflect.Pointer || v.IsNil() {
 		return
@@ -132,19 +135,11 @@ func internStrings(obj any) {
 	_, shareLists := obj.(*rayv1.RayCluster)
 	interned.mu.Lock()
 	defer interned.mu.Unlock()
-	internValue(interned, v.Elem(), shareLists)
-}
-
-// internStringsBut is internStrings but for obj's top-level field named skip.
-func internStringsBut(obj any, skip string) {
-	v := reflect.ValueOf(obj)
-	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+	e := v.Elem()
+	if skip == "" || e.Kind() != reflect.Struct {
+		internValue(interned, e, shareLists)
 		return
 	}
-	_, shareLists := obj.(*rayv1.RayCluster)
-	interned.mu.Lock()
-	defer interned.mu.Unlock()
-	e := v.Elem()
 	if !holdsStrings(e.Type()) {
 		return
 	}
