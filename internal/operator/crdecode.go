@@ -3,7 +3,6 @@ package operator
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"reflect"
@@ -11,13 +10,11 @@ import (
 	"sync"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/klog/v2"
 	kjson "sigs.k8s.io/json"
 
 	"github.com/manta-dev/manta/internal/controller/shared/optimize"
@@ -38,25 +35,31 @@ var crDecodedKinds = map[schema.GroupVersionKind]bool{
 	{Group: "manta.dev", Version: "v1alpha1", Kind: "ImagePullJob"}: true,
 }
 
-// crWatchCaptureKey marks the context of a watch request whose response captureCRWatches keeps for the caller.
-type crWatchCaptureKey struct{}
+// watchCaptureKey marks the context of a watch request whose response captureWatches keeps for the caller.
+type watchCaptureKey struct{}
 
-// crWatchCapture holds a captured watch response, and the body client-go was given in its place.
-type crWatchCapture struct {
-	resp *http.Response
-	body *handoffBody
+// watchCapture holds a captured watch response, and the body client-go was given in its place; protobuf says
+// which media type is captured (JSON otherwise).
+type watchCapture struct {
+	resp     *http.Response
+	body     *handoffBody
+	protobuf bool
 }
 
-// captureCRWatches wraps the operator's transport (outermost, so that the other wrappers act as always): a JSON
-// watch whose request context carries a *crWatchCapture answers 200 to client-go with a body that stays empty
-// until crWatchDecoder hands it what it does not decode itself; the real response is kept in the capture. The
-// request itself is client-go's: its URL, parameters, auth, retries and metrics are unchanged, and so is every
-// answer but a JSON 200 (a non-200 answer reaches client-go as it came, to become the same error).
-func captureCRWatches(rt http.RoundTripper) http.RoundTripper {
+// captureWatches wraps the operator's transport (outermost, so that the other wrappers act as always): a watch
+// whose request context carries a *watchCapture, answered 200 in the media type it captures, answers 200 to
+// client-go with a body that stays empty until the decoder (crWatchDecoder, podWatchDecoder) hands it what it does
+// not decode itself; the real response is kept in the capture. The request itself is client-go's: its URL,
+// parameters, auth, retries and metrics are unchanged, and so is every other answer (a non-200 answer reaches
+// client-go as it came, to become the same error).
+func captureWatches(rt http.RoundTripper) http.RoundTripper {
 	return roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		resp, err := rt.RoundTrip(r)
-		c, _ := r.Context().Value(crWatchCaptureKey{}).(*crWatchCapture)
-		if c == nil || err != nil || resp.StatusCode != http.StatusOK || !isJSONWatch(resp) {
+		c, _ := r.Context().Value(watchCaptureKey{}).(*watchCapture)
+		if c == nil || err != nil || resp.StatusCode != http.StatusOK {
+			return resp, err
+		}
+		if (c.protobuf && !isProtobufWatch(resp)) || (!c.protobuf && !isJSONWatch(resp)) {
 			return resp, err
 		}
 		if c.resp != nil { // a retried request: the earlier answer is done with
@@ -70,13 +73,17 @@ func captureCRWatches(rt http.RoundTripper) http.RoundTripper {
 	})
 }
 
-// DecodeCRWatches is the cache's NewInformer: the informers of crDecodedKinds watch through crWatchDecoder, every
-// other informer is the one controller-runtime would make. Their config's transport needs captureCRWatches
-// (NewManager's, with cr-watch-decoding on); exported for tests of a cache of their own.
-func DecodeCRWatches(scheme *runtime.Scheme, sw *optimize.Switches) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
+// DecodeWatches is the cache's NewInformer: with cr-watch-decoding the informers of crDecodedKinds watch through
+// crWatchDecoder, with pod-watch-decoding the informers of Pods through podWatchDecoder; every other informer is
+// the one controller-runtime would make. Their config's transport needs captureWatches (NewManager's, with either
+// on); exported for tests of a cache of their own.
+func DecodeWatches(scheme *runtime.Scheme, sw *optimize.Switches) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
 	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, idx toolscache.Indexers) toolscache.SharedIndexInformer {
+		if _, ok := obj.(*corev1.Pod); ok && sw.On(optimize.PodWatchDecoding) {
+			return toolscache.NewSharedIndexInformer(podDecodingListWatch(lw, sw), obj, resync, idx)
+		}
 		gvk, ok := crDecodedKind(scheme, obj)
-		if !ok {
+		if !ok || !sw.On(optimize.CRWatchDecoding) {
 			return toolscache.NewSharedIndexInformer(lw, obj, resync, idx)
 		}
 		var inf toolscache.SharedIndexInformer
@@ -110,36 +117,22 @@ func crDecodedKind(scheme *runtime.Scheme, obj runtime.Object) (schema.GroupVers
 // crDecodingListWatch lists as lw does and watches through lw too, its JSON answer decoded by crWatchDecoder;
 // cached reads the informer's store by key (see crspec.go).
 func crDecodingListWatch(lw toolscache.ListerWatcher, scheme *runtime.Scheme, gvk schema.GroupVersionKind, sw *optimize.Switches, cached func(key string) (any, bool)) *toolscache.ListWatch {
-	inner := toolscache.ToListerWatcherWithContext(lw)
-	return &toolscache.ListWatch{
-		ListWithContextFunc: inner.ListWithContext,
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			c := &crWatchCapture{body: newHandoffBody()}
-			w, err := inner.WatchWithContext(context.WithValue(ctx, crWatchCaptureKey{}, c), opts)
-			if c.resp == nil {
-				return w, err
-			}
-			if err != nil {
-				_ = c.resp.Body.Close()
-				return w, err
-			}
-			d := &crWatchDecoder{
-				body:   c.resp.Body,
-				r:      bufio.NewReaderSize(c.resp.Body, 64<<10),
-				client: w,
-				handed: c.body,
-				scheme: scheme,
-				gvk:    gvk,
-				sw:     sw,
-			}
-			if ops, ok := crSpecOps[gvk]; ok && sw.On(optimize.CRSpecSharing) && cached != nil {
-				d.spec, d.cached = &ops, cached
-			}
-			d.apiVersion, d.kind = quoted(gvk.GroupVersion().String()), quoted(gvk.Kind)
-			return watch.NewStreamWatcherWithLogger(klog.FromContext(ctx), d,
-				apierrors.NewClientErrorReporter(http.StatusInternalServerError, http.MethodGet, "ClientWatchDecoding")), nil
-		},
-	}
+	return capturingListWatch(lw, false, func(body io.ReadCloser, client watch.Interface, handed *handoffBody) watch.Decoder {
+		d := &crWatchDecoder{
+			body:   body,
+			r:      bufio.NewReaderSize(body, 64<<10),
+			client: client,
+			handed: handed,
+			scheme: scheme,
+			gvk:    gvk,
+			sw:     sw,
+		}
+		if ops, ok := crSpecOps[gvk]; ok && sw.On(optimize.CRSpecSharing) && cached != nil {
+			d.spec, d.cached = &ops, cached
+		}
+		d.apiVersion, d.kind = quoted(gvk.GroupVersion().String()), quoted(gvk.Kind)
+		return d
+	})
 }
 
 func quoted(s string) []byte { return []byte(`"` + s + `"`) }

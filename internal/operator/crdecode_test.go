@@ -90,7 +90,7 @@ func newCRDecodeHarness(t testing.TB) *crDecodeHarness {
 	cfg := &rest.Config{Host: srv.URL}
 	h.plain = toolscache.ToListerWatcherWithContext(listWatch(cfg))
 	dcfg := rest.CopyConfig(cfg)
-	dcfg.Wrap(captureCRWatches)
+	dcfg.Wrap(captureWatches)
 	h.decoded = crDecodingListWatch(listWatch(dcfg), scheme, gvk, h.sw, func(key string) (any, bool) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
@@ -380,7 +380,7 @@ func TestCRWatchDecoderStops(t *testing.T) {
 	}))
 	defer srv.Close()
 	cfg := &rest.Config{Host: srv.URL}
-	cfg.Wrap(captureCRWatches)
+	cfg.Wrap(captureWatches)
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -317,10 +317,11 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 	if opts.Optimizations.On(optimize.CRWatchPruning) {
 		cfg.Wrap(pruneCRWatches(opts.Optimizations))
 	}
-	// Their informers decode those watches in one pass per event (see crWatchDecoder); the capture is outermost.
-	if opts.Optimizations.On(optimize.CRWatchDecoding) {
-		cfg.Wrap(captureCRWatches)
-		cacheOpts.NewInformer = DecodeCRWatches(scheme, opts.Optimizations)
+	// Their informers decode those watches in one pass per event (see crWatchDecoder), and the pod informer its
+	// protobuf watch in place (podWatchDecoder); the capture is outermost.
+	if opts.Optimizations.On(optimize.CRWatchDecoding) || opts.Optimizations.On(optimize.PodWatchDecoding) {
+		cfg.Wrap(captureWatches)
+		cacheOpts.NewInformer = DecodeWatches(scheme, opts.Optimizations)
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Controller:              ctrlOpts,

@@ -18,24 +18,25 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-// Against a real API server: the operator's pod cache, fed through the pruned watch, holds what stripPod makes of
-// each pod as the API server has it (the cache of a plain watch), through creates and status updates.
+// Against a real API server: the operator's pod cache, fed through the pruned watch that podWatchDecoder decodes,
+// holds what stripPod makes of each pod as the API server has it (the cache of client-go's own decoding of a plain
+// watch), through creates and status updates.
 func TestRayPodCacheFromPrunedWatch(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
-	// Two operators' managers: mgr's pod watch is pruned, plain's is not, so plain's cache holds what stripPod (the
-	// pod cache's transform) makes of each pod as the API server sent it.
+	// Two operators' managers: mgr's pod watch is pruned and decoded by podWatchDecoder, plain's is neither, so
+	// plain's cache holds what stripPod (the pod cache's transform) makes of each pod as client-go decoded it.
 	sw := optimize.Off()
 	mgr, err := operator.NewManager(cfg, operator.Options{Optimizations: sw})
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := operator.NewManager(cfg, operator.Options{Optimizations: optimize.Off(optimize.PodWatchPruning)})
+	plain, err := operator.NewManager(cfg, operator.Options{Optimizations: optimize.Off(optimize.PodWatchPruning, optimize.PodWatchDecoding)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := testutil.RunManager(t, mgr)
 	testutil.RunManager(t, plain)
-	before := sw.Count(optimize.PodWatchPruning)
+	before, decodedBefore := sw.Count(optimize.PodWatchPruning), sw.Count(optimize.PodWatchDecoding)
 	// Informers start with the cache: ask for the pod informer first so that it watches from the start.
 	for _, m := range []ctrl.Manager{mgr, plain} {
 		if _, err := m.GetCache().GetInformer(ctx, &corev1.Pod{}); err != nil {
@@ -96,5 +97,8 @@ func TestRayPodCacheFromPrunedWatch(t *testing.T) {
 	}
 	if n := sw.Count(optimize.PodWatchPruning) - before; n < int64(len(pods)) {
 		t.Errorf("%d pod watch events pruned, want at least %d", n, len(pods))
+	}
+	if n := sw.Count(optimize.PodWatchDecoding) - decodedBefore; n < int64(len(pods)) {
+		t.Errorf("%d pod watch events decoded by podWatchDecoder, want at least %d", n, len(pods))
 	}
 }

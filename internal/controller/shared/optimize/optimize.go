@@ -45,6 +45,10 @@ const (
 	// PodWatchPruning drops what the Ray pod cache does not keep from the protobuf bytes of the pod watch before
 	// client-go decodes them (internal/operator/podwatch.go). Off: the cache's transform alone strips them.
 	PodWatchPruning Mechanism = "pod-watch-pruning"
+	// PodWatchDecoding decodes the protobuf watch events of pods in place, each pod once, handing client-go anything
+	// else (internal/operator/poddecode.go). Off: client-go's watch decoding, which copies each event three times
+	// before the pod is decoded.
+	PodWatchDecoding Mechanism = "pod-watch-decoding"
 	// CRWatchPruning cuts metadata.managedFields, which the cache drops, from the JSON watch events of Manta's
 	// custom resources before client-go decodes them (internal/operator/crwatch.go). Off: the cache's transform
 	// alone drops them.
@@ -76,7 +80,7 @@ const (
 
 // All lists every mechanism, in the order docs/operations.md gives them.
 var All = []Mechanism{StatusCoalescing, PodEventBatching, ProgressPriority, PodUpdateFilter, GoneClusterFilter, TemplateHashCache,
-	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, CRWatchPruning, CRWatchDecoding, CRSpecSharing,
+	NewClusterLiveSkip, MetadataWrites, PodWatchPruning, PodWatchDecoding, CRWatchPruning, CRWatchDecoding, CRSpecSharing,
 	UncompressedResponses, StartupPagesRelease, HTTP1Connections}
 
 // Switches says which mechanisms are on, and counts how often each changed what the operator did (tests read the
