@@ -71,7 +71,9 @@ func decodeWatchAsCache(body io.ReadCloser) *restclientwatch.Decoder {
 }
 
 // rawFrame frames a hand-made WatchEvent.
-func rawFrame(ev []byte) []byte { return append(binary.BigEndian.AppendUint32(nil, uint32(len(ev))), ev...) }
+func rawFrame(ev []byte) []byte {
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(ev))), ev...)
+}
 
 // Every event of a pod watch reaches the informer as client-go's decoding makes it: random pods in each event
 // type client-go accepts, with and without podWatchBody's pruning in front; after a frame podWatchDecoder does not
