@@ -71,6 +71,9 @@ type jobResult struct {
 	// ReconcilesByController is each of the operator's controllers' reconciles per job (controller_runtime_reconcile_total).
 	ReconcilesByController map[string]float64 `json:"reconcilesPerJobByController,omitempty"`
 	TailWritesByResource   map[string]float64 `json:"tailWritesPerJobByResource,omitempty"`
+	// EventsByReason is the Events there are per job at quiescence, by the component that reported them and their
+	// reason ("rayjob-controller/CreatedRayCluster"), each counted once whatever its series count.
+	EventsByReason map[string]float64 `json:"eventsPerJobByReason,omitempty"`
 	Profiles               []string           `json:"profiles,omitempty"`
 }
 
@@ -242,6 +245,7 @@ func runJobTrial(b *testing.B, c contender, bin, kuberayCRDs string, jobs int) j
 	for c, v := range d.reconcilesBy {
 		r.ReconcilesByController[c] = math.Round(v/float64(jobs)*100) / 100
 	}
+	r.EventsByReason = eventsByReason(b, e, jobs)
 	r.RequestsByVerb = map[string]float64{}
 	for verb, v := range d.requests {
 		r.RequestsByVerb[verb] = math.Round(v/float64(jobs)*100) / 100
@@ -249,6 +253,26 @@ func runJobTrial(b *testing.B, c contender, bin, kuberayCRDs string, jobs int) j
 	progressf(b, "%s, %d RayJobs: all Complete in %.1fs (%.1f jobs/min; p50 %.1fs, p99 %.1fs), %d submissions; to quiescence at %.1fs: %.1f CPU-s, peak RSS %.0f MiB, %.1f writes/job, %.1f Ray API requests/job, %.1f server writes/job",
 		c.name, jobs, r.AllCompleteS, r.JobsPerMinute, r.P50S, r.P99S, r.Submissions, r.QuiescentS, r.CPUSeconds, r.PeakRSSMiB, r.WritesPerJob, r.RayAPIPerJob, r.ServerWritesPerJob)
 	return r
+}
+
+// eventsByReason counts the dev cluster's Events per job by reporting component and reason.
+func eventsByReason(b *testing.B, e *trialEnv, jobs int) map[string]float64 {
+	evs, err := e.cs.CoreV1().Events("").List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatalf("list events: %v", err)
+	}
+	out := map[string]float64{}
+	for _, ev := range evs.Items {
+		by := ev.ReportingController
+		if by == "" {
+			by = ev.Source.Component
+		}
+		out[by+"/"+ev.Reason]++
+	}
+	for k, v := range out {
+		out[k] = math.Round(v/float64(jobs)*100) / 100
+	}
+	return out
 }
 
 // withKubernetesProxy adds --use-kubernetes-proxy to a contender's command line: the harness has no cluster DNS.
