@@ -182,11 +182,17 @@ func (r *Reconciler) live(ctx context.Context, j *rayv1.RayJob, old *rayv1.RayJo
 		Write: func() {
 			// Every job's first status is Initializing (the events that follow say what it does): only a change
 			// after the first, or a first status that is not Initializing (ValidationFailed, Suspended), is news.
-			if old.JobDeploymentStatus != j.Status.JobDeploymentStatus &&
-				(old.JobDeploymentStatus != "" || j.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusInitializing) {
+			deployment := old.JobDeploymentStatus != j.Status.JobDeploymentStatus &&
+				(old.JobDeploymentStatus != "" || j.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusInitializing)
+			job := old.JobStatus != j.Status.JobStatus && j.Status.JobStatus != ""
+			// Both changed in one status write (a job ending as Ray reports its end) are one event: each event is a
+			// write to the API server, and the note says both.
+			switch {
+			case deployment && job:
+				res.StatusEventf(corev1.EventTypeNormal, ReasonStatusChanged, "Reconcile", "jobDeploymentStatus %q -> %q%s; Ray job %s is %s", old.JobDeploymentStatus, j.Status.JobDeploymentStatus, reasonSuffix(&j.Status), j.Status.JobId, j.Status.JobStatus)
+			case deployment:
 				res.StatusEventf(corev1.EventTypeNormal, ReasonStatusChanged, "Reconcile", "jobDeploymentStatus %q -> %q%s", old.JobDeploymentStatus, j.Status.JobDeploymentStatus, reasonSuffix(&j.Status))
-			}
-			if old.JobStatus != j.Status.JobStatus && j.Status.JobStatus != "" {
+			case job:
 				res.StatusEventf(corev1.EventTypeNormal, ReasonJobStatusChanged, "Reconcile", "Ray job %s is %s", j.Status.JobId, j.Status.JobStatus)
 			}
 		},

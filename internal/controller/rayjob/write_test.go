@@ -140,9 +140,14 @@ func TestWriteStopsAtTheFirstFailedWrite(t *testing.T) {
 	if got.Status.JobDeploymentStatus != rayv1.JobDeploymentStatusComplete || ptr.Deref(got.Status.Succeeded, 0) != 1 {
 		t.Errorf("once the Service is made: %s, succeeded %v; want Complete, 1", got.Status.JobDeploymentStatus, got.Status.Succeeded)
 	}
-	want := []string{ReasonCreatedService, ReasonStatusChanged, ReasonJobStatusChanged}
-	if r := reasonsOf(e.events()); !equalStrings(r, want) {
-		t.Errorf("events %v, want %v", r, want)
+	// The deployment status and the Ray job's status changed in one write: one event says both.
+	want := []string{ReasonCreatedService, ReasonStatusChanged}
+	evs := e.events()
+	if r := reasonsOf(evs); !equalStrings(r, want) {
+		t.Fatalf("events %v, want %v", r, want)
+	}
+	if n := evs[1]; !strings.Contains(n, `-> "Complete"`) || !strings.HasSuffix(n, "; Ray job "+planJobID+" is SUCCEEDED") {
+		t.Errorf("status event %q, want the deployment status and the Ray job's", n)
 	}
 }
 
