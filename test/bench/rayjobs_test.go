@@ -74,7 +74,7 @@ type jobResult struct {
 	// EventsByReason is the Events there are per job at quiescence, by the component that reported them and their
 	// reason ("rayjob-controller/CreatedRayCluster"), each counted once whatever its series count.
 	EventsByReason map[string]float64 `json:"eventsPerJobByReason,omitempty"`
-	Profiles               []string           `json:"profiles,omitempty"`
+	Profiles       []string           `json:"profiles,omitempty"`
 }
 
 // BenchmarkSideBySideRayJobs races the operators on RayJob throughput: each on a fresh dev cluster whose pod IPs
