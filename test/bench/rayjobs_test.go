@@ -74,7 +74,9 @@ type jobResult struct {
 	// EventsByReason is the Events there are per job at quiescence, by the component that reported them and their
 	// reason ("rayjob-controller/CreatedRayCluster"), each counted once whatever its series count.
 	EventsByReason map[string]float64 `json:"eventsPerJobByReason,omitempty"`
-	Profiles       []string           `json:"profiles,omitempty"`
+	// AllocMiBPerJob is what the operator's Go heap allocated per job (go_memstats_alloc_bytes_total).
+	AllocMiBPerJob float64  `json:"allocatedMiBPerJob,omitempty"`
+	Profiles       []string `json:"profiles,omitempty"`
 }
 
 // BenchmarkSideBySideRayJobs races the operators on RayJob throughput: each on a fresh dev cluster whose pod IPs
@@ -246,12 +248,13 @@ func runJobTrial(b *testing.B, c contender, bin, kuberayCRDs string, jobs int) j
 		r.ReconcilesByController[c] = math.Round(v/float64(jobs)*100) / 100
 	}
 	r.EventsByReason = eventsByReason(b, e, jobs)
+	r.AllocMiBPerJob = math.Round(d.allocBytes/float64(jobs)/(1<<20)*1000) / 1000
 	r.RequestsByVerb = map[string]float64{}
 	for verb, v := range d.requests {
 		r.RequestsByVerb[verb] = math.Round(v/float64(jobs)*100) / 100
 	}
-	progressf(b, "%s, %d RayJobs: all Complete in %.1fs (%.1f jobs/min; p50 %.1fs, p99 %.1fs), %d submissions; to quiescence at %.1fs: %.1f CPU-s, peak RSS %.0f MiB, %.1f writes/job, %.1f Ray API requests/job, %.1f server writes/job",
-		c.name, jobs, r.AllCompleteS, r.JobsPerMinute, r.P50S, r.P99S, r.Submissions, r.QuiescentS, r.CPUSeconds, r.PeakRSSMiB, r.WritesPerJob, r.RayAPIPerJob, r.ServerWritesPerJob)
+	progressf(b, "%s, %d RayJobs: all Complete in %.1fs (%.1f jobs/min; p50 %.1fs, p99 %.1fs), %d submissions; to quiescence at %.1fs: %.1f CPU-s, peak RSS %.0f MiB, %.1f writes/job, %.1f Ray API requests/job, %.1f server writes/job, %.3f MiB allocated/job",
+		c.name, jobs, r.AllCompleteS, r.JobsPerMinute, r.P50S, r.P99S, r.Submissions, r.QuiescentS, r.CPUSeconds, r.PeakRSSMiB, r.WritesPerJob, r.RayAPIPerJob, r.ServerWritesPerJob, r.AllocMiBPerJob)
 	return r
 }
 

@@ -149,7 +149,10 @@ type counted struct {
 	WritesPerCl       float64            `json:"writesPerCluster"`
 	RateLimitWaitS    float64            `json:"rateLimiterWaitSeconds,omitempty"`
 	ReconcilesPerCl   float64            `json:"reconcilesPerCluster,omitempty"`
-	snapshot          metricsSnapshot    // the operator's counters over the span
+	// AllocMiBPerCl is what the operator's Go heap allocated per cluster (go_memstats_alloc_bytes_total, which both
+	// operators export): the collector's work, less noisy than CPU-seconds on a shared machine.
+	AllocMiBPerCl float64         `json:"allocatedMiBPerCluster,omitempty"`
+	snapshot      metricsSnapshot // the operator's counters over the span
 	// readAt, serverWrites and operatorWrites are the reading's time and its raw write counters (waitQuiescent).
 	readAt                       time.Time
 	serverWrites, operatorWrites float64
@@ -219,8 +222,8 @@ func BenchmarkSideBySide(b *testing.B) {
 					progressf(b, "%s, %d clusters, round %d: all ready in %.1fs (created in %.1fs; p50 %.1fs, p99 %.1fs; steps p50/p99 %v), %.1f CPU-s (control plane %v), peak RSS %.0f MiB, %.1f writes/cluster %v, %.1f reconciles/cluster; API server served per cluster %v",
 						r.Contender, r.Clusters, round, r.AllReadyS, r.CreateS, r.P50S, r.P99S, r.Phases, r.CPUSeconds, r.ControlPlaneCPU, r.PeakRSSMiB, r.WritesPerCl, r.RequestsByVerb, r.ReconcilesPerCl, r.ServerRequests)
 					if q := r.ToQuiescence; q != nil {
-						progressf(b, "  to quiescence (reached %v, last write %.1fs after the first create): %.1f CPU-s (control plane %v), %.1f writes/cluster %v, %.1f reconciles/cluster, %.1f server writes/cluster; status staleness p50/p99 %v",
-							q.Reached, q.AtS, q.CPUSeconds, q.ControlPlaneCPU, q.WritesPerCl, q.RequestsByVerb, q.ReconcilesPerCl, q.ServerWritesPerCl, r.StatusStalenessS)
+						progressf(b, "  to quiescence (reached %v, last write %.1fs after the first create): %.1f CPU-s (control plane %v), %.1f writes/cluster %v, %.1f reconciles/cluster, %.1f server writes/cluster, %.3f MiB allocated/cluster; status staleness p50/p99 %v",
+							q.Reached, q.AtS, q.CPUSeconds, q.ControlPlaneCPU, q.WritesPerCl, q.RequestsByVerb, q.ReconcilesPerCl, q.ServerWritesPerCl, q.AllocMiBPerCl, r.StatusStalenessS)
 					}
 				}
 			}
@@ -414,6 +417,7 @@ func runTrial(b *testing.B, c contender, bin, kuberayCRDs string, clusters, roun
 			k.WritesPerCl = operatorWrites(d.requests) / float64(clusters)
 			k.RateLimitWaitS = d.rateLimitWait
 			k.ReconcilesPerCl = d.reconciles / float64(clusters)
+			k.AllocMiBPerCl = math.Round(d.allocBytes/float64(clusters)/(1<<20)*1000) / 1000
 		}
 		return k
 	}
@@ -765,6 +769,7 @@ type metricsSnapshot struct {
 	eventsQueued  float64            // manta_events_queued (Manta only; 0 for KubeRay, which queues none)
 	statusesHeld  float64            // manta_raycluster_statuses_held (Manta only; KubeRay holds none back)
 	staleness     histogram          // manta_raycluster_status_staleness_seconds (Manta only)
+	allocBytes    float64            // go_memstats_alloc_bytes_total
 }
 
 func (op *opProcess) scrape(b *testing.B) metricsSnapshot {
@@ -790,6 +795,8 @@ func parseMetrics(text string) metricsSnapshot {
 					s.eventsQueued = v
 				case "manta_raycluster_statuses_held":
 					s.statusesHeld = v
+				case "go_memstats_alloc_bytes_total":
+					s.allocBytes = v
 				}
 			}
 			continue
@@ -877,7 +884,8 @@ func labelValue(labels, key string) string {
 
 func (s metricsSnapshot) minus(before metricsSnapshot) metricsSnapshot {
 	out := metricsSnapshot{requests: map[string]float64{}, rateLimitWait: s.rateLimitWait - before.rateLimitWait, reconciles: s.reconciles - before.reconciles,
-		eventsQueued: s.eventsQueued, staleness: s.staleness.minus(before.staleness), reconcilesBy: map[string]float64{}}
+		eventsQueued: s.eventsQueued, staleness: s.staleness.minus(before.staleness), reconcilesBy: map[string]float64{},
+		allocBytes: s.allocBytes - before.allocBytes}
 	for k, v := range s.reconcilesBy {
 		if d := v - before.reconcilesBy[k]; d > 0 {
 			out.reconcilesBy[k] = d
