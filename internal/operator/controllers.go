@@ -177,6 +177,11 @@ func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string, status recon
 			return fmt.Errorf("pod creator: %w", err)
 		}
 		opts.PodCreator = countedPods{pods, o.Optimizations}
+		creates, err := metawrite.NewCreates(mgr.GetConfig(), mgr.GetHTTPClient())
+		if err != nil {
+			return fmt.Errorf("Service creator: %w", err)
+		}
+		opts.ServiceCreator = countedCreates{creates, o.Optimizations}
 	}
 	return raycluster.NewReconciler(mgr, opts).SetupWithManager(mgr)
 }

@@ -74,6 +74,11 @@ type Options struct {
 	PodCreator interface {
 		Create(context.Context, *corev1.Pod) error
 	}
+	// ServiceCreator, when set, creates the cluster's Services instead of the manager's client: the operator passes
+	// a metawrite.Creates, which reads back only their metadata. A head Service created so holds what was sent, not
+	// the cluster IP and node ports the API server gave it: the status takes them from the cache at the next
+	// reconcile, which the Service's watch event brings.
+	ServiceCreator reconcile.Creator
 	// StatusWriter writes the RayClusters' status (reconcile.ClientStatus of the manager's client when nil): the
 	// operator passes a metawrite.Status, which reads back only the cluster's new resourceVersion.
 	StatusWriter reconcile.StatusWriter
@@ -540,9 +545,9 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 	}
 	// The cache's own Services, not copies (readOnly): they are only read here and by computeStatus, and
 	// UpdateService copies one before changing anything.
-	w := reconcile.Writer{Client: r.client, Reader: r.client, ReadOptions: []client.GetOption{readOnly}, Owner: c}
+	w := reconcile.Writer{Client: reconcile.WithCreator(r.client, r.opts.ServiceCreator), Reader: r.client, ReadOptions: []client.GetOption{readOnly}, Owner: c}
 	for i, svc := range want {
-		existing, _, err := reconcile.EnsureOwned(ctx, w, &serviceKind, svc, func(op reconcile.Op, o *corev1.Service, err error) {
+		existing, op, err := reconcile.EnsureOwned(ctx, w, &serviceKind, svc, func(op reconcile.Op, o *corev1.Service, err error) {
 			r.reportService(run, op, o, err)
 		})
 		if err != nil {
@@ -550,6 +555,9 @@ func (r *Reconciler) reconcileServices(ctx context.Context, run *run) error {
 		}
 		if i == 0 {
 			run.obs.headService = existing
+			if op == reconcile.Created && r.opts.ServiceCreator != nil {
+				run.obs.headService = nil // its cluster IP and node ports not read back: see Options.ServiceCreator
+			}
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package envtest
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -88,6 +89,80 @@ func TestRayJobClusterCreateMetadata(t *testing.T) {
 		}
 		if !metav1.IsControlledBy(&rc, job) {
 			t.Errorf("the cluster %s is not the job's: %+v", rc.Name, rc.OwnerReferences)
+		}
+	}
+}
+
+// With metadata-writes on, the RayCluster controller creates the cluster's Services asking for their metadata alone
+// in return; either way the status comes to name the head Service and its cluster IP, which the metadata-only
+// create does not read back (the cache's copy does).
+func TestRayClusterServiceCreateMetadata(t *testing.T) {
+	cfg, cl := testutil.StartEnvtest(t)
+	for _, on := range []bool{true, false} {
+		sw := optimize.Off()
+		ns := "svccreate-on"
+		if !on {
+			sw, ns = optimize.Off(optimize.MetadataWrites), "svccreate-off"
+		}
+		if err := cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var accepts []string
+		rcfg := rest.CopyConfig(cfg)
+		rcfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/namespaces/"+ns+"/services") {
+					mu.Lock()
+					accepts = append(accepts, r.Header.Get("Accept"))
+					mu.Unlock()
+				}
+				return rt.RoundTrip(r)
+			})
+		})
+		opts := operator.Options{WatchNamespaces: []string{ns}, SkipNameValidation: true, Optimizations: sw}
+		mgr, err := operator.NewManager(rcfg, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := operator.Setup(mgr, opts); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(testutil.RunManager(t, mgr))
+		// A NodePort head Service: the API server gives it a cluster IP and node ports, which the status reports.
+		rc := testutil.MakeRayCluster(ns, "c").Obj()
+		rc.Spec.HeadGroupSpec.ServiceType = corev1.ServiceTypeNodePort
+		if err := cl.Create(ctx, rc); err != nil {
+			t.Fatal(err)
+		}
+		testutil.Eventually(t, time.Minute, "the status names the head Service, its cluster IP and node ports", func() (bool, string) {
+			var c rayv1.RayCluster
+			if err := cl.Get(ctx, client.ObjectKeyFromObject(rc), &c); err != nil {
+				return false, err.Error()
+			}
+			var svcs corev1.ServiceList
+			if err := cl.List(ctx, &svcs, client.InNamespace(ns)); err != nil || len(svcs.Items) == 0 {
+				return false, "no Service yet"
+			}
+			svc := svcs.Items[0]
+			ports := len(svc.Spec.Ports) > 0
+			for _, p := range svc.Spec.Ports {
+				ports = ports && p.NodePort != 0 && c.Status.Endpoints[p.Name] == fmt.Sprint(p.NodePort)
+			}
+			return c.Status.Head.ServiceName == svc.Name && svc.Spec.ClusterIP != "" && c.Status.Head.ServiceIP == svc.Spec.ClusterIP && ports,
+				fmt.Sprintf("head %+v, endpoints %v; Service %s at %s, ports %+v", c.Status.Head, c.Status.Endpoints, svc.Name, svc.Spec.ClusterIP, svc.Spec.Ports)
+		})
+		cancel()
+		mu.Lock()
+		got := append([]string(nil), accepts...)
+		mu.Unlock()
+		if len(got) == 0 {
+			t.Fatalf("metadata-writes on=%v: no Service create seen", on)
+		}
+		for _, a := range got {
+			if strings.Contains(a, "as=PartialObjectMetadata") != on {
+				t.Errorf("metadata-writes on=%v: a Service create accepting %q", on, a)
+			}
 		}
 	}
 }

@@ -38,7 +38,7 @@ const (
 	// NewClusterLiveSkip skips the uncached read that confirms a cluster still exists before the first pods of a
 	// new cluster (raycluster/controller.go, clusterLive). Off: read before the first create of every reconcile.
 	NewClusterLiveSkip Mechanism = "new-cluster-live-skip"
-	// MetadataWrites creates Ray pods, a RayJob's RayCluster and head Service, and writes every controller's status
+	// MetadataWrites creates Ray pods, RayClusters' Services, a RayJob's RayCluster and head Service, and writes every controller's status
 	// (sending the status alone) asking the API server for the metadata alone in return
 	// (internal/controller/shared/metawrite). Off: the manager's client, which sends and decodes whole objects.
 	MetadataWrites Mechanism = "metadata-writes"
