@@ -182,7 +182,19 @@ func internValue(t *internTable, v reflect.Value, shareLists bool) {
 			v.Set(reflect.ValueOf(t.shareResourceList(v.Interface().(corev1.ResourceList))))
 			return
 		}
+		if m, ok := v.Interface().(map[string]string); ok { // labels, annotations, selectors: most maps interned
+			internStringMap(t, m)
+			return
+		}
 		internMap(t, v)
+	}
+}
+
+// internStringMap is internMap for a map[string]string, without reflection: setting a present key stores the
+// key given (and adds no entry, so the range sees each entry once).
+func internStringMap(t *internTable, m map[string]string) {
+	for k, v := range m {
+		m[t.str(k)] = t.str(v)
 	}
 }
 
