@@ -179,7 +179,7 @@ func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string, status recon
 		opts.PodCreator = countedPods{pods, o.Optimizations}
 		creates, err := metawrite.NewCreates(mgr.GetConfig(), mgr.GetHTTPClient())
 		if err != nil {
-			return fmt.Errorf("Service creator: %w", err)
+			return fmt.Errorf("service creator: %w", err)
 		}
 		opts.ServiceCreator = countedCreates{creates, o.Optimizations}
 	}

@@ -119,13 +119,12 @@ func crDecodedKind(scheme *runtime.Scheme, obj runtime.Object) (schema.GroupVers
 func crDecodingListWatch(lw toolscache.ListerWatcher, scheme *runtime.Scheme, gvk schema.GroupVersionKind, sw *optimize.Switches, cached func(key string) (any, bool)) *toolscache.ListWatch {
 	return capturingListWatch(lw, false, func(body io.ReadCloser, client watch.Interface, handed *handoffBody) watch.Decoder {
 		d := &crWatchDecoder{
-			body:   body,
-			r:      bufio.NewReaderSize(body, 64<<10),
-			client: client,
-			handed: handed,
-			scheme: scheme,
-			gvk:    gvk,
-			sw:     sw,
+			body:     body,
+			r:        bufio.NewReaderSize(body, 64<<10),
+			handover: handover{client: client, handed: handed},
+			scheme:   scheme,
+			gvk:      gvk,
+			sw:       sw,
 		}
 		if ops, ok := crSpecOps[gvk]; ok && sw.On(optimize.CRSpecSharing) && cached != nil {
 			d.spec, d.cached = &ops, cached
@@ -142,12 +141,10 @@ func quoted(s string) []byte { return []byte(`"` + s + `"`) }
 // read it) it decodes itself; at the first other line, or the stream's end or failure, it hands that line and the
 // rest of the stream to client-go's watch (client), and from then on passes on client's events.
 type crWatchDecoder struct {
-	body   io.ReadCloser
-	r      *bufio.Reader
-	long   []byte
-	client watch.Interface
-	handed *handoffBody
-	done   bool // handed over to client
+	body io.ReadCloser
+	r    *bufio.Reader
+	long []byte
+	handover
 
 	scheme           *runtime.Scheme
 	gvk              schema.GroupVersionKind
@@ -177,18 +174,9 @@ func (d *crWatchDecoder) Decode() (watch.EventType, runtime.Object, error) {
 				return typ, obj, nil
 			}
 		}
-		rest := io.Reader(d.r)
-		if err != nil {
-			rest = errReader{err}
-		}
-		d.done = true
-		d.handed.give(io.MultiReader(bytes.NewReader(bytes.Clone(line)), rest))
+		d.handOver(line, d.r, err)
 	}
-	ev, ok := <-d.client.ResultChan()
-	if !ok {
-		return "", nil, io.EOF
-	}
-	return ev.Type, ev.Object, nil
+	return d.next()
 }
 
 // Close ends the stream and client's watch.
@@ -386,6 +374,34 @@ func skipValue(b []byte, i, depth int) int {
 	}
 	var s eventScan // past level 2 it only validates
 	return s.value(b, i, depth)
+}
+
+// handover is what a decoder of a watch stream of its own (crWatchDecoder, podWatchDecoder) hands client-go's watch
+// (client) at the first event it does not decode: that event and the rest of the stream, through the body client-go
+// reads (handed). done says it has.
+type handover struct {
+	client watch.Interface
+	handed *handoffBody
+	done   bool
+}
+
+// handOver gives client-go read (what was read of the event, copied) and then rest, or the error that ended the
+// stream there.
+func (h *handover) handOver(read []byte, rest io.Reader, err error) {
+	if err != nil {
+		rest = errReader{err}
+	}
+	h.done = true
+	h.handed.give(io.MultiReader(bytes.NewReader(bytes.Clone(read)), rest))
+}
+
+// next passes on client-go's next event.
+func (h *handover) next() (watch.EventType, runtime.Object, error) {
+	ev, ok := <-h.client.ResultChan()
+	if !ok {
+		return "", nil, io.EOF
+	}
+	return ev.Type, ev.Object, nil
 }
 
 // errReader ends client-go's read of a stream as the stream ended.

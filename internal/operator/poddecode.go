@@ -35,7 +35,7 @@ const maxPodFrameBytes = 16 << 20
 // podWatchDecoder.
 func podDecodingListWatch(lw toolscache.ListerWatcher, sw *optimize.Switches) *toolscache.ListWatch {
 	return capturingListWatch(lw, true, func(body io.ReadCloser, client watch.Interface, handed *handoffBody) watch.Decoder {
-		d := &podWatchDecoder{body: body, client: client, handed: handed, sw: sw}
+		d := &podWatchDecoder{body: body, handover: handover{client: client, handed: handed}, sw: sw}
 		d.pruned, _ = body.(*podWatchBody)
 		return d
 	})
@@ -72,38 +72,27 @@ type podWatchDecoder struct {
 	// pruned is body when podWatchBody prunes it: its frames are read where it wrote them.
 	pruned *podWatchBody
 	in     []byte // the frame read from a body that is not pruned, its length first
-	client watch.Interface
-	handed *handoffBody
-	done   bool // handed over to client
-	sw     *optimize.Switches
+	handover
+	sw *optimize.Switches
 }
 
 func (d *podWatchDecoder) Decode() (watch.EventType, runtime.Object, error) {
 	if !d.done {
-		frame, whole, err := d.next()
+		frame, whole, err := d.nextFrame()
 		if whole {
 			if typ, pod, ok := decodePodEvent(frame[4:]); ok {
 				d.sw.Acted(optimize.PodWatchDecoding)
 				return typ, pod, nil
 			}
 		}
-		rest := io.Reader(d.body)
-		if err != nil {
-			rest = errReader{err}
-		}
-		d.done = true
-		d.handed.give(io.MultiReader(bytes.NewReader(bytes.Clone(frame)), rest))
+		d.handOver(frame, d.body, err)
 	}
-	ev, ok := <-d.client.ResultChan()
-	if !ok {
-		return "", nil, io.EOF
-	}
-	return ev.Type, ev.Object, nil
+	return d.next()
 }
 
-// next returns the stream's next frame, its 4-byte length first (valid until the next call), and whether it is
+// nextFrame returns the stream's next frame, its 4-byte length first (valid until the next call), and whether it is
 // whole; if not, what was read of it (to hand on) and why it ended there, or nil if it is only too long to decode.
-func (d *podWatchDecoder) next() ([]byte, bool, error) {
+func (d *podWatchDecoder) nextFrame() ([]byte, bool, error) {
 	if b := d.pruned; b != nil {
 		if err := b.next(); err != nil {
 			return nil, false, err

@@ -46,7 +46,7 @@ func decodedPodWatch(stream []byte, pruned bool) ([]watch.Event, int64) {
 	}
 	handed := newHandoffBody()
 	client := watch.NewStreamWatcher(decodeWatchAsCache(handed), reporter())
-	d := &podWatchDecoder{body: body, client: client, handed: handed, sw: sw}
+	d := &podWatchDecoder{body: body, handover: handover{client: client, handed: handed}, sw: sw}
 	d.pruned, _ = body.(*podWatchBody)
 	evs := watchEvents(watch.NewStreamWatcher(d, reporter()))
 	return evs, sw.Count(optimize.PodWatchDecoding)

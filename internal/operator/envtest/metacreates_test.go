@@ -20,44 +20,65 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
+// runRecordingCreates runs an operator with sw on namespace ns (created here) of the envtest, recording the Accept
+// header of each of its POSTs to that namespace's resource; accepts returns them so far.
+func runRecordingCreates(t *testing.T, cfg *rest.Config, cl client.Client, ns, resource string, sw *optimize.Switches) (context.Context, context.CancelFunc, func() []string) {
+	t.Helper()
+	if err := cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var accepts []string
+	rcfg := rest.CopyConfig(cfg)
+	rcfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/namespaces/"+ns+"/"+resource) {
+				mu.Lock()
+				accepts = append(accepts, r.Header.Get("Accept"))
+				mu.Unlock()
+			}
+			return rt.RoundTrip(r)
+		})
+	})
+	opts := operator.Options{WatchNamespaces: []string{ns}, SkipNameValidation: true, Optimizations: sw}
+	mgr, err := operator.NewManager(rcfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := operator.Setup(mgr, opts); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testutil.RunManager(t, mgr))
+	return ctx, cancel, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), accepts...)
+	}
+}
+
+// checkMetadataCreates fails unless some create of what was seen and each asked for metadata alone exactly when on.
+func checkMetadataCreates(t *testing.T, what string, accepts []string, on bool) {
+	t.Helper()
+	if len(accepts) == 0 {
+		t.Fatalf("metadata-writes on=%v: no %s create seen", on, what)
+	}
+	for _, a := range accepts {
+		if strings.Contains(a, "as=PartialObjectMetadata") != on {
+			t.Errorf("metadata-writes on=%v: a %s create accepting %q", on, what, a)
+		}
+	}
+}
+
 // With metadata-writes on, the RayJob controller creates its RayCluster asking for the metadata alone in return
 // (and counts the act); off, through the manager's client, which asks for the whole object.
 func TestRayJobClusterCreateMetadata(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
 	for _, on := range []bool{true, false} {
-		sw := optimize.Off()
+		sw, ns := optimize.Off(), "metacreate-on"
 		if !on {
-			sw = optimize.Off(optimize.MetadataWrites)
+			sw, ns = optimize.Off(optimize.MetadataWrites), "metacreate-off"
 		}
-		ns := "metacreate-off"
-		if on {
-			ns = "metacreate-on"
-		}
-		if err := cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-		var mu sync.Mutex
-		var accepts []string
-		rcfg := rest.CopyConfig(cfg)
-		rcfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-				if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/namespaces/"+ns+"/rayclusters") {
-					mu.Lock()
-					accepts = append(accepts, r.Header.Get("Accept"))
-					mu.Unlock()
-				}
-				return rt.RoundTrip(r)
-			})
-		})
-		opts := operator.Options{WatchNamespaces: []string{ns}, SkipNameValidation: true, Optimizations: sw}
-		mgr, err := operator.NewManager(rcfg, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := operator.Setup(mgr, opts); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(testutil.RunManager(t, mgr))
+		ctx, cancel, accepts := runRecordingCreates(t, cfg, cl, ns, "rayclusters", sw)
 		job := testutil.MakeRayJob(ns, "job").Obj()
 		if err := cl.Create(ctx, job); err != nil {
 			t.Fatal(err)
@@ -72,17 +93,7 @@ func TestRayJobClusterCreateMetadata(t *testing.T) {
 			return err == nil, "cluster " + j.Status.RayClusterName
 		})
 		cancel()
-		mu.Lock()
-		got := append([]string(nil), accepts...)
-		mu.Unlock()
-		if len(got) == 0 {
-			t.Fatalf("metadata-writes on=%v: no RayCluster create seen", on)
-		}
-		for _, a := range got {
-			if strings.Contains(a, "as=PartialObjectMetadata") != on {
-				t.Errorf("metadata-writes on=%v: a RayCluster create accepting %q", on, a)
-			}
-		}
+		checkMetadataCreates(t, "RayCluster", accepts(), on)
 		// On, the RayCluster controller's pod creates count too: the Accept above is the RayJob's own.
 		if on && sw.Count(optimize.MetadataWrites) == 0 || !on && sw.Count(optimize.MetadataWrites) != 0 {
 			t.Errorf("metadata-writes on=%v acted %d times", on, sw.Count(optimize.MetadataWrites))
@@ -94,41 +105,16 @@ func TestRayJobClusterCreateMetadata(t *testing.T) {
 }
 
 // With metadata-writes on, the RayCluster controller creates the cluster's Services asking for their metadata alone
-// in return; either way the status comes to name the head Service and its cluster IP, which the metadata-only
-// create does not read back (the cache's copy does).
+// in return; either way the status comes to name the head Service, its cluster IP and node ports, which the
+// metadata-only create does not read back (the cache's copy does).
 func TestRayClusterServiceCreateMetadata(t *testing.T) {
 	cfg, cl := testutil.StartEnvtest(t)
 	for _, on := range []bool{true, false} {
-		sw := optimize.Off()
-		ns := "svccreate-on"
+		sw, ns := optimize.Off(), "svccreate-on"
 		if !on {
 			sw, ns = optimize.Off(optimize.MetadataWrites), "svccreate-off"
 		}
-		if err := cl.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			t.Fatal(err)
-		}
-		var mu sync.Mutex
-		var accepts []string
-		rcfg := rest.CopyConfig(cfg)
-		rcfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
-			return roundTripFunc(func(r *http.Request) (*http.Response, error) {
-				if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/namespaces/"+ns+"/services") {
-					mu.Lock()
-					accepts = append(accepts, r.Header.Get("Accept"))
-					mu.Unlock()
-				}
-				return rt.RoundTrip(r)
-			})
-		})
-		opts := operator.Options{WatchNamespaces: []string{ns}, SkipNameValidation: true, Optimizations: sw}
-		mgr, err := operator.NewManager(rcfg, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := operator.Setup(mgr, opts); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(testutil.RunManager(t, mgr))
+		ctx, cancel, accepts := runRecordingCreates(t, cfg, cl, ns, "services", sw)
 		// A NodePort head Service: the API server gives it a cluster IP and node ports, which the status reports.
 		rc := testutil.MakeRayCluster(ns, "c").Obj()
 		rc.Spec.HeadGroupSpec.ServiceType = corev1.ServiceTypeNodePort
@@ -153,17 +139,7 @@ func TestRayClusterServiceCreateMetadata(t *testing.T) {
 				fmt.Sprintf("head %+v, endpoints %v; Service %s at %s, ports %+v", c.Status.Head, c.Status.Endpoints, svc.Name, svc.Spec.ClusterIP, svc.Spec.Ports)
 		})
 		cancel()
-		mu.Lock()
-		got := append([]string(nil), accepts...)
-		mu.Unlock()
-		if len(got) == 0 {
-			t.Fatalf("metadata-writes on=%v: no Service create seen", on)
-		}
-		for _, a := range got {
-			if strings.Contains(a, "as=PartialObjectMetadata") != on {
-				t.Errorf("metadata-writes on=%v: a Service create accepting %q", on, a)
-			}
-		}
+		checkMetadataCreates(t, "Service", accepts(), on)
 	}
 }
 
