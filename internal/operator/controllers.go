@@ -85,18 +85,19 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 			return err
 		}
 	}
-	if err := setupRayCluster(mgr, opts, scheduler, status); err != nil {
-		return fmt.Errorf("RayCluster controller: %w", err)
-	}
-	// The RayJob controller creates its RayCluster and head Service reading back only their metadata, unless
-	// optimize.MetadataWrites is off.
+	// The RayCluster controller creates its Services, and the RayJob controller its RayCluster and head Service,
+	// reading back only their metadata, unless optimize.MetadataWrites is off: through one creator, so that each
+	// kind's creates share one token bucket, as the manager's client has one per kind.
 	var creator reconcile.Creator
 	if opts.Optimizations.On(optimize.MetadataWrites) {
 		creates, err := metawrite.NewCreates(mgr.GetConfig(), mgr.GetHTTPClient())
 		if err != nil {
-			return fmt.Errorf("RayJob children's creator: %w", err)
+			return fmt.Errorf("metadata-only creator: %w", err)
 		}
 		creator = countedCreates{creates, opts.Optimizations}
+	}
+	if err := setupRayCluster(mgr, opts, scheduler, status, creator); err != nil {
+		return fmt.Errorf("RayCluster controller: %w", err)
 	}
 	if err := rayjob.NewReconciler(mgr, opts.RayClients, rayjob.Options{
 		Creator:                      creator,
@@ -158,7 +159,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 
 // setupRayCluster gives the RayCluster controller status, the status writer all controllers share, and the pod
 // creator that reads back only metadata (internal/controller/shared/metawrite) unless optimize.MetadataWrites is off.
-func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string, status reconcile.StatusWriter) error {
+func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string, status reconcile.StatusWriter, services reconcile.Creator) error {
 	opts := raycluster.Options{
 		BatchScheduler:          scheduler,
 		DefaultPodTemplate:      o.DefaultPodTemplate,
@@ -170,6 +171,7 @@ func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string, status recon
 		StatusCoalesceWindow:    coalesceWindow(o.StatusCoalesceWindow),
 		Optimizations:           o.Optimizations,
 		StatusWriter:            status,
+		ServiceCreator:          services,
 	}
 	if o.Optimizations.On(optimize.MetadataWrites) {
 		pods, err := metawrite.NewPods(mgr.GetConfig(), mgr.GetHTTPClient())
@@ -177,11 +179,6 @@ func setupRayCluster(mgr ctrl.Manager, o Options, scheduler string, status recon
 			return fmt.Errorf("pod creator: %w", err)
 		}
 		opts.PodCreator = countedPods{pods, o.Optimizations}
-		creates, err := metawrite.NewCreates(mgr.GetConfig(), mgr.GetHTTPClient())
-		if err != nil {
-			return fmt.Errorf("service creator: %w", err)
-		}
-		opts.ServiceCreator = countedCreates{creates, o.Optimizations}
 	}
 	return raycluster.NewReconciler(mgr, opts).SetupWithManager(mgr)
 }
