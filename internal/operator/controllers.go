@@ -216,6 +216,12 @@ func (w countedStatus) UpdateStatus(ctx context.Context, obj client.Object) erro
 	return w.status.UpdateStatus(ctx, obj)
 }
 
+// PatchMetadata makes countedStatus a reconcile.MetadataPatcher: the controllers' finalizers are written through it.
+func (w countedStatus) PatchMetadata(ctx context.Context, obj client.Object, patch []byte) error {
+	w.sw.Acted(optimize.MetadataWrites)
+	return w.status.PatchMetadata(ctx, obj, patch)
+}
+
 // coalesceWindow maps --status-coalesce-window onto raycluster.Options, where 0 means the default and a negative
 // window none.
 func coalesceWindow(d time.Duration) time.Duration {

@@ -237,6 +237,46 @@ func (s *Status) UpdateStatus(ctx context.Context, obj client.Object) error {
 	return nil
 }
 
+// PatchMetadata sends patch, a JSON merge patch of obj's metadata alone (a controller's finalizer, guarded by the
+// resourceVersion), to obj itself and reads back the metadata alone: the answer is otherwise the whole object (a
+// RayJob's spec holds a whole RayClusterSpec), which the API server encodes and the client decodes for a controller
+// that reads nothing of it but the new resourceVersion. On success obj's resourceVersion and finalizers are the API
+// server's; nothing else of obj changes. obj is one of statusResources' kinds.
+func (s *Status) PatchMetadata(ctx context.Context, obj client.Object, patch []byte) error {
+	gvk, err := apiutil.GVKForObject(obj, scheme)
+	if err != nil {
+		return err
+	}
+	c, ok := s.kinds[gvk]
+	if !ok {
+		return fmt.Errorf("metawrite patches no metadata of %v", gvk)
+	}
+	req := c.rc.Patch(types.MergePatchType).Namespace(obj.GetNamespace()).Resource(c.resource).Name(obj.GetName()).Body(patch)
+	var answer struct {
+		Kind     string `json:"kind"`
+		Metadata struct {
+			ResourceVersion string   `json:"resourceVersion"`
+			Finalizers      []string `json:"finalizers"`
+		} `json:"metadata"`
+	}
+	err = send(ctx, req, http.MethodPatch, obj.GetNamespace(), obj.GetName(), func(raw []byte) error {
+		if err := json.Unmarshal(raw, &answer); err != nil {
+			return fmt.Errorf("decode the metadata of the %s patched: %w", gvk.Kind, err)
+		}
+		if answer.Kind != "PartialObjectMetadata" || answer.Metadata.ResourceVersion == "" {
+			return fmt.Errorf("the API server answered the %s patched with kind %q, resourceVersion %q; want PartialObjectMetadata with a resourceVersion",
+				gvk.Kind, answer.Kind, answer.Metadata.ResourceVersion)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	obj.SetResourceVersion(answer.Metadata.ResourceVersion)
+	obj.SetFinalizers(answer.Metadata.Finalizers)
+	return nil
+}
+
 // statusBody is what a status write sends: obj's kind, the metadata that names it and states the version written
 // (name, namespace, resourceVersion, uid), and its status. The API server takes nothing but the status from a
 // status write (it keeps the stored spec and metadata, and the spec's field managers), so the spec, a RayJob's

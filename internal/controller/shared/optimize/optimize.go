@@ -39,8 +39,9 @@ const (
 	// new cluster (raycluster/controller.go, clusterLive). Off: read before the first create of every reconcile.
 	NewClusterLiveSkip Mechanism = "new-cluster-live-skip"
 	// MetadataWrites creates Ray pods, RayClusters' Services, a RayJob's RayCluster and head Service, and writes
-	// every controller's status (sending the status alone) asking the API server for the metadata alone in return
-	// (internal/controller/shared/metawrite). Off: the manager's client, which sends and decodes whole objects.
+	// every controller's status (sending the status alone) and finalizer asking the API server for the metadata alone
+	// in return (internal/controller/shared/metawrite). Off: the manager's client, which sends and decodes whole
+	// objects.
 	MetadataWrites Mechanism = "metadata-writes"
 	// PodWatchPruning drops what the Ray pod cache does not keep from the protobuf bytes of the pod watch before
 	// client-go decodes them (internal/operator/podwatch.go). Off: the cache's transform alone strips them.

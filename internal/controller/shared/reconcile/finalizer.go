@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
@@ -20,15 +19,15 @@ var ErrObjectChanged = errors.New("the object changed since it was read")
 // metadata, with a merge patch guarded by obj's resourceVersion: the spec is not written back, and a change made
 // meanwhile is neither lost nor overwritten. A conflict is ErrObjectChanged; an object already gone is no error.
 func AddFinalizer(ctx context.Context, c client.Writer, obj client.Object, name string) error {
-	return patchFinalizer(ctx, c, obj, name, controllerutil.AddFinalizer)
+	return patchFinalizer(ctx, clientPatcher{c}, obj, name, controllerutil.AddFinalizer)
 }
 
 // RemoveFinalizer takes finalizer name off obj when it is there; see AddFinalizer.
 func RemoveFinalizer(ctx context.Context, c client.Writer, obj client.Object, name string) error {
-	return patchFinalizer(ctx, c, obj, name, controllerutil.RemoveFinalizer)
+	return patchFinalizer(ctx, clientPatcher{c}, obj, name, controllerutil.RemoveFinalizer)
 }
 
-func patchFinalizer(ctx context.Context, c client.Writer, obj client.Object, name string, change func(client.Object, string) bool) error {
+func patchFinalizer(ctx context.Context, w MetadataPatcher, obj client.Object, name string, change func(client.Object, string) bool) error {
 	if !change(obj, name) {
 		return nil
 	}
@@ -43,7 +42,7 @@ func patchFinalizer(ctx context.Context, c client.Writer, obj client.Object, nam
 	if err != nil {
 		return fmt.Errorf("finalizer %s: %w", name, err)
 	}
-	err = c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
+	err = w.PatchMetadata(ctx, obj, patch)
 	switch {
 	case err == nil, apierrors.IsNotFound(err):
 		return nil

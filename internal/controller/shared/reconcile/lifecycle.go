@@ -23,7 +23,7 @@ import (
 // finalizer on a live one; runs Live (observe, a pure plan, the writes it decides); writes the status once when it
 // changed; and returns Result.Finish. A kind supplies only what differs: T is the object, S its status type.
 type Lifecycle[T client.Object, S any] struct {
-	// Client reads the object (the manager's cache) and writes its finalizer.
+	// Client reads the object (the manager's cache), and writes its finalizer unless StatusWriter does.
 	Client client.Client
 	// Recorder records the events Finish is asked for.
 	Recorder events.EventRecorder
@@ -62,7 +62,7 @@ type Lifecycle[T client.Object, S any] struct {
 	CopyStatus func(*S) *S
 	// StatusEqual compares the status read with the new one; nil: equality.Semantic.DeepEqual.
 	StatusEqual func(read, updated *S) bool
-	// StatusWriter writes the status (see StatusWriter).
+	// StatusWriter writes the status (see StatusWriter), and the finalizer when it is a MetadataPatcher.
 	StatusWriter StatusWriter
 	// Writes, when set, keeps a status from being decided on an object read before the cache showed the
 	// controller's last status write of it (StatusWrites): for a controller that does not watch its own status
@@ -146,7 +146,7 @@ func (l *Lifecycle[T, S]) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		return l.finalize(ctx, obj)
 	}
 	if l.Finalizer != "" && !controllerutil.ContainsFinalizer(obj, l.Finalizer) && (l.WantsFinalizer == nil || l.WantsFinalizer(obj)) {
-		if err := AddFinalizer(ctx, l.Client, obj, l.Finalizer); err != nil {
+		if err := patchFinalizer(ctx, l.finalizers(), obj, l.Finalizer, controllerutil.AddFinalizer); err != nil {
 			return (&Result{}).Finish(l.Recorder, l.regarding(obj), err, nil)
 		}
 	}
@@ -157,6 +157,15 @@ func (l *Lifecycle[T, S]) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	return res.Finish(l.Recorder, l.regarding(obj), reconcileErr, statusErr)
 }
 
+// finalizers writes the controller's finalizer: through the StatusWriter when it is a MetadataPatcher, which reads
+// back the metadata alone, else through Client.
+func (l *Lifecycle[T, S]) finalizers() MetadataPatcher {
+	if p, ok := l.StatusWriter.(MetadataPatcher); ok {
+		return p
+	}
+	return clientPatcher{l.Client}
+}
+
 func (l *Lifecycle[T, S]) finalize(ctx context.Context, obj T) (ctrl.Result, error) {
 	var res Result
 	if l.Finalizer == "" || !controllerutil.ContainsFinalizer(obj, l.Finalizer) {
@@ -164,7 +173,7 @@ func (l *Lifecycle[T, S]) finalize(ctx context.Context, obj T) (ctrl.Result, err
 	}
 	done, err := l.Finalize(ctx, obj, &res)
 	if done && err == nil {
-		err = RemoveFinalizer(ctx, l.Client, obj, l.Finalizer)
+		err = patchFinalizer(ctx, l.finalizers(), obj, l.Finalizer, controllerutil.RemoveFinalizer)
 	}
 	if !done || err != nil {
 		res.dropStatusEvents()

@@ -251,3 +251,54 @@ func TestLifecycleDeletion(t *testing.T) {
 		t.Errorf("the RayJob after its last finalizer went: %v, want NotFound", err)
 	}
 }
+
+// patchingStatus is a StatusWriter that is a MetadataPatcher: it records the patches and applies them through the
+// client.
+type patchingStatus struct {
+	StatusWriter
+	cl      client.Client
+	patches []string
+}
+
+func (p *patchingStatus) PatchMetadata(ctx context.Context, obj client.Object, patch []byte) error {
+	p.patches = append(p.patches, string(patch))
+	return p.cl.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
+}
+
+// A StatusWriter that is a MetadataPatcher writes the finalizer, on and off, and the Client writes none; with a
+// plain StatusWriter the Client writes it (the rig's other tests).
+func TestLifecycleFinalizerThroughStatusWriter(t *testing.T) {
+	g := newLifeRig(t, job("j"))
+	base := g.cl
+	clientPatches := 0
+	g.life.Client = interceptor.NewClient(base, interceptor.Funcs{
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			clientPatches++
+			return c.Patch(ctx, obj, patch, opts...)
+		},
+	})
+	ps := &patchingStatus{StatusWriter: ClientStatus(base), cl: base}
+	g.life.StatusWriter = ps
+	if _, err := g.reconcile(t, "j"); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.get(t, "j").Finalizers; !slices.Equal(got, []string{testFinalizer}) {
+		t.Fatalf("finalizers %v, want [%s]", got, testFinalizer)
+	}
+	if err := base.Delete(context.Background(), g.get(t, "j")); err != nil {
+		t.Fatal(err)
+	}
+	g.finalize = func(*rayv1.RayJob, *Result) (bool, error) { return true, nil }
+	if _, err := g.reconcile(t, "j"); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Get(context.Background(), types.NamespacedName{Namespace: "ns", Name: "j"}, &rayv1.RayJob{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the RayJob after its finalizer went: %v, want NotFound", err)
+	}
+	if len(ps.patches) != 2 || !strings.Contains(ps.patches[0], testFinalizer) || !strings.Contains(ps.patches[1], `"finalizers":null`) {
+		t.Errorf("patches through the status writer %q, want the finalizer put on, then taken off", ps.patches)
+	}
+	if clientPatches != 0 {
+		t.Errorf("the Lifecycle's client patched %d times; want none while its status writer is a MetadataPatcher", clientPatches)
+	}
+}

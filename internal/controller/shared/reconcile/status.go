@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -23,4 +24,20 @@ type clientStatus struct{ c client.Client }
 
 func (s clientStatus) UpdateStatus(ctx context.Context, obj client.Object) error {
 	return s.c.Status().Update(ctx, obj)
+}
+
+// MetadataPatcher is a StatusWriter that writes an object's finalizers too (metawrite.Status): PatchMetadata sends
+// patch, a JSON merge patch of obj's metadata alone, and on success leaves obj's resourceVersion and finalizers as
+// the API server stored them. A Lifecycle whose StatusWriter is one writes its finalizer through it; otherwise
+// through its Client, whose answer to a patch is the whole object.
+type MetadataPatcher interface {
+	PatchMetadata(ctx context.Context, obj client.Object, patch []byte) error
+}
+
+// clientPatcher is a client's Patch as a MetadataPatcher: obj is decoded from the whole object the API server
+// answers with.
+type clientPatcher struct{ c client.Writer }
+
+func (p clientPatcher) PatchMetadata(ctx context.Context, obj client.Object, patch []byte) error {
+	return p.c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
 }

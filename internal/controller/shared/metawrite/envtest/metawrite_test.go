@@ -32,7 +32,7 @@ import (
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
-// recorder keeps the size and type of each answer to a write (POST or PUT) whose path ends in suffix.
+// recorder keeps the size and type of each answer to a write (POST, PUT or PATCH) whose path ends in suffix.
 type recorder struct {
 	suffix  string
 	mu      sync.Mutex
@@ -58,7 +58,7 @@ func (r *recorder) wrap(rt http.RoundTripper) http.RoundTripper {
 			}
 		}
 		resp, err := rt.RoundTrip(req)
-		if err != nil || (req.Method != http.MethodPost && req.Method != http.MethodPut) || !strings.HasSuffix(req.URL.Path, r.suffix) {
+		if err != nil || (req.Method != http.MethodPost && req.Method != http.MethodPut && req.Method != http.MethodPatch) || !strings.HasSuffix(req.URL.Path, r.suffix) {
 			return resp, err
 		}
 		b, rerr := io.ReadAll(resp.Body)
@@ -107,6 +107,95 @@ func TestWrites(t *testing.T) {
 	t.Run("Status", func(t *testing.T) { testStatus(t, cfg, cl, ns.Name) })
 	t.Run("Events", func(t *testing.T) { testEvents(t, cfg, cl, ns.Name) })
 	t.Run("Creates", func(t *testing.T) { testCreates(t, cfg, cl, ns.Name) })
+	t.Run("PatchMetadata", func(t *testing.T) { testPatchMetadata(t, cfg, cl, ns.Name) })
+}
+
+// testPatchMetadata: a finalizer put on and taken off a RayJob through Status.PatchMetadata, guarded by the
+// resourceVersion, is stored; the answer is the metadata alone, from which the object's resourceVersion and
+// finalizers (and nothing else) are set; a stale resourceVersion is a Conflict, a missing object NotFound, and a
+// kind it does not write is refused before anything is sent.
+func testPatchMetadata(t *testing.T, cfg *rest.Config, cl client.Client, namespace string) {
+	ctx := context.Background()
+	rec, wrapped, hc := recording(t, cfg, "/rayjobs/finalized")
+	w, err := metawrite.NewStatus(wrapped, hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := rayv1.RayClusterSpec{HeadGroupSpec: rayv1.HeadGroupSpec{RayStartParams: map[string]string{},
+		Template: corev1.PodTemplateSpec{Spec: rayPod(namespace).Spec}}}
+	created := &rayv1.RayJob{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "finalized", Labels: map[string]string{"team": "a"}},
+		Spec: rayv1.RayJobSpec{Entrypoint: "python job.py", RayClusterSpec: &cluster}}
+	if err := cl.Create(ctx, created); err != nil {
+		t.Fatal(err)
+	}
+	// What the informer cache hands the controller: no TypeMeta.
+	obj := created.DeepCopy()
+	obj.TypeMeta = metav1.TypeMeta{}
+	patch := func(finalizers []string, rv string) []byte {
+		var f any
+		if len(finalizers) > 0 {
+			f = finalizers
+		}
+		b, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": f, "resourceVersion": rv}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	stale := obj.ResourceVersion
+	for _, want := range [][]string{{"ray.io/rayjob-finalizer"}, nil} {
+		sent := obj.DeepCopy()
+		if err := w.PatchMetadata(ctx, obj, patch(want, obj.ResourceVersion)); err != nil {
+			t.Fatal(err)
+		}
+		stored := &rayv1.RayJob{}
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), stored); err != nil {
+			t.Fatal(err)
+		}
+		if obj.ResourceVersion == sent.ResourceVersion || obj.ResourceVersion != stored.ResourceVersion {
+			t.Fatalf("resourceVersion after the patch %s, want the stored one %s (before %s)", obj.ResourceVersion, stored.ResourceVersion, sent.ResourceVersion)
+		}
+		if !slices.Equal(stored.Finalizers, want) || !slices.Equal(obj.Finalizers, want) {
+			t.Fatalf("finalizers stored %v, on the object %v; want %v", stored.Finalizers, obj.Finalizers, want)
+		}
+		sent.ResourceVersion, sent.Finalizers = obj.ResourceVersion, obj.Finalizers
+		if !equality.Semantic.DeepEqual(obj, sent) {
+			t.Fatalf("the object changed beyond its resourceVersion and finalizers: %+v, sent %+v", obj, sent)
+		}
+		if !equality.Semantic.DeepEqual(stored.Spec, created.Spec) || !equality.Semantic.DeepEqual(stored.Labels, created.Labels) {
+			t.Fatalf("the patch changed the stored spec or labels: %+v %v", stored.Spec, stored.Labels)
+		}
+		full, err := json.Marshal(stored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, _ := json.Marshal(stored.Spec)
+		got := rec.got()
+		if last := got[len(got)-1]; last.kind != "PartialObjectMetadata" || !strings.HasPrefix(last.contentType, "application/json") || last.bytes > len(full)-len(spec) {
+			t.Fatalf("answer %+v, want the metadata alone in JSON (the whole RayJob is %d bytes, its spec %d)", last, len(full), len(spec))
+		}
+	}
+	if n := len(rec.got()); n != 2 {
+		t.Fatalf("%d answers recorded, want 2", n)
+	}
+
+	if err := w.PatchMetadata(ctx, obj.DeepCopy(), patch([]string{"x.io/f"}, stale)); !apierrors.IsConflict(err) {
+		t.Fatalf("patch at a stale resourceVersion: %v, want Conflict", err)
+	}
+	gone := obj.DeepCopy()
+	gone.Name = "no-such-job"
+	if err := w.PatchMetadata(ctx, gone, patch([]string{"x.io/f"}, "")); !apierrors.IsNotFound(err) {
+		t.Fatalf("patch of a missing RayJob: %v, want NotFound", err)
+	}
+	pod := rayPod(namespace)
+	pod.Name = "p"
+	answers := len(rec.got())
+	if err := w.PatchMetadata(ctx, pod, patch([]string{"x.io/f"}, "")); err == nil || !strings.Contains(err.Error(), "/v1, Kind=Pod") {
+		t.Errorf("metadata patch of a pod: %v, want an error naming the kind", err)
+	}
+	if len(rec.got()) != answers {
+		t.Error("a refused kind's patch was sent")
+	}
 }
 
 // testCreates: a Service (in protobuf) and a RayCluster (in JSON) created through metawrite.Creates are stored as
