@@ -191,18 +191,27 @@ func NewStatus(cfg *rest.Config, hc *http.Client) (*Status, error) {
 	return s, nil
 }
 
+// client is the REST client of obj's kind; refused names what is refused to a kind without one.
+func (s *Status) client(obj client.Object, refused string) (schema.GroupVersionKind, statusClient, error) {
+	// The kind comes from the scheme (a cached object's TypeMeta is empty), as the encoder's does.
+	gvk, err := apiutil.GVKForObject(obj, scheme)
+	if err != nil {
+		return gvk, statusClient{}, err
+	}
+	c, ok := s.kinds[gvk]
+	if !ok {
+		return gvk, statusClient{}, fmt.Errorf("metawrite %s of %v", refused, gvk)
+	}
+	return gvk, c, nil
+}
+
 // UpdateStatus replaces obj's status (the status subresource, at obj's resourceVersion: a stale one is a
 // Conflict). On success obj's resourceVersion is the API server's new one (a status write changes no other
 // metadata); its spec and status stay as sent. obj is one of statusResources' kinds.
 func (s *Status) UpdateStatus(ctx context.Context, obj client.Object) error {
-	// The kind comes from the scheme (a cached object's TypeMeta is empty), as the encoder's does.
-	gvk, err := apiutil.GVKForObject(obj, scheme)
+	gvk, c, err := s.client(obj, "writes no status")
 	if err != nil {
 		return err
-	}
-	c, ok := s.kinds[gvk]
-	if !ok {
-		return fmt.Errorf("metawrite writes no status of %v", gvk)
 	}
 	body, err := statusBody(obj, gvk)
 	if err != nil {
@@ -243,13 +252,9 @@ func (s *Status) UpdateStatus(ctx context.Context, obj client.Object) error {
 // that reads nothing of it but the new resourceVersion. On success obj's resourceVersion and finalizers are the API
 // server's; nothing else of obj changes. obj is one of statusResources' kinds.
 func (s *Status) PatchMetadata(ctx context.Context, obj client.Object, patch []byte) error {
-	gvk, err := apiutil.GVKForObject(obj, scheme)
+	gvk, c, err := s.client(obj, "patches no metadata")
 	if err != nil {
 		return err
-	}
-	c, ok := s.kinds[gvk]
-	if !ok {
-		return fmt.Errorf("metawrite patches no metadata of %v", gvk)
 	}
 	req := c.rc.Patch(types.MergePatchType).Namespace(obj.GetNamespace()).Resource(c.resource).Name(obj.GetName()).Body(patch)
 	var answer struct {
