@@ -103,10 +103,10 @@ func (s *submitters) visit(cl client.Client, ns string, end bool) error {
 // status naming its job and cluster), as the real submitter does, rather than at the next poll of the sample's
 // settle: KubeRay v1.5.0 answers each "job does not exist" from its Ray head with an error, whose requeue backs off
 // exponentially (5 ms doubling), and nothing but that requeue wakes a SidecarMode RayJob once its submitter
-// container has ended. Submitted after a dozen such errors (a settle poll taking seconds on a loaded machine), the
-// job ran and its submitter ended inside KubeRay's 41 s backoff, and KubeRay, at its next look, found the submitter
-// ended more than 30 s before and failed the RayJob (JobDeploymentStatusTransitionGracePeriodExceeded, CI 63). The
-// settle's poll (play) still submits too, and is what ends the submitters.
+// container has ended. A job submitted after a dozen such errors (a settle poll can take seconds on a loaded
+// machine) runs, and its submitter ends, inside KubeRay's backoff; KubeRay then finds the submitter ended more than
+// its 30 s grace before and fails the RayJob (JobDeploymentStatusTransitionGracePeriodExceeded). The settle's poll
+// (play) still submits too, and is what ends the submitters.
 func (s *submitters) submitPromptly(t *testing.T, ctx context.Context, reader cache.Cache, cl client.Client) {
 	kick := make(chan struct{}, 1)
 	var mu sync.Mutex
