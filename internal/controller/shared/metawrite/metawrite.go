@@ -191,8 +191,8 @@ func NewStatus(cfg *rest.Config, hc *http.Client) (*Status, error) {
 	return s, nil
 }
 
-// client is the REST client of obj's kind; refused names what is refused to a kind without one.
-func (s *Status) client(obj client.Object, refused string) (schema.GroupVersionKind, statusClient, error) {
+// kindClient is the REST client of obj's kind; refused names what is refused to a kind without one.
+func (s *Status) kindClient(obj client.Object, refused string) (schema.GroupVersionKind, statusClient, error) {
 	// The kind comes from the scheme (a cached object's TypeMeta is empty), as the encoder's does.
 	gvk, err := apiutil.GVKForObject(obj, scheme)
 	if err != nil {
@@ -209,7 +209,7 @@ func (s *Status) client(obj client.Object, refused string) (schema.GroupVersionK
 // Conflict). On success obj's resourceVersion is the API server's new one (a status write changes no other
 // metadata); its spec and status stay as sent. obj is one of statusResources' kinds.
 func (s *Status) UpdateStatus(ctx context.Context, obj client.Object) error {
-	gvk, c, err := s.client(obj, "writes no status")
+	gvk, c, err := s.kindClient(obj, "writes no status")
 	if err != nil {
 		return err
 	}
@@ -252,7 +252,7 @@ func (s *Status) UpdateStatus(ctx context.Context, obj client.Object) error {
 // that reads nothing of it but the new resourceVersion. On success obj's resourceVersion and finalizers are the API
 // server's; nothing else of obj changes. obj is one of statusResources' kinds.
 func (s *Status) PatchMetadata(ctx context.Context, obj client.Object, patch []byte) error {
-	gvk, c, err := s.client(obj, "patches no metadata")
+	gvk, c, err := s.kindClient(obj, "patches no metadata")
 	if err != nil {
 		return err
 	}
