@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -36,11 +37,35 @@ func TestMain(m *testing.M) {
 		shared.cancel()
 	}
 	if shared.cluster != nil {
+		if code != 0 || os.Getenv("E2E_KEEP_LOGS") != "" {
+			reportControlPlane(shared.cluster)
+		}
 		if err := shared.cluster.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping the dev cluster:", err)
 		}
 	}
 	os.Exit(code)
+}
+
+// reportControlPlane prints what the control plane logged about slow requests and keeps its logs in
+// test-artifacts/e2e-logs: a test that failed on an API timeout has only its client's error to show otherwise (the
+// cluster's directory goes when it stops). E2E_KEEP_LOGS does it for a run that passed too.
+func reportControlPlane(c *devcluster.Cluster) {
+	slow := c.SlowRequests(time.Second, 200)
+	fmt.Fprintf(os.Stderr, "e2e: %d lines of the control plane's log on requests slower than 1s:\n", len(slow))
+	for _, l := range slow {
+		fmt.Fprintln(os.Stderr, "  "+l)
+	}
+	root, err := devcluster.RepoRoot()
+	if err == nil {
+		dst := filepath.Join(root, "test-artifacts", "e2e-logs")
+		if err = c.KeepLogs(dst); err == nil {
+			fmt.Fprintln(os.Stderr, "e2e: the dev cluster's logs are in", dst)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: keeping the dev cluster's logs:", err)
+	}
 }
 
 // devCluster returns the package's dev cluster, with the operator running in-process. Its fake nodes are shaped

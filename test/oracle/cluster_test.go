@@ -2,11 +2,9 @@ package oracle
 
 import (
 	"bufio"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,7 +73,7 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 	t.Cleanup(func() {
 		cancel()
 		if t.Failed() || os.Getenv("ORACLE_KEEP_LOGS") != "" {
-			keepLogs(t, root, c.Dir())
+			keepLogs(t, root, c)
 		}
 		if err := c.Stop(); err != nil {
 			t.Errorf("stopping the dev cluster: %v", err)
@@ -366,38 +364,13 @@ func startManta(t *testing.T, ctx context.Context, c *devcluster.Cluster, namesp
 // gzipped to test-artifacts/oracle-logs: a failed comparison is often a timing, and the log tails printed say little
 // about one sample among ninety (ORACLE_KEEP_LOGS keeps them from a run that passed too). The cluster's directory
 // goes when it stops.
-func keepLogs(t *testing.T, root, dir string) {
+func keepLogs(t *testing.T, root string, c *devcluster.Cluster) {
 	dst := filepath.Join(root, "test-artifacts", "oracle-logs")
-	logs, err := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
-	if err == nil {
-		err = os.MkdirAll(dst, 0o755)
-	}
-	for _, p := range logs {
-		if err != nil {
-			break
-		}
-		err = gzipFile(p, filepath.Join(dst, filepath.Base(p)+".gz"))
-	}
-	if err != nil {
+	if err := c.KeepLogs(dst); err != nil {
 		t.Logf("keeping the dev cluster's logs: %v", err)
 		return
 	}
 	t.Logf("the dev cluster's logs are in %s", dst)
-}
-
-func gzipFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	zw := gzip.NewWriter(out)
-	_, err = io.Copy(zw, in)
-	return errors.Join(err, zw.Close(), out.Close())
 }
 
 // metricsAddr is the host:port of a /metrics URL.
