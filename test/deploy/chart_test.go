@@ -175,7 +175,7 @@ func TestChart(t *testing.T) {
 	mlNS := nsObj.DeepCopy()
 	mlNS.SetName("ml-system")
 	for _, name := range []string{"team-a", "team-b", "other"} {
-		if _, err := kc.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		if err := testutil.CreateNamespaceWith(ctx, kc, name); err != nil {
 			t.Fatal(err)
 		}
 	}

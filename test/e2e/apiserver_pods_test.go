@@ -12,7 +12,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/manta-dev/manta/internal/apiserver"
@@ -29,7 +28,7 @@ func TestRESTClusterPodsDefineMyPodIP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	const ns = "rest-kuberay"
-	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := testutil.CreateNamespace(ctx, cl, ns); err != nil {
 		t.Fatal(err)
 	}
 	s, err := apiserver.New(c.RESTConfig(), apiserver.Options{Auth: apiserver.AuthNone})

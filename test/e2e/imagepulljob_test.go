@@ -108,7 +108,7 @@ func TestImagePullJobOnDevCluster(t *testing.T) {
 	}()
 	podWatch := testutil.WatchPods(t, ctx, c.RESTConfig(), labels.Set{imagepulljob.LabelImagePuller: "true"}, imagepulljob.LabelJobUID)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "imagepull-e2e"}}
-	if err := cl.Create(ctx, ns); err != nil {
+	if err := testutil.CreateNamespace(ctx, cl, ns.Name); err != nil {
 		t.Fatal(err)
 	}
 

@@ -276,7 +276,7 @@ func runSample(ctx context.Context, cl client.Client, i int, s sample) (bool, []
 	if len(ns) > 63 {
 		ns = strings.TrimRight(ns[:63], "-")
 	}
-	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := testutil.CreateNamespace(ctx, cl, ns); err != nil {
 		return false, nil, "create namespace: " + err.Error()
 	}
 	rc := s.cluster.DeepCopy()

@@ -17,6 +17,7 @@ import (
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
+	"github.com/manta-dev/manta/internal/testutil"
 )
 
 // wantJobUnsupported is, per RayJob sample, exactly the fields its cluster reports as unsupported (the RayJob's
@@ -121,7 +122,7 @@ func runJobSample(ctx context.Context, cl client.Client, i int, s jobSample, exi
 	if len(ns) > 63 {
 		ns = strings.TrimRight(ns[:63], "-")
 	}
-	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := testutil.CreateNamespace(ctx, cl, ns); err != nil {
 		return "create namespace: " + err.Error()
 	}
 	j := s.job.DeepCopy()

@@ -58,7 +58,7 @@ func runServiceSample(ctx context.Context, cl client.Client, i int, file string)
 	if len(ns) > 63 {
 		ns = strings.TrimRight(ns[:63], "-")
 	}
-	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := testutil.CreateNamespace(ctx, cl, ns); err != nil {
 		return "create namespace: " + err.Error()
 	}
 	raw, err := testutil.ReadKubeRaySample(file)

@@ -213,7 +213,7 @@ func TestGeneratedRBACIsSufficient(t *testing.T) {
 	}
 	const sysNS = "manta-system"
 	for _, ns := range []string{sysNS, "rbac-a", "rbac-b"} {
-		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		if err := testutil.CreateNamespace(ctx, cl, ns); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -108,7 +108,7 @@ func TestHelmInstall(t *testing.T) {
 	e.checkManagerCommand(t, ctx)
 
 	ns := "rayjob"
-	if _, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if err := testutil.CreateNamespaceWith(ctx, e.cs, ns); err != nil {
 		t.Fatal(err)
 	}
 	job := sampleJob(t, ns)

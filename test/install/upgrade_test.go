@@ -118,7 +118,7 @@ func (e *env) checkUpgrade(t *testing.T, ctx context.Context, base <-chan baseMa
 	})
 
 	ns := "upgrade"
-	if _, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if err := testutil.CreateNamespaceWith(ctx, e.cs, ns); err != nil {
 		t.Fatal(err)
 	}
 	job, idle := sampleJob(t, ns), idleCluster(ns)

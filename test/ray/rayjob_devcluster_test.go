@@ -93,7 +93,7 @@ func TestRayJobK8sJobModeOnDevCluster(t *testing.T) {
 	t.Run("kubectl", func(t *testing.T) {
 		t.Parallel()
 		ns := "k8sjob-kubectl"
-		if err := cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		if err := testutil.CreateNamespace(t.Context(), cl, ns); err != nil {
 			t.Fatal(err)
 		}
 		j := newRayJob(ns, "k8sjob", `python -c "print('manta submitter ok', 6*7)"`)
@@ -116,7 +116,7 @@ func TestRayJobK8sJobModeOnDevCluster(t *testing.T) {
 	t.Run("REST API", func(t *testing.T) {
 		t.Parallel()
 		ns := "k8sjob-rest"
-		if err := cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		if err := testutil.CreateNamespace(t.Context(), cl, ns); err != nil {
 			t.Fatal(err)
 		}
 		s, err := apiserver.New(cfg, apiserver.Options{Auth: apiserver.AuthNone, Log: testr.New(t)})

@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -98,7 +96,7 @@ func namespace(t *testing.T, cl client.Client, name string) string {
 		if i > 1 {
 			ns = fmt.Sprintf("%s-%d", name, i)
 		}
-		err := cl.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+		err := testutil.CreateNamespace(t.Context(), cl, ns)
 		if apierrors.IsAlreadyExists(err) {
 			continue
 		}
