@@ -105,7 +105,7 @@ func runBatchSchedulers(t *testing.T, mantaBin string, samples []sample, cl clie
 						t.Fatalf("no sample %s in the pinned module", name)
 					}
 					full := "batch-scheduler/" + run.name + "/" + name
-					if unlisted := record(full, runSample(t, nss[j], s, kuberay, manta)); len(unlisted) > 0 {
+					if unlisted := record(full, runSample(t, nss[j], full, s, kuberay, manta)); len(unlisted) > 0 {
 						t.Errorf("%s: %d differences from KubeRay not in differences.yaml:\n%s", name, len(unlisted), strings.Join(unlisted, "\n"))
 					}
 				}

@@ -40,6 +40,8 @@ type harness struct {
 	upgrades *upgradeWatch
 	// direct reads straight from the API server, not the informer cache (see eventsInCache).
 	direct client.Client
+	// diffs is differences.yaml: settle compares until every difference found is listed there (see settle).
+	diffs *differences
 }
 
 // env is the run's harness, set by startSides.

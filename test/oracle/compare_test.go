@@ -231,6 +231,25 @@ func loadDifferences(path string) (*differences, error) {
 
 // allows says whether a difference found in sample is listed, and marks the entry used.
 func (d *differences) allows(sample string, df diff) bool {
+	a := d.entry(sample, df)
+	if a != nil {
+		a.used = true
+	}
+	return a != nil
+}
+
+// unlisted returns the first difference of found that no entry lists (marking nothing used), or "" when all are.
+func (d *differences) unlisted(sample string, found []diff) string {
+	for _, df := range found {
+		if d.entry(sample, df) == nil {
+			return df.String()
+		}
+	}
+	return ""
+}
+
+// entry returns the entry that lists a difference found in sample, or nil.
+func (d *differences) entry(sample string, df diff) *allowed {
 	for _, a := range slices.Concat(d.Deliberate, d.Pending) {
 		if a.Rewrite != nil && !sameText(a.Rewrite.re.ReplaceAllString(df.Manta, a.Rewrite.To), df.KubeRay) {
 			continue
@@ -245,11 +264,10 @@ func (d *differences) allows(sample string, df diff) bool {
 			continue
 		}
 		if a.re.MatchString(df.key()) && (a.sre == nil || a.sre.MatchString(sample)) {
-			a.used = true
-			return true
+			return a
 		}
 	}
-	return false
+	return nil
 }
 
 // valueMatches says whether the values of df that the entry speaks of match its Value.
@@ -508,5 +526,28 @@ func TestTimingRowsOfCI60(t *testing.T) {
 		if got := d.allows(tc.sample, tc.df); got != tc.allowed {
 			t.Errorf("%s: %v allowed = %v, want %v", tc.sample, tc.df.Path, got, tc.allowed)
 		}
+	}
+}
+
+// settle polls on while unlisted finds a difference: it names the first one no row lists, and marks no row used (a
+// difference a late write ends must not keep a row alive).
+func TestUnlistedMarksNothing(t *testing.T) {
+	d, err := loadDifferences("differences.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := diff{Object: "events", Path: "Normal/CreatedRole.message", KubeRay: "Created role NS/raycluster-autoscaler", Manta: "Created role NS/raycluster-autoscaler-autoscaler"}
+	late := diff{Object: "events/RayJob", Path: "Normal/DeletedRayCluster", KubeRay: "<absent>", Manta: "Deleted cluster x"}
+	if got := d.unlisted("ray-cluster.autoscaler", []diff{listed}); got != "" {
+		t.Errorf("unlisted(a listed difference) = %q", got)
+	}
+	if got := d.unlisted("ray-cluster.autoscaler", []diff{listed, late}); got != late.String() {
+		t.Errorf("unlisted = %q, want %q", got, late.String())
+	}
+	if a := d.entry("ray-cluster.autoscaler", listed); a == nil || a.used {
+		t.Errorf("the row of a difference unlisted looked at: %+v, want it found and not marked used", a)
+	}
+	if !d.allows("ray-cluster.autoscaler", listed) || !d.entry("ray-cluster.autoscaler", listed).used {
+		t.Error("allows does not mark the row used")
 	}
 }

@@ -80,6 +80,7 @@ func TestOracle(t *testing.T) {
 	}
 	mantaBin := buildManta(t)
 	kuberay, manta := startSides(t, root, objs, nss)
+	env.diffs = diffs
 
 	var mu sync.Mutex
 	var report []sampleReport
@@ -125,7 +126,7 @@ func TestOracle(t *testing.T) {
 				defer func() { <-sem }()
 				t.Run("sample/"+s.name, func(t *testing.T) {
 					ran.Add(1)
-					if unlisted := record(s.name, runSample(t, sampleNS(i), s, kuberay, manta)); len(unlisted) > 0 {
+					if unlisted := record(s.name, runSample(t, sampleNS(i), s.name, s, kuberay, manta)); len(unlisted) > 0 {
 						t.Errorf("%d differences from KubeRay not in differences.yaml:\n%s", len(unlisted), strings.Join(unlisted, "\n"))
 					}
 				})

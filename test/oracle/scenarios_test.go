@@ -112,12 +112,13 @@ func runScenario(t *testing.T, ns string, sc scenario, sides ...side) []stepDiff
 	if sc.setup != nil {
 		sc.setup(t, sides[0].cl)
 	}
-	out := []stepDiffs{{"start", runSample(t, ns, sample{name: sc.name, objs: sc.objs}, sides...)}}
+	name := "scenario/" + sc.name + "/"
+	out := []stepDiffs{{"start", runSample(t, ns, name+"start", sample{name: sc.name, objs: sc.objs}, sides...)}}
 	for _, st := range sc.steps {
 		for _, sd := range sides {
 			st.do(t, sd, sd.ns(ns))
 		}
-		out = append(out, stepDiffs{st.name, settle(t, ns, sides...)})
+		out = append(out, stepDiffs{st.name, settle(t, ns, name+st.name, sides...)})
 	}
 	if sc.history != nil {
 		out = append(out, stepDiffs{"history", sc.history(t, ns, sides...)})
