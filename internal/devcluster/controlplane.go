@@ -123,7 +123,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, pki *pki, etcdURL string, 
 		"--max-requests-inflight=1000",
 		"--max-mutating-requests-inflight=500",
 		"--profiling="+strconv.FormatBool(c.opts.Profiling),
-		"--v=0",
+		"--v="+map[bool]string{false: "0", true: "2"}[c.opts.LogSlowRequests],
 	)...)
 }
 

@@ -77,6 +77,9 @@ type Options struct {
 	KubeconfigPath string
 	// Profiling serves the API server's /debug/pprof (to the admin), for benchmarks that profile it.
 	Profiling bool
+	// LogSlowRequests runs the API server at -v=2, where it logs a trace of each request slower than its threshold
+	// (500 ms for most writes), for SlowRequests; off, it logs no trace at all. Tests set it, benchmarks do not.
+	LogSlowRequests bool
 	// RealNode starts a real node beside the fake ones (see realnode.go): a kubelet, containerd and runc,
 	// CoreDNS, kube-proxy and a local registry with the images of package images, in a network namespace of its
 	// own. While it runs, every fake node carries FakeNodeTaint, so pods land on the real node unless they

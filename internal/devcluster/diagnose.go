@@ -51,7 +51,7 @@ func gzipFile(src, dst string) error {
 var traceHeader = regexp.MustCompile(`Trace\[(\d+)\]: .*\(total time: (\d+)ms\)`)
 
 // SlowRequests returns, in log order and at most max lines, what the control plane logged about requests that took
-// at least min: kube-apiserver's traces of them (each step with its time), its post-timeout reports of requests it
+// at least min: kube-apiserver's traces of them (each step with its time; only with Options.LogSlowRequests), its post-timeout reports of requests it
 // answered with a timeout, and etcd's warnings of slow applies and reads. A test that failed on an API timeout
 // prints them, so its output says where the time went (admission, the database, or the handler waiting).
 func (c *Cluster) SlowRequests(min time.Duration, max int) []string {

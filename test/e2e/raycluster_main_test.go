@@ -81,7 +81,7 @@ func devCluster(t *testing.T) (*devcluster.Cluster, client.Client) {
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
 		shared.cancel = cancel
-		c, err := devcluster.Start(ctx, devcluster.Options{Pools: pools, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
+		c, err := devcluster.Start(ctx, devcluster.Options{Pools: pools, LogSlowRequests: true, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }})
 		if err != nil {
 			shared.err = fmt.Errorf("start dev cluster: %w", err)
 			return

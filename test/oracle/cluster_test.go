@@ -67,7 +67,7 @@ func startSides(t *testing.T, root string, objs []*unstructured.Unstructured, ns
 	start := time.Now()
 	podNet := podnet.NewForTest(t)
 	// The oracle plays every submitter pod (submitters): kwok must not end them.
-	c, err := devcluster.Start(ctx, devcluster.Options{Pools: nodePools(objs), Logf: t.Logf, HoldJobPods: true})
+	c, err := devcluster.Start(ctx, devcluster.Options{Pools: nodePools(objs), Logf: t.Logf, HoldJobPods: true, LogSlowRequests: true})
 	if err != nil {
 		cancel()
 		t.Fatalf("start dev cluster: %v", err)
