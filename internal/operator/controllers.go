@@ -7,6 +7,7 @@ import (
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -206,6 +207,11 @@ func (w countedCreates) Create(ctx context.Context, obj client.Object) error {
 	return w.creates.Create(ctx, obj)
 }
 
+func (w countedCreates) Delete(ctx context.Context, obj client.Object, opts *metav1.DeleteOptions) error {
+	w.sw.Acted(optimize.MetadataWrites)
+	return w.creates.Delete(ctx, obj, opts)
+}
+
 type countedStatus struct {
 	status *metawrite.Status
 	sw     *optimize.Switches
@@ -221,6 +227,9 @@ func (w countedStatus) PatchMetadata(ctx context.Context, obj client.Object, pat
 	w.sw.Acted(optimize.MetadataWrites)
 	return w.status.PatchMetadata(ctx, obj, patch)
 }
+
+// PreservesSpec makes countedStatus a reconcile.SpecPreserving writer, as the metawrite.Status it counts.
+func (w countedStatus) PreservesSpec() {}
 
 // coalesceWindow maps --status-coalesce-window onto raycluster.Options, where 0 means the default and a negative
 // window none.

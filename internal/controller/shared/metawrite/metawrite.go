@@ -246,6 +246,10 @@ func (s *Status) UpdateStatus(ctx context.Context, obj client.Object) error {
 	return nil
 }
 
+// PreservesSpec makes Status a reconcile.SpecPreserving writer: UpdateStatus and PatchMetadata set nothing of obj
+// but its resourceVersion and finalizers.
+func (s *Status) PreservesSpec() {}
+
 // PatchMetadata sends patch, a JSON merge patch of obj's metadata alone (a controller's finalizer, guarded by the
 // resourceVersion), to obj itself and reads back the metadata alone: the answer is otherwise the whole object (a
 // RayJob's spec holds a whole RayClusterSpec), which the API server encodes and the client decodes for a controller
@@ -405,6 +409,29 @@ func (c *Creates) Create(ctx context.Context, obj client.Object) error {
 		release()
 	}
 	return err
+}
+
+// Delete deletes obj with opts and reads nothing of the answer, which it asks for as metadata alone: a deleted
+// object is answered with the whole object (a RayCluster's pod templates and managedFields), which the manager's
+// client decodes, encodes and decodes again into a map for a caller that reads none of it. A refused delete
+// returns the API server's error (apierrors.IsNotFound, IsConflict for a failed precondition... work on it). obj
+// is of one of createResources' kinds.
+func (c *Creates) Delete(ctx context.Context, obj client.Object, opts *metav1.DeleteOptions) error {
+	gvk, err := apiutil.GVKForObject(obj, scheme)
+	if err != nil {
+		return err
+	}
+	rc, ok := c.kinds[gvk]
+	if !ok {
+		return fmt.Errorf("metawrite deletes no %v", gvk)
+	}
+	body, err := json.Marshal(opts)
+	if err != nil {
+		return err
+	}
+	req := rc.Delete().Namespace(obj.GetNamespace()).Resource(createResources[gvk].resource).Name(obj.GetName()).
+		SetHeader("Content-Type", runtime.ContentTypeJSON).Body(body)
+	return send(ctx, req, http.MethodDelete, obj.GetNamespace(), obj.GetName(), nil)
 }
 
 // setObjectMeta replaces obj's ObjectMeta with meta; obj is of one of createResources' kinds.

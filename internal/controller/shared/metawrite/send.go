@@ -68,7 +68,7 @@ func preflight(verb, namespace, name string) error {
 	switch {
 	case verb == http.MethodPost:
 		return errors.New("an empty namespace may not be set during creation")
-	case verb == http.MethodPut && name != "":
+	case (verb == http.MethodPut || verb == http.MethodDelete) && name != "":
 		return errors.New("an empty namespace may not be set when a resource name is provided")
 	}
 	return nil

@@ -237,8 +237,14 @@ type Creator interface {
 	Create(ctx context.Context, obj client.Object) error
 }
 
-// WithCreator is c with its creates of cr's kinds made by cr; a create with options (a dry run, a field manager)
-// stays c's own.
+// Deleter is a Creator that deletes the objects of the kinds it Handles too, reading nothing back
+// (metawrite.Creates): the manager's client decodes a deleted object whole, and then encodes and decodes it again.
+type Deleter interface {
+	Delete(ctx context.Context, obj client.Object, opts *metav1.DeleteOptions) error
+}
+
+// WithCreator is c with its creates of cr's kinds made by cr, and its deletes of them too when cr is a Deleter; a
+// create with options (a dry run, a field manager) stays c's own.
 func WithCreator(c client.Client, cr Creator) client.Client {
 	if cr == nil {
 		return c
@@ -256,4 +262,13 @@ func (c creatorClient) Create(ctx context.Context, obj client.Object, opts ...cl
 		return c.cr.Create(ctx, obj)
 	}
 	return c.Client.Create(ctx, obj, opts...)
+}
+
+func (c creatorClient) Delete(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
+	if d, ok := c.cr.(Deleter); ok && c.cr.Handles(obj) {
+		var o client.DeleteOptions
+		o.ApplyOptions(opts)
+		return d.Delete(ctx, obj, o.AsDeleteOptions())
+	}
+	return c.Client.Delete(ctx, obj, opts...)
 }

@@ -9,9 +9,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -396,5 +398,51 @@ func TestWithCreator(t *testing.T) {
 	// Everything but Create is the client's.
 	if err := c.Get(ctx, client.ObjectKeyFromObject(svc), &corev1.Service{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// configMapDeleter is a configMapCreator that deletes ConfigMaps too, keeping the options it was given.
+type configMapDeleter struct {
+	configMapCreator
+	deleted []string
+	opts    []*metav1.DeleteOptions
+}
+
+func (d *configMapDeleter) Delete(_ context.Context, obj client.Object, opts *metav1.DeleteOptions) error {
+	d.deleted = append(d.deleted, obj.GetName())
+	d.opts = append(d.opts, opts)
+	return nil
+}
+
+// A creator that is a Deleter deletes the objects of its kinds, given the delete's options as DeleteOptions; other
+// kinds' deletes are the client's. A creator that is not one deletes nothing (TestWithCreator's: the client does).
+func TestWithCreatorDeletes(t *testing.T) {
+	ctx := context.Background()
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s"}}
+	base := fake.NewClientBuilder().WithScheme(scheme.Scheme).WithObjects(svc.DeepCopy(),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "plain"}}).Build()
+	d := &configMapDeleter{}
+	c := WithCreator(base, d)
+	uid := types.UID("u1")
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: uid}}
+	if err := c.Delete(ctx, cm, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
+		t.Fatal(err)
+	}
+	want := &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}
+	if !slices.Equal(d.deleted, []string{"a"}) || !equality.Semantic.DeepEqual(d.opts[0], want) {
+		t.Fatalf("the deleter deleted %v with %+v, want [a] with %+v", d.deleted, d.opts, want)
+	}
+	if err := c.Delete(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Get(ctx, client.ObjectKeyFromObject(svc), &corev1.Service{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the Service is still in the client: %v", err)
+	}
+	plain := WithCreator(base, &configMapCreator{})
+	if err := plain.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "plain"}}); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.deleted) != 1 {
+		t.Fatalf("the deleter deleted %v", d.deleted)
 	}
 }

@@ -58,7 +58,8 @@ func (r *recorder) wrap(rt http.RoundTripper) http.RoundTripper {
 			}
 		}
 		resp, err := rt.RoundTrip(req)
-		if err != nil || (req.Method != http.MethodPost && req.Method != http.MethodPut && req.Method != http.MethodPatch) || !strings.HasSuffix(req.URL.Path, r.suffix) {
+		if err != nil || (req.Method != http.MethodPost && req.Method != http.MethodPut && req.Method != http.MethodPatch && req.Method != http.MethodDelete) ||
+			!strings.HasSuffix(req.URL.Path, r.suffix) {
 			return resp, err
 		}
 		b, rerr := io.ReadAll(resp.Body)
@@ -259,6 +260,52 @@ func testCreates(t *testing.T, cfg *rest.Config, cl client.Client, namespace str
 	pod := rayPod(namespace)
 	if c.Handles(pod) || c.Create(ctx, pod) == nil || len(*sent) != n {
 		t.Errorf("a Pod: Handles true, or created, or sent (%q); want refused before sending", (*sent)[n:])
+	}
+	testDeletes(t, c, rec, sent, cl, rc, svc)
+}
+
+// testDeletes: an object deleted through Creates.Delete is gone, the request carries the delete options and asks
+// for the metadata alone, and nothing of the answer is read into the object; a failed UID precondition is a
+// Conflict, a missing object NotFound, a kind it does not write refused before anything is sent.
+func testDeletes(t *testing.T, c *metawrite.Creates, rec *recorder, sent *[]string, cl client.Client, rc *rayv1.RayCluster, svc *corev1.Service) {
+	ctx := context.Background()
+	answers, n := len(rec.got()), len(*sent)
+	wrong := types.UID("not-" + string(rc.UID))
+	if err := c.Delete(ctx, rc, &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &wrong}}); !apierrors.IsConflict(err) {
+		t.Errorf("delete with another UID as precondition: %v, want Conflict", err)
+	}
+	before := rc.DeepCopy()
+	background := metav1.DeletePropagationBackground
+	for _, o := range []client.Object{rc, svc} {
+		uid := o.GetUID()
+		if err := c.Delete(ctx, o, &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &background}); err != nil {
+			t.Fatalf("delete %T: %v", o, err)
+		}
+		if err := cl.Get(ctx, client.ObjectKeyFromObject(o), o.DeepCopyObject().(client.Object)); !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s after delete: %v, want NotFound", o, o.GetName(), err)
+		}
+	}
+	if !equality.Semantic.DeepEqual(rc, before) {
+		t.Errorf("the RayCluster changed by its delete: %+v, was %+v", rc, before)
+	}
+	if err := c.Delete(ctx, rc, &metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a second delete of %s: %v, want NotFound", rc.Name, err)
+	}
+	accept := func(ct string) string { return " accept " + ct + ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1" }
+	rcLine := "DELETE /apis/ray.io/v1/namespaces/" + rc.Namespace + "/rayclusters/" + rc.Name + " " + runtime.ContentTypeJSON + accept(runtime.ContentTypeJSON)
+	want := []string{rcLine, rcLine,
+		"DELETE /api/v1/namespaces/" + svc.Namespace + "/services/" + svc.Name + " " + runtime.ContentTypeJSON + accept(runtime.ContentTypeProtobuf), rcLine}
+	if got := (*sent)[n:]; !slices.Equal(got, want) {
+		t.Errorf("requests sent %q, want %q", got, want)
+	}
+	// The API server answers a custom resource deleted at once with a Status, a built-in one with the object: here
+	// its metadata alone, in protobuf.
+	if a := rec.got()[answers:]; len(a) != 4 || a[1].kind != "Status" || a[2].contentType != runtime.ContentTypeProtobuf || a[2].bytes > 1024 {
+		t.Errorf("answers %+v, want a Status for the RayCluster and the Service's metadata alone in protobuf", a)
+	}
+	n = len(*sent)
+	if err := c.Delete(ctx, rayPod(rc.Namespace), &metav1.DeleteOptions{}); err == nil || len(*sent) != n {
+		t.Errorf("a Pod deleted (%v) or sent (%q); want refused before sending", err, (*sent)[n:])
 	}
 }
 
