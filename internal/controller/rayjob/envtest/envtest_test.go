@@ -11,6 +11,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -22,6 +23,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/idle"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
+	"github.com/manta-dev/manta/internal/controller/shared/metawrite"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
 	"github.com/manta-dev/manta/internal/testutil/fakeray"
@@ -84,10 +86,61 @@ func startOperator(t *testing.T, cfg *rest.Config, fr *fakeray.Fleet, o rayjob.O
 	for _, f := range opts {
 		f(&o)
 	}
+	if o.StatusWriter == nil {
+		// The operator's own writer (internal/operator): with it the controller reads a RayJob's spec from the
+		// cache in place, and the check below holds it to that.
+		w, err := metawrite.NewStatus(mgr.GetConfig(), mgr.GetHTTPClient())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.StatusWriter = w
+	}
 	if err := rayjob.NewReconciler(mgr, fr, o).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	return testutil.StartManager(t, mgr)
+	stop := testutil.StartManager(t, mgr)
+	// Registered after the manager's own stop, so it runs first (cleanups run last in, first out); a manager the
+	// test stopped itself has a cache that no longer follows the API server, and is not checked.
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			specsAsStored(t, mgr.GetCache(), mgr.GetAPIReader())
+		}
+	})
+	return func() { stopped = true; stop() }
+}
+
+// specsAsStored checks that every RayJob in the operator's cache has the spec the API server stores: the
+// controller reads a RayJob's spec in place (reconcile.UnaliasRayJobSharingSpec), so a reconcile that changed any
+// of it would have changed the cache's. Each job is compared at the resourceVersion both hold.
+func specsAsStored(t *testing.T, cache, server client.Reader) {
+	t.Helper()
+	ctx := context.Background()
+	var jobs rayv1.RayJobList
+	if err := cache.List(ctx, &jobs); err != nil {
+		t.Errorf("list the cached RayJobs: %v", err)
+		return
+	}
+	for i := range jobs.Items {
+		key := client.ObjectKeyFromObject(&jobs.Items[i])
+		testutil.Eventually(t, time.Minute, fmt.Sprintf("RayJob %s cached at the API server's resourceVersion", key), func() (bool, string) {
+			var cached, stored rayv1.RayJob
+			if err := server.Get(ctx, key, &stored); err != nil {
+				return apierrors.IsNotFound(err), err.Error()
+			}
+			if err := cache.Get(ctx, key, &cached); err != nil {
+				return apierrors.IsNotFound(err), err.Error()
+			}
+			if cached.ResourceVersion != stored.ResourceVersion {
+				return false, fmt.Sprintf("cached at %s, stored at %s", cached.ResourceVersion, stored.ResourceVersion)
+			}
+			if !equality.Semantic.DeepEqual(cached.Spec, stored.Spec) {
+				t.Errorf("RayJob %s: the cached spec differs from the stored one at resourceVersion %s:\ncached %+v\nstored %+v",
+					key, stored.ResourceVersion, cached.Spec, stored.Spec)
+			}
+			return true, ""
+		})
+	}
 }
 
 // create creates the RayJob w builds.

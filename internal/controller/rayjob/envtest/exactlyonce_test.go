@@ -12,40 +12,48 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/controller/rayjob"
+	"github.com/manta-dev/manta/internal/controller/shared/metawrite"
 	"github.com/manta-dev/manta/internal/ray"
 	"github.com/manta-dev/manta/internal/testutil"
 	"github.com/manta-dev/manta/internal/testutil/fakeray"
 )
 
-// startFlakyOperator runs the RayJob controller with a client whose status writes fail with a conflict about half
-// the time, as they do when another writer got there first (never when conflicts is nil), and opts changing its
-// options. It returns a stop function.
+// startFlakyOperator runs the RayJob controller with the operator's status writer made to fail a status write with
+// a conflict about half the time, as it does when another writer got there first (never when conflicts is nil),
+// and opts changing its options. It returns a stop function.
 func startFlakyOperator(t *testing.T, cfg *rest.Config, fr *fakeray.Fleet, conflicts *atomic.Int64, opts ...func(*rayjob.Options)) func() {
 	t.Helper()
 	o := rayjob.Options{PollInterval: 100 * time.Millisecond, MaxConcurrentReconciles: 2}
-	return startOperator(t, rest.CopyConfig(cfg), fr, o, opts, func(mo *ctrl.Options) {
-		mo.NewClient = func(c *rest.Config, o client.Options) (client.Client, error) {
-			cl, err := client.NewWithWatch(c, o)
-			if err != nil {
-				return nil, err
-			}
-			return interceptor.NewClient(cl, interceptor.Funcs{
-				SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-					if _, ok := obj.(*rayv1.RayJob); ok && conflicts != nil && rand.IntN(2) == 0 {
-						conflicts.Add(1)
-						return apierrors.NewConflict(schema.GroupResource{Group: "ray.io", Resource: "rayjobs"}, obj.GetName(), fmt.Errorf("injected"))
-					}
-					return c.SubResource(sub).Update(ctx, obj, opts...)
-				},
-			}), nil
+	if conflicts != nil {
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
+		w, err := metawrite.NewStatus(cfg, hc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.StatusWriter = flakyStatus{w, conflicts}
+	}
+	return startOperator(t, rest.CopyConfig(cfg), fr, o, opts)
+}
+
+// flakyStatus is metawrite's status writer with about half of its RayJob status writes refused as conflicts.
+type flakyStatus struct {
+	*metawrite.Status
+	conflicts *atomic.Int64
+}
+
+func (w flakyStatus) UpdateStatus(ctx context.Context, obj client.Object) error {
+	if _, ok := obj.(*rayv1.RayJob); ok && rand.IntN(2) == 0 {
+		w.conflicts.Add(1)
+		return apierrors.NewConflict(schema.GroupResource{Group: "ray.io", Resource: "rayjobs"}, obj.GetName(), fmt.Errorf("injected"))
+	}
+	return w.Status.UpdateStatus(ctx, obj)
 }
 
 // TestExactlyOnce: with half the status writes conflicting, a submit that times out after Ray accepted it, and

@@ -91,6 +91,18 @@ func UnaliasRayJob(j *rayv1.RayJob) {
 	j.TypeMeta = rayJobType
 }
 
+// UnaliasRayJobSharingSpec is UnaliasRayJob but for the spec, whose maps, slices and pointers stay the cache's:
+// its metadata and status are copied, the spec (a whole RayClusterSpec, most of what UnaliasRayJob copies) is read
+// in place. Only for a controller that changes no part of a RayJob's spec, and whose writes of it leave the spec
+// alone (a SpecPreserving StatusWriter): a write that decodes the API server's answer into the object would write
+// into the cache's spec.
+func UnaliasRayJobSharingSpec(j *rayv1.RayJob) {
+	cached := *j
+	cached.ObjectMeta.DeepCopyInto(&j.ObjectMeta)
+	cached.Status.DeepCopyInto(&j.Status)
+	j.TypeMeta = rayJobType
+}
+
 // UnaliasRayService is UnaliasRayCluster for a RayService.
 func UnaliasRayService(s *rayv1.RayService) {
 	cached := *s

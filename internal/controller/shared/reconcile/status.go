@@ -41,3 +41,13 @@ type clientPatcher struct{ c client.Writer }
 func (p clientPatcher) PatchMetadata(ctx context.Context, obj client.Object, patch []byte) error {
 	return p.c.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch))
 }
+
+// SpecPreserving is a StatusWriter and MetadataPatcher that writes nothing into the object it is handed but its
+// resourceVersion and finalizers (metawrite.Status): where every write a controller makes of its own object goes
+// through one, that object's spec may be read from the cache in place rather than copied
+// (UnaliasRayJobSharingSpec).
+type SpecPreserving interface {
+	StatusWriter
+	MetadataPatcher
+	PreservesSpec()
+}

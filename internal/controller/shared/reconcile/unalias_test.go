@@ -138,3 +138,36 @@ func TestUnaliasRayJobAndRayService(t *testing.T) {
 		t.Errorf("the cached RayService changed: %+v", svc)
 	}
 }
+
+// UnaliasRayJobSharingSpec copies a RayJob's metadata and status as UnaliasRayJob does, and leaves its spec the
+// cache's own: a change to the result's labels or status leaves the cached object as it was, and the spec's
+// RayClusterSpec is the cached one itself.
+func TestUnaliasRayJobSharingSpec(t *testing.T) {
+	job := &rayv1.RayJob{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "j", Labels: map[string]string{"team": "a"}, Finalizers: []string{"f"}},
+		Spec: rayv1.RayJobSpec{Entrypoint: "python x.py", RayClusterSpec: &rayv1.RayClusterSpec{
+			WorkerGroupSpecs: []rayv1.WorkerGroupSpec{{GroupName: "g", Replicas: ptr.To[int32](1)}}}},
+		Status: rayv1.RayJobStatus{JobId: "id", Succeeded: ptr.To[int32](0),
+			RayClusterStatus: rayv1.RayClusterStatus{Conditions: []metav1.Condition{{Type: "Ready"}}}},
+	}
+	before := job.DeepCopy()
+	j := *job
+	UnaliasRayJobSharingSpec(&j)
+	if j.TypeMeta != (metav1.TypeMeta{APIVersion: "ray.io/v1", Kind: "RayJob"}) {
+		t.Errorf("RayJob TypeMeta %+v", j.TypeMeta)
+	}
+	j.TypeMeta = metav1.TypeMeta{}
+	if !equality.Semantic.DeepEqual(&j, before) {
+		t.Errorf("the unaliased RayJob differs: %+v", j)
+	}
+	if j.Spec.RayClusterSpec != job.Spec.RayClusterSpec {
+		t.Error("the spec's RayClusterSpec was copied, want the cached one read in place")
+	}
+	j.Labels["team"] = "b"
+	j.Finalizers[0] = "g"
+	*j.Status.Succeeded = 1
+	j.Status.RayClusterStatus.Conditions[0].Type = "X"
+	if !equality.Semantic.DeepEqual(job, before) {
+		t.Errorf("the cached RayJob changed: %+v", job)
+	}
+}
