@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,6 +125,7 @@ func startEnvtest(t testing.TB, configure func(*envtest.Environment), crdDirs ..
 	if err != nil {
 		t.Fatal(err)
 	}
+	apiServer, etcd := diesWithTest(t, "kube-apiserver"), diesWithTest(t, "etcd")
 	newEnv := func() *envtest.Environment {
 		env := &envtest.Environment{
 			CRDDirectoryPaths:     crdDirs,
@@ -138,6 +140,8 @@ func startEnvtest(t testing.TB, configure func(*envtest.Environment), crdDirs ..
 		if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 			env.BinaryAssetsDirectory = filepath.Join(root, "bin")
 		}
+		env.ControlPlane.GetAPIServer().Path = apiServer
+		env.ControlPlane.Etcd = &envtest.Etcd{Path: etcd}
 		if configure != nil {
 			configure(env)
 		}
@@ -173,6 +177,37 @@ func startEnvtest(t testing.TB, configure func(*envtest.Environment), crdDirs ..
 	}
 	return cfg, cl
 }
+
+// diesWithTest writes, in the test's temporary directory, a script that runs the envtest binary name (from
+// $TEST_ASSET_<NAME>, $KUBEBUILDER_ASSETS or <repo>/bin, where envtest looks) to be killed when the test process
+// dies (setpriv --pdeathsig): a test binary killed at its timeout, or by a signal, runs no cleanup, and envtest's
+// etcd and kube-apiserver would otherwise run on for good, holding their ports and CPU.
+func diesWithTest(t testing.TB, name string) string {
+	t.Helper()
+	bin := os.Getenv("TEST_ASSET_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")))
+	if bin == "" {
+		dir := os.Getenv("KUBEBUILDER_ASSETS")
+		if dir == "" {
+			dir = filepath.Join(MustRepoRoot(t), "bin")
+		}
+		bin = filepath.Join(dir, name)
+	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), name)
+	// The signal goes when the thread that started the component ends, which in a Go program is the process
+	// ending: the runtime keeps its threads (internal/devcluster starts its components so too).
+	body := "#!/bin/sh\nexec setpriv --pdeathsig KILL -- " + shellQuote(abs) + " \"$@\"\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return script
+}
+
+// shellQuote quotes s for sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // Manager is what RunManager starts: a controller-runtime manager.
 type Manager interface {
