@@ -55,19 +55,52 @@ func Parse(s string) (ID, error) {
 }
 
 func startTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	f, err := statFields(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name, in parentheses, may hold spaces and parentheses; the fields after the last ')' start with
-	// field 3 (state), so the start time (field 22) is the 20th of them.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, errors.New("liveproc: unreadable stat")
-	}
-	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 20 {
 		return 0, errors.New("liveproc: short stat")
 	}
 	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// Children lists the processes whose parent is pid now, zombies included.
+func Children(pid int) ([]int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	parent := strconv.Itoa(pid)
+	var kids []int
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if f, err := statFields(p); err == nil && len(f) > 1 && f[1] == parent { // exited meanwhile: not listed
+			kids = append(kids, p)
+		}
+	}
+	return kids, nil
+}
+
+// Zombie reports whether the process with pid has ended and waits to be reaped by its parent.
+func Zombie(pid int) bool {
+	f, err := statFields(pid)
+	return err == nil && len(f) > 0 && f[0] == "Z"
+}
+
+// statFields are the fields of /proc/<pid>/stat after the command name: the name, in parentheses, may hold spaces
+// and parentheses, so they start after the last ')', with field 3 (state), then ppid.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return nil, errors.New("liveproc: unreadable stat")
+	}
+	return strings.Fields(string(b[i+1:])), nil
 }

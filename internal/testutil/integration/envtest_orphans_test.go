@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,7 +24,11 @@ func TestEnvtestDiesWithItsTest(t *testing.T) {
 	if os.Getenv(childEnv) != "" {
 		testutil.StartEnvtest(t)
 		var ids []string
-		for _, pid := range childrenOf(t, os.Getpid()) {
+		kids, err := liveproc.Children(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pid := range kids {
 			if id, ok := liveproc.Of(pid); ok {
 				ids = append(ids, id.String())
 			}
@@ -78,55 +81,10 @@ func TestEnvtestDiesWithItsTest(t *testing.T) {
 	testutil.Eventually(t, time.Minute, "etcd and kube-apiserver gone with the test that started them", func() (bool, string) {
 		var left []string
 		for _, id := range ids {
-			if id.Exists() && !zombie(id.PID) {
+			if id.Exists() && !liveproc.Zombie(id.PID) {
 				left = append(left, id.String())
 			}
 		}
 		return len(left) == 0, "still running: " + strings.Join(left, ", ")
 	})
-}
-
-// childrenOf lists the processes whose parent is pid.
-func childrenOf(t *testing.T, pid int) []int {
-	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kids []int
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, _, ok := stat(p); ok && ppid == pid {
-			kids = append(kids, p)
-		}
-	}
-	return kids
-}
-
-// zombie says whether pid has ended and waits to be reaped by whoever its parent is now.
-func zombie(pid int) bool {
-	_, state, ok := stat(pid)
-	return ok && state == "Z"
-}
-
-// stat reads a process's parent and state from /proc/<pid>/stat.
-func stat(pid int) (ppid int, state string, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, "", false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, "", false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0, "", false
-	}
-	ppid, err = strconv.Atoi(f[1])
-	return ppid, f[0], err == nil
 }

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/manta-dev/manta/internal/devcluster/images"
+	"github.com/manta-dev/manta/internal/sys/liveproc"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -393,26 +394,9 @@ func execWithZombie(bin string) {
 // childrenOf lists the processes whose parent is pid, zombies included.
 func childrenOf(t *testing.T, pid int) []int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
+	kids, err := liveproc.Children(pid)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var kids []int
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // exited meanwhile
-		}
-		// Fields after the command's closing parenthesis: state, ppid, ...
-		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
-		f := strings.Fields(rest)
-		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
-			kids = append(kids, p)
-		}
 	}
 	return kids
 }

@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/manta-dev/manta/internal/sys/liveproc"
 )
@@ -71,5 +74,39 @@ func TestTerminate(t *testing.T) {
 			}
 			liveproc.Terminate(cmd.Process, exited, grace) // again: returns at once
 		})
+	}
+}
+
+// TestChildrenAndZombie: a child is listed among this process's children while it runs and once it has ended
+// unreaped, when it is a zombie; reaped, it is neither.
+func TestChildrenAndZombie(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	listed := func() bool {
+		kids, err := liveproc.Children(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(kids, pid)
+	}
+	if !listed() || liveproc.Zombie(pid) {
+		t.Fatalf("running child %d: listed %v, zombie %v; want listed and not a zombie", pid, listed(), liveproc.Zombie(pid))
+	}
+	// Killed and waited for without being reaped (WNOWAIT): a zombie, still this process's child.
+	_ = cmd.Process.Kill()
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !listed() || !liveproc.Zombie(pid) {
+		t.Errorf("ended child %d: listed %v, zombie %v; want both", pid, listed(), liveproc.Zombie(pid))
+	}
+	_ = cmd.Wait()
+	if listed() || liveproc.Zombie(pid) {
+		t.Errorf("reaped child %d: listed %v, zombie %v; want neither", pid, listed(), liveproc.Zombie(pid))
 	}
 }
