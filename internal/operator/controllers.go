@@ -231,6 +231,9 @@ func (w countedStatus) PatchMetadata(ctx context.Context, obj client.Object, pat
 // PreservesSpec makes countedStatus a reconcile.SpecPreserving writer, as the metawrite.Status it counts.
 func (w countedStatus) PreservesSpec() {}
 
+// The RayJob controller reads a RayJob's spec in place only behind a SpecPreserving writer.
+var _ reconcile.SpecPreserving = countedStatus{}
+
 // coalesceWindow maps --status-coalesce-window onto raycluster.Options, where 0 means the default and a negative
 // window none.
 func coalesceWindow(d time.Duration) time.Duration {
