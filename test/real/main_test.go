@@ -152,13 +152,11 @@ func (e *env) kubectlOut(ctx context.Context, args ...string) (string, error) {
 
 func (e *env) namespace(t testing.TB, ctx context.Context, name string) string {
 	t.Helper()
-	if _, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := testutil.CreateNamespaceWith(ctx, e.cs, name); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, 2*time.Minute, "default ServiceAccount of "+name, func() (bool, string) {
-		_, err := e.cs.CoreV1().ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, fmt.Sprint(err)
-	})
 	return name
 }
 

@@ -207,13 +207,11 @@ func newScene(t *testing.T, ctx context.Context, c *devcluster.Cluster, kubectl 
 		t.Fatal(err)
 	}
 	s := &scene{c: c, cl: cl, cs: kubernetes.NewForConfigOrDie(c.RESTConfig()), kubectl: kubectl, ns: "live"}
-	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: s.ns}}); err != nil {
+	nsCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := testutil.CreateNamespace(nsCtx, cl, s.ns); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, 2*time.Minute, "default ServiceAccount of "+s.ns, func() (bool, string) {
-		_, err := s.cs.CoreV1().ServiceAccounts(s.ns).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, fmt.Sprint(err)
-	})
 	return s
 }
 
