@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -300,14 +302,16 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, error) {
 		ctrlOpts.SkipNameValidation = ptr.To(true)
 	}
 	lease, renew, retry := opts.leaderElectionTimes()
+	// HTTP/1.1: ALPN offers only http/1.1, so client-go's transport does not set up HTTP/2 (utilnet.SetTransportDefaults).
+	// shortIdle is the first wrap, so it is handed client-go's transport itself.
+	if opts.Optimizations.On(optimize.HTTP1Connections) {
+		cfg.NextProtos = []string{"http/1.1"}
+		cfg.Wrap(shortIdle)
+		cfg.Wrap(countHTTP1(opts.Optimizations))
+	}
 	if opts.Optimizations.On(optimize.UncompressedResponses) {
 		cfg.DisableCompression = true
 		cfg.Wrap(countRequests(opts.Optimizations, optimize.UncompressedResponses))
-	}
-	// HTTP/1.1: ALPN offers only http/1.1, so client-go's transport does not set up HTTP/2 (utilnet.SetTransportDefaults).
-	if opts.Optimizations.On(optimize.HTTP1Connections) {
-		cfg.NextProtos = []string{"http/1.1"}
-		cfg.Wrap(countHTTP1(opts.Optimizations))
 	}
 	// The Ray pod watch reaches client-go with what stripPod would drop already gone (see podWatchBody).
 	if opts.Optimizations.On(optimize.PodWatchPruning) {
@@ -462,6 +466,36 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 		}
 	}
 	return mgr.Start(ctx)
+}
+
+// http1IdleTimeout is how long an idle HTTP/1.1 connection to the API server is kept for the next request: under
+// kube-apiserver's own 90 s (its http.Server IdleTimeout), so that the client ends an idle connection first.
+// client-go keeps one 90 s too, and where the two meet a request can be written on a connection the server has
+// just closed: a POST that fails so part-way ("transport connection broken: ... broken pipe") is not retried. Over
+// HTTP/2 (the optimization off) the one connection is closed with GOAWAY instead, and a request on it retried.
+const http1IdleTimeout = 45 * time.Second
+
+// shortened holds the transports shortIdle has set, each set once.
+var shortened sync.Map
+
+// shortIdle gives client-go's transport http1IdleTimeout. It sets a transport the first time it is handed one:
+// client-go's transport cache made it then (its key holds the http/1.1-only NextProtos, which no client but the
+// operator's uses), before any request; later configs get the cached transport, which is left alone.
+func shortIdle(rt http.RoundTripper) http.RoundTripper {
+	inner := rt
+	for {
+		w, ok := inner.(utilnet.RoundTripperWrapper) // client-go's cache hands its transport in a wrapper of its own
+		if !ok {
+			break
+		}
+		inner = w.WrappedRoundTripper()
+	}
+	if t, ok := inner.(*http.Transport); ok {
+		if _, seen := shortened.LoadOrStore(t, true); !seen {
+			t.IdleConnTimeout = http1IdleTimeout
+		}
+	}
+	return rt
 }
 
 // countHTTP1 counts the answers that came over HTTP/1.1 as acts of http1-connections.
