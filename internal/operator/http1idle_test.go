@@ -62,3 +62,32 @@ func TestHTTP1IdleTimeoutUnderTheAPIServers(t *testing.T) {
 	}
 	runtime.KeepAlive(rt) // client-go's cache holds its transports weakly: the first must not be collected meanwhile
 }
+
+// shortIdle's record of the transports it has set does not keep them: once a transport is collected its entry goes,
+// so a process that starts many managers does not hold every transport client-go made for them.
+func TestShortIdleKeepsNoTransport(t *testing.T) {
+	count := func() (n int) {
+		shortened.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	before := count()
+	func() {
+		tr := &http.Transport{}
+		shortIdle(tr)
+		if tr.IdleConnTimeout != http1IdleTimeout {
+			t.Fatalf("IdleConnTimeout %s, want %s", tr.IdleConnTimeout, http1IdleTimeout)
+		}
+		if count() != before+1 {
+			t.Fatalf("%d transports recorded, want %d", count(), before+1)
+		}
+	}()
+	// Cleanups run on their own goroutine after a collection; each round collects and then waits on the runtime's
+	// queue of cleanups, not on a clock.
+	for i := 0; count() > before; i++ {
+		if i == 100 {
+			t.Fatalf("%d transports still recorded after %d collections, want %d: a collected transport's entry stays", count(), i, before)
+		}
+		runtime.GC()
+		runtime.Gosched()
+	}
+}

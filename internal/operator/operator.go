@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"time"
+	"weak"
 
 	cmv1 "github.com/cert-manager/cert-manager/pkg/apis/certmanager/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -475,8 +477,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options) error {
 // HTTP/2 (the optimization off) the one connection is closed with GOAWAY instead, and a request on it retried.
 const http1IdleTimeout = 45 * time.Second
 
-// shortened holds the transports shortIdle has set, each set once.
-var shortened sync.Map
+// shortened holds the transports shortIdle has set, each set once. Its keys are weak, and a transport's entry is
+// dropped when the transport is collected: client-go's cache holds its transports weakly, and a process that starts
+// many managers (a test) would otherwise keep every transport it ever made.
+var shortened sync.Map // weak.Pointer[http.Transport] -> struct{}
 
 // shortIdle gives client-go's transport http1IdleTimeout. It sets a transport the first time it is handed one:
 // client-go's transport cache made it then (its key holds the http/1.1-only NextProtos, which no client but the
@@ -491,8 +495,10 @@ func shortIdle(rt http.RoundTripper) http.RoundTripper {
 		inner = w.WrappedRoundTripper()
 	}
 	if t, ok := inner.(*http.Transport); ok {
-		if _, seen := shortened.LoadOrStore(t, true); !seen {
+		key := weak.Make(t)
+		if _, seen := shortened.LoadOrStore(key, struct{}{}); !seen {
 			t.IdleConnTimeout = http1IdleTimeout
+			goruntime.AddCleanup(t, func(k weak.Pointer[http.Transport]) { shortened.Delete(k) }, key)
 		}
 	}
 	return rt
