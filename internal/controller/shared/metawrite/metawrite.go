@@ -51,22 +51,6 @@ func newScheme() (*runtime.Scheme, serializer.CodecFactory) {
 	return s, serializer.NewCodecFactory(s)
 }
 
-// newClient makes a REST client for one group version, sending contentType and asking for metadata in it. Each
-// has a token bucket of its own at cfg's QPS and burst, as every resource's client the manager makes has
-// (controller-runtime builds one REST client per kind), and shares hc's connections.
-func newClient(cfg *rest.Config, hc *http.Client, apiPath string, gv schema.GroupVersion, contentType string) (rest.Interface, error) {
-	c := rest.CopyConfig(cfg)
-	c.APIPath = apiPath
-	c.GroupVersion = &gv
-	c.NegotiatedSerializer = codecs.WithoutConversion()
-	c.ContentType = contentType
-	c.AcceptContentTypes = contentType + asMetadata
-	if c.UserAgent == "" {
-		c.UserAgent = rest.DefaultKubernetesUserAgent()
-	}
-	return rest.RESTClientForConfigAndClient(c, hc)
-}
-
 // decodeMetadata decodes an answer in any media type the API server speaks into the PartialObjectMetadata asked
 // for.
 func decodeMetadata(raw []byte) (*metav1.ObjectMeta, error) {
@@ -83,16 +67,16 @@ func decodeMetadata(raw []byte) (*metav1.ObjectMeta, error) {
 
 // Pods creates pods through its own REST client, in protobuf.
 type Pods struct {
-	rc rest.Interface
+	ep *endpoint
 }
 
 // NewPods makes a Pods from the operator's config and HTTP client (one connection pool with the manager's).
 func NewPods(cfg *rest.Config, hc *http.Client) (*Pods, error) {
-	rc, err := newClient(cfg, hc, "/api", corev1.SchemeGroupVersion, runtime.ContentTypeProtobuf)
+	ep, err := newEndpoint(cfg, hc, "/api", corev1.SchemeGroupVersion, runtime.ContentTypeProtobuf)
 	if err != nil {
 		return nil, err
 	}
-	return &Pods{rc: rc}, nil
+	return &Pods{ep: ep}, nil
 }
 
 // Create creates pod in its namespace. On success pod's ObjectMeta is what the API server stored (the generated
@@ -104,8 +88,8 @@ func (p *Pods) Create(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	req := p.rc.Post().Namespace(pod.Namespace).Resource("pods").SetHeader("Content-Type", runtime.ContentTypeProtobuf).Body(body.bytes)
-	err = send(ctx, req, http.MethodPost, pod.Namespace, "", func(raw []byte) error {
+	w := write{verb: http.MethodPost, namespace: pod.Namespace, resource: "pods", contentType: runtime.ContentTypeProtobuf, body: body.bytes}
+	err = p.ep.send(ctx, w, func(raw []byte) error {
 		decode := decodeMetadata
 		if bytes.HasPrefix(raw, protobufMagic) {
 			decode = objectMetaOf // the answer asked for
@@ -125,16 +109,16 @@ func (p *Pods) Create(ctx context.Context, pod *corev1.Pod) error {
 // answers but their errors: the operator's event writer needs nothing of what the API server stored, and its
 // clientset sent and read JSON (the clientsets' default), each Event encoded and its answer decoded whole.
 type Events struct {
-	rc rest.Interface
+	ep *endpoint
 }
 
 // NewEvents makes an Events from a config (its QPS and burst are the writer's) and the operator's HTTP client.
 func NewEvents(cfg *rest.Config, hc *http.Client) (*Events, error) {
-	rc, err := newClient(cfg, hc, "/apis", eventsv1.SchemeGroupVersion, runtime.ContentTypeProtobuf)
+	ep, err := newEndpoint(cfg, hc, "/apis", eventsv1.SchemeGroupVersion, runtime.ContentTypeProtobuf)
 	if err != nil {
 		return nil, err
 	}
-	return &Events{rc: rc}, nil
+	return &Events{ep: ep}, nil
 }
 
 // Create creates ev in its namespace.
@@ -144,18 +128,16 @@ func (e *Events) Create(ctx context.Context, ev *eventsv1.Event) error {
 		return err
 	}
 	defer body.release()
-	req := e.rc.Post().Namespace(ev.Namespace).Resource("events").SetHeader("Content-Type", runtime.ContentTypeProtobuf).Body(body.bytes)
-	return send(ctx, req, http.MethodPost, ev.Namespace, "", nil)
+	return e.ep.send(ctx, write{verb: http.MethodPost, namespace: ev.Namespace, resource: "events", contentType: runtime.ContentTypeProtobuf, body: body.bytes}, nil)
 }
 
 // MergePatch applies a JSON merge patch to the Event namespace/name.
 func (e *Events) MergePatch(ctx context.Context, namespace, name string, patch []byte) error {
-	req := e.rc.Patch(types.MergePatchType).Namespace(namespace).Resource("events").Name(name).Body(patch)
-	return send(ctx, req, http.MethodPatch, namespace, name, nil)
+	return e.ep.send(ctx, write{verb: http.MethodPatch, namespace: namespace, resource: "events", name: name, contentType: string(types.MergePatchType), body: patch}, nil)
 }
 
 // GetRateLimiter is the writes' token bucket.
-func (e *Events) GetRateLimiter() flowcontrol.RateLimiter { return e.rc.GetRateLimiter() }
+func (e *Events) GetRateLimiter() flowcontrol.RateLimiter { return e.ep.limiter }
 
 // statusResources are the custom resources whose status a Status writes, by kind, with their resource.
 var statusResources = map[schema.GroupVersionKind]string{
@@ -173,7 +155,7 @@ type Status struct {
 }
 
 type statusClient struct {
-	rc       rest.Interface
+	ep       *endpoint
 	resource string
 }
 
@@ -182,11 +164,11 @@ type statusClient struct {
 func NewStatus(cfg *rest.Config, hc *http.Client) (*Status, error) {
 	s := &Status{kinds: make(map[schema.GroupVersionKind]statusClient, len(statusResources))}
 	for gvk, resource := range statusResources {
-		rc, err := newClient(cfg, hc, "/apis", gvk.GroupVersion(), runtime.ContentTypeJSON)
+		ep, err := newEndpoint(cfg, hc, "/apis", gvk.GroupVersion(), runtime.ContentTypeJSON)
 		if err != nil {
 			return nil, fmt.Errorf("%s status client: %w", gvk.Kind, err)
 		}
-		s.kinds[gvk] = statusClient{rc: rc, resource: resource}
+		s.kinds[gvk] = statusClient{ep: ep, resource: resource}
 	}
 	return s, nil
 }
@@ -217,9 +199,10 @@ func (s *Status) UpdateStatus(ctx context.Context, obj client.Object) error {
 	if err != nil {
 		return err
 	}
-	req := c.rc.Put().Namespace(obj.GetNamespace()).Resource(c.resource).Name(obj.GetName()).SubResource("status").Body(body)
+	w := write{verb: http.MethodPut, namespace: obj.GetNamespace(), resource: c.resource, name: obj.GetName(), subresource: "status",
+		contentType: runtime.ContentTypeJSON, body: body}
 	var rv string
-	err = send(ctx, req, http.MethodPut, obj.GetNamespace(), obj.GetName(), func(raw []byte) error {
+	err = c.ep.send(ctx, w, func(raw []byte) error {
 		// A status write changes nothing in the metadata but the resourceVersion (and managedFields, which the
 		// cache drops): read that alone. Decoding the answer into PartialObjectMetadata would allocate for its
 		// managedFields, which list every spec field the object's creator set.
@@ -260,7 +243,8 @@ func (s *Status) PatchMetadata(ctx context.Context, obj client.Object, patch []b
 	if err != nil {
 		return err
 	}
-	req := c.rc.Patch(types.MergePatchType).Namespace(obj.GetNamespace()).Resource(c.resource).Name(obj.GetName()).Body(patch)
+	w := write{verb: http.MethodPatch, namespace: obj.GetNamespace(), resource: c.resource, name: obj.GetName(),
+		contentType: string(types.MergePatchType), body: patch}
 	var answer struct {
 		Kind     string `json:"kind"`
 		Metadata struct {
@@ -268,7 +252,7 @@ func (s *Status) PatchMetadata(ctx context.Context, obj client.Object, patch []b
 			Finalizers      []string `json:"finalizers"`
 		} `json:"metadata"`
 	}
-	err = send(ctx, req, http.MethodPatch, obj.GetNamespace(), obj.GetName(), func(raw []byte) error {
+	err = c.ep.send(ctx, w, func(raw []byte) error {
 		if err := json.Unmarshal(raw, &answer); err != nil {
 			return fmt.Errorf("decode the metadata of the %s patched: %w", gvk.Kind, err)
 		}
@@ -334,13 +318,13 @@ var createResources = map[schema.GroupVersionKind]struct {
 // RayJob creates, the answer is otherwise the whole cluster (its spec, the pod templates in it), which the API
 // server encodes and the client decodes for a controller that reads nothing of it but the name.
 type Creates struct {
-	kinds map[schema.GroupVersionKind]rest.Interface
+	kinds map[schema.GroupVersionKind]*endpoint
 }
 
 // NewCreates makes a Creates from the operator's config and HTTP client, one REST client (and token bucket) per
 // kind, as the manager's client has.
 func NewCreates(cfg *rest.Config, hc *http.Client) (*Creates, error) {
-	c := &Creates{kinds: make(map[schema.GroupVersionKind]rest.Interface, len(createResources))}
+	c := &Creates{kinds: make(map[schema.GroupVersionKind]*endpoint, len(createResources))}
 	for gvk, r := range createResources {
 		apiPath, contentType := "/apis", runtime.ContentTypeJSON
 		if gvk.Group == "" {
@@ -349,11 +333,11 @@ func NewCreates(cfg *rest.Config, hc *http.Client) (*Creates, error) {
 		if r.protobuf {
 			contentType = runtime.ContentTypeProtobuf
 		}
-		rc, err := newClient(cfg, hc, apiPath, gvk.GroupVersion(), contentType)
+		ep, err := newEndpoint(cfg, hc, apiPath, gvk.GroupVersion(), contentType)
 		if err != nil {
 			return nil, fmt.Errorf("%s create client: %w", gvk.Kind, err)
 		}
-		c.kinds[gvk] = rc
+		c.kinds[gvk] = ep
 	}
 	return c, nil
 }
@@ -377,23 +361,26 @@ func (c *Creates) Create(ctx context.Context, obj client.Object) error {
 	if err != nil {
 		return err
 	}
-	rc, ok := c.kinds[gvk]
+	ep, ok := c.kinds[gvk]
 	if !ok {
 		return fmt.Errorf("metawrite creates no %v", gvk)
 	}
 	r := createResources[gvk]
-	req := rc.Post().Namespace(obj.GetNamespace()).Resource(r.resource)
+	w := write{verb: http.MethodPost, namespace: obj.GetNamespace(), resource: r.resource}
 	var release func()
 	if r.protobuf {
 		body, err := encodeProtobuf(obj, gvk)
 		if err != nil {
 			return err
 		}
-		req, release = req.SetHeader("Content-Type", runtime.ContentTypeProtobuf).Body(body.bytes), body.release
+		w.contentType, w.body, release = runtime.ContentTypeProtobuf, body.bytes, body.release
 	} else {
-		req = req.Body(obj)
+		if w.body, err = runtime.Encode(jsonEncoder(gvk.GroupVersion()), obj); err != nil {
+			return err
+		}
+		w.contentType = runtime.ContentTypeJSON
 	}
-	err = send(ctx, req, http.MethodPost, obj.GetNamespace(), "", func(raw []byte) error {
+	err = ep.send(ctx, w, func(raw []byte) error {
 		decode := decodeMetadata
 		if bytes.HasPrefix(raw, protobufMagic) {
 			decode = objectMetaOf
@@ -421,7 +408,7 @@ func (c *Creates) Delete(ctx context.Context, obj client.Object, opts *metav1.De
 	if err != nil {
 		return err
 	}
-	rc, ok := c.kinds[gvk]
+	ep, ok := c.kinds[gvk]
 	if !ok {
 		return fmt.Errorf("metawrite deletes no %v", gvk)
 	}
@@ -429,9 +416,8 @@ func (c *Creates) Delete(ctx context.Context, obj client.Object, opts *metav1.De
 	if err != nil {
 		return err
 	}
-	req := rc.Delete().Namespace(obj.GetNamespace()).Resource(createResources[gvk].resource).Name(obj.GetName()).
-		SetHeader("Content-Type", runtime.ContentTypeJSON).Body(body)
-	return send(ctx, req, http.MethodDelete, obj.GetNamespace(), obj.GetName(), nil)
+	return ep.send(ctx, write{verb: http.MethodDelete, namespace: obj.GetNamespace(), resource: createResources[gvk].resource,
+		name: obj.GetName(), contentType: runtime.ContentTypeJSON, body: body}, nil)
 }
 
 // setObjectMeta replaces obj's ObjectMeta with meta; obj is of one of createResources' kinds.
@@ -445,4 +431,10 @@ func setObjectMeta(obj client.Object, meta *metav1.ObjectMeta) error {
 		return fmt.Errorf("metawrite sets no metadata of %T", obj)
 	}
 	return nil
+}
+
+// jsonEncoder encodes an object of gv in JSON with its apiVersion and kind, as a REST client's Body(obj) does.
+func jsonEncoder(gv schema.GroupVersion) runtime.Encoder {
+	info, _ := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeJSON)
+	return codecs.WithoutConversion().EncoderForVersion(info.Serializer, gv)
 }
