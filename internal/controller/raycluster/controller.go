@@ -180,7 +180,7 @@ func newReconciler(cl client.Client, reader client.Reader, recorder events.Event
 		Client:         cl,
 		Recorder:       recorder,
 		New:            func() *rayv1.RayCluster { return &rayv1.RayCluster{} },
-		Unalias:        reconcile.UnaliasRayCluster,
+		Unalias:        unalias(opts.StatusWriter),
 		ManagedBy:      func(c *rayv1.RayCluster) *string { return c.Spec.ManagedBy },
 		Forget:         r.forget,
 		Finalizer:      clusterbuild.FinalizerGCSFTRedisCleanup,
@@ -194,6 +194,16 @@ func newReconciler(cl client.Client, reader client.Reader, recorder events.Event
 		Writes:         &r.writes,
 	}
 	return r
+}
+
+// unalias is how a reconcile makes its own copy of the cached RayCluster: all but the spec when the status writer
+// is spec-preserving (metawrite's), since the controller changes the spec of no cluster it was handed
+// (clearWorkersToDelete copies it first) and no write then decodes into it; the whole cluster otherwise.
+func unalias(w reconcile.StatusWriter) func(*rayv1.RayCluster) {
+	if _, ok := w.(reconcile.SpecPreserving); ok {
+		return reconcile.UnaliasRayClusterSharingSpec
+	}
+	return reconcile.UnaliasRayCluster
 }
 
 // newPodIndex lists pods by clusterpods' index from informers' indexer, or through cl where informers is nil (the

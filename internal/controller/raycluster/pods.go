@@ -588,6 +588,9 @@ func (r *Reconciler) clearWorkersToDelete(ctx context.Context, run *run) error {
 		return nil // the usual case: no copy of the cluster for nothing
 	}
 	orig := c.DeepCopy()
+	// The spec read may be the cache's own (reconcile.UnaliasRayClusterSharingSpec): the change, and the patch's
+	// answer decoded into c, go to a copy.
+	c.Spec = *orig.Spec.DeepCopy()
 	for i := range c.Spec.WorkerGroupSpecs {
 		if g := &c.Spec.WorkerGroupSpecs[i]; done(g) {
 			g.ScaleStrategy.WorkersToDelete = nil

@@ -20,8 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/shared/clusterpods"
+	"github.com/manta-dev/manta/internal/controller/shared/reconcile"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -161,5 +163,39 @@ func TestEventsSurviveStatusConflict(t *testing.T) {
 		if !slices.ContainsFunc(got, func(e string) bool { return strings.Contains(e, reason) }) {
 			t.Errorf("no %s event in %q", reason, got)
 		}
+	}
+}
+
+// clearWorkersToDelete writes a copy of the spec it was handed: read in place from the cache
+// (reconcile.UnaliasRayClusterSharingSpec), the cached cluster keeps its workersToDelete until the API server's
+// answer replaces it, while the stored cluster and the reconcile's copy have it cleared.
+func TestClearWorkersToDeleteLeavesTheSharedSpec(t *testing.T) {
+	scheme, err := testutil.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := testutil.MakeRayCluster("ns", "rc").Workers("small", 1).Obj()
+	rc.Spec.WorkerGroupSpecs[0].ScaleStrategy.WorkersToDelete = []string{"gone-worker"}
+	cl := fake.NewClientBuilder().WithScheme(scheme).WithIndex(&corev1.Pod{}, clusterpods.Index, clusterpods.IndexValue).WithObjects(rc).Build()
+	r := newReconciler(cl, cl, events.NewFakeRecorder(10), Options{})
+	key := types.NamespacedName{Namespace: "ns", Name: "rc"}
+	cached := &rayv1.RayCluster{}
+	if err := cl.Get(context.Background(), key, cached); err != nil {
+		t.Fatal(err)
+	}
+	c := *cached
+	reconcile.UnaliasRayClusterSharingSpec(&c)
+	if err := r.clearWorkersToDelete(context.Background(), newRun(&c, key)); err != nil {
+		t.Fatal(err)
+	}
+	if got := cached.Spec.WorkerGroupSpecs[0].ScaleStrategy.WorkersToDelete; !slices.Equal(got, []string{"gone-worker"}) {
+		t.Errorf("the cached cluster's workersToDelete = %q, want it untouched", got)
+	}
+	stored := &rayv1.RayCluster{}
+	if err := cl.Get(context.Background(), key, stored); err != nil {
+		t.Fatal(err)
+	}
+	if w := stored.Spec.WorkerGroupSpecs[0].ScaleStrategy.WorkersToDelete; len(w) != 0 || len(c.Spec.WorkerGroupSpecs[0].ScaleStrategy.WorkersToDelete) != 0 {
+		t.Errorf("workersToDelete stored %q, in the reconcile's copy %q; want both cleared", w, c.Spec.WorkerGroupSpecs[0].ScaleStrategy.WorkersToDelete)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	rayv1 "github.com/manta-dev/manta/api/ray/v1"
 	"github.com/manta-dev/manta/internal/clusterbuild"
 	"github.com/manta-dev/manta/internal/controller/raycluster"
+	"github.com/manta-dev/manta/internal/controller/shared/metawrite"
 	"github.com/manta-dev/manta/internal/testutil"
 )
 
@@ -137,11 +138,22 @@ func startEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	mgr := testutil.NewManager(t, cfg, rayPodsOnly, func(o *ctrl.Options) { o.NewClient = e.recordingPodCreates })
+	// The operator's own status writer (internal/operator): with it the controller reads a cluster's spec from the
+	// cache in place, and the check below holds it to that.
+	status, err := metawrite.NewStatus(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := raycluster.NewReconciler(mgr, raycluster.Options{DefaultPodTemplate: defaultsNS + "/defaults", MaxConcurrentReconciles: 4,
-		CreateBackoffBase: testCreateBackoffBase, CreateBackoffMax: 5 * time.Second}).SetupWithManager(mgr); err != nil {
+		CreateBackoffBase: testCreateBackoffBase, CreateBackoffMax: 5 * time.Second, StatusWriter: status}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
 	testutil.RunManager(t, mgr)
+	// Registered after the manager's stop, so it runs first, while the cache still follows the API server.
+	t.Cleanup(func() {
+		testutil.SpecsAsStored(t, mgr.GetCache(), mgr.GetAPIReader(), &rayv1.RayClusterList{},
+			func(o client.Object) any { return o.(*rayv1.RayCluster).Spec })
+	})
 	return e
 }
 

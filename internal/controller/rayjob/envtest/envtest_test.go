@@ -11,7 +11,6 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -104,43 +103,11 @@ func startOperator(t *testing.T, cfg *rest.Config, fr *fakeray.Fleet, o rayjob.O
 	stopped := false
 	t.Cleanup(func() {
 		if !stopped {
-			specsAsStored(t, mgr.GetCache(), mgr.GetAPIReader())
+			testutil.SpecsAsStored(t, mgr.GetCache(), mgr.GetAPIReader(), &rayv1.RayJobList{},
+				func(o client.Object) any { return o.(*rayv1.RayJob).Spec })
 		}
 	})
 	return func() { stopped = true; stop() }
-}
-
-// specsAsStored checks that every RayJob in the operator's cache has the spec the API server stores: the
-// controller reads a RayJob's spec in place (reconcile.UnaliasRayJobSharingSpec), so a reconcile that changed any
-// of it would have changed the cache's. Each job is compared at the resourceVersion both hold.
-func specsAsStored(t *testing.T, cache, server client.Reader) {
-	t.Helper()
-	ctx := context.Background()
-	var jobs rayv1.RayJobList
-	if err := cache.List(ctx, &jobs); err != nil {
-		t.Errorf("list the cached RayJobs: %v", err)
-		return
-	}
-	for i := range jobs.Items {
-		key := client.ObjectKeyFromObject(&jobs.Items[i])
-		testutil.Eventually(t, time.Minute, fmt.Sprintf("RayJob %s cached at the API server's resourceVersion", key), func() (bool, string) {
-			var cached, stored rayv1.RayJob
-			if err := server.Get(ctx, key, &stored); err != nil {
-				return apierrors.IsNotFound(err), err.Error()
-			}
-			if err := cache.Get(ctx, key, &cached); err != nil {
-				return apierrors.IsNotFound(err), err.Error()
-			}
-			if cached.ResourceVersion != stored.ResourceVersion {
-				return false, fmt.Sprintf("cached at %s, stored at %s", cached.ResourceVersion, stored.ResourceVersion)
-			}
-			if !equality.Semantic.DeepEqual(cached.Spec, stored.Spec) {
-				t.Errorf("RayJob %s: the cached spec differs from the stored one at resourceVersion %s:\ncached %+v\nstored %+v",
-					key, stored.ResourceVersion, cached.Spec, stored.Spec)
-			}
-			return true, ""
-		})
-	}
 }
 
 // create creates the RayJob w builds.

@@ -41,8 +41,8 @@ const (
 	// MetadataWrites creates Ray pods, RayClusters' Services, a RayJob's RayCluster and head Service (and deletes
 	// that RayCluster), and writes every controller's status (sending the status alone) and finalizer asking the API
 	// server for the metadata alone in return (internal/controller/shared/metawrite); with no write decoding into
-	// the RayJob read, the RayJob controller then reads its spec from the cache in place. Off: the manager's client,
-	// which sends and decodes whole objects, and the whole RayJob copied.
+	// the object read, the RayJob and RayCluster controllers then read its spec from the cache in place. Off: the
+	// manager's client, which sends and decodes whole objects, and the whole object copied.
 	MetadataWrites Mechanism = "metadata-writes"
 	// PodWatchPruning drops what the Ray pod cache does not keep from the protobuf bytes of the pod watch before
 	// client-go decodes them (internal/operator/podwatch.go). Off: the cache's transform alone strips them.

@@ -84,6 +84,17 @@ func UnaliasRayCluster(c *rayv1.RayCluster) {
 	c.TypeMeta = rayClusterType
 }
 
+// UnaliasRayClusterSharingSpec is UnaliasRayCluster but for the spec, whose maps, slices and pointers stay the
+// cache's: only the metadata and status are copied. The same conditions as UnaliasRayJobSharingSpec hold: the
+// controller changes no part of the spec it was handed (it copies the spec first where it writes one), and its
+// writes of the object go through a SpecPreserving StatusWriter.
+func UnaliasRayClusterSharingSpec(c *rayv1.RayCluster) {
+	cached := *c
+	cached.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
+	cached.Status.DeepCopyInto(&c.Status)
+	c.TypeMeta = rayClusterType
+}
+
 // UnaliasRayJob is UnaliasRayCluster for a RayJob (whose spec holds a whole RayClusterSpec).
 func UnaliasRayJob(j *rayv1.RayJob) {
 	cached := *j

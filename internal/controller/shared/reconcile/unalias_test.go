@@ -171,3 +171,30 @@ func TestUnaliasRayJobSharingSpec(t *testing.T) {
 		t.Errorf("the cached RayJob changed: %+v", job)
 	}
 }
+
+// UnaliasRayClusterSharingSpec copies a RayCluster's metadata and status and leaves its spec the cache's own.
+func TestUnaliasRayClusterSharingSpec(t *testing.T) {
+	rc := &rayv1.RayCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "rc", Labels: map[string]string{"team": "a"}},
+		Spec:       rayv1.RayClusterSpec{WorkerGroupSpecs: []rayv1.WorkerGroupSpec{{GroupName: "g", Replicas: ptr.To[int32](1)}}},
+		Status:     rayv1.RayClusterStatus{Conditions: []metav1.Condition{{Type: "Ready"}}, ReadyWorkerReplicas: 1},
+	}
+	before := rc.DeepCopy()
+	c := *rc
+	UnaliasRayClusterSharingSpec(&c)
+	if c.TypeMeta != (metav1.TypeMeta{APIVersion: "ray.io/v1", Kind: "RayCluster"}) {
+		t.Errorf("RayCluster TypeMeta %+v", c.TypeMeta)
+	}
+	c.TypeMeta = metav1.TypeMeta{}
+	if !equality.Semantic.DeepEqual(&c, before) {
+		t.Errorf("the unaliased RayCluster differs: %+v", c)
+	}
+	if &c.Spec.WorkerGroupSpecs[0] != &rc.Spec.WorkerGroupSpecs[0] {
+		t.Error("the worker groups were copied, want the cached ones read in place")
+	}
+	c.Labels["team"] = "b"
+	c.Status.Conditions[0].Type = "X"
+	if !equality.Semantic.DeepEqual(rc, before) {
+		t.Errorf("the cached RayCluster changed: %+v", rc)
+	}
+}
