@@ -11,8 +11,10 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -31,6 +33,7 @@ import (
 type env struct {
 	*testutil.Env
 	cl  client.Client
+	wcl client.WithWatch // watches what a test must see every change of
 	ray *fakeray.Fleet
 }
 
@@ -67,7 +70,11 @@ func startEnvWith(t *testing.T, scheduler string, opts ...func(*rayjob.Options))
 		BatchScheduler: scheduler,
 	}
 	startOperator(t, mgrCfg, fr, o, opts)
-	return &env{Env: testutil.NewEnv(cl), cl: cl, ray: fr}
+	wcl, err := client.NewWithWatch(cfg, client.Options{Scheme: cl.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{Env: testutil.NewEnv(cl), cl: cl, wcl: wcl, ray: fr}
 }
 
 // startEnvOnFakeClock is startEnvWith with the controller on a fake clock that only the test moves: no deadline,
@@ -153,6 +160,22 @@ func (e *env) waitCluster(t *testing.T, j *rayv1.RayJob) *rayv1.RayCluster {
 	j = testutil.WaitFor(t, e.Env, j, "rayClusterName", func(j *rayv1.RayJob) bool { return j.Status.RayClusterName != "" })
 	return testutil.WaitFor(t, e.Env, &rayv1.RayCluster{ObjectMeta: metav1.ObjectMeta{Namespace: j.Namespace, Name: j.Status.RayClusterName}},
 		"the RayCluster "+j.Status.RayClusterName, func(*rayv1.RayCluster) bool { return true })
+}
+
+// eventTime is when the controller recorded regarding's event of reason (the first, if several).
+func (e *env) eventTime(t *testing.T, regarding client.Object, reason string) time.Time {
+	t.Helper()
+	l := &eventsv1.EventList{}
+	if err := e.cl.List(context.Background(), l, client.InNamespace(regarding.GetNamespace())); err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range l.Items {
+		if ev.Regarding.Name == regarding.GetName() && ev.Reason == reason {
+			return ev.EventTime.Time
+		}
+	}
+	t.Fatalf("no %s event for %s", reason, regarding.GetName())
+	return time.Time{}
 }
 
 func (e *env) clusterGone(t *testing.T, ns, name string) {
@@ -542,6 +565,8 @@ func TestEnvtest(t *testing.T) {
 		}
 	})
 
+	// The order is read from a watch of the cluster, and each TTL from the times the controller recorded: a poll
+	// of the cluster could miss its few seconds of suspended workers on a busy machine.
 	t.Run("deletionRules: DeleteWorkers, then DeleteCluster, then DeleteSelf, each after its TTL", func(t *testing.T) {
 		ns := e.Namespace(t)
 		succeeded := rayv1.JobStatusSucceeded
@@ -554,19 +579,41 @@ func TestEnvtest(t *testing.T) {
 		}))
 		c := e.readyCluster(t, j)
 		got := e.waitJobStatus(t, j, rayv1.JobStatusPending)
-		e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusSucceeded, 1, 2)
-		e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
-		e.Eventually(t, "worker groups suspended", func() (bool, string) {
-			cur := &rayv1.RayCluster{}
-			if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(c), cur); err != nil {
-				return false, err.Error()
-			}
-			return ptr.Deref(cur.Spec.WorkerGroupSpecs[0].Suspend, false), "not yet"
-		})
-		if err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), &rayv1.RayJob{}); err != nil {
-			t.Fatalf("RayJob gone too early: %v", err)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.DefaultWait)
+		defer cancel()
+		w, err := e.wcl.Watch(ctx, &rayv1.RayClusterList{}, client.InNamespace(ns),
+			&client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: c.ResourceVersion, FieldSelector: "metadata.name=" + c.Name}})
+		if err != nil {
+			t.Fatal(err)
 		}
-		e.clusterGone(t, ns, c.Name)
+		defer w.Stop()
+		e.ray.Cluster(ns, c.Name).SetJob(got.Status.JobId, ray.JobStatusSucceeded, 1, 2)
+		done := e.waitDeployment(t, j, rayv1.JobDeploymentStatusComplete)
+		if done.Status.EndTime == nil {
+			t.Fatalf("Complete with no endTime: %+v", done.Status)
+		}
+		end := done.Status.EndTime.Time // as stored, to the second: what the controller counts the TTLs from
+		suspended := false
+		for deleted := false; !deleted; {
+			ev, ok := <-w.ResultChan()
+			if !ok {
+				t.Fatalf("the cluster's watch ended before its deletion (suspended seen: %v)", suspended)
+			}
+			cur, isRC := ev.Object.(*rayv1.RayCluster)
+			if !isRC {
+				t.Fatalf("watch event %s: %v", ev.Type, ev.Object)
+			}
+			deleted = ev.Type == watch.Deleted
+			if !deleted && len(cur.Spec.WorkerGroupSpecs) > 0 && !suspended {
+				suspended = true
+				for _, g := range cur.Spec.WorkerGroupSpecs {
+					suspended = suspended && ptr.Deref(g.Suspend, false)
+				}
+			}
+		}
+		if !suspended {
+			t.Error("the cluster was deleted without its worker groups suspended first")
+		}
 		if note, want := e.WaitEvent(t, j, corev1.EventTypeNormal, rayjob.ReasonSuspendedWorkers), "Set the `suspend` field to true for all worker groups in cluster "+ns+"/"+c.Name; note != want {
 			t.Errorf("event note %q, want %q", note, want)
 		}
@@ -574,6 +621,15 @@ func TestEnvtest(t *testing.T) {
 			err := e.cl.Get(context.Background(), client.ObjectKeyFromObject(j), &rayv1.RayJob{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err)
 		})
+		for _, step := range []struct {
+			reason string
+			ttl    time.Duration
+		}{{rayjob.ReasonDeletedCluster, 3 * time.Second}, {rayjob.ReasonDeletedSelf, 6 * time.Second}} {
+			e.WaitEvent(t, j, corev1.EventTypeNormal, step.reason)
+			if at := e.eventTime(t, j, step.reason); at.Before(end.Add(step.ttl)) {
+				t.Errorf("%s at %s, before the job's end (%s) and its TTL %s", step.reason, at.Format(time.RFC3339Nano), end.Format(time.RFC3339), step.ttl)
+			}
+		}
 	})
 
 	t.Run("legacy onFailure DeleteNone keeps the cluster; onSuccess is not applied to a failure", func(t *testing.T) {
