@@ -22,6 +22,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/metrics"
+	"k8s.io/client-go/transport"
 	"k8s.io/client-go/util/flowcontrol"
 )
 
@@ -65,6 +66,7 @@ type endpoint struct {
 	base      url.URL // scheme, host and the group version's path: https://host/apis/ray.io/v1
 	limiter   flowcontrol.RateLimiter
 	userAgent string
+	auth      func() string // the Authorization client-go's bearer-token round tripper would set; nil: another sets it
 	accept    string
 	group     string
 	warn      rest.WarningHandlerWithContext
@@ -95,7 +97,37 @@ func newEndpoint(cfg *rest.Config, hc *http.Client, apiPath string, gv schema.Gr
 	if e.rt == nil {
 		e.rt = http.DefaultTransport
 	}
+	e.auth = bearerAuth(cfg)
 	return e, nil
+}
+
+// bearerAuth is the Authorization header client-go's bearer-token round tripper sets on cfg's requests, for the
+// endpoint to set first: that round tripper copies every request that has none before setting it. nil where cfg
+// authenticates otherwise, or its token file cannot be read now: the round tripper then does as it does.
+func bearerAuth(cfg *rest.Config) func() string {
+	if cfg.BearerTokenFile == "" {
+		if cfg.BearerToken == "" {
+			return nil
+		}
+		h := "Bearer " + cfg.BearerToken
+		return func() string { return h }
+	}
+	// As the round tripper reads the file: cached for a while, the config's token where a read fails.
+	source := transport.NewCachedFileTokenSource(cfg.BearerTokenFile)
+	bearer := cfg.BearerToken
+	if bearer == "" {
+		t, err := source.Token()
+		if err != nil {
+			return nil
+		}
+		bearer = t.AccessToken
+	}
+	return func() string {
+		if t, err := source.Token(); err == nil {
+			return "Bearer " + t.AccessToken
+		}
+		return "Bearer " + bearer
+	}
 }
 
 // warningHandler is the handler a rest.Request of cfg reports warnings to: the config's, else client-go's default,
@@ -195,6 +227,9 @@ func (e *endpoint) attempt(ctx context.Context, u *url.URL, w write, read func([
 	if e.userAgent != "" {
 		// What client-go's user-agent round tripper would set; set here, it does not copy the request to set it.
 		req.Header["User-Agent"] = []string{e.userAgent}
+	}
+	if e.auth != nil {
+		req.Header["Authorization"] = []string{e.auth()}
 	}
 	if w.body != nil {
 		body := w.body

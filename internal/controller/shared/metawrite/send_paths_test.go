@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -45,7 +46,7 @@ func (s *scriptedServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.got = append(s.got, strings.Join([]string{r.Method, r.URL.Path, "ua=" + r.UserAgent(), "accept=" + r.Header.Get("Accept"),
-		"type=" + r.Header.Get("Content-Type")}, " "))
+		"type=" + r.Header.Get("Content-Type"), "auth=" + r.Header.Get("Authorization")}, " "))
 	a := s.answers[0]
 	s.answers = s.answers[1:]
 	if a.contentType != "" {
@@ -311,7 +312,7 @@ func TestEndpointSendsAsStreamDoes(t *testing.T) {
 				ts := httptest.NewServer(srv)
 				limiter := &countingLimiter{}
 				warned := &warningsSeen{}
-				cfg := &rest.Config{Host: ts.URL, RateLimiter: limiter, UserAgent: "manta/test", WarningHandlerWithContext: warned}
+				cfg := &rest.Config{Host: ts.URL, RateLimiter: limiter, UserAgent: "manta/test", WarningHandlerWithContext: warned, BearerToken: "t0ken"}
 				hc, err := rest.HTTPClientFor(cfg)
 				if err != nil {
 					t.Fatal(err)
@@ -395,6 +396,62 @@ func TestEndpointTransportErrors(t *testing.T) {
 			err = events.MergePatch(context.Background(), "ns", "e", []byte(`{}`))
 			if !errors.As(err, &ue) || !ue.Timeout() {
 				t.Errorf("no answer within the config's timeout: %v, want a *url.Error that timed out", err)
+			}
+		})
+	}
+}
+
+// Each way a config authenticates reaches the API server as it does through rest.Request.Stream: a token, a token
+// file (read when the endpoint is made, and again as client-go's round tripper reads it), a token and a file, basic
+// auth, none.
+func TestEndpointAuthenticatesAsStreamDoes(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  rest.Config
+		want string
+	}{
+		{"token", rest.Config{BearerToken: "t0ken"}, "Bearer t0ken"},
+		{"token file", rest.Config{BearerTokenFile: tokenFile}, "Bearer from-file"},
+		{"token and file", rest.Config{BearerToken: "t0ken", BearerTokenFile: tokenFile}, "Bearer from-file"},
+		{"a file not there", rest.Config{BearerToken: "t0ken", BearerTokenFile: filepath.Join(dir, "none")}, "Bearer t0ken"},
+		{"basic", rest.Config{Username: "u", Password: "p"}, "Basic dTpw"},
+		{"none", rest.Config{}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, path := range []string{"direct", "stream"} {
+				if path == "stream" {
+					t.Setenv("KUBE_CLIENT_BACKOFF_BASE", "0")
+					t.Setenv("KUBE_CLIENT_BACKOFF_DURATION", "0")
+				}
+				srv := &scriptedServer{answers: []scriptedAnswer{{code: 200}}}
+				ts := httptest.NewServer(srv)
+				cfg := tc.cfg
+				cfg.Host = ts.URL
+				hc, err := rest.HTTPClientFor(&cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				events, err := NewEvents(&cfg, hc)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (events.ep.auth != nil) != strings.HasPrefix(tc.want, "Bearer") || events.ep.slow != (path == "stream") {
+					t.Errorf("%s: the endpoint would set Authorization itself: %v; sends through Stream: %v", path, events.ep.auth != nil, events.ep.slow)
+				}
+				if err := events.MergePatch(context.Background(), "ns", "e", []byte(`{}`)); err != nil {
+					t.Fatal(err)
+				}
+				ts.Close()
+				got = append(got, srv.got[0])
+			}
+			if got[0] != got[1] || !strings.HasSuffix(got[0], "auth="+tc.want) {
+				t.Errorf("sent directly %q, through Stream %q; want Authorization %q", got[0], got[1], tc.want)
 			}
 		})
 	}
