@@ -2,7 +2,6 @@ package metawrite
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -110,15 +109,11 @@ func protobufStatus(t *testing.T, err *apierrors.StatusError) scriptedAnswer {
 	return scriptedAnswer{code: int(st.Code), contentType: runtime.ContentTypeProtobuf, body: b}
 }
 
+// jsonStatus is statusAnswer as a scriptedAnswer.
 func jsonStatus(t *testing.T, err *apierrors.StatusError) scriptedAnswer {
 	t.Helper()
-	st := err.Status()
-	st.APIVersion, st.Kind = "v1", "Status"
-	b, jerr := json.Marshal(st)
-	if jerr != nil {
-		t.Fatal(jerr)
-	}
-	return scriptedAnswer{code: int(st.Code), contentType: runtime.ContentTypeJSON, body: b}
+	a := statusAnswer(t, err)
+	return scriptedAnswer{code: a.code, contentType: a.contentType, body: a.body}
 }
 
 // outcome is what one write did, as the tests compare it between the two paths.
